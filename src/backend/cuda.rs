@@ -1,0 +1,943 @@
+//! The CUDA backend (feature `cuda`), on cudarc's `sys`/`result` layers.
+//!
+//! cudarc is built with `dynamic-loading`: `libcuda` and `libnvrtc` are
+//! opened at run time, so a binary with this backend starts on machines
+//! without CUDA. cudarc panics when a library it needs cannot be loaded, so
+//! every entry point first probes for the library ([`driver`]) and turns its
+//! absence into [`Error::LibraryNotFound`].
+//!
+//! cudarc also resolves each driver symbol lazily and panics if the driver is
+//! too old to have it: calls newer than CUDA 12.0 are gated on
+//! `cuDriverGetVersion` (see [`DRIVER_12_4`]).
+//!
+//! Every object holds an `Arc<Context>` (the device's retained primary
+//! context), so the context outlives every stream, buffer and module.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
+
+use super::{
+    check_alloc_size, check_kernel_args, check_range, check_same_device, Backend, Device, DeviceInfo, DeviceLimits,
+    DeviceMemory, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+};
+use crate::error::{BackendKind, DriverError, Error, Result};
+
+/// First driver version (12.4) with `cuFuncGetParamInfo` and `cuModuleEnumerateFunctions`.
+const DRIVER_12_4: i32 = 12040;
+
+/// The CUDA backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Cuda;
+
+impl Backend for Cuda {
+    const KIND: BackendKind = BackendKind::Cuda;
+    type Device = CudaDevice;
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+    type Buffer = CudaBuffer;
+    type PinnedBuffer = CudaPinnedBuffer;
+    type HostRegistration = CudaHostRegistration;
+    type Module = CudaModule;
+    type Kernel = CudaKernel;
+}
+
+// ---- errors and library loading --------------------------------------------------
+
+/// Converts a cudarc driver error into ours, naming the call.
+fn driver_error(call: &'static str, e: cu::DriverError) -> Error {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
+    let message = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    Error::Driver(DriverError { backend: BackendKind::Cuda, call, code: e.0 as i64, name, message })
+}
+
+/// Attaches the call name to a cudarc result.
+fn check<T>(call: &'static str, r: std::result::Result<T, cu::DriverError>) -> Result<T> {
+    r.map_err(|e| driver_error(call, e))
+}
+
+/// Converts an NVRTC status into our error.
+fn nvrtc_error(call: &'static str, e: rtc::NvrtcError) -> Error {
+    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any status.
+    let message = unsafe { CStr::from_ptr(rtc_sys::nvrtcGetErrorString(e.0)) }.to_string_lossy().into_owned();
+    Error::Driver(DriverError {
+        backend: BackendKind::Cuda,
+        call,
+        code: e.0 as i64,
+        name: format!("{:?}", e.0),
+        message,
+    })
+}
+
+/// Loads and initializes the driver once; the outcome (and why it failed) is cached.
+pub(crate) fn driver() -> Result<i32> {
+    static STATE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
+    let state = STATE.get_or_init(|| {
+        // SAFETY: only tries `dlopen` on cudarc's candidate names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(format!("libcuda: tried {}", cudarc::get_lib_name_candidates("cuda").join(", ")));
+        }
+        cu::init().map_err(|e| driver_error("cuInit", e).to_string())?;
+        let mut version = 0;
+        // SAFETY: writes one int; the library is loaded (probed above).
+        unsafe { sys::cuDriverGetVersion(&mut version) }
+            .result()
+            .map_err(|e| driver_error("cuDriverGetVersion", e).to_string())?;
+        Ok(version)
+    });
+    match state {
+        Ok(v) => Ok(*v),
+        Err(msg) if msg.starts_with("libcuda: tried ") => Err(Error::LibraryNotFound {
+            backend: BackendKind::Cuda,
+            library: "libcuda",
+            tried: msg.trim_start_matches("libcuda: tried ").to_string(),
+        }),
+        Err(msg) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: msg.clone() }),
+    }
+}
+
+/// Checks NVRTC can be loaded before cudarc touches it (cudarc would panic).
+fn nvrtc_available() -> Result<()> {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries `dlopen` on cudarc's candidate names.
+    if *PRESENT.get_or_init(|| unsafe { rtc_sys::is_culib_present() }) {
+        Ok(())
+    } else {
+        Err(Error::LibraryNotFound {
+            backend: BackendKind::Cuda,
+            library: "libnvrtc (needed to compile kernel source)",
+            tried: cudarc::get_lib_name_candidates("nvrtc").join(", "),
+        })
+    }
+}
+
+// ---- context ---------------------------------------------------------------------
+
+/// A retained primary context; released when the last object using it goes.
+struct Context {
+    raw: sys::CUcontext,
+    cu_device: sys::CUdevice,
+    ordinal: usize,
+    driver_version: i32,
+}
+
+// SAFETY: CUDA contexts may be used from any thread; we bind before each use.
+unsafe impl Send for Context {}
+// SAFETY: as above; the driver API is thread-safe.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Makes this context current on the calling thread (cheap when it already is).
+    fn bind(&self) -> Result<()> {
+        if check("cuCtxGetCurrent", cu::ctx::get_current())? != Some(self.raw) {
+            // SAFETY: `raw` is a retained primary context, alive while `self` is.
+            check("cuCtxSetCurrent", unsafe { cu::ctx::set_current(self.raw) })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: `cu_device` came from `cuDeviceGet` and we retained its
+        // primary context exactly once in `CudaDevice::open`.
+        let _ = unsafe { cu::primary_ctx::release(self.cu_device) };
+    }
+}
+
+// ---- memory ------------------------------------------------------------------------
+
+/// Device or managed memory; freed on drop (in stream order if allocated so).
+pub struct CudaBuffer {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    kind: MemoryKind,
+    /// The stream of a stream-ordered allocation, kept alive to free on it.
+    free_on: Option<CudaStream>,
+    ctx: Arc<Context>,
+}
+
+impl fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaBuffer(cuda:{}, {:#x}, {} bytes, {:?})", self.ctx.ordinal, self.ptr, self.len, self.kind)
+    }
+}
+
+impl DeviceMemory for CudaBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn ordinal(&self) -> usize {
+        self.ctx.ordinal
+    }
+    fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; a failed free leaves the
+        // memory to the context's teardown.
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: `ptr` was allocated by this context and is freed once,
+        // here; a stream-ordered allocation is freed on its own stream.
+        let _ = unsafe {
+            match &self.free_on {
+                Some(stream) => cu::free_async(self.ptr, stream.inner.raw),
+                None => cu::free_sync(self.ptr),
+            }
+        };
+    }
+}
+
+/// Page-locked host memory from `cuMemHostAlloc`.
+pub struct CudaPinnedBuffer {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: plain host bytes owned by this value.
+unsafe impl Send for CudaPinnedBuffer {}
+// SAFETY: `&self` only gives shared access to the bytes.
+unsafe impl Sync for CudaPinnedBuffer {}
+
+impl fmt::Debug for CudaPinnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaPinnedBuffer({:p}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+impl HostMemory for CudaPinnedBuffer {
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `cuMemHostAlloc`, zeroed at allocation, alive while self is.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for CudaPinnedBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: allocated by `cuMemHostAlloc` in this context, freed once.
+            let _ = unsafe { cu::free_host(self.ptr as *mut c_void) };
+        }
+    }
+}
+
+/// Host memory registered with `cuMemHostRegister`; unregistered on drop.
+pub struct CudaHostRegistration {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: holds only an address for unregistering; no access to the bytes.
+unsafe impl Send for CudaHostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for CudaHostRegistration {}
+
+impl fmt::Debug for CudaHostRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaHostRegistration({:p}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+impl Drop for CudaHostRegistration {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: registered by `register_host` in this context, unregistered once.
+            let _ = unsafe { sys::cuMemHostUnregister(self.ptr as *mut c_void) };
+        }
+    }
+}
+
+// ---- streams and events -----------------------------------------------------------
+
+struct StreamInner {
+    raw: sys::CUstream,
+    /// False for the legacy default (null) stream, which is never destroyed.
+    owned: bool,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: CUDA streams may be used from any thread.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.owned && self.ctx.bind().is_ok() {
+            // SAFETY: created by `cuStreamCreate` in this context, destroyed once.
+            // Pending work still completes (cuStreamDestroy semantics).
+            let _ = unsafe { cu::stream::destroy(self.raw) };
+        }
+    }
+}
+
+/// A CUDA stream.
+#[derive(Clone)]
+pub struct CudaStream {
+    inner: Arc<StreamInner>,
+}
+
+impl fmt::Debug for CudaStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaStream(cuda:{}, {:p})", self.inner.ctx.ordinal, self.inner.raw)
+    }
+}
+
+impl CudaStream {
+    /// The raw `CUstream`, for interop with other CUDA libraries.
+    pub fn as_raw(&self) -> sys::CUstream {
+        self.inner.raw
+    }
+}
+
+/// A CUDA event.
+pub struct CudaEvent {
+    raw: sys::CUevent,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: CUDA events may be used from any thread.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above.
+unsafe impl Sync for CudaEvent {}
+
+impl fmt::Debug for CudaEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaEvent(cuda:{}, {:p})", self.ctx.ordinal, self.raw)
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created by `cuEventCreate` in this context, destroyed once.
+            let _ = unsafe { cu::event::destroy(self.raw) };
+        }
+    }
+}
+
+// ---- modules and kernels -----------------------------------------------------------
+
+struct ModuleInner {
+    raw: sys::CUmodule,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: CUDA modules may be used from any thread.
+unsafe impl Send for ModuleInner {}
+// SAFETY: as above.
+unsafe impl Sync for ModuleInner {}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: loaded in this context, unloaded once after the last kernel handle is gone.
+            let _ = unsafe { cu::module::unload(self.raw) };
+        }
+    }
+}
+
+/// A loaded CUDA module.
+#[derive(Clone)]
+pub struct CudaModule {
+    inner: Arc<ModuleInner>,
+}
+
+impl fmt::Debug for CudaModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaModule(cuda:{}, {:p})", self.inner.ctx.ordinal, self.inner.raw)
+    }
+}
+
+/// A kernel; keeps its module loaded.
+#[derive(Clone)]
+pub struct CudaKernel {
+    func: sys::CUfunction,
+    name: Arc<str>,
+    /// Parameter sizes from `cuFuncGetParamInfo` (driver 12.4+), else `None`.
+    params: Option<Arc<[usize]>>,
+    module: CudaModule,
+}
+
+// SAFETY: CUfunction handles may be used from any thread while the module lives.
+unsafe impl Send for CudaKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CudaKernel {}
+
+impl fmt::Debug for CudaKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaKernel({}, params {:?})", self.name, self.params)
+    }
+}
+
+// ---- device ---------------------------------------------------------------------------
+
+/// An NVIDIA GPU (`"cuda:N"`).
+pub struct CudaDevice {
+    info: DeviceInfo,
+    ctx: Arc<Context>,
+    default_stream: CudaStream,
+    builtins: Mutex<Option<CudaModule>>,
+}
+
+impl fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaDevice(cuda:{}, {})", self.info.ordinal, self.info.name)
+    }
+}
+
+/// One `CudaDevice` per ordinal per process, so contexts are retained once.
+fn open_devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+    DEVICES.get_or_init(Default::default)
+}
+
+fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
+    // SAFETY: `dev` came from `cuDeviceGet`; the call writes one int.
+    check("cuDeviceGetAttribute", unsafe { cu::device::get_attribute(dev, attr) })
+}
+
+fn query_info(dev: sys::CUdevice, ordinal: usize) -> Result<DeviceInfo> {
+    use sys::CUdevice_attribute::*;
+    let a = |attr| attribute(dev, attr).map(|v| v.max(0) as u32);
+    Ok(DeviceInfo {
+        backend: BackendKind::Cuda,
+        ordinal,
+        name: check("cuDeviceGetName", cu::device::get_name(dev))?,
+        arch: format!(
+            "sm_{}{}",
+            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
+        ),
+        multiprocessors: a(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        // SAFETY: `dev` came from `cuDeviceGet`.
+        total_memory: check("cuDeviceTotalMem", unsafe { cu::device::total_mem(dev) })?,
+        managed_memory: a(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0,
+        stream_ordered_alloc: a(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0,
+        limits: DeviceLimits {
+            max_threads_per_block: a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_block_dim: [
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            max_grid_dim: [
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            max_shared_memory_per_block: a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize,
+            warp_size: a(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+        },
+    })
+}
+
+impl CudaDevice {
+    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        check_same_device("stream", BackendKind::Cuda, self.info.ordinal, stream.inner.ctx.ordinal)
+    }
+
+    fn check_buffer(&self, what: &'static str, buffer: &CudaBuffer) -> Result<()> {
+        check_same_device(what, BackendKind::Cuda, self.info.ordinal, buffer.ctx.ordinal)
+    }
+
+    fn out_of_memory(&self, call: &'static str, bytes: usize, e: cu::DriverError) -> Error {
+        if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: self.info.ordinal, bytes }
+        } else {
+            driver_error(call, e)
+        }
+    }
+
+    fn buffer(&self, ptr: sys::CUdeviceptr, len: usize, kind: MemoryKind, free_on: Option<CudaStream>) -> CudaBuffer {
+        CudaBuffer { ptr, len, kind, free_on, ctx: self.ctx.clone() }
+    }
+
+    /// Compiles CUDA C++ to a cubin for this device with NVRTC.
+    fn compile(&self, code: &str, name: &str, options: &[&str]) -> Result<Vec<u8>> {
+        nvrtc_available()?;
+        let src = CString::new(code)
+            .map_err(|_| Error::InvalidArgument { name: "code", reason: "kernel source contains a NUL byte".into() })?;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument { name: "name", reason: "program name contains a NUL byte".into() })?;
+        let prog = rtc::create_program(&src, Some(&cname)).map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
+        let mut opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+        if !opts.iter().any(|o| o.starts_with("-arch") || o.starts_with("--gpu-architecture")) {
+            opts.push(format!("--gpu-architecture={}", self.info.arch));
+        }
+        let result = (|| {
+            // SAFETY: `prog` is a live program created above.
+            let compiled = unsafe { rtc::compile_program(prog, &opts) };
+            if compiled.is_err() {
+                // SAFETY: `prog` is live; the log is a NUL-terminated buffer.
+                let log = unsafe { rtc::get_program_log(prog) }.unwrap_or_default();
+                // SAFETY: the log buffer is NUL-terminated by NVRTC.
+                let log = unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy().into_owned();
+                return Err(Error::Compile { backend: BackendKind::Cuda, name: name.to_string(), log });
+            }
+            let mut size = 0usize;
+            // SAFETY: `prog` compiled successfully; writes one usize.
+            unsafe { rtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
+                .result()
+                .map_err(|e| nvrtc_error("nvrtcGetCUBINSize", e))?;
+            let mut cubin = vec![0u8; size];
+            // SAFETY: `cubin` has the `size` bytes NVRTC asked for.
+            unsafe { rtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _) }
+                .result()
+                .map_err(|e| nvrtc_error("nvrtcGetCUBIN", e))?;
+            Ok(cubin)
+        })();
+        // SAFETY: destroyed once, after its last use.
+        let _ = unsafe { rtc::destroy_program(prog) };
+        result
+    }
+
+    fn load_image(&self, image: *const c_void) -> Result<CudaModule> {
+        self.ctx.bind()?;
+        // SAFETY: callers pass a cubin/fatbin or a NUL-terminated PTX image
+        // that stays alive for the duration of the call.
+        let raw = check("cuModuleLoadData", unsafe { cu::module::load_data(image) })?;
+        Ok(CudaModule { inner: Arc::new(ModuleInner { raw, ctx: self.ctx.clone() }) })
+    }
+
+    /// Names of the kernels in a module (driver 12.4+), for error messages.
+    fn kernel_names(&self, module: &CudaModule) -> String {
+        if self.ctx.driver_version < DRIVER_12_4 {
+            return "(listing needs a CUDA 12.4+ driver)".into();
+        }
+        let mut count = 0u32;
+        // SAFETY: module is loaded; writes one uint.
+        if unsafe { sys::cuModuleGetFunctionCount(&mut count, module.inner.raw) }.result().is_err() {
+            return String::new();
+        }
+        let mut funcs = vec![std::ptr::null_mut(); count as usize];
+        // SAFETY: `funcs` has room for `count` handles.
+        if unsafe { sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, module.inner.raw) }.result().is_err() {
+            return String::new();
+        }
+        let mut names: Vec<String> = funcs
+            .into_iter()
+            .filter_map(|f| {
+                let mut name = std::ptr::null();
+                // SAFETY: `f` is a function of a loaded module; the driver returns a static C string.
+                unsafe { sys::cuFuncGetName(&mut name, f) }.result().ok()?;
+                // SAFETY: non-null, NUL-terminated, owned by the driver.
+                Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+            })
+            .collect();
+        names.sort();
+        names.join(", ")
+    }
+
+    /// Parameter sizes of a kernel (driver 12.4+).
+    fn param_sizes(&self, func: sys::CUfunction) -> Option<Arc<[usize]>> {
+        if self.ctx.driver_version < DRIVER_12_4 {
+            return None;
+        }
+        let mut sizes = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: `func` is live; out-of-range indices return an error, which ends the loop.
+            let r = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                break;
+            }
+            sizes.push(size);
+        }
+        Some(sizes.into())
+    }
+}
+
+impl Device for CudaDevice {
+    type B = Cuda;
+
+    fn open(ordinal: usize) -> Result<Arc<Self>> {
+        let driver_version = driver()?;
+        let mut devices = open_devices().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(dev) = devices.get(&ordinal) {
+            return Ok(dev.clone());
+        }
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(Error::InvalidDeviceSpec {
+                spec: format!("cuda:{ordinal}"),
+                reason: format!("there are {count} CUDA devices (cuda:0..cuda:{})", count.saturating_sub(1)),
+            });
+        }
+        let cu_device = check("cuDeviceGet", cu::device::get(ordinal as i32))?;
+        let info = query_info(cu_device, ordinal)?;
+        // SAFETY: `cu_device` came from `cuDeviceGet`; released in `Context::drop`.
+        let raw = check("cuDevicePrimaryCtxRetain", unsafe { cu::primary_ctx::retain(cu_device) })?;
+        let ctx = Arc::new(Context { raw, cu_device, ordinal, driver_version });
+        let default_stream =
+            CudaStream { inner: Arc::new(StreamInner { raw: cu::stream::null(), owned: false, ctx: ctx.clone() }) };
+        let dev = Arc::new(CudaDevice { info, ctx, default_stream, builtins: Mutex::new(None) });
+        devices.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+
+    fn count() -> Result<usize> {
+        driver()?;
+        match cu::device::get_count() {
+            Ok(0) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: "driver loaded, no device".into() }),
+            Ok(n) => Ok(n as usize),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoDevice {
+                backend: BackendKind::Cuda,
+                reason: "driver loaded, no device (CUDA_ERROR_NO_DEVICE)".into(),
+            }),
+            Err(e) => Err(driver_error("cuDeviceGetCount", e)),
+        }
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.ctx.bind()?;
+        let (free, total) = check("cuMemGetInfo", cu::mem_get_info())?;
+        Ok(MemoryInfo { free, total })
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<CudaBuffer> {
+        check_alloc_size(bytes)?;
+        self.ctx.bind()?;
+        // SAFETY: the context is current; the memory is returned uninitialized as documented.
+        let ptr = unsafe { cu::malloc_sync(bytes) }.map_err(|e| self.out_of_memory("cuMemAlloc", bytes, e))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Device, None))
+    }
+
+    fn alloc_async(&self, bytes: usize, stream: &CudaStream) -> Result<CudaBuffer> {
+        check_alloc_size(bytes)?;
+        self.check_stream(stream)?;
+        if !self.info.stream_ordered_alloc {
+            return self.alloc(bytes);
+        }
+        self.ctx.bind()?;
+        // SAFETY: the stream belongs to this context (checked); the buffer
+        // keeps the stream alive to free on it.
+        let ptr = unsafe { cu::malloc_async(stream.inner.raw, bytes) }
+            .map_err(|e| self.out_of_memory("cuMemAllocAsync", bytes, e))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
+    }
+
+    fn alloc_managed(&self, bytes: usize) -> Result<CudaBuffer> {
+        check_alloc_size(bytes)?;
+        if !self.info.managed_memory {
+            return Err(Error::Unsupported {
+                op: "managed memory",
+                backend: BackendKind::Cuda,
+                hint: Some(format!("{} does not support managed memory", self.info.name)),
+            });
+        }
+        self.ctx.bind()?;
+        // SAFETY: the context is current.
+        let ptr = unsafe { cu::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+            .map_err(|e| self.out_of_memory("cuMemAllocManaged", bytes, e))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Managed, None))
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<CudaPinnedBuffer> {
+        check_alloc_size(bytes)?;
+        self.ctx.bind()?;
+        // SAFETY: the context is current; PORTABLE makes it pinned for every context.
+        let ptr = unsafe { cu::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(|e| self.out_of_memory("cuMemHostAlloc", bytes, e))? as *mut u8;
+        // SAFETY: `ptr` addresses `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Ok(CudaPinnedBuffer { ptr, len: bytes, ctx: self.ctx.clone() })
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> Result<CudaHostRegistration> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
+        }
+        check_alloc_size(len)?;
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees `ptr..ptr+len` is valid host memory
+        // outliving the registration.
+        unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE) }
+            .result()
+            .map_err(|e| driver_error("cuMemHostRegister", e))?;
+        Ok(CudaHostRegistration { ptr, len, ctx: self.ctx.clone() })
+    }
+
+    fn default_stream(&self) -> &CudaStream {
+        &self.default_stream
+    }
+
+    fn create_stream(&self) -> Result<CudaStream> {
+        self.ctx.bind()?;
+        let raw = check("cuStreamCreate", cu::stream::create(cu::stream::StreamKind::NonBlocking))?;
+        Ok(CudaStream { inner: Arc::new(StreamInner { raw, owned: true, ctx: self.ctx.clone() }) })
+    }
+
+    fn synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.check_stream(stream)?;
+        self.ctx.bind()?;
+        // SAFETY: the stream is alive (we hold it) and belongs to this context.
+        check("cuStreamSynchronize", unsafe { cu::stream::synchronize(stream.inner.raw) })
+    }
+
+    fn is_idle(&self, stream: &CudaStream) -> Result<bool> {
+        self.check_stream(stream)?;
+        self.ctx.bind()?;
+        // SAFETY: the stream is alive and belongs to this context.
+        match unsafe { sys::cuStreamQuery(stream.inner.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(driver_error("cuStreamQuery", cu::DriverError(e))),
+        }
+    }
+
+    fn create_event(&self) -> Result<CudaEvent> {
+        self.ctx.bind()?;
+        let raw = check("cuEventCreate", cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        Ok(CudaEvent { raw, ctx: self.ctx.clone() })
+    }
+
+    fn record_event(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
+        self.check_stream(stream)?;
+        check_same_device("event", BackendKind::Cuda, self.info.ordinal, event.ctx.ordinal)?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are alive and belong to this context.
+        check("cuEventRecord", unsafe { cu::event::record(event.raw, stream.inner.raw) })
+    }
+
+    fn wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        self.check_stream(stream)?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are alive; an event of another device is allowed by CUDA.
+        check("cuStreamWaitEvent", unsafe {
+            cu::stream::wait_event(stream.inner.raw, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
+    }
+
+    fn synchronize_event(&self, event: &CudaEvent) -> Result<()> {
+        event.ctx.bind()?;
+        // SAFETY: the event is alive.
+        check("cuEventSynchronize", unsafe { cu::event::synchronize(event.raw) })
+    }
+
+    fn event_is_complete(&self, event: &CudaEvent) -> Result<bool> {
+        event.ctx.bind()?;
+        // SAFETY: the event is alive.
+        match unsafe { sys::cuEventQuery(event.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(driver_error("cuEventQuery", cu::DriverError(e))),
+        }
+    }
+
+    fn elapsed_ms(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f32> {
+        self.ctx.bind()?;
+        // SAFETY: both events are alive; the driver reports unrecorded or incomplete events as errors.
+        check("cuEventElapsedTime", unsafe { cu::event::elapsed(start.raw, end.raw) })
+    }
+
+    unsafe fn copy_to_device_async(
+        &self,
+        src: &[u8],
+        dst: &CudaBuffer,
+        dst_offset: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("destination", dst_offset, src.len(), dst.len)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: range checked; the caller keeps `src` and `dst` alive until the stream passes the copy.
+        check("cuMemcpyHtoDAsync", unsafe { cu::memcpy_htod_async(dst.ptr + dst_offset as u64, src, stream.inner.raw) })
+    }
+
+    unsafe fn copy_to_host_async(
+        &self,
+        src: &CudaBuffer,
+        src_offset: usize,
+        dst: &mut [u8],
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_buffer("source buffer", src)?;
+        self.check_stream(stream)?;
+        check_range("source", src_offset, dst.len(), src.len)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: range checked; the caller keeps both alive until the stream passes the copy.
+        check("cuMemcpyDtoHAsync", unsafe { cu::memcpy_dtoh_async(dst, src.ptr + src_offset as u64, stream.inner.raw) })
+    }
+
+    unsafe fn copy_device_async(
+        &self,
+        src: &CudaBuffer,
+        src_offset: usize,
+        dst: &CudaBuffer,
+        dst_offset: usize,
+        len: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_buffer("source buffer", src)?;
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("source", src_offset, len, src.len)?;
+        check_range("destination", dst_offset, len, dst.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: ranges checked; the caller keeps both buffers alive until the stream passes the copy.
+        check("cuMemcpyDtoDAsync", unsafe {
+            cu::memcpy_dtod_async(dst.ptr + dst_offset as u64, src.ptr + src_offset as u64, len, stream.inner.raw)
+        })
+    }
+
+    unsafe fn memset_async(
+        &self,
+        dst: &CudaBuffer,
+        offset: usize,
+        len: usize,
+        value: u8,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("destination", offset, len, dst.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.ctx.bind()?;
+        // SAFETY: range checked; the caller keeps `dst` alive until the stream passes the memset.
+        check("cuMemsetD8Async", unsafe { cu::memset_d8_async(dst.ptr + offset as u64, value, len, stream.inner.raw) })
+    }
+
+    fn load_module(&self, source: ModuleSource<'_>) -> Result<CudaModule> {
+        match source {
+            ModuleSource::Builtin => {
+                let mut cached = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(module) = cached.as_ref() {
+                    return Ok(module.clone());
+                }
+                let cubin = self.compile(include_str!("../../kernels/cuda/builtins.cu"), "gpuport_builtins.cu", &[])?;
+                let module = self.load_image(cubin.as_ptr() as *const c_void)?;
+                *cached = Some(module.clone());
+                Ok(module)
+            }
+            ModuleSource::Source { code, name, options } => {
+                let cubin = self.compile(code, name, options)?;
+                self.load_image(cubin.as_ptr() as *const c_void)
+            }
+            ModuleSource::Ptx(ptx) => {
+                let ptx = CString::new(ptx)
+                    .map_err(|_| Error::InvalidArgument { name: "ptx", reason: "PTX contains a NUL byte".into() })?;
+                self.load_image(ptx.as_ptr() as *const c_void)
+            }
+            ModuleSource::Binary(image) => {
+                // cubin and fatbin images start with their magic numbers; reject
+                // anything else rather than let the driver read past a short buffer.
+                const ELF: &[u8] = b"\x7fELF";
+                const FATBIN: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+                if !(image.starts_with(ELF) || image.starts_with(&FATBIN)) {
+                    return Err(Error::InvalidArgument {
+                        name: "image",
+                        reason: "not a cubin (ELF) or fatbin image; pass PTX text as ModuleSource::Ptx".into(),
+                    });
+                }
+                self.load_image(image.as_ptr() as *const c_void)
+            }
+        }
+    }
+
+    fn kernel(&self, module: &CudaModule, name: &str) -> Result<CudaKernel> {
+        check_same_device("module", BackendKind::Cuda, self.info.ordinal, module.inner.ctx.ordinal)?;
+        self.ctx.bind()?;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
+        // SAFETY: the module is loaded and kept alive by the returned kernel.
+        let func = match unsafe { cu::module::get_function(module.inner.raw, cname) } {
+            Ok(f) => f,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => {
+                return Err(Error::KernelNotFound { name: name.to_string(), available: self.kernel_names(module) })
+            }
+            Err(e) => return Err(driver_error("cuModuleGetFunction", e)),
+        };
+        Ok(CudaKernel { func, name: name.into(), params: self.param_sizes(func), module: module.clone() })
+    }
+
+    fn default_launch_config(&self, kernel: &CudaKernel, n: usize) -> Result<LaunchConfig> {
+        self.ctx.bind()?;
+        // SAFETY: the kernel's module is alive; no dynamic shared memory callback.
+        let (_, block) = check("cuOccupancyMaxPotentialBlockSize", unsafe {
+            cu::occupancy::max_potential_block_size(kernel.func, None, 0, 0)
+        })?;
+        LaunchConfig::for_elements(n, block.max(1) as u32)
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &CudaKernel,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        check_same_device("kernel", BackendKind::Cuda, self.info.ordinal, kernel.module.inner.ctx.ordinal)?;
+        if let Some(params) = &kernel.params {
+            check_kernel_args(&kernel.name, params, args)?;
+        }
+        config.validate(&self.info.limits)?;
+        self.ctx.bind()?;
+        let mut pointers = Vec::with_capacity(args.len());
+        args.param_pointers(&mut pointers);
+        let [gx, gy, gz] = config.grid;
+        let [bx, by, bz] = config.block;
+        // SAFETY: the kernel's module is alive; `pointers` point into `args`,
+        // which outlives this call (the driver copies parameters at launch);
+        // the caller guarantees argument types and buffer lifetimes.
+        check("cuLaunchKernel", unsafe {
+            cu::launch_kernel(
+                kernel.func,
+                (gx, gy, gz),
+                (bx, by, bz),
+                config.shared_mem_bytes,
+                stream.inner.raw,
+                &mut pointers,
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::builtin;
+
+    #[test]
+    fn builtin_source_defines_every_builtin_kernel() {
+        let src = include_str!("../../kernels/cuda/builtins.cu");
+        for name in builtin::ALL {
+            assert!(src.contains(&format!("void {name}(")), "{name} missing from kernels/cuda/builtins.cu");
+        }
+    }
+}

@@ -1,0 +1,657 @@
+//! The host backend: always compiled, the default where no GPU is present.
+//!
+//! It behaves like a GPU backend for real, so code tested here exercises the
+//! same ordering rules it will meet on a GPU:
+//! - "device" memory is separate host allocations (never the caller's memory);
+//! - each stream is an in-order queue run by its own worker thread, so async
+//!   copies return before they happen and events complete later;
+//! - kernels are the library's built-ins implemented in Rust; a foreign
+//!   source or binary is [`Error::Unsupported`].
+//!
+//! Queued work holds a reference to every buffer it touches, so dropping a
+//! host buffer while work on it is queued cannot free it early.
+
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{
+    builtin, check_alloc_size, check_kernel_args, check_range, Backend, Device, DeviceInfo, DeviceLimits, DeviceMemory,
+    HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+};
+use crate::error::{BackendKind, Error, Result};
+
+/// Alignment of host "device" allocations, matching what GPU allocators give.
+const ALIGN: usize = 256;
+
+/// The host backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Host;
+
+impl Backend for Host {
+    const KIND: BackendKind = BackendKind::Host;
+    type Device = HostDevice;
+    type Stream = HostStream;
+    type Event = HostEvent;
+    type Buffer = HostBuffer;
+    type PinnedBuffer = HostBuffer;
+    type HostRegistration = HostRegistration;
+    type Module = HostModule;
+    type Kernel = HostKernel;
+}
+
+// ---- memory -----------------------------------------------------------------
+
+/// An aligned heap allocation, freed when the last reference goes.
+struct Allocation {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: the allocation is plain bytes owned by this struct; access is
+// governed by the `Device` trait's contracts, as for GPU memory.
+unsafe impl Send for Allocation {}
+// SAFETY: as above; `&Allocation` only exposes the address.
+unsafe impl Sync for Allocation {}
+
+impl Allocation {
+    fn new(bytes: usize) -> Result<Self> {
+        check_alloc_size(bytes)?;
+        let layout = Layout::from_size_align(bytes, ALIGN)
+            .map_err(|e| Error::InvalidArgument { name: "bytes", reason: e.to_string() })?;
+        // SAFETY: `layout` has non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::OutOfMemory { backend: BackendKind::Host, ordinal: 0, bytes });
+        }
+        Ok(Allocation { ptr, layout })
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed` with this `layout`, once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Host memory standing in for device, managed or pinned memory.
+#[derive(Clone)]
+pub struct HostBuffer {
+    alloc: Arc<Allocation>,
+    kind: MemoryKind,
+}
+
+impl fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("ptr", &self.alloc.ptr)
+            .field("len", &self.alloc.layout.size())
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl DeviceMemory for HostBuffer {
+    fn len(&self) -> usize {
+        self.alloc.layout.size()
+    }
+    fn device_ptr(&self) -> u64 {
+        self.alloc.ptr as u64
+    }
+    fn ordinal(&self) -> usize {
+        0
+    }
+    fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+}
+
+impl HostMemory for HostBuffer {
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: the allocation is `len` initialized (zeroed) bytes alive as
+        // long as `self`; pinned buffers are only written through `&mut self`
+        // or by queued copies whose contract forbids concurrent host access.
+        unsafe { std::slice::from_raw_parts(self.alloc.ptr, self.len()) }
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` excludes other borrows of this handle.
+        unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr, self.len()) }
+    }
+}
+
+/// Host memory "pinned" on the host backend: a no-op registration.
+#[derive(Debug)]
+pub struct HostRegistration {
+    _len: usize,
+}
+
+// ---- streams ------------------------------------------------------------------
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// Pending-work accounting shared between a stream handle and its worker.
+#[derive(Default)]
+struct Pending {
+    state: Mutex<PendingState>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct PendingState {
+    queued: u64,
+    failure: Option<String>,
+}
+
+struct StreamInner {
+    sender: Mutex<Option<mpsc::Sender<Task>>>,
+    pending: Arc<Pending>,
+    worker: Mutex<Option<thread::JoinHandle<()>>>,
+    id: u64,
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // Closing the channel ends the worker after it drains queued work.
+        self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// An in-order work queue run by a dedicated worker thread.
+#[derive(Clone)]
+pub struct HostStream {
+    inner: Arc<StreamInner>,
+}
+
+impl fmt::Debug for HostStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostStream({})", self.inner.id)
+    }
+}
+
+impl HostStream {
+    fn new() -> Result<Self> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (sender, receiver) = mpsc::channel::<Task>();
+        let pending = Arc::new(Pending::default());
+        let worker_pending = pending.clone();
+        let worker = thread::Builder::new()
+            .name(format!("gpuport-host-stream-{id}"))
+            .spawn(move || {
+                for task in receiver {
+                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(task));
+                    let mut st = worker_pending.state.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Err(panic) = outcome {
+                        let msg = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "a queued task panicked".into());
+                        st.failure.get_or_insert(msg);
+                    }
+                    st.queued -= 1;
+                    if st.queued == 0 {
+                        worker_pending.idle.notify_all();
+                    }
+                }
+            })
+            .map_err(|e| Error::HostTask(format!("could not start a stream worker thread: {e}")))?;
+        Ok(HostStream {
+            inner: Arc::new(StreamInner {
+                sender: Mutex::new(Some(sender)),
+                pending,
+                worker: Mutex::new(Some(worker)),
+                id,
+            }),
+        })
+    }
+
+    /// Queues `task` behind everything already on this stream.
+    fn enqueue(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+        let pending = &self.inner.pending;
+        pending.state.lock().unwrap_or_else(|p| p.into_inner()).queued += 1;
+        let sender = self.inner.sender.lock().unwrap_or_else(|p| p.into_inner());
+        let sent = sender.as_ref().map(|s| s.send(Box::new(task)).is_ok()).unwrap_or(false);
+        if !sent {
+            pending.state.lock().unwrap_or_else(|p| p.into_inner()).queued -= 1;
+            return Err(Error::HostTask("the stream's worker thread has stopped".into()));
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let pending = &self.inner.pending;
+        let mut st = pending.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.queued > 0 {
+            st = pending.idle.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        match st.failure.take() {
+            Some(msg) => Err(Error::HostTask(msg)),
+            None => Ok(()),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.inner.pending.state.lock().unwrap_or_else(|p| p.into_inner()).queued == 0
+    }
+}
+
+// ---- events -------------------------------------------------------------------
+
+#[derive(Default)]
+struct EventState {
+    /// Number of times the event was recorded.
+    recorded: u64,
+    /// Highest recording that the stream has reached.
+    completed: u64,
+    /// When the latest completed recording was reached.
+    at: Option<Instant>,
+}
+
+/// A marker on a host stream.
+#[derive(Clone, Default)]
+pub struct HostEvent {
+    inner: Arc<(Mutex<EventState>, Condvar)>,
+}
+
+impl fmt::Debug for HostEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+        write!(f, "HostEvent(recorded {}, completed {})", st.recorded, st.completed)
+    }
+}
+
+impl HostEvent {
+    fn wait_for(&self, generation: u64) {
+        let (lock, cvar) = &*self.inner;
+        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        while st.completed < generation {
+            st = cvar.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+// ---- kernels ------------------------------------------------------------------
+
+/// A built-in kernel implemented in Rust: runs the whole grid on the worker.
+type HostKernelFn = fn(&KernelArgs, LaunchConfig) -> std::result::Result<(), String>;
+
+/// A built-in kernel: its implementation and parameter sizes in bytes.
+#[derive(Clone, Copy)]
+struct HostKernelDef {
+    func: HostKernelFn,
+    params: &'static [usize],
+}
+
+/// The built-in module of the host backend.
+pub struct HostModule {
+    kernels: HashMap<&'static str, HostKernelDef>,
+}
+
+impl fmt::Debug for HostModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.kernels.keys()).finish()
+    }
+}
+
+/// A host kernel.
+#[derive(Clone)]
+pub struct HostKernel {
+    name: &'static str,
+    def: HostKernelDef,
+}
+
+impl fmt::Debug for HostKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostKernel({})", self.name)
+    }
+}
+
+fn arg<T: super::KernelArg>(args: &KernelArgs, index: usize, what: &str) -> std::result::Result<T, String> {
+    args.get::<T>(index).ok_or_else(|| format!("argument {index} ({what}) must be a {}", std::any::type_name::<T>()))
+}
+
+fn kernel_empty(_: &KernelArgs, _: LaunchConfig) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+fn kernel_sleep_ns(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<(), String> {
+    thread::sleep(Duration::from_nanos(arg::<u64>(args, 0, "ns")?));
+    Ok(())
+}
+
+fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<(), String> {
+    let ptr = arg::<u64>(args, 0, "ptr")? as *mut u32;
+    let n = arg::<u64>(args, 1, "n")?;
+    let value = arg::<u32>(args, 2, "value")?;
+    // The CUDA/HIP versions are grid-stride loops: every element is written
+    // whatever the grid size, and so it is here.
+    for i in 0..n as usize {
+        // SAFETY: the launch contract says `ptr` addresses at least `n` u32s
+        // of a live buffer, and i < n.
+        unsafe { ptr.add(i).write_unaligned(value) };
+    }
+    Ok(())
+}
+
+fn builtin_module() -> HostModule {
+    let def = |func, params| HostKernelDef { func, params };
+    let table: [(&'static str, HostKernelDef); 3] = [
+        (builtin::EMPTY, def(kernel_empty, &[])),
+        (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
+        (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
+    ];
+    HostModule { kernels: table.into_iter().collect() }
+}
+
+// ---- device -------------------------------------------------------------------
+
+/// The host device (`"host"`).
+pub struct HostDevice {
+    info: DeviceInfo,
+    default_stream: HostStream,
+}
+
+impl fmt::Debug for HostDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostDevice({})", self.info.name)
+    }
+}
+
+/// Raw pointer that may cross to a worker thread; the `Device` contracts
+/// make the pointee outlive the queued work.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: see the type's doc: the async-op contracts keep the pointee alive
+// and unaliased until the worker has run.
+unsafe impl Send for SendPtr {}
+
+fn host_memory_info() -> MemoryInfo {
+    // /proc/meminfo is Linux-only; elsewhere report what we cannot measure as 0.
+    let read = || -> Option<(usize, usize)> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let field = |name: &str| -> Option<usize> {
+            let line = text.lines().find(|l| l.starts_with(name))?;
+            let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        };
+        Some((field("MemAvailable:")?, field("MemTotal:")?))
+    };
+    let (free, total) = read().unwrap_or((0, 0));
+    MemoryInfo { free, total }
+}
+
+impl Device for HostDevice {
+    type B = Host;
+
+    fn open(ordinal: usize) -> Result<Arc<Self>> {
+        if ordinal != 0 {
+            return Err(Error::InvalidDeviceSpec {
+                spec: format!("host:{ordinal}"),
+                reason: "the host backend has exactly one device, host:0".into(),
+            });
+        }
+        static SHARED: OnceLock<Arc<HostDevice>> = OnceLock::new();
+        if let Some(dev) = SHARED.get() {
+            return Ok(dev.clone());
+        }
+        let cores = thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+        let info = DeviceInfo {
+            backend: BackendKind::Host,
+            ordinal: 0,
+            name: format!("host CPU ({cores} cores)"),
+            arch: std::env::consts::ARCH.to_string(),
+            multiprocessors: cores,
+            total_memory: host_memory_info().total,
+            managed_memory: true,
+            stream_ordered_alloc: true,
+            limits: DeviceLimits {
+                max_threads_per_block: 1024,
+                max_block_dim: [1024, 1024, 64],
+                max_grid_dim: [u32::MAX, 65535, 65535],
+                max_shared_memory_per_block: 48 * 1024,
+                warp_size: 1,
+            },
+        };
+        let dev = Arc::new(HostDevice { info, default_stream: HostStream::new()? });
+        Ok(SHARED.get_or_init(|| dev).clone())
+    }
+
+    fn count() -> Result<usize> {
+        Ok(1)
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        Ok(host_memory_info())
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer { alloc: Arc::new(Allocation::new(bytes)?), kind: MemoryKind::Host })
+    }
+
+    fn alloc_async(&self, bytes: usize, _stream: &HostStream) -> Result<HostBuffer> {
+        self.alloc(bytes)
+    }
+
+    fn alloc_managed(&self, bytes: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer { alloc: Arc::new(Allocation::new(bytes)?), kind: MemoryKind::Managed })
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer { alloc: Arc::new(Allocation::new(bytes)?), kind: MemoryKind::Pinned })
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> Result<HostRegistration> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
+        }
+        check_alloc_size(len)?;
+        Ok(HostRegistration { _len: len })
+    }
+
+    fn default_stream(&self) -> &HostStream {
+        &self.default_stream
+    }
+
+    fn create_stream(&self) -> Result<HostStream> {
+        HostStream::new()
+    }
+
+    fn synchronize(&self, stream: &HostStream) -> Result<()> {
+        stream.synchronize()
+    }
+
+    fn is_idle(&self, stream: &HostStream) -> Result<bool> {
+        Ok(stream.is_idle())
+    }
+
+    fn create_event(&self) -> Result<HostEvent> {
+        Ok(HostEvent::default())
+    }
+
+    fn record_event(&self, event: &HostEvent, stream: &HostStream) -> Result<()> {
+        let generation = {
+            let mut st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+            st.recorded += 1;
+            st.recorded
+        };
+        let ev = event.clone();
+        stream.enqueue(move || {
+            let (lock, cvar) = &*ev.inner;
+            let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+            if st.completed < generation {
+                st.completed = generation;
+                st.at = Some(Instant::now());
+            }
+            cvar.notify_all();
+        })
+    }
+
+    fn wait_event(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
+        let target = event.inner.0.lock().unwrap_or_else(|p| p.into_inner()).recorded;
+        let ev = event.clone();
+        stream.enqueue(move || ev.wait_for(target))
+    }
+
+    fn synchronize_event(&self, event: &HostEvent) -> Result<()> {
+        let target = event.inner.0.lock().unwrap_or_else(|p| p.into_inner()).recorded;
+        event.wait_for(target);
+        Ok(())
+    }
+
+    fn event_is_complete(&self, event: &HostEvent) -> Result<bool> {
+        let st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(st.completed >= st.recorded)
+    }
+
+    fn elapsed_ms(&self, start: &HostEvent, end: &HostEvent) -> Result<f32> {
+        let time = |e: &HostEvent, which: &'static str| -> Result<Instant> {
+            let st = e.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+            match st.at {
+                Some(at) if st.recorded > 0 && st.completed >= st.recorded => Ok(at),
+                _ => Err(Error::InvalidArgument {
+                    name: which,
+                    reason: "the event has not been recorded, or has not completed yet".into(),
+                }),
+            }
+        };
+        let (a, b) = (time(start, "start")?, time(end, "end")?);
+        let ms = if b >= a { (b - a).as_secs_f64() * 1e3 } else { -((a - b).as_secs_f64() * 1e3) };
+        Ok(ms as f32)
+    }
+
+    unsafe fn copy_to_device_async(
+        &self,
+        src: &[u8],
+        dst: &HostBuffer,
+        dst_offset: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        check_range("destination", dst_offset, src.len(), dst.len())?;
+        let (from, len, keep) = (SendPtr(src.as_ptr() as *mut u8), src.len(), dst.clone());
+        stream.enqueue(move || {
+            let from = from;
+            // SAFETY: the caller keeps `src` alive until the stream passes
+            // this point; `keep` holds the destination; the range was checked.
+            unsafe { std::ptr::copy(from.0, keep.alloc.ptr.add(dst_offset), len) }
+        })
+    }
+
+    unsafe fn copy_to_host_async(
+        &self,
+        src: &HostBuffer,
+        src_offset: usize,
+        dst: &mut [u8],
+        stream: &HostStream,
+    ) -> Result<()> {
+        check_range("source", src_offset, dst.len(), src.len())?;
+        let (to, len, keep) = (SendPtr(dst.as_mut_ptr()), dst.len(), src.clone());
+        stream.enqueue(move || {
+            let to = to;
+            // SAFETY: the caller keeps `dst` alive and untouched until the
+            // stream passes this point; `keep` holds the source; range checked.
+            unsafe { std::ptr::copy(keep.alloc.ptr.add(src_offset), to.0, len) }
+        })
+    }
+
+    unsafe fn copy_device_async(
+        &self,
+        src: &HostBuffer,
+        src_offset: usize,
+        dst: &HostBuffer,
+        dst_offset: usize,
+        len: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        check_range("source", src_offset, len, src.len())?;
+        check_range("destination", dst_offset, len, dst.len())?;
+        let (from, to) = (src.clone(), dst.clone());
+        stream.enqueue(move || {
+            // SAFETY: both buffers are held by the task; ranges were checked;
+            // `copy` tolerates overlap within one buffer.
+            unsafe { std::ptr::copy(from.alloc.ptr.add(src_offset), to.alloc.ptr.add(dst_offset), len) }
+        })
+    }
+
+    unsafe fn memset_async(
+        &self,
+        dst: &HostBuffer,
+        offset: usize,
+        len: usize,
+        value: u8,
+        stream: &HostStream,
+    ) -> Result<()> {
+        check_range("destination", offset, len, dst.len())?;
+        let to = dst.clone();
+        stream.enqueue(move || {
+            // SAFETY: the task holds the buffer and the range was checked.
+            unsafe { std::ptr::write_bytes(to.alloc.ptr.add(offset), value, len) }
+        })
+    }
+
+    fn load_module(&self, source: ModuleSource<'_>) -> Result<HostModule> {
+        let hint = "the host backend runs only gpuport's built-in kernels; use ModuleSource::Builtin, or a GPU backend for foreign code";
+        match source {
+            ModuleSource::Builtin => Ok(builtin_module()),
+            ModuleSource::Source { .. } => Err(Error::Unsupported {
+                op: "compiling kernel source",
+                backend: BackendKind::Host,
+                hint: Some(hint.into()),
+            }),
+            ModuleSource::Ptx(_) => {
+                Err(Error::Unsupported { op: "loading PTX", backend: BackendKind::Host, hint: Some(hint.into()) })
+            }
+            ModuleSource::Binary(_) => Err(Error::Unsupported {
+                op: "loading a kernel binary",
+                backend: BackendKind::Host,
+                hint: Some(hint.into()),
+            }),
+        }
+    }
+
+    fn kernel(&self, module: &HostModule, name: &str) -> Result<HostKernel> {
+        match module.kernels.get_key_value(name) {
+            Some((&name, &def)) => Ok(HostKernel { name, def }),
+            None => {
+                let mut names: Vec<_> = module.kernels.keys().copied().collect();
+                names.sort_unstable();
+                Err(Error::KernelNotFound { name: name.to_string(), available: names.join(", ") })
+            }
+        }
+    }
+
+    fn default_launch_config(&self, _kernel: &HostKernel, n: usize) -> Result<LaunchConfig> {
+        LaunchConfig::for_elements(n, 256)
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &HostKernel,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        stream: &HostStream,
+    ) -> Result<()> {
+        check_kernel_args(kernel.name, kernel.def.params, args)?;
+        config.validate(&self.info.limits)?;
+        let (func, name, args) = (kernel.def.func, kernel.name, args.clone());
+        stream.enqueue(move || {
+            if let Err(msg) = func(&args, config) {
+                // Reported by the stream's next synchronize, like a GPU fault.
+                panic!("kernel {name}: {msg}");
+            }
+        })
+    }
+}

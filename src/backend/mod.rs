@@ -1,0 +1,618 @@
+//! The backend layer: the [`Device`] trait and one module per backend.
+//!
+//! Design (after wgpu-hal): each backend is a zero-sized type implementing
+//! [`Backend`], whose associated types name that backend's streams, events,
+//! buffers and kernels. Static dispatch means a CUDA buffer cannot even be
+//! passed where a host device is expected. Run-time choice ("cuda:0" from a
+//! string) goes through the closed enum [`AnyDevice`](crate::AnyDevice) and the
+//! [`with_device!`](crate::with_device) macro, which monomorphizes generic
+//! code once per compiled-in backend.
+//!
+//! Asynchronous operations are `unsafe fn`s: the GPU (or a host worker
+//! thread) reads and writes the memory after the call returns, so the caller
+//! must keep every operand alive and untouched until the stream has passed
+//! the operation. Each has a safe synchronous twin that waits for completion.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{BackendKind, Error, Result};
+
+pub mod host;
+pub mod registry;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+/// A backend: a family of devices and the types they hand out.
+pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
+    /// Which backend this is.
+    const KIND: BackendKind;
+    /// A device of this backend.
+    type Device: Device<B = Self>;
+    /// An in-order queue of work on one device.
+    type Stream: Send + Sync + fmt::Debug;
+    /// A marker recorded on a stream, to wait for or to time.
+    type Event: Send + Sync + fmt::Debug;
+    /// Device memory (or managed memory) owned by gpuport; freed on drop.
+    type Buffer: DeviceMemory;
+    /// Page-locked host memory, readable and writable as a byte slice.
+    type PinnedBuffer: HostMemory;
+    /// Existing host memory pinned for fast copies until this is dropped.
+    type HostRegistration: Send + Sync + fmt::Debug;
+    /// A loaded module of kernels.
+    type Module: Send + Sync + fmt::Debug;
+    /// A kernel, kept valid by the module it came from.
+    type Kernel: Clone + Send + Sync + fmt::Debug;
+}
+
+/// Shorthand for a backend's stream type.
+pub type Stream<B> = <B as Backend>::Stream;
+/// Shorthand for a backend's event type.
+pub type Event<B> = <B as Backend>::Event;
+/// Shorthand for a backend's device buffer type.
+pub type Buffer<B> = <B as Backend>::Buffer;
+/// Shorthand for a backend's pinned host buffer type.
+pub type PinnedBuffer<B> = <B as Backend>::PinnedBuffer;
+/// Shorthand for a backend's host-registration type.
+pub type HostRegistration<B> = <B as Backend>::HostRegistration;
+/// Shorthand for a backend's module type.
+pub type Module<B> = <B as Backend>::Module;
+/// Shorthand for a backend's kernel type.
+pub type Kernel<B> = <B as Backend>::Kernel;
+
+/// Where a buffer's memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Ordinary device memory.
+    Device,
+    /// Unified (managed) memory, reachable from host and device.
+    Managed,
+    /// Page-locked host memory.
+    Pinned,
+    /// Ordinary host memory (the host backend's "device" memory).
+    Host,
+}
+
+/// A block of memory owned by gpuport on some device.
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Whether the buffer has zero bytes (never true: zero-size allocations are refused).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The address as the device sees it (`CUdeviceptr`, or a host address).
+    fn device_ptr(&self) -> u64;
+    /// The ordinal of the device that owns the memory.
+    fn ordinal(&self) -> usize;
+    /// Where the memory lives.
+    fn kind(&self) -> MemoryKind;
+}
+
+/// Host memory handed out by a backend (pinned buffers).
+pub trait HostMemory: Send + Sync + fmt::Debug {
+    /// The memory as bytes.
+    fn as_slice(&self) -> &[u8];
+    /// The memory as mutable bytes.
+    fn as_mut_slice(&mut self) -> &mut [u8];
+}
+
+/// Static properties of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Which backend.
+    pub backend: BackendKind,
+    /// Index of the device within its backend.
+    pub ordinal: usize,
+    /// The vendor's name for it.
+    pub name: String,
+    /// Architecture: `sm_90` (CUDA), `gfx90a` (ROCm) or the host CPU arch.
+    pub arch: String,
+    /// Streaming multiprocessors / compute units / CPU cores.
+    pub multiprocessors: u32,
+    /// Total memory in bytes.
+    pub total_memory: usize,
+    /// Whether the device supports managed (unified) memory.
+    pub managed_memory: bool,
+    /// Whether the device supports stream-ordered allocation.
+    pub stream_ordered_alloc: bool,
+    /// Launch limits.
+    pub limits: DeviceLimits,
+}
+
+impl DeviceInfo {
+    /// The spec that opens this device again, e.g. `"cuda:0"`.
+    pub fn spec(&self) -> String {
+        match self.backend {
+            BackendKind::Host => "host".to_string(),
+            b => format!("{b}:{}", self.ordinal),
+        }
+    }
+}
+
+/// Launch limits of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Most threads in one block.
+    pub max_threads_per_block: u32,
+    /// Most threads per block along x, y, z.
+    pub max_block_dim: [u32; 3],
+    /// Most blocks along x, y, z.
+    pub max_grid_dim: [u32; 3],
+    /// Most static + dynamic shared memory per block, in bytes.
+    pub max_shared_memory_per_block: usize,
+    /// Threads that execute in lockstep (32 on NVIDIA, 32/64 on AMD, 1 on host).
+    pub warp_size: u32,
+}
+
+/// Free and total memory of a device, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes free now.
+    pub free: usize,
+    /// Bytes in total.
+    pub total: usize,
+}
+
+/// Grid, block and dynamic shared memory of a kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks along x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block along x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1-D launch of `grid` blocks of `block` threads.
+    pub fn linear(grid: u32, block: u32) -> Self {
+        LaunchConfig { grid: [grid, 1, 1], block: [block, 1, 1], shared_mem_bytes: 0 }
+    }
+
+    /// A 1-D launch covering `n` threads with blocks of `block` threads.
+    ///
+    /// ```
+    /// let cfg = gpuport::LaunchConfig::for_elements(1000, 256).unwrap();
+    /// assert_eq!(cfg.grid[0], 4);
+    /// ```
+    pub fn for_elements(n: usize, block: u32) -> Result<Self> {
+        if block == 0 {
+            return Err(Error::InvalidArgument { name: "block", reason: "must be at least 1".into() });
+        }
+        let blocks = n.div_ceil(block as usize).max(1);
+        let grid = u32::try_from(blocks).map_err(|_| Error::InvalidArgument {
+            name: "n",
+            reason: format!("{n} elements need {blocks} blocks of {block}, more than a grid holds"),
+        })?;
+        Ok(Self::linear(grid, block))
+    }
+
+    /// Total threads launched.
+    pub fn total_threads(&self) -> u64 {
+        let g: u64 = self.grid.iter().map(|&x| x as u64).product();
+        let b: u64 = self.block.iter().map(|&x| x as u64).product();
+        g * b
+    }
+
+    /// Checks the configuration against a device's limits.
+    pub fn validate(&self, limits: &DeviceLimits) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidArgument { name: "launch config", reason });
+        if self.grid.contains(&0) || self.block.contains(&0) {
+            return bad(format!(
+                "grid {:?} and block {:?} must be at least 1 in every dimension",
+                self.grid, self.block
+            ));
+        }
+        let threads: u64 = self.block.iter().map(|&x| x as u64).product();
+        if threads > limits.max_threads_per_block as u64 {
+            return bad(format!("{threads} threads per block; the device allows {}", limits.max_threads_per_block));
+        }
+        for d in 0..3 {
+            if self.block[d] > limits.max_block_dim[d] || self.grid[d] > limits.max_grid_dim[d] {
+                return bad(format!(
+                    "grid {:?} / block {:?} exceed the device's maxima {:?} / {:?}",
+                    self.grid, self.block, limits.max_grid_dim, limits.max_block_dim
+                ));
+            }
+        }
+        if self.shared_mem_bytes as usize > limits.max_shared_memory_per_block {
+            return bad(format!(
+                "{} bytes of dynamic shared memory; the device allows {} per block",
+                self.shared_mem_bytes, limits.max_shared_memory_per_block
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a module's code comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum ModuleSource<'a> {
+    /// Source in the backend's kernel dialect (CUDA C++ / HIP C++), compiled
+    /// at run time by NVRTC / hiprtc with the given options.
+    Source {
+        /// The program text.
+        code: &'a str,
+        /// A name for logs and error messages.
+        name: &'a str,
+        /// Compiler options, e.g. `["-default-device"]`.
+        options: &'a [&'a str],
+    },
+    /// PTX text (CUDA only).
+    Ptx(&'a str),
+    /// A cubin, fatbin or HIP code object.
+    Binary(&'a [u8]),
+    /// The library's built-in kernels (see [`builtin`]).
+    Builtin,
+}
+
+/// Names of the built-in kernels every backend provides in its
+/// [`ModuleSource::Builtin`] module.
+pub mod builtin {
+    /// Does nothing; for launch-latency measurement. No arguments.
+    pub const EMPTY: &str = "gpuport_empty";
+    /// Busy-waits on the device for `ns: u64` nanoseconds (one thread suffices).
+    /// Used to hold a stream busy in tests of asynchronous behaviour.
+    pub const SLEEP_NS: &str = "gpuport_sleep_ns";
+    /// `fill_u32(ptr: u64, n: u64, value: u32)`: writes `value` to `n` u32s.
+    pub const FILL_U32: &str = "gpuport_fill_u32";
+    /// Every built-in kernel name.
+    pub const ALL: [&str; 3] = [EMPTY, SLEEP_NS, FILL_U32];
+}
+
+/// A value that can be passed to a kernel by value.
+///
+/// # Safety
+/// The type must be `#[repr(C)]` (or a primitive) with no padding whose
+/// every bit pattern is a valid value, and have the same layout as the
+/// kernel parameter it is passed for.
+pub unsafe trait KernelArg: Copy + Send + 'static {}
+
+macro_rules! impl_kernel_arg {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitives are plain bytes with C layout.
+        unsafe impl KernelArg for $t {}
+    )* };
+}
+impl_kernel_arg!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize, f32, f64);
+
+/// The arguments of one kernel launch, packed by value.
+///
+/// Each argument is copied into the list, so the list owns what the launch
+/// reads; device buffers are passed as their device address.
+///
+/// ```
+/// let mut args = gpuport::KernelArgs::new();
+/// args.push(&42u32).push(&1.5f32);
+/// assert_eq!(args.len(), 2);
+/// assert_eq!(args.get::<u32>(0), Some(42));
+/// ```
+#[derive(Clone, Default)]
+pub struct KernelArgs {
+    /// Argument bytes; each argument starts at a 16-byte aligned offset so a
+    /// pointer into it is aligned for any kernel parameter type.
+    words: Vec<u128>,
+    /// (byte offset into `words`, size in bytes) per argument.
+    spans: Vec<(usize, usize)>,
+}
+
+impl KernelArgs {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a by-value argument.
+    pub fn push<T: KernelArg>(&mut self, value: &T) -> &mut Self {
+        let size = std::mem::size_of::<T>();
+        let offset = self.words.len() * 16;
+        let add = size.div_ceil(16).max(1);
+        self.words.resize(self.words.len() + add, 0);
+        // SAFETY: `words` has at least `size` bytes from `offset` (just
+        // resized), `T: KernelArg` is plain bytes, and the regions cannot
+        // overlap because `value` is a shared borrow of a different object.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                value as *const T as *const u8,
+                (self.words.as_mut_ptr() as *mut u8).add(offset),
+                size,
+            );
+        }
+        self.spans.push((offset, size));
+        self
+    }
+
+    /// Appends a buffer's device address.
+    pub fn push_buffer<M: DeviceMemory + ?Sized>(&mut self, buffer: &M) -> &mut Self {
+        self.push(&buffer.device_ptr())
+    }
+
+    /// Number of arguments.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Size in bytes of each argument, in order.
+    pub fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.spans.iter().map(|&(_, s)| s)
+    }
+
+    /// Reads argument `index` back as a `T`, if it has exactly `T`'s size.
+    pub fn get<T: KernelArg>(&self, index: usize) -> Option<T> {
+        let &(offset, size) = self.spans.get(index)?;
+        if size != std::mem::size_of::<T>() {
+            return None;
+        }
+        // SAFETY: the span lies inside `words` (built by `push`) and holds
+        // exactly `size_of::<T>()` initialized bytes; `KernelArg` types accept
+        // every bit pattern, and `read_unaligned` needs no alignment.
+        Some(unsafe { std::ptr::read_unaligned((self.words.as_ptr() as *const u8).add(offset) as *const T) })
+    }
+
+    /// Pointers to each argument, as `cuLaunchKernel`/`hipModuleLaunchKernel` want them.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// Valid while `self` is neither moved nor modified.
+    pub(crate) fn param_pointers(&self, out: &mut Vec<*mut std::ffi::c_void>) {
+        out.clear();
+        let base = self.words.as_ptr() as *mut u8;
+        for &(offset, _) in &self.spans {
+            // SAFETY: offset < words.len() * 16 by construction.
+            out.push(unsafe { base.add(offset) } as *mut std::ffi::c_void);
+        }
+    }
+}
+
+impl fmt::Debug for KernelArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelArgs").field("sizes", &self.sizes().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// A device of one backend: memory, streams, events, copies and kernels.
+///
+/// Every object a device hands out remembers its device; passing an object
+/// of another device of the same backend is an [`Error::DeviceMismatch`].
+/// Objects of another backend cannot be passed at all: the types differ.
+pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
+    /// The backend this device belongs to.
+    type B: Backend<Device = Self>;
+
+    /// Opens device `ordinal` of this backend.
+    fn open(ordinal: usize) -> Result<Arc<Self>>;
+    /// Number of devices this backend can see (an error says why none).
+    fn count() -> Result<usize>;
+
+    /// Static properties.
+    fn info(&self) -> &DeviceInfo;
+    /// Free and total memory now.
+    fn memory_info(&self) -> Result<MemoryInfo>;
+
+    // ---- memory ----------------------------------------------------------
+
+    /// Allocates `bytes` of device memory (contents unspecified).
+    fn alloc(&self, bytes: usize) -> Result<Buffer<Self::B>>;
+    /// Allocates `bytes` of device memory in stream order: the memory may be
+    /// used by work on `stream` enqueued after this call, and is freed in
+    /// stream order on `stream` when dropped.
+    fn alloc_async(&self, bytes: usize, stream: &Stream<Self::B>) -> Result<Buffer<Self::B>>;
+    /// Allocates managed (unified) memory, or [`Error::Unsupported`].
+    fn alloc_managed(&self, bytes: usize) -> Result<Buffer<Self::B>>;
+    /// Allocates page-locked host memory, zero-filled.
+    fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer<Self::B>>;
+    /// Page-locks existing host memory until the registration is dropped.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory that outlives the returned
+    /// registration.
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> Result<HostRegistration<Self::B>>;
+
+    // ---- streams and events ----------------------------------------------
+
+    /// The device's default stream.
+    fn default_stream(&self) -> &Stream<Self::B>;
+    /// Creates a new stream that does not synchronize with the default stream.
+    fn create_stream(&self) -> Result<Stream<Self::B>>;
+    /// Blocks until all work on `stream` is done.
+    fn synchronize(&self, stream: &Stream<Self::B>) -> Result<()>;
+    /// Whether all work enqueued on `stream` so far is done.
+    fn is_idle(&self, stream: &Stream<Self::B>) -> Result<bool>;
+    /// Creates an event (with timing enabled).
+    fn create_event(&self) -> Result<Event<Self::B>>;
+    /// Records `event` at the current end of `stream`.
+    fn record_event(&self, event: &Event<Self::B>, stream: &Stream<Self::B>) -> Result<()>;
+    /// Makes later work on `stream` wait until `event` completes (no host wait).
+    fn wait_event(&self, stream: &Stream<Self::B>, event: &Event<Self::B>) -> Result<()>;
+    /// Blocks until `event` has completed.
+    fn synchronize_event(&self, event: &Event<Self::B>) -> Result<()>;
+    /// Whether `event` has completed.
+    fn event_is_complete(&self, event: &Event<Self::B>) -> Result<bool>;
+    /// Milliseconds between two completed events.
+    fn elapsed_ms(&self, start: &Event<Self::B>, end: &Event<Self::B>) -> Result<f32>;
+
+    // ---- copies ----------------------------------------------------------
+
+    /// Enqueues a copy of `src` into `dst[dst_offset..]` on `stream`.
+    ///
+    /// # Safety
+    /// `src` and `dst` must stay alive, and `src` unmodified, until `stream`
+    /// has passed this copy (synchronize the stream or an event after it).
+    unsafe fn copy_to_device_async(
+        &self,
+        src: &[u8],
+        dst: &Buffer<Self::B>,
+        dst_offset: usize,
+        stream: &Stream<Self::B>,
+    ) -> Result<()>;
+
+    /// Enqueues a copy of `src[src_offset..src_offset+dst.len()]` into `dst`.
+    ///
+    /// # Safety
+    /// `src` and `dst` must stay alive, and `dst` unread and unwritten by the
+    /// host, until `stream` has passed this copy.
+    unsafe fn copy_to_host_async(
+        &self,
+        src: &Buffer<Self::B>,
+        src_offset: usize,
+        dst: &mut [u8],
+        stream: &Stream<Self::B>,
+    ) -> Result<()>;
+
+    /// Enqueues a device-to-device copy of `len` bytes.
+    ///
+    /// # Safety
+    /// Both buffers must stay alive until `stream` has passed this copy.
+    unsafe fn copy_device_async(
+        &self,
+        src: &Buffer<Self::B>,
+        src_offset: usize,
+        dst: &Buffer<Self::B>,
+        dst_offset: usize,
+        len: usize,
+        stream: &Stream<Self::B>,
+    ) -> Result<()>;
+
+    /// Enqueues setting `len` bytes of `dst` from `offset` to `value`.
+    ///
+    /// # Safety
+    /// `dst` must stay alive until `stream` has passed this operation.
+    unsafe fn memset_async(
+        &self,
+        dst: &Buffer<Self::B>,
+        offset: usize,
+        len: usize,
+        value: u8,
+        stream: &Stream<Self::B>,
+    ) -> Result<()>;
+
+    /// Copies `src` into `dst[dst_offset..]` and waits for it.
+    fn copy_to_device(&self, src: &[u8], dst: &Buffer<Self::B>, dst_offset: usize) -> Result<()> {
+        let s = self.default_stream();
+        // SAFETY: we wait for the stream before returning, so `src` and
+        // `dst` outlive the copy.
+        unsafe { self.copy_to_device_async(src, dst, dst_offset, s)? };
+        self.synchronize(s)
+    }
+
+    /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` and waits.
+    fn copy_to_host(&self, src: &Buffer<Self::B>, src_offset: usize, dst: &mut [u8]) -> Result<()> {
+        let s = self.default_stream();
+        // SAFETY: as in `copy_to_device`.
+        unsafe { self.copy_to_host_async(src, src_offset, dst, s)? };
+        self.synchronize(s)
+    }
+
+    /// Copies `len` bytes between device buffers and waits.
+    fn copy_device(
+        &self,
+        src: &Buffer<Self::B>,
+        src_offset: usize,
+        dst: &Buffer<Self::B>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let s = self.default_stream();
+        // SAFETY: as in `copy_to_device`.
+        unsafe { self.copy_device_async(src, src_offset, dst, dst_offset, len, s)? };
+        self.synchronize(s)
+    }
+
+    /// Sets `len` bytes of `dst` from `offset` to `value` and waits.
+    fn memset(&self, dst: &Buffer<Self::B>, offset: usize, len: usize, value: u8) -> Result<()> {
+        let s = self.default_stream();
+        // SAFETY: as in `copy_to_device`.
+        unsafe { self.memset_async(dst, offset, len, value, s)? };
+        self.synchronize(s)
+    }
+
+    // ---- kernels ---------------------------------------------------------
+
+    /// Loads a module from source, PTX, a binary, or the built-ins.
+    fn load_module(&self, source: ModuleSource<'_>) -> Result<Module<Self::B>>;
+    /// Looks a kernel up by name.
+    fn kernel(&self, module: &Module<Self::B>, name: &str) -> Result<Kernel<Self::B>>;
+    /// A launch configuration covering `n` threads with the block size the
+    /// occupancy API suggests for `kernel` (or a fixed default without one).
+    fn default_launch_config(&self, kernel: &Kernel<Self::B>, n: usize) -> Result<LaunchConfig>;
+    /// Enqueues a kernel launch.
+    ///
+    /// # Safety
+    /// - `args` must match the kernel's parameters in number, order and type;
+    ///   where the backend can check counts and sizes it does, but it cannot
+    ///   check types.
+    /// - Every buffer whose address is in `args` must stay alive until
+    ///   `stream` has passed the launch, and the kernel must not access
+    ///   memory outside those buffers.
+    unsafe fn launch(
+        &self,
+        kernel: &Kernel<Self::B>,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        stream: &Stream<Self::B>,
+    ) -> Result<()>;
+}
+
+/// Checks that `offset..offset+len` lies inside a buffer of `capacity` bytes.
+pub(crate) fn check_range(what: &'static str, offset: usize, len: usize, capacity: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(Error::OutOfBounds { what, offset, len, capacity }),
+    }
+}
+
+/// Refuses zero-size allocations with a clear message.
+pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Err(Error::InvalidArgument {
+            name: "bytes",
+            reason: "a zero-byte allocation was requested; sizes must be at least 1".into(),
+        });
+    }
+    if bytes > isize::MAX as usize {
+        return Err(Error::InvalidArgument {
+            name: "bytes",
+            reason: format!("{bytes} bytes exceeds the largest possible allocation ({})", isize::MAX),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that an object of device `found` may be used on device `expected`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn check_same_device(what: &'static str, backend: BackendKind, expected: usize, found: usize) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::DeviceMismatch {
+            what,
+            expected: format!("{backend}:{expected}"),
+            found: format!("{backend}:{found}"),
+        })
+    }
+}
+
+/// Checks launch arguments against the parameter sizes a kernel declares.
+pub(crate) fn check_kernel_args(kernel: &str, params: &[usize], args: &KernelArgs) -> Result<()> {
+    if params.len() != args.len() {
+        return Err(Error::KernelArguments {
+            kernel: kernel.to_string(),
+            reason: format!("takes {} arguments, {} were given", params.len(), args.len()),
+        });
+    }
+    for (i, (want, got)) in params.iter().zip(args.sizes()).enumerate() {
+        if *want != got {
+            return Err(Error::KernelArguments {
+                kernel: kernel.to_string(),
+                reason: format!("argument {i} is {want} bytes in the kernel, {got} bytes were given"),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! Run-time choice of backend and device.
+//!
+//! [`backends`] lists every backend gpuport knows, whether it is compiled in,
+//! whether it loaded, and why not. [`open`] opens a device from a spec
+//! (`"host"`, `"cuda:0"`, `"rocm:1"`), [`default_device`] from
+//! `GPUPORT_DEVICE` or the first GPU, else the host.
+//!
+//! The result is an [`AnyDevice`], a closed enum over the compiled-in
+//! backends; [`with_device!`](crate::with_device) runs generic code on it.
+
+use std::sync::Arc;
+
+use super::host::HostDevice;
+use super::{Device, DeviceInfo};
+use crate::error::{BackendKind, Error, Result};
+
+#[cfg(feature = "cuda")]
+use super::cuda::CudaDevice;
+
+/// The environment variable naming the default device spec.
+pub const DEVICE_ENV: &str = "GPUPORT_DEVICE";
+
+/// A device of any compiled-in backend, chosen at run time.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyDevice {
+    /// The host backend.
+    Host(Arc<HostDevice>),
+    /// A CUDA device.
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<CudaDevice>),
+}
+
+impl AnyDevice {
+    /// The device's properties.
+    pub fn info(&self) -> &DeviceInfo {
+        crate::with_device!(self, d => d.info())
+    }
+
+    /// The device's backend.
+    pub fn backend(&self) -> BackendKind {
+        self.info().backend
+    }
+
+    /// The host device, if this is one (used by [`with_device!`](crate::with_device)).
+    #[doc(hidden)]
+    pub fn as_host(&self) -> Option<&Arc<HostDevice>> {
+        match self {
+            AnyDevice::Host(d) => Some(d),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The CUDA device, if this is one (used by [`with_device!`](crate::with_device)).
+    #[cfg(feature = "cuda")]
+    #[doc(hidden)]
+    pub fn as_cuda(&self) -> Option<&Arc<CudaDevice>> {
+        match self {
+            AnyDevice::Cuda(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Runs generic code on whichever backend an [`AnyDevice`] holds.
+///
+/// `with_device!(dev, d => expr)` evaluates `expr` with `d` bound to the
+/// concrete `&Arc<impl Device>`; `expr` is compiled once per backend.
+///
+/// ```
+/// use gpuport::{Device, with_device};
+/// let dev = gpuport::open("host").unwrap();
+/// let name = with_device!(dev, d => d.info().name.clone());
+/// assert!(name.starts_with("host"));
+/// ```
+#[macro_export]
+macro_rules! with_device {
+    ($dev:expr, $d:ident => $body:expr) => {{
+        let __gpuport_dev: &$crate::AnyDevice = &$dev;
+        #[allow(clippy::never_loop, unreachable_code)]
+        loop {
+            $crate::__if_cuda! {
+                if let Some($d) = __gpuport_dev.as_cuda() {
+                    break $body;
+                }
+            }
+            if let Some($d) = __gpuport_dev.as_host() {
+                break $body;
+            }
+            unreachable!("AnyDevice has a variant with_device! does not know");
+        }
+    }};
+}
+
+/// Expands its input only when the `cuda` feature is on (in gpuport itself,
+/// so the choice follows how gpuport was built, not the calling crate).
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_cuda {
+    ($($t:tt)*) => { $($t)* };
+}
+
+#[cfg(not(feature = "cuda"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_cuda {
+    ($($t:tt)*) => {};
+}
+
+/// What one backend looks like from this process.
+#[derive(Debug)]
+pub struct BackendStatus {
+    /// The backend.
+    pub kind: BackendKind,
+    /// Whether this binary was built with it.
+    pub compiled: bool,
+    /// Its devices, or why there are none.
+    pub devices: Result<Vec<DeviceInfo>>,
+}
+
+fn not_compiled(kind: BackendKind) -> Error {
+    Error::BackendNotCompiled { backend: kind, feature: kind.feature().unwrap_or("") }
+}
+
+/// Every device of backend `D`, or why there are none.
+fn list<D: Device>() -> Result<Vec<DeviceInfo>> {
+    (0..D::count()?).map(|i| D::open(i).map(|d| d.info().clone())).collect()
+}
+
+/// Lists every backend gpuport knows: compiled in or not, loaded or not, and its devices.
+///
+/// ```
+/// for status in gpuport::backends() {
+///     match &status.devices {
+///         Ok(devices) => println!("{}: {} device(s)", status.kind, devices.len()),
+///         Err(why) => println!("{}: unavailable: {why}", status.kind),
+///     }
+/// }
+/// ```
+pub fn backends() -> Vec<BackendStatus> {
+    BackendKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let (compiled, devices) = match kind {
+                BackendKind::Host => (true, list::<HostDevice>()),
+                #[cfg(feature = "cuda")]
+                BackendKind::Cuda => (true, list::<CudaDevice>()),
+                _ => (false, Err(not_compiled(kind))),
+            };
+            BackendStatus { kind, compiled, devices }
+        })
+        .collect()
+}
+
+/// Parses a device spec into a backend and an ordinal.
+///
+/// Accepted: `host`, `host:0`, `cuda`, `cuda:N`, `rocm`, `rocm:N` (case-insensitive;
+/// `hip` is accepted for `rocm`). A missing ordinal means 0.
+pub fn parse_spec(spec: &str) -> Result<(BackendKind, usize)> {
+    let invalid = |reason: String| Error::InvalidDeviceSpec { spec: spec.to_string(), reason };
+    let lowered = spec.trim().to_ascii_lowercase();
+    let (name, ordinal) = match lowered.split_once(':') {
+        Some((name, ord)) => {
+            let ordinal = ord
+                .parse::<usize>()
+                .map_err(|_| invalid(format!("{ord:?} is not a device number (expected 0, 1, ...)")))?;
+            (name, ordinal)
+        }
+        None => (lowered.as_str(), 0),
+    };
+    let kind = match name {
+        "host" | "cpu" => BackendKind::Host,
+        "cuda" => BackendKind::Cuda,
+        "rocm" | "hip" => BackendKind::Rocm,
+        "" => return Err(invalid("empty spec".into())),
+        other => return Err(invalid(format!("unknown backend {other:?}"))),
+    };
+    Ok((kind, ordinal))
+}
+
+/// Opens a device from a spec such as `"host"`, `"cuda:0"` or `"rocm:1"`.
+///
+/// ```
+/// let dev = gpuport::open("host").unwrap();
+/// assert_eq!(dev.backend(), gpuport::BackendKind::Host);
+/// assert!(gpuport::open("tpu:0").is_err());
+/// ```
+pub fn open(spec: &str) -> Result<AnyDevice> {
+    let (kind, ordinal) = parse_spec(spec)?;
+    match kind {
+        BackendKind::Host => Ok(AnyDevice::Host(HostDevice::open(ordinal)?)),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => Ok(AnyDevice::Cuda(CudaDevice::open(ordinal)?)),
+        #[allow(unreachable_patterns)]
+        other => Err(not_compiled(other)),
+    }
+}
+
+/// The default device and, where a GPU was passed over, why.
+#[derive(Debug, Clone)]
+pub struct DefaultDevice {
+    /// The chosen device.
+    pub device: AnyDevice,
+    /// One line per backend that was tried and could not be used.
+    pub notes: Vec<String>,
+}
+
+/// Opens the default device: `GPUPORT_DEVICE` if set, else the first GPU of
+/// any compiled-in backend that loads, else the host. The notes say why each
+/// skipped GPU backend was unavailable, so callers can print a clear message.
+///
+/// An invalid `GPUPORT_DEVICE` is an error, never silently replaced.
+pub fn default_device() -> Result<DefaultDevice> {
+    if let Ok(spec) = std::env::var(DEVICE_ENV) {
+        if !spec.trim().is_empty() {
+            return open(&spec).map(|device| DefaultDevice { device, notes: vec![] }).map_err(|e| match e {
+                Error::InvalidDeviceSpec { spec, reason } => {
+                    Error::InvalidDeviceSpec { spec, reason: format!("{reason} (from {DEVICE_ENV})") }
+                }
+                other => other,
+            });
+        }
+    }
+    let mut notes = Vec::new();
+    for kind in [BackendKind::Cuda, BackendKind::Rocm] {
+        match open(&format!("{kind}:0")) {
+            Ok(device) => return Ok(DefaultDevice { device, notes }),
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    Ok(DefaultDevice { device: open("host")?, notes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_to_backend_and_ordinal() {
+        assert_eq!(parse_spec("host").unwrap(), (BackendKind::Host, 0));
+        assert_eq!(parse_spec(" CUDA:3 ").unwrap(), (BackendKind::Cuda, 3));
+        assert_eq!(parse_spec("rocm").unwrap(), (BackendKind::Rocm, 0));
+        assert_eq!(parse_spec("hip:1").unwrap(), (BackendKind::Rocm, 1));
+        for bad in ["", "gpu", "cuda:", "cuda:-1", "cuda:x", "host:1:2"] {
+            assert!(matches!(parse_spec(bad), Err(Error::InvalidDeviceSpec { .. })), "{bad:?} should be invalid");
+        }
+    }
+
+    #[test]
+    fn every_backend_is_listed_with_a_reason_when_unavailable() {
+        let all = backends();
+        assert_eq!(all.len(), BackendKind::ALL.len());
+        for s in &all {
+            if let Err(e) = &s.devices {
+                assert!(!e.to_string().is_empty());
+            }
+        }
+        let host = all.iter().find(|s| s.kind == BackendKind::Host).unwrap();
+        assert_eq!(host.devices.as_ref().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,48 @@
+//! # gpuport
+//!
+//! A portable GPU runtime: one API for NVIDIA GPUs (CUDA, feature `cuda`),
+//! AMD GPUs (ROCm/HIP, feature `rocm`) and an always-present host backend.
+//!
+//! ```
+//! use gpuport::{Device, DeviceMemory, with_device};
+//!
+//! // `GPUPORT_DEVICE`, else the first GPU, else the host.
+//! let chosen = gpuport::default_device()?;
+//! with_device!(chosen.device, dev => {
+//!     let buf = dev.alloc(1024)?;
+//!     dev.copy_to_device(&[7u8; 1024], &buf, 0)?;
+//!     let mut back = vec![0u8; 1024];
+//!     dev.copy_to_host(&buf, 0, &mut back)?;
+//!     assert_eq!(back, vec![7u8; 1024]);
+//!     Ok::<(), gpuport::Error>(())
+//! })?;
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+//!
+//! ## Design choices
+//! - **Static dispatch per backend** (after wgpu-hal): [`Backend`] names each
+//!   backend's stream, event, buffer and kernel types, so objects of two
+//!   backends cannot be mixed; objects of two devices of one backend are
+//!   checked at run time ([`Error::DeviceMismatch`]).
+//! - **Run-time choice through a closed enum**: [`AnyDevice`] and
+//!   [`with_device!`] instead of trait objects and downcasts.
+//! - **Vendor libraries load at run time**: a binary built with every
+//!   feature starts anywhere; a missing library is an [`Error`], never a panic.
+//! - **Asynchronous operations are `unsafe`**, with their obligations in
+//!   `# Safety`; each has a safe synchronous twin.
+#![warn(missing_docs, rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(unused_must_use)]
+
+pub mod backend;
+pub mod error;
+
+pub use backend::host::{Host, HostDevice};
+pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
+pub use backend::{
+    builtin, Backend, Buffer, Device, DeviceInfo, DeviceLimits, DeviceMemory, Event, HostMemory, Kernel, KernelArg,
+    KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module, ModuleSource, PinnedBuffer, Stream,
+};
+pub use error::{BackendKind, DriverError, Error, Result};
+
+#[cfg(feature = "cuda")]
+pub use backend::cuda::{Cuda, CudaDevice};
