@@ -74,13 +74,21 @@ fn nvrtc_error(call: &'static str, e: rtc::NvrtcError) -> Error {
     })
 }
 
+/// The library names cudarc tries for `lib`, without repeats, comma separated.
+fn candidates(lib: &str) -> String {
+    let mut names = cudarc::get_lib_name_candidates(lib);
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names.join(", ")
+}
+
 /// Loads and initializes the driver once; the outcome (and why it failed) is cached.
 pub(crate) fn driver() -> Result<i32> {
     static STATE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
     let state = STATE.get_or_init(|| {
         // SAFETY: only tries `dlopen` on cudarc's candidate names.
         if !unsafe { sys::is_culib_present() } {
-            return Err(format!("libcuda: tried {}", cudarc::get_lib_name_candidates("cuda").join(", ")));
+            return Err(format!("libcuda: tried {}", candidates("cuda")));
         }
         cu::init().map_err(|e| driver_error("cuInit", e).to_string())?;
         let mut version = 0;
@@ -111,7 +119,7 @@ fn nvrtc_available() -> Result<()> {
         Err(Error::LibraryNotFound {
             backend: BackendKind::Cuda,
             library: "libnvrtc (needed to compile kernel source)",
-            tried: cudarc::get_lib_name_candidates("nvrtc").join(", "),
+            tried: candidates("nvrtc"),
         })
     }
 }
