@@ -72,6 +72,8 @@ fn cudarc_benches(c: &mut Criterion, arch: &str) {
     let empty = module.load_function(builtin::EMPTY).expect("function");
     let cfg = CuConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
 
+    paired_launch_comparison(&empty, cfg, &stream);
+
     let mut group = c.benchmark_group("launch_empty");
     group.bench_function(BenchmarkId::new("cudarc", "cuda:0"), |b| {
         b.iter_custom(|iters| {
@@ -109,6 +111,51 @@ fn cudarc_benches(c: &mut Criterion, arch: &str) {
         })
     });
     group.finish();
+}
+
+/// Alternates blocks of gpuport and cudarc launches (20 rounds of 5000 each)
+/// so clock and thermal drift hit both equally; prints the medians and ratio.
+#[cfg(feature = "cuda")]
+fn paired_launch_comparison(
+    cu_empty: &cudarc::driver::CudaFunction,
+    cu_cfg: cudarc::driver::LaunchConfig,
+    cu_stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+) {
+    const ROUNDS: usize = 20;
+    const PER_ROUND: u32 = 5000;
+    let dev = gpuport::CudaDevice::open(0).expect("cuda:0");
+    let stream = dev.create_stream().expect("stream");
+    let module = dev.load_module(ModuleSource::Builtin).expect("module");
+    let empty = dev.kernel(&module, builtin::EMPTY).expect("kernel");
+    let (args, cfg) = (KernelArgs::new(), LaunchConfig::linear(1, 1));
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..PER_ROUND {
+            // SAFETY: the empty kernel takes no arguments.
+            unsafe { dev.launch(&empty, cfg, &args, &stream) }.expect("launch");
+        }
+        ours.push(start.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+        dev.synchronize(&stream).expect("sync");
+        let start = Instant::now();
+        for _ in 0..PER_ROUND {
+            // SAFETY: the empty kernel takes no arguments.
+            unsafe { cu_stream.launch_builder(cu_empty).launch(cu_cfg) }.expect("launch");
+        }
+        theirs.push(start.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+        cu_stream.synchronize().expect("sync");
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut ours), median(&mut theirs));
+    println!(
+        "paired launch_empty (median of {ROUNDS} alternating rounds x {PER_ROUND}): gpuport {:.2} us, cudarc {:.2} us, ratio {:.3}",
+        a / 1e3,
+        b / 1e3,
+        a / b
+    );
 }
 
 fn benches(c: &mut Criterion) {

@@ -917,8 +917,16 @@ impl Device for CudaDevice {
         }
         config.validate(&self.info.limits)?;
         self.ctx.bind()?;
-        let mut pointers = Vec::with_capacity(args.len());
-        args.param_pointers(&mut pointers);
+        // Parameter pointers live on the stack for up to 16 arguments: no
+        // allocation on the launch path.
+        let (mut stack, mut heap) = ([std::ptr::null_mut(); 16], Vec::new());
+        let pointers: &mut [*mut c_void] = if args.len() <= stack.len() {
+            &mut stack[..args.len()]
+        } else {
+            heap.resize(args.len(), std::ptr::null_mut());
+            &mut heap
+        };
+        args.fill_param_pointers(pointers);
         let [gx, gy, gz] = config.grid;
         let [bx, by, bz] = config.block;
         // SAFETY: the kernel's module is alive; `pointers` point into `args`,
@@ -931,7 +939,7 @@ impl Device for CudaDevice {
                 (bx, by, bz),
                 config.shared_mem_bytes,
                 stream.inner.raw,
-                &mut pointers,
+                pointers,
             )
         })
     }

@@ -357,15 +357,16 @@ impl KernelArgs {
         Some(unsafe { std::ptr::read_unaligned((self.words.as_ptr() as *const u8).add(offset) as *const T) })
     }
 
-    /// Pointers to each argument, as `cuLaunchKernel`/`hipModuleLaunchKernel` want them.
+    /// Writes a pointer to each argument into `out` (of length `self.len()`),
+    /// as `cuLaunchKernel`/`hipModuleLaunchKernel` want them. The pointers are
+    /// valid while `self` is neither moved nor modified.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    /// Valid while `self` is neither moved nor modified.
-    pub(crate) fn param_pointers(&self, out: &mut Vec<*mut std::ffi::c_void>) {
-        out.clear();
+    pub(crate) fn fill_param_pointers(&self, out: &mut [*mut std::ffi::c_void]) {
+        debug_assert_eq!(out.len(), self.spans.len());
         let base = self.words.as_ptr() as *mut u8;
-        for &(offset, _) in &self.spans {
+        for (slot, &(offset, _)) in out.iter_mut().zip(&self.spans) {
             // SAFETY: offset < words.len() * 16 by construction.
-            out.push(unsafe { base.add(offset) } as *mut std::ffi::c_void);
+            *slot = unsafe { base.add(offset) } as *mut std::ffi::c_void;
         }
     }
 }
