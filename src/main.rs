@@ -70,7 +70,7 @@ fn workload<D: Device>(d: &D) -> gpuport::Result<()> {
     let wrong = out.chunks_exact(4).filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 42).count();
     println!(
         "filled {} MiB with grid {:?} x block {:?}, copied back and checked in {:.1} ms: {}",
-        N * 4 >> 20,
+        (N * 4) >> 20,
         cfg.grid,
         cfg.block,
         start.elapsed().as_secs_f64() * 1e3,
