@@ -177,6 +177,7 @@ impl fmt::Debug for CudaBuffer {
 }
 
 impl DeviceMemory for CudaBuffer {
+    type B = Cuda;
     fn len(&self) -> usize {
         self.len
     }
@@ -464,8 +465,8 @@ impl CudaDevice {
         check_same_device("stream", BackendKind::Cuda, self.info.ordinal, stream.inner.ctx.ordinal)
     }
 
-    fn check_buffer(&self, what: &'static str, buffer: &CudaBuffer) -> Result<()> {
-        check_same_device(what, BackendKind::Cuda, self.info.ordinal, buffer.ctx.ordinal)
+    fn check_buffer<M: DeviceMemory + ?Sized>(&self, what: &'static str, buffer: &M) -> Result<()> {
+        check_same_device(what, BackendKind::Cuda, self.info.ordinal, buffer.ordinal())
     }
 
     fn out_of_memory(&self, call: &'static str, bytes: usize, e: cu::DriverError) -> Error {
@@ -762,47 +763,51 @@ impl Device for CudaDevice {
         check("cuEventElapsedTime", unsafe { cu::event::elapsed(start.raw, end.raw) })
     }
 
-    unsafe fn copy_to_device_async(
+    unsafe fn copy_to_device_async<M: DeviceMemory<B = Cuda> + ?Sized>(
         &self,
         src: &[u8],
-        dst: &CudaBuffer,
+        dst: &M,
         dst_offset: usize,
         stream: &CudaStream,
     ) -> Result<()> {
         self.check_buffer("destination buffer", dst)?;
         self.check_stream(stream)?;
-        check_range("destination", dst_offset, src.len(), dst.len)?;
+        check_range("destination", dst_offset, src.len(), dst.len())?;
         if src.is_empty() {
             return Ok(());
         }
         self.ctx.bind()?;
         // SAFETY: range checked; the caller keeps `src` and `dst` alive until the stream passes the copy.
-        check("cuMemcpyHtoDAsync", unsafe { cu::memcpy_htod_async(dst.ptr + dst_offset as u64, src, stream.inner.raw) })
+        check("cuMemcpyHtoDAsync", unsafe {
+            cu::memcpy_htod_async(dst.device_ptr() + dst_offset as u64, src, stream.inner.raw)
+        })
     }
 
-    unsafe fn copy_to_host_async(
+    unsafe fn copy_to_host_async<M: DeviceMemory<B = Cuda> + ?Sized>(
         &self,
-        src: &CudaBuffer,
+        src: &M,
         src_offset: usize,
         dst: &mut [u8],
         stream: &CudaStream,
     ) -> Result<()> {
         self.check_buffer("source buffer", src)?;
         self.check_stream(stream)?;
-        check_range("source", src_offset, dst.len(), src.len)?;
+        check_range("source", src_offset, dst.len(), src.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         self.ctx.bind()?;
         // SAFETY: range checked; the caller keeps both alive until the stream passes the copy.
-        check("cuMemcpyDtoHAsync", unsafe { cu::memcpy_dtoh_async(dst, src.ptr + src_offset as u64, stream.inner.raw) })
+        check("cuMemcpyDtoHAsync", unsafe {
+            cu::memcpy_dtoh_async(dst, src.device_ptr() + src_offset as u64, stream.inner.raw)
+        })
     }
 
-    unsafe fn copy_device_async(
+    unsafe fn copy_device_async<S: DeviceMemory<B = Cuda> + ?Sized, M: DeviceMemory<B = Cuda> + ?Sized>(
         &self,
-        src: &CudaBuffer,
+        src: &S,
         src_offset: usize,
-        dst: &CudaBuffer,
+        dst: &M,
         dst_offset: usize,
         len: usize,
         stream: &CudaStream,
@@ -810,21 +815,26 @@ impl Device for CudaDevice {
         self.check_buffer("source buffer", src)?;
         self.check_buffer("destination buffer", dst)?;
         self.check_stream(stream)?;
-        check_range("source", src_offset, len, src.len)?;
-        check_range("destination", dst_offset, len, dst.len)?;
+        check_range("source", src_offset, len, src.len())?;
+        check_range("destination", dst_offset, len, dst.len())?;
         if len == 0 {
             return Ok(());
         }
         self.ctx.bind()?;
         // SAFETY: ranges checked; the caller keeps both buffers alive until the stream passes the copy.
         check("cuMemcpyDtoDAsync", unsafe {
-            cu::memcpy_dtod_async(dst.ptr + dst_offset as u64, src.ptr + src_offset as u64, len, stream.inner.raw)
+            cu::memcpy_dtod_async(
+                dst.device_ptr() + dst_offset as u64,
+                src.device_ptr() + src_offset as u64,
+                len,
+                stream.inner.raw,
+            )
         })
     }
 
-    unsafe fn memset_async(
+    unsafe fn memset_async<M: DeviceMemory<B = Cuda> + ?Sized>(
         &self,
-        dst: &CudaBuffer,
+        dst: &M,
         offset: usize,
         len: usize,
         value: u8,
@@ -832,13 +842,15 @@ impl Device for CudaDevice {
     ) -> Result<()> {
         self.check_buffer("destination buffer", dst)?;
         self.check_stream(stream)?;
-        check_range("destination", offset, len, dst.len)?;
+        check_range("destination", offset, len, dst.len())?;
         if len == 0 {
             return Ok(());
         }
         self.ctx.bind()?;
         // SAFETY: range checked; the caller keeps `dst` alive until the stream passes the memset.
-        check("cuMemsetD8Async", unsafe { cu::memset_d8_async(dst.ptr + offset as u64, value, len, stream.inner.raw) })
+        check("cuMemsetD8Async", unsafe {
+            cu::memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.inner.raw)
+        })
     }
 
     fn load_module(&self, source: ModuleSource<'_>) -> Result<CudaModule> {

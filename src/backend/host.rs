@@ -98,6 +98,7 @@ impl fmt::Debug for HostBuffer {
 }
 
 impl DeviceMemory for HostBuffer {
+    type B = Host;
     fn len(&self) -> usize {
         self.alloc.layout.size()
     }
@@ -109,6 +110,9 @@ impl DeviceMemory for HostBuffer {
     }
     fn kind(&self) -> MemoryKind {
         self.kind
+    }
+    fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.alloc.clone())
     }
 }
 
@@ -375,6 +379,11 @@ struct SendPtr(*mut u8);
 // and unaliased until the worker has run.
 unsafe impl Send for SendPtr {}
 
+/// The host address `offset` bytes into `memory` (range-checked by the caller).
+fn target<M: DeviceMemory + ?Sized>(memory: &M, offset: usize) -> SendPtr {
+    SendPtr((memory.device_ptr() as usize + offset) as *mut u8)
+}
+
 fn host_memory_info() -> MemoryInfo {
     // /proc/meminfo is Linux-only; elsewhere report what we cannot measure as 0.
     let read = || -> Option<(usize, usize)> {
@@ -533,72 +542,74 @@ impl Device for HostDevice {
         Ok(ms as f32)
     }
 
-    unsafe fn copy_to_device_async(
+    unsafe fn copy_to_device_async<M: DeviceMemory<B = Host> + ?Sized>(
         &self,
         src: &[u8],
-        dst: &HostBuffer,
+        dst: &M,
         dst_offset: usize,
         stream: &HostStream,
     ) -> Result<()> {
         check_range("destination", dst_offset, src.len(), dst.len())?;
-        let (from, len, keep) = (SendPtr(src.as_ptr() as *mut u8), src.len(), dst.clone());
+        let (from, to, len, keep) = (SendPtr(src.as_ptr() as *mut u8), target(dst, dst_offset), src.len(), dst.owner());
         stream.enqueue(move || {
-            let from = from;
-            // SAFETY: the caller keeps `src` alive until the stream passes
-            // this point; `keep` holds the destination; the range was checked.
-            unsafe { std::ptr::copy(from.0, keep.alloc.ptr.add(dst_offset), len) }
+            let (from, to, _keep) = (from, to, keep);
+            // SAFETY: the caller keeps `src` and `dst` alive until the stream
+            // passes this point (`_keep` also holds reference-counted
+            // memory); the range was checked; `copy` tolerates overlap.
+            unsafe { std::ptr::copy(from.0, to.0, len) }
         })
     }
 
-    unsafe fn copy_to_host_async(
+    unsafe fn copy_to_host_async<M: DeviceMemory<B = Host> + ?Sized>(
         &self,
-        src: &HostBuffer,
+        src: &M,
         src_offset: usize,
         dst: &mut [u8],
         stream: &HostStream,
     ) -> Result<()> {
         check_range("source", src_offset, dst.len(), src.len())?;
-        let (to, len, keep) = (SendPtr(dst.as_mut_ptr()), dst.len(), src.clone());
+        let (from, to, len, keep) = (target(src, src_offset), SendPtr(dst.as_mut_ptr()), dst.len(), src.owner());
         stream.enqueue(move || {
-            let to = to;
-            // SAFETY: the caller keeps `dst` alive and untouched until the
-            // stream passes this point; `keep` holds the source; range checked.
-            unsafe { std::ptr::copy(keep.alloc.ptr.add(src_offset), to.0, len) }
+            let (from, to, _keep) = (from, to, keep);
+            // SAFETY: as in `copy_to_device_async`; the caller leaves `dst`
+            // untouched until the stream passes this point.
+            unsafe { std::ptr::copy(from.0, to.0, len) }
         })
     }
 
-    unsafe fn copy_device_async(
+    unsafe fn copy_device_async<S: DeviceMemory<B = Host> + ?Sized, M: DeviceMemory<B = Host> + ?Sized>(
         &self,
-        src: &HostBuffer,
+        src: &S,
         src_offset: usize,
-        dst: &HostBuffer,
+        dst: &M,
         dst_offset: usize,
         len: usize,
         stream: &HostStream,
     ) -> Result<()> {
         check_range("source", src_offset, len, src.len())?;
         check_range("destination", dst_offset, len, dst.len())?;
-        let (from, to) = (src.clone(), dst.clone());
+        let (from, to, keep) = (target(src, src_offset), target(dst, dst_offset), (src.owner(), dst.owner()));
         stream.enqueue(move || {
-            // SAFETY: both buffers are held by the task; ranges were checked;
-            // `copy` tolerates overlap within one buffer.
-            unsafe { std::ptr::copy(from.alloc.ptr.add(src_offset), to.alloc.ptr.add(dst_offset), len) }
+            let (from, to, _keep) = (from, to, keep);
+            // SAFETY: as in `copy_to_device_async`, for both buffers.
+            unsafe { std::ptr::copy(from.0, to.0, len) }
         })
     }
 
-    unsafe fn memset_async(
+    unsafe fn memset_async<M: DeviceMemory<B = Host> + ?Sized>(
         &self,
-        dst: &HostBuffer,
+        dst: &M,
         offset: usize,
         len: usize,
         value: u8,
         stream: &HostStream,
     ) -> Result<()> {
         check_range("destination", offset, len, dst.len())?;
-        let to = dst.clone();
+        let (to, keep) = (target(dst, offset), dst.owner());
         stream.enqueue(move || {
-            // SAFETY: the task holds the buffer and the range was checked.
-            unsafe { std::ptr::write_bytes(to.alloc.ptr.add(offset), value, len) }
+            let (to, _keep) = (to, keep);
+            // SAFETY: as in `copy_to_device_async`.
+            unsafe { std::ptr::write_bytes(to.0, value, len) }
         })
     }
 

@@ -35,7 +35,7 @@ pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     /// A marker recorded on a stream, to wait for or to time.
     type Event: Send + Sync + fmt::Debug;
     /// Device memory (or managed memory) owned by gpuport; freed on drop.
-    type Buffer: DeviceMemory;
+    type Buffer: DeviceMemory<B = Self>;
     /// Page-locked host memory, readable and writable as a byte slice.
     type PinnedBuffer: HostMemory;
     /// Existing host memory pinned for fast copies until this is dropped.
@@ -74,8 +74,13 @@ pub enum MemoryKind {
     Host,
 }
 
-/// A block of memory owned by gpuport on some device.
+/// A range of device memory of backend `B`: a buffer, or a piece of one
+/// (a pool sub-allocation, an imported tensor). Copies, memsets and kernel
+/// arguments accept any `DeviceMemory` of the device's own backend, so
+/// memory of another backend is a compile error.
 pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// The backend whose device owns the memory.
+    type B: Backend;
     /// Size in bytes.
     fn len(&self) -> usize;
     /// Whether the buffer has zero bytes (never true: zero-size allocations are refused).
@@ -88,6 +93,12 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     fn ordinal(&self) -> usize;
     /// Where the memory lives.
     fn kind(&self) -> MemoryKind;
+    /// A reference-counted owner that keeps the memory alive, where there is
+    /// one. Backends that run queued work on host threads hold it until the
+    /// work has run, so dropping the handle early cannot free the memory.
+    fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
 }
 
 /// Host memory handed out by a backend (pinned buffers).
@@ -445,10 +456,10 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// # Safety
     /// `src` and `dst` must stay alive, and `src` unmodified, until `stream`
     /// has passed this copy (synchronize the stream or an event after it).
-    unsafe fn copy_to_device_async(
+    unsafe fn copy_to_device_async<M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
         src: &[u8],
-        dst: &Buffer<Self::B>,
+        dst: &M,
         dst_offset: usize,
         stream: &Stream<Self::B>,
     ) -> Result<()>;
@@ -458,9 +469,9 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// # Safety
     /// `src` and `dst` must stay alive, and `dst` unread and unwritten by the
     /// host, until `stream` has passed this copy.
-    unsafe fn copy_to_host_async(
+    unsafe fn copy_to_host_async<M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
-        src: &Buffer<Self::B>,
+        src: &M,
         src_offset: usize,
         dst: &mut [u8],
         stream: &Stream<Self::B>,
@@ -470,11 +481,11 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     ///
     /// # Safety
     /// Both buffers must stay alive until `stream` has passed this copy.
-    unsafe fn copy_device_async(
+    unsafe fn copy_device_async<S: DeviceMemory<B = Self::B> + ?Sized, M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
-        src: &Buffer<Self::B>,
+        src: &S,
         src_offset: usize,
-        dst: &Buffer<Self::B>,
+        dst: &M,
         dst_offset: usize,
         len: usize,
         stream: &Stream<Self::B>,
@@ -484,9 +495,9 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     ///
     /// # Safety
     /// `dst` must stay alive until `stream` has passed this operation.
-    unsafe fn memset_async(
+    unsafe fn memset_async<M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
-        dst: &Buffer<Self::B>,
+        dst: &M,
         offset: usize,
         len: usize,
         value: u8,
@@ -494,7 +505,12 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     ) -> Result<()>;
 
     /// Copies `src` into `dst[dst_offset..]` and waits for it.
-    fn copy_to_device(&self, src: &[u8], dst: &Buffer<Self::B>, dst_offset: usize) -> Result<()> {
+    fn copy_to_device<M: DeviceMemory<B = Self::B> + ?Sized>(
+        &self,
+        src: &[u8],
+        dst: &M,
+        dst_offset: usize,
+    ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: we wait for the stream before returning, so `src` and
         // `dst` outlive the copy.
@@ -503,7 +519,12 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     }
 
     /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` and waits.
-    fn copy_to_host(&self, src: &Buffer<Self::B>, src_offset: usize, dst: &mut [u8]) -> Result<()> {
+    fn copy_to_host<M: DeviceMemory<B = Self::B> + ?Sized>(
+        &self,
+        src: &M,
+        src_offset: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: as in `copy_to_device`.
         unsafe { self.copy_to_host_async(src, src_offset, dst, s)? };
@@ -511,11 +532,11 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     }
 
     /// Copies `len` bytes between device buffers and waits.
-    fn copy_device(
+    fn copy_device<S: DeviceMemory<B = Self::B> + ?Sized, M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
-        src: &Buffer<Self::B>,
+        src: &S,
         src_offset: usize,
-        dst: &Buffer<Self::B>,
+        dst: &M,
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
@@ -526,7 +547,13 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     }
 
     /// Sets `len` bytes of `dst` from `offset` to `value` and waits.
-    fn memset(&self, dst: &Buffer<Self::B>, offset: usize, len: usize, value: u8) -> Result<()> {
+    fn memset<M: DeviceMemory<B = Self::B> + ?Sized>(
+        &self,
+        dst: &M,
+        offset: usize,
+        len: usize,
+        value: u8,
+    ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: as in `copy_to_device`.
         unsafe { self.memset_async(dst, offset, len, value, s)? };
