@@ -28,6 +28,15 @@ use super::{
 };
 use crate::error::{BackendKind, DriverError, Error, Result};
 
+/// The built-in kernels: the runtime's and the array kernels, one program.
+const BUILTIN_SOURCE: &str =
+    concat!(include_str!("../../kernels/cuda/builtins.cu"), "\n", include_str!("../../kernels/cuda/array_ops.cu"));
+/// Headers the built-in kernels include, served to NVRTC from memory.
+const BUILTIN_HEADERS: &[(&str, &str)] = &[
+    ("array_indexer.h", include_str!("../../kernels/common/array_indexer.h")),
+    ("array_ops.h", include_str!("../../kernels/common/array_ops.h")),
+];
+
 /// First driver version (12.4) with `cuFuncGetParamInfo` and `cuModuleEnumerateFunctions`.
 const DRIVER_12_4: i32 = 12040;
 
@@ -481,26 +490,72 @@ impl CudaDevice {
         CudaBuffer { ptr, len, kind, free_on, ctx: self.ctx.clone() }
     }
 
-    /// Compiles CUDA C++ to a cubin for this device with NVRTC.
-    fn compile(&self, code: &str, name: &str, options: &[&str]) -> Result<Vec<u8>> {
+    /// Compiles CUDA C++ to a cubin for this device with NVRTC, through the
+    /// on-disk cache (see [`crate::kernels::cache`]). `headers` are
+    /// `(include name, contents)` pairs the source may `#include`.
+    fn compile(&self, code: &str, name: &str, options: &[&str], headers: &[(&str, &str)]) -> Result<Vec<u8>> {
         nvrtc_available()?;
-        let src = CString::new(code)
-            .map_err(|_| Error::InvalidArgument { name: "code", reason: "kernel source contains a NUL byte".into() })?;
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument { name: "name", reason: "program name contains a NUL byte".into() })?;
-        let prog = rtc::create_program(&src, Some(&cname)).map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
         let mut opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
         if !opts.iter().any(|o| o.starts_with("-arch") || o.starts_with("--gpu-architecture")) {
             opts.push(format!("--gpu-architecture={}", self.info.arch));
         }
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVRTC is loaded (checked above); writes two ints.
+        unsafe { rtc_sys::nvrtcVersion(&mut major, &mut minor) }
+            .result()
+            .map_err(|e| nvrtc_error("nvrtcVersion", e))?;
+        let version = format!("nvrtc {major}.{minor}");
+        let mut parts: Vec<&[u8]> = vec![version.as_bytes(), self.info.arch.as_bytes(), code.as_bytes()];
+        parts.extend(opts.iter().map(|o| o.as_bytes()));
+        for (include, text) in headers {
+            parts.extend([include.as_bytes(), text.as_bytes()]);
+        }
+        let key = crate::kernels::cache::key(&parts);
+        let dir = crate::kernels::cache::cache_dir();
+        let (image, _) = crate::kernels::cache::get_or_build(dir.as_deref(), &self.info.arch, &key, || {
+            self.run_nvrtc(code, name, &opts, headers)
+        })?;
+        Ok(image)
+    }
+
+    fn run_nvrtc(&self, code: &str, name: &str, opts: &[String], headers: &[(&str, &str)]) -> Result<Vec<u8>> {
+        let cstring = |s: &str, what: &'static str| {
+            CString::new(s)
+                .map_err(|_| Error::InvalidArgument { name: what, reason: format!("{what} contains a NUL byte") })
+        };
+        let src = cstring(code, "code")?;
+        let cname = cstring(name, "name")?;
+        let header_texts = headers.iter().map(|(_, t)| cstring(t, "header")).collect::<Result<Vec<_>>>()?;
+        let header_names = headers.iter().map(|(n, _)| cstring(n, "header name")).collect::<Result<Vec<_>>>()?;
+        let text_ptrs: Vec<*const std::ffi::c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
+        let name_ptrs: Vec<*const std::ffi::c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
+        let mut prog = std::ptr::null_mut();
+        // SAFETY: every pointer is a NUL-terminated string kept alive until
+        // the program is destroyed below; the counts match the arrays.
+        unsafe {
+            rtc_sys::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                cname.as_ptr(),
+                headers.len() as i32,
+                text_ptrs.as_ptr(),
+                name_ptrs.as_ptr(),
+            )
+        }
+        .result()
+        .map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
         let result = (|| {
             // SAFETY: `prog` is a live program created above.
-            let compiled = unsafe { rtc::compile_program(prog, &opts) };
+            let compiled = unsafe { rtc::compile_program(prog, opts) };
             if compiled.is_err() {
                 // SAFETY: `prog` is live; the log is a NUL-terminated buffer.
                 let log = unsafe { rtc::get_program_log(prog) }.unwrap_or_default();
-                // SAFETY: the log buffer is NUL-terminated by NVRTC.
-                let log = unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy().into_owned();
+                let log = if log.is_empty() {
+                    String::new()
+                } else {
+                    // SAFETY: the log buffer is NUL-terminated by NVRTC.
+                    unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy().into_owned()
+                };
                 return Err(Error::Compile { backend: BackendKind::Cuda, name: name.to_string(), log });
             }
             let mut size = 0usize;
@@ -860,13 +915,13 @@ impl Device for CudaDevice {
                 if let Some(module) = cached.as_ref() {
                     return Ok(module.clone());
                 }
-                let cubin = self.compile(include_str!("../../kernels/cuda/builtins.cu"), "gpuport_builtins.cu", &[])?;
+                let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], BUILTIN_HEADERS)?;
                 let module = self.load_image(cubin.as_ptr() as *const c_void)?;
                 *cached = Some(module.clone());
                 Ok(module)
             }
             ModuleSource::Source { code, name, options } => {
-                let cubin = self.compile(code, name, options)?;
+                let cubin = self.compile(code, name, options, &[])?;
                 self.load_image(cubin.as_ptr() as *const c_void)
             }
             ModuleSource::Ptx(ptx) => {
@@ -913,6 +968,17 @@ impl Device for CudaDevice {
             cu::occupancy::max_potential_block_size(kernel.func, None, 0, 0)
         })?;
         LaunchConfig::for_elements(n, block.max(1) as u32)
+    }
+
+    fn resident_launch_config(&self, kernel: &CudaKernel, n: usize) -> Result<LaunchConfig> {
+        self.ctx.bind()?;
+        // SAFETY: the kernel's module is alive; no dynamic shared memory callback.
+        let (min_grid, block) = check("cuOccupancyMaxPotentialBlockSize", unsafe {
+            cu::occupancy::max_potential_block_size(kernel.func, None, 0, 0)
+        })?;
+        let block = block.max(1) as u32;
+        let needed = n.div_ceil(block as usize).max(1);
+        Ok(LaunchConfig::linear(needed.min(min_grid.max(1) as usize) as u32, block))
     }
 
     unsafe fn launch(
@@ -966,6 +1032,19 @@ mod tests {
         let src = include_str!("../../kernels/cuda/builtins.cu");
         for name in builtin::ALL {
             assert!(src.contains(&format!("void {name}(")), "{name} missing from kernels/cuda/builtins.cu");
+        }
+    }
+
+    #[test]
+    fn builtin_program_includes_only_headers_it_is_given() {
+        for line in super::BUILTIN_SOURCE.lines().chain(super::BUILTIN_HEADERS.iter().flat_map(|(_, t)| t.lines())) {
+            if let Some(rest) = line.trim().strip_prefix("#include") {
+                let name = rest.trim().trim_matches(|c| c == '"' || c == '<' || c == '>');
+                assert!(
+                    super::BUILTIN_HEADERS.iter().any(|(n, _)| *n == name) || name == "stdint.h",
+                    "{name} is included but not served to NVRTC"
+                );
+            }
         }
     }
 }

@@ -287,18 +287,18 @@ impl HostEvent {
 // ---- kernels ------------------------------------------------------------------
 
 /// A built-in kernel implemented in Rust: runs the whole grid on the worker.
-type HostKernelFn = fn(&KernelArgs, LaunchConfig) -> std::result::Result<(), String>;
+pub(crate) type HostKernelFn = fn(&KernelArgs, LaunchConfig) -> std::result::Result<(), String>;
 
 /// A built-in kernel: its implementation and parameter sizes in bytes.
 #[derive(Clone, Copy)]
-struct HostKernelDef {
-    func: HostKernelFn,
-    params: &'static [usize],
+pub(crate) struct HostKernelDef {
+    pub(crate) func: HostKernelFn,
+    pub(crate) params: &'static [usize],
 }
 
 /// The built-in module of the host backend.
 pub struct HostModule {
-    kernels: HashMap<&'static str, HostKernelDef>,
+    kernels: &'static HashMap<&'static str, HostKernelDef>,
 }
 
 impl fmt::Debug for HostModule {
@@ -347,14 +347,19 @@ fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<()
     Ok(())
 }
 
+/// The runtime built-ins and the array kernels of `crate::kernels`, built once.
 fn builtin_module() -> HostModule {
-    let def = |func, params| HostKernelDef { func, params };
-    let table: [(&'static str, HostKernelDef); 3] = [
-        (builtin::EMPTY, def(kernel_empty, &[])),
-        (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
-        (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
-    ];
-    HostModule { kernels: table.into_iter().collect() }
+    static TABLE: OnceLock<HashMap<&'static str, HostKernelDef>> = OnceLock::new();
+    let kernels = TABLE.get_or_init(|| {
+        let def = |func, params| HostKernelDef { func, params };
+        let runtime: [(&'static str, HostKernelDef); 3] = [
+            (builtin::EMPTY, def(kernel_empty, &[])),
+            (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
+            (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
+        ];
+        runtime.into_iter().chain(crate::kernels::host::array_kernels()).collect()
+    });
+    HostModule { kernels }
 }
 
 // ---- device -------------------------------------------------------------------

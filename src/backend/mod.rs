@@ -336,6 +336,22 @@ impl KernelArgs {
         self
     }
 
+    /// Appends an argument given as raw bytes (e.g. a fill value of any
+    /// plain-data type); the kernel must take a parameter of that size.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        let offset = self.words.len() * 16;
+        self.words.resize(self.words.len() + bytes.len().div_ceil(16).max(1), 0);
+        bytemuck::cast_slice_mut::<u128, u8>(&mut self.words)[offset..offset + bytes.len()].copy_from_slice(bytes);
+        self.spans.push((offset, bytes.len()));
+        self
+    }
+
+    /// The bytes of argument `index`.
+    pub fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let &(offset, size) = self.spans.get(index)?;
+        Some(&bytemuck::cast_slice::<u128, u8>(&self.words)[offset..offset + size])
+    }
+
     /// Appends a buffer's device address.
     pub fn push_buffer<M: DeviceMemory + ?Sized>(&mut self, buffer: &M) -> &mut Self {
         self.push(&buffer.device_ptr())
@@ -569,6 +585,13 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// A launch configuration covering `n` threads with the block size the
     /// occupancy API suggests for `kernel` (or a fixed default without one).
     fn default_launch_config(&self, kernel: &Kernel<Self::B>, n: usize) -> Result<LaunchConfig>;
+    /// A launch configuration for a grid-stride kernel doing `n` items of
+    /// work: the occupancy-suggested block size, and no more blocks than the
+    /// device runs at once (nor than `n` needs).
+    fn resident_launch_config(&self, kernel: &Kernel<Self::B>, n: usize) -> Result<LaunchConfig> {
+        self.default_launch_config(kernel, n)
+    }
+
     /// Enqueues a kernel launch.
     ///
     /// # Safety
