@@ -57,6 +57,12 @@ unsafe impl<T: Send, const N: usize> Send for ArrayIndexer<T, N> {}
 unsafe impl<T: Sync, const N: usize> Sync for ArrayIndexer<T, N> {}
 
 impl<T, const N: usize> ArrayIndexer<T, N> {
+    /// `[size_of, offset_of(data), offset_of(shape)]`, for checking the C
+    /// twin's layout (the fields themselves are private).
+    #[doc(hidden)]
+    pub const LAYOUT: [usize; 3] =
+        [std::mem::size_of::<Self>(), std::mem::offset_of!(Self, data), std::mem::offset_of!(Self, shape)];
+
     /// An indexer over `shape` starting at `data`.
     ///
     /// Returns `None` if an extent is negative or the size overflows `i64`.

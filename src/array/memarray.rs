@@ -45,7 +45,10 @@ pub enum Residency {
 impl Residency {
     /// Whether the copy at `loc` is current.
     pub fn includes(self, loc: Location) -> bool {
-        matches!((self, loc), (Residency::Both, _) | (Residency::Host, Location::Host) | (Residency::Device, Location::Device))
+        matches!(
+            (self, loc),
+            (Residency::Both, _) | (Residency::Host, Location::Host) | (Residency::Device, Location::Device)
+        )
     }
 
     fn any_current(self) -> Location {
@@ -199,10 +202,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn from_vec(device: &Arc<D>, shape: [usize; N], data: Vec<T>) -> Result<Self> {
         let len = checked_len(&shape, std::mem::size_of::<T>())?;
         if data.len() != len {
-            return Err(
-                ShapeError::LengthMismatch { what: "from_vec", shape: shape.to_vec(), expected: len, got: data.len() }
-                    .into(),
-            );
+            return Err(ShapeError::LengthMismatch {
+                what: "from_vec",
+                shape: shape.to_vec(),
+                expected: len,
+                got: data.len(),
+            }
+            .into());
         }
         Ok(Self::from_parts(device, shape, len, data))
     }
@@ -211,10 +217,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn from_slice(device: &Arc<D>, shape: [usize; N], data: &[T]) -> Result<Self> {
         let len = checked_len(&shape, std::mem::size_of::<T>())?;
         if data.len() != len {
-            return Err(
-                ShapeError::LengthMismatch { what: "from_slice", shape: shape.to_vec(), expected: len, got: data.len() }
-                    .into(),
-            );
+            return Err(ShapeError::LengthMismatch {
+                what: "from_slice",
+                shape: shape.to_vec(),
+                expected: len,
+                got: data.len(),
+            }
+            .into());
         }
         let mut v = zeroed_vec(len)?;
         v.copy_from_slice(data);

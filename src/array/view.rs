@@ -390,9 +390,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
 
     fn check_axis(op: &'static str, axis: usize) -> Result<()> {
         if axis >= N {
-            return Err(
-                ShapeError::InvalidSlice { op, axis, reason: format!("the view has {N} axes (0..{N})") }.into()
-            );
+            return Err(ShapeError::InvalidSlice { op, axis, reason: format!("the view has {N} axes (0..{N})") }.into());
         }
         Ok(())
     }
@@ -489,9 +487,8 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         self.for_each_offset(|off| {
             // SAFETY: called for host-accessible views only, where every
             // reachable element is readable; read as bytes, not as `T`.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(self.ptr.offset(off) as *const u8, std::mem::size_of::<T>())
-            };
+            let bytes =
+                unsafe { std::slice::from_raw_parts(self.ptr.offset(off) as *const u8, std::mem::size_of::<T>()) };
             ok &= T::valid_bytes(bytes);
         });
         ok
@@ -526,9 +523,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         // SAFETY: `keep` owns the memory the view points into (it came from
         // the `MemArray` the view borrows), so every reachable element stays
         // valid while the export holds it.
-        Ok(unsafe {
-            ExportSource::new(dl.data, dl.device, dl.dtype, dl.shape.to_vec(), dl.strides.to_vec(), 0, keep)
-        })
+        Ok(unsafe { ExportSource::new(dl.data, dl.device, dl.dtype, dl.shape.to_vec(), dl.strides.to_vec(), 0, keep) })
     }
 
     /// Exports the view as an owning legacy managed tensor that keeps the

@@ -185,11 +185,8 @@ impl ImportedTensor {
         if let Some((axis, &value)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
             return Err(DLPackError::NegativeExtent { axis, value });
         }
-        let overflow = |strides: Vec<i64>| DLPackError::Overflow {
-            shape: shape.clone(),
-            strides,
-            byte_offset: t.byte_offset,
-        };
+        let overflow =
+            |strides: Vec<i64>| DLPackError::Overflow { shape: shape.clone(), strides, byte_offset: t.byte_offset };
         let strides: Vec<i64> = if ndim == 0 {
             Vec::new()
         } else if t.strides.is_null() {
@@ -316,8 +313,9 @@ impl ImportedTensor {
 
     fn check_dtype<T: Element>(&self) -> Result<()> {
         if self.dtype != T::DTYPE {
-            return Err(DLPackError::DTypeMismatch { expected: dtype_name(T::DTYPE), found: dtype_name(self.dtype) }
-                .into());
+            return Err(
+                DLPackError::DTypeMismatch { expected: dtype_name(T::DTYPE), found: dtype_name(self.dtype) }.into()
+            );
         }
         let addr = self.data_ptr() as usize;
         if !self.is_empty() && addr % std::mem::align_of::<T>() != 0 {
