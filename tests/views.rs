@@ -163,6 +163,7 @@ fn extents_beyond_i64_are_a_typed_error() {
         )
     }
     .unwrap();
+    assert_eq!(v.len(), 0);
     let e = v.to_dlpack().unwrap_err();
     assert!(matches!(e, Error::Shape(ShapeError::NotI64 { what: "extent", axis: 1, .. })), "{e}");
     assert!(e.to_string().contains("does not fit in i64"));

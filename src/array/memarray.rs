@@ -709,7 +709,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         Ok(unsafe { ExportSource::new(data as *mut _, self.dl_device(loc), T::DTYPE, shape, strides, 0, keep) })
     }
 
-    /// How many DLPack exports still share this array's host or device memory.
+    /// How many DLPack exports and views still share this array's host or
+    /// device memory (each holds an `Arc` of it).
     pub fn live_exports(&self) -> usize {
         let dev = self.buffer.as_ref().map_or(0, |b| Arc::strong_count(b) - 1);
         Arc::strong_count(&self.host) - 1 + dev

@@ -153,7 +153,7 @@ fn span<const N: usize>(
     strides: &[isize; N],
     elem_size: usize,
 ) -> std::result::Result<Option<(isize, isize)>, ShapeError> {
-    if extents.iter().any(|&e| e == 0) {
+    if extents.contains(&0) {
         return Ok(None);
     }
     let (mut lo, mut hi) = (0i128, 0i128);
@@ -308,13 +308,17 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
+        if self.is_empty() {
+            // Extents of an empty view are unchecked and may overflow a product.
+            return 0;
+        }
         // Fits: checked by `span` at construction.
         self.extents.iter().product()
     }
 
     /// Whether the view has no elements.
     pub fn is_empty(&self) -> bool {
-        self.extents.iter().any(|&e| e == 0)
+        self.extents.contains(&0)
     }
 
     /// The DLPack device of the memory.
@@ -354,12 +358,12 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
     /// The element offset of `index` from `as_ptr()`, or `None` if out of bounds.
     pub fn offset_of(&self, index: [usize; N]) -> Option<isize> {
         let mut off = 0isize;
-        for axis in 0..N {
-            if index[axis] >= self.extents[axis] {
+        for ((&i, &extent), &stride) in index.iter().zip(&self.extents).zip(&self.strides) {
+            if i >= extent {
                 return None;
             }
             // No overflow: the span check bounds every reachable offset.
-            off += index[axis] as isize * self.strides[axis];
+            off += i as isize * stride;
         }
         Some(off)
     }

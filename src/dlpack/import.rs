@@ -262,6 +262,10 @@ impl ImportedTensor {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
+        if self.shape.contains(&0) {
+            // Extents of an empty tensor are not bounded; their product may overflow.
+            return 0;
+        }
         // Fits: checked against isize::MAX bytes on import.
         self.shape.iter().product::<i64>() as usize
     }
