@@ -201,6 +201,22 @@ pub enum Error {
     /// A work item on a host stream panicked; the stream's later work still ran.
     #[error("host stream work failed: {0}")]
     HostTask(String),
+
+    /// An array shape, index, slice or stride was not accepted.
+    #[error(transparent)]
+    Shape(#[from] crate::array::ShapeError),
+
+    /// A locked array was accessed without its lock id.
+    #[error(transparent)]
+    Lock(#[from] crate::array::LockError),
+
+    /// An array operation needs a copy (host or device) that is not current.
+    #[error(transparent)]
+    Residency(#[from] crate::array::ResidencyError),
+
+    /// A DLPack tensor could not be imported or exported.
+    #[error(transparent)]
+    DLPack(#[from] crate::dlpack::DLPackError),
 }
 
 impl From<DriverError> for Error {

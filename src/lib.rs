@@ -33,10 +33,13 @@
 #![warn(missing_docs, rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![deny(unused_must_use)]
 
+pub mod array;
 pub mod backend;
+pub mod dlpack;
 pub mod error;
 pub mod kernels;
 
+pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, View};
 pub use backend::host::{Host, HostDevice};
 pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
 pub use backend::{

@@ -101,6 +101,27 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     }
 }
 
+/// Shared memory is still memory: an `Arc` of a buffer can be passed
+/// wherever the buffer can (arrays share their device copy with DLPack exports).
+impl<M: DeviceMemory + ?Sized> DeviceMemory for Arc<M> {
+    type B = M::B;
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn device_ptr(&self) -> u64 {
+        (**self).device_ptr()
+    }
+    fn ordinal(&self) -> usize {
+        (**self).ordinal()
+    }
+    fn kind(&self) -> MemoryKind {
+        (**self).kind()
+    }
+    fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        (**self).owner()
+    }
+}
+
 /// Host memory handed out by a backend (pinned buffers).
 pub trait HostMemory: Send + Sync + fmt::Debug {
     /// The memory as bytes.

@@ -1,0 +1,760 @@
+//! [`MemArray`]: an `N`-dimensional array with a host copy and a device copy.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
+use crate::backend::{Backend, Buffer, Device, DeviceMemory, Event, Stream};
+use crate::dlpack::ffi::DLDevice;
+use crate::dlpack::{dl_device, ExportSource};
+use crate::error::{BackendKind, Error, Result};
+use crate::HostDevice;
+
+/// An id that locks a [`MemArray`] for one user (seed 000's `lock_id`).
+///
+/// While an array is locked ([`MemArray::enter`]), every access must pass
+/// the same id, so code that does not know it (e.g. Rust code racing a
+/// Python `with` block holding a DLPack export) gets an error instead of
+/// touching memory that someone else has reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockId(pub u64);
+
+/// Whether [`MemArray::move_to`] waits for the copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// Synchronize the stream before and after the copy; the data is there
+    /// when `move_to` returns.
+    Sync,
+    /// Enqueue the copy on the stream and return; work enqueued later on the
+    /// same stream sees the data. Host access through the array waits for it.
+    Async,
+}
+
+/// Which copies of a [`MemArray`] hold the current data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residency {
+    /// Only the host copy.
+    Host,
+    /// Only the device copy.
+    Device,
+    /// Both copies hold the same data.
+    Both,
+}
+
+impl Residency {
+    /// Whether the copy at `loc` is current.
+    pub fn includes(self, loc: Location) -> bool {
+        matches!(
+            (self, loc),
+            (Residency::Both, _) | (Residency::Host, Location::Host) | (Residency::Device, Location::Device)
+        )
+    }
+
+    fn any_current(self) -> Location {
+        match self {
+            Residency::Device => Location::Device,
+            _ => Location::Host,
+        }
+    }
+}
+
+/// Flags and behaviour of a DLPack export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExportOptions {
+    /// Export a fresh copy instead of the array's memory (sets the
+    /// versioned `IS_COPIED` flag).
+    pub copy: bool,
+    /// Mark the export read-only (versioned `READ_ONLY` flag).
+    pub read_only: bool,
+}
+
+/// The host copy: a heap block shared between the array and its DLPack
+/// exports, so an export keeps it alive after the array is dropped.
+///
+/// It is a raw pointer rather than a `Box<[T]>` because exports and the
+/// array reach the same bytes through raw pointers; who may write when is
+/// governed by `&mut MemArray` and the lock, not by this type.
+pub(crate) struct HostStorage<T> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: `T: Element` is `Send + Sync` plain data; the storage only frees
+// its block on drop, and accesses are synchronized by its users
+// (`&mut MemArray` for writes, consumers' contracts for exports).
+unsafe impl<T: Element> Send for HostStorage<T> {}
+// SAFETY: as above.
+unsafe impl<T: Element> Sync for HostStorage<T> {}
+
+impl<T: Element> HostStorage<T> {
+    fn from_vec(v: Vec<T>) -> Self {
+        let len = v.len();
+        let ptr = NonNull::from(Box::leak(v.into_boxed_slice())).cast::<T>();
+        HostStorage { ptr, len }
+    }
+
+    fn ptr(&self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+
+    /// # Safety
+    /// No one may write the block while the returned slice is alive.
+    unsafe fn slice(&self) -> &[T] {
+        // SAFETY: `ptr..ptr+len` is the live boxed slice (dangling but aligned
+        // when `len == 0`); the caller excludes writers.
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
+    }
+
+    /// # Safety
+    /// No one else may read or write the block while the slice is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice_mut(&self) -> &mut [T] {
+        // SAFETY: as in `slice`, and the caller guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(), self.len) }
+    }
+
+    fn bytes_ptr(&self) -> *mut u8 {
+        self.ptr() as *mut u8
+    }
+}
+
+impl<T> Drop for HostStorage<T> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in
+        // `from_vec` and are freed exactly once, here.
+        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len))) }
+    }
+}
+
+/// Allocates `len` zeroed elements, turning allocation failure into an error.
+fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
+    let mut v: Vec<T> = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        backend: BackendKind::Host,
+        ordinal: 0,
+        bytes: len.saturating_mul(std::mem::size_of::<T>()),
+    })?;
+    // SAFETY: `Element` guarantees the all-zero bit pattern is a valid value.
+    let zero: T = unsafe { std::mem::zeroed() };
+    v.resize(len, zero);
+    Ok(v)
+}
+
+/// An `N`-dimensional array of `T` on device `D`, with a host copy and a
+/// device copy (seed 000's `MemArray`).
+///
+/// # Invariants
+/// - `len` is the product of `shape` and `len * size_of::<T>() <= isize::MAX`.
+/// - The host copy always exists (`len` elements); the device copy exists
+///   once the array has been on the device and `len > 0`.
+/// - `residency` says which copies hold the current data; no copy is made
+///   when the requested one is already current.
+/// - `pending` is the event recorded after the last asynchronous copy; every
+///   host access and the drop wait for it, so the host never races a copy.
+/// - While `lock` is `Some(id)`, every access needs `Some(LockId(id))`.
+///
+/// Element access is row-major. Moving a `MemArray` (or `std::mem::swap`,
+/// [`MemArray::swap`]) moves handles only, never data.
+pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
+    shape: [usize; N],
+    len: usize,
+    device: Arc<D>,
+    host: Arc<HostStorage<T>>,
+    buffer: Option<Arc<Buffer<D::B>>>,
+    residency: Residency,
+    lock: Option<u64>,
+    pending: Option<Event<D::B>>,
+}
+
+impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemArray")
+            .field("dtype", &super::element::dtype_name(T::DTYPE))
+            .field("shape", &self.shape)
+            .field("device", &self.device.info().spec())
+            .field("residency", &self.residency)
+            .field("lock", &self.lock)
+            .field("pending", &self.pending.is_some())
+            .finish()
+    }
+}
+
+impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// The number of dimensions.
+    pub const NDIM: usize = N;
+
+    /// A zero-filled array of `shape` on `device` (host copy current).
+    ///
+    /// ```
+    /// use gpuport::{Device, array::MemArray};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let a = MemArray::<f32, 2, _>::zeros(&dev, [2, 3])?;
+    /// assert_eq!(a.get([1, 2], None)?, 0.0);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn zeros(device: &Arc<D>, shape: [usize; N]) -> Result<Self> {
+        let len = checked_len(&shape, std::mem::size_of::<T>())?;
+        Ok(Self::from_parts(device, shape, len, zeroed_vec(len)?))
+    }
+
+    /// An array of `shape` holding `data` in row-major order (no copy).
+    pub fn from_vec(device: &Arc<D>, shape: [usize; N], data: Vec<T>) -> Result<Self> {
+        let len = checked_len(&shape, std::mem::size_of::<T>())?;
+        if data.len() != len {
+            return Err(ShapeError::LengthMismatch {
+                what: "from_vec",
+                shape: shape.to_vec(),
+                expected: len,
+                got: data.len(),
+            }
+            .into());
+        }
+        Ok(Self::from_parts(device, shape, len, data))
+    }
+
+    /// An array of `shape` holding a copy of `data` in row-major order.
+    pub fn from_slice(device: &Arc<D>, shape: [usize; N], data: &[T]) -> Result<Self> {
+        let len = checked_len(&shape, std::mem::size_of::<T>())?;
+        if data.len() != len {
+            return Err(ShapeError::LengthMismatch {
+                what: "from_slice",
+                shape: shape.to_vec(),
+                expected: len,
+                got: data.len(),
+            }
+            .into());
+        }
+        let mut v = zeroed_vec(len)?;
+        v.copy_from_slice(data);
+        Ok(Self::from_parts(device, shape, len, v))
+    }
+
+    fn from_parts(device: &Arc<D>, shape: [usize; N], len: usize, data: Vec<T>) -> Self {
+        MemArray {
+            shape,
+            len,
+            device: device.clone(),
+            host: Arc::new(HostStorage::from_vec(data)),
+            buffer: None,
+            residency: Residency::Host,
+            lock: None,
+            pending: None,
+        }
+    }
+
+    // ---- state -------------------------------------------------------------
+
+    /// The extents.
+    pub fn shape(&self) -> [usize; N] {
+        self.shape
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device that owns the device copy.
+    pub fn device(&self) -> &Arc<D> {
+        &self.device
+    }
+
+    /// Which copies are current.
+    pub fn residency(&self) -> Residency {
+        self.residency
+    }
+
+    /// Whether an asynchronous copy may still be running (see [`Transfer::Async`]).
+    pub fn is_transfer_pending(&self) -> Result<bool> {
+        match &self.pending {
+            Some(ev) => Ok(!self.device.event_is_complete(ev)?),
+            None => Ok(false),
+        }
+    }
+
+    /// The event recorded after the last asynchronous copy, for ordering
+    /// work on another stream after it (`Device::wait_event`).
+    pub fn pending_event(&self) -> Option<&Event<D::B>> {
+        self.pending.as_ref()
+    }
+
+    /// Waits for the last asynchronous copy.
+    pub fn synchronize(&mut self) -> Result<()> {
+        if let Some(ev) = &self.pending {
+            self.device.synchronize_event(ev)?;
+        }
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Waits for a pending copy without forgetting it (for `&self` access).
+    fn wait_pending(&self) -> Result<()> {
+        match &self.pending {
+            Some(ev) => self.device.synchronize_event(ev),
+            None => Ok(()),
+        }
+    }
+
+    // ---- locks -------------------------------------------------------------
+
+    /// Locks the array to `id`: until [`exit`](Self::exit), every access
+    /// must pass `Some(id)`.
+    pub fn enter(&mut self, id: LockId) -> Result<()> {
+        if let Some(held) = self.lock {
+            return Err(LockError::AlreadyLocked { held, requested: id.0 }.into());
+        }
+        self.lock = Some(id.0);
+        Ok(())
+    }
+
+    /// Unlocks the array.
+    pub fn exit(&mut self) {
+        self.lock = None;
+    }
+
+    /// The id holding the lock, if locked.
+    pub fn lock_id(&self) -> Option<LockId> {
+        self.lock.map(LockId)
+    }
+
+    fn check_lock(&self, op: &'static str, given: Option<LockId>) -> Result<()> {
+        match (self.lock, given) {
+            (None, _) => Ok(()),
+            (Some(held), None) => Err(LockError::Locked { op, held }.into()),
+            (Some(held), Some(LockId(g))) if g == held => Ok(()),
+            (Some(held), Some(LockId(given))) => Err(LockError::WrongId { op, held, given }.into()),
+        }
+    }
+
+    fn check_resident(&self, op: &'static str, loc: Location) -> Result<()> {
+        if self.residency.includes(loc) {
+            Ok(())
+        } else {
+            Err(ResidencyError::new(op, loc, self.residency.any_current()).into())
+        }
+    }
+
+    fn linear(&self, index: [usize; N]) -> Result<usize> {
+        let mut lin = 0usize;
+        for axis in 0..N {
+            if index[axis] >= self.shape[axis] {
+                return Err(ShapeError::IndexOutOfBounds { index: index.to_vec(), shape: self.shape.to_vec() }.into());
+            }
+            // Cannot overflow: lin < product of extents so far <= len.
+            lin = lin * self.shape[axis] + index[axis];
+        }
+        Ok(lin)
+    }
+
+    // ---- moves -------------------------------------------------------------
+
+    fn ensure_buffer(&mut self) -> Result<Arc<Buffer<D::B>>> {
+        if let Some(b) = &self.buffer {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(self.device.alloc(self.len * std::mem::size_of::<T>())?);
+        self.buffer = Some(b.clone());
+        Ok(b)
+    }
+
+    /// Makes the copy at `to` current, copying on `stream` if it is not.
+    ///
+    /// Returns at once when `to` is already current. With
+    /// [`Transfer::Async`] the copy is only enqueued: later work on `stream`
+    /// is ordered after it, host access through this array waits for it,
+    /// and [`pending_event`](Self::pending_event) orders other streams.
+    /// With [`Transfer::Sync`] the stream is synchronized before and after.
+    pub fn move_to(&mut self, to: Location, stream: &Stream<D::B>, mode: Transfer, lock: Option<LockId>) -> Result<()> {
+        self.check_lock("move_to", lock)?;
+        if self.residency.includes(to) {
+            return Ok(());
+        }
+        if self.len == 0 {
+            self.residency = Residency::Both;
+            return Ok(());
+        }
+        if mode == Transfer::Sync {
+            self.device.synchronize(stream)?;
+        }
+        if let Some(ev) = &self.pending {
+            self.device.wait_event(stream, ev)?;
+        }
+        let buffer = self.ensure_buffer()?;
+        let bytes = self.len * std::mem::size_of::<T>();
+        match to {
+            Location::Device => {
+                // SAFETY: the host block lives in `self.host` (an `Arc` this
+                // array keeps until the copy is done: host writes and `Drop`
+                // wait for `pending`, recorded below); the range is the whole
+                // block of `bytes` initialized bytes.
+                let src = unsafe { std::slice::from_raw_parts(self.host.bytes_ptr(), bytes) };
+                // SAFETY: `src` and `buffer` outlive the copy as argued above.
+                unsafe { self.device.copy_to_device_async(src, &buffer, 0, stream)? };
+            }
+            Location::Host => {
+                // SAFETY: as above; no host access through this array happens
+                // until `pending` has completed, so the slice is not aliased
+                // by Rust code while the stream writes it.
+                let dst = unsafe { std::slice::from_raw_parts_mut(self.host.bytes_ptr(), bytes) };
+                // SAFETY: `dst` and `buffer` outlive the copy as argued above.
+                unsafe { self.device.copy_to_host_async(&buffer, 0, dst, stream)? };
+            }
+        }
+        let recorded = self.device.create_event().and_then(|ev| self.device.record_event(&ev, stream).map(|()| ev));
+        match recorded {
+            Ok(ev) => self.pending = Some(ev),
+            Err(e) => {
+                // Without an event nothing would order later host access
+                // after the copy: wait for it here before reporting.
+                let _ = self.device.synchronize(stream);
+                return Err(e);
+            }
+        }
+        self.residency = Residency::Both;
+        if mode == Transfer::Sync {
+            self.device.synchronize(stream)?;
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    // ---- checked access ------------------------------------------------------
+
+    /// Reads the element at `index` from the host copy.
+    ///
+    /// Errors: locked without the id, the host copy not current, or out of bounds.
+    pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
+        self.check_lock("get", lock)?;
+        self.check_resident("get", Location::Host)?;
+        let lin = self.linear(index)?;
+        self.wait_pending()?;
+        // SAFETY: `lin < len` (checked); no copy is writing (waited), and
+        // writes through this array need `&mut self`.
+        Ok(unsafe { self.host.slice()[lin] })
+    }
+
+    /// Writes the element at `index` in the host copy; the device copy
+    /// becomes stale.
+    ///
+    /// Errors: locked without the id, the host copy not current, or out of bounds.
+    pub fn set(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
+        self.check_lock("set", lock)?;
+        self.check_resident("set", Location::Host)?;
+        let lin = self.linear(index)?;
+        self.synchronize()?;
+        // SAFETY: `lin < len`; `&mut self` and the finished copies exclude
+        // every other access through this array.
+        unsafe { self.host.slice_mut()[lin] = value };
+        self.residency = Residency::Host;
+        Ok(())
+    }
+
+    /// Reads the element at `index` without any check.
+    ///
+    /// # Safety
+    /// - every `index[i] < shape[i]`;
+    /// - the host copy is current and no asynchronous copy is pending
+    ///   (otherwise the value is stale or the read races the copy).
+    pub unsafe fn get_unchecked(&self, index: [usize; N]) -> T {
+        let lin = self.linear_unchecked(index);
+        // SAFETY: the caller guarantees the index is in bounds and no copy
+        // writes the block.
+        unsafe { *self.host.ptr().add(lin) }
+    }
+
+    /// Writes the element at `index` without any check; the device copy
+    /// becomes stale.
+    ///
+    /// # Safety
+    /// - every `index[i] < shape[i]`;
+    /// - no asynchronous copy is pending (the write would race it).
+    pub unsafe fn set_unchecked(&mut self, index: [usize; N], value: T) {
+        let lin = self.linear_unchecked(index);
+        // SAFETY: the caller guarantees bounds and no concurrent copy.
+        unsafe { *self.host.ptr().add(lin) = value };
+        self.residency = Residency::Host;
+    }
+
+    fn linear_unchecked(&self, index: [usize; N]) -> usize {
+        index.iter().zip(&self.shape).fold(0usize, |lin, (&i, &e)| lin.wrapping_mul(e).wrapping_add(i))
+    }
+
+    /// The host copy as a slice (row-major).
+    pub fn as_slice(&self, lock: Option<LockId>) -> Result<&[T]> {
+        self.check_lock("as_slice", lock)?;
+        self.check_resident("as_slice", Location::Host)?;
+        self.wait_pending()?;
+        // SAFETY: no copy is writing (waited); writes through this array need
+        // `&mut self`, which the returned borrow excludes.
+        Ok(unsafe { self.host.slice() })
+    }
+
+    /// The host copy as a mutable slice; the device copy becomes stale.
+    pub fn as_mut_slice(&mut self, lock: Option<LockId>) -> Result<&mut [T]> {
+        self.check_lock("as_mut_slice", lock)?;
+        self.check_resident("as_mut_slice", Location::Host)?;
+        self.synchronize()?;
+        self.residency = Residency::Host;
+        // SAFETY: `&mut self` is borrowed for the slice's lifetime and no copy
+        // is pending, so the slice is the only access.
+        Ok(unsafe { self.host.slice_mut() })
+    }
+
+    /// Copies `src` (row-major, `len()` elements) into the host copy, which
+    /// becomes the only current copy.
+    pub fn copy_from_slice(&mut self, src: &[T], lock: Option<LockId>) -> Result<()> {
+        self.check_lock("copy_from_slice", lock)?;
+        if src.len() != self.len {
+            return Err(ShapeError::LengthMismatch {
+                what: "copy_from_slice",
+                shape: self.shape.to_vec(),
+                expected: self.len,
+                got: src.len(),
+            }
+            .into());
+        }
+        self.synchronize()?;
+        // SAFETY: as in `as_mut_slice`.
+        unsafe { self.host.slice_mut().copy_from_slice(src) };
+        self.residency = Residency::Host;
+        Ok(())
+    }
+
+    /// Sets every element of the host copy to `value`; the device copy becomes stale.
+    pub fn fill(&mut self, value: T, lock: Option<LockId>) -> Result<()> {
+        self.check_lock("fill", lock)?;
+        self.synchronize()?;
+        // SAFETY: as in `as_mut_slice`.
+        unsafe { self.host.slice_mut().fill(value) };
+        self.residency = Residency::Host;
+        Ok(())
+    }
+
+    /// Copies the host copy (row-major) into `dst`, which must have `len()` elements.
+    pub fn copy_to_slice(&self, dst: &mut [T], lock: Option<LockId>) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(ShapeError::LengthMismatch {
+                what: "copy_to_slice",
+                shape: self.shape.to_vec(),
+                expected: self.len,
+                got: dst.len(),
+            }
+            .into());
+        }
+        dst.copy_from_slice(self.as_slice(lock)?);
+        Ok(())
+    }
+
+    /// The host copy as a new `Vec` (row-major).
+    pub fn to_vec(&self, lock: Option<LockId>) -> Result<Vec<T>> {
+        Ok(self.as_slice(lock)?.to_vec())
+    }
+
+    // ---- raw access for kernels ------------------------------------------------
+
+    /// The address of the host copy, for reading.
+    ///
+    /// Obtaining the pointer is safe; using it is `unsafe` and the caller's
+    /// contract is: read at most `len()` elements, only while the array is
+    /// alive, not moved to the device and back, and not written through
+    /// `&mut` methods.
+    pub fn host_ptr(&self, lock: Option<LockId>) -> Result<*const T> {
+        self.check_lock("host_ptr", lock)?;
+        self.check_resident("host_ptr", Location::Host)?;
+        self.wait_pending()?;
+        Ok(self.host.ptr())
+    }
+
+    /// The address of the host copy, for reading and writing. The host copy
+    /// becomes the only current copy (the caller may write through it).
+    ///
+    /// Contract for using the pointer (the dereference is `unsafe`): at most
+    /// `len()` elements, only until the next call on this array.
+    pub fn host_ptr_mut(&mut self, lock: Option<LockId>) -> Result<*mut T> {
+        self.check_lock("host_ptr_mut", lock)?;
+        self.check_resident("host_ptr_mut", Location::Host)?;
+        self.synchronize()?;
+        self.residency = Residency::Host;
+        Ok(self.host.ptr())
+    }
+
+    /// The device address of the device copy (0 for an empty array), for
+    /// kernels that only read it.
+    ///
+    /// Contract for kernels using it: read at most `len()` elements, on the
+    /// stream of the last [`move_to`](Self::move_to) or after
+    /// [`pending_event`](Self::pending_event), while the array is alive.
+    pub fn device_ptr(&self, lock: Option<LockId>) -> Result<u64> {
+        self.check_lock("device_ptr", lock)?;
+        self.check_resident("device_ptr", Location::Device)?;
+        Ok(self.buffer.as_ref().map_or(0, |b| b.device_ptr()))
+    }
+
+    /// The device address of the device copy for kernels that write it; the
+    /// device copy becomes the only current copy. Contract as for
+    /// [`device_ptr`](Self::device_ptr).
+    pub fn device_ptr_mut(&mut self, lock: Option<LockId>) -> Result<u64> {
+        let p = self.device_ptr(lock)?;
+        self.residency = Residency::Device;
+        Ok(p)
+    }
+
+    /// An [`ArrayIndexer`] over the copy at `loc`, to pass to a kernel by
+    /// value. The copy at `loc` becomes the only current one (the kernel may
+    /// write). The indexer's address follows the contract of
+    /// [`host_ptr_mut`](Self::host_ptr_mut) / [`device_ptr_mut`](Self::device_ptr_mut).
+    pub fn indexer(&mut self, loc: Location, lock: Option<LockId>) -> Result<ArrayIndexer<T, N>> {
+        let data = match loc {
+            Location::Host => self.host_ptr_mut(lock)?,
+            Location::Device => self.device_ptr_mut(lock)? as usize as *mut T,
+        };
+        let mut shape = [0i64; N];
+        for (s, &e) in shape.iter_mut().zip(&self.shape) {
+            // Fits: the total size is at most isize::MAX bytes (invariant).
+            *s = e as i64;
+        }
+        ArrayIndexer::new(data, shape).ok_or_else(|| {
+            Error::from(ShapeError::TooLarge { shape: self.shape.to_vec(), elem_size: std::mem::size_of::<T>() })
+        })
+    }
+
+    // ---- copies and swaps ----------------------------------------------------
+
+    /// A deep copy. Current copies are copied where they are: a current
+    /// device copy is copied on the device, not through the host.
+    pub fn try_clone(&self, lock: Option<LockId>) -> Result<Self> {
+        self.check_lock("clone", lock)?;
+        self.wait_pending()?;
+        let mut host = zeroed_vec::<T>(self.len)?;
+        if self.residency.includes(Location::Host) {
+            // SAFETY: no copy is writing (waited); writes need `&mut self`.
+            host.copy_from_slice(unsafe { self.host.slice() });
+        }
+        let buffer = match (&self.buffer, self.residency.includes(Location::Device)) {
+            (Some(src), true) => {
+                let dst = self.device.alloc(src.len())?;
+                self.device.copy_device(src, 0, &dst, 0, src.len())?;
+                Some(Arc::new(dst))
+            }
+            _ => None,
+        };
+        let mut out = Self::from_parts(&self.device, self.shape, self.len, host);
+        out.buffer = buffer;
+        out.residency = self.residency;
+        Ok(out)
+    }
+
+    /// Exchanges the contents of two arrays without copying data (locks,
+    /// residency and pending copies go with their data).
+    pub fn swap(&mut self, other: &mut Self) {
+        std::mem::swap(self, other);
+    }
+
+    // ---- views and export ----------------------------------------------------
+
+    /// The device's DLPack device for the copy at `loc`.
+    pub fn dl_device(&self, loc: Location) -> DLDevice {
+        match loc {
+            Location::Host => dl_device(BackendKind::Host, crate::MemoryKind::Host, 0),
+            Location::Device => {
+                let kind = self.buffer.as_ref().map_or(crate::MemoryKind::Device, |b| b.kind());
+                dl_device(<D::B as Backend>::KIND, kind, self.device.info().ordinal)
+            }
+        }
+    }
+
+    /// Element strides of the (row-major) array.
+    pub fn strides(&self) -> [isize; N] {
+        row_major_strides(&self.shape)
+    }
+
+    /// The pieces of a DLPack export of the copy at `loc` (optionally a
+    /// fresh copy of it), keeping the memory alive through an `Arc`.
+    pub(crate) fn export_source(&self, loc: Location, copy: bool, lock: Option<LockId>) -> Result<ExportSource> {
+        self.check_lock("to_dlpack", lock)?;
+        self.check_resident("to_dlpack", loc)?;
+        // An export has no stream to order against: finish pending copies.
+        self.wait_pending()?;
+        let (data, keep): (*mut T, Arc<dyn Send + Sync>) = match loc {
+            Location::Host if copy => {
+                let mut v = zeroed_vec::<T>(self.len)?;
+                // SAFETY: as in `as_slice`.
+                v.copy_from_slice(unsafe { self.host.slice() });
+                let s = Arc::new(HostStorage::from_vec(v));
+                (s.ptr(), s)
+            }
+            Location::Host => (self.host.ptr(), self.host.clone()),
+            Location::Device => match &self.buffer {
+                None => (std::ptr::null_mut(), Arc::new(())),
+                Some(src) if copy => {
+                    let dst = self.device.alloc(src.len())?;
+                    self.device.copy_device(src, 0, &dst, 0, src.len())?;
+                    (dst.device_ptr() as usize as *mut T, Arc::new(dst))
+                }
+                Some(b) => (b.device_ptr() as usize as *mut T, b.clone()),
+            },
+        };
+        let data = if self.len == 0 { std::ptr::null_mut() } else { data };
+        let shape: Vec<i64> = self.shape.iter().map(|&e| e as i64).collect();
+        let strides: Vec<i64> = self.strides().iter().map(|&s| s as i64).collect();
+        // SAFETY: `data` addresses `len` elements laid out by `shape` and
+        // `strides` in the memory `keep` owns (or is null for an empty array),
+        // in the device `dl_device(loc)` describes.
+        Ok(unsafe { ExportSource::new(data as *mut _, self.dl_device(loc), T::DTYPE, shape, strides, 0, keep) })
+    }
+
+    /// How many DLPack exports and views still share this array's host or
+    /// device memory (each holds an `Arc` of it).
+    pub fn live_exports(&self) -> usize {
+        let dev = self.buffer.as_ref().map_or(0, |b| Arc::strong_count(b) - 1);
+        Arc::strong_count(&self.host) - 1 + dev
+    }
+
+    pub(crate) fn host_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
+        self.check_lock("host_view", lock)?;
+        self.check_resident("host_view", Location::Host)?;
+        self.wait_pending()?;
+        Ok((self.host.ptr(), self.host.clone()))
+    }
+
+    pub(crate) fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
+        self.check_lock("device_view", lock)?;
+        self.check_resident("device_view", Location::Device)?;
+        Ok(match &self.buffer {
+            Some(b) => (b.device_ptr() as usize as *mut T, b.clone() as Arc<dyn Send + Sync>),
+            None => (std::ptr::null_mut(), Arc::new(()) as Arc<dyn Send + Sync>),
+        })
+    }
+}
+
+impl<T: Element, const N: usize, D: Device> Clone for MemArray<T, N, D> {
+    /// A deep copy, as [`try_clone`](MemArray::try_clone) without a lock id.
+    ///
+    /// # Panics
+    /// If the array is locked (use `try_clone` with the id) or the device
+    /// copy cannot be allocated or copied, as `Vec::clone` panics when out
+    /// of memory.
+    fn clone(&self) -> Self {
+        match self.try_clone(None) {
+            Ok(a) => a,
+            Err(e) => panic!("MemArray::clone failed: {e}; use try_clone to handle this as an error"),
+        }
+    }
+}
+
+impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
+    fn drop(&mut self) {
+        // A pending copy reads or writes the host block through a pointer the
+        // stream holds; wait for it before the block can be freed. An error
+        // here cannot be returned; the stream has failed and is not retried.
+        if let Some(ev) = self.pending.take() {
+            let _ = self.device.synchronize_event(&ev);
+        }
+    }
+}

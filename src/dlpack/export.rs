@@ -1,0 +1,302 @@
+//! Export: arrays and views as owning DLPack managed tensors.
+//!
+//! The manager context is one heap block holding the managed tensor struct
+//! itself, the shape and stride arrays it points into, and an `Arc` of the
+//! storage. The consumer's single call of the deleter frees the block; the
+//! storage is freed when its last `Arc` goes, so it outlives the Rust owner
+//! as long as the consumer holds the tensor.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::ffi::{
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+};
+use crate::array::{Element, ExportOptions, Location, LockId, MemArray};
+use crate::backend::Device;
+use crate::error::Result;
+
+/// Everything a managed tensor describes, plus the owner of its memory.
+pub struct ExportSource {
+    data: *mut c_void,
+    device: DLDevice,
+    dtype: DLDataType,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    byte_offset: u64,
+    /// Owns the memory; held (never read) so that dropping the export frees it.
+    _keep: Arc<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for ExportSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportSource")
+            .field("data", &self.data)
+            .field("device", &self.device)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .field("byte_offset", &self.byte_offset)
+            .finish()
+    }
+}
+
+impl ExportSource {
+    /// Describes memory that `keep` owns, for export.
+    ///
+    /// # Safety
+    /// - `shape.len() == strides.len()` and fits in `i32`;
+    /// - while `keep` is alive, `data + byte_offset` addresses every element
+    ///   the shape and strides (in elements of `dtype`) reach, in the memory
+    ///   `device` describes (or `data` is null and the shape has no element);
+    /// - that memory may be read and written by the consumer (unless the
+    ///   export is marked read-only).
+    pub unsafe fn new(
+        data: *mut c_void,
+        device: DLDevice,
+        dtype: DLDataType,
+        shape: Vec<i64>,
+        strides: Vec<i64>,
+        byte_offset: u64,
+        keep: Arc<dyn Send + Sync>,
+    ) -> Self {
+        ExportSource { data, device, dtype, shape, strides, byte_offset, _keep: keep }
+    }
+
+    fn tensor(&mut self) -> DLTensor {
+        DLTensor {
+            data: self.data,
+            device: self.device,
+            // Fits: guaranteed by `new`'s contract (ranks are const generics).
+            ndim: self.shape.len() as i32,
+            dtype: self.dtype,
+            shape: if self.shape.is_empty() { std::ptr::null_mut() } else { self.shape.as_mut_ptr() },
+            strides: if self.strides.is_empty() { std::ptr::null_mut() } else { self.strides.as_mut_ptr() },
+            byte_offset: self.byte_offset,
+        }
+    }
+
+    /// Packs this into a legacy managed tensor.
+    pub fn into_legacy(self) -> ManagedTensor {
+        let ctx = Box::into_raw(Box::new(LegacyCtx {
+            managed: DLManagedTensor { dl_tensor: null_tensor(), manager_ctx: std::ptr::null_mut(), deleter: None },
+            source: self,
+        }));
+        // SAFETY: `ctx` is a live, unique heap block; the tensor's pointers
+        // go into the `Vec`s the block owns, which never move or reallocate.
+        unsafe {
+            (*ctx).managed.dl_tensor = (*ctx).source.tensor();
+            (*ctx).managed.manager_ctx = ctx as *mut c_void;
+            (*ctx).managed.deleter = Some(legacy_deleter);
+            ManagedTensor { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
+        }
+    }
+
+    /// Packs this into a versioned managed tensor with `flags`.
+    pub fn into_versioned(self, flags: u64) -> ManagedTensorVersioned {
+        let ctx = Box::into_raw(Box::new(VersionedCtx {
+            managed: DLManagedTensorVersioned {
+                version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: None,
+                flags,
+                dl_tensor: null_tensor(),
+            },
+            source: self,
+        }));
+        // SAFETY: as in `into_legacy`.
+        unsafe {
+            (*ctx).managed.dl_tensor = (*ctx).source.tensor();
+            (*ctx).managed.manager_ctx = ctx as *mut c_void;
+            (*ctx).managed.deleter = Some(versioned_deleter);
+            ManagedTensorVersioned { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
+        }
+    }
+}
+
+fn null_tensor() -> DLTensor {
+    DLTensor {
+        data: std::ptr::null_mut(),
+        device: DLDevice { device_type: super::DLDeviceType::CPU, device_id: 0 },
+        ndim: 0,
+        dtype: DLDataType { code: super::DLDataTypeCode::UINT, bits: 8, lanes: 1 },
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+/// The manager context of a legacy export (the managed struct comes first).
+#[repr(C)]
+struct LegacyCtx {
+    managed: DLManagedTensor,
+    source: ExportSource,
+}
+
+/// The manager context of a versioned export.
+#[repr(C)]
+struct VersionedCtx {
+    managed: DLManagedTensorVersioned,
+    source: ExportSource,
+}
+
+/// Frees a legacy export. Called once by the consumer; never unwinds.
+unsafe extern "C" fn legacy_deleter(t: *mut DLManagedTensor) {
+    if t.is_null() {
+        return;
+    }
+    // SAFETY: `t` is the `managed` field of a `LegacyCtx` from `into_legacy`
+    // (only those carry this deleter), still live because the deleter runs
+    // at most once; `manager_ctx` is that block's `Box` pointer.
+    let ctx = unsafe { (*t).manager_ctx } as *mut LegacyCtx;
+    // Dropping the storage runs backend code (a device free) that could
+    // panic; unwinding out of an `extern "C"` function is not allowed, so a
+    // panic is caught and the rest of the context is leaked instead.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the block came from `Box::into_raw` and is freed only here.
+        drop(unsafe { Box::from_raw(ctx) });
+    }));
+}
+
+/// Frees a versioned export. Called once by the consumer; never unwinds.
+unsafe extern "C" fn versioned_deleter(t: *mut DLManagedTensorVersioned) {
+    if t.is_null() {
+        return;
+    }
+    // SAFETY: as in `legacy_deleter`, for `VersionedCtx`.
+    let ctx = unsafe { (*t).manager_ctx } as *mut VersionedCtx;
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the block came from `Box::into_raw` and is freed only here.
+        drop(unsafe { Box::from_raw(ctx) });
+    }));
+}
+
+/// A legacy `DLManagedTensor` produced by gpuport, owned until
+/// [`into_raw`](Self::into_raw) hands it to a consumer; dropping it
+/// unconsumed calls its deleter.
+#[derive(Debug)]
+pub struct ManagedTensor {
+    ptr: NonNull<DLManagedTensor>,
+}
+
+// SAFETY: the tensor and its context are owned plain data plus an
+// `Arc<dyn Send + Sync>`; nothing in them is tied to a thread.
+unsafe impl Send for ManagedTensor {}
+
+impl ManagedTensor {
+    /// Hands the tensor over: the receiver must call its deleter exactly once.
+    pub fn into_raw(self) -> *mut DLManagedTensor {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// The tensor, still owned by `self`.
+    pub fn as_raw(&self) -> *const DLManagedTensor {
+        self.ptr.as_ptr()
+    }
+
+    /// The tensor description, borrowing `self`.
+    pub fn dl_tensor(&self) -> &DLTensor {
+        // SAFETY: the struct lives until the deleter runs, which needs `self`.
+        unsafe { &self.ptr.as_ref().dl_tensor }
+    }
+}
+
+impl Drop for ManagedTensor {
+    fn drop(&mut self) {
+        // SAFETY: not handed over (`into_raw` forgets `self`), so this is the
+        // deleter's one call.
+        unsafe {
+            if let Some(d) = self.ptr.as_ref().deleter {
+                d(self.ptr.as_ptr());
+            }
+        }
+    }
+}
+
+/// A versioned `DLManagedTensorVersioned` produced by gpuport; as
+/// [`ManagedTensor`].
+#[derive(Debug)]
+pub struct ManagedTensorVersioned {
+    ptr: NonNull<DLManagedTensorVersioned>,
+}
+
+// SAFETY: as for `ManagedTensor`.
+unsafe impl Send for ManagedTensorVersioned {}
+
+impl ManagedTensorVersioned {
+    /// Hands the tensor over: the receiver must call its deleter exactly once.
+    pub fn into_raw(self) -> *mut DLManagedTensorVersioned {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// The tensor, still owned by `self`.
+    pub fn as_raw(&self) -> *const DLManagedTensorVersioned {
+        self.ptr.as_ptr()
+    }
+
+    /// The tensor description, borrowing `self`.
+    pub fn dl_tensor(&self) -> &DLTensor {
+        // SAFETY: the struct lives until the deleter runs, which needs `self`.
+        unsafe { &self.ptr.as_ref().dl_tensor }
+    }
+
+    /// The `DLPACK_FLAG_BITMASK_*` flags.
+    pub fn flags(&self) -> u64 {
+        // SAFETY: as in `dl_tensor`.
+        unsafe { self.ptr.as_ref().flags }
+    }
+}
+
+impl Drop for ManagedTensorVersioned {
+    fn drop(&mut self) {
+        // SAFETY: as for `ManagedTensor`.
+        unsafe {
+            if let Some(d) = self.ptr.as_ref().deleter {
+                d(self.ptr.as_ptr());
+            }
+        }
+    }
+}
+
+impl ExportOptions {
+    /// The versioned flags these options set.
+    pub fn flags(self) -> u64 {
+        let mut f = 0;
+        if self.read_only {
+            f |= DLPACK_FLAG_BITMASK_READ_ONLY;
+        }
+        if self.copy {
+            f |= DLPACK_FLAG_BITMASK_IS_COPIED;
+        }
+        f
+    }
+}
+
+impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// Exports the copy at `loc` as a legacy managed tensor (zero-copy
+    /// unless `copy`). The memory stays alive until the consumer calls the
+    /// deleter, even if this array is dropped first.
+    ///
+    /// Errors: locked without the id, or the copy at `loc` not current.
+    pub fn to_dlpack(&self, loc: Location, copy: bool, lock: Option<LockId>) -> Result<ManagedTensor> {
+        Ok(self.export_source(loc, copy, lock)?.into_legacy())
+    }
+
+    /// Exports the copy at `loc` as a versioned managed tensor with the
+    /// `READ_ONLY`/`IS_COPIED` flags of `opts`.
+    pub fn to_dlpack_versioned(
+        &self,
+        loc: Location,
+        opts: ExportOptions,
+        lock: Option<LockId>,
+    ) -> Result<ManagedTensorVersioned> {
+        Ok(self.export_source(loc, opts.copy, lock)?.into_versioned(opts.flags()))
+    }
+}

@@ -1,0 +1,216 @@
+//! The DLPack 1.x C ABI, written by hand from `dlpack/dlpack.h`.
+//!
+//! Why not the `dlpark` crate: its 0.10 `ffi` module has every struct and
+//! flag needed here (it is bindgen output of the same header), but it needs
+//! Rust 1.88 and edition 2024 while gpuport supports Rust 1.80, its safe
+//! layers were rewritten in most 0.x releases, and they do not fit our
+//! ownership model (an `Arc` of backend storage as the manager context, the
+//! device type derived from backend and memory kind). The ABI below is a
+//! few plain structs; the `const` assertions pin their sizes and offsets to
+//! the ones the C header gives on 64-bit targets.
+
+use std::ffi::c_void;
+
+/// The DLPack major version this module implements (ABI of
+/// [`DLManagedTensorVersioned`]).
+pub const DLPACK_MAJOR_VERSION: u32 = 1;
+/// The DLPack minor version gpuport claims as a producer. Tensors with any
+/// minor version of major 1 are accepted on import; unknown enum values are
+/// rejected field by field.
+pub const DLPACK_MINOR_VERSION: u32 = 1;
+
+/// Bit in [`DLManagedTensorVersioned::flags`]: the consumer must not write.
+pub const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1 << 0;
+/// Bit in [`DLManagedTensorVersioned::flags`]: the producer made a copy for
+/// this export, so the consumer may write without affecting the producer.
+pub const DLPACK_FLAG_BITMASK_IS_COPIED: u64 = 1 << 1;
+
+/// A DLPack version (major changes the ABI; minor only adds enum values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DLPackVersion {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+/// DLPack device type codes (`DLDeviceType`, a C enum of `int` size).
+///
+/// A newtype, not a Rust `enum`, because a foreign producer may send a value
+/// this build does not know; reading that into a Rust enum would be UB.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDeviceType(pub u32);
+
+impl DLDeviceType {
+    /// `kDLCPU`: ordinary host memory.
+    pub const CPU: Self = Self(1);
+    /// `kDLCUDA`: CUDA device memory.
+    pub const CUDA: Self = Self(2);
+    /// `kDLCUDAHost`: pinned host memory from `cudaMallocHost`.
+    pub const CUDA_HOST: Self = Self(3);
+    /// `kDLOpenCL`.
+    pub const OPENCL: Self = Self(4);
+    /// `kDLVulkan`.
+    pub const VULKAN: Self = Self(7);
+    /// `kDLMetal`.
+    pub const METAL: Self = Self(8);
+    /// `kDLVPI`.
+    pub const VPI: Self = Self(9);
+    /// `kDLROCM`: ROCm/HIP device memory.
+    pub const ROCM: Self = Self(10);
+    /// `kDLROCMHost`: pinned host memory from `hipHostMalloc`.
+    pub const ROCM_HOST: Self = Self(11);
+    /// `kDLExtDev`.
+    pub const EXT_DEV: Self = Self(12);
+    /// `kDLCUDAManaged`: CUDA managed (unified) memory.
+    pub const CUDA_MANAGED: Self = Self(13);
+    /// `kDLOneAPI`.
+    pub const ONE_API: Self = Self(14);
+    /// `kDLWebGPU`.
+    pub const WEBGPU: Self = Self(15);
+    /// `kDLHexagon`.
+    pub const HEXAGON: Self = Self(16);
+    /// `kDLMAIA`.
+    pub const MAIA: Self = Self(17);
+
+    /// The header's name for this code, or `None` for a code it does not define.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            1 => "kDLCPU",
+            2 => "kDLCUDA",
+            3 => "kDLCUDAHost",
+            4 => "kDLOpenCL",
+            7 => "kDLVulkan",
+            8 => "kDLMetal",
+            9 => "kDLVPI",
+            10 => "kDLROCM",
+            11 => "kDLROCMHost",
+            12 => "kDLExtDev",
+            13 => "kDLCUDAManaged",
+            14 => "kDLOneAPI",
+            15 => "kDLWebGPU",
+            16 => "kDLHexagon",
+            17 => "kDLMAIA",
+            _ => return None,
+        })
+    }
+}
+
+/// Where a tensor's memory is: device type and device index.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDevice {
+    /// The device type.
+    pub device_type: DLDeviceType,
+    /// The device index (0 for host, pinned and managed memory).
+    pub device_id: i32,
+}
+
+/// DLPack data type codes (`DLDataTypeCode`, stored as `u8`).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDataTypeCode(pub u8);
+
+impl DLDataTypeCode {
+    /// Signed integer.
+    pub const INT: Self = Self(0);
+    /// Unsigned integer.
+    pub const UINT: Self = Self(1);
+    /// IEEE floating point.
+    pub const FLOAT: Self = Self(2);
+    /// Opaque handle (testing only).
+    pub const OPAQUE_HANDLE: Self = Self(3);
+    /// bfloat16.
+    pub const BFLOAT: Self = Self(4);
+    /// Complex number, a compact (re, im) pair.
+    pub const COMPLEX: Self = Self(5);
+    /// Boolean (8 bits per element).
+    pub const BOOL: Self = Self(6);
+}
+
+/// An element type: code, bits per lane, lanes (e.g. float4 = FLOAT, 32, 4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DLDataType {
+    /// Base type code.
+    pub code: DLDataTypeCode,
+    /// Bits per lane.
+    pub bits: u8,
+    /// Lanes (1 for scalars).
+    pub lanes: u16,
+}
+
+/// A plain tensor description; owns nothing.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DLTensor {
+    /// Base address (a device address for device memory); null for size 0.
+    pub data: *mut c_void,
+    /// Where the memory is.
+    pub device: DLDevice,
+    /// Number of dimensions.
+    pub ndim: i32,
+    /// Element type.
+    pub dtype: DLDataType,
+    /// `ndim` extents (may be null when `ndim == 0`).
+    pub shape: *mut i64,
+    /// `ndim` strides in elements; null means compact row-major (before DLPack 1.2).
+    pub strides: *mut i64,
+    /// Offset in bytes from `data` to the first element.
+    pub byte_offset: u64,
+}
+
+/// The legacy (unversioned) managed tensor.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensor {
+    /// The tensor.
+    pub dl_tensor: DLTensor,
+    /// The producer's context.
+    pub manager_ctx: *mut c_void,
+    /// Frees the tensor and its context; called once by the consumer.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// The versioned managed tensor (DLPack 1.x).
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensorVersioned {
+    /// ABI version; a consumer must only call `deleter` if `major` differs.
+    pub version: DLPackVersion,
+    /// The producer's context.
+    pub manager_ctx: *mut c_void,
+    /// Frees the tensor and its context; called once by the consumer.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    /// `DLPACK_FLAG_BITMASK_*` bits.
+    pub flags: u64,
+    /// The tensor.
+    pub dl_tensor: DLTensor,
+}
+
+// Layout checks against the C header (64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<DLPackVersion>() == 8);
+    assert!(size_of::<DLDevice>() == 8 && align_of::<DLDevice>() == 4);
+    assert!(size_of::<DLDataType>() == 4 && align_of::<DLDataType>() == 2);
+    assert!(offset_of!(DLDataType, bits) == 1 && offset_of!(DLDataType, lanes) == 2);
+    assert!(size_of::<DLTensor>() == 48);
+    assert!(offset_of!(DLTensor, device) == 8);
+    assert!(offset_of!(DLTensor, ndim) == 16);
+    assert!(offset_of!(DLTensor, dtype) == 20);
+    assert!(offset_of!(DLTensor, shape) == 24);
+    assert!(offset_of!(DLTensor, strides) == 32);
+    assert!(offset_of!(DLTensor, byte_offset) == 40);
+    assert!(size_of::<DLManagedTensor>() == 64);
+    assert!(offset_of!(DLManagedTensor, manager_ctx) == 48);
+    assert!(offset_of!(DLManagedTensor, deleter) == 56);
+    assert!(size_of::<DLManagedTensorVersioned>() == 80);
+    assert!(offset_of!(DLManagedTensorVersioned, manager_ctx) == 8);
+    assert!(offset_of!(DLManagedTensorVersioned, deleter) == 16);
+    assert!(offset_of!(DLManagedTensorVersioned, flags) == 24);
+    assert!(offset_of!(DLManagedTensorVersioned, dl_tensor) == 32);
+};

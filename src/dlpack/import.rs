@@ -1,0 +1,469 @@
+//! Import: zero-copy access to a managed tensor from any producer.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use super::ffi::{
+    DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION,
+};
+use super::{is_host_accessible, DLPackError};
+use crate::array::element::{dtype_is_supported, dtype_name, dtype_size};
+use crate::array::{DeviceSpace, Element, HostSpace, ManagedSpace, Space, View};
+use crate::error::Result;
+
+enum Owner {
+    Legacy(NonNull<DLManagedTensor>),
+    Versioned(NonNull<DLManagedTensorVersioned>),
+}
+
+impl Owner {
+    /// Calls the producer's deleter. Consumes the owner, so at most once.
+    fn release(self) {
+        // SAFETY: the pointer is the producer's live managed tensor, handed
+        // to us with the duty to call its deleter once; `self` is consumed.
+        unsafe {
+            match self {
+                Owner::Legacy(p) => {
+                    if let Some(d) = p.as_ref().deleter {
+                        d(p.as_ptr());
+                    }
+                }
+                Owner::Versioned(p) => {
+                    if let Some(d) = p.as_ref().deleter {
+                        d(p.as_ptr());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A managed tensor from any producer, validated, giving zero-copy views.
+///
+/// Dropping it calls the producer's deleter exactly once. Null strides are
+/// read as compact row-major; `byte_offset` is applied; a read-only tensor
+/// gives no mutable access.
+///
+/// # Invariants
+/// `shape` and `strides` have `ndim` entries, extents are `>= 0`, every
+/// reachable element's byte offset from `data` fits in `isize`, the dtype
+/// is one gpuport supports, and the device type is one it knows.
+pub struct ImportedTensor {
+    owner: Option<Owner>,
+    data: *mut c_void,
+    byte_offset: u64,
+    device: DLDevice,
+    dtype: DLDataType,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    flags: u64,
+    version: Option<DLPackVersion>,
+}
+
+impl std::fmt::Debug for ImportedTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportedTensor")
+            .field("device", &self.device)
+            .field("dtype", &dtype_name(self.dtype))
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .field("byte_offset", &self.byte_offset)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl Drop for ImportedTensor {
+    fn drop(&mut self) {
+        if let Some(o) = self.owner.take() {
+            o.release();
+        }
+    }
+}
+
+impl ImportedTensor {
+    /// Takes ownership of a legacy managed tensor.
+    ///
+    /// On success and on error alike the tensor is consumed: its deleter
+    /// has been called (error) or will be called once on drop (success).
+    /// A null pointer is an error with nothing to delete.
+    ///
+    /// # Safety
+    /// - `ptr` is null or a live `DLManagedTensor` whose deleter nobody else
+    ///   will call;
+    /// - its `shape` (and `strides`, if not null) point to `ndim` readable
+    ///   `i64`s, and `data` addresses every element they reach, until the
+    ///   deleter is called;
+    /// - while a slice or view borrowed from the result is alive, nobody
+    ///   else writes the memory (or, for mutable borrows, reads it).
+    pub unsafe fn from_legacy(ptr: *mut DLManagedTensor) -> Result<Self> {
+        let p = NonNull::new(ptr).ok_or(DLPackError::NullPointer { what: "DLManagedTensor" })?;
+        // SAFETY: the caller guarantees a live tensor.
+        let t = unsafe { p.as_ref().dl_tensor };
+        // SAFETY: the caller's contract covers the tensor's pointers.
+        unsafe { Self::validate(Owner::Legacy(p), &t, 0, None) }
+    }
+
+    /// Takes ownership of a versioned managed tensor; as
+    /// [`from_legacy`](Self::from_legacy). A major version other than 1 is
+    /// an error (after calling the deleter, as the DLPack spec requires).
+    ///
+    /// # Safety
+    /// As for [`from_legacy`](Self::from_legacy), for a
+    /// `DLManagedTensorVersioned`.
+    pub unsafe fn from_versioned(ptr: *mut DLManagedTensorVersioned) -> Result<Self> {
+        let p = NonNull::new(ptr).ok_or(DLPackError::NullPointer { what: "DLManagedTensorVersioned" })?;
+        // SAFETY: the caller guarantees a live tensor; `version` is at the
+        // same place in every major version.
+        let version = unsafe { p.as_ref().version };
+        if version.major != DLPACK_MAJOR_VERSION {
+            Owner::Versioned(p).release();
+            return Err(DLPackError::UnsupportedVersion { major: version.major, minor: version.minor }.into());
+        }
+        // SAFETY: a major-1 tensor has the layout of `DLManagedTensorVersioned`.
+        let (t, flags) = unsafe { (p.as_ref().dl_tensor, p.as_ref().flags) };
+        // SAFETY: the caller's contract covers the tensor's pointers.
+        unsafe { Self::validate(Owner::Versioned(p), &t, flags, Some(version)) }
+    }
+
+    /// Checks every field; on failure releases the owner and returns the error.
+    ///
+    /// # Safety
+    /// As for `from_legacy`.
+    unsafe fn validate(owner: Owner, t: &DLTensor, flags: u64, version: Option<DLPackVersion>) -> Result<Self> {
+        // SAFETY: forwarded contract.
+        match unsafe { Self::parse(t) } {
+            Ok((shape, strides)) => Ok(ImportedTensor {
+                owner: Some(owner),
+                data: t.data,
+                byte_offset: t.byte_offset,
+                device: t.device,
+                dtype: t.dtype,
+                shape,
+                strides,
+                flags,
+                version,
+            }),
+            Err(e) => {
+                owner.release();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// # Safety
+    /// As for `from_legacy`.
+    unsafe fn parse(t: &DLTensor) -> std::result::Result<(Vec<i64>, Vec<i64>), DLPackError> {
+        if !dtype_is_supported(t.dtype) {
+            return Err(DLPackError::UnknownDType { code: t.dtype.code.0, bits: t.dtype.bits, lanes: t.dtype.lanes });
+        }
+        if !matches!(
+            t.device.device_type,
+            DLDeviceType::CPU
+                | DLDeviceType::CUDA
+                | DLDeviceType::CUDA_HOST
+                | DLDeviceType::CUDA_MANAGED
+                | DLDeviceType::ROCM
+                | DLDeviceType::ROCM_HOST
+        ) {
+            return Err(DLPackError::UnsupportedDevice {
+                device_type: t.device.device_type.0,
+                device_id: t.device.device_id,
+            });
+        }
+        let ndim = usize::try_from(t.ndim)
+            .map_err(|_| DLPackError::RankMismatch { expected: "a non-negative value".into(), found: t.ndim })?;
+        let shape: Vec<i64> = if ndim == 0 {
+            Vec::new()
+        } else if t.shape.is_null() {
+            return Err(DLPackError::NullPointer { what: "shape" });
+        } else {
+            // SAFETY: the caller guarantees `ndim` readable extents.
+            unsafe { std::slice::from_raw_parts(t.shape, ndim) }.to_vec()
+        };
+        if let Some((axis, &value)) = shape.iter().enumerate().find(|(_, &e)| e < 0) {
+            return Err(DLPackError::NegativeExtent { axis, value });
+        }
+        let overflow =
+            |strides: Vec<i64>| DLPackError::Overflow { shape: shape.clone(), strides, byte_offset: t.byte_offset };
+        let strides: Vec<i64> = if ndim == 0 {
+            Vec::new()
+        } else if t.strides.is_null() {
+            // Before DLPack 1.2, null strides mean compact row-major.
+            let mut s = vec![0i64; ndim];
+            let mut acc: i64 = 1;
+            for axis in (0..ndim).rev() {
+                s[axis] = acc;
+                acc = acc.checked_mul(shape[axis].max(1)).ok_or_else(|| overflow(vec![]))?;
+            }
+            s
+        } else {
+            // SAFETY: the caller guarantees `ndim` readable strides.
+            unsafe { std::slice::from_raw_parts(t.strides, ndim) }.to_vec()
+        };
+        // Every reachable byte offset must fit in isize: the element count,
+        // the lowest and highest element offsets, and the byte offset.
+        let elem = dtype_size(t.dtype) as i128;
+        let mut count: i128 = 1;
+        let (mut lo, mut hi) = (0i128, 0i128);
+        for axis in 0..ndim {
+            count = count.saturating_mul(shape[axis] as i128);
+            if shape[axis] > 0 {
+                let reach = (shape[axis] as i128 - 1) * strides[axis] as i128;
+                if reach < 0 {
+                    lo += reach;
+                } else {
+                    hi += reach;
+                }
+            }
+        }
+        if count > 0 {
+            let base = t.byte_offset as i128;
+            let first = base + lo * elem;
+            let end = base + (hi + 1) * elem;
+            let max = isize::MAX as i128;
+            if count.saturating_mul(elem) > max || end > max || first < -max {
+                return Err(overflow(strides));
+            }
+            if t.data.is_null() {
+                return Err(DLPackError::NullPointer { what: "data" });
+            }
+        }
+        Ok((shape, strides))
+    }
+
+    // ---- metadata --------------------------------------------------------
+
+    /// Where the memory is.
+    pub fn device(&self) -> DLDevice {
+        self.device
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DLDataType {
+        self.dtype
+    }
+
+    /// The extents.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    /// The strides in elements (compact row-major if the producer sent none).
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        if self.shape.contains(&0) {
+            // Extents of an empty tensor are not bounded; their product may overflow.
+            return 0;
+        }
+        // Fits: checked against isize::MAX bytes on import.
+        self.shape.iter().product::<i64>() as usize
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The producer's byte offset.
+    pub fn byte_offset(&self) -> u64 {
+        self.byte_offset
+    }
+
+    /// Whether the producer marked the tensor read-only (versioned only).
+    pub fn is_read_only(&self) -> bool {
+        self.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
+    }
+
+    /// Whether the producer made a copy for this export (versioned only).
+    pub fn is_copied(&self) -> bool {
+        self.flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0
+    }
+
+    /// The DLPack version of a versioned tensor; `None` for a legacy one.
+    pub fn version(&self) -> Option<DLPackVersion> {
+        self.version
+    }
+
+    /// The address of the element at index 0 (`data + byte_offset`), in the
+    /// tensor's address space; null for an empty tensor without data.
+    pub fn data_ptr(&self) -> *mut c_void {
+        (self.data as *mut u8).wrapping_add(self.byte_offset as usize) as *mut c_void
+    }
+
+    /// Whether the strides are compact row-major (extents of 1 or 0 ignored).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expect: i64 = 1;
+        for axis in (0..self.shape.len()).rev() {
+            if self.shape[axis] > 1 && self.strides[axis] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(self.shape[axis]);
+        }
+        true
+    }
+
+    // ---- typed access ----------------------------------------------------
+
+    fn check_dtype<T: Element>(&self) -> Result<()> {
+        if self.dtype != T::DTYPE {
+            return Err(
+                DLPackError::DTypeMismatch { expected: dtype_name(T::DTYPE), found: dtype_name(self.dtype) }.into()
+            );
+        }
+        let addr = self.data_ptr() as usize;
+        if !self.is_empty() && addr % std::mem::align_of::<T>() != 0 {
+            return Err(DLPackError::Misaligned {
+                address: addr,
+                align: std::mem::align_of::<T>(),
+                dtype: dtype_name(T::DTYPE),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    fn check_host(&self, op: &'static str) -> Result<()> {
+        if is_host_accessible(self.device.device_type) {
+            Ok(())
+        } else {
+            Err(DLPackError::WrongDevice { op, needed: "host-accessible", found: self.device_name() }.into())
+        }
+    }
+
+    fn device_name(&self) -> String {
+        let t = self.device.device_type;
+        format!("{}:{}", t.name().unwrap_or("unknown"), self.device.device_id)
+    }
+
+    /// The elements as a slice (host-accessible, compact row-major, `T`
+    /// matching the dtype; for `bool`, every byte 0 or 1).
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        self.check_host("as_slice")?;
+        self.check_dtype::<T>()?;
+        if !self.is_contiguous() {
+            return Err(DLPackError::NotContiguous { shape: self.shape.clone(), strides: self.strides.clone() }.into());
+        }
+        if self.is_empty() {
+            return Ok(&[]);
+        }
+        // SAFETY: validated: host-readable, aligned, `len` compact elements
+        // of `T` from `data_ptr` (the caller of `from_*` guarantees the
+        // memory and that nobody writes it while borrowed).
+        let s = unsafe { std::slice::from_raw_parts(self.data_ptr() as *const T, self.len()) };
+        // SAFETY: the same bytes, viewed as bytes for validation.
+        let bytes = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) };
+        if !T::valid_bytes(bytes) {
+            return Err(DLPackError::InvalidValues { dtype: dtype_name(T::DTYPE) }.into());
+        }
+        Ok(s)
+    }
+
+    /// The elements as a mutable slice; refused for read-only tensors.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T]> {
+        if self.is_read_only() {
+            return Err(DLPackError::ReadOnly.into());
+        }
+        let (p, n) = {
+            let s = self.as_slice::<T>()?;
+            (s.as_ptr() as *mut T, s.len())
+        };
+        if n == 0 {
+            return Ok(&mut []);
+        }
+        // SAFETY: as in `as_slice`, not read-only, and `&mut self` excludes
+        // other borrows through this tensor.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+    }
+
+    fn view_parts<T: Element, const N: usize>(&self) -> Result<([usize; N], [isize; N])> {
+        self.check_dtype::<T>()?;
+        if self.shape.len() != N {
+            return Err(DLPackError::RankMismatch { expected: N.to_string(), found: self.shape.len() as i32 }.into());
+        }
+        let mut extents = [0usize; N];
+        let mut strides = [0isize; N];
+        for axis in 0..N {
+            // Fit: validated against isize::MAX on import.
+            extents[axis] = self.shape[axis] as usize;
+            strides[axis] = self.strides[axis] as isize;
+        }
+        Ok((extents, strides))
+    }
+
+    /// A strided host view (host-accessible memory; `T` and `N` matching).
+    pub fn host_view<T: Element, const N: usize>(&self) -> Result<View<'_, T, N, HostSpace>> {
+        self.check_host("host_view")?;
+        let (extents, strides) = self.view_parts::<T, N>()?;
+        // SAFETY: validated on import: every reachable element lies in the
+        // producer's host-readable memory, alive while `self` is borrowed.
+        let view = unsafe { View::from_raw_parts(self.data_ptr() as *const T, extents, strides, self.device)? };
+        if !view.values_valid() {
+            return Err(DLPackError::InvalidValues { dtype: dtype_name(T::DTYPE) }.into());
+        }
+        Ok(view)
+    }
+
+    /// A strided view of device memory (kDLCUDA / kDLROCM).
+    pub fn device_view<T: Element, const N: usize>(&self) -> Result<View<'_, T, N, DeviceSpace>> {
+        self.space_view::<T, N, DeviceSpace>("device_view")
+    }
+
+    /// A strided view of managed memory (kDLCUDAManaged).
+    pub fn managed_view<T: Element, const N: usize>(&self) -> Result<View<'_, T, N, ManagedSpace>> {
+        self.space_view::<T, N, ManagedSpace>("managed_view")
+    }
+
+    fn space_view<T: Element, const N: usize, S: Space>(&self, op: &'static str) -> Result<View<'_, T, N, S>> {
+        if !S::accepts_dl(self.device.device_type) {
+            return Err(DLPackError::WrongDevice { op, needed: S::NAME, found: self.device_name() }.into());
+        }
+        let (extents, strides) = self.view_parts::<T, N>()?;
+        // SAFETY: as in `host_view`, in the tensor's own address space.
+        unsafe { View::from_raw_parts(self.data_ptr() as *const T, extents, strides, self.device) }
+    }
+
+    /// The elements in row-major order, gathered through the strides.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_host("to_vec")?;
+        self.check_dtype::<T>()?;
+        if self.is_contiguous() {
+            return Ok(self.as_slice::<T>()?.to_vec());
+        }
+        let mut out = Vec::with_capacity(self.len());
+        let n = self.shape.len();
+        let mut idx = vec![0i64; n];
+        let base = self.data_ptr() as *const T;
+        for _ in 0..self.len() {
+            let off: i64 = idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum();
+            // SAFETY: `idx` is in bounds, so the element is reachable and was
+            // validated to lie in the producer's memory (offsets fit isize).
+            let p = unsafe { base.offset(off as isize) };
+            // SAFETY: the element's bytes, read as bytes before as a `T`.
+            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, std::mem::size_of::<T>()) };
+            if !T::valid_bytes(bytes) {
+                return Err(DLPackError::InvalidValues { dtype: dtype_name(T::DTYPE) }.into());
+            }
+            // SAFETY: in bounds, aligned (checked), and a valid `T` (checked).
+            out.push(unsafe { *p });
+            for axis in (0..n).rev() {
+                idx[axis] += 1;
+                if idx[axis] < self.shape[axis] {
+                    break;
+                }
+                idx[axis] = 0;
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,270 @@
+//! MemArray: construction, checked access, locks, residency, moves, clones.
+//! Every test body is generic over the device and runs for `host` and `cuda:0`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{fill_u32, hold_stream, open_or_skip};
+use gpuport::array::{LockError, Residency, ShapeError};
+use gpuport::{with_device, Device, Error, Location, LockId, MemArray, Transfer};
+use rstest::rstest;
+
+fn iota(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32).collect()
+}
+
+fn moves_round_trip<D: Device>(dev: &Arc<D>, mode: Transfer) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::from_vec(dev, [3, 4, 5], iota(60)).unwrap();
+    assert_eq!(a.residency(), Residency::Host);
+    a.move_to(Location::Device, &stream, mode, None).unwrap();
+    assert_eq!(a.residency(), Residency::Both);
+    // The device copy becomes the only current one, as after a kernel write.
+    a.device_ptr_mut(None).unwrap();
+    assert_eq!(a.residency(), Residency::Device);
+    assert!(matches!(a.get([0, 0, 0], None), Err(Error::Residency(_))));
+    a.move_to(Location::Host, &stream, mode, None).unwrap();
+    a.synchronize().unwrap();
+    assert_eq!(a.to_vec(None).unwrap(), iota(60));
+    assert_eq!(a.get([2, 3, 4], None).unwrap(), 59.0);
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn data_survives_a_sync_round_trip_through_the_device(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => moves_round_trip(d, Transfer::Sync));
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn data_survives_an_async_round_trip_through_the_device(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => moves_round_trip(d, Transfer::Async));
+}
+
+fn move_to_current_copy_returns_early<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::from_vec(dev, [4], vec![1u32, 2, 3, 4]).unwrap();
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    // Hold the stream: a copy enqueued now would leave a pending event.
+    hold_stream(dev, &stream, Duration::from_millis(200));
+    a.move_to(Location::Device, &stream, Transfer::Async, None).unwrap();
+    a.move_to(Location::Host, &stream, Transfer::Async, None).unwrap();
+    assert!(a.pending_event().is_none(), "no copy when the copy is already current");
+    dev.synchronize(&stream).unwrap();
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn move_to_a_current_copy_enqueues_nothing(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => move_to_current_copy_returns_early(d));
+}
+
+/// An async move returns while the stream is still busy, and the data is
+/// only read after the stream has passed the copy.
+fn async_moves_are_async<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let n = 1 << 12;
+    let mut a = MemArray::<u32, 1, D>::zeros(dev, [n]).unwrap();
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    let ptr = a.device_ptr_mut(None).unwrap();
+    // SAFETY: `ptr` addresses the array's n u32s, alive until we synchronize.
+    unsafe { fill_u32(dev, &stream, ptr, n, 7) };
+    hold_stream(dev, &stream, Duration::from_millis(300));
+    let start = Instant::now();
+    a.move_to(Location::Host, &stream, Transfer::Async, None).unwrap();
+    assert!(start.elapsed() < Duration::from_millis(250), "move_to(Async) waited for the stream");
+    assert!(a.is_transfer_pending().unwrap(), "the copy should still be queued behind the busy kernel");
+    assert!(!dev.is_idle(&stream).unwrap());
+    dev.synchronize(&stream).unwrap();
+    assert!(!a.is_transfer_pending().unwrap());
+    assert!(a.as_slice(None).unwrap().iter().all(|&v| v == 7));
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn async_move_returns_before_the_copy_runs(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => async_moves_are_async(d));
+}
+
+fn host_access_waits_for_a_pending_copy<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::<u32, 1, D>::zeros(dev, [256]).unwrap();
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    let ptr = a.device_ptr_mut(None).unwrap();
+    // SAFETY: as above.
+    unsafe { fill_u32(dev, &stream, ptr, 256, 9) };
+    hold_stream(dev, &stream, Duration::from_millis(100));
+    a.move_to(Location::Host, &stream, Transfer::Async, None).unwrap();
+    // No explicit synchronize: checked access waits for the pending copy.
+    assert_eq!(a.get([255], None).unwrap(), 9);
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn checked_reads_wait_for_a_pending_async_copy(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => host_access_waits_for_a_pending_copy(d));
+}
+
+fn clone_is_deep<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::from_vec(dev, [2, 3], iota(6)).unwrap();
+    let mut b = a.clone();
+    b.set([0, 0], 100.0, None).unwrap();
+    assert_eq!(a.get([0, 0], None).unwrap(), 0.0);
+
+    // A device-current array is cloned on the device.
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    a.device_ptr_mut(None).unwrap();
+    let mut c = a.try_clone(None).unwrap();
+    assert_eq!(c.residency(), Residency::Device);
+    assert_ne!(c.device_ptr(None).unwrap(), a.device_ptr(None).unwrap());
+    c.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+    assert_eq!(c.to_vec(None).unwrap(), iota(6));
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn clones_are_deep_copies_made_where_the_data_is(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => clone_is_deep(d));
+}
+
+fn zero_size_arrays_work<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::<f64, 3, D>::zeros(dev, [4, 0, 2]).unwrap();
+    assert!(a.is_empty());
+    a.move_to(Location::Device, &stream, Transfer::Async, None).unwrap();
+    a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+    assert_eq!(a.device_ptr(None).unwrap(), 0);
+    assert_eq!(a.to_vec(None).unwrap(), Vec::<f64>::new());
+    assert!(matches!(a.get([0, 0, 0], None), Err(Error::Shape(ShapeError::IndexOutOfBounds { .. }))));
+    let t = a.to_dlpack(Location::Device, false, None).unwrap();
+    assert!(t.dl_tensor().data.is_null());
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn zero_size_arrays_move_and_export_without_memory(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => zero_size_arrays_work(d));
+}
+
+fn host() -> Arc<gpuport::HostDevice> {
+    gpuport::HostDevice::open(0).unwrap()
+}
+
+#[test]
+fn shapes_too_large_for_memory_are_typed_errors() {
+    let dev = host();
+    let e = MemArray::<f32, 2>::zeros(&dev, [usize::MAX, 2]).unwrap_err();
+    assert!(matches!(e, Error::Shape(ShapeError::TooLarge { .. })), "{e}");
+    let e = MemArray::<u64, 1>::zeros(&dev, [isize::MAX as usize / 4]).unwrap_err();
+    assert!(matches!(e, Error::Shape(ShapeError::TooLarge { .. })), "{e}");
+    assert!(e.to_string().contains("isize::MAX"));
+}
+
+#[test]
+fn from_vec_rejects_a_wrong_length_with_both_counts() {
+    let e = MemArray::from_vec(&host(), [2, 2], vec![1i32; 5]).unwrap_err();
+    assert_eq!(e.to_string(), "from_vec: shape [2, 2] has 4 elements, but 5 were given");
+}
+
+#[test]
+fn get_and_set_check_bounds_per_axis() {
+    let mut a = MemArray::<i16, 2>::zeros(&host(), [2, 3]).unwrap();
+    a.set([1, 2], 5, None).unwrap();
+    assert_eq!(a.get([1, 2], None).unwrap(), 5);
+    assert!(matches!(a.get([2, 0], None), Err(Error::Shape(ShapeError::IndexOutOfBounds { .. }))));
+    assert!(matches!(a.set([0, 3], 1, None), Err(Error::Shape(ShapeError::IndexOutOfBounds { .. }))));
+    // [0, 3] would be linear index 3, in range, but axis 1 has extent 3.
+    assert_eq!(a.to_vec(None).unwrap(), vec![0, 0, 0, 0, 0, 5]);
+}
+
+#[test]
+fn a_locked_array_refuses_access_without_its_id() {
+    let dev = host();
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::<f32, 1>::zeros(&dev, [4]).unwrap();
+    a.enter(LockId(7)).unwrap();
+    assert_eq!(a.lock_id(), Some(LockId(7)));
+    assert!(matches!(a.get([0], None), Err(Error::Lock(LockError::Locked { held: 7, .. }))));
+    assert!(matches!(a.set([0], 1.0, Some(LockId(8))), Err(Error::Lock(LockError::WrongId { held: 7, given: 8, .. }))));
+    assert!(matches!(a.move_to(Location::Device, &stream, Transfer::Sync, None), Err(Error::Lock(_))));
+    assert!(matches!(a.to_dlpack(Location::Host, false, None), Err(Error::Lock(_))));
+    assert!(matches!(a.host_view(None), Err(Error::Lock(_))));
+    assert!(matches!(a.host_ptr(None), Err(Error::Lock(_))));
+    assert!(matches!(a.try_clone(None), Err(Error::Lock(_))));
+    assert!(matches!(a.fill(1.0, None), Err(Error::Lock(_))));
+    assert!(matches!(a.enter(LockId(9)), Err(Error::Lock(LockError::AlreadyLocked { held: 7, requested: 9 }))));
+    // With the id everything works.
+    a.set([0], 1.0, Some(LockId(7))).unwrap();
+    assert_eq!(a.get([0], Some(LockId(7))).unwrap(), 1.0);
+    a.move_to(Location::Device, &stream, Transfer::Sync, Some(LockId(7))).unwrap();
+    a.exit();
+    assert_eq!(a.get([0], None).unwrap(), 1.0);
+    let msg = {
+        a.enter(LockId(3)).unwrap();
+        a.get([0], None).unwrap_err().to_string()
+    };
+    assert!(msg.contains("locked by id 3") && msg.contains("exit()"), "{msg}");
+}
+
+#[test]
+fn host_writes_make_the_device_copy_stale() {
+    let dev = host();
+    let s = dev.default_stream();
+    let mut a = MemArray::from_vec(&dev, [3], vec![1u8, 2, 3]).unwrap();
+    a.move_to(Location::Device, s, Transfer::Sync, None).unwrap();
+    assert_eq!(a.residency(), Residency::Both);
+    a.set([0], 9, None).unwrap();
+    assert_eq!(a.residency(), Residency::Host);
+    assert!(matches!(a.device_ptr(None), Err(Error::Residency(_))));
+    a.fill(4, None).unwrap();
+    a.copy_from_slice(&[5, 6, 7], None).unwrap();
+    let mut out = [0u8; 3];
+    a.copy_to_slice(&mut out, None).unwrap();
+    assert_eq!(out, [5, 6, 7]);
+    assert!(matches!(a.copy_from_slice(&[1], None), Err(Error::Shape(ShapeError::LengthMismatch { .. }))));
+}
+
+#[test]
+fn swap_exchanges_arrays_without_copying() {
+    let dev = host();
+    let mut a = MemArray::from_vec(&dev, [2], vec![1i64, 2]).unwrap();
+    let mut b = MemArray::from_vec(&dev, [2], vec![3i64, 4]).unwrap();
+    let (pa, pb) = (a.host_ptr(None).unwrap(), b.host_ptr(None).unwrap());
+    a.swap(&mut b);
+    assert_eq!(a.host_ptr(None).unwrap(), pb);
+    assert_eq!(b.host_ptr(None).unwrap(), pa);
+    assert_eq!(a.to_vec(None).unwrap(), vec![3, 4]);
+    let moved = a;
+    assert_eq!(moved.host_ptr(None).unwrap(), pb);
+}
+
+#[test]
+fn the_indexer_addresses_the_same_elements_as_get() {
+    let dev = host();
+    let mut a = MemArray::from_vec(&dev, [2, 3, 4], iota(24)).unwrap();
+    let ix = a.indexer(Location::Host, None).unwrap();
+    assert_eq!(ix.shape(), [2, 3, 4]);
+    assert_eq!(ix.size(), 24);
+    let p = ix.address_of([1, 2, 3]).unwrap();
+    // SAFETY: the indexer's address is inside the live host copy.
+    assert_eq!(unsafe { *p }, a.get([1, 2, 3], None).unwrap());
+    // SAFETY: index in bounds and no copy pending.
+    assert_eq!(unsafe { a.get_unchecked([1, 0, 2]) }, 14.0);
+}

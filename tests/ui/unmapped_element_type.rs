@@ -1,0 +1,7 @@
+// Only types with a DLPack data type can be array elements (seed 000).
+use gpuport::{Device, HostDevice, MemArray};
+
+fn main() {
+    let dev = HostDevice::open(0).unwrap();
+    let _ = MemArray::<String, 1>::zeros(&dev, [4]);
+}
