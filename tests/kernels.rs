@@ -4,7 +4,10 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use bytemuck::Pod;
+use gpuport::array::{Location, MemArray, Residency, Transfer};
 use gpuport::kernels::{self, Scalar, StridedArg};
 use gpuport::{Device, DeviceMemory};
 use half::{bf16, f16};
@@ -203,6 +206,58 @@ fn bad_kernel_requests_are_typed_errors<D: Device>(d: &D) {
     }
 }
 
+/// Seed 000's test: write 2 everywhere through checked access, run
+/// `add_index` (which moves the data to the device), check 2 + sum of indices.
+fn seed_memarray_test<D: Device, T: Scalar + gpuport::array::Element, const N: usize>(dev: &Arc<D>, shape: [usize; N]) {
+    let mut a = MemArray::<T, N, D>::zeros(dev, shape).unwrap();
+    let two = T::zeroed().add_index(2);
+    let n: usize = shape.iter().product();
+    for lin in 0..n {
+        a.set(unravel(shape, lin), two, None).unwrap();
+    }
+    a.add_index(dev.default_stream(), None).unwrap();
+    assert_eq!(a.residency(), Residency::Device, "add_index leaves the device copy current");
+    assert!(a.get([0; N], None).is_err(), "the host copy is stale until moved back");
+    a.move_to(Location::Host, dev.default_stream(), Transfer::Sync, None).unwrap();
+    for lin in 0..n {
+        let idx = unravel(shape, lin);
+        let sum: usize = idx.iter().sum();
+        assert_eq!(a.get(idx, None).unwrap(), two.add_index(sum as i64), "{} at {idx:?}", T::NAME);
+    }
+}
+
+fn unravel<const N: usize>(shape: [usize; N], mut lin: usize) -> [usize; N] {
+    let mut idx = [0; N];
+    for a in (0..N).rev() {
+        idx[a] = lin % shape[a];
+        lin /= shape[a];
+    }
+    idx
+}
+
+fn memarray_add_index_gives_two_plus_the_index_sum<D: Device>(d: &D) {
+    let dev = D::open(d.info().ordinal).unwrap();
+    seed_memarray_test::<D, f32, 3>(&dev, [2, 4, 7]);
+    seed_memarray_test::<D, f64, 2>(&dev, [13, 17]);
+    seed_memarray_test::<D, i32, 1>(&dev, [1001]);
+    seed_memarray_test::<D, i64, 4>(&dev, [2, 3, 4, 5]);
+    seed_memarray_test::<D, f16, 3>(&dev, [3, 5, 9]);
+}
+
+fn memarray_scale_and_axpy_run_on_the_device<D: Device>(d: &D) {
+    let dev = D::open(d.info().ordinal).unwrap();
+    let s = dev.default_stream();
+    let mut y = MemArray::<f32, 2, D>::from_vec(&dev, [3, 4], (0..12).map(|v| v as f32).collect()).unwrap();
+    let mut x = MemArray::<f32, 2, D>::from_vec(&dev, [3, 4], vec![1.0; 12]).unwrap();
+    y.scale(2.0, s, None).unwrap();
+    y.axpy(0.5, &mut x, s, None).unwrap();
+    y.move_to(Location::Host, s, Transfer::Sync, None).unwrap();
+    let expected: Vec<f32> = (0..12).map(|v| 2.0 * v as f32 + 0.5).collect();
+    assert_eq!(y.to_vec(None).unwrap(), expected);
+    let mut wrong = MemArray::<f32, 2, D>::zeros(&dev, [4, 3]).unwrap();
+    assert!(y.axpy(1.0, &mut wrong, s, None).is_err(), "shape mismatch");
+}
+
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => { $(
         #[rstest]
@@ -221,5 +276,36 @@ mod per_backend {
         fill_writes_every_element_of_every_size,
         strided_copies_gather_and_scatter,
         bad_kernel_requests_are_typed_errors,
+        memarray_add_index_gives_two_plus_the_index_sum,
+        memarray_scale_and_axpy_run_on_the_device,
     );
+}
+
+/// The nvcc path of build.rs, checked on the GPU machine: `ci/gpu-run.d/nvcc-fatbin.sh`
+/// builds the fatbin with the same script build.rs runs and points this test at it.
+#[test]
+fn a_fatbin_built_by_nvcc_loads_and_runs() {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("GPUPORT_TEST_FATBIN") else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: GPUPORT_TEST_FATBIN is not set (ci/gpu-run.d/nvcc-fatbin.sh sets it)"
+        );
+        return;
+    };
+    let Some(dev) = common::open_or_skip("cuda:0") else { return };
+    let image = std::fs::read(path).unwrap();
+    gpuport::with_device!(dev, d => {
+        let module = d.load_module(gpuport::ModuleSource::Binary(&image)).unwrap();
+        let kernel = d.kernel(&module, "gpuport_add_index_f32_2").unwrap();
+        let buf = d.alloc(6 * 4).unwrap();
+        d.copy_to_device(bytemuck::cast_slice(&[2.0f32; 6]), &buf, 0).unwrap();
+        let mut args = gpuport::KernelArgs::new();
+        args.push(&kernels::IndexerArg { data: buf.device_ptr(), shape: [2, 3] });
+        // SAFETY: the argument matches the kernel; `buf` holds 6 f32 and outlives the copy back.
+        unsafe { d.launch(&kernel, gpuport::LaunchConfig::linear(1, 32), &args, d.default_stream()).unwrap() };
+        let mut out = [0u8; 24];
+        d.copy_to_host(&buf, 0, &mut out).unwrap();
+        assert_eq!(bytemuck::cast_slice::<u8, f32>(&out), &[2.0, 3.0, 4.0, 3.0, 4.0, 5.0]);
+    });
 }

@@ -9,6 +9,7 @@ use crate::backend::{Backend, Buffer, Device, DeviceMemory, Event, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
+use crate::kernels::{self, Scalar};
 use crate::HostDevice;
 
 /// An id that locks a [`MemArray`] for one user (seed 000's `lock_id`).
@@ -756,5 +757,96 @@ impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
         if let Some(ev) = self.pending.take() {
             let _ = self.device.synchronize_event(&ev);
         }
+    }
+}
+
+/// The built-in kernels as array methods (seed 000's `add_index_tuple`).
+///
+/// Each moves the data to the device first if it is not current there (on
+/// `stream`, asynchronously), enqueues the kernel on `stream`, and leaves
+/// the device copy as the only current one. Host access afterwards waits
+/// for the kernel: it is recorded as the array's pending work.
+impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
+    /// Adds to every element the sum of its indices.
+    ///
+    /// ```
+    /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let mut a = MemArray::<f32, 2, _>::from_vec(&dev, [2, 3], vec![2.0; 6])?;
+    /// a.add_index(dev.default_stream(), None)?;
+    /// a.move_to(Location::Host, dev.default_stream(), Transfer::Sync, None)?;
+    /// assert_eq!(a.get([1, 2], None)?, 2.0 + 1.0 + 2.0);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        let (data, shape) = self.prepare_kernel(stream, lock)?;
+        // SAFETY: `data` is the device copy of `len` elements; the buffer
+        // lives in `self`, whose drop and host accesses wait for the event
+        // `finish_kernel` records after the launch.
+        unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
+        self.finish_kernel(stream)
+    }
+
+    /// Multiplies every element by `alpha`.
+    pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        self.prepare_kernel(stream, lock)?;
+        if let Some(buffer) = self.buffer.clone() {
+            // SAFETY: as in `add_index`.
+            unsafe { kernels::scale_async::<D, T, _>(&self.device, &buffer, alpha, stream)? };
+        }
+        self.finish_kernel(stream)
+    }
+
+    /// `self += alpha * x`, element by element; `x` (same shape, same device)
+    /// is moved to the device too.
+    pub fn axpy(
+        &mut self,
+        alpha: T::Compute,
+        x: &mut MemArray<T, N, D>,
+        stream: &Stream<D::B>,
+        lock: Option<LockId>,
+    ) -> Result<()> {
+        if x.shape != self.shape {
+            return Err(ShapeError::ShapeMismatch {
+                what: "x",
+                expected: self.shape.to_vec(),
+                found: x.shape.to_vec(),
+            }
+            .into());
+        }
+        if !Arc::ptr_eq(&x.device, &self.device) {
+            return Err(Error::DeviceMismatch {
+                what: "x",
+                expected: self.device.info().spec(),
+                found: x.device.info().spec(),
+            });
+        }
+        x.move_to(Location::Device, stream, Transfer::Async, None)?;
+        self.prepare_kernel(stream, lock)?;
+        if let (Some(y), Some(xb)) = (self.buffer.clone(), x.buffer.clone()) {
+            // SAFETY: as in `add_index`; `x` also records the kernel as pending.
+            unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y, &xb, alpha, stream)? };
+            x.finish_kernel(stream)?;
+        }
+        self.finish_kernel(stream)
+    }
+
+    /// Moves the data to the device if needed and returns the device address and shape.
+    fn prepare_kernel(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<(u64, [i64; N])> {
+        self.move_to(Location::Device, stream, Transfer::Async, lock)?;
+        let data = self.device_ptr_mut(lock)?;
+        let mut shape = [0i64; N];
+        for (s, &e) in shape.iter_mut().zip(&self.shape) {
+            *s = e as i64; // fits: the size is at most isize::MAX bytes (invariant)
+        }
+        Ok((data, shape))
+    }
+
+    /// Records the kernel just enqueued on `stream` as the array's pending work.
+    fn finish_kernel(&mut self, stream: &Stream<D::B>) -> Result<()> {
+        let ev = self.device.create_event()?;
+        self.device.record_event(&ev, stream)?;
+        self.pending = Some(ev);
+        Ok(())
     }
 }

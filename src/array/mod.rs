@@ -61,6 +61,16 @@ pub enum ShapeError {
         /// The number of elements given.
         got: usize,
     },
+    /// Two arrays that must have one shape do not.
+    #[error("{what}: shape {found:?} differs from {expected:?}; the arrays must have the same shape")]
+    ShapeMismatch {
+        /// Which argument.
+        what: &'static str,
+        /// The shape required.
+        expected: Vec<usize>,
+        /// The shape given.
+        found: Vec<usize>,
+    },
     /// An index is outside its extent.
     #[error("index {index:?} is out of bounds for shape {shape:?}; each index must be below its extent")]
     IndexOutOfBounds {

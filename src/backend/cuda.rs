@@ -37,6 +37,15 @@ const BUILTIN_HEADERS: &[(&str, &str)] = &[
     ("array_ops.h", include_str!("../../kernels/common/array_ops.h")),
 ];
 
+/// The built-in kernels precompiled by nvcc in build.rs, where it ran.
+#[cfg(gpuport_prebuilt_cuda)]
+const PREBUILT: Option<&[u8]> = Some(include_bytes!(concat!(env!("OUT_DIR"), "/gpuport_builtins.fatbin")));
+#[cfg(not(gpuport_prebuilt_cuda))]
+const PREBUILT: Option<&[u8]> = None;
+
+/// Set to skip the precompiled fatbin and compile the built-ins with NVRTC.
+pub const FORCE_NVRTC_ENV: &str = "GPUPORT_FORCE_NVRTC";
+
 /// First driver version (12.4) with `cuFuncGetParamInfo` and `cuModuleEnumerateFunctions`.
 const DRIVER_12_4: i32 = 12040;
 
@@ -915,8 +924,18 @@ impl Device for CudaDevice {
                 if let Some(module) = cached.as_ref() {
                     return Ok(module.clone());
                 }
-                let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], BUILTIN_HEADERS)?;
-                let module = self.load_image(cubin.as_ptr() as *const c_void)?;
+                // The fatbin from build.rs if there is one and this GPU can
+                // run it (SASS or PTX for its architecture), else NVRTC.
+                let prebuilt = PREBUILT
+                    .filter(|_| std::env::var_os(FORCE_NVRTC_ENV).is_none())
+                    .and_then(|fatbin| self.load_image(fatbin.as_ptr() as *const c_void).ok());
+                let module = match prebuilt {
+                    Some(module) => module,
+                    None => {
+                        let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], BUILTIN_HEADERS)?;
+                        self.load_image(cubin.as_ptr() as *const c_void)?
+                    }
+                };
                 *cached = Some(module.clone());
                 Ok(module)
             }
