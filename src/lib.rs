@@ -35,6 +35,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod memory;
 
 pub use backend::host::{Host, HostDevice};
 pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
