@@ -393,6 +393,7 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// remainder, marks `n` allocated and returns its address.
     fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> u64 {
         let node = self.nodes[n as usize];
+        debug_assert!(matches!(node.state, NodeState::Free { .. } | NodeState::Pending), "handing out {n}: {node:?}");
         let rest = node.size - size;
         let min_split = if node.small { ROUND } else { SMALL_MAX + 1 };
         if rest >= min_split {
@@ -524,6 +525,35 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
     }
 
+    /// Checks the block lists against the free lists (debug builds, tests).
+    #[allow(dead_code)]
+    fn validate(&self) {
+        let mut listed = std::collections::HashSet::new();
+        for l in &self.lists {
+            for &(large, size, n) in &l.set {
+                let node = &self.nodes[n as usize];
+                assert_eq!(node.state, NodeState::Free { tag: l.tag }, "node {n} listed under {}", l.tag);
+                assert_eq!((large, size), (!node.small, node.size), "stale key for node {n}");
+                assert!(listed.insert(n), "node {n} listed twice");
+            }
+        }
+        for seg in self.segments.iter().flatten() {
+            let (mut n, mut offset, mut prev) = (seg.first, 0, NONE);
+            while n != NONE {
+                let node = &self.nodes[n as usize];
+                assert_eq!((node.offset, node.prev), (offset, prev), "broken chain at node {n}");
+                if let NodeState::Free { .. } = node.state {
+                    assert!(listed.contains(&n), "free node {n} in no list");
+                }
+                assert_ne!(node.state, NodeState::Vacant);
+                offset += node.size;
+                prev = n;
+                n = node.next;
+            }
+            assert_eq!(offset, seg.size);
+        }
+    }
+
     fn report(&self) -> PoolReport {
         let mut segment_map = Vec::new();
         let (mut free, mut pending, mut free_blocks, mut largest) = (0, 0, 0, 0);
@@ -605,6 +635,9 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         let device = self.dev();
         let tag = device.stream_id(stream);
         let mut st = self.lock();
+        if std::env::var_os("GPUPORT_POOL_VALIDATE").is_some() {
+            st.validate();
+        }
         let block = |st: &mut State<B, S::Segment>, n: u32, tag: u64| Block {
             ptr: st.hand_out(n, size, bytes, tag),
             len: bytes,
@@ -706,6 +739,9 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
                 }
                 st.pending.push(Fence { events: after, nodes: vec![n] });
             }
+        }
+        if std::env::var_os("GPUPORT_POOL_VALIDATE").is_some() {
+            st.validate();
         }
         if st.reserved > self.config.release_threshold {
             st.poll_pending(device);

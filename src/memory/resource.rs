@@ -331,10 +331,22 @@ impl<B: MemoryBackend> DeviceAllocation<B> {
     /// drop the returned [`StreamUse`]: it records an event on `stream`, and
     /// the memory is not reused before that event completes. On the
     /// allocation's own stream this records nothing.
+    ///
+    /// The allocation is stream-ordered: the memory is yours from the point
+    /// of the allocation on its own stream, and may have been used by an
+    /// earlier owner before that point. So `use_on` also makes `stream` wait
+    /// (on the device, without a host wait) for the work enqueued on the
+    /// allocation's stream so far.
     pub fn use_on(&self, stream: &Stream<B>) -> Result<StreamUse<'_, B>> {
         let device = self.owner.resource.device();
         let same = matches!((self.stream_id, device.stream_id(stream)), (Some(a), Some(b)) if a == b);
-        let event = if same { None } else { Some(device.create_event()?) };
+        if same {
+            return Ok(StreamUse { allocation: self, stream: stream.clone(), event: None });
+        }
+        let ready = device.create_event()?;
+        device.record_event(&ready, &self.stream)?;
+        device.wait_event(stream, &ready)?;
+        let event = Some(device.create_event()?);
         Ok(StreamUse { allocation: self, stream: stream.clone(), event })
     }
 
