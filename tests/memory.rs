@@ -355,7 +355,7 @@ fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryD
             let (alloc, checker, shared, fill, pool) = (&alloc, &checker, &shared, &fill, &pool);
             scope.spawn(move || {
                 let s = d.create_stream().unwrap();
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1) * 0x1234_5678;
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ ((t as u64 + 1) * 0x1234_5678);
                 let mut live: Vec<(gpuport::memory::DeviceAllocation<D::B>, u8)> = Vec::new();
                 for op in 0..ops / threads {
                     let r = xorshift(&mut rng);

@@ -87,12 +87,14 @@ impl<B: MemoryBackend> Drop for PinnedMemory<B> {
 }
 
 type Cached<B> = (Option<u64>, PinnedBuffer<B>);
+/// Idle buffers by (flags, capacity), and the bytes they hold.
+type Cache<B> = (HashMap<(PinnedFlags, usize), Vec<Cached<B>>>, usize);
 
 struct PoolInner<B: MemoryBackend> {
     device: Arc<B::Device>,
     max_cached: usize,
     /// Cached buffers by (flags, capacity) and the bytes they hold.
-    cache: Mutex<(HashMap<(PinnedFlags, usize), Vec<Cached<B>>>, usize)>,
+    cache: Mutex<Cache<B>>,
 }
 
 impl<B: MemoryBackend> PoolInner<B> {
@@ -156,7 +158,7 @@ impl<B: MemoryBackend> PinnedPool<B> {
             Some(hit) => hit,
             None => {
                 let mut fresh = PinnedMemory::<B>::unpooled(&self.inner.device, class, flags)?;
-                (fresh.mapped_ptr, fresh.buffer.take().ok_or_else(|| unreachable_none())?)
+                (fresh.mapped_ptr, fresh.buffer.take().ok_or_else(unreachable_none)?)
             }
         };
         Ok(PinnedMemory { buffer: Some(buffer), len: bytes, flags, mapped_ptr, home: Some(self.inner.clone()) })

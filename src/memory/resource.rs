@@ -138,10 +138,11 @@ impl<B: MemoryBackend> AllocatorInner<B> {
 ///
 /// ```
 /// use gpuport::memory::{Allocator, CachingPool, PoolConfig};
-/// use gpuport::{Device, DeviceMemory, HostDevice};
+/// use gpuport::{Device, DeviceMemory, Host, HostDevice};
 ///
 /// let dev = HostDevice::open(0)?;
-/// let alloc = Allocator::new(CachingPool::new(dev.clone(), PoolConfig::default()));
+/// // The backend cannot be inferred from the device type: name it.
+/// let alloc = Allocator::<Host>::new(CachingPool::new(dev.clone(), PoolConfig::default()));
 /// let block = alloc.alloc(1 << 20, dev.default_stream())?;
 /// dev.memset(&block, 0, block.len(), 7)?;
 /// drop(block); // back to the pool, reusable on this stream at once
