@@ -42,7 +42,7 @@ fn alloc_free<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     });
     // The driver's pool, keeping 1 GiB cached across synchronizations (the
     // driver's default threshold, 0, would return memory at every sync).
-    match NativePoolResource::new(d.clone(), Some(1 << 30)) {
+    match NativePoolResource::<D::B>::new(d.clone(), Some(1 << 30)) {
         Ok(_) => {
             group.bench_function(BenchmarkId::new("native_async", &label), |b| {
                 b.iter(|| drop(std::hint::black_box(d.alloc_async(ALLOC_BYTES, &stream).expect("alloc_async"))))
