@@ -121,7 +121,9 @@ fn out_of_memory_under_a_limit_is_a_typed_error_and_the_pool_stays_usable<D: Mem
     // 7 MiB does not fit beside the cached 6 MiB segment: the pool releases
     // it and retries once.
     let seven = alloc.alloc(7 * MIB, &s).unwrap();
-    d.memset(&seven, 0, seven.len(), 3).unwrap();
+    // SAFETY: `seven` outlives the synchronize below.
+    unsafe { d.memset_async(&seven, 0, seven.len(), 3, &s) }.unwrap();
+    d.synchronize(&s).unwrap();
     let report = pool.report();
     assert_eq!(report.counters.oom_retries, 2, "{report}");
     assert!(report.reserved <= 8 * MIB);
@@ -264,6 +266,8 @@ fn plain_and_native_resources_allocate_and_native_memory_refuses_ipc<D: MemoryDe
     };
     for alloc in [Allocator::new(PlainResource::new(d.clone())), native.clone()] {
         let block = alloc.alloc(MIB + 1, &s).unwrap();
+        // Stream-ordered memory of `s`; the copies below run on the default stream.
+        d.synchronize(&s).unwrap();
         d.copy_to_device(&pattern(MIB + 1, 4), &block, 0).unwrap();
         assert_eq!(read(d.as_ref(), &block), pattern(MIB + 1, 4));
     }

@@ -27,7 +27,8 @@ fn export_and_read_in_a_child<D: MemoryDevice>(d: &Arc<D>) {
     for (seed, (name, alloc)) in resources.into_iter().enumerate() {
         let s = d.default_stream();
         // A first block, so the exported one sits at an offset inside its pool segment.
-        let _first = alloc.alloc(4096, s).unwrap();
+        // (2 MiB and 1 MiB + 100 are both "large": they share a 20 MiB segment.)
+        let _first = alloc.alloc(2 << 20, s).unwrap();
         let block = alloc.alloc((1 << 20) + 100, s).unwrap();
         let data = pattern(block.len(), seed as u8 + 1);
         d.copy_to_device(&data, &block, 0).unwrap();
