@@ -302,6 +302,13 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
     }
 }
 
+/// Whether `GPUPORT_POOL_VALIDATE` asks for a full consistency check on
+/// every allocation and free (slow; for debugging). Read once.
+fn validate_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPUPORT_POOL_VALIDATE").is_some())
+}
+
 fn st_ordinal<D: Device>(d: &D) -> usize {
     d.info().ordinal
 }
@@ -635,7 +642,7 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         let device = self.dev();
         let tag = device.stream_id(stream);
         let mut st = self.lock();
-        if std::env::var_os("GPUPORT_POOL_VALIDATE").is_some() {
+        if validate_enabled() {
             st.validate();
         }
         let block = |st: &mut State<B, S::Segment>, n: u32, tag: u64| Block {
@@ -740,7 +747,7 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
                 st.pending.push(Fence { events: after, nodes: vec![n] });
             }
         }
-        if std::env::var_os("GPUPORT_POOL_VALIDATE").is_some() {
+        if validate_enabled() {
             st.validate();
         }
         if st.reserved > self.config.release_threshold {
