@@ -38,6 +38,7 @@ pub mod backend;
 pub mod dlpack;
 pub mod error;
 pub mod kernels;
+pub mod memory;
 
 pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, View};
 pub use backend::host::{Host, HostDevice};

@@ -295,8 +295,16 @@ impl Drop for CudaHostRegistration {
 
 // ---- streams and events -----------------------------------------------------------
 
+/// The next stream number; 0 is the default stream of the first device opened.
+fn next_stream_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 struct StreamInner {
     raw: sys::CUstream,
+    /// Process-unique number (raw handles are reused after `cuStreamDestroy`).
+    id: u64,
     /// False for the legacy default (null) stream, which is never destroyed.
     owned: bool,
     ctx: Arc<Context>,
@@ -640,6 +648,163 @@ impl CudaDevice {
     }
 }
 
+// ---- memory-resource support (used by `crate::memory`) ----------------------------
+
+/// Raw bytes of a `CUipcMemHandle`.
+pub(crate) type IpcBytes = crate::memory::ext::IpcBytes;
+
+impl CudaDevice {
+    /// `cuMemHostAlloc` with explicit `CU_MEMHOSTALLOC_*` flags; zero-filled.
+    pub(crate) fn alloc_pinned_flags(&self, bytes: usize, flags: u32) -> Result<CudaPinnedBuffer> {
+        check_alloc_size(bytes)?;
+        self.ctx.bind()?;
+        // SAFETY: the context is current; the flags are the driver's own bits.
+        let ptr = unsafe { cu::malloc_host(bytes, flags) }
+            .map_err(|e| self.out_of_memory("cuMemHostAlloc", bytes, e))? as *mut u8;
+        // SAFETY: `ptr` addresses `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Ok(CudaPinnedBuffer { ptr, len: bytes, ctx: self.ctx.clone() })
+    }
+
+    /// The device address of mapped pinned memory (`cuMemHostGetDevicePointer`).
+    pub(crate) fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+        self.ctx.bind()?;
+        let mut dptr = 0;
+        // SAFETY: writes one device pointer; an unmapped address is reported as an error.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host as *mut c_void, 0) }
+            .result()
+            .map_err(|e| driver_error("cuMemHostGetDevicePointer", e))?;
+        Ok(dptr)
+    }
+
+    /// `cuMemHostRegister` with explicit `CU_MEMHOSTREGISTER_*` flags.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory that outlives the registration.
+    pub(crate) unsafe fn register_host_flags(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        flags: u32,
+    ) -> Result<CudaHostRegistration> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
+        }
+        check_alloc_size(len)?;
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees the range is valid and outlives the registration.
+        unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, len, flags) }
+            .result()
+            .map_err(|e| driver_error("cuMemHostRegister", e))?;
+        Ok(CudaHostRegistration { ptr, len, ctx: self.ctx.clone() })
+    }
+
+    /// The device's default memory pool (the one `cuMemAllocAsync` uses).
+    fn default_mem_pool(&self) -> Result<sys::CUmemoryPool> {
+        if !self.info.stream_ordered_alloc {
+            return Err(Error::Unsupported {
+                op: "stream-ordered memory pools",
+                backend: BackendKind::Cuda,
+                hint: Some(format!("{} does not support cuMemAllocAsync", self.info.name)),
+            });
+        }
+        self.ctx.bind()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: writes one pool handle for a device of this context.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device) }
+            .result()
+            .map_err(|e| driver_error("cuDeviceGetDefaultMemPool", e))?;
+        Ok(pool)
+    }
+
+    /// Sets `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` of the default pool: memory
+    /// above it goes back to the driver at the next synchronization.
+    pub(crate) fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let pool = self.default_mem_pool()?;
+        let mut value = bytes;
+        // SAFETY: the attribute takes a cuuint64_t, which `value` is.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut value as *mut u64 as *mut c_void,
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemPoolSetAttribute", e))
+    }
+
+    /// Bytes the default pool holds from the driver now (`RESERVED_MEM_CURRENT`).
+    pub(crate) fn pool_reserved(&self) -> Result<u64> {
+        let pool = self.default_mem_pool()?;
+        let mut value = 0u64;
+        // SAFETY: the attribute is a cuuint64_t, written into `value`.
+        unsafe {
+            sys::cuMemPoolGetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &mut value as *mut u64 as *mut c_void,
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemPoolGetAttribute", e))?;
+        Ok(value)
+    }
+
+    /// Releases the default pool's unused memory down to `keep` bytes.
+    pub(crate) fn trim_pool(&self, keep: usize) -> Result<()> {
+        let pool = self.default_mem_pool()?;
+        // SAFETY: `pool` is this device's default pool; trimming never frees memory in use.
+        unsafe { sys::cuMemPoolTrimTo(pool, keep) }.result().map_err(|e| driver_error("cuMemPoolTrimTo", e))
+    }
+
+    /// `cuIpcGetMemHandle` for the allocation containing `ptr`, and that allocation's base.
+    pub(crate) fn ipc_get_handle(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
+        self.ctx.bind()?;
+        let (mut base, mut size) = (0, 0usize);
+        // SAFETY: writes the base and size of the allocation containing `ptr`.
+        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
+            .result()
+            .map_err(|e| driver_error("cuMemGetAddressRange", e))?;
+        let mut handle = std::mem::MaybeUninit::<sys::CUipcMemHandle>::uninit();
+        // SAFETY: writes one 64-byte handle; pool (cuMemAllocAsync) memory is refused by the driver.
+        unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), base) }
+            .result()
+            .map_err(|e| driver_error("cuIpcGetMemHandle", e))?;
+        // SAFETY: initialized by the successful call above.
+        let handle = unsafe { handle.assume_init() };
+        Ok((handle.reserved.map(|b| b as u8), base))
+    }
+
+    /// `cuIpcOpenMemHandle`: maps another process's allocation; returns its base here.
+    pub(crate) fn ipc_open(&self, bytes: &IpcBytes) -> Result<u64> {
+        self.ctx.bind()?;
+        let handle = sys::CUipcMemHandle { reserved: bytes.map(|b| b as std::ffi::c_char) };
+        let mut ptr = 0;
+        // SAFETY: writes one device pointer; a stale or foreign handle is reported as an error.
+        unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                handle,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint,
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuIpcOpenMemHandle", e))?;
+        Ok(ptr)
+    }
+
+    /// `cuIpcCloseMemHandle` on a base returned by [`ipc_open`](Self::ipc_open).
+    ///
+    /// # Safety
+    /// `base` came from `ipc_open` on this device and is closed once, after its last use.
+    pub(crate) unsafe fn ipc_close(&self, base: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { sys::cuIpcCloseMemHandle(base) }.result().map_err(|e| driver_error("cuIpcCloseMemHandle", e))
+    }
+}
+
 impl Device for CudaDevice {
     type B = Cuda;
 
@@ -661,8 +826,14 @@ impl Device for CudaDevice {
         // SAFETY: `cu_device` came from `cuDeviceGet`; released in `Context::drop`.
         let raw = check("cuDevicePrimaryCtxRetain", unsafe { cu::primary_ctx::retain(cu_device) })?;
         let ctx = Arc::new(Context { raw, cu_device, ordinal, driver_version });
-        let default_stream =
-            CudaStream { inner: Arc::new(StreamInner { raw: cu::stream::null(), owned: false, ctx: ctx.clone() }) };
+        let default_stream = CudaStream {
+            inner: Arc::new(StreamInner {
+                raw: cu::stream::null(),
+                id: next_stream_id(),
+                owned: false,
+                ctx: ctx.clone(),
+            }),
+        };
         let dev = Arc::new(CudaDevice { info, ctx, default_stream, builtins: Mutex::new(None) });
         devices.insert(ordinal, dev.clone());
         Ok(dev)
@@ -761,7 +932,13 @@ impl Device for CudaDevice {
     fn create_stream(&self) -> Result<CudaStream> {
         self.ctx.bind()?;
         let raw = check("cuStreamCreate", cu::stream::create(cu::stream::StreamKind::NonBlocking))?;
-        Ok(CudaStream { inner: Arc::new(StreamInner { raw, owned: true, ctx: self.ctx.clone() }) })
+        Ok(CudaStream {
+            inner: Arc::new(StreamInner { raw, id: next_stream_id(), owned: true, ctx: self.ctx.clone() }),
+        })
+    }
+
+    fn stream_id(&self, stream: &CudaStream) -> Option<u64> {
+        Some(stream.inner.id)
     }
 
     fn synchronize(&self, stream: &CudaStream) -> Result<()> {

@@ -484,6 +484,10 @@ impl Device for HostDevice {
         HostStream::new()
     }
 
+    fn stream_id(&self, stream: &HostStream) -> Option<u64> {
+        Some(stream.inner.id)
+    }
+
     fn synchronize(&self, stream: &HostStream) -> Result<()> {
         stream.synchronize()
     }

@@ -30,8 +30,8 @@ pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     const KIND: BackendKind;
     /// A device of this backend.
     type Device: Device<B = Self>;
-    /// An in-order queue of work on one device.
-    type Stream: Send + Sync + fmt::Debug;
+    /// An in-order queue of work on one device; clones name the same queue.
+    type Stream: Clone + Send + Sync + fmt::Debug;
     /// A marker recorded on a stream, to wait for or to time.
     type Event: Send + Sync + fmt::Debug;
     /// Device memory (or managed memory) owned by gpuport; freed on drop.
@@ -469,6 +469,14 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     fn default_stream(&self) -> &Stream<Self::B>;
     /// Creates a new stream that does not synchronize with the default stream.
     fn create_stream(&self) -> Result<Stream<Self::B>>;
+    /// A number naming `stream` (and its clones) that no other stream of this
+    /// process ever gets, or `None` where the backend cannot tell streams
+    /// apart. Memory pools key their per-stream free lists on it; with `None`
+    /// they treat every free as a cross-stream one (correct, slower).
+    fn stream_id(&self, stream: &Stream<Self::B>) -> Option<u64> {
+        let _ = stream;
+        None
+    }
     /// Blocks until all work on `stream` is done.
     fn synchronize(&self, stream: &Stream<Self::B>) -> Result<()>;
     /// Whether all work enqueued on `stream` so far is done.

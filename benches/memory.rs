@@ -1,0 +1,143 @@
+//! Memory benchmarks, ours against the driver's own paths in the same run:
+//!
+//! - `alloc_free_1MiB`: caching pool vs plain `cuMemAlloc`/`cuMemFree` vs
+//!   `cuMemAllocAsync`/`cuMemFreeAsync` (issue target: pool median ≤ 0.25 µs);
+//! - `pinned_h2d_64MiB`, `pinned_d2h_64MiB`: a pooled pinned buffer vs a plain
+//!   pinned buffer, async copy + synchronize (target: ≥ 95% of plain);
+//! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
+//!   [`PageableCopier`] vs a plain pageable copy (target: ≥ 3×).
+//!
+//! Host variants run everywhere, so the bench always times something.
+//!
+//! ```sh
+//! cargo bench --bench memory --features cuda
+//! GPUPORT_PAGEABLE_LANES=8 cargo bench --bench memory --features cuda -- pageable
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use gpuport::memory::{
+    Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PinnedFlags, PipelineConfig, PoolConfig,
+};
+use gpuport::{with_device, HostMemory};
+
+const MIB: usize = 1 << 20;
+const ALLOC_BYTES: usize = MIB;
+const PINNED_BYTES: usize = 64 * MIB;
+const PAGEABLE_BYTES: usize = 256 * MIB;
+
+fn alloc_free<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
+    let label = d.info().spec();
+    let stream = d.create_stream().expect("stream");
+    let pool = Allocator::<D::B>::new(CachingPool::new(d.clone(), PoolConfig::default()));
+    drop(pool.alloc(ALLOC_BYTES, &stream).expect("warm the pool"));
+    let mut group = c.benchmark_group("alloc_free_1MiB");
+    group.bench_function(BenchmarkId::new("pool", &label), |b| {
+        b.iter(|| drop(std::hint::black_box(pool.alloc(ALLOC_BYTES, &stream).expect("pool alloc"))))
+    });
+    group.bench_function(BenchmarkId::new("plain", &label), |b| {
+        b.iter(|| drop(std::hint::black_box(d.alloc(ALLOC_BYTES).expect("alloc"))))
+    });
+    // The driver's pool, keeping 1 GiB cached across synchronizations (the
+    // driver's default threshold, 0, would return memory at every sync).
+    match NativePoolResource::<D::B>::new(d.clone(), Some(1 << 30)) {
+        Ok(_) => {
+            group.bench_function(BenchmarkId::new("native_async", &label), |b| {
+                b.iter(|| drop(std::hint::black_box(d.alloc_async(ALLOC_BYTES, &stream).expect("alloc_async"))))
+            });
+        }
+        Err(e) => eprintln!("native_async on {label} skipped: {e}"),
+    }
+    group.finish();
+    d.synchronize(&stream).expect("sync");
+}
+
+fn pinned_copies<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
+    let label = d.info().spec();
+    let stream = d.create_stream().expect("stream");
+    let dev = d.alloc(PINNED_BYTES).expect("device buffer");
+    let pool = Allocator::<D::B>::new(CachingPool::new(d.clone(), PoolConfig::default()));
+    let mut pooled = pool.alloc_pinned(PINNED_BYTES, PinnedFlags::default()).expect("pooled pinned");
+    let mut plain = d.alloc_pinned(PINNED_BYTES).expect("plain pinned");
+    pooled.as_mut_slice().fill(1);
+    plain.as_mut_slice().fill(1);
+    let mut group = c.benchmark_group("pinned_h2d_64MiB");
+    group.throughput(Throughput::Bytes(PINNED_BYTES as u64));
+    for (name, src) in [("pool", pooled.as_slice()), ("plain", plain.as_slice())] {
+        group.bench_function(BenchmarkId::new(name, &label), |b| {
+            b.iter(|| {
+                // SAFETY: `src` and `dev` outlive the synchronize right after.
+                unsafe { d.copy_to_device_async(src, &dev, 0, &stream) }.expect("copy");
+                d.synchronize(&stream).expect("sync");
+            })
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("pinned_d2h_64MiB");
+    group.throughput(Throughput::Bytes(PINNED_BYTES as u64));
+    for (name, dst) in [("pool", pooled.as_mut_slice()), ("plain", plain.as_mut_slice())] {
+        group.bench_function(BenchmarkId::new(name, &label), |b| {
+            b.iter(|| {
+                // SAFETY: `dst` and `dev` outlive the synchronize right after.
+                unsafe { d.copy_to_host_async(&dev, 0, dst, &stream) }.expect("copy");
+                d.synchronize(&stream).expect("sync");
+            })
+        });
+    }
+    group.finish();
+}
+
+fn pageable_copies<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
+    let label = d.info().spec();
+    let config = PipelineConfig::default();
+    eprintln!("pageable pipeline on {label}: {config:?}");
+    let copier = PageableCopier::new(d.clone(), config).expect("copier");
+    let dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
+    let src = vec![3u8; PAGEABLE_BYTES];
+    let mut dst = vec![0u8; PAGEABLE_BYTES];
+    let mut group = c.benchmark_group("pageable_h2d_256MiB");
+    group.throughput(Throughput::Bytes(PAGEABLE_BYTES as u64));
+    group.bench_function(BenchmarkId::new("pipelined", &label), |b| {
+        b.iter(|| copier.copy_to_device(&src, &dev, 0).expect("copy"))
+    });
+    group.bench_function(BenchmarkId::new("plain", &label), |b| {
+        b.iter(|| d.copy_to_device(&src, &dev, 0).expect("copy"))
+    });
+    group.finish();
+    let mut group = c.benchmark_group("pageable_d2h_256MiB");
+    group.throughput(Throughput::Bytes(PAGEABLE_BYTES as u64));
+    group.bench_function(BenchmarkId::new("pipelined", &label), |b| {
+        b.iter(|| copier.copy_to_host(&dev, 0, &mut dst).expect("copy"))
+    });
+    group.bench_function(BenchmarkId::new("plain", &label), |b| {
+        b.iter(|| d.copy_to_host(&dev, 0, &mut dst).expect("copy"))
+    });
+    group.finish();
+}
+
+fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
+    alloc_free(c, d);
+    pinned_copies(c, d);
+    pageable_copies(c, d);
+}
+
+fn benches(c: &mut Criterion) {
+    let host = gpuport::open("host").expect("host backend");
+    with_device!(host, d => run_all(c, d));
+    match gpuport::open("cuda:0") {
+        Ok(dev) => with_device!(dev, d => run_all(c, d)),
+        Err(e) => eprintln!("cuda:0 memory benchmarks skipped: {e}"),
+    }
+}
+
+criterion_group! {
+    name = memory;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(memory);

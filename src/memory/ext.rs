@@ -1,0 +1,183 @@
+//! What the memory layer needs from a backend beyond the [`Device`] trait.
+//!
+//! [`MemoryDevice`] has a default for every method (an
+//! [`Error::Unsupported`] or the plain `Device` call), so a new backend joins
+//! the memory layer with one empty `impl` and gains features method by method.
+
+use crate::backend::host::HostDevice;
+use crate::backend::{Backend, Device, HostRegistration, PinnedBuffer};
+use crate::error::{Error, Result};
+
+use super::pinned::PinnedFlags;
+
+/// Raw bytes of a driver IPC memory handle (`CUipcMemHandle`, `hipIpcMemHandle_t`).
+pub type IpcBytes = [u8; 64];
+
+fn unsupported<D: Device>(op: &'static str, hint: &str) -> Error {
+    Error::Unsupported { op, backend: <D::B as Backend>::KIND, hint: Some(hint.to_string()) }
+}
+
+/// Backend operations used by memory resources.
+pub trait MemoryDevice: Device {
+    /// Allocates zero-filled pinned host memory with the given options.
+    fn alloc_pinned_with(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
+        if flags.mapped || flags.write_combined {
+            return Err(unsupported::<Self>("mapped or write-combined pinned memory", "allocate with default flags"));
+        }
+        self.alloc_pinned(bytes)
+    }
+
+    /// The device address of mapped pinned memory starting at `host`.
+    fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+        let _ = host;
+        Err(unsupported::<Self>("mapped pinned memory", "copy through the device instead"))
+    }
+
+    /// Page-locks existing host memory, optionally mapping it for the device.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory that outlives the registration.
+    unsafe fn pin_with(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<Self::B>> {
+        if mapped {
+            return Err(unsupported::<Self>("mapped host registration", "pin without mapping"));
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.register_host(ptr, len) }
+    }
+
+    /// Sets the native stream-ordered pool's release threshold in bytes.
+    fn set_native_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        Err(unsupported::<Self>("a native stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Bytes the native pool holds from the driver now.
+    fn native_pool_reserved(&self) -> Result<u64> {
+        Err(unsupported::<Self>("a native stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Returns the native pool's unused memory to the driver, keeping `keep` bytes.
+    fn trim_native_pool(&self, keep: usize) -> Result<()> {
+        let _ = keep;
+        Err(unsupported::<Self>("a native stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Exports the allocation containing `ptr`: its IPC handle and base address.
+    fn ipc_export(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
+        let _ = ptr;
+        Err(unsupported::<Self>("IPC memory handles", "share memory between processes on a GPU backend"))
+    }
+
+    /// Opens another process's IPC handle; returns the allocation's base here.
+    fn ipc_import(&self, handle: &IpcBytes) -> Result<u64> {
+        let _ = handle;
+        Err(unsupported::<Self>("IPC memory handles", "share memory between processes on a GPU backend"))
+    }
+
+    /// Closes a mapping made by [`ipc_import`](Self::ipc_import).
+    ///
+    /// # Safety
+    /// `base` came from `ipc_import` on this device, is closed once, and
+    /// no queued work uses it any more.
+    unsafe fn ipc_close(&self, base: u64) -> Result<()> {
+        let _ = base;
+        Err(unsupported::<Self>("IPC memory handles", "nothing to close"))
+    }
+}
+
+/// A backend whose devices implement [`MemoryDevice`]; every memory type is
+/// generic over it.
+pub trait MemoryBackend: Backend<Device: MemoryDevice> {}
+
+impl<B: Backend<Device: MemoryDevice>> MemoryBackend for B {}
+
+/// The host backend: pinned memory is ordinary host memory (flags change
+/// nothing, a "mapped" address is the host address), the native pool is the
+/// plain allocator (nothing cached, nothing to trim), and there is no IPC.
+impl MemoryDevice for HostDevice {
+    fn alloc_pinned_with(&self, bytes: usize, _flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
+        self.alloc_pinned(bytes)
+    }
+
+    fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+        Ok(host as u64)
+    }
+
+    unsafe fn pin_with(&self, ptr: *mut u8, len: usize, _mapped: bool) -> Result<HostRegistration<Self::B>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.register_host(ptr, len) }
+    }
+
+    fn set_native_pool_release_threshold(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn native_pool_reserved(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn trim_native_pool(&self, _keep: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use crate::backend::cuda::CudaDevice;
+    use cudarc::driver::sys;
+
+    impl MemoryDevice for CudaDevice {
+        fn alloc_pinned_with(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
+            let mut bits = 0;
+            if flags.portable {
+                bits |= sys::CU_MEMHOSTALLOC_PORTABLE;
+            }
+            if flags.mapped {
+                bits |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+            }
+            if flags.write_combined {
+                bits |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+            }
+            self.alloc_pinned_flags(bytes, bits)
+        }
+
+        fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+            CudaDevice::mapped_device_ptr(self, host)
+        }
+
+        unsafe fn pin_with(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<Self::B>> {
+            let mut bits = sys::CU_MEMHOSTREGISTER_PORTABLE;
+            if mapped {
+                bits |= sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+            }
+            // SAFETY: forwarded caller contract.
+            unsafe { self.register_host_flags(ptr, len, bits) }
+        }
+
+        fn set_native_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+            self.set_pool_release_threshold(bytes)
+        }
+
+        fn native_pool_reserved(&self) -> Result<u64> {
+            self.pool_reserved()
+        }
+
+        fn trim_native_pool(&self, keep: usize) -> Result<()> {
+            self.trim_pool(keep)
+        }
+
+        fn ipc_export(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
+            self.ipc_get_handle(ptr)
+        }
+
+        fn ipc_import(&self, handle: &IpcBytes) -> Result<u64> {
+            self.ipc_open(handle)
+        }
+
+        unsafe fn ipc_close(&self, base: u64) -> Result<()> {
+            // SAFETY: forwarded caller contract.
+            unsafe { CudaDevice::ipc_close(self, base) }
+        }
+    }
+}

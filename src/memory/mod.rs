@@ -1,0 +1,67 @@
+//! Memory resources: the library's allocation layer.
+//!
+//! The Rust counterpart of Numba's External Memory Manager interface
+//! (NBEP 7; `shared/seeds/001_*`): a [`MemoryResource`] allocates device
+//! memory in stream order, pinned host memory with options, pins existing
+//! host memory, reports free/total memory, exports IPC handles where the
+//! backend can, resets, defers cleanup and states its interface version.
+//!
+//! | NBEP 7 (Python)        | here                                            |
+//! | ---------------------- | ----------------------------------------------- |
+//! | `memalloc`             | [`Allocator::alloc`] → [`DeviceAllocation`]     |
+//! | `memhostalloc`         | [`Allocator::alloc_pinned`] with [`PinnedFlags`] |
+//! | `mempin`               | [`Allocator::pin`]                              |
+//! | `get_memory_info`      | [`Allocator::memory_info`]                      |
+//! | `get_ipc_handle`       | [`Allocator::ipc_handle`] → [`IpcHandle`], [`open_ipc`] |
+//! | `reset`                | [`Allocator::reset`]                            |
+//! | `defer_cleanup`        | [`Allocator::defer_cleanup`] → [`DeferCleanup`] |
+//! | `interface_version`    | [`Allocator::interface_version`] ([`INTERFACE_VERSION`]) |
+//!
+//! Resources: [`PlainResource`] (the backend's allocator), [`NativePoolResource`]
+//! (the driver's stream-ordered pool), [`CachingPool`] (ours: size classes,
+//! per-stream free lists, splitting and merging, event-gated cross-stream
+//! reuse, release and one retry on out-of-memory, a size limit, a release
+//! threshold, a fragmentation report), the [`PinnedPool`], and the adaptors
+//! [`StatisticsResource`] and [`LoggingResource`]. [`PageableCopier`] moves
+//! ordinary host memory through pinned staging buffers on several streams.
+//!
+//! Each device has a current resource ([`current_resource`]), a caching pool
+//! unless [`set_current_resource`] replaced it before first use.
+//!
+//! ## Cross-stream lifetime without `record_stream`
+//! A [`DeviceAllocation`] belongs to the stream it was allocated on. To use it
+//! on another stream, borrow it through [`DeviceAllocation::use_on`]: the
+//! returned [`StreamUse`] records an event on that stream when dropped, and
+//! the allocation, when freed, goes back to the resource with those events.
+//! The caching pool hands a block to another stream only after events show
+//! every earlier use complete; a block freed on stream A is reused on A at
+//! once (stream order suffices) and on B only after an event recorded on A
+//! has completed. There is no code path that moves a block between streams
+//! without such an event (see `pool.rs`).
+
+mod current;
+pub mod ext;
+pub mod log;
+pub mod pageable;
+pub mod pinned;
+pub mod pool;
+pub mod resource;
+pub mod stats;
+
+pub use current::{current_resource, set_current_resource};
+pub use ext::{MemoryBackend, MemoryDevice};
+pub use log::LoggingResource;
+pub use pageable::{PageableCopier, PipelineConfig};
+pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
+pub use pool::{
+    BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
+};
+pub use resource::{
+    open_ipc, Allocator, Block, DeferCleanup, DeviceAllocation, IpcHandle, IpcMemory, MemoryResource,
+    NativePoolResource, PlainResource, StreamUse,
+};
+pub use stats::{Statistics, StatisticsResource};
+
+/// The version of the resource interface, as NBEP 7's `interface_version`
+/// (version 1: the methods listed in this module's table).
+pub const INTERFACE_VERSION: u32 = 1;

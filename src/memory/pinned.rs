@@ -1,0 +1,181 @@
+//! Pinned (page-locked) host memory with options, and a pool of it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{Device, HostMemory, PinnedBuffer};
+use crate::error::Result;
+
+use super::ext::{MemoryBackend, MemoryDevice};
+
+/// Options of a pinned host allocation (NBEP 7 `memhostalloc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PinnedFlags {
+    /// Map the memory into the device's address space ([`PinnedMemory::mapped_ptr`]).
+    pub mapped: bool,
+    /// Pinned for every context, not just the allocating one.
+    pub portable: bool,
+    /// Write-combined: fast for the host to write and the device to read,
+    /// very slow for the host to read.
+    pub write_combined: bool,
+}
+
+/// Pinned host memory; goes back to its [`PinnedPool`] (if any) when dropped.
+///
+/// Invariant: `buffer` is `Some` until drop and holds at least `len` bytes.
+pub struct PinnedMemory<B: MemoryBackend> {
+    buffer: Option<PinnedBuffer<B>>,
+    len: usize,
+    flags: PinnedFlags,
+    mapped_ptr: Option<u64>,
+    home: Option<Arc<PoolInner<B>>>,
+}
+
+impl<B: MemoryBackend> fmt::Debug for PinnedMemory<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PinnedMemory({} bytes, {:?}, pooled {})", self.len, self.flags, self.home.is_some())
+    }
+}
+
+impl<B: MemoryBackend> PinnedMemory<B> {
+    /// Allocates straight from the device, outside any pool.
+    pub fn unpooled(device: &Arc<B::Device>, bytes: usize, flags: PinnedFlags) -> Result<Self> {
+        let mut buffer = device.alloc_pinned_with(bytes, flags)?;
+        let mapped_ptr =
+            if flags.mapped { Some(device.mapped_device_ptr(buffer.as_mut_slice().as_mut_ptr())?) } else { None };
+        Ok(PinnedMemory { buffer: Some(buffer), len: bytes, flags, mapped_ptr, home: None })
+    }
+
+    /// The options it was allocated with.
+    pub fn flags(&self) -> PinnedFlags {
+        self.flags
+    }
+
+    /// The device address of mapped memory, `None` unless allocated `mapped`.
+    pub fn mapped_ptr(&self) -> Option<u64> {
+        self.mapped_ptr
+    }
+
+    /// Bytes actually reserved (a pool rounds sizes up).
+    pub fn capacity(&self) -> usize {
+        self.buffer.as_ref().map(|b| b.as_slice().len()).unwrap_or(0)
+    }
+}
+
+impl<B: MemoryBackend> HostMemory for PinnedMemory<B> {
+    fn as_slice(&self) -> &[u8] {
+        match &self.buffer {
+            Some(b) => &b.as_slice()[..self.len],
+            None => &[],
+        }
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.buffer {
+            Some(b) => &mut b.as_mut_slice()[..self.len],
+            None => &mut [],
+        }
+    }
+}
+
+impl<B: MemoryBackend> Drop for PinnedMemory<B> {
+    fn drop(&mut self) {
+        if let (Some(home), Some(buffer)) = (self.home.take(), self.buffer.take()) {
+            home.give_back(self.flags, self.mapped_ptr, buffer);
+        }
+    }
+}
+
+type Cached<B> = (Option<u64>, PinnedBuffer<B>);
+/// Idle buffers by (flags, capacity), and the bytes they hold.
+type Cache<B> = (HashMap<(PinnedFlags, usize), Vec<Cached<B>>>, usize);
+
+struct PoolInner<B: MemoryBackend> {
+    device: Arc<B::Device>,
+    max_cached: usize,
+    /// Cached buffers by (flags, capacity) and the bytes they hold.
+    cache: Mutex<Cache<B>>,
+}
+
+impl<B: MemoryBackend> PoolInner<B> {
+    fn give_back(&self, flags: PinnedFlags, mapped_ptr: Option<u64>, buffer: PinnedBuffer<B>) {
+        let capacity = buffer.as_slice().len();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.1 + capacity <= self.max_cached {
+            cache.1 += capacity;
+            cache.0.entry((flags, capacity)).or_default().push((mapped_ptr, buffer));
+        }
+        // Else the buffer is dropped (unpinned) here.
+    }
+}
+
+/// A cache of pinned host buffers by size class (powers of two from 4 KiB),
+/// since pinning and unpinning cost far more than a copy of a few MiB.
+///
+/// Reused buffers are not cleared. A buffer is reused only after its
+/// [`PinnedMemory`] was dropped, which the async-copy contracts allow only
+/// once the copies using it have completed.
+pub struct PinnedPool<B: MemoryBackend> {
+    inner: Arc<PoolInner<B>>,
+}
+
+impl<B: MemoryBackend> Clone for PinnedPool<B> {
+    fn clone(&self) -> Self {
+        PinnedPool { inner: self.inner.clone() }
+    }
+}
+
+impl<B: MemoryBackend> fmt::Debug for PinnedPool<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PinnedPool({}, {} bytes cached)", self.inner.device.info().spec(), self.cached_bytes())
+    }
+}
+
+impl<B: MemoryBackend> PinnedPool<B> {
+    /// A pool that keeps at most `max_cached` bytes of idle buffers.
+    pub fn new(device: Arc<B::Device>, max_cached: usize) -> Self {
+        PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache: Mutex::new((HashMap::new(), 0)) }) }
+    }
+
+    /// The size class of a request: the next power of two, at least 4 KiB.
+    pub fn class_of(bytes: usize) -> usize {
+        bytes.max(4096).checked_next_power_of_two().unwrap_or(bytes)
+    }
+
+    /// A pinned buffer of `bytes`, cached or new.
+    pub fn alloc(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
+        crate::backend::check_alloc_size(bytes)?;
+        let class = Self::class_of(bytes);
+        let cached = {
+            let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let hit = cache.0.get_mut(&(flags, class)).and_then(Vec::pop);
+            if hit.is_some() {
+                cache.1 -= class;
+            }
+            hit
+        };
+        let (mapped_ptr, buffer) = match cached {
+            Some(hit) => hit,
+            None => {
+                let mut fresh = PinnedMemory::<B>::unpooled(&self.inner.device, class, flags)?;
+                (fresh.mapped_ptr, fresh.buffer.take().ok_or_else(unreachable_none)?)
+            }
+        };
+        Ok(PinnedMemory { buffer: Some(buffer), len: bytes, flags, mapped_ptr, home: Some(self.inner.clone()) })
+    }
+
+    /// Bytes held by idle cached buffers.
+    pub fn cached_bytes(&self) -> usize {
+        self.inner.cache.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+
+    /// Unpins every idle cached buffer.
+    pub fn release(&self) {
+        let drained = std::mem::take(&mut *self.inner.cache.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(drained);
+    }
+}
+
+fn unreachable_none() -> crate::Error {
+    crate::Error::InvalidArgument { name: "pinned buffer", reason: "internal: fresh buffer missing".into() }
+}

@@ -1,0 +1,122 @@
+//! An adaptor counting bytes and allocations (current, peak, total), like
+//! RMM's `statistics_resource_adaptor`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::backend::{Event, HostRegistration, MemoryInfo, Stream};
+use crate::error::Result;
+
+use super::ext::MemoryBackend;
+use super::pinned::{PinnedFlags, PinnedMemory};
+use super::pool::PoolReport;
+use super::resource::{Block, IpcHandle, MemoryResource};
+
+/// Counts of a [`StatisticsResource`] (bytes as requested).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Statistics {
+    /// Bytes allocated and not yet freed.
+    pub current_bytes: usize,
+    /// Highest `current_bytes` seen.
+    pub peak_bytes: usize,
+    /// Bytes allocated over the adaptor's life.
+    pub total_bytes: usize,
+    /// Allocations not yet freed.
+    pub current_count: usize,
+    /// Highest `current_count` seen.
+    pub peak_count: usize,
+    /// Allocations over the adaptor's life.
+    pub total_count: usize,
+}
+
+/// Counts what passes through to `inner`; lock-free.
+pub struct StatisticsResource<B: MemoryBackend> {
+    inner: Arc<dyn MemoryResource<B>>,
+    current_bytes: AtomicUsize,
+    peak_bytes: AtomicUsize,
+    total_bytes: AtomicUsize,
+    current_count: AtomicUsize,
+    peak_count: AtomicUsize,
+    total_count: AtomicUsize,
+}
+
+impl<B: MemoryBackend> StatisticsResource<B> {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
+        StatisticsResource {
+            inner,
+            current_bytes: AtomicUsize::new(0),
+            peak_bytes: AtomicUsize::new(0),
+            total_bytes: AtomicUsize::new(0),
+            current_count: AtomicUsize::new(0),
+            peak_count: AtomicUsize::new(0),
+            total_count: AtomicUsize::new(0),
+        }
+    }
+
+    /// The counts now.
+    pub fn get(&self) -> Statistics {
+        let l = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        Statistics {
+            current_bytes: l(&self.current_bytes),
+            peak_bytes: l(&self.peak_bytes),
+            total_bytes: l(&self.total_bytes),
+            current_count: l(&self.current_count),
+            peak_count: l(&self.peak_count),
+            total_count: l(&self.total_count),
+        }
+    }
+}
+
+impl<B: MemoryBackend> fmt::Debug for StatisticsResource<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StatisticsResource({:?}, {:?})", self.inner, self.get())
+    }
+}
+
+impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
+    fn device(&self) -> &Arc<B::Device> {
+        self.inner.device()
+    }
+    fn name(&self) -> &'static str {
+        "statistics"
+    }
+    fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
+        let block = self.inner.allocate(bytes, stream)?;
+        let now = self.current_bytes.fetch_add(block.len, Ordering::Relaxed) + block.len;
+        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+        self.total_bytes.fetch_add(block.len, Ordering::Relaxed);
+        let count = self.current_count.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_count.fetch_max(count, Ordering::Relaxed);
+        self.total_count.fetch_add(1, Ordering::Relaxed);
+        Ok(block)
+    }
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+        self.current_bytes.fetch_sub(block.len, Ordering::Relaxed);
+        self.current_count.fetch_sub(1, Ordering::Relaxed);
+        self.inner.deallocate(block, stream, after)
+    }
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.inner.memory_info()
+    }
+    fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
+        self.inner.alloc_pinned(bytes, flags)
+    }
+    unsafe fn pin(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<B>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.pin(ptr, len, mapped) }
+    }
+    fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
+        self.inner.ipc_export(block)
+    }
+    fn reset(&self) -> Result<()> {
+        self.inner.reset()
+    }
+    fn report(&self) -> Option<PoolReport> {
+        self.inner.report()
+    }
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.get())
+    }
+}

@@ -1,0 +1,483 @@
+//! Memory resources, tested once for every backend (`host` always, `cuda:0`
+//! where present; skipped with a printed reason elsewhere).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use common::pattern;
+use gpuport::memory::{
+    self, Allocator, BlockState, CachingPool, LoggingResource, MemoryDevice, MemoryResource, NativePoolResource,
+    PageableCopier, PinnedFlags, PipelineConfig, PlainResource, PoolConfig, StatisticsResource,
+};
+use gpuport::{builtin, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, ModuleSource};
+
+const MIB: usize = 1 << 20;
+
+type Dev<D> = Arc<D>;
+
+fn pool<D: MemoryDevice>(d: &Dev<D>, config: PoolConfig) -> (Arc<CachingPool<D::B>>, Allocator<D::B>) {
+    let pool = Arc::new(CachingPool::new(d.clone(), config));
+    (pool.clone(), Allocator::from_arc(pool))
+}
+
+/// Holds `stream` busy for `ms` milliseconds.
+fn hold_stream<D: Device>(d: &D, stream: &gpuport::Stream<D::B>, ms: u64) {
+    let module = d.load_module(ModuleSource::Builtin).expect("builtin module");
+    let sleep = d.kernel(&module, builtin::SLEEP_NS).expect("sleep kernel");
+    let mut args = KernelArgs::new();
+    args.push(&(ms * 1_000_000));
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { d.launch(&sleep, LaunchConfig::linear(1, 1), &args, stream) }.expect("launch sleep");
+}
+
+fn read<D: Device, M: DeviceMemory<B = D::B>>(d: &D, m: &M) -> Vec<u8> {
+    let mut out = vec![0u8; m.len()];
+    d.copy_to_host(m, 0, &mut out).expect("copy to host");
+    out
+}
+
+// ---- the caching pool ----------------------------------------------------------------
+
+fn a_freed_block_is_reused_on_its_stream_at_once<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let s = d.create_stream().unwrap();
+    let first = alloc.alloc(MIB, &s).unwrap();
+    let addr = first.device_ptr();
+    drop(first);
+    let second = alloc.alloc(MIB, &s).unwrap();
+    assert_eq!(second.device_ptr(), addr, "same stream, same size: the same block comes back");
+    assert_eq!(pool.report().counters.same_stream_reuses, 1);
+    drop(second);
+    d.synchronize(&s).unwrap();
+}
+
+fn a_block_freed_on_one_stream_reaches_another_only_after_an_event<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let (a, b) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    // 12 MiB blocks get segments of their own: no remainder to reuse.
+    let block = alloc.alloc(12 * MIB, &a).unwrap();
+    let addr = block.device_ptr();
+    hold_stream(d.as_ref(), &a, 300);
+    // SAFETY: the block outlives the memset: the pool keeps it from other
+    // streams until `a` has passed it.
+    unsafe { d.memset_async(&block, 0, block.len(), 0xAB, &a) }.unwrap();
+    drop(block);
+    let t = Instant::now();
+    let other = alloc.alloc(12 * MIB, &b).unwrap();
+    assert!(t.elapsed().as_millis() < 200, "allocating on another stream must not wait for `a`");
+    assert_ne!(other.device_ptr(), addr, "stream `a` is still busy: its block must not go to `b`");
+    let report = pool.report();
+    assert!(report.counters.fences >= 1, "moving blocks between streams takes an event: {report}");
+    assert!(report.segment_map.iter().flat_map(|s| &s.blocks).any(|b| b.state == BlockState::Pending));
+    d.synchronize(&a).unwrap();
+    let again = alloc.alloc(12 * MIB, &b).unwrap();
+    assert_eq!(again.device_ptr(), addr, "once the event has completed the block is shared");
+    drop((other, again));
+    d.synchronize(&b).unwrap();
+}
+
+fn a_block_used_on_another_stream_waits_for_that_use<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let (home, side) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let block = alloc.alloc(MIB, &home).unwrap();
+    let addr = block.device_ptr();
+    hold_stream(d.as_ref(), &side, 300);
+    {
+        let on_side = block.use_on(&side).unwrap();
+        // SAFETY: `on_side` records an event after the memset; the pool waits for it.
+        unsafe { d.memset_async(&on_side, 0, MIB, 1, &side) }.unwrap();
+    }
+    assert_eq!(block.foreign_uses(), 1);
+    {
+        let at_home = block.use_on(&home).unwrap();
+        drop(at_home);
+    }
+    assert_eq!(block.foreign_uses(), 1, "a use on the allocation's own stream needs no event");
+    drop(block);
+    let next = alloc.alloc(MIB, &home).unwrap();
+    assert_ne!(next.device_ptr(), addr, "the side stream still uses the block: not even its home stream gets it");
+    d.synchronize(&side).unwrap();
+    drop(next);
+    pool.trim(usize::MAX).unwrap();
+    let report = pool.report();
+    assert_eq!(report.pending, 0, "{report}");
+    assert_eq!(report.in_use, 0);
+}
+
+fn out_of_memory_under_a_limit_is_a_typed_error_and_the_pool_stays_usable<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig { size_limit: Some(8 * MIB), ..PoolConfig::default() });
+    let s = d.create_stream().unwrap();
+    let big = alloc.alloc(6 * MIB, &s).unwrap();
+    match alloc.alloc(4 * MIB, &s) {
+        Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 4 * MIB),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    assert_eq!(pool.report().counters.oom_failures, 1);
+    drop(big);
+    // 7 MiB does not fit beside the cached 6 MiB segment: the pool releases
+    // it and retries once.
+    let seven = alloc.alloc(7 * MIB, &s).unwrap();
+    // SAFETY: `seven` outlives the synchronize below.
+    unsafe { d.memset_async(&seven, 0, seven.len(), 3, &s) }.unwrap();
+    d.synchronize(&s).unwrap();
+    let report = pool.report();
+    assert_eq!(report.counters.oom_retries, 2, "{report}");
+    assert!(report.reserved <= 8 * MIB);
+    drop(seven);
+    d.synchronize(&s).unwrap();
+}
+
+fn the_release_threshold_returns_cached_memory<D: MemoryDevice>(d: &Dev<D>) {
+    for (threshold, expect_released) in [(16 * MIB, true), (usize::MAX, false)] {
+        let (pool, alloc) = pool(d, PoolConfig { release_threshold: threshold, ..PoolConfig::default() });
+        let s = d.create_stream().unwrap();
+        let blocks: Vec<_> = (0..4).map(|_| alloc.alloc(12 * MIB, &s).unwrap()).collect();
+        assert_eq!(pool.report().reserved, 48 * MIB);
+        drop(blocks);
+        d.synchronize(&s).unwrap();
+        // The next free sees the completed fences and trims.
+        drop(alloc.alloc(4096, &s).unwrap());
+        let report = pool.report();
+        if expect_released {
+            assert!(report.reserved <= threshold, "{report}");
+            assert!(report.counters.segments_released >= 3, "{report}");
+        } else {
+            assert_eq!(report.reserved, 50 * MIB, "{report}");
+        }
+        d.synchronize(&s).unwrap();
+    }
+}
+
+fn the_fragmentation_report_shows_holes_and_merges_them<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let s = d.create_stream().unwrap();
+    let mut blocks: Vec<_> = (0..8).map(|_| Some(alloc.alloc(64 * 1024, &s).unwrap())).collect();
+    for b in blocks.iter_mut().step_by(2) {
+        *b = None;
+    }
+    let report = pool.report();
+    assert_eq!(report.segments, 1);
+    assert_eq!(report.in_use, 4 * 64 * 1024);
+    assert!(report.free_blocks >= 4, "{report}");
+    assert!(report.fragmentation > 0.0, "{report}");
+    assert!(report.to_string().contains("fragmentation"));
+    blocks.clear();
+    let report = pool.report();
+    assert_eq!(report.free_blocks, 1, "freed neighbours merge back into one block: {report}");
+    assert_eq!(report.largest_free_block, 2 * MIB);
+    assert_eq!(report.fragmentation, 0.0);
+    d.synchronize(&s).unwrap();
+}
+
+// ---- adaptors, handle, registry -------------------------------------------------------
+
+fn statistics_count_current_and_peak_bytes<D: MemoryDevice>(d: &Dev<D>) {
+    let inner: Arc<dyn MemoryResource<D::B>> = Arc::new(CachingPool::new(d.clone(), PoolConfig::default()));
+    let alloc = Allocator::new(StatisticsResource::new(inner));
+    let s = d.default_stream();
+    let a = alloc.alloc(1000, s).unwrap();
+    let b = alloc.alloc(3000, s).unwrap();
+    drop(a);
+    let st = alloc.statistics().unwrap();
+    assert_eq!((st.current_bytes, st.peak_bytes, st.total_bytes), (3000, 4000, 4000));
+    assert_eq!((st.current_count, st.peak_count, st.total_count), (1, 2, 2));
+    drop(b);
+    assert_eq!(alloc.statistics().unwrap().current_bytes, 0);
+}
+
+#[derive(Clone, Default)]
+struct SharedSink(Arc<Mutex<Vec<u8>>>);
+impl Write for SharedSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn the_log_adaptor_writes_one_csv_line_per_event<D: MemoryDevice>(d: &Dev<D>) {
+    let sink = SharedSink::default();
+    let inner: Arc<dyn MemoryResource<D::B>> = Arc::new(PlainResource::new(d.clone()));
+    let alloc = Allocator::new(LoggingResource::new(inner, Box::new(sink.clone()), true).unwrap());
+    let s = d.create_stream().unwrap();
+    let block = alloc.alloc(4096, &s).unwrap();
+    let addr = format!("{:#x}", block.device_ptr());
+    drop(block);
+    let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], memory::log::CSV_HEADER);
+    assert_eq!(lines.len(), 3, "{text}");
+    for (line, event) in lines[1..].iter().zip(["allocate", "free"]) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 10, "{line}");
+        assert!(f[0].parse::<u128>().unwrap() > 0 && f[1].parse::<u128>().is_ok() && f[2].parse::<u64>().is_ok());
+        assert_eq!((f[3], f[4], f[5], f[6]), (event, d.info().spec().as_str(), addr.as_str(), "4096"));
+        assert_eq!(f[7], d.stream_id(&s).unwrap().to_string());
+        assert!(f[8].parse::<usize>().unwrap() <= f[9].parse::<usize>().unwrap());
+    }
+}
+
+fn defer_cleanup_holds_frees_back_until_the_guard_goes<D: MemoryDevice>(d: &Dev<D>) {
+    let inner: Arc<dyn MemoryResource<D::B>> = Arc::new(CachingPool::new(d.clone(), PoolConfig::default()));
+    let alloc = Allocator::new(StatisticsResource::new(inner));
+    assert_eq!(alloc.interface_version(), memory::INTERFACE_VERSION);
+    let guard = alloc.defer_cleanup();
+    let inner_guard = alloc.defer_cleanup();
+    drop(alloc.alloc(512, d.default_stream()).unwrap());
+    assert_eq!(guard.held_back(), 1);
+    assert_eq!(alloc.statistics().unwrap().current_count, 1, "the free has not reached the resource");
+    drop(inner_guard);
+    assert_eq!(alloc.statistics().unwrap().current_count, 1, "an outer guard still holds it");
+    drop(guard);
+    assert_eq!(alloc.statistics().unwrap().current_count, 0);
+    alloc.reset().unwrap();
+    let info = alloc.memory_info().unwrap();
+    assert!(info.free <= info.total);
+}
+
+fn the_current_resource_is_replaceable_only_before_first_use<D: MemoryDevice>(d: &Dev<D>) {
+    let mine = Allocator::<D::B>::new(PlainResource::new(d.clone()));
+    match memory::set_current_resource(mine.clone()) {
+        Ok(()) => {
+            let current = memory::current_resource::<D::B>(d).unwrap();
+            assert_eq!(current.resource().name(), "plain");
+        }
+        // Another test of this process used the device's resource first.
+        Err(Error::InvalidArgument { .. }) => {}
+        Err(e) => panic!("{e}"),
+    }
+    let current = memory::current_resource::<D::B>(d).unwrap();
+    drop(current.alloc(100, d.default_stream()).unwrap());
+    assert!(matches!(memory::set_current_resource(mine), Err(Error::InvalidArgument { .. })));
+}
+
+fn plain_and_native_resources_allocate_and_native_memory_refuses_ipc<D: MemoryDevice>(d: &Dev<D>) {
+    let s = d.create_stream().unwrap();
+    let native = match NativePoolResource::new(d.clone(), Some(64 * MIB as u64)) {
+        Ok(r) => Allocator::new(r),
+        Err(Error::Unsupported { .. }) => return,
+        Err(e) => panic!("{e}"),
+    };
+    for alloc in [Allocator::new(PlainResource::new(d.clone())), native.clone()] {
+        let block = alloc.alloc(MIB + 1, &s).unwrap();
+        // Stream-ordered memory of `s`; the copies below run on the default stream.
+        d.synchronize(&s).unwrap();
+        d.copy_to_device(&pattern(MIB + 1, 4), &block, 0).unwrap();
+        assert_eq!(read(d.as_ref(), &block), pattern(MIB + 1, 4));
+    }
+    let block = native.alloc(4096, &s).unwrap();
+    assert!(matches!(native.ipc_handle(&block), Err(Error::Unsupported { .. })));
+    drop(block);
+    native.reset().unwrap();
+}
+
+fn pinned_memory_is_pooled_and_honours_its_flags<D: MemoryDevice>(d: &Dev<D>) {
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let flags = PinnedFlags { mapped: true, portable: true, write_combined: false };
+    let mut p = alloc.alloc_pinned(100_000, flags).unwrap();
+    assert_eq!(p.as_slice().len(), 100_000);
+    assert!(p.mapped_ptr().is_some());
+    p.as_mut_slice().copy_from_slice(&pattern(100_000, 8));
+    let dev = alloc.alloc(100_000, d.default_stream()).unwrap();
+    d.copy_to_device(p.as_slice(), &dev, 0).unwrap();
+    assert_eq!(read(d.as_ref(), &dev), pattern(100_000, 8));
+    drop(p);
+    assert_eq!(pool.pinned_pool().cached_bytes(), 128 * 1024);
+    let again = alloc.alloc_pinned(70_000, flags).unwrap();
+    assert_eq!(pool.pinned_pool().cached_bytes(), 0, "same class and flags: the cached buffer is reused");
+    assert_eq!(again.capacity(), 128 * 1024);
+    let mut host = pattern(8192, 1);
+    // SAFETY: `host` outlives the registration, dropped first.
+    let reg = unsafe { alloc.pin(host.as_mut_ptr(), host.len(), false) }.unwrap();
+    drop(reg);
+}
+
+fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) {
+    let config = PipelineConfig { chunk_bytes: MIB, lanes: 3, direct_below: 4096 };
+    let copier = PageableCopier::new(d.clone(), config).unwrap();
+    let n = 9 * MIB + 123;
+    let data = pattern(n, 6);
+    let dev = d.alloc(n + 10).unwrap();
+    copier.copy_to_device(&data, &dev, 10).unwrap();
+    let mut back = vec![0u8; n];
+    copier.copy_to_host(&dev, 10, &mut back).unwrap();
+    assert!(back == data, "pipelined round trip changed the bytes");
+    let mut direct = vec![0u8; n];
+    d.copy_to_host(&dev, 10, &mut direct).unwrap();
+    assert!(direct == data);
+    assert!(matches!(copier.copy_to_device(&data, &dev, 11), Err(Error::OutOfBounds { .. })));
+    let mut small = vec![0u8; 100];
+    copier.copy_to_host(&dev, 10, &mut small).unwrap();
+    assert_eq!(small, data[..100]);
+}
+
+// ---- the stress test -------------------------------------------------------------------
+
+/// Live ranges of every thread; inserting an overlapping range panics.
+#[derive(Default)]
+struct RangeChecker(Mutex<BTreeMap<u64, u64>>);
+
+impl RangeChecker {
+    fn insert(&self, start: u64, len: u64) {
+        let mut m = self.0.lock().unwrap();
+        if let Some((&s, &e)) = m.range(..start + len).next_back() {
+            assert!(e <= start, "live blocks overlap: [{s:#x}, {e:#x}) and [{start:#x}, {:#x})", start + len);
+        }
+        m.insert(start, start + len);
+    }
+    fn remove(&self, start: u64) {
+        assert!(self.0.lock().unwrap().remove(&start).is_some());
+    }
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryDevice>(d: &Dev<D>) {
+    let threads: usize = std::env::var("GPUPORT_STRESS_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let ops: usize = std::env::var("GPUPORT_STRESS_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let pool = Arc::new(CachingPool::new(d.clone(), PoolConfig { release_threshold: 64 * MIB, ..Default::default() }));
+    let stats = Arc::new(StatisticsResource::new(pool.clone()));
+    let alloc = Allocator::from_arc(stats.clone());
+    let checker = RangeChecker::default();
+    let shared = d.create_stream().unwrap();
+    let module = d.load_module(ModuleSource::Builtin).unwrap();
+    let fill = d.kernel(&module, builtin::FILL_U32).unwrap();
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (alloc, checker, shared, fill, pool) = (&alloc, &checker, &shared, &fill, &pool);
+            scope.spawn(move || {
+                let s = d.create_stream().unwrap();
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ ((t as u64 + 1) * 0x1234_5678);
+                let mut live: Vec<(gpuport::memory::DeviceAllocation<D::B>, u8)> = Vec::new();
+                for op in 0..ops / threads {
+                    let r = xorshift(&mut rng);
+                    if live.len() < 48 && (live.is_empty() || r % 3 != 0) {
+                        let size = match r % 100 {
+                            0..=84 => 1 + (r >> 8) as usize % (64 * 1024),
+                            85..=98 => 64 * 1024 + (r >> 8) as usize % MIB,
+                            _ => MIB + (r >> 8) as usize % (12 * MIB),
+                        };
+                        let block = alloc.alloc(size, &s).unwrap();
+                        checker.insert(block.device_ptr(), block.len() as u64);
+                        let value = (r >> 40) as u8;
+                        if r % 8 == 0 && size % 4 == 0 && size <= 64 * 1024 {
+                            let mut args = KernelArgs::new();
+                            args.push_buffer(&block).push(&(size as u64 / 4)).push(&u32::from_ne_bytes([value; 4]));
+                            let cfg = d.default_launch_config(fill, size / 4).unwrap();
+                            // SAFETY: fill_u32 writes size/4 u32s of `block`, which outlives the work (pool ordering).
+                            unsafe { d.launch(fill, cfg, &args, &s) }.unwrap();
+                        } else if r % 16 == 1 {
+                            let on_shared = block.use_on(shared).unwrap();
+                            // SAFETY: `on_shared` records the use; the pool waits for it before reuse.
+                            unsafe { d.memset_async(&on_shared, 0, size, value, shared) }.unwrap();
+                            drop(on_shared);
+                            // Later checks read on `s`: order them after the shared-stream write.
+                            d.synchronize(shared).unwrap();
+                        } else {
+                            // SAFETY: the block outlives the memset (pool ordering).
+                            unsafe { d.memset_async(&block, 0, size, value, &s) }.unwrap();
+                        }
+                        live.push((block, value));
+                    } else {
+                        let i = (r >> 16) as usize % live.len();
+                        let (block, value) = live.swap_remove(i);
+                        if op % 64 == 0 {
+                            // The block's writes are on `s`; `read` copies on the default stream.
+                            d.synchronize(&s).unwrap();
+                            let got = read(d.as_ref(), &block);
+                            if let Some(i) = got.iter().position(|&b| b != value) {
+                                panic!(
+                                    "a block was overwritten: {block:?} expected {value:#x}, byte {i} of {} is {:#x} ({} bytes differ, last at {:?}); {}",
+                                    got.len(),
+                                    got[i],
+                                    got.iter().filter(|&&b| b != value).count(),
+                                    got.iter().rposition(|&b| b != value),
+                                    pool.report()
+                                );
+                            }
+                        }
+                        checker.remove(block.device_ptr());
+                        drop(block);
+                    }
+                }
+                for (block, _) in live.drain(..) {
+                    checker.remove(block.device_ptr());
+                }
+                d.synchronize(&s).unwrap();
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    let st = stats.get();
+    assert_eq!((st.current_bytes, st.current_count), (0, 0), "{st:?}");
+    let report = pool.report();
+    assert_eq!((report.in_use, report.requested), (0, 0), "{report}");
+    pool.trim(0).unwrap();
+    assert_eq!(pool.report().reserved, 0, "{}", pool.report());
+    let _ = writeln!(
+        std::io::stderr(),
+        "stress on {}: {ops} operations, {} allocations, peak {} blocks / {:.1} MiB, {:.2} s; {}",
+        d.info().spec(),
+        st.total_count,
+        st.peak_count,
+        st.peak_bytes as f64 / MIB as f64,
+        elapsed.as_secs_f64(),
+        report.to_string().lines().take(2).collect::<Vec<_>>().join(" | ")
+    );
+}
+
+// ---- instantiation ---------------------------------------------------------------------
+
+macro_rules! memory_tests {
+    ($($name:ident),* $(,)?) => { $(
+        #[rstest]
+        #[case::host("host")]
+        #[case::cuda("cuda:0")]
+        fn $name(#[case] spec: &str) {
+            if let Some(dev) = common::open_or_skip(spec) {
+                gpuport::with_device!(dev, d => super::$name(d));
+            }
+        }
+    )* };
+}
+
+mod cases {
+    use super::common;
+    use rstest::rstest;
+    memory_tests!(
+        a_freed_block_is_reused_on_its_stream_at_once,
+        a_block_freed_on_one_stream_reaches_another_only_after_an_event,
+        a_block_used_on_another_stream_waits_for_that_use,
+        out_of_memory_under_a_limit_is_a_typed_error_and_the_pool_stays_usable,
+        the_release_threshold_returns_cached_memory,
+        the_fragmentation_report_shows_holes_and_merges_them,
+        statistics_count_current_and_peak_bytes,
+        the_log_adaptor_writes_one_csv_line_per_event,
+        defer_cleanup_holds_frees_back_until_the_guard_goes,
+        the_current_resource_is_replaceable_only_before_first_use,
+        plain_and_native_resources_allocate_and_native_memory_refuses_ipc,
+        pinned_memory_is_pooled_and_honours_its_flags,
+        pageable_copies_round_trip_through_the_pipeline,
+        random_allocations_on_many_streams_never_overlap_and_leave_nothing,
+    );
+}
+
+#[test]
+fn ipc_handles_survive_a_text_round_trip() {
+    let h =
+        memory::IpcHandle { backend: gpuport::BackendKind::Cuda, ordinal: 1, handle: [7u8; 64], offset: 4096, len: 99 };
+    assert_eq!(memory::IpcHandle::from_text(&h.to_text()).unwrap(), h);
+    assert!(memory::IpcHandle::from_text("cuda:0:zz").is_err());
+}
