@@ -24,6 +24,9 @@ pub mod registry;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+#[cfg(feature = "rocm")]
+pub mod hip;
+
 /// A backend: a family of devices and the types they hand out.
 pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
@@ -358,7 +361,7 @@ impl KernelArgs {
     }
 
     /// Pointers to each argument, as `cuLaunchKernel`/`hipModuleLaunchKernel` want them.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
     /// Valid while `self` is neither moved nor modified.
     pub(crate) fn param_pointers(&self, out: &mut Vec<*mut std::ffi::c_void>) {
         out.clear();
@@ -585,7 +588,7 @@ pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
 }
 
 /// Checks that an object of device `found` may be used on device `expected`.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) fn check_same_device(what: &'static str, backend: BackendKind, expected: usize, found: usize) -> Result<()> {
     if expected == found {
         Ok(())
