@@ -416,7 +416,8 @@ pub unsafe fn open_first<T>(
                 Err(missing) => tried.push(format!("{candidate} (loaded, but lacks {})", missing.join(", "))),
             },
             Err(e) => {
-                let msg = e.to_string();
+                // libloading's own message is only "dlopen failed"; dlerror()'s is in the source.
+                let msg = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
                 if msg.contains("No such file or directory") {
                     tried.push(candidate.clone());
                 } else {
