@@ -186,6 +186,7 @@ pub fn backends() -> Vec<BackendStatus> {
                 BackendKind::Cuda => (true, list::<CudaDevice>()),
                 #[cfg(feature = "rocm")]
                 BackendKind::Rocm => (true, list::<HipDevice>()),
+                #[allow(unreachable_patterns)]
                 _ => (false, Err(not_compiled(kind))),
             };
             BackendStatus { kind, compiled, devices }
