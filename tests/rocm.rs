@@ -279,11 +279,15 @@ fn stream_ordered_allocations_work_on_their_stream() {
 #[test]
 fn registered_host_memory_copies_like_pinned_memory() {
     let Some(dev) = device() else { return };
-    let mut host = pattern(1 << 16);
+    // Page-aligned, as older drivers required for registration.
+    let mut backing = vec![0u8; (1 << 16) + 4096];
+    let start = backing.as_ptr().align_offset(4096);
+    let host = &mut backing[start..start + (1 << 16)];
+    host.copy_from_slice(&pattern(1 << 16));
     // SAFETY: `host` outlives the registration, dropped before it below.
     let reg = unsafe { dev.register_host(host.as_mut_ptr(), host.len()) }.unwrap();
     let buf = dev.alloc(host.len()).unwrap();
-    dev.copy_to_device(&host, &buf, 0).unwrap();
+    dev.copy_to_device(host, &buf, 0).unwrap();
     assert_eq!(read_back(&dev, &buf), host);
     drop(reg);
     // SAFETY: a null pointer is refused before any use.
