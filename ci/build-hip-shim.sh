@@ -18,6 +18,7 @@ echo "== ROCm test binaries"
 rm -f .gpu/rocm-* .gpu/rocm_no_library-*
 CARGO_PROFILE_RELEASE_DEBUG=0 cargo test --release --features cuda,rocm --test rocm --test rocm_no_library --no-run \
     --message-format=json |
+    grep '"test":true' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' |
     while read -r bin; do
         cp "$bin" .gpu/
