@@ -18,8 +18,11 @@ echo "== ROCm test binaries"
 rm -f .gpu/rocm-* .gpu/rocm_no_library-*
 CARGO_PROFILE_RELEASE_DEBUG=0 cargo test --release --features cuda,rocm --test rocm --test rocm_no_library --no-run \
     --message-format=json |
-    grep '"test":true' |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' |
+    python3 -c 'import sys, json
+for line in sys.stdin:
+    j = json.loads(line)
+    if j.get("executable") and j.get("profile", {}).get("test"):
+        print(j["executable"])' |
     while read -r bin; do
         cp "$bin" .gpu/
         strip --strip-debug ".gpu/$(basename "$bin")" 2>/dev/null || true
