@@ -51,3 +51,5 @@ pub use error::{BackendKind, DriverError, Error, Result};
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{Cuda, CudaDevice};
+#[cfg(feature = "rocm")]
+pub use backend::hip::{Hip, HipDevice};

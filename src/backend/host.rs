@@ -349,8 +349,19 @@ fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<()
 
 /// The runtime built-ins and the array kernels of `crate::kernels`, built once.
 fn builtin_module() -> HostModule {
+    HostModule { kernels: builtin_table() }
+}
+
+/// Parameter sizes of a built-in kernel (the same on every backend), for
+/// backends whose driver cannot report them.
+#[cfg_attr(not(feature = "rocm"), allow(dead_code))]
+pub(crate) fn builtin_params(name: &str) -> Option<&'static [usize]> {
+    builtin_table().get(name).map(|def| def.params)
+}
+
+fn builtin_table() -> &'static HashMap<&'static str, HostKernelDef> {
     static TABLE: OnceLock<HashMap<&'static str, HostKernelDef>> = OnceLock::new();
-    let kernels = TABLE.get_or_init(|| {
+    TABLE.get_or_init(|| {
         let def = |func, params| HostKernelDef { func, params };
         let runtime: [(&'static str, HostKernelDef); 3] = [
             (builtin::EMPTY, def(kernel_empty, &[])),
@@ -358,8 +369,7 @@ fn builtin_module() -> HostModule {
             (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
         ];
         runtime.into_iter().chain(crate::kernels::host::array_kernels()).collect()
-    });
-    HostModule { kernels }
+    })
 }
 
 // ---- device -------------------------------------------------------------------

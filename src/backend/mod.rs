@@ -24,6 +24,9 @@ pub mod registry;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+#[cfg(feature = "rocm")]
+pub mod hip;
+
 /// A backend: a family of devices and the types they hand out.
 pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
@@ -408,7 +411,7 @@ impl KernelArgs {
     /// Writes a pointer to each argument into `out` (of length `self.len()`),
     /// as `cuLaunchKernel`/`hipModuleLaunchKernel` want them. The pointers are
     /// valid while `self` is neither moved nor modified.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
     pub(crate) fn fill_param_pointers(&self, out: &mut [*mut std::ffi::c_void]) {
         debug_assert_eq!(out.len(), self.spans.len());
         let base = self.words.as_ptr() as *mut u8;
@@ -665,7 +668,7 @@ pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
 }
 
 /// Checks that an object of device `found` may be used on device `expected`.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) fn check_same_device(what: &'static str, backend: BackendKind, expected: usize, found: usize) -> Result<()> {
     if expected == found {
         Ok(())

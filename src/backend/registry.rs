@@ -16,6 +16,8 @@ use crate::error::{BackendKind, Error, Result};
 
 #[cfg(feature = "cuda")]
 use super::cuda::CudaDevice;
+#[cfg(feature = "rocm")]
+use super::hip::HipDevice;
 
 /// The environment variable naming the default device spec.
 pub const DEVICE_ENV: &str = "GPUPORT_DEVICE";
@@ -29,6 +31,9 @@ pub enum AnyDevice {
     /// A CUDA device.
     #[cfg(feature = "cuda")]
     Cuda(Arc<CudaDevice>),
+    /// A ROCm (HIP) device.
+    #[cfg(feature = "rocm")]
+    Rocm(Arc<HipDevice>),
 }
 
 impl AnyDevice {
@@ -58,6 +63,18 @@ impl AnyDevice {
     pub fn as_cuda(&self) -> Option<&Arc<CudaDevice>> {
         match self {
             AnyDevice::Cuda(d) => Some(d),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The ROCm device, if this is one (used by [`with_device!`](crate::with_device)).
+    #[cfg(feature = "rocm")]
+    #[doc(hidden)]
+    pub fn as_rocm(&self) -> Option<&Arc<HipDevice>> {
+        match self {
+            AnyDevice::Rocm(d) => Some(d),
+            #[allow(unreachable_patterns)]
             _ => None,
         }
     }
@@ -85,6 +102,11 @@ macro_rules! with_device {
                     break $body;
                 }
             }
+            $crate::__if_rocm! {
+                if let Some($d) = __gpuport_dev.as_rocm() {
+                    break $body;
+                }
+            }
             if let Some($d) = __gpuport_dev.as_host() {
                 break $body;
             }
@@ -106,6 +128,21 @@ macro_rules! __if_cuda {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __if_cuda {
+    ($($t:tt)*) => {};
+}
+
+/// Expands its input only when the `rocm` feature is on (see `__if_cuda!`).
+#[cfg(feature = "rocm")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_rocm {
+    ($($t:tt)*) => { $($t)* };
+}
+
+#[cfg(not(feature = "rocm"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_rocm {
     ($($t:tt)*) => {};
 }
 
@@ -147,6 +184,9 @@ pub fn backends() -> Vec<BackendStatus> {
                 BackendKind::Host => (true, list::<HostDevice>()),
                 #[cfg(feature = "cuda")]
                 BackendKind::Cuda => (true, list::<CudaDevice>()),
+                #[cfg(feature = "rocm")]
+                BackendKind::Rocm => (true, list::<HipDevice>()),
+                #[allow(unreachable_patterns)]
                 _ => (false, Err(not_compiled(kind))),
             };
             BackendStatus { kind, compiled, devices }
@@ -193,6 +233,8 @@ pub fn open(spec: &str) -> Result<AnyDevice> {
         BackendKind::Host => Ok(AnyDevice::Host(HostDevice::open(ordinal)?)),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => Ok(AnyDevice::Cuda(CudaDevice::open(ordinal)?)),
+        #[cfg(feature = "rocm")]
+        BackendKind::Rocm => Ok(AnyDevice::Rocm(HipDevice::open(ordinal)?)),
         #[allow(unreachable_patterns)]
         other => Err(not_compiled(other)),
     }

@@ -181,3 +181,8 @@ mod cuda {
         }
     }
 }
+
+/// ROCm: the trait's defaults (plain pinned memory, no mapped pointers, no
+/// native-pool tuning, no IPC) until the HIP calls for them are wrapped.
+#[cfg(feature = "rocm")]
+impl MemoryDevice for crate::backend::hip::HipDevice {}

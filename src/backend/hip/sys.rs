@@ -1,0 +1,467 @@
+//! Hand-declared HIP runtime and hiprtc bindings, loaded at run time.
+//!
+//! # Why no crate
+//! `hip-sys` and `hip-runtime-sys` declare `links = "amdhip64"` and link the
+//! library at build time, so a binary built with `--features cuda,rocm`
+//! would not even start on a machine without ROCm (PEERS.md, pain points 2
+//! and 3). `cubecl-hip-sys` is bindgen output per HIP version and links too.
+//! gpuport needs about forty functions, so this file declares exactly those,
+//! by hand, and resolves them with `libloading` when the backend is first
+//! used. A missing library or symbol is an [`Error`], never a panic.
+//!
+//! # Where the declarations come from
+//! Every signature, constant and enum value below is copied from the HIP
+//! headers `hip/hip_runtime_api.h` and `hip/hiprtc.h`, checked against both
+//! ROCm 5.2 (Debian 12's `libamdhip64-dev` 5.2.3, the version CI installs)
+//! and the ROCm 7 headers (`ROCm/rocm-systems`, `include/hip/...`). The C
+//! signatures of these calls and the values used here are the same in both;
+//! `hipDeviceAttribute_t` kept its numbering from 5.2 to 7.x.
+//!
+//! `hipDeviceProp_t` is the exception: its layout changed in ROCm 6.0 (the
+//! `R0600` layout, exported as `hipGetDevicePropertiesR0600`). gpuport reads
+//! only `gcnArchName` from it, through an oversized zeroed buffer and the
+//! field's offset in each layout; see [`GCN_ARCH_NAME_OFFSET_R0600`].
+//!
+//! # Library search
+//! [`candidates`] lists, in order: `$ROCM_PATH/lib`, `$HIP_PATH/lib`, the
+//! dynamic loader's own search (`LD_LIBRARY_PATH`, `ld.so.cache`), then
+//! `/opt/rocm/lib`, each with the unversioned name and then `.so.7`, `.so.6`,
+//! `.so.5` (ROCm 7-only installs ship no unversioned name: ROCm/TheRock#1204;
+//! Debian ships only `.so.5` without the `-dev` package). `GPUPORT_HIP_LIBRARY`
+//! and `GPUPORT_HIPRTC_LIBRARY` replace the search with one path (the test
+//! shim uses them). The libraries are never unloaded: unloading ROCm has
+//! crashed in its own teardown (ROCm/rocm-systems#4442).
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use libloading::Library;
+
+// ---- types (hip_runtime_api.h, hiprtc.h) -------------------------------------------
+
+/// `hipError_t`: a C enum, `int`-sized.
+pub type hipError_t = c_int;
+/// `hiprtcResult`: a C enum, `int`-sized.
+pub type hiprtcResult = c_int;
+/// `hipDevice_t`: `typedef int hipDevice_t;`.
+pub type hipDevice_t = c_int;
+/// `hipDeviceAttribute_t`: a C enum, `int`-sized.
+pub type hipDeviceAttribute_t = c_int;
+/// `hipDeviceptr_t`: `typedef void* hipDeviceptr_t;`.
+pub type hipDeviceptr_t = *mut c_void;
+
+macro_rules! opaque {
+    ($($(#[$m:meta])* $name:ident => $handle:ident;)*) => { $(
+        $(#[$m])*
+        #[repr(C)]
+        pub struct $name {
+            _opaque: [u8; 0],
+        }
+        #[doc = concat!("`", stringify!($handle), "`: a pointer to `", stringify!($name), "`.")]
+        pub type $handle = *mut $name;
+    )* };
+}
+
+opaque! {
+    /// The runtime's stream object (`struct ihipStream_t`).
+    ihipStream_t => hipStream_t;
+    /// The runtime's event object (`struct ihipEvent_t`).
+    ihipEvent_t => hipEvent_t;
+    /// The runtime's module object (`struct ihipModule_t`).
+    ihipModule_t => hipModule_t;
+    /// The runtime's kernel object (`struct ihipModuleSymbol_t`).
+    ihipModuleSymbol_t => hipFunction_t;
+    /// hiprtc's program object (`struct _hiprtcProgram`).
+    _hiprtcProgram => hiprtcProgram;
+}
+
+// ---- constants (hip_runtime_api.h, hiprtc.h) ---------------------------------------
+
+/// `hipSuccess`.
+pub const hipSuccess: hipError_t = 0;
+/// `hipErrorInvalidValue`.
+pub const hipErrorInvalidValue: hipError_t = 1;
+/// `hipErrorOutOfMemory` (also `hipErrorMemoryAllocation`).
+pub const hipErrorOutOfMemory: hipError_t = 2;
+/// `hipErrorInvalidDeviceFunction`.
+pub const hipErrorInvalidDeviceFunction: hipError_t = 98;
+/// `hipErrorNoDevice`: "Call to hipGetDeviceCount returned 0 devices".
+pub const hipErrorNoDevice: hipError_t = 100;
+/// `hipErrorInvalidDevice`; ROCm 5.2's `hipInit` returns it when there is no GPU (seen in CI).
+pub const hipErrorInvalidDevice: hipError_t = 101;
+/// `hipErrorNotFound`.
+pub const hipErrorNotFound: hipError_t = 500;
+/// `hipErrorNotReady`: queried work has not completed yet.
+pub const hipErrorNotReady: hipError_t = 600;
+
+/// `HIPRTC_SUCCESS`.
+pub const HIPRTC_SUCCESS: hiprtcResult = 0;
+/// `HIPRTC_ERROR_COMPILATION`: the source was rejected; the log says why.
+pub const HIPRTC_ERROR_COMPILATION: hiprtcResult = 6;
+
+/// `hipStreamNonBlocking`: no implicit synchronization with the null stream.
+pub const hipStreamNonBlocking: c_uint = 0x1;
+/// `hipEventDefault`.
+pub const hipEventDefault: c_uint = 0x0;
+/// `hipHostMallocPortable`: pinned for every device.
+pub const hipHostMallocPortable: c_uint = 0x1;
+/// `hipHostRegisterPortable`: pinned for every device.
+pub const hipHostRegisterPortable: c_uint = 0x1;
+/// `hipMemAttachGlobal`: managed memory reachable from every stream.
+pub const hipMemAttachGlobal: c_uint = 0x1;
+
+/// `hipDeviceAttribute_t` values used by gpuport (same numbering in ROCm 5.2 and 7.x).
+pub mod attr {
+    use super::hipDeviceAttribute_t as A;
+    /// `hipDeviceAttributeComputeCapabilityMajor`.
+    pub const COMPUTE_CAPABILITY_MAJOR: A = 23;
+    /// `hipDeviceAttributeManagedMemory`.
+    pub const MANAGED_MEMORY: A = 24;
+    /// `hipDeviceAttributeMaxBlockDimX` (Y and Z follow).
+    pub const MAX_BLOCK_DIM_X: A = 26;
+    /// `hipDeviceAttributeMaxBlockDimY`.
+    pub const MAX_BLOCK_DIM_Y: A = 27;
+    /// `hipDeviceAttributeMaxBlockDimZ`.
+    pub const MAX_BLOCK_DIM_Z: A = 28;
+    /// `hipDeviceAttributeMaxGridDimX`.
+    pub const MAX_GRID_DIM_X: A = 29;
+    /// `hipDeviceAttributeMaxGridDimY`.
+    pub const MAX_GRID_DIM_Y: A = 30;
+    /// `hipDeviceAttributeMaxGridDimZ`.
+    pub const MAX_GRID_DIM_Z: A = 31;
+    /// `hipDeviceAttributeMaxThreadsPerBlock`.
+    pub const MAX_THREADS_PER_BLOCK: A = 56;
+    /// `hipDeviceAttributeComputeCapabilityMinor`.
+    pub const COMPUTE_CAPABILITY_MINOR: A = 61;
+    /// `hipDeviceAttributeMultiprocessorCount` (compute units).
+    pub const MULTIPROCESSOR_COUNT: A = 63;
+    /// `hipDeviceAttributeMaxSharedMemoryPerBlock`.
+    pub const MAX_SHARED_MEMORY_PER_BLOCK: A = 74;
+    /// `hipDeviceAttributeSharedMemPerBlockOptin`.
+    pub const SHARED_MEM_PER_BLOCK_OPTIN: A = 75;
+    /// `hipDeviceAttributeWarpSize`.
+    pub const WARP_SIZE: A = 87;
+    /// `hipDeviceAttributeMemoryPoolsSupported` (stream-ordered allocation).
+    pub const MEMORY_POOLS_SUPPORTED: A = 88;
+    /// `hipDeviceAttributeWallClockRate` in kHz (AMD-specific; not in ROCm 5.2).
+    pub const WALL_CLOCK_RATE: A = 10017;
+}
+
+/// Size of the buffer handed to `hipGetDeviceProperties*`: more than five
+/// times the largest layout (1472 bytes for `R0600`, 792 for ROCm 5.2), so a
+/// later ROCm that grows the struct again cannot write past it.
+pub const DEVICE_PROP_BUFFER_BYTES: usize = 8192;
+/// Offset of `char gcnArchName[256]` in `hipDeviceProp_tR0600` (ROCm 6.0+,
+/// filled by `hipGetDevicePropertiesR0600`); computed with `offsetof` over
+/// the struct as declared in ROCm 7's `hip_runtime_api.h`, whose reserved
+/// arrays keep it fixed across 6.x and 7.x.
+pub const GCN_ARCH_NAME_OFFSET_R0600: usize = 1160;
+/// Offset of `gcnArchName` in the ROCm 5.x `hipDeviceProp_t` (filled by
+/// `hipGetDeviceProperties`); `offsetof` with Debian's ROCm 5.2 header.
+pub const GCN_ARCH_NAME_OFFSET_R0000: usize = 396;
+/// Length of `gcnArchName`.
+pub const GCN_ARCH_NAME_LEN: usize = 256;
+
+// ---- function tables -----------------------------------------------------------------
+
+/// Looks up the first of `names` that `lib` exports.
+///
+/// # Safety
+/// `T` must be the function-pointer type of every symbol in `names`.
+unsafe fn lookup<T: Copy>(lib: &Library, names: &[&str]) -> Option<T> {
+    // SAFETY: the caller guarantees `T` matches the symbols' signature.
+    names.iter().find_map(|name| unsafe { lib.get::<T>(*name) }.ok().map(|sym| *sym))
+}
+
+/// Declares a table of C functions resolved from a library: `required`
+/// entries must all exist (each missing one is reported); an entry may name
+/// alternative symbols after `=`. `optional` entries are `Option`s.
+macro_rules! function_table {
+    (
+        $(#[$meta:meta])* $table:ident;
+        required { $( $(#[$fm:meta])* fn $f:ident($($arg:ty),* $(,)?) -> $ret:ty $(= [$($alt:literal),+])?; )* }
+        optional { $( $(#[$om:meta])* fn $o:ident($($oarg:ty),* $(,)?) -> $oret:ty; )* }
+    ) => {
+        $(#[$meta])*
+        pub struct $table {
+            $( $(#[$fm])* pub $f: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            $( $(#[$om])* pub $o: Option<unsafe extern "C" fn($($oarg),*) -> $oret>, )*
+        }
+
+        impl $table {
+            /// Resolves every function; on failure, the names of the missing required ones.
+            ///
+            /// # Safety
+            /// `lib` must stay loaded while the table is used, and export these
+            /// symbols with the declared signatures (the HIP headers').
+            pub unsafe fn resolve(lib: &Library) -> Result<Self, Vec<&'static str>> {
+                let mut missing = Vec::new();
+                $(
+                    // SAFETY: the type is the header's signature for this symbol.
+                    let $f = unsafe {
+                        lookup::<unsafe extern "C" fn($($arg),*) -> $ret>(lib, &[stringify!($f) $($(, $alt)+)?])
+                    };
+                    if $f.is_none() {
+                        missing.push(stringify!($f));
+                    }
+                )*
+                $(
+                    // SAFETY: as above.
+                    let $o = unsafe { lookup::<unsafe extern "C" fn($($oarg),*) -> $oret>(lib, &[stringify!($o)]) };
+                )*
+                match ($($f,)*) {
+                    ($(Some($f),)*) => Ok(Self { $($f,)* $($o,)* }),
+                    _ => Err(missing),
+                }
+            }
+        }
+    };
+}
+
+function_table! {
+    /// The HIP runtime calls gpuport makes (`hip/hip_runtime_api.h`).
+    HipApi;
+    required {
+        /// `hipError_t hipInit(unsigned int flags);`
+        fn hipInit(c_uint) -> hipError_t;
+        /// `hipError_t hipRuntimeGetVersion(int* runtimeVersion);`
+        fn hipRuntimeGetVersion(*mut c_int) -> hipError_t;
+        /// `const char* hipGetErrorName(hipError_t hip_error);`
+        fn hipGetErrorName(hipError_t) -> *const c_char;
+        /// `const char* hipGetErrorString(hipError_t hipError);`
+        fn hipGetErrorString(hipError_t) -> *const c_char;
+        /// `hipError_t hipGetDeviceCount(int* count);`
+        fn hipGetDeviceCount(*mut c_int) -> hipError_t;
+        /// `hipError_t hipGetDevice(int* deviceId);`
+        fn hipGetDevice(*mut c_int) -> hipError_t;
+        /// `hipError_t hipSetDevice(int deviceId);`
+        fn hipSetDevice(c_int) -> hipError_t;
+        /// `hipError_t hipDeviceGet(hipDevice_t* device, int ordinal);`
+        fn hipDeviceGet(*mut hipDevice_t, c_int) -> hipError_t;
+        /// `hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device);`
+        fn hipDeviceGetName(*mut c_char, c_int, hipDevice_t) -> hipError_t;
+        /// `hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId);`
+        fn hipDeviceGetAttribute(*mut c_int, hipDeviceAttribute_t, c_int) -> hipError_t;
+        /// `hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device);`
+        fn hipDeviceTotalMem(*mut usize, hipDevice_t) -> hipError_t;
+        /// `hipError_t hipMemGetInfo(size_t* free, size_t* total);`
+        fn hipMemGetInfo(*mut usize, *mut usize) -> hipError_t;
+        /// `hipError_t hipMalloc(void** ptr, size_t size);`
+        fn hipMalloc(*mut *mut c_void, usize) -> hipError_t;
+        /// `hipError_t hipFree(void* ptr);`
+        fn hipFree(*mut c_void) -> hipError_t;
+        /// `hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags);`
+        fn hipMallocManaged(*mut *mut c_void, usize, c_uint) -> hipError_t;
+        /// `hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags);`
+        /// (`hipHostAlloc` has the same signature and replaces it in later ROCm.)
+        fn hipHostMalloc(*mut *mut c_void, usize, c_uint) -> hipError_t = ["hipHostAlloc"];
+        /// `hipError_t hipHostFree(void* ptr);`
+        fn hipHostFree(*mut c_void) -> hipError_t;
+        /// `hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags);`
+        fn hipHostRegister(*mut c_void, usize, c_uint) -> hipError_t;
+        /// `hipError_t hipHostUnregister(void* hostPtr);`
+        fn hipHostUnregister(*mut c_void) -> hipError_t;
+        /// `hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags);`
+        fn hipStreamCreateWithFlags(*mut hipStream_t, c_uint) -> hipError_t;
+        /// `hipError_t hipStreamDestroy(hipStream_t stream);`
+        fn hipStreamDestroy(hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamSynchronize(hipStream_t stream);`
+        fn hipStreamSynchronize(hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamQuery(hipStream_t stream);`
+        fn hipStreamQuery(hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags);`
+        fn hipStreamWaitEvent(hipStream_t, hipEvent_t, c_uint) -> hipError_t;
+        /// `hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags);`
+        fn hipEventCreateWithFlags(*mut hipEvent_t, c_uint) -> hipError_t;
+        /// `hipError_t hipEventDestroy(hipEvent_t event);`
+        fn hipEventDestroy(hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream);`
+        fn hipEventRecord(hipEvent_t, hipStream_t) -> hipError_t;
+        /// `hipError_t hipEventSynchronize(hipEvent_t event);`
+        fn hipEventSynchronize(hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventQuery(hipEvent_t event);`
+        fn hipEventQuery(hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop);`
+        fn hipEventElapsedTime(*mut f32, hipEvent_t, hipEvent_t) -> hipError_t;
+        /// `hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t sizeBytes, hipStream_t stream);`
+        fn hipMemcpyHtoDAsync(hipDeviceptr_t, *mut c_void, usize, hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);`
+        fn hipMemcpyDtoHAsync(*mut c_void, hipDeviceptr_t, usize, hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src, size_t sizeBytes, hipStream_t stream);`
+        fn hipMemcpyDtoDAsync(hipDeviceptr_t, hipDeviceptr_t, usize, hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream);`
+        fn hipMemsetD8Async(hipDeviceptr_t, u8, usize, hipStream_t) -> hipError_t;
+        /// `hipError_t hipModuleLoadData(hipModule_t* module, const void* image);`
+        fn hipModuleLoadData(*mut hipModule_t, *const c_void) -> hipError_t;
+        /// `hipError_t hipModuleUnload(hipModule_t module);`
+        fn hipModuleUnload(hipModule_t) -> hipError_t;
+        /// `hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* kname);`
+        fn hipModuleGetFunction(*mut hipFunction_t, hipModule_t, *const c_char) -> hipError_t;
+        /// `hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,
+        /// unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+        /// unsigned int sharedMemBytes, hipStream_t stream, void** kernelParams, void** extra);`
+        fn hipModuleLaunchKernel(
+            hipFunction_t, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, hipStream_t,
+            *mut *mut c_void, *mut *mut c_void,
+        ) -> hipError_t;
+        /// `hipError_t hipModuleOccupancyMaxPotentialBlockSize(int* gridSize, int* blockSize,
+        /// hipFunction_t f, size_t dynSharedMemPerBlk, int blockSizeLimit);`
+        fn hipModuleOccupancyMaxPotentialBlockSize(*mut c_int, *mut c_int, hipFunction_t, usize, c_int) -> hipError_t;
+    }
+    optional {
+        /// `hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream);` (ROCm 5.1+)
+        fn hipMallocAsync(*mut *mut c_void, usize, hipStream_t) -> hipError_t;
+        /// `hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream);` (ROCm 5.1+)
+        fn hipFreeAsync(*mut c_void, hipStream_t) -> hipError_t;
+        /// `hipError_t hipGetDevicePropertiesR0600(hipDeviceProp_tR0600* prop, int deviceId);` (ROCm 6.0+)
+        fn hipGetDevicePropertiesR0600(*mut c_void, c_int) -> hipError_t;
+        /// `hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);` with the
+        /// ROCm 5.x layout (`hipDeviceProp_tR0000` in ROCm 6+, which may drop the symbol).
+        fn hipGetDeviceProperties(*mut c_void, c_int) -> hipError_t;
+    }
+}
+
+function_table! {
+    /// The hiprtc calls gpuport makes (`hip/hiprtc.h`).
+    RtcApi;
+    required {
+        /// `const char* hiprtcGetErrorString(hiprtcResult result);`
+        fn hiprtcGetErrorString(hiprtcResult) -> *const c_char;
+        /// `hiprtcResult hiprtcCreateProgram(hiprtcProgram* prog, const char* src, const char* name,
+        /// int numHeaders, const char** headers, const char** includeNames);`
+        fn hiprtcCreateProgram(
+            *mut hiprtcProgram, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char,
+        ) -> hiprtcResult;
+        /// `hiprtcResult hiprtcCompileProgram(hiprtcProgram prog, int numOptions, const char** options);`
+        fn hiprtcCompileProgram(hiprtcProgram, c_int, *const *const c_char) -> hiprtcResult;
+        /// `hiprtcResult hiprtcGetProgramLogSize(hiprtcProgram prog, size_t* logSizeRet);`
+        fn hiprtcGetProgramLogSize(hiprtcProgram, *mut usize) -> hiprtcResult;
+        /// `hiprtcResult hiprtcGetProgramLog(hiprtcProgram prog, char* log);`
+        fn hiprtcGetProgramLog(hiprtcProgram, *mut c_char) -> hiprtcResult;
+        /// `hiprtcResult hiprtcGetCodeSize(hiprtcProgram prog, size_t* codeSizeRet);`
+        fn hiprtcGetCodeSize(hiprtcProgram, *mut usize) -> hiprtcResult;
+        /// `hiprtcResult hiprtcGetCode(hiprtcProgram prog, char* code);`
+        fn hiprtcGetCode(hiprtcProgram, *mut c_char) -> hiprtcResult;
+        /// `hiprtcResult hiprtcDestroyProgram(hiprtcProgram* prog);`
+        fn hiprtcDestroyProgram(*mut hiprtcProgram) -> hiprtcResult;
+    }
+    optional {}
+}
+
+// ---- library search --------------------------------------------------------------
+
+/// Forces the HIP runtime library to this path (no search).
+pub const HIP_LIBRARY_ENV: &str = "GPUPORT_HIP_LIBRARY";
+/// Forces the hiprtc library to this path (no search).
+pub const HIPRTC_LIBRARY_ENV: &str = "GPUPORT_HIPRTC_LIBRARY";
+
+/// File names of the HIP runtime, most general first.
+pub const HIP_NAMES: [&str; 4] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
+/// File names of hiprtc. ROCm 5.2 has no separate hiprtc: its calls are in
+/// `libamdhip64` (seen in Debian's 5.2.3), which [`open_hiprtc`] tries last.
+pub const HIPRTC_NAMES: [&str; 4] = ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5"];
+
+/// Where to look for a library, in order, for the given file names.
+pub fn candidates(names: &[&str]) -> Vec<String> {
+    let var = |name| std::env::var(name).ok().filter(|d: &String| !d.is_empty());
+    candidates_in(var("ROCM_PATH").as_deref(), var("HIP_PATH").as_deref(), names)
+}
+
+/// [`candidates`] for given `ROCM_PATH` and `HIP_PATH` values.
+pub fn candidates_in(rocm_path: Option<&str>, hip_path: Option<&str>, names: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |c: String| {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    };
+    for dir in [rocm_path, hip_path].into_iter().flatten() {
+        let dir = dir.trim_end_matches('/');
+        names.iter().for_each(|n| push(format!("{dir}/lib/{n}")));
+    }
+    names.iter().for_each(|n| push(n.to_string()));
+    names.iter().for_each(|n| push(format!("/opt/rocm/lib/{n}")));
+    out
+}
+
+/// A library that loaded and exports every required function of table `T`.
+pub struct Loaded<T> {
+    /// The candidate that loaded (a path, or a name the loader resolved).
+    pub path: String,
+    /// The resolved functions; valid while `lib` is loaded.
+    pub api: T,
+    /// Kept loaded for the life of the process (see the module docs).
+    pub lib: Library,
+}
+
+/// Opens the first candidate that loads and resolves with `resolve`.
+///
+/// On failure, returns one entry per candidate: its name, and why it failed
+/// where that is more than "not found".
+///
+/// # Safety
+/// Loading a library runs its initializers; the candidates must be HIP
+/// libraries (or stand-ins) exporting the declared signatures.
+pub unsafe fn open_first<T>(
+    candidates: &[String],
+    resolve: unsafe fn(&Library) -> Result<T, Vec<&'static str>>,
+) -> Result<Loaded<T>, String> {
+    let mut tried = Vec::with_capacity(candidates.len());
+    for candidate in candidates {
+        // SAFETY: the caller accepts running the library's initializers.
+        match unsafe { Library::new(candidate.as_str()) } {
+            // SAFETY: `lib` is moved into the returned `Loaded` with the table.
+            Ok(lib) => match unsafe { resolve(&lib) } {
+                Ok(api) => return Ok(Loaded { path: candidate.clone(), api, lib }),
+                Err(missing) => tried.push(format!("{candidate} (loaded, but lacks {})", missing.join(", "))),
+            },
+            Err(e) => {
+                // libloading's own message is only "dlopen failed"; dlerror()'s is in the source.
+                let msg = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                if msg.contains("No such file or directory") {
+                    tried.push(candidate.clone());
+                } else {
+                    tried.push(format!("{candidate} ({msg})"));
+                }
+            }
+        }
+    }
+    Err(tried.join(", "))
+}
+
+/// Formats `HIP_VERSION` (`major * 10^7 + minor * 10^5 + patch`) as `5.2.21153`.
+pub fn version_string(v: c_int) -> String {
+    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_search_rocm_path_and_hip_path_first() {
+        let c = candidates_in(Some("/x/rocm/"), Some("/y/hip"), &HIP_NAMES);
+        assert_eq!(c[0], "/x/rocm/lib/libamdhip64.so");
+        assert_eq!(c[3], "/x/rocm/lib/libamdhip64.so.5");
+        assert_eq!(c[4], "/y/hip/lib/libamdhip64.so");
+        assert_eq!(c.len(), 4 * HIP_NAMES.len());
+    }
+
+    #[test]
+    fn candidates_cover_versioned_names_and_rocm_lib() {
+        let c = candidates_in(None, None, &HIP_NAMES);
+        for name in HIP_NAMES {
+            assert!(c.iter().any(|x| x == name), "{name} missing from {c:?}");
+            assert!(c.iter().any(|x| *x == format!("/opt/rocm/lib/{name}")), "/opt/rocm/lib/{name} missing");
+        }
+        let bare = c.iter().position(|x| x == "libamdhip64.so").unwrap();
+        let opt = c.iter().position(|x| x == "/opt/rocm/lib/libamdhip64.so").unwrap();
+        assert!(bare < opt, "the loader path is searched before /opt/rocm");
+    }
+
+    #[test]
+    fn hip_versions_format_as_major_minor_patch() {
+        assert_eq!(version_string(50221153), "5.2.21153");
+        assert_eq!(version_string(70151000), "7.1.51000");
+    }
+}
