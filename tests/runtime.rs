@@ -359,6 +359,7 @@ macro_rules! backend_tests {
         #[rstest]
         #[case::host("host")]
         #[case::cuda("cuda:0")]
+        #[case::rocm("rocm:0")]
         fn $name(#[case] spec: &str) {
             on_device!(spec, super::$name);
         }

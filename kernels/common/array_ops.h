@@ -90,18 +90,64 @@ __device__ inline long long grid_threads() {
 
 /* ---- add_index ----------------------------------------------------------- */
 
-/* Sum of the indices of row-major linear index `lin`, and its index along
- * the last axis. I is the integer type the arithmetic runs in. */
-template <typename I, int N>
-__device__ inline void index_sum(const gpuport_i64 (&shape)[N], I lin, I &sum, I &last) {
-  last = lin % (I)shape[N - 1];
-  lin /= (I)shape[N - 1];
-  sum = last;
-  for (int a = N - 2; a >= 0; --a) {
-    sum += lin % (I)shape[a];
-    lin /= (I)shape[a];
+/* Division by a divisor fixed for the whole kernel, as a multiply and a
+ * shift (CUTLASS's FastDivmod): exact for dividends below 2^31 with
+ * p = 31 + ceil(log2 d) and m = ceil(2^p / d). Integer division is a long
+ * instruction sequence on GPUs; this keeps add_index memory bound. */
+struct FastDiv {
+  unsigned d;
+  unsigned p;
+  gpuport_u64 m;
+  __device__ void init(unsigned divisor) {
+    d = divisor;
+    unsigned l = 0;
+    while ((1ull << l) < divisor) ++l;
+    p = 31 + l;
+    m = ((1ull << p) + divisor - 1) / divisor;
   }
-}
+  __device__ unsigned div(unsigned n) const { return d == 1 ? n : (unsigned)(((gpuport_u64)n * m) >> p); }
+};
+
+/* Sum of the indices of a row-major linear index, and its index along the
+ * last axis, in the integer type I. */
+template <int N, typename I> struct IndexSum;
+
+/* Arrays below 2^31 elements: 32-bit arithmetic with FastDiv. */
+template <int N> struct IndexSum<N, unsigned> {
+  FastDiv fd[N];
+  __device__ explicit IndexSum(const gpuport_i64 (&shape)[N]) {
+    for (int a = 0; a < N; ++a) fd[a].init((unsigned)shape[a]);
+  }
+  __device__ void operator()(unsigned lin, unsigned &sum, unsigned &last) const {
+    unsigned q = fd[N - 1].div(lin);
+    last = lin - q * fd[N - 1].d;
+    sum = last;
+    for (int a = N - 2; a >= 1; --a) {
+      unsigned q2 = fd[a].div(q);
+      sum += q - q2 * fd[a].d;
+      q = q2;
+    }
+    if (N > 1) sum += q; /* the first index is what is left */
+  }
+};
+
+/* Larger arrays: 64-bit division. */
+template <int N> struct IndexSum<N, long long> {
+  gpuport_i64 shape[N];
+  __device__ explicit IndexSum(const gpuport_i64 (&s)[N]) {
+    for (int a = 0; a < N; ++a) shape[a] = s[a];
+  }
+  __device__ void operator()(long long lin, long long &sum, long long &last) const {
+    last = lin % shape[N - 1];
+    lin /= shape[N - 1];
+    sum = last;
+    for (int a = N - 2; a >= 1; --a) {
+      sum += lin % shape[a];
+      lin /= shape[a];
+    }
+    if (N > 1) sum += lin;
+  }
+};
 
 enum { UNROLL = 4 };
 
@@ -109,6 +155,7 @@ template <typename T, int N, typename I>
 __device__ inline void add_index_body(ArrayIndexer<T, N> ix) {
   typedef Arith<T> A;
   typedef Vec16<T> V;
+  const IndexSum<N, I> index_sum(ix.shape);
   const I size = (I)ix.size();
   const I row = (I)ix.shape[N - 1];
   const bool aligned = ((gpuport_u64)ix.data % 16) == 0;
@@ -125,13 +172,13 @@ __device__ inline void add_index_body(ArrayIndexer<T, N> ix) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       I sum, last;
-      index_sum<I, N>(ix.shape, (v + u * stride) * V::LANES, sum, last);
+      index_sum((v + u * stride) * V::LANES, sum, last);
 #pragma unroll
       for (int j = 0; j < V::LANES; ++j) {
         I s = sum + j;
         if (last + j >= row) {  /* the vector crosses a row: recompute */
           I l2;
-          index_sum<I, N>(ix.shape, (v + u * stride) * V::LANES + j, s, l2);
+          index_sum((v + u * stride) * V::LANES + j, s, l2);
         }
         buf[u].v[j] = A::store(A::load(buf[u].v[j]) + A::from_index((long long)s));
       }
@@ -144,7 +191,7 @@ __device__ inline void add_index_body(ArrayIndexer<T, N> ix) {
 #pragma unroll
     for (int j = 0; j < V::LANES; ++j) {
       I s, l;
-      index_sum<I, N>(ix.shape, v * V::LANES + j, s, l);
+      index_sum(v * V::LANES + j, s, l);
       x.v[j] = A::store(A::load(x.v[j]) + A::from_index((long long)s));
     }
     vecs[v] = x;
@@ -152,15 +199,15 @@ __device__ inline void add_index_body(ArrayIndexer<T, N> ix) {
   /* The elements after the last whole vector (all of them if unaligned). */
   for (I i = nvec * V::LANES + tid; i < size; i += stride) {
     I s, l;
-    index_sum<I, N>(ix.shape, i, s, l);
+    index_sum(i, s, l);
     ix.data[i] = A::store(A::load(ix.data[i]) + A::from_index((long long)s));
   }
 }
 
 template <typename T, int N>
 __device__ inline void add_index(ArrayIndexer<T, N> ix) {
-  /* 32-bit division is several times cheaper than 64-bit on GPUs. */
-  if (ix.size() < 2147483647LL) add_index_body<T, N, unsigned int>(ix);
+  /* FastDiv's 32-bit path needs every linear index below 2^31. */
+  if (ix.size() < 2147483647LL) add_index_body<T, N, unsigned>(ix);
   else add_index_body<T, N, long long>(ix);
 }
 

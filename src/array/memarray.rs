@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
-use crate::backend::{Backend, Buffer, Device, DeviceMemory, Event, Stream};
+use crate::backend::{Backend, Buffer, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
@@ -76,9 +76,16 @@ pub struct ExportOptions {
 /// It is a raw pointer rather than a `Box<[T]>` because exports and the
 /// array reach the same bytes through raw pointers; who may write when is
 /// governed by `&mut MemArray` and the lock, not by this type.
+///
+/// On a GPU device the block is page-locked memory from the backend when it
+/// can be had (`pinned` owns it): copies from and to pageable memory are not
+/// asynchronous on CUDA (a D2H copy into pageable memory returns only when
+/// it is done; seen on the H100), so `move_to(.., Transfer::Async)` needs a
+/// pinned mirror to return before the copy runs.
 pub(crate) struct HostStorage<T> {
     ptr: NonNull<T>,
     len: usize,
+    pinned: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: `T: Element` is `Send + Sync` plain data; the storage only frees
@@ -92,7 +99,27 @@ impl<T: Element> HostStorage<T> {
     fn from_vec(v: Vec<T>) -> Self {
         let len = v.len();
         let ptr = NonNull::from(Box::leak(v.into_boxed_slice())).cast::<T>();
-        HostStorage { ptr, len }
+        HostStorage { ptr, len, pinned: None }
+    }
+
+    /// The host mirror for an array on `device`: pinned memory holding `v`
+    /// on GPU backends (falling back to `v` itself if pinning fails), `v` on
+    /// the host backend, whose copies are asynchronous either way.
+    fn for_device<D: Device>(device: &D, v: Vec<T>) -> Self {
+        let bytes = std::mem::size_of_val(v.as_slice());
+        if D::B::KIND == BackendKind::Host || bytes == 0 {
+            return Self::from_vec(v);
+        }
+        let Ok(mut pinned) = device.alloc_pinned(bytes) else { return Self::from_vec(v) };
+        let dst = pinned.as_mut_slice();
+        // Page-locked allocations are page aligned, so any element type fits.
+        if (dst.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+            return Self::from_vec(v);
+        }
+        // SAFETY: `T: Element` is plain data; `v` has exactly `bytes` bytes.
+        dst.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, bytes) });
+        let Some(ptr) = NonNull::new(dst.as_mut_ptr() as *mut T) else { return Self::from_vec(v) };
+        HostStorage { ptr, len: v.len(), pinned: Some(Box::new(pinned)) }
     }
 
     fn ptr(&self) -> *mut T {
@@ -122,6 +149,9 @@ impl<T: Element> HostStorage<T> {
 
 impl<T> Drop for HostStorage<T> {
     fn drop(&mut self) {
+        if self.pinned.take().is_some() {
+            return; // dropping the backend's pinned buffer freed the block
+        }
         // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in
         // `from_vec` and are freed exactly once, here.
         unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len))) }
@@ -236,7 +266,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             shape,
             len,
             device: device.clone(),
-            host: Arc::new(HostStorage::from_vec(data)),
+            host: Arc::new(HostStorage::for_device(device.as_ref(), data)),
             buffer: None,
             residency: Residency::Host,
             lock: None,
