@@ -267,34 +267,39 @@ __device__ inline void copy_strided(Strided<N> dst, Strided<N> src) {
   extern "C" __global__ void gpuport_add_index_##NAME##_##N(gpuport::ArrayIndexer<T, N> ix) { \
     gpuport::add_index<T, N>(ix);                                                          \
   }
-#define GPUPORT_ADD_INDEX_RANKS(T, NAME)                                                  \
-  GPUPORT_ADD_INDEX(T, NAME, 1) GPUPORT_ADD_INDEX(T, NAME, 2) GPUPORT_ADD_INDEX(T, NAME, 3) \
-  GPUPORT_ADD_INDEX(T, NAME, 4) GPUPORT_ADD_INDEX(T, NAME, 5) GPUPORT_ADD_INDEX(T, NAME, 6) \
-  GPUPORT_ADD_INDEX(T, NAME, 7) GPUPORT_ADD_INDEX(T, NAME, 8)
-
-#define GPUPORT_ELEMENTWISE(T, NAME)                                                       \
-  GPUPORT_ADD_INDEX_RANKS(T, NAME)                                                         \
+#define GPUPORT_SCALE(T, NAME)                                                                   \
   extern "C" __global__ void gpuport_scale_##NAME(T *x, gpuport_u64 n, gpuport::Arith<T>::Compute alpha) { \
-    gpuport::scale<T>(x, n, alpha);                                                         \
-  }                                                                                         \
-  extern "C" __global__ void gpuport_axpy_##NAME(T *y, const T *x, gpuport_u64 n,           \
-                                                  gpuport::Arith<T>::Compute alpha) {       \
-    gpuport::axpy<T>(y, x, n, alpha);                                                       \
+    gpuport::scale<T>(x, n, alpha);                                                             \
   }
-
+#define GPUPORT_AXPY(T, NAME)                                                                    \
+  extern "C" __global__ void gpuport_axpy_##NAME(T *y, const T *x, gpuport_u64 n,               \
+                                                  gpuport::Arith<T>::Compute alpha) {           \
+    gpuport::axpy<T>(y, x, n, alpha);                                                           \
+  }
+#define GPUPORT_FILL(BYTES)                                                                      \
+  extern "C" __global__ void gpuport_fill_##BYTES(void *x, gpuport_u64 n, gpuport::Bytes<BYTES> v) { \
+    gpuport::fill<BYTES>(x, n, v);                                                               \
+  }
 #define GPUPORT_COPY(BYTES, N)                                                                  \
   extern "C" __global__ void gpuport_copy_strided_##BYTES##_##N(gpuport::Strided<N> dst,        \
                                                                  gpuport::Strided<N> src) {      \
     gpuport::copy_strided<BYTES, N>(dst, src);                                                   \
   }
+
+/* Every instantiation, for ahead-of-time builds (nvcc, hipcc). At run time
+ * src/kernels/mod.rs compiles one kernel per program instead (defining
+ * GPUPORT_SELECTED_KERNELS and one of the macros above): the whole set takes
+ * minutes to compile. */
+#define GPUPORT_ADD_INDEX_RANKS(T, NAME)                                                  \
+  GPUPORT_ADD_INDEX(T, NAME, 1) GPUPORT_ADD_INDEX(T, NAME, 2) GPUPORT_ADD_INDEX(T, NAME, 3) \
+  GPUPORT_ADD_INDEX(T, NAME, 4) GPUPORT_ADD_INDEX(T, NAME, 5) GPUPORT_ADD_INDEX(T, NAME, 6) \
+  GPUPORT_ADD_INDEX(T, NAME, 7) GPUPORT_ADD_INDEX(T, NAME, 8)
+#define GPUPORT_ELEMENTWISE(T, NAME) GPUPORT_ADD_INDEX_RANKS(T, NAME) GPUPORT_SCALE(T, NAME) GPUPORT_AXPY(T, NAME)
 #define GPUPORT_BYTEWISE(BYTES)                                                                  \
-  extern "C" __global__ void gpuport_fill_##BYTES(void *x, gpuport_u64 n, gpuport::Bytes<BYTES> v) { \
-    gpuport::fill<BYTES>(x, n, v);                                                               \
-  }                                                                                              \
+  GPUPORT_FILL(BYTES)                                                                            \
   GPUPORT_COPY(BYTES, 1) GPUPORT_COPY(BYTES, 2) GPUPORT_COPY(BYTES, 3) GPUPORT_COPY(BYTES, 4)    \
   GPUPORT_COPY(BYTES, 5) GPUPORT_COPY(BYTES, 6) GPUPORT_COPY(BYTES, 7) GPUPORT_COPY(BYTES, 8)
 
-/* Every instantiation, for the dialect files. */
 #define GPUPORT_ALL_ARRAY_KERNELS                                   \
   GPUPORT_ELEMENTWISE(signed char, i8)                              \
   GPUPORT_ELEMENTWISE(short, i16)                                   \

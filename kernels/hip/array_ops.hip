@@ -36,4 +36,7 @@ __device__ inline unsigned short gpuport_f32_to_f16(float f) {
 
 #include "array_ops.h"
 
+// At run time each kernel is compiled alone (src/kernels/mod.rs).
+#ifndef GPUPORT_SELECTED_KERNELS
 GPUPORT_ALL_ARRAY_KERNELS
+#endif

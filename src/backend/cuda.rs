@@ -28,10 +28,11 @@ use super::{
 };
 use crate::error::{BackendKind, DriverError, Error, Result};
 
-/// The built-in kernels: the runtime's and the array kernels, one program.
-const BUILTIN_SOURCE: &str =
-    concat!(include_str!("../../kernels/cuda/builtins.cu"), "\n", include_str!("../../kernels/cuda/array_ops.cu"));
-/// Headers the built-in kernels include, served to NVRTC from memory.
+/// The runtime's built-in kernels ([`ModuleSource::Builtin`]).
+const BUILTIN_SOURCE: &str = include_str!("../../kernels/cuda/builtins.cu");
+/// The array kernels' dialect file; each kernel is compiled alone from it.
+const ARRAY_OPS_SOURCE: &str = include_str!("../../kernels/cuda/array_ops.cu");
+/// Headers the array kernels include, served to NVRTC from memory.
 const BUILTIN_HEADERS: &[(&str, &str)] = &[
     ("array_indexer.h", include_str!("../../kernels/common/array_indexer.h")),
     ("array_ops.h", include_str!("../../kernels/common/array_ops.h")),
@@ -432,6 +433,8 @@ pub struct CudaDevice {
     ctx: Arc<Context>,
     default_stream: CudaStream,
     builtins: Mutex<Option<CudaModule>>,
+    /// Array kernels compiled so far, by name.
+    array_kernels: Mutex<HashMap<String, CudaKernel>>,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -834,7 +837,13 @@ impl Device for CudaDevice {
                 ctx: ctx.clone(),
             }),
         };
-        let dev = Arc::new(CudaDevice { info, ctx, default_stream, builtins: Mutex::new(None) });
+        let dev = Arc::new(CudaDevice {
+            info,
+            ctx,
+            default_stream,
+            builtins: Mutex::new(None),
+            array_kernels: Default::default(),
+        });
         devices.insert(ordinal, dev.clone());
         Ok(dev)
     }
@@ -1109,7 +1118,7 @@ impl Device for CudaDevice {
                 let module = match prebuilt {
                     Some(module) => module,
                     None => {
-                        let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], BUILTIN_HEADERS)?;
+                        let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], &[])?;
                         self.load_image(cubin.as_ptr() as *const c_void)?
                     }
                 };
@@ -1155,6 +1164,26 @@ impl Device for CudaDevice {
             Err(e) => return Err(driver_error("cuModuleGetFunction", e)),
         };
         Ok(CudaKernel { func, name: name.into(), params: self.param_sizes(func), module: module.clone() })
+    }
+
+    fn builtin_kernel(&self, name: &str) -> Result<CudaKernel> {
+        let module = self.load_module(ModuleSource::Builtin)?;
+        // The runtime built-ins, or every kernel when the nvcc fatbin loaded.
+        match self.kernel(&module, name) {
+            Err(Error::KernelNotFound { .. }) => {}
+            found => return found,
+        }
+        let mut cache = self.array_kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kernel) = cache.get(name) {
+            return Ok(kernel.clone());
+        }
+        let program = crate::kernels::single_kernel_program(ARRAY_OPS_SOURCE, name).ok_or_else(|| {
+            Error::KernelNotFound { name: name.to_string(), available: crate::kernels::all_kernel_names().join(", ") }
+        })?;
+        let cubin = self.compile(&program, &format!("{name}.cu"), &[], BUILTIN_HEADERS)?;
+        let kernel = self.kernel(&self.load_image(cubin.as_ptr() as *const c_void)?, name)?;
+        cache.insert(name.to_string(), kernel.clone());
+        Ok(kernel)
     }
 
     fn default_launch_config(&self, kernel: &CudaKernel, n: usize) -> Result<LaunchConfig> {
@@ -1233,7 +1262,11 @@ mod tests {
 
     #[test]
     fn builtin_program_includes_only_headers_it_is_given() {
-        for line in super::BUILTIN_SOURCE.lines().chain(super::BUILTIN_HEADERS.iter().flat_map(|(_, t)| t.lines())) {
+        for line in super::BUILTIN_SOURCE
+            .lines()
+            .chain(super::ARRAY_OPS_SOURCE.lines())
+            .chain(super::BUILTIN_HEADERS.iter().flat_map(|(_, t)| t.lines()))
+        {
             if let Some(rest) = line.trim().strip_prefix("#include") {
                 let name = rest.trim().trim_matches(|c| c == '"' || c == '<' || c == '>');
                 assert!(

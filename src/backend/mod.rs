@@ -614,6 +614,14 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     fn load_module(&self, source: ModuleSource<'_>) -> Result<Module<Self::B>>;
     /// Looks a kernel up by name.
     fn kernel(&self, module: &Module<Self::B>, name: &str) -> Result<Kernel<Self::B>>;
+    /// A built-in kernel by name: the runtime's ([`builtin`]) and the array
+    /// kernels of [`crate::kernels`]. GPU backends compile array kernels on
+    /// first use, one per program, and cache them.
+    fn builtin_kernel(&self, name: &str) -> Result<Kernel<Self::B>> {
+        let module = self.load_module(ModuleSource::Builtin)?;
+        self.kernel(&module, name)
+    }
+
     /// A launch configuration covering `n` threads with the block size the
     /// occupancy API suggests for `kernel` (or a fixed default without one).
     fn default_launch_config(&self, kernel: &Kernel<Self::B>, n: usize) -> Result<LaunchConfig>;

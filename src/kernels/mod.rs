@@ -24,9 +24,7 @@ use std::fmt::Debug;
 use bytemuck::Pod;
 use half::{bf16, f16};
 
-use crate::backend::{
-    builtin, Device, DeviceMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, ModuleSource, Stream,
-};
+use crate::backend::{builtin, Device, DeviceMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, Stream};
 use crate::error::{Error, Result};
 
 /// Most dimensions the built-in kernels are instantiated for.
@@ -161,8 +159,53 @@ pub fn kernel_name(op: &str, dtype: &str, rank: Option<usize>) -> String {
 }
 
 fn find_kernel<D: Device>(d: &D, name: &str) -> Result<Kernel<D::B>> {
-    let module = d.load_module(ModuleSource::Builtin)?;
-    d.kernel(&module, name)
+    d.builtin_kernel(name)
+}
+
+/// The C type of each dtype name, as the kernel sources spell it.
+const C_TYPES: [(&str, &str); 12] = [
+    ("i8", "signed char"),
+    ("i16", "short"),
+    ("i32", "int"),
+    ("i64", "long long"),
+    ("u8", "unsigned char"),
+    ("u16", "unsigned short"),
+    ("u32", "unsigned int"),
+    ("u64", "unsigned long long"),
+    ("f16", "gpuport::f16"),
+    ("bf16", "gpuport::bf16"),
+    ("f32", "float"),
+    ("f64", "double"),
+];
+
+/// The source of a program that defines only the built-in array kernel
+/// `name`, from a dialect file (`kernels/cuda/array_ops.cu` or
+/// `kernels/hip/array_ops.hip`); `None` if `name` is not one.
+///
+/// Runtime compilers take minutes over every instantiation at once and well
+/// under a second for one, so GPU backends compile built-in array kernels
+/// one at a time, on first use, and cache each.
+pub(crate) fn single_kernel_program(dialect_source: &str, name: &str) -> Option<String> {
+    let rest = name.strip_prefix("gpuport_")?;
+    let ctype = |t: &str| C_TYPES.iter().find(|(n, _)| *n == t).map(|(_, c)| *c);
+    let rank = |n: &str| n.parse::<usize>().ok().filter(|n| (1..=MAX_RANK).contains(n));
+    let bytes = |b: &str| b.parse::<usize>().ok().filter(|b| [1, 2, 4, 8, 16].contains(b));
+    let instantiation = if let Some(r) = rest.strip_prefix("add_index_") {
+        let (t, n) = r.rsplit_once('_')?;
+        format!("GPUPORT_ADD_INDEX({}, {t}, {})", ctype(t)?, rank(n)?)
+    } else if let Some(t) = rest.strip_prefix("scale_") {
+        format!("GPUPORT_SCALE({}, {t})", ctype(t)?)
+    } else if let Some(t) = rest.strip_prefix("axpy_") {
+        format!("GPUPORT_AXPY({}, {t})", ctype(t)?)
+    } else if let Some(b) = rest.strip_prefix("fill_") {
+        format!("GPUPORT_FILL({})", bytes(b)?)
+    } else if let Some(r) = rest.strip_prefix("copy_strided_") {
+        let (b, n) = r.split_once('_')?;
+        format!("GPUPORT_COPY({}, {})", bytes(b)?, rank(n)?)
+    } else {
+        return None;
+    };
+    Some(format!("#define GPUPORT_SELECTED_KERNELS\n{dialect_source}\n{instantiation}\n"))
 }
 
 /// Elements of `T` in `mem`, if its size is a whole number of them.
@@ -371,6 +414,21 @@ mod tests {
         host.sort();
         named.sort();
         assert_eq!(host, named);
+    }
+
+    #[test]
+    fn every_array_kernel_name_maps_to_one_instantiation() {
+        for name in all_kernel_names().iter().filter(|n| !builtin::ALL.contains(&n.as_str())) {
+            let program = single_kernel_program("", name).unwrap_or_else(|| panic!("{name} has no program"));
+            assert!(program.starts_with("#define GPUPORT_SELECTED_KERNELS"), "{program}");
+        }
+        assert_eq!(
+            single_kernel_program("", "gpuport_add_index_f32_3").unwrap().lines().last(),
+            Some("GPUPORT_ADD_INDEX(float, f32, 3)")
+        );
+        for bad in ["gpuport_add_index_f32_9", "gpuport_add_index_c64_1", "gpuport_fill_3", "gpuport_empty", "other"] {
+            assert!(single_kernel_program("", bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

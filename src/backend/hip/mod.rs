@@ -36,13 +36,11 @@ use super::{
 };
 use crate::error::{BackendKind, DriverError, Error, Result};
 
-/// The built-in kernels' source, compiled by hiprtc at first use.
-const BUILTINS_SOURCE: &str = concat!(
-    include_str!("../../../kernels/hip/builtins.hip"),
-    "\n",
-    include_str!("../../../kernels/hip/array_ops.hip")
-);
-/// Headers the built-in kernels include, served to hiprtc from memory.
+/// The runtime's built-in kernels, compiled by hiprtc at first use.
+const BUILTINS_SOURCE: &str = include_str!("../../../kernels/hip/builtins.hip");
+/// The array kernels' dialect file; each kernel is compiled alone from it.
+const ARRAY_OPS_SOURCE: &str = include_str!("../../../kernels/hip/array_ops.hip");
+/// Headers the array kernels include, served to hiprtc from memory.
 const BUILTIN_HEADERS: &[(&str, &str)] = &[
     ("array_indexer.h", include_str!("../../../kernels/common/array_indexer.h")),
     ("array_ops.h", include_str!("../../../kernels/common/array_ops.h")),
@@ -622,6 +620,8 @@ pub struct HipDevice {
     ctx: Arc<Context>,
     default_stream: HipStream,
     builtins: Mutex<Option<HipModule>>,
+    /// Array kernels compiled so far, by name.
+    array_kernels: Mutex<HashMap<String, HipKernel>>,
 }
 
 impl fmt::Debug for HipDevice {
@@ -834,6 +834,7 @@ impl Device for HipDevice {
             ctx,
             default_stream,
             builtins: Mutex::new(None),
+            array_kernels: Default::default(),
         });
         devices.insert(ordinal, dev.clone());
         Ok(dev)
@@ -1141,7 +1142,7 @@ impl Device for HipDevice {
                 }
                 let rate = self.wall_clock_khz.map(|khz| format!("-DGPUPORT_WALL_CLOCK_KHZ={khz}ull"));
                 let options: Vec<&str> = rate.iter().map(String::as_str).collect();
-                let code = self.compile(BUILTINS_SOURCE, "gpuport_builtins.hip", &options, BUILTIN_HEADERS)?;
+                let code = self.compile(BUILTINS_SOURCE, "gpuport_builtins.hip", &options, &[])?;
                 let module = self.load_image(code.as_ptr() as *const c_void, true)?;
                 *cached = Some(module.clone());
                 Ok(module)
@@ -1193,6 +1194,25 @@ impl Device for HipDevice {
             e => return Err(driver_error("hipModuleGetFunction", e)),
         }
         Ok(HipKernel { func, name: name.into(), params: self.param_sizes(module, name), module: module.clone() })
+    }
+
+    fn builtin_kernel(&self, name: &str) -> Result<HipKernel> {
+        let module = self.load_module(ModuleSource::Builtin)?;
+        match self.kernel(&module, name) {
+            Err(Error::KernelNotFound { .. }) => {}
+            found => return found,
+        }
+        let mut cache = self.array_kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kernel) = cache.get(name) {
+            return Ok(kernel.clone());
+        }
+        let program = crate::kernels::single_kernel_program(ARRAY_OPS_SOURCE, name).ok_or_else(|| {
+            Error::KernelNotFound { name: name.to_string(), available: crate::kernels::all_kernel_names().join(", ") }
+        })?;
+        let code = self.compile(&program, &format!("{name}.hip"), &[], BUILTIN_HEADERS)?;
+        let kernel = self.kernel(&self.load_image(code.as_ptr() as *const c_void, true)?, name)?;
+        cache.insert(name.to_string(), kernel.clone());
+        Ok(kernel)
     }
 
     fn default_launch_config(&self, kernel: &HipKernel, n: usize) -> Result<LaunchConfig> {
