@@ -84,6 +84,56 @@ fn kernel_benches<D: Device>(c: &mut Criterion, d: &D, shapes: &[(&str, [i64; 3]
     }
 }
 
+/// Tuning sweep for add_index on 1 GiB f32: unroll depth and launch shape
+/// (resident grid-stride vs one step per thread), each paired with the copy.
+#[cfg(feature = "cuda")]
+fn add_index_variants<D: Device>(d: &D) {
+    use gpuport::{KernelArgs, LaunchConfig, ModuleSource};
+    let shape = [256i64, 1024, 1024];
+    let bytes = (shape.iter().product::<i64>() * 4) as usize;
+    let (a, b) = (d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap());
+    d.memset(&a, 0, bytes, 0).unwrap();
+    let s = d.default_stream();
+    let inline = |src: &str| {
+        src.replace("#include \"array_ops.h\"", include_str!("../kernels/common/array_ops.h"))
+            .replace("#include \"array_indexer.h\"", include_str!("../kernels/common/array_indexer.h"))
+    };
+    let base = kernels::single_kernel_program(include_str!("../kernels/cuda/array_ops.cu"), "gpuport_add_index_f32_3")
+        .expect("program");
+    for unroll in [1, 2, 4, 8] {
+        let code = inline(&format!("#define GPUPORT_UNROLL {unroll}\n{base}"));
+        let module = d.load_module(ModuleSource::Source { code: &code, name: "variant.cu", options: &[] }).unwrap();
+        let k = d.kernel(&module, "gpuport_add_index_f32_3").unwrap();
+        let work = bytes / 16 / unroll;
+        let configs = [
+            ("resident", d.resident_launch_config(&k, work).unwrap()),
+            ("full-256", LaunchConfig::for_elements(work, 256).unwrap()),
+            ("full-512", LaunchConfig::for_elements(work, 512).unwrap()),
+        ];
+        for (label, cfg) in configs {
+            let mut args = KernelArgs::new();
+            args.push(&kernels::IndexerArg { data: a.device_ptr(), shape });
+            // SAFETY: the argument matches; `a` outlives every synchronize here.
+            let add = || unsafe { d.launch(&k, cfg, &args, s) }.unwrap();
+            // SAFETY: both buffers outlive every synchronize here.
+            let copy = || unsafe { d.copy_device_async(&a, 0, &b, 0, bytes, s) }.unwrap();
+            let (mut tc, mut ta) = (Vec::new(), Vec::new());
+            for _ in 0..11 {
+                tc.push(device_time(d, 10, copy).as_secs_f64());
+                ta.push(device_time(d, 10, add).as_secs_f64());
+            }
+            tc.sort_by(f64::total_cmp);
+            ta.sort_by(f64::total_cmp);
+            println!(
+                "variant unroll={unroll} {label} grid {:?} block {:?}: add_index/copy = {:.1}%",
+                cfg.grid,
+                cfg.block,
+                100.0 * tc[5] / ta[5]
+            );
+        }
+    }
+}
+
 fn benches(c: &mut Criterion) {
     // The first load compiles every built-in kernel (NVRTC on CUDA) unless cached.
     match gpuport::open("cuda:0") {
@@ -92,6 +142,10 @@ fn benches(c: &mut Criterion) {
             d.load_module(gpuport::ModuleSource::Builtin).expect("builtin module");
             println!("{}: first load of the built-in module (cache: {:?}): {:.0} ms",
                 d.info().spec(), kernels::cache::cache_dir(), start.elapsed().as_secs_f64() * 1e3);
+            #[cfg(feature = "cuda")]
+            if std::env::var_os("GPUPORT_BENCH_VARIANTS").is_some() {
+                add_index_variants(d.as_ref());
+            }
             kernel_benches(c, d.as_ref(), &SHAPES)
         }),
         Err(e) => eprintln!("cuda:0 benchmarks skipped: {e}"),

@@ -149,7 +149,11 @@ template <int N> struct IndexSum<N, long long> {
   }
 };
 
-enum { UNROLL = 4 };
+/* Vectors in flight per thread and loop step (overridable for tuning). */
+#ifndef GPUPORT_UNROLL
+#define GPUPORT_UNROLL 4
+#endif
+enum { UNROLL = GPUPORT_UNROLL };
 
 template <typename T, int N, typename I>
 __device__ inline void add_index_body(ArrayIndexer<T, N> ix) {
