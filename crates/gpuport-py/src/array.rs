@@ -15,7 +15,7 @@ use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, I
 use gpuport::{with_device, AnyDevice, BackendKind, Device, Error};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::device::{
     is_cuda_dl, resolve_device, resolve_stream, spec, stream_from_handle, AnyStream, PyBackend, PyDevice,
@@ -1021,6 +1021,35 @@ impl PyMemArray {
                 py.detach(|| f.add_index(&s)).py_err(py)
             }
         }
+    }
+
+    /// The current host copy's bytes in row-major order (for dtypes NumPy
+    /// lacks: bfloat16, complex32). Raises `ResidencyError` for device-only data.
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let n = self.nbytes();
+        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &self.st {
+            Storage::Owned(a) => {
+                let loc = if a.residency().includes(Location::Host) { Location::Host } else { self.st.natural() };
+                if a.dl_device(loc).device_type != DLDeviceType::CPU {
+                    return Err(errors::residency(py, "tobytes() needs the host copy; call move_memory(\"host\")".into()));
+                }
+                py.detach(|| a.parts(loc, None)).py_err(py)?
+            }
+            Storage::Foreign(f) => {
+                if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
+                    return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
+                }
+                (f.data, f.keep.clone())
+            }
+        };
+        if n == 0 {
+            return Ok(PyBytes::new(py, &[]));
+        }
+        // SAFETY: `ptr` addresses the `n` bytes of the host-readable copy,
+        // kept alive by `keep` until the bytes are copied out.
+        let bytes = PyBytes::new(py, unsafe { std::slice::from_raw_parts(ptr as usize as *const u8, n) });
+        drop(keep);
+        Ok(bytes)
     }
 
     /// A deep copy (an owned array; imported arrays cannot be copied here).
