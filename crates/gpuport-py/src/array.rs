@@ -131,6 +131,8 @@ pub trait ArrayOps: Send + Sync {
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> gpuport::Result<()>;
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> gpuport::Result<()>;
     fn live_exports(&self) -> usize;
+    /// Marks the copy at `loc` as the only current one (a writable export may change it).
+    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> gpuport::Result<()>;
 }
 
 struct Typed<T: Element, const N: usize, D: Device> {
@@ -209,6 +211,12 @@ impl<T: PyElement, const N: usize, D: PyBackend> ArrayOps for Typed<T, N, D> {
     }
     fn live_exports(&self) -> usize {
         self.a.live_exports()
+    }
+    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> gpuport::Result<()> {
+        match loc {
+            Location::Host => self.a.host_ptr_mut(lock).map(drop),
+            Location::Device => self.a.device_ptr_mut(lock).map(drop),
+        }
     }
 }
 
@@ -411,12 +419,7 @@ impl Storage {
     /// of a GPU array when it is current, else the current copy.
     fn natural(&self) -> Location {
         match self {
-            Storage::Owned(a) => match a.residency() {
-                Residency::Host => Location::Host,
-                Residency::Device => Location::Device,
-                Residency::Both if a.device().backend() != BackendKind::Host => Location::Device,
-                Residency::Both => Location::Host,
-            },
+            Storage::Owned(a) => natural_of(a.as_ref()),
             Storage::Foreign(f) => f.location(),
         }
     }
@@ -426,6 +429,15 @@ impl Storage {
             Storage::Owned(a) => a.dl_device(loc),
             Storage::Foreign(f) => f.dl,
         }
+    }
+}
+
+fn natural_of(a: &dyn ArrayOps) -> Location {
+    match a.residency() {
+        Residency::Host => Location::Host,
+        Residency::Device => Location::Device,
+        Residency::Both if a.device().backend() != BackendKind::Host => Location::Device,
+        Residency::Both => Location::Host,
     }
 }
 
@@ -476,7 +488,7 @@ fn consumer_stream(py: Python<'_>, dev: &AnyDevice, dl_t: i32, stream: Option<is
 }
 
 /// Exports `st` as a DLPack capsule following the array API standard.
-pub fn export<'py>(py: Python<'py>, st: &Storage, req: Request) -> PyResult<Bound<'py, PyAny>> {
+pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<Bound<'py, PyAny>> {
     let versioned_minor = match req.max_version {
         Some((major, minor)) if major >= 1 => {
             Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
@@ -486,7 +498,7 @@ pub fn export<'py>(py: Python<'py>, st: &Storage, req: Request) -> PyResult<Boun
     let lock = req.lock.map(LockId);
     let (parts, copied, read_only) = match st {
         Storage::Owned(a) => {
-            let mut loc = req.prefer.unwrap_or_else(|| st.natural());
+            let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
             let mut to_host = false;
             if let Some(want) = req.dl_device {
                 if want != dl_pair(a.dl_device(loc)) {
@@ -528,6 +540,10 @@ pub fn export<'py>(py: Python<'py>, st: &Storage, req: Request) -> PyResult<Boun
                     a.order_on(s).py_err(py)?;
                 }
                 let (p, k) = py.detach(|| a.parts(loc, lock)).py_err(py)?;
+                if !req.read_only {
+                    // The consumer may write: the other copy is stale from now on.
+                    a.mark_written(loc, lock).py_err(py)?;
+                }
                 (p, k, a.dl_device(loc))
             };
             let parts = ExportParts { data, device: dl, dtype: a.dtype(), shape: a.shape(), strides: None, keep };
@@ -745,8 +761,8 @@ impl PyMemArray {
         }
     }
 
-    pub fn dlpack_impl<'py>(&self, py: Python<'py>, req: Request) -> PyResult<Bound<'py, PyAny>> {
-        export(py, &self.st, req)
+    pub fn dlpack_impl<'py>(&mut self, py: Python<'py>, req: Request) -> PyResult<Bound<'py, PyAny>> {
+        export(py, &mut self.st, req)
     }
 
     fn dlpack_device_impl(&self, prefer: Option<Location>) -> (i32, i32) {
@@ -1031,7 +1047,10 @@ impl PyMemArray {
             Storage::Owned(a) => {
                 let loc = if a.residency().includes(Location::Host) { Location::Host } else { self.st.natural() };
                 if a.dl_device(loc).device_type != DLDeviceType::CPU {
-                    return Err(errors::residency(py, "tobytes() needs the host copy; call move_memory(\"host\")".into()));
+                    return Err(errors::residency(
+                        py,
+                        "tobytes() needs the host copy; call move_memory(\"host\")".into(),
+                    ));
                 }
                 py.detach(|| a.parts(loc, None)).py_err(py)?
             }
@@ -1070,7 +1089,7 @@ impl PyMemArray {
     /// host sets `IS_COPIED`) or refused with `BufferError`.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
-        &self,
+        &mut self,
         py: Python<'py>,
         stream: Option<isize>,
         max_version: Option<&Bound<'py, PyAny>>,
@@ -1236,7 +1255,7 @@ impl DLPackContext {
             lock: self.entered.then_some(self.lock_id),
             prefer: self.prefer,
         };
-        self.array.borrow(py).dlpack_impl(py, req)
+        self.array.borrow_mut(py).dlpack_impl(py, req)
     }
 
     fn __dlpack_device__(&self, py: Python<'_>) -> (i32, i32) {
