@@ -538,6 +538,10 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<
             } else {
                 if let Some(s) = &consumer {
                     a.order_on(s).py_err(py)?;
+                } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
+                    // The host itself is the consumer (host-backend device
+                    // copies, managed memory): wait for pending kernels.
+                    py.detach(|| a.synchronize()).py_err(py)?;
                 }
                 let (p, k) = py.detach(|| a.parts(loc, lock)).py_err(py)?;
                 if !req.read_only {
@@ -1041,11 +1045,13 @@ impl PyMemArray {
 
     /// The current host copy's bytes in row-major order (for dtypes NumPy
     /// lacks: bfloat16, complex32). Raises `ResidencyError` for device-only data.
-    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn tobytes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let n = self.nbytes();
-        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &self.st {
+        let natural = self.st.natural();
+        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut self.st {
             Storage::Owned(a) => {
-                let loc = if a.residency().includes(Location::Host) { Location::Host } else { self.st.natural() };
+                py.detach(|| a.synchronize()).py_err(py)?;
+                let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
                 if a.dl_device(loc).device_type != DLDeviceType::CPU {
                     return Err(errors::residency(
                         py,
@@ -1116,7 +1122,7 @@ impl PyMemArray {
     /// The NumPy array interface (v3) of a host-resident array; NumPy's
     /// `asarray` uses it without a copy and keeps this array alive.
     #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn __array_interface__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let loc = self.st.natural();
         let dl = self.st.dl(loc);
         if !is_host_accessible(dl.device_type)
@@ -1129,15 +1135,20 @@ impl PyMemArray {
         let typestr = self.st.dtype().typestr().ok_or_else(|| {
             PyAttributeError::new_err(format!("{} has no array-interface type string", self.st.dtype().name()))
         })?;
-        let (data, strides, ro) = match &self.st {
-            Storage::Owned(a) => (py.detach(|| a.parts(loc, None)).py_err(py)?.0, None, false),
+        let shape = self.st.shape();
+        let (data, strides, ro) = match &mut self.st {
+            Storage::Owned(a) => {
+                // The host reads it: pending kernels on a host-backend device copy must finish.
+                py.detach(|| a.synchronize()).py_err(py)?;
+                (py.detach(|| a.parts(loc, None)).py_err(py)?.0, None, false)
+            }
             Storage::Foreign(f) => {
                 let item = f.dtype.itemsize() as i64;
                 let s: Vec<i64> = f.strides.iter().map(|&s| s * item).collect();
                 (f.data, Some(s), f.read_only)
             }
         };
-        interface_dict(py, &self.st.shape(), typestr, data, ro, strides, None, 3)
+        interface_dict(py, &shape, typestr, data, ro, strides, None, 3)
     }
 
     /// The CUDA Array Interface (v3) of a CUDA-resident array, with `stream`
