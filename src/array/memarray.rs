@@ -747,14 +747,24 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         Arc::strong_count(&self.host) - 1 + dev
     }
 
-    pub(crate) fn host_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
+    /// The address of the current host copy and an owner that keeps it
+    /// alive, for zero-copy exports built outside this crate (the Python
+    /// package's DLPack and array-interface exports). Waits for pending copies.
+    ///
+    /// Contract for using the pointer: `len()` elements in row-major order,
+    /// valid while the owner is alive; writes only while no `&mut` method of
+    /// this array runs.
+    pub fn host_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
         self.check_lock("host_view", lock)?;
         self.check_resident("host_view", Location::Host)?;
         self.wait_pending()?;
         Ok((self.host.ptr(), self.host.clone()))
     }
 
-    pub(crate) fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
+    /// The address of the current device copy (null for an empty array) and
+    /// an owner that keeps it alive. Does not wait: order work on another
+    /// stream after [`pending_event`](Self::pending_event).
+    pub fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
         self.check_lock("device_view", lock)?;
         self.check_resident("device_view", Location::Device)?;
         Ok(match &self.buffer {

@@ -490,6 +490,18 @@ fn query_info(dev: sys::CUdevice, ordinal: usize) -> Result<DeviceInfo> {
 }
 
 impl CudaDevice {
+    /// A handle to a stream gpuport does not own: one another library created
+    /// (PyTorch, CuPy, cuda-python), or the special handles `CU_STREAM_LEGACY`
+    /// (1) and `CU_STREAM_PER_THREAD` (2). It is never destroyed by gpuport,
+    /// so work can join a foreign stream's order without synchronizing.
+    ///
+    /// # Safety
+    /// `raw` must be 0, 1, 2 or a live `CUstream` of this device's primary
+    /// context, and stay alive while the returned handle is used.
+    pub unsafe fn borrow_stream(&self, raw: usize) -> CudaStream {
+        CudaStream { inner: Arc::new(StreamInner { raw: raw as sys::CUstream, owned: false, ctx: self.ctx.clone() }) }
+    }
+
     fn check_stream(&self, stream: &CudaStream) -> Result<()> {
         check_same_device("stream", BackendKind::Cuda, self.info.ordinal, stream.inner.ctx.ordinal)
     }

@@ -1,0 +1,557 @@
+//! `Device`, `Stream` and `Event`, and how Python objects name streams.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gpuport::backend::{Event as BackendEvent, Stream as BackendStream};
+use gpuport::dlpack::{dl_device, DLDeviceType};
+use gpuport::{with_device, AnyDevice, BackendKind, Device, HostDevice, MemoryKind};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+#[cfg(feature = "cuda")]
+use gpuport::CudaDevice;
+
+use crate::errors::{self, IntoPyResult};
+
+/// What the Python layer needs from a backend beyond [`Device`]: moving its
+/// streams and events in and out of the backend-neutral enums.
+pub trait PyBackend: Device + Sized {
+    /// The stream, if it belongs to this backend.
+    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>>;
+    /// Wraps an event of this backend.
+    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent;
+    /// Wraps a stream of this backend.
+    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream;
+    /// The device as an `AnyDevice`.
+    fn any_device(d: &Arc<Self>) -> AnyDevice;
+}
+
+impl PyBackend for HostDevice {
+    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>> {
+        match s {
+            AnyStream::Host(_, s) => Some(s),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent {
+        AnyEvent::Host(d.clone(), Arc::new(ev))
+    }
+    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream {
+        AnyStream::Host(d.clone(), s)
+    }
+    fn any_device(d: &Arc<Self>) -> AnyDevice {
+        AnyDevice::Host(d.clone())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl PyBackend for CudaDevice {
+    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>> {
+        match s {
+            AnyStream::Cuda(_, s) => Some(s),
+            _ => None,
+        }
+    }
+    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent {
+        AnyEvent::Cuda(d.clone(), Arc::new(ev))
+    }
+    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream {
+        AnyStream::Cuda(d.clone(), s)
+    }
+    fn any_device(d: &Arc<Self>) -> AnyDevice {
+        AnyDevice::Cuda(d.clone())
+    }
+}
+
+/// A stream of any compiled-in backend, with its device.
+#[derive(Clone, Debug)]
+pub enum AnyStream {
+    Host(Arc<HostDevice>, BackendStream<gpuport::Host>),
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<CudaDevice>, BackendStream<gpuport::Cuda>),
+}
+
+impl AnyStream {
+    /// The device's default stream.
+    pub fn default_for(dev: &AnyDevice) -> AnyStream {
+        with_device!(dev, d => PyBackend::any_stream(d, d.default_stream().clone()))
+    }
+
+    /// A new stream on `dev`.
+    pub fn create(dev: &AnyDevice) -> gpuport::Result<AnyStream> {
+        with_device!(dev, d => Ok(PyBackend::any_stream(d, d.create_stream()?)))
+    }
+
+    /// The stream's device.
+    pub fn device(&self) -> AnyDevice {
+        match self {
+            AnyStream::Host(d, _) => AnyDevice::Host(d.clone()),
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
+        }
+    }
+
+    /// The native handle (`CUstream` on CUDA; 0 on the host backend, whose
+    /// streams have no handle other libraries understand).
+    pub fn handle(&self) -> usize {
+        match self {
+            AnyStream::Host(..) => 0,
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(_, s) => s.as_raw() as usize,
+        }
+    }
+
+    /// Blocks until the stream's work is done.
+    pub fn synchronize(&self) -> gpuport::Result<()> {
+        match self {
+            AnyStream::Host(d, s) => d.synchronize(s),
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(d, s) => d.synchronize(s),
+        }
+    }
+
+    /// Records a new event at the end of the stream.
+    pub fn record(&self) -> gpuport::Result<AnyEvent> {
+        match self {
+            AnyStream::Host(d, s) => {
+                let ev = d.create_event()?;
+                d.record_event(&ev, s)?;
+                Ok(PyBackend::any_event(d, ev))
+            }
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(d, s) => {
+                let ev = d.create_event()?;
+                d.record_event(&ev, s)?;
+                Ok(PyBackend::any_event(d, ev))
+            }
+        }
+    }
+
+    /// Makes later work on this stream wait for `ev` (no host wait).
+    pub fn wait(&self, ev: &AnyEvent) -> gpuport::Result<()> {
+        match (self, ev) {
+            (AnyStream::Host(d, s), AnyEvent::Host(_, e)) => d.wait_event(s, e),
+            #[cfg(feature = "cuda")]
+            (AnyStream::Cuda(d, s), AnyEvent::Cuda(_, e)) => d.wait_event(s, e),
+            #[allow(unreachable_patterns)]
+            _ => Err(gpuport::Error::DeviceMismatch {
+                what: "event",
+                expected: spec(&self.device()),
+                found: spec(&ev.device()),
+            }),
+        }
+    }
+}
+
+/// An event of any compiled-in backend.
+#[derive(Clone, Debug)]
+pub enum AnyEvent {
+    Host(Arc<HostDevice>, Arc<BackendEvent<gpuport::Host>>),
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<CudaDevice>, Arc<BackendEvent<gpuport::Cuda>>),
+}
+
+impl AnyEvent {
+    fn device(&self) -> AnyDevice {
+        match self {
+            AnyEvent::Host(d, _) => AnyDevice::Host(d.clone()),
+            #[cfg(feature = "cuda")]
+            AnyEvent::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
+        }
+    }
+}
+
+/// The spec that opens `dev` again (`"host"`, `"cuda:0"`).
+pub fn spec(dev: &AnyDevice) -> String {
+    dev.info().spec()
+}
+
+/// Whether two handles name the same device.
+pub fn same_device(a: &AnyDevice, b: &AnyDevice) -> bool {
+    a.backend() == b.backend() && a.info().ordinal == b.info().ordinal
+}
+
+/// The DLPack device of `dev`'s device memory.
+pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
+    let d = dl_device(dev.backend(), MemoryKind::Device, dev.info().ordinal);
+    (d.device_type.0 as i32, d.device_id)
+}
+
+/// Opens a device from `None` (the default device), a spec string, an int
+/// (a CUDA ordinal) or a `Device`.
+pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+    match obj {
+        None => default_device(py),
+        Some(o) if o.is_none() => default_device(py),
+        Some(o) => {
+            if let Ok(d) = o.cast::<PyDevice>() {
+                return Ok(d.get().0.clone());
+            }
+            if let Ok(s) = o.extract::<String>() {
+                return py.detach(|| gpuport::open(&s)).py_err(py);
+            }
+            if let Ok(i) = o.extract::<usize>() {
+                return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
+            }
+            Err(PyTypeError::new_err(format!(
+                "device must be None, a Device, a spec such as \"host\" or \"cuda:0\", or a CUDA ordinal; got {}",
+                o.get_type().name()?
+            )))
+        }
+    }
+}
+
+fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
+    static DEFAULT: OnceLock<AnyDevice> = OnceLock::new();
+    if let Some(d) = DEFAULT.get() {
+        return Ok(d.clone());
+    }
+    let chosen = py.detach(gpuport::default_device).py_err(py)?;
+    Ok(DEFAULT.get_or_init(|| chosen.device).clone())
+}
+
+/// The stream a Python argument names, on `dev`, and the Python object that
+/// must stay alive while it is used (a foreign stream's owner).
+///
+/// Accepted: `None` or `0` (the device's default stream), a `Stream`, an int
+/// handle (CUDA: a `CUstream`, or 1 / 2 for the legacy / per-thread default
+/// stream), or an object with `__cuda_stream__()` (cuda.core protocol),
+/// `cuda_stream` (PyTorch) or `ptr` (CuPy).
+pub fn resolve_stream(py: Python<'_>, dev: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(AnyStream::default_for(dev));
+    };
+    if let Ok(s) = o.cast::<PyStream>() {
+        let s = &s.get().inner;
+        if !same_device(&s.device(), dev) {
+            return Err(errors::to_py(
+                py,
+                gpuport::Error::DeviceMismatch { what: "stream", expected: spec(dev), found: spec(&s.device()) },
+            ));
+        }
+        return Ok(s.clone());
+    }
+    let handle = foreign_handle(o)?;
+    stream_from_handle(py, dev, handle)
+}
+
+/// The integer handle of a foreign stream object (or of an int).
+pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
+    if let Ok(i) = o.extract::<isize>() {
+        return Ok(i);
+    }
+    if o.hasattr("__cuda_stream__")? {
+        let t = o.call_method0("__cuda_stream__")?;
+        let t = t.cast::<PyTuple>()?;
+        return t.get_item(1)?.extract::<isize>();
+    }
+    for attr in ["cuda_stream", "ptr"] {
+        if let Ok(v) = o.getattr(attr) {
+            if let Ok(i) = v.extract::<isize>() {
+                return Ok(i);
+            }
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "stream must be None, a gpuport.Stream, an int handle, or an object with __cuda_stream__, cuda_stream or ptr; got {}",
+        o.get_type().name()?
+    )))
+}
+
+/// The stream with native handle `handle` on `dev` (0: the default stream).
+pub fn stream_from_handle(py: Python<'_>, dev: &AnyDevice, handle: isize) -> PyResult<AnyStream> {
+    if handle == 0 {
+        return Ok(AnyStream::default_for(dev));
+    }
+    match dev {
+        AnyDevice::Host(_) => Err(PyValueError::new_err(format!(
+            "stream {handle}: the host backend's streams have no integer handles; pass None, 0 or a gpuport.Stream"
+        ))),
+        #[cfg(feature = "cuda")]
+        AnyDevice::Cuda(d) => {
+            if handle < 0 {
+                return Err(PyValueError::new_err(format!("stream {handle} is not a CUDA stream handle")));
+            }
+            // SAFETY: the caller handed us this handle as a live stream of
+            // this device (or 1/2, the driver's special handles); the
+            // borrowed handle is used only during this call or, for
+            // `Stream.external`, while the owner object is kept alive.
+            Ok(AnyStream::Cuda(d.clone(), unsafe { d.borrow_stream(handle as usize) }))
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(errors::unavailable(py, format!("streams of {} are not supported", spec(dev)))),
+    }
+}
+
+/// A stream per device on which exports hand their pending work to
+/// consumers that take a stream (the CUDA Array Interface's `stream`).
+pub fn export_stream(dev: &AnyDevice) -> gpuport::Result<AnyStream> {
+    static STREAMS: OnceLock<Mutex<HashMap<String, AnyStream>>> = OnceLock::new();
+    let mut map = STREAMS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = map.get(&spec(dev)) {
+        return Ok(s.clone());
+    }
+    let s = AnyStream::create(dev)?;
+    map.insert(spec(dev), s.clone());
+    Ok(s)
+}
+
+// ---- Python classes ---------------------------------------------------------------
+
+/// A device: the host backend (`"host"`) or a GPU (`"cuda:0"`).
+#[pyclass(module = "gpuport._core", name = "Device", frozen, eq, hash)]
+#[derive(Clone)]
+pub struct PyDevice(pub AnyDevice);
+
+impl PartialEq for PyDevice {
+    fn eq(&self, other: &Self) -> bool {
+        same_device(&self.0, &other.0)
+    }
+}
+
+impl std::hash::Hash for PyDevice {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        spec(&self.0).hash(state)
+    }
+}
+
+#[pymethods]
+impl PyDevice {
+    /// Opens a device: `None` for the default (`GPUPORT_DEVICE`, else the
+    /// first GPU, else the host), a spec (`"host"`, `"cuda:1"`) or a CUDA ordinal.
+    #[new]
+    #[pyo3(signature = (spec=None))]
+    fn new(py: Python<'_>, spec: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        resolve_device(py, spec).map(PyDevice)
+    }
+
+    /// The backend: `"host"`, `"cuda"` or `"rocm"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.0.backend().name()
+    }
+
+    /// Index of the device within its backend.
+    #[getter]
+    fn ordinal(&self) -> usize {
+        self.0.info().ordinal
+    }
+
+    /// The vendor's name for the device.
+    #[getter]
+    fn name(&self) -> String {
+        self.0.info().name.clone()
+    }
+
+    /// The architecture (`sm_90`, or the host CPU's).
+    #[getter]
+    fn arch(&self) -> String {
+        self.0.info().arch.clone()
+    }
+
+    /// Total memory in bytes.
+    #[getter]
+    fn total_memory(&self) -> usize {
+        self.0.info().total_memory
+    }
+
+    /// The spec that opens this device (`"host"`, `"cuda:0"`).
+    #[getter]
+    fn spec(&self) -> String {
+        spec(&self.0)
+    }
+
+    /// The DLPack `(device_type, device_id)` of this device's memory.
+    #[getter]
+    fn dlpack_device(&self) -> (i32, i32) {
+        device_dl(&self.0)
+    }
+
+    /// The device's default stream.
+    #[getter]
+    fn default_stream(&self) -> PyStream {
+        PyStream { inner: AnyStream::default_for(&self.0), owner: None }
+    }
+
+    /// A new stream on this device.
+    fn create_stream(&self, py: Python<'_>) -> PyResult<PyStream> {
+        Ok(PyStream { inner: AnyStream::create(&self.0).py_err(py)?, owner: None })
+    }
+
+    /// Blocks until the default stream's work is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let s = AnyStream::default_for(&self.0);
+        py.detach(|| s.synchronize()).py_err(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Device({:?}, name={:?})", spec(&self.0), self.0.info().name)
+    }
+}
+
+/// An in-order queue of work on one device; gpuport's own or a foreign
+/// one (`Stream.external`).
+#[pyclass(module = "gpuport._core", name = "Stream", frozen)]
+pub struct PyStream {
+    pub inner: AnyStream,
+    /// The foreign stream object, kept alive while this handle is.
+    owner: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl PyStream {
+    /// A new stream on `device` (default: the default device).
+    #[new]
+    #[pyo3(signature = (device=None))]
+    fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let dev = resolve_device(py, device)?;
+        Ok(PyStream { inner: AnyStream::create(&dev).py_err(py)?, owner: None })
+    }
+
+    /// Wraps a stream another library owns (a PyTorch or CuPy stream, a
+    /// cuda-python stream, an object with `__cuda_stream__`, or an int
+    /// handle) without synchronizing; the object is kept alive.
+    #[staticmethod]
+    #[pyo3(signature = (stream, device=None))]
+    fn external(py: Python<'_>, stream: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let dev = resolve_device(py, device)?;
+        let handle = foreign_handle(stream)?;
+        let inner = stream_from_handle(py, &dev, handle)?;
+        Ok(PyStream { inner, owner: Some(stream.clone().unbind()) })
+    }
+
+    /// The stream's device.
+    #[getter]
+    fn device(&self) -> PyDevice {
+        PyDevice(self.inner.device())
+    }
+
+    /// The native handle (`CUstream` as an int; 0 on the host backend).
+    #[getter]
+    fn handle(&self) -> usize {
+        self.inner.handle()
+    }
+
+    /// Whether the stream is a foreign one wrapped by `Stream.external`.
+    #[getter]
+    fn is_external(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    fn __int__(&self) -> usize {
+        self.inner.handle()
+    }
+
+    /// The cuda.core stream protocol: `(0, handle)` for CUDA streams.
+    fn __cuda_stream__(&self) -> PyResult<(i32, usize)> {
+        match self.inner.device().backend() {
+            BackendKind::Cuda => Ok((0, self.inner.handle())),
+            b => Err(PyTypeError::new_err(format!("a {b} stream is not a CUDA stream"))),
+        }
+    }
+
+    /// Blocks until the stream's work is done.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.synchronize()).py_err(py)
+    }
+
+    /// Records an event at the current end of the stream.
+    fn record_event(&self, py: Python<'_>) -> PyResult<PyEvent> {
+        Ok(PyEvent(self.inner.record().py_err(py)?))
+    }
+
+    /// Makes later work on this stream wait for `event`, without blocking the host.
+    fn wait_event(&self, py: Python<'_>, event: PyRef<'_, PyEvent>) -> PyResult<()> {
+        self.inner.wait(&event.0).py_err(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Stream({}, handle={:#x})", spec(&self.inner.device()), self.inner.handle())
+    }
+}
+
+/// A marker recorded on a stream.
+#[pyclass(module = "gpuport._core", name = "Event", frozen)]
+pub struct PyEvent(pub AnyEvent);
+
+#[pymethods]
+impl PyEvent {
+    /// Blocks until the event has completed.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let ev = self.0.clone();
+        py.detach(move || match &ev {
+            AnyEvent::Host(d, e) => d.synchronize_event(e),
+            #[cfg(feature = "cuda")]
+            AnyEvent::Cuda(d, e) => d.synchronize_event(e),
+        })
+        .py_err(py)
+    }
+
+    /// Whether the event has completed.
+    fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        match &self.0 {
+            AnyEvent::Host(d, e) => d.event_is_complete(e),
+            #[cfg(feature = "cuda")]
+            AnyEvent::Cuda(d, e) => d.event_is_complete(e),
+        }
+        .py_err(py)
+    }
+
+    /// Milliseconds from this event to `end` (both completed).
+    fn elapsed_ms(&self, py: Python<'_>, end: PyRef<'_, PyEvent>) -> PyResult<f32> {
+        match (&self.0, &end.0) {
+            (AnyEvent::Host(d, a), AnyEvent::Host(_, b)) => d.elapsed_ms(a, b),
+            #[cfg(feature = "cuda")]
+            (AnyEvent::Cuda(d, a), AnyEvent::Cuda(_, b)) => d.elapsed_ms(a, b),
+            #[allow(unreachable_patterns)]
+            _ => return Err(PyValueError::new_err("the events belong to different backends")),
+        }
+        .py_err(py)
+    }
+}
+
+/// Every usable device: the host, then each GPU of each compiled-in
+/// backend that loads.
+#[pyfunction]
+pub fn devices(py: Python<'_>) -> PyResult<Vec<PyDevice>> {
+    let specs: Vec<String> = py.detach(|| {
+        gpuport::backends().into_iter().filter_map(|s| s.devices.ok()).flatten().map(|info| info.spec()).collect()
+    });
+    let mut out = Vec::new();
+    for s in specs {
+        out.push(PyDevice(py.detach(|| gpuport::open(&s)).py_err(py)?));
+    }
+    out.sort_by_key(|d| (d.0.backend() != BackendKind::Host, spec(&d.0)));
+    Ok(out)
+}
+
+/// Why each GPU backend is unavailable, one line per backend (empty when all load).
+#[pyfunction]
+pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
+    py.detach(|| {
+        gpuport::backends()
+            .into_iter()
+            .map(|s| {
+                let (ok, note) = match &s.devices {
+                    Ok(d) => (true, format!("{} device(s)", d.len())),
+                    Err(e) => (false, e.to_string()),
+                };
+                (s.kind.name().to_string(), s.compiled && ok, note)
+            })
+            .collect()
+    })
+}
+
+/// The default device (`GPUPORT_DEVICE`, else the first GPU, else the host).
+#[pyfunction(name = "default_device")]
+pub fn py_default_device(py: Python<'_>) -> PyResult<PyDevice> {
+    default_device(py).map(PyDevice)
+}
+
+/// The DLPack device type code of a CUDA-like device, for the stream rules.
+pub fn is_cuda_dl(t: i32) -> bool {
+    t == DLDeviceType::CUDA.0 as i32 || t == DLDeviceType::CUDA_MANAGED.0 as i32
+}

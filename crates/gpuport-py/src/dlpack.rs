@@ -1,0 +1,275 @@
+//! DLPack capsules: making them (export), taking them (import), and the
+//! counters the tests read to prove nothing leaks.
+//!
+//! Capsule protocol (array API standard, DLPack's Python spec):
+//! - an exported capsule is named `dltensor` (legacy) or
+//!   `dltensor_versioned`; a consumer that takes the tensor renames it to
+//!   `used_dltensor[_versioned]` and calls the deleter itself, later;
+//! - the capsule's destructor calls the deleter only if the capsule still
+//!   has its original name (never consumed), and keeps any exception that
+//!   is being raised.
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use gpuport::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPACK_MINOR_VERSION};
+use gpuport::dlpack::{DLDevice, ExportSource, ImportedTensor};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use crate::dtype::DType;
+use crate::errors::{self, IntoPyResult};
+
+const LEGACY: &CStr = c"dltensor";
+const VERSIONED: &CStr = c"dltensor_versioned";
+const USED_LEGACY: &CStr = c"used_dltensor";
+const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
+
+/// Exports made (capsules, array interfaces excluded).
+static EXPORTS_MADE: AtomicUsize = AtomicUsize::new(0);
+/// Exports whose memory is still held by a consumer or an unconsumed capsule.
+static EXPORTS_LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Unconsumed capsules whose destructor called the deleter.
+static CAPSULES_FREED_UNUSED: AtomicUsize = AtomicUsize::new(0);
+/// Foreign tensors imported and not yet released to their producer.
+static IMPORTS_LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Foreign tensors released to their producer (deleter called).
+static IMPORTS_RELEASED: AtomicUsize = AtomicUsize::new(0);
+
+/// The owner of an export's memory, counted while alive.
+struct Tracked {
+    _keep: Arc<dyn Send + Sync>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        EXPORTS_LIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A foreign tensor kept by a `MemArray`; its producer's deleter runs
+/// (through `ImportedTensor`'s drop) when the last holder lets go.
+pub struct Producer(pub ImportedTensor);
+
+// SAFETY: an `ImportedTensor` is a validated description of memory plus the
+// producer's deleter. DLPack allows the deleter to be called from any thread
+// (producers that need the GIL, such as NumPy and PyTorch, take it in the
+// deleter), and gpuport only reads the description's plain fields.
+unsafe impl Send for Producer {}
+// SAFETY: as above; shared access only reads plain fields.
+unsafe impl Sync for Producer {}
+
+impl Producer {
+    /// The tensor (a method, so closures capture the `Sync` wrapper).
+    pub fn tensor(&self) -> &ImportedTensor {
+        &self.0
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        IMPORTS_LIVE.fetch_sub(1, Ordering::SeqCst);
+        IMPORTS_RELEASED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// What a DLPack export describes.
+pub struct ExportParts {
+    pub data: u64,
+    pub device: DLDevice,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Strides in elements; `None` for compact row-major.
+    pub strides: Option<Vec<i64>>,
+    pub keep: Arc<dyn Send + Sync>,
+}
+
+/// How to package an export.
+#[derive(Clone, Copy, Debug)]
+pub struct Packaging {
+    /// `Some(minor)` for a versioned capsule of version `1.minor`.
+    pub versioned_minor: Option<u32>,
+    pub read_only: bool,
+    pub copied: bool,
+}
+
+/// Builds the capsule for an export.
+pub fn make_capsule<'py>(py: Python<'py>, parts: ExportParts, how: Packaging) -> PyResult<Bound<'py, PyAny>> {
+    let ndim = parts.shape.len();
+    let shape: Vec<i64> = parts.shape.iter().map(|&e| e as i64).collect();
+    let strides = parts.strides.unwrap_or_else(|| {
+        let mut s = vec![0i64; ndim];
+        let mut acc = 1i64;
+        for axis in (0..ndim).rev() {
+            s[axis] = acc;
+            acc = acc.wrapping_mul(shape[axis].max(1));
+        }
+        s
+    });
+    EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
+    EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
+    let keep: Arc<dyn Send + Sync> = Arc::new(Tracked { _keep: parts.keep });
+    let data = if parts.shape.contains(&0) { std::ptr::null_mut() } else { parts.data as usize as *mut c_void };
+    // SAFETY: `data` addresses every element the row-major (or given) strides
+    // reach in memory that `keep` owns, on `device` (the callers take it from
+    // a MemArray's `host_parts`/`device_parts` or a validated import), and
+    // `ndim <= MAX_RANK` fits in i32.
+    let source = unsafe { ExportSource::new(data, parts.device, parts.dtype.dlpack(), shape, strides, 0, keep) };
+    match how.versioned_minor {
+        Some(minor) => {
+            let mut flags = 0;
+            if how.read_only {
+                flags |= gpuport::dlpack::ffi::DLPACK_FLAG_BITMASK_READ_ONLY;
+            }
+            if how.copied {
+                flags |= gpuport::dlpack::ffi::DLPACK_FLAG_BITMASK_IS_COPIED;
+            }
+            let raw = source.into_versioned(flags).into_raw();
+            // SAFETY: `raw` is our live tensor, not yet handed to anyone; the
+            // minor version only names enum values we never use above 1.0's.
+            unsafe { (*raw).version.minor = minor.min(DLPACK_MINOR_VERSION) };
+            // SAFETY: `raw` is a live tensor with the versioned name's layout.
+            unsafe { new_capsule(py, raw as *mut c_void, VERSIONED, versioned_destructor) }
+        }
+        None => {
+            let raw = source.into_legacy().into_raw();
+            // SAFETY: as above, for a legacy tensor.
+            unsafe { new_capsule(py, raw as *mut c_void, LEGACY, legacy_destructor) }
+        }
+    }
+}
+
+/// # Safety
+/// `ptr` is a live managed tensor of the kind `name` says, owned by us.
+unsafe fn new_capsule<'py>(
+    py: Python<'py>,
+    ptr: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: `name` is static, as the capsule keeps the pointer.
+    let cap = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor)) };
+    if cap.is_null() {
+        // Not handed over: free it ourselves.
+        // SAFETY: the tensor is ours and live (see `# Safety`).
+        unsafe { call_deleter(ptr, name) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `PyCapsule_New` returned a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, cap) })
+}
+
+/// # Safety
+/// `ptr` is a live tensor of the kind `name` says whose deleter nobody else calls.
+unsafe fn call_deleter(ptr: *mut c_void, name: &CStr) {
+    if ptr.is_null() {
+        return;
+    }
+    if name == VERSIONED {
+        let t = ptr as *mut DLManagedTensorVersioned;
+        // SAFETY: per the contract.
+        if let Some(d) = unsafe { (*t).deleter } {
+            // SAFETY: the one call of the deleter.
+            unsafe { d(t) };
+        }
+    } else {
+        let t = ptr as *mut DLManagedTensor;
+        // SAFETY: per the contract.
+        if let Some(d) = unsafe { (*t).deleter } {
+            // SAFETY: the one call of the deleter.
+            unsafe { d(t) };
+        }
+    }
+}
+
+/// # Safety
+/// Called by Python with a capsule made by `new_capsule`.
+unsafe fn destroy(cap: *mut ffi::PyObject, name: &'static CStr) {
+    // SAFETY: `cap` is a live capsule (Python calls the destructor on one).
+    if unsafe { ffi::PyCapsule_IsValid(cap, name.as_ptr()) } != 1 {
+        return; // renamed by a consumer, who owns the tensor now
+    }
+    let (mut t, mut v, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: saving the error indicator, restored below, as the DLPack spec asks.
+    unsafe { ffi::PyErr_Fetch(&mut t, &mut v, &mut tb) };
+    // SAFETY: the capsule is valid with this name (checked).
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(cap, name.as_ptr()) };
+    // SAFETY: an unconsumed capsule still owns its tensor; this is the one deleter call.
+    unsafe { call_deleter(ptr, name) };
+    CAPSULES_FREED_UNUSED.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: restores what was fetched above.
+    unsafe { ffi::PyErr_Restore(t, v, tb) };
+}
+
+unsafe extern "C" fn legacy_destructor(cap: *mut ffi::PyObject) {
+    // SAFETY: Python calls this with our capsule.
+    unsafe { destroy(cap, LEGACY) }
+}
+
+unsafe extern "C" fn versioned_destructor(cap: *mut ffi::PyObject) {
+    // SAFETY: Python calls this with our capsule.
+    unsafe { destroy(cap, VERSIONED) }
+}
+
+/// Takes the tensor out of a DLPack capsule (renaming it `used_*`, so its
+/// destructor leaves the tensor to us) and validates it.
+pub fn take_capsule(py: Python<'_>, cap: &Bound<'_, PyAny>) -> PyResult<Producer> {
+    if !cap.is_instance_of::<PyCapsule>() {
+        return Err(errors::dlpack(py, format!("__dlpack__ returned {}, not a PyCapsule", cap.get_type().name()?)));
+    }
+    let p = cap.as_ptr();
+    for (name, used, versioned) in [(VERSIONED, USED_VERSIONED, true), (LEGACY, USED_LEGACY, false)] {
+        // SAFETY: `p` is a live capsule (type checked above).
+        if unsafe { ffi::PyCapsule_IsValid(p, name.as_ptr()) } != 1 {
+            continue;
+        }
+        // SAFETY: valid with this name.
+        let ptr = unsafe { ffi::PyCapsule_GetPointer(p, name.as_ptr()) };
+        if ptr.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: `used` is static; after renaming, the capsule's destructor
+        // (the producer's) must leave the tensor alone, and we own it.
+        if unsafe { ffi::PyCapsule_SetName(p, used.as_ptr()) } != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        IMPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: a producer's live tensor whose deleter is now ours to call
+        // (once, by `ImportedTensor`); DLPack producers keep the memory and
+        // the shape/stride arrays alive until then.
+        let t = unsafe {
+            if versioned {
+                ImportedTensor::from_versioned(ptr as *mut DLManagedTensorVersioned)
+            } else {
+                ImportedTensor::from_legacy(ptr as *mut DLManagedTensor)
+            }
+        };
+        if t.is_err() {
+            // The deleter has run inside `from_*`.
+            IMPORTS_LIVE.fetch_sub(1, Ordering::SeqCst);
+            IMPORTS_RELEASED.fetch_add(1, Ordering::SeqCst);
+        }
+        return t.map(Producer).py_err(py);
+    }
+    Err(errors::dlpack(
+        py,
+        "the capsule is not an unconsumed DLPack capsule (named \"dltensor\" or \"dltensor_versioned\"); \
+         a capsule can be consumed only once"
+            .into(),
+    ))
+}
+
+/// Counters for tests: exports made and live, unconsumed capsules freed,
+/// imports live and released.
+#[pyfunction]
+pub fn _dlpack_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("exports_made", EXPORTS_MADE.load(Ordering::SeqCst))?;
+    d.set_item("exports_live", EXPORTS_LIVE.load(Ordering::SeqCst))?;
+    d.set_item("capsules_freed_unused", CAPSULES_FREED_UNUSED.load(Ordering::SeqCst))?;
+    d.set_item("imports_live", IMPORTS_LIVE.load(Ordering::SeqCst))?;
+    d.set_item("imports_released", IMPORTS_RELEASED.load(Ordering::SeqCst))?;
+    Ok(d)
+}

@@ -1,0 +1,183 @@
+"""DLPack per the array API standard, against NumPy on the host."""
+
+import numpy as np
+import pytest
+
+import gpuport
+
+from conftest import NUMPY_DTYPES, SHAPES, capsule_name_is, collect, init_array, stats
+
+
+def filled(shape=(2, 3), dtype="float32"):
+    a = gpuport.MemArray(shape, dtype, device="host")
+    a.read_numpy_array(init_array(shape, dtype))
+    return a
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_every_dtype_and_rank_round_trips_through_numpy_zero_copy(shape, dtype):
+    a = filled(shape, dtype)
+    x = np.from_dlpack(a)
+    assert x.ctypes.data == a.data_ptr  # the same memory
+    np.testing.assert_array_equal(x, init_array(shape, dtype))
+    y = np.asarray(a)  # array interface
+    assert y.ctypes.data == a.data_ptr
+    b = gpuport.from_dlpack(x)  # and back, zero-copy
+    assert b.data_ptr == a.data_ptr and b.shape == shape and b.dtype == a.dtype
+
+
+def test_versioned_capsule_when_asked_for_1_x_legacy_otherwise():
+    a = filled()
+    assert capsule_name_is(a.__dlpack__(), "dltensor")
+    assert capsule_name_is(a.__dlpack__(max_version=None), "dltensor")
+    assert capsule_name_is(a.__dlpack__(max_version=(0, 8)), "dltensor")
+    assert capsule_name_is(a.__dlpack__(max_version=(1, 0)), "dltensor_versioned")
+    assert capsule_name_is(a.__dlpack__(max_version=(2, 3)), "dltensor_versioned")
+
+
+def test_numpy_gets_a_writable_view_of_a_versioned_export():
+    a = filled()
+    x = np.from_dlpack(a)
+    assert x.flags.writeable
+    x[0, 0] = 42
+    np.testing.assert_array_equal(a.to_numpy()[0, 0], 42)
+
+
+def test_read_only_export_sets_the_flag_and_numpy_honours_it():
+    a = filled()
+    with a.get_dlpack(readonly=True) as d:
+        x = np.from_dlpack(d)
+        assert not x.flags.writeable
+        with pytest.raises(BufferError, match="versioned"):
+            d.__dlpack__()  # a legacy capsule cannot say read-only
+
+
+def test_copy_true_exports_a_copy():
+    a = filled()
+    x = np.from_dlpack(a, copy=True)
+    assert x.ctypes.data != a.data_ptr
+    x[...] = 0
+    assert a.to_numpy().any()
+
+
+def test_copy_false_and_dl_device_are_honoured_or_refused():
+    a = filled()
+    x = np.from_dlpack(a, copy=False, device="cpu")
+    assert x.ctypes.data == a.data_ptr
+    with pytest.raises(BufferError):
+        a.__dlpack__(dl_device=(2, 0), copy=False)
+    with pytest.raises(BufferError):
+        a.__dlpack__(dl_device=(10, 0))
+
+
+def test_device_only_host_backend_data_exports_its_device_copy():
+    a = filled((4,), "int32")
+    a.add_index()
+    assert a.residency == "device"
+    x = np.from_dlpack(a)  # host backend: the device copy is CPU memory
+    np.testing.assert_array_equal(x, init_array((4,), "int32") + np.arange(4))
+
+
+def test_host_memory_takes_no_stream():
+    a = filled()
+    a.__dlpack__(stream=None)
+    a.__dlpack__(stream=-1)
+    with pytest.raises(ValueError, match="stream=None"):
+        a.__dlpack__(stream=1)
+
+
+def test_dlpack_device_is_kdlcpu_on_the_host():
+    assert filled().__dlpack_device__() == (gpuport.DLDeviceType.kDLCPU, 0)
+
+
+def test_unconsumed_capsules_are_freed_by_their_destructor():
+    a = filled()
+    collect()
+    before = stats()
+    for versioned in (None, (1, 0)):
+        cap = a.__dlpack__(max_version=versioned)
+        assert a.live_exports == 1
+        del cap
+        collect()
+        assert a.live_exports == 0
+    after = stats()
+    assert after["capsules_freed_unused"] - before["capsules_freed_unused"] == 2
+    assert after["exports_live"] == before["exports_live"]
+
+
+def test_consumed_capsules_are_freed_by_the_consumer_once():
+    a = filled()
+    collect()
+    before = stats()
+    x = np.from_dlpack(a)
+    assert a.live_exports == 1
+    assert stats()["exports_live"] == before["exports_live"] + 1
+    del x
+    collect()
+    after = stats()
+    assert a.live_exports == 0 and after["exports_live"] == before["exports_live"]
+    assert after["capsules_freed_unused"] == before["capsules_freed_unused"]
+
+
+def test_a_capsule_is_consumed_only_once():
+    cap = filled().__dlpack__(max_version=(1, 0))
+    b = gpuport.from_dlpack(cap)
+    assert capsule_name_is(cap, "used_dltensor_versioned")
+    with pytest.raises(gpuport.DLPackError, match="consumed only once"):
+        gpuport.from_dlpack(cap)
+    assert b.shape == (2, 3)
+
+
+def test_from_dlpack_of_a_non_producer_is_a_type_error():
+    with pytest.raises(TypeError, match="does not support DLPack"):
+        gpuport.from_dlpack([1, 2, 3])
+
+
+def test_from_dlpack_keeps_read_only_and_strides():
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)[:, ::2]
+    x.flags.writeable = False
+    b = gpuport.from_dlpack(x)
+    assert b.readonly and b.shape == (3, 2)
+    np.testing.assert_array_equal(np.from_dlpack(b), x)
+    assert not np.from_dlpack(b).flags.writeable
+    with pytest.raises(gpuport.DLPackError, match="read-only"):
+        b.add_index()
+
+
+def test_from_dlpack_copy_true_owns_its_memory():
+    x = np.arange(6, dtype=np.float32)
+    b = gpuport.from_dlpack(x, copy=True)
+    assert not b.is_imported and b.data_ptr != x.ctypes.data
+    np.testing.assert_array_equal(b.to_numpy(), x)
+
+
+def test_asarray_accepts_lists_memarrays_and_producers():
+    a = gpuport.asarray([[1.5, 2.5]])
+    assert a.shape == (1, 2) and a.dtype == "float64"
+    assert gpuport.asarray(a) is a
+    x = np.ones(3, np.uint8)
+    assert gpuport.asarray(x).data_ptr == x.ctypes.data
+
+
+def test_unsupported_dlpack_dtype_is_refused_listing_supported():
+    class Fake:
+        def __init__(self, arr):
+            self.arr = arr
+
+        def __dlpack__(self, **kw):
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    x = np.zeros(3, np.float16)
+    assert gpuport.from_dlpack(Fake(x)).dtype == "float16"
+    with pytest.raises((gpuport.DLPackError, BufferError)):
+        gpuport.from_dlpack(np.zeros(2, "datetime64[s]"))
+
+
+def test_no_cuda_array_interface_on_host():
+    a = filled()
+    assert not hasattr(a, "__cuda_array_interface__")
+    assert "data" in a.__array_interface__

@@ -1,0 +1,149 @@
+"""Interop on a CUDA device: torch, CuPy, JAX, Numba, streams. Each test
+skips with a reason where there is no CUDA device or the library is missing."""
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+
+import gpuport
+
+from conftest import collect, init_array, ref_add_index, stats
+
+
+def need(module):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a peer's import-time deprecations are not ours
+            return importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any import failure means "not usable here"
+        pytest.skip(f"{module} is not usable here: {e}")
+
+
+def cuda_array(dev, shape=(4, 5), dtype="float32"):
+    a = gpuport.MemArray(shape, dtype, device=dev)
+    a.read_numpy_array(init_array(shape, dtype))
+    a.move_memory("device")
+    return a
+
+
+def test_cuda_arrays_export_kdlcuda_and_cai(cuda_device):
+    a = cuda_array(cuda_device)
+    assert a.__dlpack_device__() == (gpuport.DLDeviceType.kDLCUDA, cuda_device.ordinal)
+    cai = a.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["data"][0] == a.data_ptr and cai["typestr"] == "<f4"
+    assert cai["shape"] == (4, 5) and cai["strides"] is None
+    with pytest.raises(ValueError, match="ambiguous"):
+        a.__dlpack__(stream=0)
+
+
+def test_numpy_gets_a_host_copy_of_device_data(cuda_device):
+    a = cuda_array(cuda_device)
+    a.add_index()
+    x = a.to_numpy()  # dl_device=CPU: IS_COPIED export
+    np.testing.assert_array_equal(x, ref_add_index(init_array((4, 5), "float32")))
+    with pytest.raises(BufferError):
+        a.__dlpack__(dl_device=(1, 0), copy=False)
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_torch_zero_copy_both_ways(cuda_device, versioned):
+    torch = need("torch")
+    a = cuda_array(cuda_device)
+    if versioned:
+        t = torch.from_dlpack(a)  # torch asks for max_version itself when it supports it
+    else:
+        t = torch.utils.dlpack.from_dlpack(a.__dlpack__(stream=1))
+    assert t.device.type == "cuda" and t.data_ptr() == a.data_ptr
+    t.add_(1)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.to_numpy(), init_array((4, 5), "float32") + 1)
+    u = torch.arange(12, dtype=torch.int32, device="cuda").reshape(3, 4)
+    m = gpuport.from_dlpack(u)
+    assert m.data_ptr == u.data_ptr() and m.device.backend == "cuda"
+    m.add_index()
+    expect = np.arange(12, dtype=np.int32).reshape(3, 4) + np.indices((3, 4)).sum(axis=0)
+    np.testing.assert_array_equal(u.cpu().numpy(), expect)
+
+
+def test_torch_side_stream_orders_after_our_kernel(cuda_device):
+    torch = need("torch")
+    side = torch.cuda.Stream()
+    n = 1 << 22
+    a = gpuport.MemArray((n,), "float32", device=cuda_device)
+    a.read_numpy_array(np.ones(n, np.float32))
+    s = gpuport.Stream.external(side, device=cuda_device)
+    a.move_memory("device", stream=s, async_copy=True)
+    a.add_index(stream=s)  # pending on the side stream
+    with torch.cuda.stream(side):
+        t = torch.from_dlpack(a)  # torch passes its current stream; it waits on our event
+        total = t.sum()
+    side.synchronize()
+    assert total.item() == pytest.approx(n + n * (n - 1) / 2, rel=1e-3)
+
+
+def test_cupy_zero_copy_dlpack_and_cai(cuda_device):
+    cp = need("cupy")
+    a = cuda_array(cuda_device)
+    c = cp.from_dlpack(a)
+    assert c.data.ptr == a.data_ptr
+    c2 = cp.asarray(a)  # CUDA Array Interface
+    assert c2.data.ptr == a.data_ptr
+    x = cp.arange(10, dtype=cp.float64)
+    m = gpuport.from_dlpack(x)
+    assert m.data_ptr == x.data.ptr
+    m2 = gpuport.from_cuda_array_interface(x, cuda_device)
+    assert m2.data_ptr == x.data.ptr
+    m2.add_index()
+    cp.testing.assert_array_equal(x, 2 * cp.arange(10, dtype=cp.float64))
+
+
+def test_cupy_external_stream(cuda_device):
+    cp = need("cupy")
+    st = cp.cuda.Stream(non_blocking=True)
+    s = gpuport.Stream.external(st, device=cuda_device)
+    assert s.handle == st.ptr and s.is_external
+    a = cuda_array(cuda_device)
+    a.add_index(stream=s)
+    with st:
+        c = cp.from_dlpack(a)
+        total = float(c.sum())
+    assert total == pytest.approx(float(ref_add_index(init_array((4, 5), "float32")).sum()))
+
+
+def test_jax_zero_copy(cuda_device):
+    jax = need("jax")
+    jnp = need("jax.numpy")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("jax has no GPU backend here")
+    a = cuda_array(cuda_device)
+    j = jax.dlpack.from_dlpack(a)
+    np.testing.assert_array_equal(np.asarray(j), init_array((4, 5), "float32"))
+    y = jnp.arange(6, dtype=jnp.float32)
+    m = gpuport.from_dlpack(y)
+    assert m.device.backend == "cuda" and m.is_imported
+    assert m.data_ptr == y.unsafe_buffer_pointer()
+
+
+def test_numba_cai_zero_copy(cuda_device):
+    cuda = need("numba.cuda")
+    a = cuda_array(cuda_device)
+    d = cuda.as_cuda_array(a)
+    assert d.__cuda_array_interface__["data"][0] == a.data_ptr
+    np.testing.assert_array_equal(d.copy_to_host(), init_array((4, 5), "float32"))
+
+
+def test_cuda_exports_are_released(cuda_device):
+    torch = need("torch")
+    collect()
+    before = stats()["exports_live"]
+    a = cuda_array(cuda_device)
+    t = torch.from_dlpack(a)
+    del a
+    collect()
+    t.mul_(2)
+    torch.cuda.synchronize()
+    del t
+    collect()
+    assert stats()["exports_live"] == before
