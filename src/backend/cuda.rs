@@ -499,7 +499,14 @@ impl CudaDevice {
     /// `raw` must be 0, 1, 2 or a live `CUstream` of this device's primary
     /// context, and stay alive while the returned handle is used.
     pub unsafe fn borrow_stream(&self, raw: usize) -> CudaStream {
-        CudaStream { inner: Arc::new(StreamInner { raw: raw as sys::CUstream, owned: false, ctx: self.ctx.clone() }) }
+        CudaStream {
+            inner: Arc::new(StreamInner {
+                raw: raw as sys::CUstream,
+                id: next_stream_id(),
+                owned: false,
+                ctx: self.ctx.clone(),
+            }),
+        }
     }
 
     fn check_stream(&self, stream: &CudaStream) -> Result<()> {
