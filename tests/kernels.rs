@@ -11,7 +11,6 @@ use gpuport::array::{Location, MemArray, Residency, Transfer};
 use gpuport::kernels::{self, Scalar, StridedArg};
 use gpuport::{Device, DeviceMemory};
 use half::{bf16, f16};
-use rstest::rstest;
 
 /// Deterministic pseudo-random numbers (SplitMix64).
 struct Rng(u64);
@@ -256,18 +255,6 @@ fn memarray_scale_and_axpy_run_on_the_device<D: Device>(d: &D) {
     assert_eq!(y.to_vec(None).unwrap(), expected);
     let mut wrong = MemArray::<f32, 2, D>::zeros(&dev, [4, 3]).unwrap();
     assert!(y.axpy(1.0, &mut wrong, s, None).is_err(), "shape mismatch");
-}
-
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => { $(
-        #[rstest]
-        #[case::host("host")]
-        #[case::cuda("cuda:0")]
-        #[case::rocm("rocm:0")]
-        fn $name(#[case] spec: &str) {
-            on_device!(spec, super::$name);
-        }
-    )* };
 }
 
 mod per_backend {

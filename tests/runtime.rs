@@ -12,7 +12,6 @@ use common::pattern;
 use gpuport::{
     builtin, BackendKind, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, MemoryKind, ModuleSource,
 };
-use rstest::rstest;
 
 const SLEEP_MS: u64 = 300;
 
@@ -352,18 +351,6 @@ fn objects_of_another_device_are_refused<D: Device>(d: &D) {
     // SAFETY: rejected before anything is enqueued (asserted).
     mismatch(unsafe { d.copy_to_device_async(&[0u8; 16], &mine, 0, &foreign_stream) });
     mismatch(d.synchronize(&foreign_stream));
-}
-
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => { $(
-        #[rstest]
-        #[case::host("host")]
-        #[case::cuda("cuda:0")]
-        #[case::rocm("rocm:0")]
-        fn $name(#[case] spec: &str) {
-            on_device!(spec, super::$name);
-        }
-    )* };
 }
 
 // Each body above becomes one test per backend: `<name>::case_1_host`, `<name>::case_2_cuda`.

@@ -32,6 +32,23 @@ macro_rules! on_device {
     };
 }
 
+/// Turns generic test bodies `fn name<D: Device>(d: &D)` into one rstest
+/// test per backend (`name::case_1_host`, `case_2_cuda`, `case_3_rocm`), each
+/// skipping with a printed reason where its device cannot be opened. Invoke
+/// it inside a child module that has `use super::*;`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => { $(
+        #[rstest::rstest]
+        #[case::host("host")]
+        #[case::cuda("cuda:0")]
+        #[case::rocm("rocm:0")]
+        fn $name(#[case] spec: &str) {
+            on_device!(spec, super::$name);
+        }
+    )* };
+}
+
 /// A deterministic byte pattern of length `n`.
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
