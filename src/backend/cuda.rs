@@ -1187,22 +1187,16 @@ impl Device for CudaDevice {
 
     fn builtin_kernel(&self, name: &str) -> Result<CudaKernel> {
         let module = self.load_module(ModuleSource::Builtin)?;
-        // The runtime built-ins, or every kernel when the nvcc fatbin loaded.
-        match self.kernel(&module, name) {
-            Err(Error::KernelNotFound { .. }) => {}
-            found => return found,
-        }
-        let mut cache = self.array_kernels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(kernel) = cache.get(name) {
-            return Ok(kernel.clone());
-        }
-        let program = crate::kernels::single_kernel_program(ARRAY_OPS_SOURCE, name).ok_or_else(|| {
-            Error::KernelNotFound { name: name.to_string(), available: crate::kernels::all_kernel_names().join(", ") }
-        })?;
-        let cubin = self.compile(&program, &format!("{name}.cu"), &[], BUILTIN_HEADERS)?;
-        let kernel = self.kernel(&self.load_image(cubin.as_ptr() as *const c_void)?, name)?;
-        cache.insert(name.to_string(), kernel.clone());
-        Ok(kernel)
+        crate::kernels::builtin_kernel_from(
+            self.kernel(&module, name),
+            &self.array_kernels,
+            ARRAY_OPS_SOURCE,
+            name,
+            |program| {
+                let cubin = self.compile(program, &format!("{name}.cu"), &[], BUILTIN_HEADERS)?;
+                self.kernel(&self.load_image(cubin.as_ptr() as *const c_void)?, name)
+            },
+        )
     }
 
     fn default_launch_config(&self, kernel: &CudaKernel, n: usize) -> Result<LaunchConfig> {

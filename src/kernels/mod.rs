@@ -162,6 +162,32 @@ fn find_kernel<D: Device>(d: &D, name: &str) -> Result<Kernel<D::B>> {
     d.builtin_kernel(name)
 }
 
+/// A built-in kernel for a GPU backend: from the runtime module `runtime`
+/// (which holds every kernel when an ahead-of-time image loaded), else from
+/// `cache`, else compiled alone from `dialect_source` by `build` (given the
+/// one-kernel program) and cached. Shared by the CUDA and HIP backends.
+pub(crate) fn builtin_kernel_from<K: Clone>(
+    runtime: Result<K>,
+    cache: &std::sync::Mutex<std::collections::HashMap<String, K>>,
+    dialect_source: &str,
+    name: &str,
+    build: impl FnOnce(&str) -> Result<K>,
+) -> Result<K> {
+    match runtime {
+        Err(Error::KernelNotFound { .. }) => {}
+        found => return found,
+    }
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(kernel) = cache.get(name) {
+        return Ok(kernel.clone());
+    }
+    let program = single_kernel_program(dialect_source, name)
+        .ok_or_else(|| Error::KernelNotFound { name: name.to_string(), available: all_kernel_names().join(", ") })?;
+    let kernel = build(&program)?;
+    cache.insert(name.to_string(), kernel.clone());
+    Ok(kernel)
+}
+
 /// The C type of each dtype name, as the kernel sources spell it.
 const C_TYPES: [(&str, &str); 12] = [
     ("i8", "signed char"),

@@ -1198,21 +1198,16 @@ impl Device for HipDevice {
 
     fn builtin_kernel(&self, name: &str) -> Result<HipKernel> {
         let module = self.load_module(ModuleSource::Builtin)?;
-        match self.kernel(&module, name) {
-            Err(Error::KernelNotFound { .. }) => {}
-            found => return found,
-        }
-        let mut cache = self.array_kernels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(kernel) = cache.get(name) {
-            return Ok(kernel.clone());
-        }
-        let program = crate::kernels::single_kernel_program(ARRAY_OPS_SOURCE, name).ok_or_else(|| {
-            Error::KernelNotFound { name: name.to_string(), available: crate::kernels::all_kernel_names().join(", ") }
-        })?;
-        let code = self.compile(&program, &format!("{name}.hip"), &[], BUILTIN_HEADERS)?;
-        let kernel = self.kernel(&self.load_image(code.as_ptr() as *const c_void, true)?, name)?;
-        cache.insert(name.to_string(), kernel.clone());
-        Ok(kernel)
+        crate::kernels::builtin_kernel_from(
+            self.kernel(&module, name),
+            &self.array_kernels,
+            ARRAY_OPS_SOURCE,
+            name,
+            |program| {
+                let code = self.compile(program, &format!("{name}.hip"), &[], BUILTIN_HEADERS)?;
+                self.kernel(&self.load_image(code.as_ptr() as *const c_void, true)?, name)
+            },
+        )
     }
 
     fn default_launch_config(&self, kernel: &HipKernel, n: usize) -> Result<LaunchConfig> {
