@@ -290,8 +290,8 @@ pub fn table(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<30} {:>12} {:>6} {:>12} {:>12} {:>9}  {:<14} {}",
-        "figure", "median", "unit", "best", "worst", "ceiling", "timing", "speedup"
+        "{:<30} {:>12} {:>6} {:>12} {:>12} {:>9}  {:<14} speedup",
+        "figure", "median", "unit", "best", "worst", "ceiling", "timing"
     );
     for f in &r.figures {
         let frac = f.fraction_of_ceiling.map(|x| format!("{:.1}%", 100.0 * x)).unwrap_or_else(|| "-".into());
