@@ -5,12 +5,22 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The binary cargo built; in the GPU bundle (test binaries in `.gpu/tests/`,
+/// the command in `.gpu/bin/`, see ci/gpu-bundle) `$GPUPORT_BIN` or `../bin/gpuport`.
+fn exe() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_gpuport"));
+    if built.exists() {
+        return built;
+    }
+    if let Some(path) = std::env::var_os("GPUPORT_BIN") {
+        return path.into();
+    }
+    let beside = std::env::current_exe().ok().and_then(|t| Some(t.parent()?.parent()?.join("bin").join("gpuport")));
+    beside.filter(|p| p.exists()).unwrap_or(built)
+}
+
 fn gpuport(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuport"))
-        .args(args)
-        .env_remove("GPUPORT_DEVICE")
-        .output()
-        .expect("run the gpuport binary")
+    Command::new(exe()).args(args).env_remove("GPUPORT_DEVICE").output().expect("run the gpuport binary")
 }
 
 fn temp(name: &str) -> PathBuf {
