@@ -1,14 +1,18 @@
 //! `gpuport bench --plot FILE.png`: a bar chart of the figures against the ceiling.
 //!
 //! Drawn with plotters into an RGB buffer and encoded with the `png` crate,
-//! so nothing links a system library. Text is drawn with ab_glyph from a
-//! TrueType font found at run time (`$GPUPORT_FONT`, else DejaVu Sans or
-//! Liberation Sans at their usual paths); with none found the chart has bars
-//! and the ceiling line but no text, and [`draw`] says so.
+//! so nothing links a system library. Text is rasterized here with ab_glyph
+//! (plotters' own ab_glyph text rounds each glyph's offset separately, which
+//! lifts small periods off the baseline) from a TrueType font found at run
+//! time (`$GPUPORT_FONT`, else DejaVu Sans or Liberation Sans at their usual
+//! paths); with none found the chart has bars and the ceiling line but no
+//! text, and [`draw`] says so.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use ab_glyph::{point, Font, FontArc, PxScale, ScaleFont};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::bench::BenchReport;
@@ -25,24 +29,53 @@ const FONT_PATHS: [&str; 6] = [
     "/Library/Fonts/Arial.ttf",
 ];
 
-const FAMILY: &str = "sans-serif";
-
-/// Registers the first usable font once; whether one was found.
-fn font_ready() -> bool {
-    static READY: OnceLock<bool> = OnceLock::new();
-    *READY.get_or_init(|| {
+/// The first usable font, loaded once.
+fn font() -> Option<&'static FontArc> {
+    static FONT: OnceLock<Option<FontArc>> = OnceLock::new();
+    FONT.get_or_init(|| {
         let candidates = std::env::var_os(FONT_ENV).map(PathBuf::from).into_iter().chain(FONT_PATHS.map(PathBuf::from));
-        for path in candidates {
-            if let Ok(bytes) = std::fs::read(&path) {
-                // Registered fonts must live for the whole process.
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font(FAMILY, FontStyle::Normal, bytes).is_ok() {
-                    return true;
+        candidates.into_iter().find_map(|path| FontArc::try_from_vec(std::fs::read(path).ok()?).ok())
+    })
+    .as_ref()
+}
+
+/// Draws `text` in black with its top-left corner at `(x, top)`, `size` pixels high.
+fn put_text<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    font: &FontArc,
+    text: &str,
+    (x, top): (i32, i32),
+    size: f32,
+) -> Result<(), String> {
+    let scale = PxScale::from(size);
+    let scaled = font.as_scaled(scale);
+    let baseline = top as f32 + scaled.ascent();
+    let mut caret = x as f32;
+    let mut prev = None;
+    for c in text.chars() {
+        let id = scaled.glyph_id(c);
+        if let Some(p) = prev {
+            caret += scaled.kern(p, id);
+        }
+        if let Some(outline) = font.outline_glyph(id.with_scale_and_position(scale, point(caret, baseline))) {
+            let bounds = outline.px_bounds();
+            let mut failed = None;
+            outline.draw(|gx, gy, coverage| {
+                if coverage > 0.02 && failed.is_none() {
+                    let at = (bounds.min.x as i32 + gx as i32, bounds.min.y as i32 + gy as i32);
+                    if let Err(e) = area.draw_pixel(at, &BLACK.mix(f64::from(coverage.min(1.0)))) {
+                        failed = Some(e.to_string());
+                    }
                 }
+            });
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
-        false
-    })
+        caret += scaled.h_advance(id);
+        prev = Some(id);
+    }
+    Ok(())
 }
 
 const W: u32 = 1100;
@@ -53,7 +86,7 @@ const RIGHT: i32 = 200;
 /// Draws the chart of `report` to `path` (PNG). Returns a note when the
 /// chart had to leave something out.
 pub fn draw(report: &BenchReport, path: &Path) -> Result<Option<String>, String> {
-    let text = font_ready();
+    let font = font();
     let bw: Vec<_> = report.figures.iter().filter(|f| f.unit == "GB/s").collect();
     let lat: Vec<_> = report.figures.iter().filter(|f| f.unit == "us").collect();
     let h = (60 + 50 + ROW * bw.len() as i32 + 50 + ROW * lat.len() as i32 + 30) as u32;
@@ -62,12 +95,9 @@ pub fn draw(report: &BenchReport, path: &Path) -> Result<Option<String>, String>
         let root = BitMapBackend::with_buffer(&mut buf, (W, h)).into_drawing_area();
         let e = |e: DrawingAreaErrorKind<_>| e.to_string();
         root.fill(&WHITE).map_err(e)?;
-        let font = |size: f64| (FAMILY, size).into_font();
-        let put = |s: &str, x: i32, y: i32, size: f64| -> Result<(), String> {
-            if text {
-                root.draw(&Text::new(s.to_string(), (x, y), font(size))).map_err(|e| e.to_string())?;
-            }
-            Ok(())
+        let put = |s: &str, x: i32, y: i32, size: f32| match font {
+            Some(f) => put_text(&root, f, s, (x, y), size),
+            None => Ok(()),
         };
         let d = &report.device;
         put(&format!("gpuport {} bench on {} ({}, {})", report.gpuport_version, d.spec, d.name, d.arch), 10, 10, 20.0)?;
@@ -125,7 +155,7 @@ pub fn draw(report: &BenchReport, path: &Path) -> Result<Option<String>, String>
         root.present().map_err(e)?;
     }
     write_png(path, &buf, W, h)?;
-    Ok((!text).then(|| format!("no font found (set {FONT_ENV} to a .ttf file): bars only, no text")))
+    Ok(font.is_none().then(|| format!("no font found (set {FONT_ENV} to a .ttf file): bars only, no text")))
 }
 
 fn write_png(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), String> {
