@@ -35,6 +35,8 @@
 
 pub mod array;
 pub mod backend;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod dlpack;
 pub mod error;
 pub mod kernels;

@@ -1,0 +1,312 @@
+//! The `gpuport` command (feature `cli`): argument parsing, `info`, `demo`
+//! and `bench`. `src/main.rs` only calls [`main`].
+//!
+//! ```text
+//! gpuport                       info, then demo
+//! gpuport info                  every backend, whether it loaded and why not, each device
+//! gpuport demo [--device SPEC]  a small workload on the default (or given) device
+//! gpuport bench [--device SPEC] [--json FILE] [--quick] [--plot FILE.png]
+//! ```
+//! Exit status: 0 on success, 1 when the work fails, 2 on bad usage
+//! (unknown flags, a bad or unavailable `--device`).
+
+pub mod bench;
+pub mod plot;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+
+use crate::memory::{current_resource, MemoryDevice};
+use crate::{builtin, with_device, AnyDevice, Device, DeviceMemory, KernelArgs, ModuleSource};
+use bench::{BenchConfig, BenchReport};
+
+/// Exit status for bad usage.
+pub const USAGE_ERROR: u8 = 2;
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(name = "gpuport", version, about = "A portable GPU runtime: device report, demo workload and benchmarks")]
+pub struct Cli {
+    /// What to do; without one: `info`, then `demo`.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every backend, whether it loaded (and why not), each device, its memory and memory resource.
+    Info,
+    /// Allocate, copy, launch the built-in fill kernel and verify, on one device.
+    Demo {
+        /// host | cuda[:N] | rocm[:N]; default: $GPUPORT_DEVICE, else the first GPU, else host.
+        #[arg(long, value_name = "SPEC")]
+        device: Option<String>,
+    },
+    /// Measure allocation, copies, launch latency and kernel bandwidth against the device's own copy bandwidth.
+    Bench {
+        /// host | cuda[:N] | rocm[:N]; default: $GPUPORT_DEVICE, else the first GPU, else host.
+        #[arg(long, value_name = "SPEC")]
+        device: Option<String>,
+        /// Write every figure as JSON to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Small sizes and few repetitions (seconds on the host backend; for CI).
+        #[arg(long)]
+        quick: bool,
+        /// Draw a bar chart of the figures against the ceiling to FILE.png.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<PathBuf>,
+    },
+}
+
+/// Runs the command line `args` (without the program name's handling: the
+/// first item is the program name, as in `std::env::args`).
+pub fn main_with<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0; usage errors to stderr with 2.
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(USAGE_ERROR) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command {
+        None => {
+            info();
+            println!();
+            demo(None)
+        }
+        Some(Command::Info) => info(),
+        Some(Command::Demo { device }) => demo(device.as_deref()),
+        Some(Command::Bench { device, json, quick, plot }) => bench(device.as_deref(), json, quick, plot),
+    }
+}
+
+/// Runs the command line of this process.
+pub fn main() -> ExitCode {
+    main_with(std::env::args_os())
+}
+
+fn gib(bytes: usize) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Free/total memory and the current memory resource's name.
+fn memory_line<D: MemoryDevice>(d: &std::sync::Arc<D>) -> String {
+    let memory = match d.memory_info() {
+        Ok(m) => format!("memory {} free of {}", gib(m.free), gib(m.total)),
+        Err(e) => format!("memory: unknown ({e})"),
+    };
+    let resource = match current_resource::<D::B>(d) {
+        Ok(a) => a.resource().name().to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!("{memory} | memory resource: {resource}")
+}
+
+fn info() -> ExitCode {
+    println!("gpuport {}", env!("CARGO_PKG_VERSION"));
+    for status in crate::backends() {
+        match &status.devices {
+            Ok(devices) => {
+                println!("{}: {} device(s)", status.kind, devices.len());
+                for d in devices {
+                    println!(
+                        "  {:<8} {} | {} | {} multiprocessors | {} | managed: {} | stream-ordered alloc: {}",
+                        d.spec(),
+                        d.name,
+                        d.arch,
+                        d.multiprocessors,
+                        gib(d.total_memory),
+                        d.managed_memory,
+                        d.stream_ordered_alloc
+                    );
+                    match crate::open(&d.spec()) {
+                        Ok(dev) => println!("           {}", with_device!(dev, x => memory_line(x))),
+                        Err(e) => println!("           cannot open: {e}"),
+                    }
+                }
+            }
+            Err(why) => println!("{}: unavailable: {why}", status.kind),
+        }
+    }
+    match crate::default_device() {
+        Ok(chosen) => println!("default device: {}", chosen.device.info().spec()),
+        Err(e) => println!("default device: none: {e}"),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Fills 16 Mi u32 on the device with the built-in kernel and checks every one.
+fn workload<D: Device>(d: &D) -> crate::Result<()> {
+    const N: usize = 16 << 20;
+    let info = d.info();
+    println!("running on {} ({}, {})", info.spec(), info.name, info.arch);
+    let start = Instant::now();
+    let buf = d.alloc(N * 4)?;
+    let module = d.load_module(ModuleSource::Builtin)?;
+    let fill = d.kernel(&module, builtin::FILL_U32)?;
+    let cfg = d.default_launch_config(&fill, N)?;
+    let mut args = KernelArgs::new();
+    args.push_buffer(&buf).push(&(N as u64)).push(&42u32);
+    // SAFETY: (ptr, n, value) matches gpuport_fill_u32; `buf` holds N u32s and
+    // lives until after the synchronizing copy below.
+    unsafe { d.launch(&fill, cfg, &args, d.default_stream())? };
+    let mut out = vec![0u8; buf.len()];
+    d.copy_to_host(&buf, 0, &mut out)?;
+    let wrong = out.chunks_exact(4).filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 42).count();
+    println!(
+        "filled {} MiB with grid {:?} x block {:?}, copied back and checked in {:.1} ms: {}",
+        (N * 4) >> 20,
+        cfg.grid,
+        cfg.block,
+        start.elapsed().as_secs_f64() * 1e3,
+        if wrong == 0 { "all correct".to_string() } else { format!("{wrong} wrong") }
+    );
+    if wrong == 0 {
+        Ok(())
+    } else {
+        Err(crate::Error::HostTask(format!("{wrong} elements were not filled")))
+    }
+}
+
+/// Opens `--device SPEC`, or the default device (printing why GPUs were passed over).
+fn open_device(spec: Option<&str>) -> Result<AnyDevice, ExitCode> {
+    let device = match spec {
+        Some(spec) => crate::open(spec).map_err(|e| format!("--device {spec:?}: {e}")),
+        None => crate::default_device()
+            .map(|chosen| {
+                for note in &chosen.notes {
+                    eprintln!("note: {note}");
+                }
+                chosen.device
+            })
+            .map_err(|e| e.to_string()),
+    };
+    device.map_err(|e| {
+        eprintln!("gpuport: {e}");
+        ExitCode::from(USAGE_ERROR)
+    })
+}
+
+fn demo(spec: Option<&str>) -> ExitCode {
+    let device = match open_device(spec) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    match with_device!(device, d => workload(d.as_ref())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuport: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Option<PathBuf>) -> ExitCode {
+    let device = match open_device(spec) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let config = if quick { BenchConfig::quick() } else { BenchConfig::full() };
+    let bar = indicatif::ProgressBar::new(bench::STEPS.len() as u64 - 1);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    let spec_name = device.info().spec();
+    let mut first = true;
+    let result = with_device!(device, d => bench::run(d, config, |step| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(format!("{spec_name}: {step}"));
+    }));
+    bar.finish_and_clear();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuport: bench on {spec_name} failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", table(&report));
+    let mut status = ExitCode::SUCCESS;
+    if let Some(path) = json {
+        let written = serde_json::to_string_pretty(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|text| std::fs::write(&path, text + "\n").map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => println!("JSON: {}", path.display()),
+            Err(e) => {
+                eprintln!("gpuport: cannot write {}: {e}", path.display());
+                status = ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(path) = plot_file {
+        match plot::draw(&report, &path) {
+            Ok(note) => println!("chart: {}{}", path.display(), note.map(|n| format!(" ({n})")).unwrap_or_default()),
+            Err(e) => {
+                eprintln!("gpuport: cannot draw {}: {e}", path.display());
+                status = ExitCode::FAILURE;
+            }
+        }
+    }
+    status
+}
+
+/// The report as an aligned text table.
+pub fn table(r: &BenchReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let d = &r.device;
+    let _ = writeln!(
+        out,
+        "gpuport {} bench{} on {} ({}, {}, {} free of {}, memory resource {})",
+        r.gpuport_version,
+        if r.quick { " --quick" } else { "" },
+        d.spec,
+        d.name,
+        d.arch,
+        gib(d.free_memory_bytes as usize),
+        gib(d.total_memory_bytes as usize),
+        d.memory_resource
+    );
+    let _ = writeln!(
+        out,
+        "ceiling: device-to-device copy of {} MiB = {:.1} GB/s (bytes read + written)\n",
+        r.ceiling.bytes >> 20,
+        r.ceiling.gb_per_s
+    );
+    let _ = writeln!(
+        out,
+        "{:<30} {:>12} {:>6} {:>12} {:>12} {:>9}  {:<14} speedup",
+        "figure", "median", "unit", "best", "worst", "ceiling", "timing"
+    );
+    for f in &r.figures {
+        let frac = f.fraction_of_ceiling.map(|x| format!("{:.1}%", 100.0 * x)).unwrap_or_else(|| "-".into());
+        let speedup = match (&f.baseline, f.speedup) {
+            (Some(b), Some(s)) => format!("{s:.2}x vs {b}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<30} {:>12.3} {:>6} {:>12.3} {:>12.3} {:>9}  {:<14} {}",
+            f.name, f.median, f.unit, f.best, f.worst, frac, f.timing, speedup
+        );
+    }
+    for s in &r.skipped {
+        let _ = writeln!(out, "{:<30} skipped: {}", s.name, s.reason);
+    }
+    out
+}

@@ -1,0 +1,157 @@
+//! The `gpuport` command as a user runs it: the built binary, its exit
+//! status, its JSON report and its chart.
+#![cfg(feature = "cli")]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The binary cargo built; in the GPU bundle (test binaries in `.gpu/tests/`,
+/// the command in `.gpu/bin/`, see ci/gpu-bundle) `$GPUPORT_BIN` or `../bin/gpuport`.
+fn exe() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_gpuport"));
+    if built.exists() {
+        return built;
+    }
+    if let Some(path) = std::env::var_os("GPUPORT_BIN") {
+        return path.into();
+    }
+    let beside = std::env::current_exe().ok().and_then(|t| Some(t.parent()?.parent()?.join("bin").join("gpuport")));
+    beside.filter(|p| p.exists()).unwrap_or(built)
+}
+
+fn gpuport(args: &[&str]) -> Output {
+    Command::new(exe()).args(args).env_remove("GPUPORT_DEVICE").output().expect("run the gpuport binary")
+}
+
+fn temp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gpuport-cli-{}-{name}", std::process::id()))
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn info_lists_the_host() {
+    let out = gpuport(&["info"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("host"), "{stdout}");
+    assert!(stdout.contains("memory resource"), "{stdout}");
+    assert!(stdout.contains("free of"), "{stdout}");
+}
+
+const FIGURES: [&str; 12] = [
+    "d2d_copy",
+    "alloc_free_1MiB/caching_pool",
+    "alloc_free_1MiB/native_async",
+    "alloc_free_1MiB/plain",
+    "h2d_pinned",
+    "d2h_pinned",
+    "h2d_pageable/plain",
+    "h2d_pageable/pipelined",
+    "d2h_pageable/plain",
+    "d2h_pageable/pipelined",
+    "launch_empty",
+    "add_index_f32",
+];
+
+#[test]
+fn bench_quick_writes_json_with_every_field_and_a_png() {
+    let (json, png) = (temp("bench.json"), temp("bench.png"));
+    let out = gpuport(&[
+        "bench",
+        "--quick",
+        "--device",
+        "host",
+        "--json",
+        json.to_str().expect("utf-8 temp path"),
+        "--plot",
+        png.to_str().expect("utf-8 temp path"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("add_index_f32") && stdout.contains("ceiling"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON file")).expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["schema"], 1);
+    assert_eq!(report["quick"], true);
+    assert!(report["gpuport_version"].is_string());
+    assert!(report["unix_time"].as_u64().is_some_and(|t| t > 0));
+    for key in [
+        "bandwidth_bytes",
+        "pageable_bytes",
+        "alloc_bytes",
+        "reps",
+        "batch",
+        "pageable_batch",
+        "alloc_iters",
+        "launch_iters",
+    ] {
+        assert!(report["config"][key].as_u64().is_some_and(|v| v > 0), "config.{key}: {}", report["config"]);
+    }
+    let device = &report["device"];
+    assert_eq!(device["spec"], "host");
+    assert_eq!(device["backend"], "host");
+    for key in ["name", "arch", "memory_resource"] {
+        assert!(device[key].as_str().is_some_and(|s| !s.is_empty()), "device.{key}: {device}");
+    }
+    for key in ["multiprocessors", "total_memory_bytes", "free_memory_bytes"] {
+        assert!(device[key].as_u64().is_some_and(|v| v > 0), "device.{key}: {device}");
+    }
+    let ceiling = &report["ceiling"];
+    assert_eq!(ceiling["name"], "d2d_copy");
+    assert!(ceiling["bytes"].as_u64().is_some_and(|v| v > 0));
+    assert!(ceiling["gb_per_s"].as_f64().is_some_and(|v| v > 0.0));
+    assert!(report["skipped"].as_array().is_some_and(|s| s.is_empty()), "host skips nothing: {}", report["skipped"]);
+
+    let figures = report["figures"].as_array().expect("figures array");
+    for name in FIGURES {
+        let f = figures.iter().find(|f| f["name"] == name).unwrap_or_else(|| panic!("{name} missing"));
+        for key in ["median", "best", "worst"] {
+            assert!(f[key].as_f64().is_some_and(|v| v > 0.0 && v.is_finite()), "{name}.{key}: {f}");
+        }
+        for key in ["reps", "iters_per_rep"] {
+            assert!(f[key].as_u64().is_some_and(|v| v > 0), "{name}.{key}: {f}");
+        }
+        assert!(f["bytes"].is_u64(), "{name}.bytes: {f}");
+        assert!(f["category"].is_string(), "{f}");
+        assert!(matches!(f["unit"].as_str(), Some("us" | "GB/s")), "{f}");
+        assert!(matches!(f["timing"].as_str(), Some("host-clock" | "device-events")), "{f}");
+        // Present in every figure, null where it does not apply.
+        for key in ["fraction_of_ceiling", "baseline", "speedup"] {
+            assert!(f.get(key).is_some(), "{name} lacks {key}: {f}");
+        }
+    }
+    let frac = |name: &str| figures.iter().find(|f| f["name"] == name).and_then(|f| f["fraction_of_ceiling"].as_f64());
+    assert_eq!(frac("d2d_copy"), Some(1.0));
+    assert!(frac("add_index_f32").is_some_and(|x| x > 0.0));
+    assert!(frac("launch_empty").is_none());
+
+    let bytes = std::fs::read(&png).expect("PNG file");
+    let _ = std::fs::remove_file(&png);
+    assert!(bytes.len() > 100 && bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+}
+
+#[test]
+fn bad_device_exits_2_naming_the_spec() {
+    for cmd in ["bench", "demo"] {
+        let out = gpuport(&[cmd, "--device", "tpu:0"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("tpu:0"), "{cmd}: {stderr}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [&["bench", "--frobnicate"][..], &["nonsense"], &["bench", "--json"], &["info", "extra"]] {
+        let out = gpuport(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+    }
+    let out = gpuport(&["--help"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bench"));
+}
