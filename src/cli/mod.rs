@@ -135,7 +135,8 @@ fn info() -> ExitCode {
                     }
                 }
             }
-            Err(why) => println!("{}: unavailable: {why}", status.kind),
+            // The error names the backend itself ("rocm is unavailable: ...").
+            Err(why) => println!("{why}"),
         }
     }
     match crate::default_device() {
