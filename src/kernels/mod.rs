@@ -166,6 +166,7 @@ fn find_kernel<D: Device>(d: &D, name: &str) -> Result<Kernel<D::B>> {
 /// (which holds every kernel when an ahead-of-time image loaded), else from
 /// `cache`, else compiled alone from `dialect_source` by `build` (given the
 /// one-kernel program) and cached. Shared by the CUDA and HIP backends.
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) fn builtin_kernel_from<K: Clone>(
     runtime: Result<K>,
     cache: &std::sync::Mutex<std::collections::HashMap<String, K>>,
