@@ -185,9 +185,12 @@ def test_int_inside_an_allocation_is_recognized():
     p = rt.Pointer(int(a) + 16)
     assert p.memory_kind == a.memory_kind == "device"
     assert p.nbytes == 48
+    addr = int(a)
+    del p
     rt.free(a)
     gc.collect()
-    assert rt.Pointer(int(a) + 16 if int(a) else 16).nbytes is None
+    # Freed: the address is raw again (and refused where the host would dereference it).
+    assert rt.Pointer(addr + 16).nbytes is None
 
 
 def test_cai_object_is_kept_alive():
@@ -526,8 +529,9 @@ def test_memcpy_raw_int_inside_allocation(device):
     a = rt.malloc(16, device=device)
     rt.memcpy(int(a) + 8, b"\x01" * 8, 8)  # an int inside a live allocation is recognized
     out = bytearray(16)
+    rt.memset(a, 0, 8)
     rt.memcpy(out, ctypes.c_void_p(int(a)), 16)
-    assert out == b"\x00" * 8 + b"\x01" * 8 or out[8:] == b"\x01" * 8
+    assert out == b"\x00" * 8 + b"\x01" * 8
 
 
 def test_memcpy_async_keeps_operands_alive(device):
@@ -617,7 +621,8 @@ def test_host_launch_checks_pointer_arguments():
     with pytest.raises(gpuport.InvalidArgumentError):
         rt.launch_kernel(f, 0, 1, [a, ctypes.c_uint64(1), ctypes.c_uint32(1)])
     m = rt.module_load(device="host")
-    names = [n for n in ["gpuport_add_index_f32_1", "gpuport_scale_f32"] if _has(m, n)]
+    names = [n for n in ["gpuport_add_index_f32_1", "gpuport_scale_f32", "gpuport_fill_4"] if _has(m, n)]
+    assert names, "the host backend's array kernels are launchable only from Rust"
     for name in names:
         with pytest.raises(gpuport.UnsupportedError):
             rt.launch_kernel(rt.module_get_function(m, name), 1, 1, [a])
