@@ -248,6 +248,16 @@ fn host_range(p: &Ptr, size: usize, what: &str, write: bool) -> PyResult<*mut u8
             "{what}: a raw host address is not dereferenced by gpuport; pass the buffer or array object instead"
         )));
     }
+    let host_accessible = match &p.space {
+        Space::Host | Space::Pinned(_) | Space::Managed(_) => true,
+        Space::Device(Some(d)) => d.backend() == BackendKind::Host,
+        _ => false,
+    };
+    if !host_accessible {
+        return Err(PyValueError::new_err(format!(
+            "{what} is device memory, which the host cannot read or write; use a device-side copy direction"
+        )));
+    }
     if write && !p.writable {
         return Err(PyValueError::new_err(format!("{what} is read-only")));
     }
@@ -260,6 +270,12 @@ fn device_mem<B: Backend>(p: &Ptr, size: usize, dev: &AnyDevice, what: &str) -> 
         return Err(PyValueError::new_err(format!(
             "{what}: the host backend dereferences device addresses on the host, so it takes only memory gpuport holds (malloc arrays, buffers, DLPack tensors), not raw address {:#x}",
             p.addr
+        )));
+    }
+    if matches!(p.space, Space::Host) && dev.backend() != BackendKind::Host {
+        return Err(PyValueError::new_err(format!(
+            "{what} is pageable host memory, not memory of {}; use a host-side copy direction (or pinned memory from malloc_pinned)",
+            spec(dev)
         )));
     }
     if let Some(d) = p.device() {
@@ -685,17 +701,17 @@ fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
 
 /// The host backend runs built-ins on the host, so pointer arguments must be
 /// memory gpuport holds, with room for what the kernel writes.
-fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResult<()> {
+fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResult<Option<Ptr>> {
     let k = args.to_kernel_args();
     match name {
-        builtin::EMPTY | builtin::SLEEP_NS => Ok(()),
+        builtin::EMPTY | builtin::SLEEP_NS => Ok(None),
         builtin::FILL_U32 => {
             let (Some(ptr), Some(n)) = (k.get::<u64>(0), k.get::<u64>(1)) else {
                 return Err(PyValueError::new_err("gpuport_fill_u32 takes (ptr u64, n u64, value u32)"));
             };
             let need = n.checked_mul(4).ok_or_else(|| PyValueError::new_err("gpuport_fill_u32: n is too large"))?;
             if need == 0 {
-                return Ok(());
+                return Ok(None);
             }
             // The target must be a pointer argument (or a live allocation) gpuport holds.
             let mut candidates: Vec<Ptr> = Vec::new();
@@ -707,9 +723,10 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
             if candidates.is_empty() {
                 candidates.push(Ptr::raw(ptr));
             }
-            let p = &candidates[0];
+            let p = candidates.swap_remove(0);
             match p.len {
-                Some(l) if p.writable && need <= l as u64 => Ok(()),
+                // `p` keeps a raw address's allocation alive until the launch has run.
+                Some(l) if p.writable && need <= l as u64 => Ok(Some(p)),
                 Some(l) => Err(PyValueError::new_err(format!(
                     "gpuport_fill_u32: {need} bytes at {ptr:#x} exceed the {l} writable bytes there"
                 ))),
@@ -767,9 +784,10 @@ pub fn launch_kernel(
         AnyKernel::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
     };
     let s = resolve_stream(py, &dev, stream)?;
+    let mut extra: Option<Ptr> = None;
     match (&f.inner, &s) {
         (AnyKernel::Host(d, k), AnyStream::Host(_, st)) => {
-            check_host_launch(py, &f.name, &ka)?;
+            extra = check_host_launch(py, &f.name, &ka)?;
             // SAFETY: on the host backend the only kernels allowed are the
             // checked built-ins (their target range lies inside held memory
             // of the right size); the operands are parked until the launch ran.
@@ -791,7 +809,8 @@ pub fn launch_kernel(
         }
     }
     drop(ka);
-    let keep = vec![to_ptr(args_obj.as_any())?];
+    let mut keep = vec![to_ptr(args_obj.as_any())?];
+    keep.extend(extra);
     park(py, &s, keep)
 }
 

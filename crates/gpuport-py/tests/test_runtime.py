@@ -774,3 +774,54 @@ def test_fuzz_wrong_arguments_raise_cleanly():
             except (TypeError, ValueError, OverflowError, BufferError, IndexError, RuntimeError, NotImplementedError, MemoryError):
                 pass
     rt.device_synchronize("host")
+
+
+def test_host_launch_keeps_a_raw_target_alive():
+    f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    a = rt.malloc(4 * 4096, device="host")
+    rt.launch_kernel(f, 16, 256, [ctypes.c_uint64(int(a)), ctypes.c_uint64(4096), ctypes.c_uint32(9)])
+    rt.free(a)  # the launch still holds the allocation
+    del a
+    gc.collect()
+    rt.device_synchronize("host")
+    assert gpuport._core._pending_operations() == 0
+
+
+def test_memarray_is_a_pointer_input():
+    m = gpuport.MemArray((2, 3), "float32", device="host")
+    p = rt.Pointer(m)
+    assert p.memory_kind == "host" and p.nbytes == 24
+    out = np.ones((2, 3), dtype=np.float32)
+    rt.memcpy(out, p, 24)
+    np.testing.assert_array_equal(out, np.zeros((2, 3), dtype=np.float32))
+
+
+def test_gpu_directions_that_would_touch_device_memory_from_the_host(cuda_device):
+    a = rt.malloc(16, device=cuda_device)
+    with pytest.raises(ValueError, match="device memory"):
+        rt.memcpy(bytearray(16), a, 16, kind="host_to_host")
+    with pytest.raises(ValueError, match="device memory"):
+        rt.memcpy(a, bytearray(16), 16, kind="host_to_host")
+    with pytest.raises(ValueError, match="pageable host memory"):
+        rt.memcpy(a, bytearray(16), 16, kind="device_to_device")
+    assert a.__cuda_array_interface__["data"][0] == int(a)
+    p = rt.malloc_pinned(16, device=cuda_device)
+    rt.memcpy(p, b"\x03" * 16, 16)
+    rt.memcpy(a, p, 16)  # pinned to device, inferred
+    out = bytearray(16)
+    rt.memcpy(out, a, 16)
+    assert out == b"\x03" * 16
+    assert not hasattr(p, "__cuda_array_interface__")
+
+
+def test_gpu_raw_device_addresses_go_to_the_driver(cuda_device):
+    """Raw device ints inside live allocations are recognized; unknown ones are the caller's."""
+    a = rt.malloc(64, device=cuda_device)
+    b = rt.malloc(64, device=cuda_device)
+    rt.memset(a, 4, 64)
+    rt.memcpy(int(b), int(a), 64)  # both recognized as device memory: device to device
+    out = bytearray(64)
+    rt.memcpy(out, b, 64)
+    assert out == b"\x04" * 64
+    with pytest.raises(ValueError, match="infer"):
+        rt.memcpy(out, 0x10, 8)  # unknown memory: pass kind=
