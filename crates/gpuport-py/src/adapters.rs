@@ -440,6 +440,25 @@ fn itemsize_of(typestr: &str) -> PyResult<usize> {
     }
 }
 
+/// An array-interface type string from one (``"<f4"``) or from a dtype
+/// (``"float32"``, ``numpy.float32``, a NumPy dtype).
+fn normalize_typestr(t: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = t.extract::<String>() {
+        if itemsize_of(&s).is_ok() {
+            return Ok(s);
+        }
+    }
+    let d = crate::dtype::dtype_from_py(t).map_err(|_| {
+        PyValueError::new_err(format!(
+            "typestr {}: pass an array-interface type string such as \"<f4\" or a dtype such as \"float32\"",
+            t.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
+    d.typestr()
+        .map(str::to_owned)
+        .ok_or_else(|| PyValueError::new_err(format!("{} has no array-interface type string", d.name())))
+}
+
 fn nbytes_of(shape: &[usize], itemsize: usize) -> PyResult<usize> {
     shape
         .iter()
@@ -567,9 +586,13 @@ impl PyDeviceArray {
     fn configure<'py>(
         slf: Bound<'py, Self>,
         shape: Option<&Bound<'py, PyAny>>,
-        typestr: Option<String>,
+        typestr: Option<&Bound<'py, PyAny>>,
         _force: bool,
     ) -> PyResult<Bound<'py, Self>> {
+        let typestr = match typestr.filter(|t| !t.is_none()) {
+            Some(t) => Some(normalize_typestr(t)?),
+            None => None,
+        };
         let shape: Option<Vec<usize>> = match shape {
             Some(s) if !s.is_none() => Some(if let Ok(n) = s.extract::<usize>() {
                 vec![n]
