@@ -236,6 +236,16 @@ impl Ptr {
         self.len.is_some()
     }
 
+    /// Whether the host may read and write the memory (host, pinned or
+    /// managed memory, or the host backend's "device" memory).
+    pub fn host_accessible(&self) -> bool {
+        match &self.space {
+            Space::Host | Space::Pinned(_) | Space::Managed(_) => true,
+            Space::Device(Some(d)) => d.backend() == BackendKind::Host,
+            _ => false,
+        }
+    }
+
     /// The device of the memory, where known.
     pub fn device(&self) -> Option<AnyDevice> {
         match &self.space {
@@ -344,10 +354,11 @@ pub fn to_ptr(obj: &Bound<'_, PyAny>) -> PyResult<Ptr> {
         let open = |spec: String| gpuport::open(&spec).ok();
         let (space, len) = match dl.device_type {
             DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => (Space::Host, Some(nbytes)),
-            DLDeviceType::CUDA => (Space::Device(open(format!("cuda:{}", dl.device_id.max(0)))), None),
-            DLDeviceType::ROCM => (Space::Device(open(format!("rocm:{}", dl.device_id.max(0)))), None),
+            // Device memory of a known size, kept alive by the producer's tensor.
+            DLDeviceType::CUDA => (Space::Device(open(format!("cuda:{}", dl.device_id.max(0)))), Some(nbytes)),
+            DLDeviceType::ROCM => (Space::Device(open(format!("rocm:{}", dl.device_id.max(0)))), Some(nbytes)),
             DLDeviceType::CUDA_MANAGED => match open(format!("cuda:{}", dl.device_id.max(0))) {
-                Some(d) => (Space::Managed(d), None),
+                Some(d) => (Space::Managed(d), Some(nbytes)),
                 None => (Space::Device(None), None),
             },
             other => return Err(PyValueError::new_err(format!("DLPack device type {} is not supported", other.0))),
@@ -1023,7 +1034,7 @@ fn is_ctypes_value(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     if obj.is_instance(&ct.getattr("c_void_p")?)? {
         return Ok(true);
     }
-    for base in ["_SimpleCData", "Structure", "Union", "Array"] {
+    for base in ["_SimpleCData", "_Pointer", "Structure", "Union", "Array"] {
         if obj.is_instance(&ct.getattr(base)?)? {
             return Ok(true);
         }

@@ -248,12 +248,7 @@ fn host_range(p: &Ptr, size: usize, what: &str, write: bool) -> PyResult<*mut u8
             "{what}: a raw host address is not dereferenced by gpuport; pass the buffer or array object instead"
         )));
     }
-    let host_accessible = match &p.space {
-        Space::Host | Space::Pinned(_) | Space::Managed(_) => true,
-        Space::Device(Some(d)) => d.backend() == BackendKind::Host,
-        _ => false,
-    };
-    if !host_accessible {
+    if !p.host_accessible() {
         return Err(PyValueError::new_err(format!(
             "{what} is device memory, which the host cannot read or write; use a device-side copy direction"
         )));
@@ -266,7 +261,7 @@ fn host_range(p: &Ptr, size: usize, what: &str, write: bool) -> PyResult<*mut u8
 }
 
 fn device_mem<B: Backend>(p: &Ptr, size: usize, dev: &AnyDevice, what: &str) -> PyResult<RawMem<B>> {
-    if dev.backend() == BackendKind::Host && !p.held() {
+    if dev.backend() == BackendKind::Host && !(p.held() && p.host_accessible()) {
         return Err(PyValueError::new_err(format!(
             "{what}: the host backend dereferences device addresses on the host, so it takes only memory gpuport holds (malloc arrays, buffers, DLPack tensors), not raw address {:#x}",
             p.addr
@@ -716,7 +711,7 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
             // The target must be a pointer argument (or a live allocation) gpuport holds.
             let mut candidates: Vec<Ptr> = Vec::new();
             if let Some(Arg::Pointer(p)) = args.args.first() {
-                if p.held() && p.addr == ptr {
+                if p.held() && p.host_accessible() && p.addr == ptr {
                     candidates.push(Ptr { addr: p.addr, space: p.space.clone(), len: p.len, writable: p.writable, keep: Vec::new() });
                 }
             }
@@ -724,7 +719,8 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
                 candidates.push(Ptr::raw(ptr));
             }
             let p = candidates.swap_remove(0);
-            match p.len {
+            let len = if p.host_accessible() { p.len } else { None };
+            match len {
                 // `p` keeps a raw address's allocation alive until the launch has run.
                 Some(l) if p.writable && need <= l as u64 => Ok(Some(p)),
                 Some(l) => Err(PyValueError::new_err(format!(

@@ -850,3 +850,21 @@ def test_gpu_raw_device_addresses_go_to_the_driver(cuda_device):
     assert out == b"\x04" * 64
     with pytest.raises(ValueError, match="infer"):
         rt.memcpy(out, 0x10, 8)  # unknown memory: pass kind=
+
+
+def test_streams_and_events_functional_spellings(device):
+    s = rt.stream_create(device)
+    a = rt.malloc(1 << 12, device=device)
+    start = rt.event_record(s)
+    rt.memset_async(a, 1, 1 << 12, stream=s)
+    end = rt.event_record(s)
+    rt.event_synchronize(end)
+    rt.stream_synchronize(s)
+    assert rt.event_elapsed_time(start, end) >= 0.0
+
+
+def test_ctypes_pointer_kernel_argument_is_passed_by_value():
+    x = ctypes.c_int(5)
+    k = rt.KernelArgs([ctypes.pointer(x)])
+    assert k.sizes() == [ctypes.sizeof(ctypes.c_void_p)]
+    assert int.from_bytes(k.packed(), "little") == ctypes.addressof(x)

@@ -90,3 +90,40 @@ __all__ = [
     "module_get_function",
     "module_load",
 ]
+
+
+# ---- HIP-style functional spellings of the Stream and Event methods ------------------
+
+
+def stream_create(device=None) -> Stream:
+    """A new stream on ``device`` (``gpuport.Stream(device)``)."""
+    return Stream(device)
+
+
+def stream_synchronize(stream: Stream) -> None:
+    """Blocks until ``stream``'s work is done."""
+    stream.synchronize()
+
+
+def event_record(stream: Stream) -> Event:
+    """An event recorded at the current end of ``stream``."""
+    return stream.record_event()
+
+
+def event_synchronize(event: Event) -> None:
+    """Blocks until ``event`` has completed."""
+    event.synchronize()
+
+
+def event_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds from ``start`` to ``end`` (both completed)."""
+    return start.elapsed_ms(end)
+
+
+__all__ += [
+    "event_elapsed_time",
+    "event_record",
+    "event_synchronize",
+    "stream_create",
+    "stream_synchronize",
+]
