@@ -158,7 +158,7 @@ impl Alloc {
         let reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
         let (_, w) = reg.range(..=addr).next_back()?;
         let a = w.upgrade()?;
-        (addr < a.ptr + a.len as u64).then_some(a)
+        (addr < a.ptr.saturating_add(a.len as u64)).then_some(a)
     }
 }
 
@@ -227,7 +227,7 @@ impl Ptr {
     /// `addr` inside the allocation `a`.
     pub fn in_alloc(addr: u64, a: Arc<Alloc>) -> Ptr {
         let space = space_of(&a);
-        let len = (a.ptr + a.len as u64 - addr) as usize;
+        let len = a.ptr.saturating_add(a.len as u64).saturating_sub(addr) as usize;
         Ptr { addr, space, len: Some(len), writable: true, keep: vec![Keep::Alloc(a)] }
     }
 
@@ -347,7 +347,7 @@ pub fn to_ptr(obj: &Bound<'_, PyAny>) -> PyResult<Ptr> {
             return Err(PyBufferError::new_err("Pointer accepts only contiguous DLPack tensors"));
         }
         let dt = t.dtype();
-        let nbytes = t.len() * (dt.bits as usize * dt.lanes as usize).div_ceil(8);
+        let nbytes = t.len().saturating_mul((dt.bits as usize * dt.lanes as usize).div_ceil(8));
         let dl = t.device();
         let addr = t.data_ptr() as usize as u64;
         let writable = !t.is_read_only();
@@ -706,7 +706,11 @@ impl PyDeviceArray {
         if keys.len() > shape.len() {
             return Err(PyIndexError::new_err(format!("{} indices for {} dimensions", keys.len(), shape.len())));
         }
-        let strides: Vec<usize> = (0..shape.len()).map(|a| shape[a + 1..].iter().product::<usize>()).collect();
+        let too_big = || PyOverflowError::new_err(format!("shape {shape:?} is too large to index"));
+        let mut strides = vec![1usize; shape.len()];
+        for a in (0..shape.len().saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1].checked_mul(shape[a + 1]).ok_or_else(too_big)?;
+        }
         let mut offset = 0usize; // elements
         let mut out_shape = Vec::new();
         let mut sliced = false;
@@ -725,7 +729,10 @@ impl PyDeviceArray {
                 if !(ind.start == 0 && ind.slicelength == n) {
                     sliced = true;
                 }
-                offset += ind.start as usize * strides[axis];
+                offset = (ind.start as usize)
+                    .checked_mul(strides[axis])
+                    .and_then(|o| o.checked_add(offset))
+                    .ok_or_else(too_big)?;
                 out_shape.push(ind.slicelength);
             } else {
                 if sliced || !out_shape.is_empty() {
@@ -745,11 +752,12 @@ impl PyDeviceArray {
                         "index {i} is out of bounds for axis {axis} of size {n}"
                     )));
                 }
-                offset += j as usize * strides[axis];
+                offset =
+                    (j as usize).checked_mul(strides[axis]).and_then(|o| o.checked_add(offset)).ok_or_else(too_big)?;
             }
         }
         out_shape.extend_from_slice(&shape[keys.len()..]);
-        let byte_off = offset * me.itemsize;
+        let byte_off = offset.checked_mul(me.itemsize).ok_or_else(too_big)?;
         let nbytes = nbytes_of(&out_shape, me.itemsize)?;
         let base = slf.as_super().try_borrow().map_err(busy)?;
         let mut p = base.p.share(slf.as_any());

@@ -868,3 +868,13 @@ def test_ctypes_pointer_kernel_argument_is_passed_by_value():
     k = rt.KernelArgs([ctypes.pointer(x)])
     assert k.sizes() == [ctypes.sizeof(ctypes.c_void_p)]
     assert int.from_bytes(k.packed(), "little") == ctypes.addressof(x)
+
+
+def test_huge_shapes_do_not_overflow():
+    d = rt.DeviceArray(FakeCAI(0x9000, shape=(0, 2**40, 2**40), typestr="<f8"))
+    with pytest.raises((OverflowError, IndexError)):
+        d[0]
+    with pytest.raises(OverflowError):
+        d[:, :1]
+    with pytest.raises(OverflowError):
+        rt.malloc(64, device="host").configure(shape=(2**40, 2**40))
