@@ -878,3 +878,13 @@ def test_huge_shapes_do_not_overflow():
         d[:, :1]
     with pytest.raises(OverflowError):
         rt.malloc(64, device="host").configure(shape=(2**40, 2**40))
+
+
+def test_ctypes_scalar_as_in_out_argument(device):
+    """HIP Python's in-out scalars: a ctypes value is a buffer, so its storage is the pointer."""
+    a = rt.malloc(8, device=device)
+    rt.memcpy(a, ctypes.c_int64(-12345), 8)
+    x = ctypes.c_int64(0)
+    rt.memcpy(x, a, 8)
+    assert x.value == -12345
+    assert int(rt.Pointer(x)) == ctypes.addressof(x)
