@@ -204,7 +204,7 @@ pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResul
     }
 }
 
-fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
+pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
     static DEFAULT: OnceLock<AnyDevice> = OnceLock::new();
     if let Some(d) = DEFAULT.get() {
         return Ok(d.clone());

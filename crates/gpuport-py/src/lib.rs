@@ -13,12 +13,14 @@
 
 use pyo3::prelude::*;
 
+pub mod adapters;
 pub mod array;
 pub mod cai;
 pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
+pub mod runtime;
 
 /// The extension module.
 #[pymodule]
@@ -36,6 +38,29 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(array::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_stats, m)?)?;
+    m.add_class::<adapters::PyPointer>()?;
+    m.add_class::<adapters::PyDeviceArray>()?;
+    m.add_class::<adapters::PyListOfBytes>()?;
+    m.add_class::<adapters::PyListOfPointer>()?;
+    m.add_class::<adapters::PyListOfInt>()?;
+    m.add_class::<adapters::PyListOfUnsigned>()?;
+    m.add_class::<adapters::PyListOfUnsignedLong>()?;
+    m.add_class::<adapters::PyKernelArgs>()?;
+    m.add_class::<runtime::PyModule_>()?;
+    m.add_class::<runtime::PyFunction>()?;
+    m.add_function(wrap_pyfunction!(runtime::malloc, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::malloc_pinned, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::malloc_managed, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::free, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memcpy, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memcpy_async, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memset, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memset_async, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::module_load, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::module_get_function, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::launch_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::device_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_pending_operations, m)?)?;
     m.add("MAX_RANK", dtype::MAX_RANK)?;
     m.add("DTYPES", dtype::DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     m.add("CUDA_COMPILED", cfg!(feature = "cuda"))?;

@@ -80,6 +80,8 @@ class dlpack:  # noqa: N801 - a namespace, spelled as in seed 000 (gpuport.dlpac
     kDLROCMHost = DLDeviceType.kDLROCMHost
     kDLCUDAManaged = DLDeviceType.kDLCUDAManaged
 
+from . import runtime  # noqa: E402 - the low-level runtime and its pointer adapters (gpuport.runtime)
+
 
 def cuda_devices() -> "list[Device]":
     """The CUDA devices gpuport can use (empty without CUDA)."""
@@ -118,5 +120,6 @@ __all__ = [
     "dlpack",
     "from_cuda_array_interface",
     "from_dlpack",
+    "runtime",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,890 @@
+"""gpuport.runtime and its HIP-Python-style adapters (seed 003).
+
+Every accepted input kind for every adapter, in the seed's order (None,
+Pointer, int, ctypes.c_void_p, __cuda_array_interface__, buffer, and
+DLPack beyond HIP Python), including subclasses defined here; buffer
+release at adapter destruction; memcpy direction inference; kernels
+launched through launch_kernel on every device under test; and a fuzz of
+wrong arguments. GPU-only cases take the ``cuda_device`` fixture and skip
+with the reason where there is no CUDA device.
+"""
+
+import array
+import ctypes
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import gpuport
+from gpuport import runtime as rt
+
+# ---- inputs in the seed's order ----------------------------------------------------
+
+
+class FakeCAI:
+    """An object exposing only the CUDA Array Interface (never dereferenced on the host)."""
+
+    def __init__(self, addr=0x7F0000001000, shape=(4,), typestr="<f4"):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (addr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+class DLPackOnly:
+    """A DLPack producer without the buffer protocol (wraps a NumPy array)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kw):
+        return self.arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+class MyPointer(rt.Pointer):
+    pass
+
+
+class MyDeviceArray(rt.DeviceArray):
+    pass
+
+
+class MyListOfBytes(rt.ListOfBytes):
+    pass
+
+
+class MyListOfPointer(rt.ListOfPointer):
+    pass
+
+
+class MyListOfInt(rt.ListOfInt):
+    pass
+
+
+class MyListOfUnsigned(rt.ListOfUnsigned):
+    pass
+
+
+class MyListOfUnsignedLong(rt.ListOfUnsignedLong):
+    pass
+
+
+ADAPTERS = [
+    rt.Pointer,
+    MyPointer,
+    rt.DeviceArray,
+    MyDeviceArray,
+    rt.ListOfBytes,
+    MyListOfBytes,
+    rt.ListOfPointer,
+    MyListOfPointer,
+    rt.ListOfInt,
+    MyListOfInt,
+    rt.ListOfUnsigned,
+    MyListOfUnsigned,
+    rt.ListOfUnsignedLong,
+    MyListOfUnsignedLong,
+]
+ADAPTER_IDS = [c.__name__ for c in ADAPTERS]
+
+
+def seed_inputs():
+    """(kind, object, expected address, objects to keep alive) in the seed's order."""
+    buf = bytearray(b"0123456789abcdef")
+    buf_addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    np_arr = np.arange(8, dtype=np.float32)
+    base = rt.Pointer(bytearray(8))
+    out = [
+        ("None", None, 0),
+        ("Pointer", base, int(base)),
+        ("Pointer-subclass", MyPointer(base), int(base)),
+        ("int", 0x1234_5000, 0x1234_5000),
+        ("c_void_p", ctypes.c_void_p(0x4567_8000), 0x4567_8000),
+        ("cuda_array_interface", FakeCAI(0x7F00_0000_2000), 0x7F00_0000_2000),
+        ("buffer", buf, buf_addr),
+        ("dlpack", DLPackOnly(np_arr), np_arr.ctypes.data),
+    ]
+    return out, (buf, np_arr, base)
+
+
+INPUT_KINDS = ["None", "Pointer", "Pointer-subclass", "int", "c_void_p", "cuda_array_interface", "buffer", "dlpack"]
+
+
+@pytest.mark.parametrize("cls", ADAPTERS, ids=ADAPTER_IDS)
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+def test_every_adapter_accepts_every_pointer_input(cls, kind):
+    inputs, keep = seed_inputs()
+    (_, obj, addr), = [i for i in inputs if i[0] == kind]
+    a = cls(obj)
+    assert isinstance(a, rt.Pointer)
+    assert isinstance(a, cls)
+    assert int(a) == addr
+    assert a.is_null == (addr == 0)
+    del keep
+
+
+@pytest.mark.parametrize("cls", ADAPTERS, ids=ADAPTER_IDS)
+def test_every_adapter_accepts_every_adapter(cls):
+    """Pointer and all its subclasses can be passed to any adapter (seed property 2)."""
+    src = bytearray(16)
+    for other in [rt.Pointer(src), rt.ListOfInt([1, 2]), rt.malloc(8), MyListOfUnsigned(src)]:
+        assert int(cls(other)) == int(other)
+
+
+@pytest.mark.parametrize("cls", ADAPTERS, ids=ADAPTER_IDS)
+@pytest.mark.parametrize("bad", [1.5, "text", object(), {"a": 1}, 1j])
+def test_wrong_input_raises_typeerror_naming_the_kinds(cls, bad):
+    with pytest.raises(TypeError) as e:
+        cls(bad)
+    msg = str(e.value)
+    for kind in ["None", "Pointer", "int", "c_void_p", "__cuda_array_interface__", "buffer", "DLPack"]:
+        assert kind in msg, (kind, msg)
+
+
+def test_pointer_none_is_null():
+    p = rt.Pointer(None)
+    assert int(p) == 0 and p.is_null and p.memory_kind == "null"
+    assert int(rt.Pointer()) == 0
+    assert int(rt.Pointer(ctypes.c_void_p())) == 0
+
+
+def test_pointer_from_pointer_transfers_no_ownership():
+    a = array.array("i", [1, 2, 3])
+    p1 = rt.Pointer(a)
+    p2 = MyPointer(p1)
+    assert int(p2) == int(p1) == a.buffer_info()[0]
+    del p1
+    gc.collect()
+    with pytest.raises(BufferError):  # p2 keeps p1 (and its export) alive
+        a.append(4)
+    del p2
+    gc.collect()
+    a.append(4)  # released
+
+
+def test_int_and_c_void_p_are_not_owned():
+    p = rt.Pointer(0xDEAD_0000)
+    assert p.memory_kind == "unknown" and p.nbytes is None
+    assert int(rt.Pointer(ctypes.c_void_p(0xDEAD_0000))) == 0xDEAD_0000
+    with pytest.raises(OverflowError):
+        rt.Pointer(-1)
+    with pytest.raises(OverflowError):
+        rt.Pointer(2**64)
+
+
+def test_int_inside_an_allocation_is_recognized():
+    a = rt.malloc(64)
+    p = rt.Pointer(int(a) + 16)
+    assert p.memory_kind == a.memory_kind == "device"
+    assert p.nbytes == 48
+    addr = int(a)
+    del p
+    rt.free(a)
+    gc.collect()
+    # Freed: the address is raw again (and refused where the host would dereference it).
+    assert rt.Pointer(addr + 16).nbytes is None
+
+
+def test_cai_object_is_kept_alive():
+    obj = FakeCAI(0x7000_1000)
+    ref = weakref.ref(obj)
+    p = rt.Pointer(obj)
+    del obj
+    gc.collect()
+    assert ref() is not None
+    assert int(p) == 0x7000_1000
+    del p
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bytearray(b"abcd"),
+        lambda: b"abcd",
+        lambda: memoryview(bytearray(8)),
+        lambda: array.array("d", [1.0, 2.0]),
+        lambda: np.zeros((3, 4), dtype=np.int16),
+        lambda: np.asfortranarray(np.zeros((3, 4))),
+        lambda: (ctypes.c_int * 4)(),
+    ],
+    ids=["bytearray", "bytes", "memoryview", "array", "numpy", "numpy-fortran", "ctypes-array"],
+)
+def test_contiguous_buffers_are_accepted(make):
+    obj = make()
+    p = rt.Pointer(obj)
+    mv = memoryview(obj)
+    assert p.memory_kind == "host"
+    assert p.nbytes == mv.nbytes
+    if isinstance(obj, np.ndarray):
+        assert int(p) == obj.ctypes.data
+
+
+def test_buffer_is_released_when_the_adapter_is_destroyed():
+    a = array.array("i", [1, 2, 3])
+    for cls in ADAPTERS:
+        p = cls(a)
+        with pytest.raises(BufferError):
+            a.append(0)  # exported: cannot resize
+        del p
+        gc.collect()
+        a.append(0)
+        a.pop()
+
+
+def test_bytearray_export_count_returns_to_zero():
+    b = bytearray(16)
+    ps = [rt.Pointer(b) for _ in range(5)]
+    with pytest.raises(BufferError):
+        b.extend(b"x")
+    del ps
+    gc.collect()
+    b.extend(b"x")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: memoryview(bytearray(16))[::2],
+        lambda: np.zeros((4, 4))[:, ::2],
+        lambda: np.zeros(10)[::3],
+    ],
+    ids=["memoryview-step", "numpy-columns", "numpy-step"],
+)
+def test_non_contiguous_buffers_are_refused(make):
+    obj = make()
+    with pytest.raises(BufferError, match="contiguous"):
+        rt.Pointer(obj)
+    if isinstance(obj, np.ndarray):
+        # Not refused as a buffer and then taken through DLPack instead.
+        with pytest.raises(BufferError):
+            rt.DeviceArray(obj)
+
+
+def test_order_cai_before_buffer_and_buffer_before_dlpack():
+    class Both(bytearray):
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (1,), "typestr": "|u1", "data": (0x5000, False), "version": 3}
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("DLPack must come after the buffer protocol")
+
+    assert int(rt.Pointer(Both(b"x"))) == 0x5000
+
+    class BufAndDL(bytearray):
+        def __dlpack__(self, **kw):
+            raise AssertionError("DLPack must come after the buffer protocol")
+
+    b = BufAndDL(b"xyz")
+    assert int(rt.Pointer(b)) == ctypes.addressof(ctypes.c_char.from_buffer(b))
+
+
+def test_dlpack_producer_is_held():
+    x = np.arange(6, dtype=np.int32)
+    p = rt.Pointer(DLPackOnly(x))
+    assert p.memory_kind == "host" and p.nbytes == 24
+    out = bytearray(24)
+    rt.memcpy(out, p, 24)
+    assert np.frombuffer(out, dtype=np.int32).tolist() == list(range(6))
+
+
+def test_pointer_repr_and_subclass_extras():
+    class Tagged(rt.Pointer):
+        def __init__(self, obj=None):
+            self.tag = "mine"
+
+    t = Tagged(bytearray(4))
+    assert t.tag == "mine" and int(t) != 0
+    assert "Tagged" in repr(t)
+
+
+# ---- lists --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cls,ctype,values",
+    [
+        (rt.ListOfInt, ctypes.c_int, [1, -2, 3]),
+        (rt.ListOfUnsigned, ctypes.c_uint, [1, 2, 2**32 - 1]),
+        (rt.ListOfUnsignedLong, ctypes.c_ulong, [1, 2**40, 3]),
+        (MyListOfInt, ctypes.c_int, (7, 8)),
+    ],
+)
+def test_number_lists_own_c_arrays(cls, ctype, values):
+    lst = cls(values)
+    assert lst.is_owner and len(lst) == len(values) and lst.tolist() == list(values)
+    # Reading our own array back through ctypes (memory the adapter owns).
+    c = (ctype * len(values)).from_address(int(lst))
+    assert list(c) == list(values)
+    non_owning = cls(lst)
+    assert not non_owning.is_owner and int(non_owning) == int(lst)
+
+
+def test_number_lists_refuse_bad_items():
+    with pytest.raises(TypeError, match="item 1"):
+        rt.ListOfInt([1, "x"])
+    with pytest.raises(TypeError):
+        rt.ListOfUnsigned([-1])
+    with pytest.raises(TypeError):
+        rt.ListOfInt([2**40])
+    with pytest.raises(TypeError, match="list or tuple"):
+        rt.ListOfInt(1.5)
+
+
+def test_list_of_bytes():
+    lst = rt.ListOfBytes([b"-O3", b"--gpu-architecture=sm_90"])
+    assert lst.is_owner and lst.tolist() == [b"-O3", b"--gpu-architecture=sm_90"]
+    c = (ctypes.c_char_p * 2).from_address(int(lst))
+    assert list(c) == [b"-O3", b"--gpu-architecture=sm_90"]
+    with pytest.raises(TypeError, match="not bytes"):
+        rt.ListOfBytes(["str"])
+    with pytest.raises(ValueError, match="NUL"):
+        rt.ListOfBytes([b"a\0b"])
+    assert int(rt.ListOfBytes([])) == 0
+
+
+def test_list_of_pointer_holds_its_elements():
+    a = array.array("b", [1, 2])
+    dev = rt.malloc(8)
+    lst = rt.ListOfPointer([None, a, dev, 0x1000, ctypes.c_void_p(0x2000), FakeCAI(0x3000)])
+    assert lst.tolist() == [0, a.buffer_info()[0], int(dev), 0x1000, 0x2000, 0x3000]
+    assert list((ctypes.c_uint64 * 6).from_address(int(lst))) == lst.tolist()
+    with pytest.raises(BufferError):
+        a.append(3)
+    del lst
+    gc.collect()
+    a.append(3)
+    with pytest.raises(TypeError, match="item 1"):
+        rt.ListOfPointer([None, 2.5])
+
+
+# ---- DeviceArray ----------------------------------------------------------------------
+
+
+def test_malloc_returns_a_device_array(device):
+    a = rt.malloc(64, device=device)
+    assert type(a) is rt.DeviceArray and isinstance(a, rt.Pointer)
+    assert a.shape == [64] and a.typestr == "|u1" and a.owns_memory and a.nbytes == 64
+    assert a.memory_kind == "device"
+    a.configure(typestr="<f4")
+    assert a.shape == [16] and a.itemsize == 4
+    assert a.configure(shape=(4, 4)) is a
+    assert a.shape == [4, 4] and len(a) == 4
+    with pytest.raises(ValueError, match="_force"):
+        a.configure(shape=(5, 4))
+    a.configure(shape=(5, 4), _force=True)
+    assert a.shape == [5, 4]
+    a.configure(shape=(2, 8), typestr="<f4")
+    rt.free(a)
+
+
+def test_device_array_slicing_keeps_the_parent_alive(device):
+    a = rt.malloc(4 * 12, device=device).configure(shape=(3, 4), typestr="<i4")
+    base = int(a)
+    row = a[1]
+    assert row.shape == [4] and int(row) == base + 16 and row.nbytes == 16
+    assert a[-1].shape == [4] and int(a[-1]) == base + 32
+    part = a[1:3]
+    assert part.shape == [2, 4] and int(part) == base + 16
+    assert a[2, 1:3].shape == [2] and int(a[2, 1:3]) == base + 32 + 4
+    assert a[1][1:].shape == [3]
+    with pytest.raises(IndexError):
+        a[3]
+    with pytest.raises(IndexError, match="step"):
+        a[::2]
+    with pytest.raises(IndexError, match="contiguous"):
+        a[:, 1]
+    ref = np.arange(12, dtype=np.int32).reshape(3, 4)
+    rt.memcpy(a, ref, ref.nbytes)
+    del a
+    gc.collect()
+    out = np.zeros(4, dtype=np.int32)
+    rt.memcpy(out, row, 16)  # the parent's memory is still alive
+    assert out.tolist() == ref[1].tolist()
+    with pytest.raises(ValueError, match="exceed"):
+        rt.memcpy(out, row, 32)  # checked against the view's size
+
+
+def test_device_array_from_other_inputs():
+    assert rt.DeviceArray(None).shape is None
+    d = rt.DeviceArray(FakeCAI(0x9000, shape=(2, 3), typestr="<f8"))
+    assert d.shape == [2, 3] and d.typestr == "<f8" and int(d) == 0x9000
+    raw = rt.DeviceArray(0x9000)
+    assert raw.shape is None
+    with pytest.raises(ValueError, match="_force"):
+        raw.configure(shape=(4,), typestr="<f4")
+    raw.configure(shape=(4,), typestr="<f4", _force=True)
+    with pytest.raises(ValueError, match="typestr"):
+        raw.configure(typestr="float33", _force=True)
+    assert raw.configure(typestr="float64", _force=True).typestr == "<f8"
+    assert raw.configure(typestr=np.int16, _force=True).typestr == "<i2"
+    assert raw.configure(typestr=np.dtype("uint8"), _force=True).typestr == "|u1"
+    a = rt.malloc(8).configure(typestr="<f4")
+    assert rt.DeviceArray(a).shape == [2]
+
+
+def test_hip_python_device_array_example(device):
+    """HIP Python's 'Device Arrays' example: configure, slice, copy back, compare with NumPy."""
+    shape = (3, 20)
+    x = np.arange(60, dtype=np.float32).reshape(shape)
+    darr = rt.malloc(x.nbytes, device=device).configure(typestr="float32", shape=shape)
+    assert darr.shape == [3, 20] and darr.typestr == "<f4"
+    rt.memcpy(darr, x, x.nbytes)
+    for i in range(3):
+        row = darr[i, :]
+        assert row.shape == [20]
+        got = np.zeros(20, dtype=np.float32)
+        rt.memcpy(got, row, got.nbytes)
+        np.testing.assert_array_equal(got, x[i, :])
+    part = darr[1][5:10]
+    got = np.zeros(5, dtype=np.float32)
+    rt.memcpy(got, part, got.nbytes)
+    np.testing.assert_array_equal(got, x[1, 5:10])
+
+
+def test_host_memory_has_no_cuda_array_interface():
+    a = rt.malloc(8, device="host")
+    assert not hasattr(a, "__cuda_array_interface__")
+
+
+def test_free(device):
+    a = rt.malloc(16, device=device)
+    rt.free(a)
+    assert int(a) == 0 and not a.owns_memory
+    with pytest.raises(ValueError, match="double free"):
+        rt.free(a)
+    rt.free(None)
+    with pytest.raises(ValueError, match="not owned"):
+        rt.free(bytearray(4))
+    b = rt.malloc(16, device=device)
+    with pytest.raises(ValueError, match="does not own"):
+        rt.free(b[4:8])
+
+
+def test_pinned_and_managed(device):
+    p = rt.malloc_pinned(32, device=device)
+    assert p.memory_kind == "pinned"
+    rt.memcpy(p, bytes(range(32)), 32)  # host to host
+    out = bytearray(32)
+    rt.memcpy(out, p, 32)
+    assert out == bytes(range(32))
+    try:
+        m = rt.malloc_managed(32, device=device)
+    except gpuport.UnsupportedError as e:
+        pytest.skip(f"managed memory: {e}")
+    assert m.memory_kind == "managed"
+    rt.memcpy(m, p, 32)
+    rt.memcpy(out, m, 32, kind="device_to_host")
+    assert out == bytes(range(32))
+
+
+# ---- memcpy / memset ------------------------------------------------------------------
+
+
+def test_memcpy_infers_the_direction(device):
+    x = np.arange(16, dtype=np.float32)
+    a = rt.malloc(x.nbytes, device=device)
+    b = rt.malloc(x.nbytes, device=device)
+    rt.memcpy(a, x, x.nbytes)  # host to device
+    rt.memcpy(b, a, x.nbytes)  # device to device
+    y = np.zeros_like(x)
+    rt.memcpy(y, b, x.nbytes)  # device to host
+    np.testing.assert_array_equal(x, y)
+    z = np.zeros_like(x)
+    rt.memcpy(z, y, x.nbytes)  # host to host
+    np.testing.assert_array_equal(x, z)
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("host_to_device", "device_to_device", "device_to_host"),
+        ("HtoD", "DtoD", "DtoH"),
+        (1, 3, 2),
+        ("default", None, 4),
+    ],
+)
+def test_memcpy_explicit_kinds(device, kinds):
+    x = np.arange(8, dtype=np.int64)
+    a = rt.malloc(x.nbytes, device=device)
+    b = rt.malloc(x.nbytes, device=device)
+    rt.memcpy(a, x, x.nbytes, kinds[0])
+    rt.memcpy(b, a, x.nbytes, kind=kinds[1])
+    y = np.zeros_like(x)
+    rt.memcpy(y, b, x.nbytes, kind=kinds[2])
+    np.testing.assert_array_equal(x, y)
+    h = bytearray(x.nbytes)
+    rt.memcpy(h, x, x.nbytes, kind=0)
+    assert bytes(h) == x.tobytes()
+
+
+def test_memcpy_checks(device):
+    a = rt.malloc(16, device=device)
+    with pytest.raises(ValueError, match="exceed"):
+        rt.memcpy(a, bytes(32), 32)
+    with pytest.raises(ValueError, match="read-only"):
+        rt.memcpy(b"immutable!!!!!!!", a, 16)
+    with pytest.raises(ValueError):
+        rt.memcpy(bytearray(4), 0xDEAD_BEEF, 4)  # a raw address of unknown memory
+    with pytest.raises(ValueError, match="raw host address"):
+        rt.memcpy(a, 0xDEAD_BEEF, 4, kind="host_to_device")
+    with pytest.raises(ValueError, match="NULL"):
+        rt.memcpy(None, a, 4)
+    with pytest.raises(ValueError, match="kind"):
+        rt.memcpy(a, bytes(4), 4, kind="sideways")
+    with pytest.raises(ValueError):
+        rt.memcpy(a, bytes(4), 4, kind=9)
+    rt.memcpy(a, bytes(4), 0)  # nothing to do
+
+
+def test_memcpy_raw_int_inside_allocation(device):
+    a = rt.malloc(16, device=device)
+    rt.memcpy(int(a) + 8, b"\x01" * 8, 8)  # an int inside a live allocation is recognized
+    out = bytearray(16)
+    rt.memset(a, 0, 8)
+    rt.memcpy(out, ctypes.c_void_p(int(a)), 16)
+    assert out == b"\x00" * 8 + b"\x01" * 8
+
+
+def test_memcpy_async_keeps_operands_alive(device):
+    s = gpuport.Stream(device)
+    a = rt.malloc(1 << 16, device=device)
+    src = bytearray(b"\x05" * (1 << 16))
+    rt.memcpy_async(a, src, len(src), stream=s)
+    del src
+    gc.collect()
+    out = np.zeros(1 << 16, dtype=np.uint8)
+    rt.memcpy_async(out, a, out.nbytes, stream=s)
+    s.synchronize()
+    assert (out == 5).all()
+    rt.device_synchronize(device)
+    assert gpuport._core._pending_operations() == 0
+
+
+def test_memset(device):
+    a = rt.malloc(32, device=device)
+    rt.memset(a, 0xAB, 32)
+    rt.memset(a[8:16], 1, 8)
+    out = bytearray(32)
+    rt.memcpy(out, a, 32)
+    assert out == b"\xab" * 8 + b"\x01" * 8 + b"\xab" * 16
+    h = bytearray(8)
+    rt.memset(h, 7, 8)
+    assert h == b"\x07" * 8
+    s = gpuport.Stream(device)
+    rt.memset_async(a, 2, 32, stream=s)
+    s.synchronize()
+    rt.memcpy(out, a, 32)
+    assert out == b"\x02" * 32
+    with pytest.raises(ValueError, match="exceed"):
+        rt.memset(a, 0, 33)
+    with pytest.raises(ValueError):
+        rt.memset(b"readonly", 0, 8)
+
+
+# ---- kernels --------------------------------------------------------------------------
+
+
+def test_launch_builtin_fill(device):
+    m = rt.module_load(device=device)
+    f = rt.module_get_function(m, "gpuport_fill_u32")
+    assert f.name == "gpuport_fill_u32"
+    n = 1000
+    a = rt.malloc(4 * n, device=device).configure(typestr="<u4")
+    rt.launch_kernel(f, (n + 255) // 256, 256, [a, ctypes.c_uint64(n), ctypes.c_uint32(42)])
+    rt.device_synchronize(device)
+    out = np.zeros(n, dtype=np.uint32)
+    rt.memcpy(out, a, out.nbytes)
+    np.testing.assert_array_equal(out, np.full(n, 42, dtype=np.uint32))
+    # A KernelArgs adapter, a sub-array and a stream.
+    s = gpuport.Stream(device)
+    args = rt.KernelArgs([a[10:20], ctypes.c_uint64(10), ctypes.c_uint32(7)])
+    assert isinstance(args, rt.Pointer) and args.sizes() == [8, 8, 4] and len(args) == 3
+    rt.launch_kernel(f, (1, 1, 1), (32,), args, shared_mem=0, stream=s)
+    s.synchronize()
+    rt.memcpy(out, a, out.nbytes)
+    ref = np.full(n, 42, dtype=np.uint32)
+    ref[10:20] = 7
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_launch_builtin_on_host_buffer():
+    """On the host backend the target may be any writable buffer gpuport holds."""
+    f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    target = np.zeros(8, dtype=np.uint32)
+    rt.launch_kernel(f, 1, 8, [target, ctypes.c_uint64(8), ctypes.c_uint32(3)])
+    rt.device_synchronize("host")
+    assert target.tolist() == [3] * 8
+
+
+def test_host_launch_checks_pointer_arguments():
+    f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    a = rt.malloc(16, device="host")
+    with pytest.raises(ValueError, match="exceed"):
+        rt.launch_kernel(f, 1, 1, [a, ctypes.c_uint64(5), ctypes.c_uint32(1)])
+    with pytest.raises(ValueError, match="not memory gpuport holds"):
+        rt.launch_kernel(f, 1, 1, [0xDEAD_0000, ctypes.c_uint64(1), ctypes.c_uint32(1)])
+    with pytest.raises(ValueError, match="not memory gpuport holds"):
+        rt.launch_kernel(f, 1, 1, [ctypes.c_uint64(0xDEAD_0000), ctypes.c_uint64(1), ctypes.c_uint32(1)])
+    with pytest.raises(ValueError, match="exceed"):
+        rt.launch_kernel(f, 1, 1, [b"read-only buffer", ctypes.c_uint64(1), ctypes.c_uint32(1)])
+    with pytest.raises(gpuport.KernelError):
+        rt.launch_kernel(f, 1, 1, [a, ctypes.c_uint64(1)])
+    with pytest.raises(gpuport.InvalidArgumentError):
+        rt.launch_kernel(f, 0, 1, [a, ctypes.c_uint64(1), ctypes.c_uint32(1)])
+    m = rt.module_load(device="host")
+    names = [n for n in ["gpuport_add_index_f32_1", "gpuport_scale_f32", "gpuport_fill_4"] if _has(m, n)]
+    assert names, "the host backend's array kernels are launchable only from Rust"
+    for name in names:
+        with pytest.raises(gpuport.UnsupportedError):
+            rt.launch_kernel(rt.module_get_function(m, name), 1, 1, [a])
+    with pytest.raises(gpuport.KernelError):
+        rt.module_get_function(m, "no_such_kernel")
+    # sleep and empty take no pointers
+    rt.launch_kernel(rt.module_get_function(m, "gpuport_empty"), 1, 1)
+    rt.launch_kernel(rt.module_get_function(m, "gpuport_sleep_ns"), 1, 1, [ctypes.c_uint64(1000)])
+    rt.device_synchronize("host")
+
+
+def _has(m, name):
+    try:
+        rt.module_get_function(m, name)
+        return True
+    except gpuport.KernelError:
+        return False
+
+
+def test_foreign_code_on_the_host_backend_is_a_clear_error():
+    for code, kind in [("extern \"C\" __global__ void k() {}", None), (b"\x7fELF....", None), (".version 8.0\n.target sm_90\n", None)]:
+        with pytest.raises(gpuport.UnsupportedError, match="host backend"):
+            rt.module_load(code, options=[b"-O3"], kind=kind, device="host")
+    with pytest.raises(TypeError, match="options"):
+        rt.module_load(None, options=b"-O3", device="host")
+    with pytest.raises(TypeError):
+        rt.module_load(12, device="host")
+    with pytest.raises(ValueError, match="kind"):
+        rt.module_load("x", kind="cobol", device="host")
+
+
+def test_kernel_args_adapter():
+    buf = bytearray(8)
+    k = rt.KernelArgs([ctypes.c_int8(-1), ctypes.c_double(1.5), buf, None, ctypes.c_void_p(16)])
+    assert k.sizes() == [1, 8, 8, 8, 8]
+    packed = k.packed()
+    assert packed[:1] == b"\xff" and packed[1:9] == bytes(ctypes.c_double(1.5))
+    assert int.from_bytes(packed[9:17], "little") == ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert int(k) != 0
+    with pytest.raises(TypeError, match="kernel argument 1"):
+        rt.KernelArgs([ctypes.c_int(1), 2.5])
+    with pytest.raises(TypeError, match="list or tuple"):
+        rt.KernelArgs(3)
+
+
+# ---- GPU: the HIP Python examples re-done ---------------------------------------------
+
+
+def test_gpu_device_array_cai_and_configure(cuda_device):
+    a = rt.malloc(4 * 12, device=cuda_device).configure(shape=(3, 4), typestr="<f4")
+    cai = a.__cuda_array_interface__
+    assert cai["shape"] == (3, 4) and cai["typestr"] == "<f4" and cai["data"][0] == int(a) and cai["version"] == 3
+    sub = a[1:]
+    assert sub.__cuda_array_interface__["data"][0] == int(a) + 16
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    rt.memcpy(a, x, x.nbytes)
+    m = gpuport.from_cuda_array_interface(sub, device=cuda_device)
+    assert m.shape == (2, 4) or list(m.shape) == [2, 4]
+    got = np.zeros((2, 4), dtype=np.float32)
+    rt.memcpy(got, m, got.nbytes)  # the MemArray's own CAI points back into `a`
+    np.testing.assert_array_equal(got, x[1:])
+    back = rt.DeviceArray(m)  # a MemArray exporting the CUDA Array Interface
+    assert int(back) == int(a) + 16 and back.shape == [2, 4] and back.typestr == "<f4"
+
+
+def test_gpu_kernel_from_source_with_mixed_arguments(cuda_device):
+    """HIP Python's 'Kernels with Arguments' example: scale a vector in place."""
+    source = r"""
+    extern "C" __global__ void scale_vector(float factor, int n, short unused1, int unused2,
+                                            float unused3, float *x) {
+        int tid = threadIdx.x + blockIdx.x * blockDim.x;
+        if (tid < n) { x[tid] *= factor; }
+    }
+    """
+    arch = cuda_device.arch
+    m = rt.module_load(source, options=[b"--gpu-architecture=" + arch.encode(), b"-default-device"], device=cuda_device)
+    f = rt.module_get_function(m, "scale_vector")
+    n = 100
+    x_h = np.random.default_rng(0).random(n, dtype=np.float32)
+    x_d = rt.malloc(x_h.nbytes, device=cuda_device)
+    rt.memcpy(x_d, x_h, x_h.nbytes)
+    block = 32
+    rt.launch_kernel(
+        f,
+        ((n + block - 1) // block,),
+        (block,),
+        [ctypes.c_float(2.0), ctypes.c_int(n), ctypes.c_short(5), ctypes.c_int(2), ctypes.c_float(5.0), x_d],
+    )
+    out = np.zeros_like(x_h)
+    rt.memcpy(out, x_d, out.nbytes)
+    np.testing.assert_allclose(out, 2.0 * x_h)
+    rt.free(x_d)
+
+
+def test_gpu_options_as_list_of_bytes_adapter(cuda_device):
+    opts = rt.ListOfBytes([b"-default-device"])
+    m = rt.module_load('extern "C" __global__ void k(int *p) { *p = 5; }', options=opts, device=cuda_device)
+    f = rt.module_get_function(m, "k")
+    a = rt.malloc(4, device=cuda_device)
+    rt.launch_kernel(f, 1, 1, rt.KernelArgs([a]))
+    out = np.zeros(1, dtype=np.int32)
+    rt.memcpy(out, a, 4)
+    assert out[0] == 5
+
+
+# ---- fuzz: nothing a script passes crashes the interpreter ----------------------------
+
+BAD = [None, -1, 0, 1, 2**64, 2**200, 1.5, float("nan"), "s", b"b", object(), [], [1, "x"], {}, (1, 2, 3, 4),
+       memoryview(bytearray(8))[::2], FakeCAI(0), FakeCAI(1), ctypes.c_void_p(8), ctypes.c_int(3), 1j]
+
+
+def test_fuzz_wrong_arguments_raise_cleanly():
+    fill = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    calls = [
+        lambda x: rt.Pointer(x),
+        lambda x: rt.DeviceArray(x),
+        lambda x: rt.ListOfBytes(x),
+        lambda x: rt.ListOfPointer(x),
+        lambda x: rt.ListOfInt(x),
+        lambda x: rt.ListOfUnsigned(x),
+        lambda x: rt.ListOfUnsignedLong(x),
+        lambda x: rt.KernelArgs(x),
+        lambda x: rt.malloc(x, device="host"),
+        lambda x: rt.malloc(16, device=x),
+        lambda x: rt.malloc(16, device="host", kind=x),
+        lambda x: rt.free(x),
+        lambda x: rt.memcpy(x, bytearray(8), 8),
+        lambda x: rt.memcpy(bytearray(8), x, 8),
+        lambda x: rt.memcpy(rt.malloc(8, device="host"), bytes(8), x),
+        lambda x: rt.memcpy(rt.malloc(8, device="host"), bytes(8), 8, kind=x),
+        lambda x: rt.memcpy(rt.malloc(8, device="host"), bytes(8), 8, stream=x),
+        lambda x: rt.memcpy_async(x, x, 8),
+        lambda x: rt.memset(x, 0, 8),
+        lambda x: rt.memset(bytearray(8), x, 8),
+        lambda x: rt.module_load(x, device="host"),
+        lambda x: rt.module_load(None, options=x, device="host"),
+        lambda x: rt.module_get_function(x, "k"),
+        lambda x: rt.launch_kernel(fill, x, 1, [rt.malloc(8, device="host"), ctypes.c_uint64(1), ctypes.c_uint32(1)]),
+        lambda x: rt.launch_kernel(fill, 1, x, [rt.malloc(8, device="host"), ctypes.c_uint64(1), ctypes.c_uint32(1)]),
+        lambda x: rt.launch_kernel(fill, 1, 1, [x, ctypes.c_uint64(2), ctypes.c_uint32(1)]),
+        lambda x: rt.launch_kernel(fill, 1, 1, [rt.malloc(8, device="host"), x, ctypes.c_uint32(1)]),
+        lambda x: rt.launch_kernel(fill, 1, 1, x),
+        lambda x: rt.launch_kernel(x, 1, 1),
+        lambda x: rt.malloc(64, device="host").configure(shape=x),
+        lambda x: rt.malloc(64, device="host").configure(typestr=x),
+        lambda x: rt.malloc(64, device="host")[x],
+    ]
+    for call in calls:
+        for x in BAD:
+            try:
+                call(x)
+            except (TypeError, ValueError, OverflowError, BufferError, IndexError, RuntimeError, NotImplementedError, MemoryError):
+                pass
+    rt.device_synchronize("host")
+
+
+def test_host_launch_keeps_a_raw_target_alive():
+    f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    a = rt.malloc(4 * 4096, device="host")
+    rt.launch_kernel(f, 16, 256, [ctypes.c_uint64(int(a)), ctypes.c_uint64(4096), ctypes.c_uint32(9)])
+    rt.free(a)  # the launch still holds the allocation
+    del a
+    gc.collect()
+    rt.device_synchronize("host")
+    assert gpuport._core._pending_operations() == 0
+
+
+def test_memarray_is_a_pointer_input():
+    m = gpuport.MemArray((2, 3), "float32", device="host")
+    p = rt.Pointer(m)
+    assert p.memory_kind == "host" and p.nbytes == 24
+    out = np.ones((2, 3), dtype=np.float32)
+    rt.memcpy(out, p, 24)
+    np.testing.assert_array_equal(out, np.zeros((2, 3), dtype=np.float32))
+
+
+def test_gpu_directions_that_would_touch_device_memory_from_the_host(cuda_device):
+    a = rt.malloc(16, device=cuda_device)
+    with pytest.raises(ValueError, match="device memory"):
+        rt.memcpy(bytearray(16), a, 16, kind="host_to_host")
+    with pytest.raises(ValueError, match="device memory"):
+        rt.memcpy(a, bytearray(16), 16, kind="host_to_host")
+    with pytest.raises(ValueError, match="pageable host memory"):
+        rt.memcpy(a, bytearray(16), 16, kind="device_to_device")
+    assert a.__cuda_array_interface__["data"][0] == int(a)
+    p = rt.malloc_pinned(16, device=cuda_device)
+    rt.memcpy(p, b"\x03" * 16, 16)
+    rt.memcpy(a, p, 16)  # pinned to device, inferred
+    out = bytearray(16)
+    rt.memcpy(out, a, 16)
+    assert out == b"\x03" * 16
+    assert not hasattr(p, "__cuda_array_interface__")
+
+
+def test_gpu_raw_device_addresses_go_to_the_driver(cuda_device):
+    """Raw device ints inside live allocations are recognized; unknown ones are the caller's."""
+    a = rt.malloc(64, device=cuda_device)
+    b = rt.malloc(64, device=cuda_device)
+    rt.memset(a, 4, 64)
+    rt.memcpy(int(b), int(a), 64)  # both recognized as device memory: device to device
+    out = bytearray(64)
+    rt.memcpy(out, b, 64)
+    assert out == b"\x04" * 64
+    with pytest.raises(ValueError, match="infer"):
+        rt.memcpy(out, 0x10, 8)  # unknown memory: pass kind=
+
+
+def test_streams_and_events_functional_spellings(device):
+    s = rt.stream_create(device)
+    a = rt.malloc(1 << 12, device=device)
+    start = rt.event_record(s)
+    rt.memset_async(a, 1, 1 << 12, stream=s)
+    end = rt.event_record(s)
+    rt.event_synchronize(end)
+    rt.stream_synchronize(s)
+    assert rt.event_elapsed_time(start, end) >= 0.0
+
+
+def test_ctypes_pointer_kernel_argument_is_passed_by_value():
+    x = ctypes.c_int(5)
+    k = rt.KernelArgs([ctypes.pointer(x)])
+    assert k.sizes() == [ctypes.sizeof(ctypes.c_void_p)]
+    assert int.from_bytes(k.packed(), "little") == ctypes.addressof(x)
+
+
+def test_huge_shapes_do_not_overflow():
+    d = rt.DeviceArray(FakeCAI(0x9000, shape=(0, 2**40, 2**40), typestr="<f8"))
+    with pytest.raises((OverflowError, IndexError)):
+        d[0]
+    with pytest.raises(OverflowError):
+        d[:, :1]
+    with pytest.raises(OverflowError):
+        rt.malloc(64, device="host").configure(shape=(2**40, 2**40))
+
+
+def test_ctypes_scalar_as_in_out_argument(device):
+    """HIP Python's in-out scalars: a ctypes value is a buffer, so its storage is the pointer."""
+    a = rt.malloc(8, device=device)
+    rt.memcpy(a, ctypes.c_int64(-12345), 8)
+    x = ctypes.c_int64(0)
+    rt.memcpy(x, a, 8)
+    assert x.value == -12345
+    assert int(rt.Pointer(x)) == ctypes.addressof(x)
