@@ -16,7 +16,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copies, through DLPack
 
 from enum import IntEnum
 
-from . import _core
+from . import _core, memory
 from ._core import (
     CUDA_COMPILED,
     DTYPES,
@@ -118,5 +118,6 @@ __all__ = [
     "dlpack",
     "from_cuda_array_interface",
     "from_dlpack",
+    "memory",
 ]
 __version__ = "0.1.0"
