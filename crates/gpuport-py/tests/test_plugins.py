@@ -232,6 +232,33 @@ def _run(code, env=None, timeout=300):
     return r.stdout
 
 
+@pytest.mark.gpu
+def test_cuda_alloc_stats_ipc_and_c_abi(torch_abi):
+    if not CUDA:
+        _need("gpuport")
+    dev = "cuda:0"
+    c0, b0 = _count(dev)
+    a = gm.alloc(1 << 20, device=dev)
+    assert _count(dev) == (c0 + 1, b0 + (1 << 20))
+    handle, offset = a.ipc_handle()
+    assert len(handle) == 64 and offset >= 0
+    free, total = gm.memory_info(dev)
+    assert 0 < free <= total
+    s = gpuport.Device(dev).create_stream()
+    b = gm.alloc(256, stream=s, device=dev)
+    b.free()
+    a.free()
+    assert _count(dev) == (c0, b0)
+    malloc, free_fn, _ = torch_abi
+    p = malloc(4096, 0, None)
+    assert p and _count(dev) == (c0 + 1, b0 + 4096)
+    free_fn(p, 4096, 0, None)
+    assert _count(dev) == (c0, b0)
+    m = gm.alloc_pinned(4096, mapped=True, device=dev)
+    assert m.device_ptr is not None
+    m.free()
+
+
 @pytest.fixture
 def cupy_hooked():
     _need("cupy")
@@ -239,13 +266,14 @@ def cupy_hooked():
 
     import gpuport.cupy as gc_
 
-    prev = cupy.cuda.get_allocator()
+    get = getattr(cupy.cuda, "get_allocator", None)
+    prev = get() if get is not None else cupy.get_default_memory_pool().malloc
     gc_.use_gpuport_for_cupy()
     try:
         yield cupy
     finally:
         cupy.cuda.set_allocator(prev)
-        cupy.cuda.set_pinned_memory_allocator()
+        cupy.cuda.set_pinned_memory_allocator(cupy.get_default_pinned_memory_pool().malloc)
 
 
 @pytest.mark.gpu
@@ -257,7 +285,8 @@ def test_cupy_arrays_come_from_gpuport(cupy_hooked, tmp_path):
         c0, b0 = _count(dev)
         x = cupy.arange(1000, dtype=cupy.int64)
         ptr = x.data.ptr
-        assert _count(dev) >= (c0 + 1, b0 + 8000)
+        c1, b1 = _count(dev)
+        assert c1 >= c0 + 1 and b1 >= b0 + 8000
         assert int(x.sum()) == 499500
         assert int((x * 2)[999]) == 1998
         del x

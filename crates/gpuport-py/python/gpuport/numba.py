@@ -128,12 +128,14 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
 
     def reset(self) -> None:
         super().reset()
-        _core.mem_reset(self._spec)
+        spec = getattr(self, "_spec", None)
+        if spec is not None:  # else never initialized: nothing allocated
+            _core.mem_reset(spec)
 
     @contextlib.contextmanager
     def defer_cleanup(self) -> Iterator[None]:
         with super().defer_cleanup():
-            guard = _core.mem_defer_cleanup(self._spec)
+            guard = _core.mem_defer_cleanup(getattr(self, "_spec", None))
             try:
                 yield
             finally:
