@@ -30,7 +30,7 @@ from numba.cuda.cudadrv import driver as _drv
 
 from . import _core
 
-__all__ = ["GpuportNumbaMemoryManager", "use_gpuport_for_numba"]
+__all__ = ["GpuportNumbaMemoryManager", "ipc_handle_bytes", "use_gpuport_for_numba"]
 
 
 def _binding() -> Any:
@@ -55,6 +55,28 @@ def _devptr(ptr: int) -> Any:
 
 def _hostptr(ptr: int) -> Any:
     return ptr if _nv() else ctypes.c_void_p(ptr)
+
+
+def _ipc_handle_from_bytes(raw: bytes) -> Any:
+    """A ``CUipcMemHandle`` holding ``raw`` (64 bytes). Some cuda-bindings
+    versions have no ``reserved`` field accessor: write through ``getPtr()``."""
+    handle = _binding().CUipcMemHandle()
+    try:
+        handle.reserved = raw
+    except AttributeError:
+        ctypes.memmove(handle.getPtr(), raw, len(raw))
+    return handle
+
+
+def ipc_handle_bytes(handle: Any) -> bytes:
+    """The 64 bytes of a ``CUipcMemHandle`` (or of a ctypes byte array)."""
+    reserved = getattr(handle, "reserved", None)
+    if reserved is not None:
+        return bytes(bytearray(x & 0xFF for x in reserved)) if not isinstance(reserved, bytes) else reserved
+    get_ptr = getattr(handle, "getPtr", None)
+    if get_ptr is not None:
+        return ctypes.string_at(get_ptr(), 64)
+    return bytes(bytearray(x & 0xFF for x in handle))
 
 
 def _ptr_value(memory: Any) -> int:
@@ -119,8 +141,7 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
             raise ValueError(f"{p:#x} was not allocated by gpuport's Numba memory manager")
         raw, offset = a.ipc_handle()
         if _nv():
-            handle = _binding().CUipcMemHandle()
-            handle.reserved = raw
+            handle = _ipc_handle_from_bytes(raw)
         else:
             handle = (ctypes.c_byte * 64).from_buffer_copy(raw)
         source_info = self.context.device.get_device_identity()
