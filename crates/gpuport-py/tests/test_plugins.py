@@ -355,6 +355,28 @@ def test_numba_device_arrays_come_from_gpuport():
 
 
 @pytest.mark.gpu
+def test_numba_close_and_reuse():
+    _need("numba")
+    _run(
+        """
+        import numpy as np
+        from numba import cuda
+        import gpuport.memory as gm
+        c0 = gm.stats("cuda:0")["current_count"]
+        keep = cuda.to_device(np.arange(10))
+        assert gm.stats("cuda:0")["current_count"] == c0 + 1
+        cuda.close()  # Context.reset -> our reset frees everything, then the primary context is reset
+        assert gm.stats("cuda:0")["current_count"] == c0
+        del keep
+        d = cuda.to_device(np.arange(5) * 7)
+        assert (d.copy_to_host() == np.arange(5) * 7).all()
+        print("numba close ok")
+        """,
+        NUMBA_ENV,
+    )
+
+
+@pytest.mark.gpu
 def test_numba_pinned_and_mapped_arrays():
     _need("numba")
     _run(

@@ -14,6 +14,10 @@ when Numba finalizes the array. Pinned and mapped host memory
 ``mempin`` (page-locking memory Numba did not allocate) is Numba's own
 ``HostOnlyCUDAMemoryManager`` registration: it allocates nothing.
 ``defer_cleanup`` holds back both gpuport frees and Numba's own.
+``reset`` (called by ``cuda.close()``) frees every allocation the manager
+made: the primary context is reset right after, so pool memory that other
+gpuport users (CuPy, PyTorch, gpuport arrays) hold in the same context is
+lost then, as with any memory of that context.
 
 Importing this module imports Numba (``numba.cuda``); importing gpuport does not.
 """
@@ -85,11 +89,15 @@ def _ptr_value(memory: Any) -> int:
     return int(v or 0)
 
 
-def _free_later(live: Dict[int, Any], ptr: int) -> Any:
+def _free_later(live: Dict[int, Any], allocation: Any) -> Any:
+    ptr = allocation.ptr
+
     def finalize() -> None:
-        a = live.pop(ptr, None)
-        if a is not None:
-            a.free()
+        # After a reset the address may belong to a newer allocation: drop
+        # only our own entry. free() is idempotent.
+        if live.get(ptr) is allocation:
+            del live[ptr]
+        allocation.free()
 
     return finalize
 
@@ -116,7 +124,7 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
     def memalloc(self, size: int) -> Any:
         a = _core.mem_alloc(size, None, self._spec)
         self._live[a.ptr] = a
-        return _drv.MemoryPointer(self.context, _devptr(a.ptr), size, finalizer=_free_later(self._live, a.ptr))
+        return _drv.MemoryPointer(self.context, _devptr(a.ptr), size, finalizer=_free_later(self._live, a))
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
         p = _core.mem_alloc_pinned(size, mapped, portable, wc, self._spec)
@@ -148,7 +156,16 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
         return _drv.IpcHandle(memory, handle, memory.size, source_info, offset=offset + (p - base))
 
     def reset(self) -> None:
+        """Frees everything this manager allocated (NBEP 7), then returns the
+        pool's cached memory to the driver. Numba calls this from
+        ``Context.reset`` (``cuda.close()``) just before it resets the primary
+        context, which would otherwise leave pool segments dangling."""
         super().reset()
+        live = getattr(self, "_live", None)
+        if live:
+            for a in list(live.values()):
+                a.free()
+            live.clear()
         spec = getattr(self, "_spec", None)
         if spec is not None:  # else never initialized: nothing allocated
             _core.mem_reset(spec)
