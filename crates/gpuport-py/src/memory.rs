@@ -659,6 +659,95 @@ pub fn mem_alloc_pinned(
     Ok(PyPinned { inner: Mutex::new(Some(p)), ptr, device_ptr, size })
 }
 
+/// Held only to be dropped (which unregisters the memory).
+#[allow(dead_code)]
+enum AnyRegistration {
+    Host(gpuport::backend::HostRegistration<gpuport::Host>),
+    #[cfg(feature = "cuda")]
+    Cuda(gpuport::backend::HostRegistration<gpuport::Cuda>),
+}
+
+/// Host memory page-locked by `mem_pin`; unregistered on `unpin()` or collection.
+#[pyclass(module = "gpuport._core", name = "HostRegistration", frozen)]
+pub struct PyRegistration {
+    inner: Mutex<Option<AnyRegistration>>,
+    ptr: usize,
+    size: usize,
+    mapped: bool,
+}
+
+#[pymethods]
+impl PyRegistration {
+    /// The host address.
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.ptr
+    }
+    /// Bytes registered.
+    #[getter]
+    fn size(&self) -> usize {
+        self.size
+    }
+    /// Whether the memory is mapped for the device.
+    #[getter]
+    fn mapped(&self) -> bool {
+        self.mapped
+    }
+    /// Whether `unpin()` was called.
+    #[getter]
+    fn unpinned(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+    /// Unregisters now (once).
+    #[allow(clippy::drop_non_drop)] // the host backend's registration has nothing to undo
+    fn unpin(&self, py: Python<'_>) {
+        let r = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(|| drop(r));
+    }
+}
+
+/// Page-locks `size` bytes of existing host memory at `ptr` (NBEP 7
+/// `mempin`). The caller must keep that memory alive and unmoved until the
+/// returned registration is unpinned or collected (Numba's `mempin` keeps
+/// the owner alive that long).
+#[pyfunction]
+#[pyo3(name = "_mem_pin", signature = (ptr, size, mapped=false, device=None))]
+pub fn mem_pin(
+    py: Python<'_>,
+    ptr: usize,
+    size: usize,
+    mapped: bool,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyRegistration> {
+    if ptr == 0 || size == 0 {
+        return Err(PyValueError::new_err("mem_pin needs a non-null pointer and a size > 0"));
+    }
+    let dev = resolve_device(py, device)?;
+    let r = py
+        .detach(|| -> gpuport::Result<AnyRegistration> {
+            match &dev {
+                AnyDevice::Host(d) => {
+                    let a = entry::<gpuport::Host>(d)?.allocator;
+                    // SAFETY: the Python caller guarantees `ptr..ptr+size` is
+                    // live host memory that outlives the registration (see above).
+                    Ok(AnyRegistration::Host(unsafe { a.pin(ptr as *mut u8, size, mapped) }?))
+                }
+                #[cfg(feature = "cuda")]
+                AnyDevice::Cuda(d) => {
+                    let a = entry::<gpuport::Cuda>(d)?.allocator;
+                    // SAFETY: as above.
+                    Ok(AnyRegistration::Cuda(unsafe { a.pin(ptr as *mut u8, size, mapped) }?))
+                }
+                #[allow(unreachable_patterns)]
+                other => {
+                    Err(gpuport::Error::Unsupported { op: "gpuport.memory", backend: other.backend(), hint: None })
+                }
+            }
+        })
+        .py_err(py)?;
+    Ok(PyRegistration { inner: Mutex::new(Some(r)), ptr, size, mapped })
+}
+
 /// Name of the C functions for `CUDAPluggableAllocator`, and the file they are in.
 #[pyfunction]
 #[pyo3(name = "_torch_allocator_symbols")]
@@ -671,8 +760,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAllocation>()?;
     m.add_class::<PyDeferCleanup>()?;
     m.add_class::<PyPinned>()?;
+    m.add_class::<PyRegistration>()?;
     m.add_function(wrap_pyfunction!(mem_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(mem_alloc_pinned, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_pin, m)?)?;
     m.add_function(wrap_pyfunction!(mem_stats, m)?)?;
     m.add_function(wrap_pyfunction!(mem_enable_logging, m)?)?;
     m.add_function(wrap_pyfunction!(mem_disable_logging, m)?)?;

@@ -140,6 +140,17 @@ def test_pinned_host_memory():
     assert p.freed
 
 
+def test_pin_existing_host_memory():
+    buf = ctypes.create_string_buffer(4096)
+    r = gpuport._core._mem_pin(ctypes.addressof(buf), 4096, device="host")
+    assert r.ptr == ctypes.addressof(buf) and r.size == 4096 and not r.mapped and not r.unpinned
+    r.unpin()
+    assert r.unpinned
+    r.unpin()
+    with pytest.raises(ValueError):
+        gpuport._core._mem_pin(0, 16, device="host")
+
+
 def test_ipc_is_unsupported_on_the_host():
     a = gm.alloc(64, device="host")
     with pytest.raises(gpuport.UnsupportedError):
@@ -396,9 +407,17 @@ def test_numba_pinned_and_mapped_arrays():
         d2.copy_to_device(m)
         assert (d2.copy_to_host() == 5).all()
         plain = np.zeros(10, dtype=np.int64)
-        with cuda.pinned(plain):  # mempin: Numba's own registration
+        with cuda.pinned(plain):  # mempin: registered through gpuport
             d.copy_to_host(plain)
         assert (plain == np.arange(10)).all()
+        mm = cuda.current_context().memory_manager
+        plain2 = np.zeros(10, dtype=np.int64)
+        pm = mm.mempin(plain2, plain2.ctypes.data, plain2.nbytes, mapped=True)
+        d3 = cuda.device_array(10, dtype=np.int64)
+        d3.copy_to_device(np.arange(10))
+        d3.copy_to_host(plain2)
+        assert (plain2 == np.arange(10)).all()
+        del pm
         del p, m, out
         import gc; gc.collect()
         print("numba pinned ok")

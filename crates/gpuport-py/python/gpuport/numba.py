@@ -11,8 +11,9 @@ context device's current gpuport resource (the caching pool with the
 statistics and optional CSV log of ``gpuport.memory``) and returns to it
 when Numba finalizes the array. Pinned and mapped host memory
 (``pinned_array``, ``mapped_array``) comes from gpuport's pinned pool.
-``mempin`` (page-locking memory Numba did not allocate) is Numba's own
-``HostOnlyCUDAMemoryManager`` registration: it allocates nothing.
+``mempin`` (page-locking memory Numba did not allocate) registers through
+gpuport (``cuMemHostRegister``, portable, mapped on request) and unregisters
+when Numba finalizes the pinned object.
 ``defer_cleanup`` holds back both gpuport frees and Numba's own.
 ``reset`` (called by ``cuda.close()``) frees every allocation the manager
 made: the primary context is reset right after, so pool memory that other
@@ -102,6 +103,16 @@ def _free_later(live: Dict[int, Any], allocation: Any) -> Any:
     return finalize
 
 
+class _Unpin:
+    """Gives a HostRegistration the ``free()`` that ``_host_finalizer`` calls."""
+
+    def __init__(self, reg: Any) -> None:
+        self.reg = reg
+
+    def free(self) -> None:
+        self.reg.unpin()
+
+
 def _host_finalizer(allocations: Any, key: int, pinned: Any, mapped: bool) -> Any:
     def finalize() -> None:
         if mapped and allocations:
@@ -135,6 +146,17 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
             self.allocations[p.ptr] = mem
             return mem.own()
         return _drv.PinnedMemory(ctx, _hostptr(p.ptr), size, finalizer=finalizer)
+
+    def mempin(self, owner: Any, pointer: Any, size: int, mapped: bool = False) -> Any:
+        ptr = int(getattr(pointer, "value", pointer) or 0)
+        reg = _core._mem_pin(ptr, size, mapped, self._spec)
+        finalizer = _host_finalizer(self.allocations, ptr, _Unpin(reg), mapped)
+        ctx = weakref.proxy(self.context)
+        if mapped:
+            mem = _drv.MappedMemory(ctx, _hostptr(ptr), size, owner=owner, finalizer=finalizer)
+            self.allocations[ptr] = mem
+            return mem.own()
+        return _drv.PinnedMemory(ctx, _hostptr(ptr), size, owner=owner, finalizer=finalizer)
 
     def get_memory_info(self) -> Any:
         free, total = _core.mem_info(self._spec)
