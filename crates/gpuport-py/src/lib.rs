@@ -4,7 +4,9 @@
 //! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
 //! (MemArray over every dtype, rank 0..=8 and device; DLPack export and
 //! import), [`dlpack`] (capsules), [`cai`] (CUDA Array Interface),
-//! [`errors`] (the exception classes and the one error mapping), [`dtype`].
+//! [`errors`] (the exception classes and the one error mapping), [`dtype`],
+//! [`memory`] (the current memory resource from Python; the C-ABI
+//! allocation functions for PyTorch's `CUDAPluggableAllocator`).
 //!
 //! No panic is meant to cross into Python: user input is validated and every
 //! gpuport error becomes an exception. Long copies release the GIL
@@ -20,6 +22,7 @@ pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
+pub mod memory;
 pub mod runtime;
 
 /// The extension module.
@@ -31,6 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyEvent>()?;
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<array::DLPackContext>()?;
+    memory::register(m)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;

@@ -16,7 +16,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copies, through DLPack
 
 from enum import IntEnum
 
-from . import _core
+from . import _core, memory
 from ._core import (
     CUDA_COMPILED,
     DTYPES,
@@ -121,5 +121,6 @@ __all__ = [
     "from_cuda_array_interface",
     "from_dlpack",
     "runtime",
+    "memory",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,138 @@
+"""The device's current gpuport memory resource, from Python.
+
+Every device has one current resource: gpuport's caching pool wrapped in a
+statistics adaptor, with a CSV log (like RMM's ``csv_log``) switched in by
+:func:`enable_logging`. The peer-library hooks (``gpuport.cupy``,
+``gpuport.numba``, ``gpuport.torch``) allocate through it, so
+:func:`stats` and the log show their arrays too.
+
+    >>> import gpuport.memory as gm
+    >>> a = gm.alloc(1 << 20, device="host")
+    >>> gm.stats("host")["current_bytes"] >= 1 << 20
+    True
+    >>> a.free()
+
+``device`` arguments take what :class:`gpuport.Device` takes (``None``: the
+default device, a spec such as ``"cuda:0"``, a CUDA ordinal, a Device).
+``stream`` takes ``None``/``0`` (the default stream), a
+:class:`gpuport.Stream`, an int ``CUstream`` or an object with
+``__cuda_stream__``, ``cuda_stream`` (PyTorch) or ``ptr`` (CuPy).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Tuple
+
+from . import _core
+from ._core import Allocation, DeferCleanup, PinnedAllocation
+
+__all__ = [
+    "Allocation",
+    "DeferCleanup",
+    "PinnedAllocation",
+    "alloc",
+    "alloc_pinned",
+    "csv_log",
+    "defer_cleanup",
+    "disable_logging",
+    "enable_logging",
+    "free",
+    "log_path",
+    "memory_info",
+    "reset",
+    "stats",
+    "torch_allocator_library",
+]
+
+
+def alloc(size: int, stream: Any = None, device: Any = None) -> Allocation:
+    """Allocates ``size`` bytes on the device's current resource.
+
+    Returns an :class:`Allocation`: ``.ptr`` is the device address; the
+    memory goes back to the pool (in ``stream``'s order) on ``.free()`` or
+    when the object is collected.
+    """
+    return _core.mem_alloc(size, stream, device)
+
+
+def free(allocation: Allocation) -> None:
+    """Returns an allocation's memory now (the same as ``allocation.free()``)."""
+    allocation.free()
+
+
+def alloc_pinned(
+    size: int, mapped: bool = False, portable: bool = False, write_combined: bool = False, device: Any = None
+) -> PinnedAllocation:
+    """Allocates pinned host memory (``mapped``: with a device address, ``.device_ptr``)."""
+    return _core.mem_alloc_pinned(size, mapped, portable, write_combined, device)
+
+
+def stats(device: Any = None) -> Dict[str, int]:
+    """Statistics of the device's current resource.
+
+    Keys: ``current_bytes``, ``peak_bytes``, ``total_bytes``,
+    ``current_count``, ``peak_count``, ``total_count`` (bytes as
+    requested), and for the caching pool ``pool_reserved``, ``pool_in_use``,
+    ``pool_free``, ``pool_allocations``, ``pool_frees``.
+    """
+    return dict(_core.mem_stats(device))
+
+
+def enable_logging(path: "str | os.PathLike[str]", device: Any = None, memory_info: bool = False) -> None:
+    """Logs every allocation and free on the device as CSV to ``path`` (truncated).
+
+    Columns: ``timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total``
+    (``event`` is ``allocate``, ``free`` or ``allocate_failure``; ``free`` and
+    ``total`` are filled only with ``memory_info=True``, one driver query per line).
+    """
+    _core.mem_enable_logging(os.fspath(path), device, memory_info)
+
+
+def disable_logging(device: Any = None) -> None:
+    """Stops the log (flushing it)."""
+    _core.mem_disable_logging(device)
+
+
+def log_path(device: Any = None) -> Optional[str]:
+    """Flushes the log and returns its path (None when logging is off)."""
+    p = _core.mem_log_path(device)
+    return None if p is None else os.fspath(p)
+
+
+def csv_log(device: Any = None) -> str:
+    """The CSV log so far (header included), flushed first; ``""`` when logging is off."""
+    p = log_path(device)
+    if p is None:
+        return ""
+    with open(p, encoding="utf-8") as f:
+        return f.read()
+
+
+def memory_info(device: Any = None) -> Tuple[int, int]:
+    """``(free, total)`` device memory in bytes."""
+    return _core.mem_info(device)
+
+
+def reset(device: Any = None) -> None:
+    """Returns the pool's cached memory to the driver; live allocations stay valid."""
+    _core.mem_reset(device)
+
+
+def defer_cleanup(device: Any = None) -> DeferCleanup:
+    """A guard (also a context manager) holding every free on the device back until released."""
+    return _core.mem_defer_cleanup(device)
+
+
+def torch_allocator_library() -> Tuple[str, str, str]:
+    """``(path, alloc_fn, free_fn)`` for ``torch.cuda.memory.CUDAPluggableAllocator``.
+
+    The C functions are exported by the extension module itself:
+    ``void* gpuport_torch_malloc(ssize_t size, int device, cudaStream_t stream)``
+    and ``void gpuport_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)``.
+    ``device`` -1 selects the host backend (for tests without a GPU).
+    """
+    alloc_fn, free_fn = _core._torch_allocator_symbols()
+    path = _core.__file__
+    assert path is not None
+    return path, alloc_fn, free_fn

@@ -1,0 +1,215 @@
+"""A Numba External Memory Manager (NBEP 7) backed by gpuport.
+
+Use it through the environment::
+
+    NUMBA_CUDA_MEMORY_MANAGER=gpuport.numba python script.py
+
+or, before Numba creates its CUDA context, ``gpuport.numba.use_gpuport_for_numba()``.
+
+Device memory (``cuda.to_device``, ``device_array``, ...) comes from the
+context device's current gpuport resource (the caching pool with the
+statistics and optional CSV log of ``gpuport.memory``) and returns to it
+when Numba finalizes the array. Pinned and mapped host memory
+(``pinned_array``, ``mapped_array``) comes from gpuport's pinned pool.
+``mempin`` (page-locking memory Numba did not allocate) registers through
+gpuport (``cuMemHostRegister``, portable, mapped on request) and unregisters
+when Numba finalizes the pinned object.
+``defer_cleanup`` holds back both gpuport frees and Numba's own.
+``reset`` (called by ``cuda.close()``) frees every allocation the manager
+made: the primary context is reset right after, so pool memory that other
+gpuport users (CuPy, PyTorch, gpuport arrays) hold in the same context is
+lost then, as with any memory of that context.
+
+Importing this module imports Numba (``numba.cuda``); importing gpuport does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import weakref
+from typing import Any, Dict, Iterator
+
+from numba import cuda
+from numba.cuda.cudadrv import driver as _drv
+
+from . import _core
+
+__all__ = ["GpuportNumbaMemoryManager", "ipc_handle_bytes", "use_gpuport_for_numba"]
+
+
+def _binding() -> Any:
+    b = getattr(_drv, "binding", None)
+    if b is not None:
+        return b
+    try:
+        from cuda.bindings import driver as b2
+    except ImportError:  # pragma: no cover - older cuda-python
+        from cuda import cuda as b2  # type: ignore[no-redef]
+    return b2
+
+
+def _nv() -> bool:
+    """Whether Numba talks to the driver through NVIDIA's bindings (else ctypes)."""
+    return bool(getattr(_drv, "USE_NV_BINDING", True))
+
+
+def _devptr(ptr: int) -> Any:
+    return _binding().CUdeviceptr(ptr) if _nv() else ctypes.c_uint64(ptr)
+
+
+def _hostptr(ptr: int) -> Any:
+    return ptr if _nv() else ctypes.c_void_p(ptr)
+
+
+def _ipc_handle_from_bytes(raw: bytes) -> Any:
+    """A ``CUipcMemHandle`` holding ``raw`` (64 bytes). Some cuda-bindings
+    versions have no ``reserved`` field accessor: write through ``getPtr()``."""
+    handle = _binding().CUipcMemHandle()
+    try:
+        handle.reserved = raw
+    except AttributeError:
+        ctypes.memmove(handle.getPtr(), raw, len(raw))
+    return handle
+
+
+def ipc_handle_bytes(handle: Any) -> bytes:
+    """The 64 bytes of a ``CUipcMemHandle`` (or of a ctypes byte array)."""
+    reserved = getattr(handle, "reserved", None)
+    if reserved is not None:
+        return bytes(bytearray(x & 0xFF for x in reserved)) if not isinstance(reserved, bytes) else reserved
+    get_ptr = getattr(handle, "getPtr", None)
+    if get_ptr is not None:
+        return ctypes.string_at(get_ptr(), 64)
+    return bytes(bytearray(x & 0xFF for x in handle))
+
+
+def _ptr_value(memory: Any) -> int:
+    dp = memory.device_ctypes_pointer
+    v = getattr(dp, "value", dp)
+    return int(v or 0)
+
+
+def _free_later(live: Dict[int, Any], allocation: Any) -> Any:
+    ptr = allocation.ptr
+
+    def finalize() -> None:
+        # After a reset the address may belong to a newer allocation: drop
+        # only our own entry. free() is idempotent.
+        if live.get(ptr) is allocation:
+            del live[ptr]
+        allocation.free()
+
+    return finalize
+
+
+class _Unpin:
+    """Gives a HostRegistration the ``free()`` that ``_host_finalizer`` calls."""
+
+    def __init__(self, reg: Any) -> None:
+        self.reg = reg
+
+    def free(self) -> None:
+        self.reg.unpin()
+
+
+def _host_finalizer(allocations: Any, key: int, pinned: Any, mapped: bool) -> Any:
+    def finalize() -> None:
+        if mapped and allocations:
+            allocations.pop(key, None)
+        pinned.free()
+
+    return finalize
+
+
+class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore[misc]
+    """NBEP 7 plugin: Numba's memory from gpuport's current resource."""
+
+    def initialize(self) -> None:
+        # May be called more than once: keep what is live.
+        self._spec = f"cuda:{self.context.device.id}"
+        if not hasattr(self, "_live"):
+            self._live: Dict[int, Any] = {}
+        _core.mem_stats(self._spec)  # installs the resource now
+
+    def memalloc(self, size: int) -> Any:
+        a = _core.mem_alloc(size, None, self._spec)
+        self._live[a.ptr] = a
+        return _drv.MemoryPointer(self.context, _devptr(a.ptr), size, finalizer=_free_later(self._live, a))
+
+    def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
+        p = _core.mem_alloc_pinned(size, mapped, portable, wc, self._spec)
+        finalizer = _host_finalizer(self.allocations, p.ptr, p, mapped)
+        ctx = weakref.proxy(self.context)
+        if mapped:
+            mem = _drv.MappedMemory(ctx, _hostptr(p.ptr), size, finalizer=finalizer)
+            self.allocations[p.ptr] = mem
+            return mem.own()
+        return _drv.PinnedMemory(ctx, _hostptr(p.ptr), size, finalizer=finalizer)
+
+    def mempin(self, owner: Any, pointer: Any, size: int, mapped: bool = False) -> Any:
+        ptr = int(getattr(pointer, "value", pointer) or 0)
+        reg = _core._mem_pin(ptr, size, mapped, self._spec)
+        finalizer = _host_finalizer(self.allocations, ptr, _Unpin(reg), mapped)
+        ctx = weakref.proxy(self.context)
+        if mapped:
+            mem = _drv.MappedMemory(ctx, _hostptr(ptr), size, owner=owner, finalizer=finalizer)
+            self.allocations[ptr] = mem
+            return mem.own()
+        return _drv.PinnedMemory(ctx, _hostptr(ptr), size, owner=owner, finalizer=finalizer)
+
+    def get_memory_info(self) -> Any:
+        free, total = _core.mem_info(self._spec)
+        return _drv.MemoryInfo(free=free, total=total)
+
+    def get_ipc_handle(self, memory: Any) -> Any:
+        p = _ptr_value(memory)
+        for base, a in list(self._live.items()):
+            if base <= p < base + a.size:
+                break
+        else:
+            raise ValueError(f"{p:#x} was not allocated by gpuport's Numba memory manager")
+        raw, offset = a.ipc_handle()
+        if _nv():
+            handle = _ipc_handle_from_bytes(raw)
+        else:
+            handle = (ctypes.c_byte * 64).from_buffer_copy(raw)
+        source_info = self.context.device.get_device_identity()
+        return _drv.IpcHandle(memory, handle, memory.size, source_info, offset=offset + (p - base))
+
+    def reset(self) -> None:
+        """Frees everything this manager allocated (NBEP 7), then returns the
+        pool's cached memory to the driver. Numba calls this from
+        ``Context.reset`` (``cuda.close()``) just before it resets the primary
+        context, which would otherwise leave pool segments dangling."""
+        super().reset()
+        live = getattr(self, "_live", None)
+        if live:
+            for a in list(live.values()):
+                a.free()
+            live.clear()
+        spec = getattr(self, "_spec", None)
+        if spec is not None:  # else never initialized: nothing allocated
+            _core.mem_reset(spec)
+
+    @contextlib.contextmanager
+    def defer_cleanup(self) -> Iterator[None]:
+        with super().defer_cleanup():
+            guard = _core.mem_defer_cleanup(getattr(self, "_spec", None))
+            try:
+                yield
+            finally:
+                guard.release()
+
+    @property
+    def interface_version(self) -> int:
+        return 1
+
+
+#: Read by Numba when ``NUMBA_CUDA_MEMORY_MANAGER=gpuport.numba``.
+_numba_memory_manager = GpuportNumbaMemoryManager
+
+
+def use_gpuport_for_numba() -> None:
+    """Makes gpuport Numba's memory manager (before Numba's first CUDA context)."""
+    cuda.set_memory_manager(GpuportNumbaMemoryManager)

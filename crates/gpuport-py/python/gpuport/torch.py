@@ -1,0 +1,37 @@
+"""PyTorch allocations through gpuport: ``gpuport.torch.use_gpuport_for_torch()``.
+
+PyTorch's ``torch.cuda.memory.CUDAPluggableAllocator`` loads two C functions
+from a shared library; the extension module ``gpuport._core`` exports them:
+
+- ``void* gpuport_torch_malloc(ssize_t size, int device, cudaStream_t stream)``
+- ``void gpuport_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)``
+
+They allocate from the device's current gpuport resource (the caching pool
+with statistics and the optional CSV log of ``gpuport.memory``), in the
+order of PyTorch's stream, never unwind, and return null on failure (which
+PyTorch reports as out of memory).
+
+PyTorch allows the swap only before its first CUDA allocation in the
+process: call :func:`use_gpuport_for_torch` right after ``import torch``,
+before any tensor is put on a GPU (else PyTorch raises).
+
+PyTorch is imported only when :func:`use_gpuport_for_torch` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .memory import torch_allocator_library
+
+__all__ = ["torch_allocator_library", "use_gpuport_for_torch"]
+
+
+def use_gpuport_for_torch() -> Any:
+    """Makes gpuport PyTorch's CUDA allocator; returns the ``CUDAPluggableAllocator``."""
+    import torch
+
+    path, alloc_fn, free_fn = torch_allocator_library()
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, alloc_fn, free_fn)
+    torch.cuda.memory.change_current_allocator(allocator)
+    return allocator

@@ -1,0 +1,562 @@
+"""gpuport.memory and the peer-library hooks (gpuport.cupy, gpuport.numba, gpuport.torch).
+
+Host tests run everywhere. GPU tests need ``cuda:0`` and the peer library and
+skip with the reason otherwise. Numba and PyTorch tests run in fresh
+subprocesses: both libraries take their memory manager only before their
+first CUDA allocation in a process.
+"""
+
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import gpuport
+import gpuport.memory as gm
+
+CUDA = gpuport.cuda_devices()
+
+
+def _count(dev="host"):
+    s = gm.stats(dev)
+    return s["current_count"], s["current_bytes"]
+
+
+# ---- host: gpuport.memory -----------------------------------------------------
+
+
+def test_alloc_and_free_update_stats():
+    c0, b0 = _count()
+    a = gm.alloc(1000, device="host")
+    assert a.ptr != 0 and int(a) == a.ptr
+    assert a.size == 1000 and a.device == "host" and not a.freed
+    assert _count() == (c0 + 1, b0 + 1000)
+    s = gm.stats("host")
+    assert s["peak_bytes"] >= b0 + 1000 and s["total_count"] >= 1
+    assert s["pool_in_use"] >= 1000
+    gm.free(a)
+    assert a.freed
+    a.free()  # a second free does nothing
+    assert _count() == (c0, b0)
+
+
+def test_collected_allocation_returns_to_the_pool():
+    c0, b0 = _count()
+    a = gm.alloc(4096, device="host")
+    assert _count() == (c0 + 1, b0 + 4096)
+    del a
+    gc.collect()
+    assert _count() == (c0, b0)
+
+
+def test_pool_reuses_freed_memory():
+    a = gm.alloc(1 << 20, device="host")
+    p = a.ptr
+    a.free()
+    b = gm.alloc(1 << 20, device="host")
+    assert b.ptr == p  # same stream: reused at once
+    b.free()
+
+
+def test_alloc_on_a_gpuport_stream():
+    s = gpuport.Device("host").create_stream()
+    c0, _ = _count()
+    a = gm.alloc(64, stream=s, device="host")
+    assert _count()[0] == c0 + 1
+    a.free()
+    with pytest.raises(ValueError):
+        gm.alloc(64, stream=12345, device="host")
+
+
+def test_csv_log(tmp_path):
+    path = tmp_path / "log.csv"
+    gm.enable_logging(path, device="host")
+    try:
+        assert gm.log_path("host") == str(path)
+        a = gm.alloc(4096, device="host")
+        ptr = a.ptr
+        a.free()
+        lines = gm.csv_log("host").strip().splitlines()
+    finally:
+        gm.disable_logging("host")
+    assert lines[0] == "timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total"
+    rows = [line.split(",") for line in lines[1:]]
+    events = [(r[3], int(r[5], 16), int(r[6]), r[4]) for r in rows]
+    assert ("allocate", ptr, 4096, "host") in events
+    assert ("free", ptr, 4096, "host") in events
+    assert events.index(("allocate", ptr, 4096, "host")) < events.index(("free", ptr, 4096, "host"))
+    assert gm.log_path("host") is None and gm.csv_log("host") == ""
+    # Nothing is logged once disabled.
+    gm.alloc(10, device="host").free()
+    assert len(path.read_text().strip().splitlines()) == len(lines)
+
+
+def test_log_with_memory_info(tmp_path):
+    path = tmp_path / "log.csv"
+    gm.enable_logging(str(path), device="host", memory_info=True)
+    try:
+        gm.alloc(10, device="host").free()
+        rows = [line.split(",") for line in gm.csv_log("host").strip().splitlines()[1:]]
+    finally:
+        gm.disable_logging("host")
+    assert rows and all(r[9] != "" and int(r[9]) > 0 for r in rows)
+
+
+def test_memory_info():
+    free, total = gm.memory_info("host")
+    assert total > 0 and 0 <= free <= total
+
+
+def test_defer_cleanup_holds_frees_back():
+    c0, b0 = _count()
+    with gm.defer_cleanup("host") as g:
+        a = gm.alloc(100, device="host")
+        a.free()
+        assert g.held_back == 1
+        assert _count() == (c0 + 1, b0 + 100)  # the free has not reached the resource
+    assert g.held_back == 0
+    assert _count() == (c0, b0)
+
+
+def test_reset_keeps_live_allocations():
+    a = gm.alloc(1 << 16, device="host")
+    gm.reset("host")
+    assert not a.freed and gm.stats("host")["current_bytes"] >= 1 << 16
+    a.free()
+
+
+def test_pinned_host_memory():
+    p = gm.alloc_pinned(256, device="host")
+    assert p.ptr != 0 and p.size == 256 and p.device_ptr is None
+    ctypes.memset(p.ptr, 7, 256)
+    assert ctypes.string_at(p.ptr, 256) == b"\x07" * 256
+    p.free()
+    assert p.freed
+
+
+def test_pin_existing_host_memory():
+    buf = ctypes.create_string_buffer(4096)
+    r = gpuport._core._mem_pin(ctypes.addressof(buf), 4096, device="host")
+    assert r.ptr == ctypes.addressof(buf) and r.size == 4096 and not r.mapped and not r.unpinned
+    r.unpin()
+    assert r.unpinned
+    r.unpin()
+    with pytest.raises(ValueError):
+        gpuport._core._mem_pin(0, 16, device="host")
+
+
+def test_ipc_is_unsupported_on_the_host():
+    a = gm.alloc(64, device="host")
+    with pytest.raises(gpuport.UnsupportedError):
+        a.ipc_handle()
+    a.free()
+    with pytest.raises(ValueError):
+        a.ipc_handle()
+
+
+# ---- host: the C ABI for PyTorch ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch_abi():
+    path, alloc_fn, free_fn = gm.torch_allocator_library()
+    assert path == gpuport._core.__file__
+    lib = ctypes.CDLL(path)
+    malloc = getattr(lib, alloc_fn)
+    malloc.restype = ctypes.c_void_p
+    malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    free = getattr(lib, free_fn)
+    free.restype = None
+    free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    live = lib.gpuport_torch_live_count
+    live.restype = ctypes.c_size_t
+    live.argtypes = []
+    return malloc, free, live
+
+
+def test_c_abi_round_trip_updates_stats(torch_abi):
+    malloc, free, live = torch_abi
+    c0, b0 = _count()
+    n0 = live()
+    ptr = malloc(1 << 16, -1, None)  # device -1: the host backend
+    assert ptr
+    assert _count() == (c0 + 1, b0 + (1 << 16)) and live() == n0 + 1
+    free(ptr, 1 << 16, -1, None)
+    assert _count() == (c0, b0) and live() == n0
+
+
+def test_c_abi_failures_return_null_and_never_unwind(torch_abi):
+    malloc, free, live = torch_abi
+    c0, b0 = _count()
+    assert not malloc(-1, -1, None)  # negative size
+    assert not malloc(1 << 62, -1, None)  # too large
+    assert not malloc(16, 99, None)  # no such CUDA device here
+    free(12345, 16, -1, None)  # unknown pointer: ignored
+    free(None, 0, -1, None)
+    assert _count() == (c0, b0)
+    p = malloc(0, -1, None)  # zero bytes: a valid, unique pointer
+    assert p
+    free(p, 0, -1, None)
+
+
+# ---- host: lazy imports -----------------------------------------------------------
+
+
+def test_importing_gpuport_imports_no_peer():
+    code = textwrap.dedent(
+        """
+        import sys, json
+        import gpuport, gpuport.memory, gpuport.cupy, gpuport.torch
+        print(json.dumps(sorted(m for m in ("cupy", "numba", "torch") if m in sys.modules)))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# ---- GPU ------------------------------------------------------------------------------
+
+
+def _need(peer):
+    if not CUDA:
+        reasons = "; ".join(f"{b}: {note}" for b, ok, note in gpuport.backend_status() if b == "cuda")
+        pytest.skip(f"no CUDA device ({reasons})")
+    if importlib.util.find_spec(peer) is None:
+        pytest.skip(f"{peer} is not installed")
+
+
+def _run(code, env=None, timeout=300):
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=timeout
+    )
+    print(r.stdout)
+    print(r.stderr, file=sys.stderr)
+    assert r.returncode == 0, f"subprocess failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+@pytest.mark.gpu
+def test_cuda_alloc_stats_ipc_and_c_abi(torch_abi):
+    if not CUDA:
+        _need("gpuport")
+    dev = "cuda:0"
+    c0, b0 = _count(dev)
+    a = gm.alloc(1 << 20, device=dev)
+    assert _count(dev) == (c0 + 1, b0 + (1 << 20))
+    handle, offset = a.ipc_handle()
+    assert len(handle) == 64 and offset >= 0
+    free, total = gm.memory_info(dev)
+    assert 0 < free <= total
+    s = gpuport.Device(dev).create_stream()
+    b = gm.alloc(256, stream=s, device=dev)
+    b.free()
+    a.free()
+    assert _count(dev) == (c0, b0)
+    malloc, free_fn, _ = torch_abi
+    p = malloc(4096, 0, None)
+    assert p and _count(dev) == (c0 + 1, b0 + 4096)
+    free_fn(p, 4096, 0, None)
+    assert _count(dev) == (c0, b0)
+    m = gm.alloc_pinned(4096, mapped=True, device=dev)
+    assert m.device_ptr is not None
+    m.free()
+
+
+@pytest.fixture
+def cupy_hooked():
+    _need("cupy")
+    import cupy
+
+    import gpuport.cupy as gc_
+
+    get = getattr(cupy.cuda, "get_allocator", None)
+    prev = get() if get is not None else cupy.get_default_memory_pool().malloc
+    gc_.use_gpuport_for_cupy()
+    try:
+        yield cupy
+    finally:
+        cupy.cuda.set_allocator(prev)
+        cupy.cuda.set_pinned_memory_allocator(cupy.get_default_pinned_memory_pool().malloc)
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_come_from_gpuport(cupy_hooked, tmp_path):
+    cupy = cupy_hooked
+    dev = "cuda:0"
+    gm.enable_logging(tmp_path / "cupy.csv", device=dev)
+    try:
+        c0, b0 = _count(dev)
+        x = cupy.arange(1000, dtype=cupy.int64)
+        ptr = x.data.ptr
+        c1, b1 = _count(dev)
+        assert c1 >= c0 + 1 and b1 >= b0 + 8000
+        assert int(x.sum()) == 499500
+        assert int((x * 2)[999]) == 1998
+        del x
+        gc.collect()
+        cupy.cuda.get_current_stream().synchronize()
+        assert _count(dev) == (c0, b0)
+        rows = [r.split(",") for r in gm.csv_log(dev).strip().splitlines()[1:]]
+    finally:
+        gm.disable_logging(dev)
+    events = [(r[3], int(r[5], 16), int(r[6])) for r in rows]
+    assert ("allocate", ptr, 8000) in events and ("free", ptr, 8000) in events
+
+
+@pytest.mark.gpu
+def test_cupy_pinned_memory_from_gpuport(cupy_hooked):
+    cupy = cupy_hooked
+    m = cupy.cuda.alloc_pinned_memory(1024)
+    ctypes.memset(m.ptr, 3, 1024)
+    assert ctypes.string_at(m.ptr, 16) == b"\x03" * 16
+    x = cupy.arange(256, dtype=cupy.float32)
+    assert (x.get() == list(range(256))).all()
+    del m
+
+
+NUMBA_ENV = {"NUMBA_CUDA_MEMORY_MANAGER": "gpuport.numba"}
+
+
+@pytest.mark.gpu
+def test_numba_device_arrays_come_from_gpuport():
+    _need("numba")
+    _run(
+        """
+        import gc
+        import numpy as np
+        from numba import cuda
+        import gpuport.memory as gm
+        from gpuport.numba import GpuportNumbaMemoryManager
+        assert isinstance(cuda.current_context().memory_manager, GpuportNumbaMemoryManager)
+        assert cuda.current_context().memory_manager.interface_version == 1
+        def count():
+            s = gm.stats("cuda:0")
+            return s["current_count"], s["current_bytes"]
+        c0, b0 = count()
+        d = cuda.to_device(np.arange(10))
+        assert count() == (c0 + 1, b0 + 80), count()
+        assert (d.copy_to_host() == np.arange(10)).all()
+        e = cuda.device_array(100, dtype=np.float32)
+        assert count() == (c0 + 2, b0 + 480)
+        e.copy_to_device(np.ones(100, dtype=np.float32))
+        assert e.copy_to_host().sum() == 100
+        del d, e
+        gc.collect()
+        assert count() == (c0, b0), count()
+        free, total = cuda.current_context().get_memory_info()
+        assert 0 < free <= total
+        with cuda.defer_cleanup():
+            d = cuda.to_device(np.arange(10))
+            del d
+            gc.collect()
+            assert count() == (c0 + 1, b0 + 80), count()
+        assert count() == (c0, b0), count()
+        print("numba device ok")
+        """,
+        NUMBA_ENV,
+    )
+
+
+@pytest.mark.gpu
+def test_numba_close_and_reuse():
+    _need("numba")
+    _run(
+        """
+        import numpy as np
+        from numba import cuda
+        import gpuport.memory as gm
+        c0 = gm.stats("cuda:0")["current_count"]
+        keep = cuda.to_device(np.arange(10))
+        assert gm.stats("cuda:0")["current_count"] == c0 + 1
+        cuda.close()  # Context.reset -> our reset frees everything, then the primary context is reset
+        assert gm.stats("cuda:0")["current_count"] == c0
+        del keep
+        d = cuda.to_device(np.arange(5) * 7)
+        assert (d.copy_to_host() == np.arange(5) * 7).all()
+        print("numba close ok")
+        """,
+        NUMBA_ENV,
+    )
+
+
+@pytest.mark.gpu
+def test_numba_pinned_and_mapped_arrays():
+    _need("numba")
+    _run(
+        """
+        import numpy as np
+        from numba import cuda
+        p = cuda.pinned_array(10, dtype=np.int64)
+        p[:] = np.arange(10)
+        d = cuda.to_device(p)
+        out = cuda.pinned_array(10, dtype=np.int64)
+        d.copy_to_host(out)
+        assert (out == np.arange(10)).all()
+        m = cuda.mapped_array(10, dtype=np.int64)
+        m[:] = 5
+        assert m.device_ctypes_pointer is not None
+        d2 = cuda.device_array(10, dtype=np.int64)
+        d2.copy_to_device(m)
+        assert (d2.copy_to_host() == 5).all()
+        plain = np.zeros(10, dtype=np.int64)
+        with cuda.pinned(plain):  # mempin: registered through gpuport
+            d.copy_to_host(plain)
+        assert (plain == np.arange(10)).all()
+        mm = cuda.current_context().memory_manager
+        plain2 = np.zeros(10, dtype=np.int64)
+        pm = mm.mempin(plain2, plain2.ctypes.data, plain2.nbytes, mapped=True)
+        d3 = cuda.device_array(10, dtype=np.int64)
+        d3.copy_to_device(np.arange(10))
+        d3.copy_to_host(plain2)
+        assert (plain2 == np.arange(10)).all()
+        del pm
+        del p, m, out
+        import gc; gc.collect()
+        print("numba pinned ok")
+        """,
+        NUMBA_ENV,
+    )
+
+
+@pytest.mark.gpu
+def test_numba_use_gpuport_for_numba():
+    _need("numba")
+    _run(
+        """
+        import numpy as np
+        import gpuport.numba
+        gpuport.numba.use_gpuport_for_numba()
+        from numba import cuda
+        import gpuport.memory as gm
+        c0 = gm.stats("cuda:0")["current_count"]
+        d = cuda.to_device(np.arange(10))
+        assert gm.stats("cuda:0")["current_count"] == c0 + 1
+        assert (d.copy_to_host() == np.arange(10)).all()
+        print("numba helper ok")
+        """
+    )
+
+
+@pytest.mark.gpu
+def test_numba_ipc_handle_opens_in_another_process():
+    _need("numba")
+    _run(
+        r"""
+        import json, pickle, subprocess, sys, textwrap
+        import numpy as np
+        from numba import cuda
+        from gpuport.numba import ipc_handle_bytes
+
+        # The child rebuilds Numba's IpcHandle from the raw handle bytes, size,
+        # offset and source info (what Numba's pickling carries; its own
+        # pickling needs CUipcMemHandle.reserved, which some cuda-bindings
+        # versions lack) and opens it with Numba's own open_array.
+        child = textwrap.dedent('''
+            import ctypes, json, sys
+            import numpy as np
+            from numba import cuda
+            from numba.cuda.cudadrv import driver as drv
+            p = json.loads(sys.stdin.read())
+            h = drv.binding.CUipcMemHandle()
+            raw = bytes.fromhex(p["raw"])
+            try:
+                h.reserved = raw
+            except AttributeError:
+                ctypes.memmove(h.getPtr(), raw, 64)
+            ipc = drv.IpcHandle(None, h, p["size"], p["source_info"], offset=p["offset"])
+            arr = ipc.open_array(cuda.current_context(), shape=(p["n"],), dtype=np.dtype(p["dtype"]))
+            got = arr.copy_to_host()
+            want = np.arange(p["n"], dtype=p["dtype"]) * p["mul"]
+            assert (got == want).all(), got[:10]
+            del arr
+            ipc.close()
+            print("child ok")
+        ''')
+
+        def check(dev_array, n, dtype, mul):
+            inner = dev_array.get_ipc_handle()._ipc_handle
+            payload = dict(raw=ipc_handle_bytes(inner.handle).hex(), size=inner.size, offset=inner.offset,
+                           source_info=inner.source_info, n=n, dtype=dtype, mul=mul)
+            r = subprocess.run([sys.executable, "-c", child], input=json.dumps(payload),
+                               capture_output=True, text=True, timeout=120)
+            print(r.stdout, r.stderr)
+            assert r.returncode == 0 and "child ok" in r.stdout, (r.stdout, r.stderr)
+            return inner
+
+        d = cuda.to_device(np.arange(1000, dtype=np.int64) * 3)
+        first = check(d, 1000, "int64", 3)
+        # A second allocation: a suballocation of a pool segment (offset > 0).
+        e = cuda.to_device(np.arange(7, dtype=np.int32))
+        second = check(e, 7, "int32", 1)
+        print("offsets", first.offset, second.offset)
+        try:
+            pickle.dumps(d.get_ipc_handle())
+            print("numba's own IpcArrayHandle pickling works too")
+        except AttributeError as err:
+            print("numba's own IPC pickling fails with this cuda-bindings:", err)
+        print("numba ipc ok")
+        """,
+        NUMBA_ENV,
+    )
+
+
+@pytest.mark.gpu
+def test_torch_tensors_come_from_gpuport(tmp_path):
+    _need("torch")
+    log = tmp_path / "torch.csv"
+    _run(
+        f"""
+        import gc
+        import torch
+        import gpuport.torch
+        import gpuport.memory as gm
+        gpuport.torch.use_gpuport_for_torch()
+        gm.enable_logging({str(log)!r}, device="cuda:0")
+        def count():
+            s = gm.stats("cuda:0")
+            return s["current_count"], s["current_bytes"]
+        c0, b0 = count()
+        x = torch.arange(1000, device="cuda", dtype=torch.float32)
+        ptr = x.data_ptr()
+        assert count()[0] >= c0 + 1 and count()[1] >= b0 + 4000, count()
+        y = x * 2
+        assert y[999].item() == 1998.0
+        assert y.sum().item() == 999000.0
+        c1, b1 = count()
+        del x, y
+        gc.collect()
+        torch.cuda.synchronize()
+        c2, b2 = count()
+        assert c2 <= c1 - 2 and b2 <= b1 - 8000, (c1, b1, c2, b2)
+        rows = [r.split(",") for r in gm.csv_log("cuda:0").strip().splitlines()[1:]]
+        ev = [(r[3], int(r[5], 16)) for r in rows]
+        assert ("allocate", ptr) in ev and ("free", ptr) in ev, ev
+        print("torch ok", count())
+        """
+    )
+
+
+@pytest.mark.gpu
+def test_torch_swap_after_first_allocation_is_refused():
+    _need("torch")
+    _run(
+        """
+        import torch
+        import gpuport.torch
+        x = torch.ones(4, device="cuda")
+        try:
+            gpuport.torch.use_gpuport_for_torch()
+        except RuntimeError as e:
+            print("refused:", e)
+        else:
+            raise SystemExit("torch accepted a swap after its first allocation")
+        """
+    )
