@@ -155,3 +155,22 @@ fn usage_errors_exit_2() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("bench"));
 }
+
+#[test]
+fn a_saved_report_is_redrawn_and_a_bad_one_exits_2() {
+    // The build tree's path, or the working directory's (the GPU bundle runs from the repo root).
+    let saved = "docs/gpu-runs/2026-11-22-run9-bench.json";
+    let built = format!("{}/{saved}", env!("CARGO_MANIFEST_DIR"));
+    let report = if std::path::Path::new(&built).exists() { built.as_str() } else { saved };
+    let png = temp("replot.png");
+    let out = gpuport(&["plot", report, png.to_str().expect("utf-8 temp path")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let bytes = std::fs::read(&png).expect("PNG file");
+    let _ = std::fs::remove_file(&png);
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+
+    let not_a_report = report.replace("bench.json", "summary.txt");
+    let out = gpuport(&["plot", &not_a_report, "/tmp/never.png"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("not a `gpuport bench --json` report"), "{}", text(&out));
+}

@@ -61,6 +61,15 @@ pub enum Command {
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
     },
+    /// Draw the chart of a saved `bench --json` report (e.g. one from a machine without fonts).
+    Plot {
+        /// The JSON report written by `gpuport bench --json`.
+        #[arg(value_name = "REPORT.json")]
+        report: PathBuf,
+        /// The PNG to write.
+        #[arg(value_name = "FILE.png")]
+        out: PathBuf,
+    },
 }
 
 /// Runs the command line `args` (without the program name's handling: the
@@ -87,6 +96,7 @@ where
         Some(Command::Info) => info(),
         Some(Command::Demo { device }) => demo(device.as_deref()),
         Some(Command::Bench { device, json, quick, plot }) => bench(device.as_deref(), json, quick, plot),
+        Some(Command::Plot { report, out }) => plot_saved(&report, &out),
     }
 }
 
@@ -207,6 +217,30 @@ fn demo(spec: Option<&str>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpuport: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gpuport plot REPORT.json FILE.png`: a bad or unreadable report exits 2.
+fn plot_saved(report: &std::path::Path, out: &std::path::Path) -> ExitCode {
+    let parsed = std::fs::read_to_string(report)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str::<bench::BenchReport>(&text).map_err(|e| e.to_string()));
+    let report_data = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuport: {} is not a `gpuport bench --json` report: {e}", report.display());
+            return ExitCode::from(2);
+        }
+    };
+    match plot::draw(&report_data, out) {
+        Ok(note) => {
+            println!("chart: {}{}", out.display(), note.map(|n| format!(" ({n})")).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpuport: cannot draw {}: {e}", out.display());
             ExitCode::FAILURE
         }
     }
