@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::resource::{Block, IpcHandle, MemoryResource};
+use super::resource::{forward_to_inner, Block, IpcHandle, MemoryResource};
 use super::stats::Statistics;
 
 /// The CSV header line [`LoggingResource`] writes first.
@@ -115,25 +115,7 @@ impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
         self.inner.deallocate(block, stream, after);
         self.line("free", ptr, len, stream);
     }
-    fn memory_info(&self) -> Result<MemoryInfo> {
-        self.inner.memory_info()
-    }
-    fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
-        self.inner.alloc_pinned(bytes, flags)
-    }
-    unsafe fn pin(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<B>> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.inner.pin(ptr, len, mapped) }
-    }
-    fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
-        self.inner.ipc_export(block)
-    }
-    fn reset(&self) -> Result<()> {
-        self.inner.reset()
-    }
-    fn report(&self) -> Option<PoolReport> {
-        self.inner.report()
-    }
+    forward_to_inner!();
     fn statistics(&self) -> Option<Statistics> {
         self.inner.statistics()
     }

@@ -36,6 +36,34 @@ impl<B: MemoryBackend> fmt::Debug for Block<B> {
     }
 }
 
+/// The [`MemoryResource`] methods an adaptor passes straight to its `inner`
+/// resource (statistics and logging adaptors only watch allocate/deallocate).
+/// Expands inside `impl<B: MemoryBackend> MemoryResource<B> for Adaptor<B>`.
+macro_rules! forward_to_inner {
+    () => {
+        fn memory_info(&self) -> Result<MemoryInfo> {
+            self.inner.memory_info()
+        }
+        fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
+            self.inner.alloc_pinned(bytes, flags)
+        }
+        unsafe fn pin(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<B>> {
+            // SAFETY: forwarded caller contract.
+            unsafe { self.inner.pin(ptr, len, mapped) }
+        }
+        fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
+            self.inner.ipc_export(block)
+        }
+        fn reset(&self) -> Result<()> {
+            self.inner.reset()
+        }
+        fn report(&self) -> Option<PoolReport> {
+            self.inner.report()
+        }
+    };
+}
+pub(crate) use forward_to_inner;
+
 /// A source of device memory (and pinned host memory) for one device.
 ///
 /// Object safe: the library holds resources as `Arc<dyn MemoryResource<B>>`

@@ -11,7 +11,7 @@ use crate::error::Result;
 use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::resource::{Block, IpcHandle, MemoryResource};
+use super::resource::{forward_to_inner, Block, IpcHandle, MemoryResource};
 
 /// Counts of a [`StatisticsResource`] (bytes as requested).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,25 +97,7 @@ impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
         self.current_count.fetch_sub(1, Ordering::Relaxed);
         self.inner.deallocate(block, stream, after)
     }
-    fn memory_info(&self) -> Result<MemoryInfo> {
-        self.inner.memory_info()
-    }
-    fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
-        self.inner.alloc_pinned(bytes, flags)
-    }
-    unsafe fn pin(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<B>> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.inner.pin(ptr, len, mapped) }
-    }
-    fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
-        self.inner.ipc_export(block)
-    }
-    fn reset(&self) -> Result<()> {
-        self.inner.reset()
-    }
-    fn report(&self) -> Option<PoolReport> {
-        self.inner.report()
-    }
+    forward_to_inner!();
     fn statistics(&self) -> Option<Statistics> {
         Some(self.get())
     }
