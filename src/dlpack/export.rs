@@ -174,94 +174,76 @@ unsafe extern "C" fn versioned_deleter(t: *mut DLManagedTensorVersioned) {
     }));
 }
 
-/// A legacy `DLManagedTensor` produced by gpuport, owned until
-/// [`into_raw`](Self::into_raw) hands it to a consumer; dropping it
-/// unconsumed calls its deleter.
-#[derive(Debug)]
-pub struct ManagedTensor {
-    ptr: NonNull<DLManagedTensor>,
-}
+/// An owned DLPack managed tensor of C type `$raw`: handed over by
+/// `into_raw` (the receiver must call its deleter exactly once), or deleted
+/// when dropped unconsumed. The legacy and versioned structs differ only in
+/// type and the versioned one's `flags`.
+macro_rules! managed_tensor {
+    ($(#[$doc:meta])* $name:ident, $raw:ty) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            ptr: NonNull<$raw>,
+        }
 
-// SAFETY: the tensor and its context are owned plain data plus an
-// `Arc<dyn Send + Sync>`; nothing in them is tied to a thread.
-unsafe impl Send for ManagedTensor {}
+        // SAFETY: the tensor and its context are owned plain data plus an
+        // `Arc<dyn Send + Sync>`; nothing in them is tied to a thread.
+        unsafe impl Send for $name {}
 
-impl ManagedTensor {
-    /// Hands the tensor over: the receiver must call its deleter exactly once.
-    pub fn into_raw(self) -> *mut DLManagedTensor {
-        let p = self.ptr.as_ptr();
-        std::mem::forget(self);
-        p
-    }
+        impl $name {
+            /// Hands the tensor over: the receiver must call its deleter exactly once.
+            pub fn into_raw(self) -> *mut $raw {
+                let p = self.ptr.as_ptr();
+                std::mem::forget(self);
+                p
+            }
 
-    /// The tensor, still owned by `self`.
-    pub fn as_raw(&self) -> *const DLManagedTensor {
-        self.ptr.as_ptr()
-    }
+            /// The tensor, still owned by `self`.
+            pub fn as_raw(&self) -> *const $raw {
+                self.ptr.as_ptr()
+            }
 
-    /// The tensor description, borrowing `self`.
-    pub fn dl_tensor(&self) -> &DLTensor {
-        // SAFETY: the struct lives until the deleter runs, which needs `self`.
-        unsafe { &self.ptr.as_ref().dl_tensor }
-    }
-}
-
-impl Drop for ManagedTensor {
-    fn drop(&mut self) {
-        // SAFETY: not handed over (`into_raw` forgets `self`), so this is the
-        // deleter's one call.
-        unsafe {
-            if let Some(d) = self.ptr.as_ref().deleter {
-                d(self.ptr.as_ptr());
+            /// The tensor description, borrowing `self`.
+            pub fn dl_tensor(&self) -> &DLTensor {
+                // SAFETY: the struct lives until the deleter runs, which needs `self`.
+                unsafe { &self.ptr.as_ref().dl_tensor }
             }
         }
-    }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: not handed over (`into_raw` forgets `self`), so this
+                // is the deleter's one call.
+                unsafe {
+                    if let Some(d) = self.ptr.as_ref().deleter {
+                        d(self.ptr.as_ptr());
+                    }
+                }
+            }
+        }
+    };
 }
 
-/// A versioned `DLManagedTensorVersioned` produced by gpuport; as
-/// [`ManagedTensor`].
-#[derive(Debug)]
-pub struct ManagedTensorVersioned {
-    ptr: NonNull<DLManagedTensorVersioned>,
-}
+managed_tensor!(
+    /// A legacy `DLManagedTensor` produced by gpuport, owned until
+    /// [`into_raw`](Self::into_raw) hands it to a consumer; dropping it
+    /// unconsumed calls its deleter.
+    ManagedTensor,
+    DLManagedTensor
+);
 
-// SAFETY: as for `ManagedTensor`.
-unsafe impl Send for ManagedTensorVersioned {}
+managed_tensor!(
+    /// A versioned `DLManagedTensorVersioned` produced by gpuport; as
+    /// [`ManagedTensor`].
+    ManagedTensorVersioned,
+    DLManagedTensorVersioned
+);
 
 impl ManagedTensorVersioned {
-    /// Hands the tensor over: the receiver must call its deleter exactly once.
-    pub fn into_raw(self) -> *mut DLManagedTensorVersioned {
-        let p = self.ptr.as_ptr();
-        std::mem::forget(self);
-        p
-    }
-
-    /// The tensor, still owned by `self`.
-    pub fn as_raw(&self) -> *const DLManagedTensorVersioned {
-        self.ptr.as_ptr()
-    }
-
-    /// The tensor description, borrowing `self`.
-    pub fn dl_tensor(&self) -> &DLTensor {
-        // SAFETY: the struct lives until the deleter runs, which needs `self`.
-        unsafe { &self.ptr.as_ref().dl_tensor }
-    }
-
     /// The `DLPACK_FLAG_BITMASK_*` flags.
     pub fn flags(&self) -> u64 {
         // SAFETY: as in `dl_tensor`.
         unsafe { self.ptr.as_ref().flags }
-    }
-}
-
-impl Drop for ManagedTensorVersioned {
-    fn drop(&mut self) {
-        // SAFETY: as for `ManagedTensor`.
-        unsafe {
-            if let Some(d) = self.ptr.as_ref().deleter {
-                d(self.ptr.as_ptr());
-            }
-        }
     }
 }
 
