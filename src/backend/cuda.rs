@@ -71,7 +71,16 @@ impl Backend for Cuda {
 /// Converts a cudarc driver error into ours, naming the call.
 fn driver_error(call: &'static str, e: cu::DriverError) -> Error {
     let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
-    let message = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut message = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if e.0 == sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED {
+        // Seen after `numba.cuda.close()`, which resets the primary context
+        // that every library in the process shares.
+        message.push_str(
+            " (another library reset the device's primary context, e.g. numba.cuda.close() or \
+             cudaDeviceReset(): memory, streams and modules made before are gone, and this device \
+             cannot be used again in this process)",
+        );
+    }
     Error::Driver(DriverError { backend: BackendKind::Cuda, call, code: e.0 as i64, name, message })
 }
 

@@ -29,15 +29,15 @@ pub struct PipelineConfig {
 
 impl Default for PipelineConfig {
     /// 4 MiB chunks (`GPUPORT_PAGEABLE_CHUNK_MIB` overrides); one lane per
-    /// core up to 8 (`GPUPORT_PAGEABLE_LANES` overrides); transfers under
-    /// 1 MiB go direct. On the H100's 16-core
-    /// host, 8 lanes gave 256 MiB H2D/D2H 4.7x/2.9x a plain pageable copy,
-    /// 4 lanes 3.1x/1.8x (docs/gpu-runs, runs 7 and 9).
+    /// core up to 16 (`GPUPORT_PAGEABLE_LANES` overrides); transfers under
+    /// 1 MiB go direct. On the H100's 16-core host (docs/gpu-runs, run 10),
+    /// 256 MiB H2D/D2H ran 5.4x/3.6x a plain pageable copy with 8 lanes,
+    /// 5.8x/3.8x with 16, and 8 MiB chunks were slower than 4 MiB.
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let positive_env =
             |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
-        let lanes = positive_env("GPUPORT_PAGEABLE_LANES").unwrap_or(cores.min(8));
+        let lanes = positive_env("GPUPORT_PAGEABLE_LANES").unwrap_or(cores.min(16));
         let chunk_mib = positive_env("GPUPORT_PAGEABLE_CHUNK_MIB").unwrap_or(4).min(1 << 10);
         PipelineConfig { chunk_bytes: chunk_mib << 20, lanes, direct_below: 1 << 20 }
     }

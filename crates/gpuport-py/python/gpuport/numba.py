@@ -122,12 +122,28 @@ def _host_finalizer(allocations: Any, key: int, pinned: Any, mapped: bool) -> An
     return finalize
 
 
+def _device_ordinal(device: Any) -> int:
+    """The ordinal of a Numba context's device: a Numba ``Device`` (``.id``),
+    or, for contexts Numba attaches to (a third party's primary context), a
+    ``cuda.bindings`` ``CUdevice`` (``int()``)."""
+    ordinal = getattr(device, "id", None)
+    if ordinal is None:
+        try:
+            ordinal = int(device)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"cannot tell the CUDA device ordinal of Numba context device {device!r}: "
+                "expected a numba Device (with .id) or a CUdevice (int())"
+            ) from None
+    return int(ordinal)
+
+
 class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore[misc]
     """NBEP 7 plugin: Numba's memory from gpuport's current resource."""
 
     def initialize(self) -> None:
         # May be called more than once: keep what is live.
-        self._spec = f"cuda:{self.context.device.id}"
+        self._spec = f"cuda:{_device_ordinal(self.context.device)}"
         if not hasattr(self, "_live"):
             self._live: Dict[int, Any] = {}
         _core.mem_stats(self._spec)  # installs the resource now
