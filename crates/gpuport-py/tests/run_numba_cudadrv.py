@@ -70,6 +70,7 @@ out = {
     "skipped": len(result.skipped),
     "expected_failures": len(result.expectedFailures),
     "unexpected_successes": len(result.unexpectedSuccesses),
+    "skipped_names": [(name(t), str(why)[:120]) for t, why in result.skipped],
     "failed_names": names(result.failures),
     "error_names": names(result.errors),
     "error_details": [(name(t), tb[-1500:]) for t, tb in (result.failures + result.errors)[:40]],
@@ -121,6 +122,11 @@ def main():
         print(f"failing only with gpuport.numba ({len(only)}):")
         for n in only:
             print("  ", n)
+        base_skips = set(n for n, _ in results[0]["skipped_names"])
+        extra = [(n, why) for n, why in results[1]["skipped_names"] if n not in base_skips]
+        print(f"skipped only with gpuport.numba ({len(extra)}):")
+        for n, why in extra:
+            print("  ", n, "--", why)
         details = dict((k, v) for k, v in results[1]["error_details"])
         for n in only[:15]:
             if n in details:
