@@ -1,7 +1,8 @@
 //! Memory benchmarks, ours against the driver's own paths in the same run:
 //!
 //! - `alloc_free_1MiB`: caching pool vs plain `cuMemAlloc`/`cuMemFree` vs
-//!   `cuMemAllocAsync`/`cuMemFreeAsync` (issue target: pool median ≤ 0.25 µs);
+//!   `cuMemAllocAsync`/`cuMemFreeAsync` directly and through our
+//!   `NativePoolResource` (issue target: pool median ≤ 0.25 µs);
 //! - `pinned_h2d_64MiB`, `pinned_d2h_64MiB`: a pooled pinned buffer vs a plain
 //!   pinned buffer, async copy + synchronize (target: ≥ 95% of plain);
 //! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
@@ -11,7 +12,7 @@
 //!
 //! ```sh
 //! cargo bench --bench memory --features cuda
-//! GPUPORT_PAGEABLE_LANES=8 cargo bench --bench memory --features cuda -- pageable
+//! GPUPORT_PAGEABLE_LANES=8 GPUPORT_PAGEABLE_CHUNK_MIB=4 cargo bench --bench memory --features cuda -- pageable
 //! ```
 
 use std::sync::Arc;
@@ -42,10 +43,16 @@ fn alloc_free<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     });
     // The driver's pool, keeping 1 GiB cached across synchronizations (the
     // driver's default threshold, 0, would return memory at every sync).
+    // `native_async` is the driver call itself (the peer figure);
+    // `native_resource` is the same pool through our `NativePoolResource`.
     match NativePoolResource::<D::B>::new(d.clone(), Some(1 << 30)) {
-        Ok(_) => {
+        Ok(native) => {
             group.bench_function(BenchmarkId::new("native_async", &label), |b| {
                 b.iter(|| drop(std::hint::black_box(d.alloc_async(ALLOC_BYTES, &stream).expect("alloc_async"))))
+            });
+            let native = Allocator::<D::B>::new(native);
+            group.bench_function(BenchmarkId::new("native_resource", &label), |b| {
+                b.iter(|| drop(std::hint::black_box(native.alloc(ALLOC_BYTES, &stream).expect("native alloc"))))
             });
         }
         Err(e) => eprintln!("native_async on {label} skipped: {e}"),
