@@ -347,6 +347,9 @@ fn a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_wo
     let is_ours =
         |s: &&SegmentReport| s.blocks.iter().any(|b| b.state == BlockState::Allocated { requested: 12 * MIB });
     let segment = report.segment_map.iter().find(is_ours).expect("the array's block").address;
+    // GPU backends compile an array kernel on its first use: do that now, not
+    // while `side` is held below.
+    a.scale(1.0, &home, None).unwrap();
 
     hold_stream(d.as_ref(), &side, 300);
     a.scale(3.0, &side, None).unwrap(); // queued on `side` behind 300 ms

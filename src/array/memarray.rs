@@ -320,8 +320,10 @@ fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
 ///   rules); exported memory is marked and synchronizes the device on release.
 /// - `residency` says which copies hold the current data; no copy is made
 ///   when the requested one is already current.
-/// - `pending` is the event recorded after the last asynchronous copy; every
-///   host access and the drop wait for it, so the host never races a copy.
+/// - `pending` is the event recorded after the last asynchronous copy or
+///   kernel (on the stream with id `pending_stream`); every host access and
+///   the drop wait for it, so the host never races a copy, and work the array
+///   enqueues on another stream is ordered after it.
 /// - While `lock` is `Some(id)`, every access needs `Some(LockId(id))`.
 ///
 /// Element access is row-major. Moving a `MemArray` (or `std::mem::swap`,
@@ -335,6 +337,7 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     residency: Residency,
     lock: Option<u64>,
     pending: Option<Event<D::B>>,
+    pending_stream: Option<u64>,
 }
 
 impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
@@ -410,6 +413,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             residency: Residency::Host,
             lock: None,
             pending: None,
+            pending_stream: None,
         }
     }
 
@@ -460,6 +464,26 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             self.device.synchronize_event(ev)?;
         }
         self.pending = None;
+        Ok(())
+    }
+
+    /// Makes later work on `stream` wait (on the device, without a host wait)
+    /// for the array's pending copy or kernel, unless that was enqueued on
+    /// `stream` itself.
+    fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
+        let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
+        match &self.pending {
+            Some(ev) if !same => self.device.wait_event(stream, ev),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the end of the work just enqueued on `stream` as the array's pending work.
+    fn record_pending(&mut self, stream: &Stream<D::B>) -> Result<()> {
+        let ev = self.device.create_event()?;
+        self.device.record_event(&ev, stream)?;
+        self.pending = Some(ev);
+        self.pending_stream = self.device.stream_id(stream);
         Ok(())
     }
 
@@ -571,9 +595,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if mode == Transfer::Sync {
             self.device.synchronize(stream)?;
         }
-        if let Some(ev) = &self.pending {
-            self.device.wait_event(stream, ev)?;
-        }
+        self.order_after_pending(stream)?;
         let copy = self.ensure_buffer(stream)?;
         let bytes = self.len * std::mem::size_of::<T>();
         {
@@ -602,15 +624,11 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
                 }
             }
         }
-        let recorded = self.device.create_event().and_then(|ev| self.device.record_event(&ev, stream).map(|()| ev));
-        match recorded {
-            Ok(ev) => self.pending = Some(ev),
-            Err(e) => {
-                // Without an event nothing would order later host access
-                // after the copy: wait for it here before reporting.
-                let _ = self.device.synchronize(stream);
-                return Err(e);
-            }
+        if let Err(e) = self.record_pending(stream) {
+            // Without an event nothing would order later host access
+            // after the copy: wait for it here before reporting.
+            let _ = self.device.synchronize(stream);
+            return Err(e);
         }
         self.residency = Residency::Both;
         if mode == Transfer::Sync {
@@ -1009,11 +1027,11 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             let data = on.as_ref().map_or(0, |u| u.device_ptr());
             // SAFETY: `data` is the device copy of `len` elements (0 for an
             // empty array); the copy lives in `self`, whose drop and host
-            // accesses wait for the event `finish_kernel` records after the
+            // accesses wait for the event `record_pending` records after the
             // launch, and `on` records the use for the resource.
             unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
         }
-        self.finish_kernel(stream)
+        self.record_pending(stream)
     }
 
     /// Multiplies every element by `alpha`.
@@ -1023,7 +1041,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             // SAFETY: as in `add_index`.
             unsafe { kernels::scale_async::<D, T, _>(&self.device, &on, alpha, stream)? };
         }
-        self.finish_kernel(stream)
+        self.record_pending(stream)
     }
 
     /// `self += alpha * x`, element by element; `x` (same shape, same device)
@@ -1056,9 +1074,9 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
             // SAFETY: as in `add_index`; `x` also records the kernel as pending.
             unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y_on, &x_on, alpha, stream)? };
-            x.finish_kernel(stream)?;
+            x.record_pending(stream)?;
         }
-        self.finish_kernel(stream)
+        self.record_pending(stream)
     }
 
     /// Moves the data to the device if needed, orders `stream` after the
@@ -1070,22 +1088,5 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         let copy = self.device_copy("kernel", lock)?.cloned();
         self.residency = Residency::Device;
         Ok(copy)
-    }
-
-    /// Makes later work on `stream` wait (on the device) for the array's
-    /// pending copy or kernel, which may have been enqueued on another stream.
-    fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
-        match &self.pending {
-            Some(ev) => self.device.wait_event(stream, ev),
-            None => Ok(()),
-        }
-    }
-
-    /// Records the kernel just enqueued on `stream` as the array's pending work.
-    fn finish_kernel(&mut self, stream: &Stream<D::B>) -> Result<()> {
-        let ev = self.device.create_event()?;
-        self.device.record_event(&ev, stream)?;
-        self.pending = Some(ev);
-        Ok(())
     }
 }
