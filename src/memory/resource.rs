@@ -384,7 +384,8 @@ impl<B: MemoryBackend> DeviceAllocation<B> {
     /// the recorded event of an earlier use on the same stream (which it
     /// follows in stream order), so this counts streams, not uses, where the
     /// backend tells streams apart; an array used on another stream over and
-    /// over keeps one event.
+    /// over keeps one event. Where it cannot tell them apart, a new use drops
+    /// the events that have completed.
     pub fn foreign_uses(&self) -> usize {
         self.uses.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -461,7 +462,13 @@ impl<B: MemoryBackend> Drop for StreamUse<'_, B> {
             match uses.iter_mut().find(|(s, _)| id.is_some() && *s == id) {
                 // Completes after the earlier use on this stream: keep only it.
                 Some(slot) => slot.1 = event,
-                None => uses.push((id, event)),
+                None => {
+                    if id.is_none() {
+                        // Streams without ids cannot replace: drop what has completed.
+                        uses.retain(|(_, e)| !device.event_is_complete(e).unwrap_or(false));
+                    }
+                    uses.push((id, event));
+                }
             }
         } else {
             // No event, no later proof of completion: wait now instead.
