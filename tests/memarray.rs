@@ -117,6 +117,32 @@ fn checked_reads_wait_for_a_pending_async_copy(#[case] spec: &str) {
     with_device!(dev, d => host_access_waits_for_a_pending_copy(d));
 }
 
+fn kernels_on_two_streams_run_in_array_order<D: Device>(dev: &Arc<D>) {
+    let (home, b, c) = (dev.create_stream().unwrap(), dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    let mut a = MemArray::from_vec(dev, [4, 8], vec![1.0f32; 32]).unwrap();
+    // The device copy belongs to `home`; compile both kernels (GPU backends
+    // do on first use) before timing matters.
+    a.scale(1.0, &home, None).unwrap();
+    a.add_index(&home, None).unwrap();
+    a.fill(1.0, None).unwrap();
+    a.move_to(Location::Device, &home, Transfer::Sync, None).unwrap();
+    // `scale` waits on `b` behind 200 ms; `add_index` on `c` must run after it.
+    hold_stream(dev, &b, Duration::from_millis(200));
+    a.scale(2.0, &b, None).unwrap();
+    a.add_index(&c, None).unwrap();
+    a.move_to(Location::Host, &c, Transfer::Sync, None).unwrap();
+    assert_eq!(a.get([3, 7], None).unwrap(), 2.0 + 3.0 + 7.0, "add_index ran before scale");
+    assert_eq!(a.get([0, 0], None).unwrap(), 2.0);
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn kernels_on_different_streams_see_each_others_results(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => kernels_on_two_streams_run_in_array_order(d));
+}
+
 fn clone_is_deep<D: Device>(dev: &Arc<D>) {
     let stream = dev.create_stream().unwrap();
     let mut a = MemArray::from_vec(dev, [2, 3], iota(6)).unwrap();

@@ -9,11 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::pattern;
+use gpuport::memory::pool::SegmentReport;
 use gpuport::memory::{
     self, Allocator, BlockState, CachingPool, LoggingResource, MemoryDevice, MemoryResource, NativePoolResource,
     PageableCopier, PinnedFlags, PipelineConfig, PlainResource, PoolConfig, StatisticsResource,
 };
-use gpuport::{builtin, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, ModuleSource};
+use gpuport::{
+    builtin, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, Location, MemArray, ModuleSource,
+    Transfer,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -242,11 +246,14 @@ fn defer_cleanup_holds_frees_back_until_the_guard_goes<D: MemoryDevice>(d: &Dev<
 }
 
 fn the_current_resource_is_replaceable_only_before_first_use<D: MemoryDevice>(d: &Dev<D>) {
-    let mine = Allocator::<D::B>::new(PlainResource::new(d.clone()));
+    // A caching pool under the statistics: `a_memarray_used_on_another_stream_..`
+    // reads the current resource's pool report, whichever test runs first.
+    let pool: Arc<dyn MemoryResource<D::B>> = Arc::new(CachingPool::new(d.clone(), PoolConfig::default()));
+    let mine = Allocator::<D::B>::new(StatisticsResource::new(pool));
     match memory::set_current_resource(mine.clone()) {
         Ok(()) => {
             let current = memory::current_resource::<D::B>(d).unwrap();
-            assert_eq!(current.resource().name(), "plain");
+            assert_eq!(current.resource().name(), "statistics");
         }
         // Another test of this process used the device's resource first.
         Err(Error::InvalidArgument { .. }) => {}
@@ -288,10 +295,17 @@ fn pinned_memory_is_pooled_and_honours_its_flags<D: MemoryDevice>(d: &Dev<D>) {
     d.copy_to_device(p.as_slice(), &dev, 0).unwrap();
     assert_eq!(read(d.as_ref(), &dev), pattern(100_000, 8));
     drop(p);
-    assert_eq!(pool.pinned_pool().cached_bytes(), 128 * 1024);
-    let again = alloc.alloc_pinned(70_000, flags).unwrap();
+    // Four classes per power of two: 100 000 bytes take 7 x 16 KiB.
+    assert_eq!(pool.pinned_pool().cached_bytes(), 112 * 1024);
+    let again = alloc.alloc_pinned(110_000, flags).unwrap();
     assert_eq!(pool.pinned_pool().cached_bytes(), 0, "same class and flags: the cached buffer is reused");
-    assert_eq!(again.capacity(), 128 * 1024);
+    assert_eq!(again.capacity(), 112 * 1024);
+    let other = alloc.alloc_pinned(70_000, flags).unwrap();
+    assert_eq!(other.capacity(), 80 * 1024, "70 000 bytes are another class (5 x 16 KiB), not 128 KiB");
+    let three = alloc.alloc_pinned(3 * MIB, PinnedFlags::default()).unwrap();
+    assert_eq!(three.capacity(), 3 * MIB, "3 MiB is a class of its own, not rounded up to 4 MiB");
+    drop((other, three));
+    assert_eq!(pool.pinned_pool().cached_bytes(), 80 * 1024 + 3 * MIB);
     let mut host = pattern(8192, 1);
     // SAFETY: `host` outlives the registration, dropped first.
     let reg = unsafe { alloc.pin(host.as_mut_ptr(), host.len(), false) }.unwrap();
@@ -315,6 +329,78 @@ fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) 
     let mut small = vec![0u8; 100];
     copier.copy_to_host(&dev, 10, &mut small).unwrap();
     assert_eq!(small, data[..100]);
+}
+
+// ---- arrays through the current resource ----------------------------------------------
+
+fn a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done<D: MemoryDevice>(
+    d: &Dev<D>,
+) {
+    let current = memory::current_resource::<D::B>(d).unwrap();
+    let (home, side) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let home_id = d.stream_id(&home).expect("the host and CUDA backends tell streams apart");
+    // 12 MiB: a pool segment of its own, so the array's block is easy to find.
+    let n = 12 * MIB / 4;
+    let mut a = MemArray::<f32, 1, D>::from_vec(d, [n], vec![1.0; n]).unwrap();
+    a.move_to(Location::Device, &home, Transfer::Sync, None).unwrap();
+    let report = current.report().expect("the current resource is a caching pool");
+    let is_ours =
+        |s: &&SegmentReport| s.blocks.iter().any(|b| b.state == BlockState::Allocated { requested: 12 * MIB });
+    let segment = report.segment_map.iter().find(is_ours).expect("the array's block").address;
+    // GPU backends compile an array kernel on its first use: do that now, not
+    // while `side` is held below.
+    a.scale(1.0, &home, None).unwrap();
+
+    hold_stream(d.as_ref(), &side, 300);
+    a.scale(3.0, &side, None).unwrap(); // queued on `side` behind 300 ms
+    assert!(!d.is_idle(&side).unwrap());
+    drop(a); // waits for the kernel (the array's pending work), then frees on `home`
+    let state = |report: &memory::PoolReport| {
+        let seg = report.segment_map.iter().find(|s| s.address == segment).expect("the segment is still cached");
+        seg.blocks[0].state
+    };
+    let freed = state(&current.report().unwrap());
+    assert_ne!(
+        freed,
+        BlockState::FreeForStream(home_id),
+        "used on `side`: the block must wait for an event, not go straight back to `home`'s list"
+    );
+    hold_stream(d.as_ref(), &side, 300);
+    let before = current.report().unwrap().counters;
+    let next = current.alloc(12 * MIB, &home).unwrap();
+    let after = current.report().unwrap().counters;
+    assert_eq!(after.same_stream_reuses, before.same_stream_reuses, "not reused from `home`'s own list");
+    if next.device_ptr() == segment {
+        assert!(after.shared_reuses > before.shared_reuses, "reused only through the event-gated shared list");
+    }
+    drop(next);
+    d.synchronize(&side).unwrap();
+    d.synchronize(&home).unwrap();
+}
+
+fn exported_memarray_memory_goes_back_only_when_the_device_is_idle<D: MemoryDevice>(d: &Dev<D>) {
+    let (s, consumer) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let n = MIB / 4;
+    let mut a = MemArray::<u32, 1, D>::from_vec(d, [n], vec![1; n]).unwrap();
+    a.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+    let export = a.to_dlpack(Location::Device, false, None).unwrap();
+    let ptr = export.dl_tensor().data as u64;
+    // A consumer writes the memory on a stream the array never sees.
+    hold_stream(d.as_ref(), &consumer, 300);
+    // SAFETY: the export keeps the memory alive, and its release waits for
+    // the whole device (the rule under test).
+    unsafe { common::fill_u32(d, &consumer, ptr, n, 7) };
+    drop(a);
+    drop(export); // the last holder of the device copy
+    assert!(d.is_idle(&consumer).unwrap(), "exported memory went back before the consumer's work was done");
+
+    // An array that never handed out an address does not wait for the device.
+    let mut b = MemArray::<u32, 1, D>::from_vec(d, [n], vec![1; n]).unwrap();
+    b.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+    hold_stream(d.as_ref(), &consumer, 300);
+    drop(b);
+    assert!(!d.is_idle(&consumer).unwrap(), "dropping an unexported array synchronized the device");
+    d.synchronize(&consumer).unwrap();
 }
 
 // ---- the stress test -------------------------------------------------------------------
@@ -470,6 +556,8 @@ mod cases {
         plain_and_native_resources_allocate_and_native_memory_refuses_ipc,
         pinned_memory_is_pooled_and_honours_its_flags,
         pageable_copies_round_trip_through_the_pipeline,
+        a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done,
+        exported_memarray_memory_goes_back_only_when_the_device_is_idle,
         random_allocations_on_many_streams_never_overlap_and_leave_nothing,
     );
 }

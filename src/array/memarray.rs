@@ -1,15 +1,46 @@
 //! [`MemArray`]: an `N`-dimensional array with a host copy and a device copy.
+//!
+//! ## Memory and streams
+//! Every allocation of an array goes through its device's current resource
+//! ([`current_resource`]): the device copy is a [`DeviceAllocation`], and on
+//! GPU backends the host copy is pinned memory of the same resource (the
+//! caching pool's pinned pool), or an ordinary `Vec` where pinning fails.
+//! The host backend's host copy is always a `Vec`.
+//!
+//! The device copy is allocated on the stream of the array's first device
+//! use (the stream passed to [`MemArray::move_to`] or a kernel method; the
+//! device's default stream for [`MemArray::try_clone`] and copying exports)
+//! and belongs to that stream. Every copy or kernel the array enqueues on
+//! another stream borrows it through [`DeviceAllocation::use_on`], so the
+//! resource does not hand the block out again, on any stream, before that
+//! work has completed.
+//!
+//! Memory whose address leaves the array is *exported*: DLPack exports
+//! ([`MemArray::to_dlpack`]), views ([`MemArray::device_view`],
+//! [`MemArray::host_view`]), [`MemArray::device_parts`] and
+//! [`MemArray::host_parts`], and the raw addresses of
+//! [`MemArray::device_ptr`], [`MemArray::host_ptr`] and
+//! [`MemArray::indexer`] (and their `_mut` forms). Its consumers may enqueue
+//! work on streams we never see, so when exported memory is finally released
+//! (the array and every export dropped) the whole device is synchronized
+//! first ([`Device::synchronize_device`], what a synchronous `cudaFree`
+//! implies) and only then is the memory returned to the resource. The mark
+//! is permanent for that block; an array that never hands out an address
+//! pays nothing.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
-use crate::backend::{Backend, Buffer, Device, DeviceMemory, Event, HostMemory, Stream};
+use crate::backend::{Backend, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
 use crate::kernels::{self, Scalar};
+use crate::memory::{current_resource, DeviceAllocation, PinnedFlags, StreamUse};
 use crate::HostDevice;
 
 /// An id that locks a [`MemArray`] for one user (seed 000's `lock_id`).
@@ -70,6 +101,94 @@ pub struct ExportOptions {
     pub read_only: bool,
 }
 
+/// Memory of the device's current resource that an array holds (its device
+/// copy, or the pinned block of its host copy), shared with the array's
+/// exports through an `Arc`.
+///
+/// Goes back to the resource when the last holder drops it; if its address
+/// was ever handed to code we do not see (`exported`), the whole device is
+/// synchronized first, as a synchronous `cudaFree` would, so the resource
+/// cannot hand it out again while a consumer's queued work still uses it.
+/// If that synchronization fails the memory is leaked, never reused.
+struct Held<M: Send + Sync + 'static, D: Device> {
+    memory: ManuallyDrop<M>,
+    device: Arc<D>,
+    exported: AtomicBool,
+}
+
+impl<M: Send + Sync + 'static, D: Device> Held<M, D> {
+    fn new(memory: M, device: &Arc<D>, exported: bool) -> Self {
+        Held { memory: ManuallyDrop::new(memory), device: device.clone(), exported: AtomicBool::new(exported) }
+    }
+}
+
+impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for Held<M, D> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.memory
+    }
+}
+
+impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
+    fn drop(&mut self) {
+        if *self.exported.get_mut() && self.device.synchronize_device().is_err() {
+            return; // a consumer may still use it: leak rather than let it be reused
+        }
+        // SAFETY: `memory` is dropped once, here, and not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.memory) }
+    }
+}
+
+/// What [`HostStorage`] needs of its type-erased pinned block.
+trait Exportable: Send + Sync {
+    /// Records that the block's address was handed out.
+    fn mark_exported(&self);
+}
+
+impl<M: Send + Sync + 'static, D: Device> Exportable for Held<M, D> {
+    fn mark_exported(&self) {
+        self.exported.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The device copy: an allocation of the device's current resource.
+type DeviceCopy<D> = Held<DeviceAllocation<<D as Device>::B>, D>;
+
+impl<D: Device> DeviceCopy<D> {
+    /// Marks the copy exported and returns its address, for handing out.
+    fn export(&self) -> u64 {
+        self.mark_exported();
+        self.memory.device_ptr()
+    }
+}
+
+impl<D: Device> fmt::Debug for DeviceCopy<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceCopy({:?}, exported {})", *self.memory, self.exported.load(Ordering::Relaxed))
+    }
+}
+
+/// The device copy is memory of the device's backend, so kernels and copies
+/// take it (or a [`StreamUse`] of it) directly.
+impl<D: Device> DeviceMemory for DeviceCopy<D> {
+    type B = D::B;
+    fn len(&self) -> usize {
+        self.memory.len()
+    }
+    fn device_ptr(&self) -> u64 {
+        self.memory.device_ptr()
+    }
+    fn ordinal(&self) -> usize {
+        self.memory.ordinal()
+    }
+    fn kind(&self) -> crate::MemoryKind {
+        self.memory.kind()
+    }
+    fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        self.memory.owner()
+    }
+}
+
 /// The host copy: a heap block shared between the array and its DLPack
 /// exports, so an export keeps it alive after the array is dropped.
 ///
@@ -77,73 +196,18 @@ pub struct ExportOptions {
 /// array reach the same bytes through raw pointers; who may write when is
 /// governed by `&mut MemArray` and the lock, not by this type.
 ///
-/// On a GPU device the block is page-locked memory from the backend when it
-/// can be had (`pinned` owns it): copies from and to pageable memory are not
-/// asynchronous on CUDA (a D2H copy into pageable memory returns only when
-/// it is done; seen on the H100), so `move_to(.., Transfer::Async)` needs a
-/// pinned mirror to return before the copy runs.
+/// On a GPU device the block is page-locked memory from the device's current
+/// resource when it can be had (`pinned` owns it; the caching pool keeps
+/// idle pinned blocks, since `cuMemHostAlloc` + `cuMemFreeHost` of 1 MiB made
+/// creating a 1 MiB array from Python take 1.3 ms on the H100, benches/peers.py
+/// run 9): copies from and to pageable memory are not asynchronous on CUDA
+/// (a D2H copy into pageable memory returns only when it is done; seen on
+/// the H100), so `move_to(.., Transfer::Async)` needs a pinned mirror to
+/// return before the copy runs.
 pub(crate) struct HostStorage<T> {
     ptr: NonNull<T>,
     len: usize,
-    pinned: Option<PinnedMirror>,
-}
-
-/// A page-locked block owned by a backend's pinned buffer (type-erased).
-struct PinnedMirror {
-    ptr: NonNull<u8>,
-    /// (device type, ordinal, bytes): where the block may be reused.
-    key: (std::any::TypeId, usize, usize),
-    _owner: Box<dyn std::any::Any + Send + Sync>,
-}
-
-// SAFETY: the block belongs to `owner` (Send + Sync); the pointer is only an
-// address into it, used by whoever holds the mirror exclusively.
-unsafe impl Send for PinnedMirror {}
-// SAFETY: as above; `&PinnedMirror` exposes no access to the bytes.
-unsafe impl Sync for PinnedMirror {}
-
-/// Pinned mirrors of dropped arrays, kept for arrays of the same size on the
-/// same device: `cuMemHostAlloc` + `cuMemFreeHost` of 1 MiB made creating a
-/// 1 MiB array from Python take 1.3 ms on the H100 (benches/peers.py, run 9),
-/// against 87 us for torch; same-shape arrays are typically made over and over.
-/// At most [`MIRROR_CACHE_BYTES`] are kept.
-struct MirrorCache {
-    free: std::collections::HashMap<(std::any::TypeId, usize, usize), Vec<PinnedMirror>>,
-    bytes: usize,
-}
-
-/// Most pinned bytes kept for reuse by dropped arrays' mirrors.
-const MIRROR_CACHE_BYTES: usize = 256 << 20;
-
-fn mirror_cache() -> &'static std::sync::Mutex<MirrorCache> {
-    static CACHE: std::sync::OnceLock<std::sync::Mutex<MirrorCache>> = std::sync::OnceLock::new();
-    CACHE.get_or_init(|| std::sync::Mutex::new(MirrorCache { free: Default::default(), bytes: 0 }))
-}
-
-impl PinnedMirror {
-    /// A cached block for `key`, or a new one from `device`.
-    fn get<D: Device>(device: &D, bytes: usize) -> Option<Self> {
-        let key = (std::any::TypeId::of::<D>(), device.info().ordinal, bytes);
-        {
-            let mut cache = mirror_cache().lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(m) = cache.free.get_mut(&key).and_then(Vec::pop) {
-                cache.bytes -= bytes;
-                return Some(m);
-            }
-        }
-        let mut pinned = device.alloc_pinned(bytes).ok()?;
-        let ptr = NonNull::new(pinned.as_mut_slice().as_mut_ptr())?;
-        Some(PinnedMirror { ptr, key, _owner: Box::new(pinned) })
-    }
-
-    /// Keeps the block for reuse, or frees it when the cache is full.
-    fn recycle(self) {
-        let mut cache = mirror_cache().lock().unwrap_or_else(|p| p.into_inner());
-        if cache.bytes + self.key.2 <= MIRROR_CACHE_BYTES {
-            cache.bytes += self.key.2;
-            cache.free.entry(self.key).or_default().push(self);
-        }
-    }
+    pinned: Option<Box<dyn Exportable>>,
 }
 
 // SAFETY: `T: Element` is `Send + Sync` plain data; the storage only frees
@@ -160,25 +224,38 @@ impl<T: Element> HostStorage<T> {
         HostStorage { ptr, len, pinned: None }
     }
 
-    /// The host mirror for an array on `device`: pinned memory holding `v`
-    /// on GPU backends (falling back to `v` itself if pinning fails), `v` on
-    /// the host backend, whose copies are asynchronous either way.
-    fn for_device<D: Device>(device: &D, v: Vec<T>) -> Self {
+    /// The host mirror for an array on `device`: pinned memory of the
+    /// device's current resource holding `v` on GPU backends (falling back to
+    /// `v` itself if pinning fails), `v` on the host backend, whose copies
+    /// are asynchronous either way.
+    fn for_device<D: Device>(device: &Arc<D>, v: Vec<T>) -> Self {
         let bytes = std::mem::size_of_val(v.as_slice());
-        if D::B::KIND == BackendKind::Host || bytes == 0 {
+        if <D::B as Backend>::KIND == BackendKind::Host || bytes == 0 {
             return Self::from_vec(v);
         }
-        let Some(mirror) = PinnedMirror::get(device, bytes) else { return Self::from_vec(v) };
+        let pinned = current_resource::<D::B>(device).and_then(|a| a.alloc_pinned(bytes, PinnedFlags::PORTABLE));
+        let Ok(mut pinned) = pinned else { return Self::from_vec(v) };
+        let Some(ptr) = NonNull::new(pinned.as_mut_slice().as_mut_ptr()) else { return Self::from_vec(v) };
         // Page-locked allocations are page aligned, so any element type fits.
-        if (mirror.ptr.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        if (ptr.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
             return Self::from_vec(v);
         }
-        // SAFETY: the mirror holds exactly `bytes` writable bytes that no one
-        // else uses (fresh, or recycled by a dropped array); `T: Element` is
-        // plain data and `v` has exactly `bytes` bytes. Every byte is
-        // overwritten, so nothing of a previous array survives.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, mirror.ptr.as_ptr(), bytes) };
-        HostStorage { ptr: mirror.ptr.cast::<T>(), len: v.len(), pinned: Some(mirror) }
+        // SAFETY: the pinned block holds at least `bytes` writable bytes that
+        // no one else uses (fresh, or idle in the pool since its last holder
+        // dropped it); `T: Element` is plain data and `v` has exactly `bytes`
+        // bytes. Every byte is overwritten, so nothing of a previous array
+        // survives. The block's address does not move with `pinned`.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, ptr.as_ptr(), bytes) };
+        let held: Box<dyn Exportable> = Box::new(Held::new(pinned, device, false));
+        HostStorage { ptr: ptr.cast::<T>(), len: v.len(), pinned: Some(held) }
+    }
+
+    /// The block's address is about to be handed out: a pinned block then
+    /// synchronizes the device before it goes back to the pool.
+    fn mark_exported(&self) {
+        if let Some(p) = &self.pinned {
+            p.mark_exported();
+        }
     }
 
     fn ptr(&self) -> *mut T {
@@ -208,8 +285,8 @@ impl<T: Element> HostStorage<T> {
 
 impl<T> Drop for HostStorage<T> {
     fn drop(&mut self) {
-        if let Some(mirror) = self.pinned.take() {
-            mirror.recycle(); // kept for the next array of this size, or freed
+        if let Some(pinned) = self.pinned.take() {
+            drop(pinned); // back to the resource's pinned pool (see `Held`)
             return;
         }
         // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in
@@ -238,11 +315,15 @@ fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
 /// # Invariants
 /// - `len` is the product of `shape` and `len * size_of::<T>() <= isize::MAX`.
 /// - The host copy always exists (`len` elements); the device copy exists
-///   once the array has been on the device and `len > 0`.
+///   once the array has been on the device and `len > 0`. Both come from the
+///   device's current resource (see the [module docs](self) for the stream
+///   rules); exported memory is marked and synchronizes the device on release.
 /// - `residency` says which copies hold the current data; no copy is made
 ///   when the requested one is already current.
-/// - `pending` is the event recorded after the last asynchronous copy; every
-///   host access and the drop wait for it, so the host never races a copy.
+/// - `pending` is the event recorded after the last asynchronous copy or
+///   kernel (on the stream with id `pending_stream`); every host access and
+///   the drop wait for it, so the host never races a copy, and work the array
+///   enqueues on another stream is ordered after it.
 /// - While `lock` is `Some(id)`, every access needs `Some(LockId(id))`.
 ///
 /// Element access is row-major. Moving a `MemArray` (or `std::mem::swap`,
@@ -252,10 +333,11 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     len: usize,
     device: Arc<D>,
     host: Arc<HostStorage<T>>,
-    buffer: Option<Arc<Buffer<D::B>>>,
+    buffer: Option<Arc<DeviceCopy<D>>>,
     residency: Residency,
     lock: Option<u64>,
     pending: Option<Event<D::B>>,
+    pending_stream: Option<u64>,
 }
 
 impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
@@ -326,11 +408,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             shape,
             len,
             device: device.clone(),
-            host: Arc::new(HostStorage::for_device(device.as_ref(), data)),
+            host: Arc::new(HostStorage::for_device(device, data)),
             buffer: None,
             residency: Residency::Host,
             lock: None,
             pending: None,
+            pending_stream: None,
         }
     }
 
@@ -381,6 +464,26 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             self.device.synchronize_event(ev)?;
         }
         self.pending = None;
+        Ok(())
+    }
+
+    /// Makes later work on `stream` wait (on the device, without a host wait)
+    /// for the array's pending copy or kernel, unless that was enqueued on
+    /// `stream` itself.
+    fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
+        let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
+        match &self.pending {
+            Some(ev) if !same => self.device.wait_event(stream, ev),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the end of the work just enqueued on `stream` as the array's pending work.
+    fn record_pending(&mut self, stream: &Stream<D::B>) -> Result<()> {
+        let ev = self.device.create_event()?;
+        self.device.record_event(&ev, stream)?;
+        self.pending = Some(ev);
+        self.pending_stream = self.device.stream_id(stream);
         Ok(())
     }
 
@@ -445,13 +548,32 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     // ---- moves -------------------------------------------------------------
 
-    fn ensure_buffer(&mut self) -> Result<Arc<Buffer<D::B>>> {
+    /// The device copy, allocated from the current resource on `stream` if
+    /// the array has none yet.
+    fn ensure_buffer(&mut self, stream: &Stream<D::B>) -> Result<Arc<DeviceCopy<D>>> {
         if let Some(b) = &self.buffer {
             return Ok(b.clone());
         }
-        let b = Arc::new(self.device.alloc(self.len * std::mem::size_of::<T>())?);
+        let b = Arc::new(self.alloc_device_copy(stream, false)?);
         self.buffer = Some(b.clone());
         Ok(b)
+    }
+
+    /// A new device-copy-sized allocation of the current resource on `stream`.
+    fn alloc_device_copy(&self, stream: &Stream<D::B>, exported: bool) -> Result<DeviceCopy<D>> {
+        let memory = current_resource::<D::B>(&self.device)?.alloc(self.len * std::mem::size_of::<T>(), stream)?;
+        Ok(Held::new(memory, &self.device, exported))
+    }
+
+    /// A copy of the device copy, made on the default stream (where the new
+    /// allocation lives) and waited for. `None` without a device copy.
+    fn copy_device_copy(&self, exported: bool) -> Result<Option<DeviceCopy<D>>> {
+        let Some(src) = &self.buffer else { return Ok(None) };
+        let stream = self.device.default_stream();
+        let dst = self.alloc_device_copy(stream, exported)?;
+        let from = src.use_on(stream)?;
+        self.device.copy_device(&from, 0, &*dst, 0, src.len())?;
+        Ok(Some(dst))
     }
 
     /// Makes the copy at `to` current, copying on `stream` if it is not.
@@ -473,39 +595,40 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if mode == Transfer::Sync {
             self.device.synchronize(stream)?;
         }
-        if let Some(ev) = &self.pending {
-            self.device.wait_event(stream, ev)?;
-        }
-        let buffer = self.ensure_buffer()?;
+        self.order_after_pending(stream)?;
+        let copy = self.ensure_buffer(stream)?;
         let bytes = self.len * std::mem::size_of::<T>();
-        match to {
-            Location::Device => {
-                // SAFETY: the host block lives in `self.host` (an `Arc` this
-                // array keeps until the copy is done: host writes and `Drop`
-                // wait for `pending`, recorded below); the range is the whole
-                // block of `bytes` initialized bytes.
-                let src = unsafe { std::slice::from_raw_parts(self.host.bytes_ptr(), bytes) };
-                // SAFETY: `src` and `buffer` outlive the copy as argued above.
-                unsafe { self.device.copy_to_device_async(src, &buffer, 0, stream)? };
-            }
-            Location::Host => {
-                // SAFETY: as above; no host access through this array happens
-                // until `pending` has completed, so the slice is not aliased
-                // by Rust code while the stream writes it.
-                let dst = unsafe { std::slice::from_raw_parts_mut(self.host.bytes_ptr(), bytes) };
-                // SAFETY: `dst` and `buffer` outlive the copy as argued above.
-                unsafe { self.device.copy_to_host_async(&buffer, 0, dst, stream)? };
+        {
+            // Through a `StreamUse`: on a stream other than the allocation's,
+            // its drop (after the enqueue) records the use for the resource.
+            let buffer: StreamUse<'_, D::B> = copy.use_on(stream)?;
+            match to {
+                Location::Device => {
+                    // SAFETY: the host block lives in `self.host` (an `Arc` this
+                    // array keeps until the copy is done: host writes and `Drop`
+                    // wait for `pending`, recorded below); the range is the whole
+                    // block of `bytes` initialized bytes.
+                    let src = unsafe { std::slice::from_raw_parts(self.host.bytes_ptr(), bytes) };
+                    // SAFETY: `src` outlives the copy as argued above; the
+                    // device copy is held by `self.buffer`, and its resource
+                    // reuses it only after this use (see the module docs).
+                    unsafe { self.device.copy_to_device_async(src, &buffer, 0, stream)? };
+                }
+                Location::Host => {
+                    // SAFETY: as above; no host access through this array happens
+                    // until `pending` has completed, so the slice is not aliased
+                    // by Rust code while the stream writes it.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(self.host.bytes_ptr(), bytes) };
+                    // SAFETY: `dst` and the device copy outlive the copy as argued above.
+                    unsafe { self.device.copy_to_host_async(&buffer, 0, dst, stream)? };
+                }
             }
         }
-        let recorded = self.device.create_event().and_then(|ev| self.device.record_event(&ev, stream).map(|()| ev));
-        match recorded {
-            Ok(ev) => self.pending = Some(ev),
-            Err(e) => {
-                // Without an event nothing would order later host access
-                // after the copy: wait for it here before reporting.
-                let _ = self.device.synchronize(stream);
-                return Err(e);
-            }
+        if let Err(e) = self.record_pending(stream) {
+            // Without an event nothing would order later host access
+            // after the copy: wait for it here before reporting.
+            let _ = self.device.synchronize(stream);
+            return Err(e);
         }
         self.residency = Residency::Both;
         if mode == Transfer::Sync {
@@ -654,11 +777,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Obtaining the pointer is safe; using it is `unsafe` and the caller's
     /// contract is: read at most `len()` elements, only while the array is
     /// alive, not moved to the device and back, and not written through
-    /// `&mut` methods.
+    /// `&mut` methods. The host copy counts as exported from then on (see
+    /// the [module docs](self)).
     pub fn host_ptr(&self, lock: Option<LockId>) -> Result<*const T> {
         self.check_lock("host_ptr", lock)?;
         self.check_resident("host_ptr", Location::Host)?;
         self.wait_pending()?;
+        self.host.mark_exported();
         Ok(self.host.ptr())
     }
 
@@ -666,12 +791,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// becomes the only current copy (the caller may write through it).
     ///
     /// Contract for using the pointer (the dereference is `unsafe`): at most
-    /// `len()` elements, only until the next call on this array.
+    /// `len()` elements, only until the next call on this array. The host
+    /// copy counts as exported from then on.
     pub fn host_ptr_mut(&mut self, lock: Option<LockId>) -> Result<*mut T> {
         self.check_lock("host_ptr_mut", lock)?;
         self.check_resident("host_ptr_mut", Location::Host)?;
         self.synchronize()?;
         self.residency = Residency::Host;
+        self.host.mark_exported();
         Ok(self.host.ptr())
     }
 
@@ -680,11 +807,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     ///
     /// Contract for kernels using it: read at most `len()` elements, on the
     /// stream of the last [`move_to`](Self::move_to) or after
-    /// [`pending_event`](Self::pending_event), while the array is alive.
+    /// [`pending_event`](Self::pending_event), while the array is alive. The
+    /// device copy counts as exported from then on: work on any stream may
+    /// use the address, and the memory's release waits for the whole device
+    /// (see the [module docs](self)).
     pub fn device_ptr(&self, lock: Option<LockId>) -> Result<u64> {
-        self.check_lock("device_ptr", lock)?;
-        self.check_resident("device_ptr", Location::Device)?;
-        Ok(self.buffer.as_ref().map_or(0, |b| b.device_ptr()))
+        let copy = self.device_copy("device_ptr", lock)?;
+        Ok(copy.map_or(0, |b| b.export()))
     }
 
     /// The device address of the device copy for kernels that write it; the
@@ -696,6 +825,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         Ok(p)
     }
 
+    /// The device copy after the checks of an operation that needs it
+    /// current (`None` for an empty array).
+    fn device_copy(&self, op: &'static str, lock: Option<LockId>) -> Result<Option<&Arc<DeviceCopy<D>>>> {
+        self.check_lock(op, lock)?;
+        self.check_resident(op, Location::Device)?;
+        Ok(self.buffer.as_ref())
+    }
+
     /// An [`ArrayIndexer`] over the copy at `loc`, to pass to a kernel by
     /// value. The copy at `loc` becomes the only current one (the kernel may
     /// write). The indexer's address follows the contract of
@@ -705,14 +842,19 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             Location::Host => self.host_ptr_mut(lock)?,
             Location::Device => self.device_ptr_mut(lock)? as usize as *mut T,
         };
+        ArrayIndexer::new(data, self.shape_i64()).ok_or_else(|| {
+            Error::from(ShapeError::TooLarge { shape: self.shape.to_vec(), elem_size: std::mem::size_of::<T>() })
+        })
+    }
+
+    /// The extents as kernels take them.
+    fn shape_i64(&self) -> [i64; N] {
         let mut shape = [0i64; N];
         for (s, &e) in shape.iter_mut().zip(&self.shape) {
             // Fits: the total size is at most isize::MAX bytes (invariant).
             *s = e as i64;
         }
-        ArrayIndexer::new(data, shape).ok_or_else(|| {
-            Error::from(ShapeError::TooLarge { shape: self.shape.to_vec(), elem_size: std::mem::size_of::<T>() })
-        })
+        shape
     }
 
     // ---- copies and swaps ----------------------------------------------------
@@ -727,13 +869,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             // SAFETY: no copy is writing (waited); writes need `&mut self`.
             host.copy_from_slice(unsafe { self.host.slice() });
         }
-        let buffer = match (&self.buffer, self.residency.includes(Location::Device)) {
-            (Some(src), true) => {
-                let dst = self.device.alloc(src.len())?;
-                self.device.copy_device(src, 0, &dst, 0, src.len())?;
-                Some(Arc::new(dst))
-            }
-            _ => None,
+        let buffer = match self.residency.includes(Location::Device) {
+            true => self.copy_device_copy(false)?.map(Arc::new),
+            false => None,
         };
         let mut out = Self::from_parts(&self.device, self.shape, self.len, host);
         out.buffer = buffer;
@@ -780,15 +918,17 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
                 let s = Arc::new(HostStorage::from_vec(v));
                 (s.ptr(), s)
             }
-            Location::Host => (self.host.ptr(), self.host.clone()),
-            Location::Device => match &self.buffer {
+            Location::Host => {
+                self.host.mark_exported();
+                (self.host.ptr(), self.host.clone())
+            }
+            Location::Device if copy => match self.copy_device_copy(true)? {
+                Some(dst) => (dst.device_ptr() as usize as *mut T, Arc::new(dst)),
                 None => (std::ptr::null_mut(), Arc::new(())),
-                Some(src) if copy => {
-                    let dst = self.device.alloc(src.len())?;
-                    self.device.copy_device(src, 0, &dst, 0, src.len())?;
-                    (dst.device_ptr() as usize as *mut T, Arc::new(dst))
-                }
-                Some(b) => (b.device_ptr() as usize as *mut T, b.clone()),
+            },
+            Location::Device => match &self.buffer {
+                Some(b) => (b.export() as usize as *mut T, b.clone()),
+                None => (std::ptr::null_mut(), Arc::new(())),
             },
         };
         let data = if self.len == 0 { std::ptr::null_mut() } else { data };
@@ -818,17 +958,17 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.check_lock("host_view", lock)?;
         self.check_resident("host_view", Location::Host)?;
         self.wait_pending()?;
+        self.host.mark_exported();
         Ok((self.host.ptr(), self.host.clone()))
     }
 
     /// The address of the current device copy (null for an empty array) and
     /// an owner that keeps it alive. Does not wait: order work on another
-    /// stream after [`pending_event`](Self::pending_event).
+    /// stream after [`pending_event`](Self::pending_event). The device copy
+    /// counts as exported from then on (see the [module docs](self)).
     pub fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
-        self.check_lock("device_view", lock)?;
-        self.check_resident("device_view", Location::Device)?;
-        Ok(match &self.buffer {
-            Some(b) => (b.device_ptr() as usize as *mut T, b.clone() as Arc<dyn Send + Sync>),
+        Ok(match self.device_copy("device_view", lock)? {
+            Some(b) => (b.export() as usize as *mut T, b.clone() as Arc<dyn Send + Sync>),
             None => (std::ptr::null_mut(), Arc::new(()) as Arc<dyn Send + Sync>),
         })
     }
@@ -863,9 +1003,10 @@ impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
 /// The built-in kernels as array methods (seed 000's `add_index_tuple`).
 ///
 /// Each moves the data to the device first if it is not current there (on
-/// `stream`, asynchronously), enqueues the kernel on `stream`, and leaves
-/// the device copy as the only current one. Host access afterwards waits
-/// for the kernel: it is recorded as the array's pending work.
+/// `stream`, asynchronously), makes `stream` wait for the array's pending
+/// copy or kernel (which may be on another stream), enqueues the kernel on
+/// `stream`, and leaves the device copy as the only current one. Host access
+/// afterwards waits for the kernel: it is recorded as the array's pending work.
 impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     /// Adds to every element the sum of its indices.
     ///
@@ -879,22 +1020,28 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let (data, shape) = self.prepare_kernel(stream, lock)?;
-        // SAFETY: `data` is the device copy of `len` elements; the buffer
-        // lives in `self`, whose drop and host accesses wait for the event
-        // `finish_kernel` records after the launch.
-        unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
-        self.finish_kernel(stream)
+        let copy = self.prepare_kernel(stream, lock)?;
+        let shape = self.shape_i64();
+        {
+            let on = copy.as_ref().map(|c| c.use_on(stream)).transpose()?;
+            let data = on.as_ref().map_or(0, |u| u.device_ptr());
+            // SAFETY: `data` is the device copy of `len` elements (0 for an
+            // empty array); the copy lives in `self`, whose drop and host
+            // accesses wait for the event `record_pending` records after the
+            // launch, and `on` records the use for the resource.
+            unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
+        }
+        self.record_pending(stream)
     }
 
     /// Multiplies every element by `alpha`.
     pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        self.prepare_kernel(stream, lock)?;
-        if let Some(buffer) = self.buffer.clone() {
+        if let Some(copy) = self.prepare_kernel(stream, lock)? {
+            let on = copy.use_on(stream)?;
             // SAFETY: as in `add_index`.
-            unsafe { kernels::scale_async::<D, T, _>(&self.device, &buffer, alpha, stream)? };
+            unsafe { kernels::scale_async::<D, T, _>(&self.device, &on, alpha, stream)? };
         }
-        self.finish_kernel(stream)
+        self.record_pending(stream)
     }
 
     /// `self += alpha * x`, element by element; `x` (same shape, same device)
@@ -922,31 +1069,24 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             });
         }
         x.move_to(Location::Device, stream, Transfer::Async, None)?;
-        self.prepare_kernel(stream, lock)?;
-        if let (Some(y), Some(xb)) = (self.buffer.clone(), x.buffer.clone()) {
+        x.order_after_pending(stream)?;
+        if let (Some(y), Some(xb)) = (self.prepare_kernel(stream, lock)?, x.buffer.clone()) {
+            let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
             // SAFETY: as in `add_index`; `x` also records the kernel as pending.
-            unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y, &xb, alpha, stream)? };
-            x.finish_kernel(stream)?;
+            unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y_on, &x_on, alpha, stream)? };
+            x.record_pending(stream)?;
         }
-        self.finish_kernel(stream)
+        self.record_pending(stream)
     }
 
-    /// Moves the data to the device if needed and returns the device address and shape.
-    fn prepare_kernel(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<(u64, [i64; N])> {
+    /// Moves the data to the device if needed, orders `stream` after the
+    /// array's pending work, makes the device copy the only current one, and
+    /// returns it (`None` for an empty array).
+    fn prepare_kernel(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<Option<Arc<DeviceCopy<D>>>> {
         self.move_to(Location::Device, stream, Transfer::Async, lock)?;
-        let data = self.device_ptr_mut(lock)?;
-        let mut shape = [0i64; N];
-        for (s, &e) in shape.iter_mut().zip(&self.shape) {
-            *s = e as i64; // fits: the size is at most isize::MAX bytes (invariant)
-        }
-        Ok((data, shape))
-    }
-
-    /// Records the kernel just enqueued on `stream` as the array's pending work.
-    fn finish_kernel(&mut self, stream: &Stream<D::B>) -> Result<()> {
-        let ev = self.device.create_event()?;
-        self.device.record_event(&ev, stream)?;
-        self.pending = Some(ev);
-        Ok(())
+        self.order_after_pending(stream)?;
+        let copy = self.device_copy("kernel", lock)?.cloned();
+        self.residency = Residency::Device;
+        Ok(copy)
     }
 }

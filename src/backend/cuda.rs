@@ -985,6 +985,11 @@ impl Device for CudaDevice {
         check("cuStreamSynchronize", unsafe { cu::stream::synchronize(stream.inner.raw) })
     }
 
+    fn synchronize_device(&self) -> Result<()> {
+        self.ctx.bind()?;
+        check("cuCtxSynchronize", cu::ctx::synchronize())
+    }
+
     fn is_idle(&self, stream: &CudaStream) -> Result<bool> {
         self.check_stream(stream)?;
         self.ctx.bind()?;

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -152,6 +152,17 @@ struct PendingState {
     failure: Option<String>,
 }
 
+impl Pending {
+    /// Blocks until no task is queued; a failure stays for the stream's own `synchronize`.
+    fn wait_idle(&self) -> std::sync::MutexGuard<'_, PendingState> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.queued > 0 {
+            st = self.idle.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st
+    }
+}
+
 struct StreamInner {
     sender: Mutex<Option<mpsc::Sender<Task>>>,
     pending: Arc<Pending>,
@@ -233,12 +244,7 @@ impl HostStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let pending = &self.inner.pending;
-        let mut st = pending.state.lock().unwrap_or_else(|p| p.into_inner());
-        while st.queued > 0 {
-            st = pending.idle.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        match st.failure.take() {
+        match self.inner.pending.wait_idle().failure.take() {
             Some(msg) => Err(Error::HostTask(msg)),
             None => Ok(()),
         }
@@ -378,6 +384,9 @@ fn builtin_table() -> &'static HashMap<&'static str, HostKernelDef> {
 pub struct HostDevice {
     info: DeviceInfo,
     default_stream: HostStream,
+    /// The work accounting of every stream made on this device (dead ones
+    /// pruned when a stream is made), for `synchronize_device`.
+    streams: Mutex<Vec<Weak<Pending>>>,
 }
 
 impl fmt::Debug for HostDevice {
@@ -446,7 +455,9 @@ impl Device for HostDevice {
                 warp_size: 1,
             },
         };
-        let dev = Arc::new(HostDevice { info, default_stream: HostStream::new()? });
+        let default_stream = HostStream::new()?;
+        let streams = Mutex::new(vec![Arc::downgrade(&default_stream.inner.pending)]);
+        let dev = Arc::new(HostDevice { info, default_stream, streams });
         Ok(SHARED.get_or_init(|| dev).clone())
     }
 
@@ -491,7 +502,11 @@ impl Device for HostDevice {
     }
 
     fn create_stream(&self) -> Result<HostStream> {
-        HostStream::new()
+        let stream = HostStream::new()?;
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.retain(|s| s.strong_count() > 0);
+        streams.push(Arc::downgrade(&stream.inner.pending));
+        Ok(stream)
     }
 
     fn stream_id(&self, stream: &HostStream) -> Option<u64> {
@@ -500,6 +515,15 @@ impl Device for HostDevice {
 
     fn synchronize(&self, stream: &HostStream) -> Result<()> {
         stream.synchronize()
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        let live: Vec<Arc<Pending>> =
+            self.streams.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        for pending in live {
+            drop(pending.wait_idle());
+        }
+        Ok(())
     }
 
     fn is_idle(&self, stream: &HostStream) -> Result<bool> {

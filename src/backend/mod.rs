@@ -31,8 +31,11 @@ pub mod hip;
 pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
     const KIND: BackendKind;
-    /// A device of this backend.
-    type Device: Device<B = Self>;
+    /// A device of this backend. Every device also implements the memory
+    /// layer's [`MemoryDevice`](crate::memory::MemoryDevice), so generic
+    /// code over `D: Device` can allocate through the device's current
+    /// resource (`crate::memory::current_resource::<D::B>`).
+    type Device: Device<B = Self> + crate::memory::MemoryDevice;
     /// An in-order queue of work on one device; clones name the same queue.
     type Stream: Clone + Send + Sync + fmt::Debug;
     /// A marker recorded on a stream, to wait for or to time.
@@ -482,6 +485,10 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     }
     /// Blocks until all work on `stream` is done.
     fn synchronize(&self, stream: &Stream<Self::B>) -> Result<()>;
+    /// Blocks until all work on every stream of this device is done
+    /// (`cuCtxSynchronize`, `hipDeviceSynchronize`): what a synchronous
+    /// free implies, for memory whose users' streams are unknown.
+    fn synchronize_device(&self) -> Result<()>;
     /// Whether all work enqueued on `stream` so far is done.
     fn is_idle(&self, stream: &Stream<Self::B>) -> Result<bool>;
     /// Creates an event (with timing enabled).

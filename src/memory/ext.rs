@@ -1,6 +1,8 @@
 //! What the memory layer needs from a backend beyond the [`Device`] trait.
 //!
-//! [`MemoryDevice`] has a default for every method (an
+//! Every backend's device implements [`MemoryDevice`] (`Backend::Device`
+//! requires it, so the array layer can allocate through the memory layer on
+//! any backend). It has a default for every method (an
 //! [`Error::Unsupported`] or the plain `Device` call), so a new backend joins
 //! the memory layer with one empty `impl` and gains features method by method.
 
@@ -86,10 +88,16 @@ pub trait MemoryDevice: Device {
 }
 
 /// A backend whose devices implement [`MemoryDevice`]; every memory type is
-/// generic over it.
-pub trait MemoryBackend: Backend<Device: MemoryDevice> {}
+/// generic over it. Every [`Backend`] is one: `Backend::Device` requires
+/// `MemoryDevice`, so code generic over `D: Device` can use the memory layer
+/// for `D::B` (as `MemArray` does).
+pub trait MemoryBackend: Backend {}
 
-impl<B: Backend<Device: MemoryDevice>> MemoryBackend for B {}
+// The bound stays on `Backend::Device` rather than here: a where-clause
+// `Backend<Device: MemoryDevice>` would make rustc normalize `<D::B as
+// Backend>::Device` to `D` and then ask for `D: MemoryDevice`, which code
+// generic over `D: Device` cannot show.
+impl<B: Backend> MemoryBackend for B {}
 
 /// The host backend: pinned memory is ordinary host memory (flags change
 /// nothing, a "mapped" address is the host address), the native pool is the

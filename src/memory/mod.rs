@@ -26,7 +26,11 @@
 //! ordinary host memory through pinned staging buffers on several streams.
 //!
 //! Each device has a current resource ([`current_resource`]), a caching pool
-//! unless [`set_current_resource`] replaced it before first use.
+//! unless [`set_current_resource`] replaced it before first use. Every
+//! allocation of the library goes through it: a
+//! [`MemArray`](crate::array::MemArray)'s device copy and pinned host copy,
+//! and the [`PageableCopier`]'s staging buffers. (Memory a user asks of the
+//! backend directly, `Device::alloc` and friends, does not.)
 //!
 //! ## Cross-stream lifetime without `record_stream`
 //! A [`DeviceAllocation`] belongs to the stream it was allocated on. To use it
@@ -38,6 +42,14 @@
 //! once (stream order suffices) and on B only after an event recorded on A
 //! has completed. There is no code path that moves a block between streams
 //! without such an event (see `pool.rs`).
+//!
+//! ## Memory whose users' streams are unknown
+//! An address handed to code we do not see (a DLPack export, a view, a raw
+//! pointer) may be used on any stream, so no event can cover its uses.
+//! `MemArray` marks such memory exported, and when it is finally released
+//! synchronizes the whole device (`Device::synchronize_device`, what a
+//! synchronous `cudaFree` implies) before returning it to the resource; see
+//! [`crate::array::memarray`].
 
 mod current;
 pub mod ext;

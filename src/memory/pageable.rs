@@ -11,10 +11,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{check_range, Device, DeviceMemory, Event, HostMemory, PinnedBuffer, Stream};
+use crate::backend::{check_range, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::error::Result;
 
+use super::current::current_resource;
 use super::ext::MemoryBackend;
+use super::pinned::{PinnedFlags, PinnedMemory};
 
 /// Settings of a [`PageableCopier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +47,9 @@ impl Default for PipelineConfig {
 
 struct Lane<B: MemoryBackend> {
     stream: Stream<B>,
-    staging: [PinnedBuffer<B>; 2],
+    /// From the device's current resource; back to its pinned pool when the
+    /// copier is dropped (every lane has synchronized its stream by then).
+    staging: [PinnedMemory<B>; 2],
     events: [Event<B>; 2],
 }
 
@@ -67,14 +71,17 @@ impl<B: MemoryBackend> fmt::Debug for PageableCopier<B> {
 }
 
 impl<B: MemoryBackend> PageableCopier<B> {
-    /// Creates the lanes: `lanes` streams and `2 * lanes` pinned buffers of `chunk_bytes`.
+    /// Creates the lanes: `lanes` streams and `2 * lanes` pinned buffers of
+    /// `chunk_bytes`, taken from the device's current resource.
     pub fn new(device: Arc<B::Device>, config: PipelineConfig) -> Result<Self> {
         crate::backend::check_alloc_size(config.chunk_bytes)?;
+        let allocator = current_resource::<B>(&device)?;
+        let staging = || allocator.alloc_pinned(config.chunk_bytes, PinnedFlags::PORTABLE);
         let mut lanes = Vec::with_capacity(config.lanes.max(1));
         for _ in 0..config.lanes.max(1) {
             lanes.push(Lane {
                 stream: device.create_stream()?,
-                staging: [device.alloc_pinned(config.chunk_bytes)?, device.alloc_pinned(config.chunk_bytes)?],
+                staging: [staging()?, staging()?],
                 events: [device.create_event()?, device.create_event()?],
             });
         }

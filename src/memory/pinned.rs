@@ -21,6 +21,13 @@ pub struct PinnedFlags {
     pub write_combined: bool,
 }
 
+impl PinnedFlags {
+    /// Pinned for every context, nothing else: what `Device::alloc_pinned`
+    /// allocates, and what the library's own pinned buffers (array host
+    /// copies, copy staging) take from the current resource.
+    pub const PORTABLE: PinnedFlags = PinnedFlags { mapped: false, portable: true, write_combined: false };
+}
+
 /// Pinned host memory; goes back to its [`PinnedPool`] (if any) when dropped.
 ///
 /// Invariant: `buffer` is `Some` until drop and holds at least `len` bytes.
@@ -86,6 +93,9 @@ impl<B: MemoryBackend> Drop for PinnedMemory<B> {
     }
 }
 
+/// The smallest size class of a [`PinnedPool`]: one 4 KiB page.
+pub const MIN_CLASS: usize = 4096;
+
 type Cached<B> = (Option<u64>, PinnedBuffer<B>);
 /// Idle buffers by (flags, capacity), and the bytes they hold.
 type Cache<B> = (HashMap<(PinnedFlags, usize), Vec<Cached<B>>>, usize);
@@ -109,7 +119,7 @@ impl<B: MemoryBackend> PoolInner<B> {
     }
 }
 
-/// A cache of pinned host buffers by size class (powers of two from 4 KiB),
+/// A cache of pinned host buffers by size class (see [`class_of`](Self::class_of)),
 /// since pinning and unpinning cost far more than a copy of a few MiB.
 ///
 /// Reused buffers are not cleared. A buffer is reused only after its
@@ -137,9 +147,26 @@ impl<B: MemoryBackend> PinnedPool<B> {
         PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache: Mutex::new((HashMap::new(), 0)) }) }
     }
 
-    /// The size class of a request: the next power of two, at least 4 KiB.
+    /// The size class of a request: [`MIN_CLASS`] up to that size, then
+    /// four classes per power of two (1, 1.25, 1.5 and 1.75 × 2^k) in whole
+    /// `MIN_CLASS` pages. Above 16 KiB a buffer is less than a quarter larger
+    /// than its request: 3 MiB takes 3 MiB, not 4.
+    ///
+    /// ```
+    /// use gpuport::memory::PinnedPool;
+    /// type P = PinnedPool<gpuport::Host>;
+    /// assert_eq!(P::class_of(1), 4096);
+    /// assert_eq!(P::class_of(3 << 20), 3 << 20);
+    /// assert_eq!(P::class_of((4 << 20) + 1), 5 << 20);
+    /// assert_eq!(P::class_of(100_000), 7 * 16384);
+    /// ```
     pub fn class_of(bytes: usize) -> usize {
-        bytes.max(4096).checked_next_power_of_two().unwrap_or(bytes)
+        if bytes <= MIN_CLASS {
+            return MIN_CLASS;
+        }
+        let power = 1usize << (usize::BITS - 1 - bytes.leading_zeros());
+        let step = (power / 4).max(MIN_CLASS);
+        bytes.checked_next_multiple_of(step).unwrap_or(bytes)
     }
 
     /// A pinned buffer of `bytes`, cached or new.

@@ -339,8 +339,9 @@ pub struct DeviceAllocation<B: MemoryBackend> {
     stream_id: Option<u64>,
     block: Option<Block<B>>,
     stream: Stream<B>,
-    /// Events recorded after uses on other streams.
-    uses: Mutex<Vec<Event<B>>>,
+    /// Events recorded after uses on other streams, with those streams' ids:
+    /// at most one per stream that has an id.
+    uses: Mutex<Vec<(Option<u64>, Event<B>)>>,
     owner: Arc<AllocatorInner<B>>,
 }
 
@@ -379,7 +380,12 @@ impl<B: MemoryBackend> DeviceAllocation<B> {
         Ok(StreamUse { allocation: self, stream: stream.clone(), event })
     }
 
-    /// Number of uses on other streams recorded so far.
+    /// Number of recorded uses on other streams. A use on a stream replaces
+    /// the recorded event of an earlier use on the same stream (which it
+    /// follows in stream order), so this counts streams, not uses, where the
+    /// backend tells streams apart; an array used on another stream over and
+    /// over keeps one event. Where it cannot tell them apart, a new use drops
+    /// the events that have completed.
     pub fn foreign_uses(&self) -> usize {
         self.uses.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -407,7 +413,8 @@ impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
 impl<B: MemoryBackend> Drop for DeviceAllocation<B> {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
-            let after = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
+            let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
+            let after = uses.into_iter().map(|(_, event)| event).collect();
             self.owner.release(block, &self.stream, after);
         }
     }
@@ -450,7 +457,19 @@ impl<B: MemoryBackend> Drop for StreamUse<'_, B> {
         let Some(event) = self.event.take() else { return };
         let device = self.allocation.owner.resource.device();
         if device.record_event(&event, &self.stream).is_ok() {
-            self.allocation.uses.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+            let id = device.stream_id(&self.stream);
+            let mut uses = self.allocation.uses.lock().unwrap_or_else(|p| p.into_inner());
+            match uses.iter_mut().find(|(s, _)| id.is_some() && *s == id) {
+                // Completes after the earlier use on this stream: keep only it.
+                Some(slot) => slot.1 = event,
+                None => {
+                    if id.is_none() {
+                        // Streams without ids cannot replace: drop what has completed.
+                        uses.retain(|(_, e)| !device.event_is_complete(e).unwrap_or(false));
+                    }
+                    uses.push((id, event));
+                }
+            }
         } else {
             // No event, no later proof of completion: wait now instead.
             let _ = device.synchronize(&self.stream);

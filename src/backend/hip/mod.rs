@@ -972,6 +972,12 @@ impl Device for HipDevice {
         check("hipStreamSynchronize", unsafe { (self.api().hipStreamSynchronize)(stream.inner.raw) })
     }
 
+    fn synchronize_device(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the device is current (bound above); the call takes no pointers.
+        check("hipDeviceSynchronize", unsafe { (self.api().hipDeviceSynchronize)() })
+    }
+
     fn is_idle(&self, stream: &HipStream) -> Result<bool> {
         self.check_stream(stream)?;
         self.ctx.bind()?;

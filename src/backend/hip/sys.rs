@@ -265,6 +265,8 @@ function_table! {
         fn hipStreamCreateWithFlags(*mut hipStream_t, c_uint) -> hipError_t;
         /// `hipError_t hipStreamDestroy(hipStream_t stream);`
         fn hipStreamDestroy(hipStream_t) -> hipError_t;
+        /// `hipError_t hipDeviceSynchronize(void);`
+        fn hipDeviceSynchronize() -> hipError_t;
         /// `hipError_t hipStreamSynchronize(hipStream_t stream);`
         fn hipStreamSynchronize(hipStream_t) -> hipError_t;
         /// `hipError_t hipStreamQuery(hipStream_t stream);`

@@ -563,6 +563,16 @@ pub unsafe extern "C" fn hipStreamDestroy(stream: cu::CUstream) -> HipError {
     guard(|| hip(unsafe { cu::cuStreamDestroy_v2(stream) }))
 }
 
+/// `hipError_t hipDeviceSynchronize(void)`: the current context's `cuCtxSynchronize`.
+#[no_mangle]
+pub extern "C" fn hipDeviceSynchronize() -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: takes no arguments; synchronizes the context `bind` made current.
+        hip(unsafe { cu::cuCtxSynchronize() })
+    })
+}
+
 /// `hipError_t hipStreamSynchronize(hipStream_t)`.
 ///
 /// # Safety
