@@ -182,7 +182,18 @@ pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
 
 /// Opens a device from `None` (the default device), a spec string, an int
 /// (a CUDA ordinal) or a `Device`.
+///
+/// Also installs the Python package's memory resource (statistics and CSV
+/// log over a caching pool) as the device's current resource, so that every
+/// allocation made for Python, `MemArray`s included, shows in
+/// `gpuport.memory.stats()` whichever call touched the device first.
 pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+    let dev = open_device(py, obj)?;
+    crate::memory::install(&dev);
+    Ok(dev)
+}
+
+fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
     match obj {
         None => default_device(py),
         Some(o) if o.is_none() => default_device(py),

@@ -446,6 +446,13 @@ macro_rules! with_entry {
     }};
 }
 
+/// Installs the plugin resource on `dev` if it is not yet (see [`entry`]).
+/// A backend without Python memory support is left alone: its allocations
+/// go through its default current resource.
+pub fn install(dev: &AnyDevice) {
+    let _ = with_entry!(dev, _e => Ok(()));
+}
+
 /// The statistics of the device's current resource.
 #[pyfunction]
 #[pyo3(name = "mem_stats", signature = (device=None))]
