@@ -224,30 +224,51 @@ impl<T: Element> HostStorage<T> {
         HostStorage { ptr, len, pinned: None }
     }
 
+    /// A pinned block of `bytes` from `device`'s current resource for a host
+    /// mirror, or `None` on the host backend, for zero bytes, or when pinning
+    /// fails (callers then fall back to a `Vec`, whose copies are synchronous
+    /// but correct).
+    fn pinned_block<D: Device>(device: &Arc<D>, bytes: usize) -> Option<(NonNull<T>, Box<dyn Exportable>)> {
+        if <D::B as Backend>::KIND == BackendKind::Host || bytes == 0 {
+            return None;
+        }
+        let mut pinned =
+            current_resource::<D::B>(device).and_then(|a| a.alloc_pinned(bytes, PinnedFlags::PORTABLE)).ok()?;
+        let ptr = NonNull::new(pinned.as_mut_slice().as_mut_ptr())?;
+        // Page-locked allocations are page aligned, so any element type fits.
+        if (ptr.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+            return None;
+        }
+        // The block's address does not move with `pinned`.
+        Some((ptr.cast::<T>(), Box::new(Held::new(pinned, device, false))))
+    }
+
     /// The host mirror for an array on `device`: pinned memory of the
     /// device's current resource holding `v` on GPU backends (falling back to
     /// `v` itself if pinning fails), `v` on the host backend, whose copies
     /// are asynchronous either way.
     fn for_device<D: Device>(device: &Arc<D>, v: Vec<T>) -> Self {
         let bytes = std::mem::size_of_val(v.as_slice());
-        if <D::B as Backend>::KIND == BackendKind::Host || bytes == 0 {
-            return Self::from_vec(v);
-        }
-        let pinned = current_resource::<D::B>(device).and_then(|a| a.alloc_pinned(bytes, PinnedFlags::PORTABLE));
-        let Ok(mut pinned) = pinned else { return Self::from_vec(v) };
-        let Some(ptr) = NonNull::new(pinned.as_mut_slice().as_mut_ptr()) else { return Self::from_vec(v) };
-        // Page-locked allocations are page aligned, so any element type fits.
-        if (ptr.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
-            return Self::from_vec(v);
-        }
+        let Some((ptr, held)) = Self::pinned_block(device, bytes) else { return Self::from_vec(v) };
         // SAFETY: the pinned block holds at least `bytes` writable bytes that
         // no one else uses (fresh, or idle in the pool since its last holder
         // dropped it); `T: Element` is plain data and `v` has exactly `bytes`
         // bytes. Every byte is overwritten, so nothing of a previous array
-        // survives. The block's address does not move with `pinned`.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, ptr.as_ptr(), bytes) };
-        let held: Box<dyn Exportable> = Box::new(Held::new(pinned, device, false));
-        HostStorage { ptr: ptr.cast::<T>(), len: v.len(), pinned: Some(held) }
+        // survives.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr.as_ptr(), v.len()) };
+        HostStorage { ptr, len: v.len(), pinned: Some(held) }
+    }
+
+    /// A zero-filled host mirror of `len` elements on `device`, written in
+    /// place: no `Vec` is filled and copied (on the H100 that took about
+    /// 100 us of a 1 MiB array's creation from Python, benches/peers.py).
+    fn zeroed_for_device<D: Device>(device: &Arc<D>, len: usize) -> Result<Self> {
+        let bytes = len * std::mem::size_of::<T>(); // checked by the caller
+        let Some((ptr, held)) = Self::pinned_block(device, bytes) else { return Ok(Self::from_vec(zeroed_vec(len)?)) };
+        // SAFETY: the block holds at least `bytes` writable bytes no one else
+        // uses; all-zero bytes are a valid `T` (`Element`'s contract).
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(HostStorage { ptr, len, pinned: Some(held) })
     }
 
     /// The block's address is about to be handed out: a pinned block then
@@ -368,7 +389,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// ```
     pub fn zeros(device: &Arc<D>, shape: [usize; N]) -> Result<Self> {
         let len = checked_len(&shape, std::mem::size_of::<T>())?;
-        Ok(Self::from_parts(device, shape, len, zeroed_vec(len)?))
+        Ok(Self::with_host(device, shape, len, HostStorage::zeroed_for_device(device, len)?))
     }
 
     /// An array of `shape` holding `data` in row-major order (no copy).
@@ -404,11 +425,15 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     }
 
     fn from_parts(device: &Arc<D>, shape: [usize; N], len: usize, data: Vec<T>) -> Self {
+        Self::with_host(device, shape, len, HostStorage::for_device(device, data))
+    }
+
+    fn with_host(device: &Arc<D>, shape: [usize; N], len: usize, host: HostStorage<T>) -> Self {
         MemArray {
             shape,
             len,
             device: device.clone(),
-            host: Arc::new(HostStorage::for_device(device, data)),
+            host: Arc::new(host),
             buffer: None,
             residency: Residency::Host,
             lock: None,
