@@ -1,5 +1,5 @@
 //! Memory resources, tested once for every backend (`host` always, `cuda:0`
-//! where present; skipped with a printed reason elsewhere).
+//! and `rocm:0` where present; skipped with a printed reason elsewhere).
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::pattern;
+use common::{fill_u32, pattern};
 use gpuport::memory::pool::SegmentReport;
 use gpuport::memory::{
     self, Allocator, BlockState, CachingPool, LoggingResource, MemoryDevice, MemoryResource, NativePoolResource,
@@ -22,6 +22,24 @@ use gpuport::{
 const MIB: usize = 1 << 20;
 
 type Dev<D> = Arc<D>;
+
+/// Held by the tests that use the device's native stream-ordered pool: it is
+/// one per device and process (and, through the HIP-on-CUDA shim, `cuda:0`'s
+/// and `rocm:0`'s are the same), so their reserved-byte checks must not overlap.
+static NATIVE_POOL: Mutex<()> = Mutex::new(());
+
+fn native_pool_lock() -> std::sync::MutexGuard<'static, ()> {
+    NATIVE_POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Asserts that the `n` u32s at `host` all hold `value`.
+fn assert_u32s(host: &[u8], n: usize, value: u32, what: &str) {
+    let expected = value.to_ne_bytes().repeat(n);
+    assert!(
+        host[..4 * n] == expected[..],
+        "{what}: the device's writes through the mapped address are not in host memory"
+    );
+}
 
 fn pool<D: MemoryDevice>(d: &Dev<D>, config: PoolConfig) -> (Arc<CachingPool<D::B>>, Allocator<D::B>) {
     let pool = Arc::new(CachingPool::new(d.clone(), config));
@@ -265,6 +283,7 @@ fn the_current_resource_is_replaceable_only_before_first_use<D: MemoryDevice>(d:
 }
 
 fn plain_and_native_resources_allocate_and_native_memory_refuses_ipc<D: MemoryDevice>(d: &Dev<D>) {
+    let _native = native_pool_lock();
     let s = d.create_stream().unwrap();
     let native = match NativePoolResource::new(d.clone(), Some(64 * MIB as u64)) {
         Ok(r) => Allocator::new(r),
@@ -310,6 +329,63 @@ fn pinned_memory_is_pooled_and_honours_its_flags<D: MemoryDevice>(d: &Dev<D>) {
     // SAFETY: `host` outlives the registration, dropped first.
     let reg = unsafe { alloc.pin(host.as_mut_ptr(), host.len(), false) }.unwrap();
     drop(reg);
+}
+
+fn mapped_pinned_memory_is_written_by_the_device_through_its_mapped_address<D: MemoryDevice>(d: &Dev<D>) {
+    let s = d.default_stream();
+    let alloc = Allocator::new(PlainResource::new(d.clone()));
+    let flags = PinnedFlags { mapped: true, portable: false, write_combined: false };
+    let mut p = alloc.alloc_pinned(4096, flags).unwrap();
+    let mapped = p.mapped_ptr().expect("mapped pinned memory has a device address");
+    assert_eq!(mapped, d.mapped_device_ptr(p.as_mut_slice().as_mut_ptr()).unwrap());
+    // SAFETY: `p` holds 1024 u32s and outlives the synchronize below.
+    unsafe { fill_u32(d, s, mapped, 1024, 0x00C0_FFEE) };
+    d.synchronize(s).unwrap();
+    assert_u32s(p.as_slice(), 1024, 0x00C0_FFEE, "hipHostMalloc/cuMemHostAlloc memory");
+
+    let mut host = vec![0u8; 8192];
+    // SAFETY: `host` outlives the registration, dropped before it.
+    let reg = unsafe { alloc.pin(host.as_mut_ptr(), host.len(), true) }.unwrap();
+    let mapped = d.mapped_device_ptr(host.as_mut_ptr()).unwrap();
+    // SAFETY: `host` holds 2048 u32s, registered and mapped until after the synchronize.
+    unsafe { fill_u32(d, s, mapped, 2048, 7) };
+    d.synchronize(s).unwrap();
+    drop(reg);
+    assert_u32s(&host, 2048, 7, "registered memory");
+
+    let wc = PinnedFlags { mapped: false, portable: true, write_combined: true };
+    let mut w = alloc.alloc_pinned(10_000, wc).unwrap();
+    w.as_mut_slice().copy_from_slice(&pattern(10_000, 5));
+    let dev = alloc.alloc(10_000, s).unwrap();
+    d.copy_to_device(w.as_slice(), &dev, 0).unwrap();
+    assert_eq!(read(d.as_ref(), &dev), pattern(10_000, 5), "write-combined memory copies like any pinned memory");
+}
+
+fn the_native_pool_keeps_memory_up_to_its_threshold_and_trims_it<D: MemoryDevice>(d: &Dev<D>) {
+    let _native = native_pool_lock();
+    let s = d.create_stream().unwrap();
+    match d.set_native_pool_release_threshold(64 * MIB as u64) {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) if !d.info().stream_ordered_alloc => {
+            let _ = writeln!(std::io::stderr(), "skipped: native pool on {}: no stream-ordered pool", d.info().spec());
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let block = d.alloc_async(8 * MIB, &s).unwrap();
+    let held = d.native_pool_reserved().unwrap();
+    drop(block);
+    d.synchronize(&s).unwrap();
+    let kept = d.native_pool_reserved().unwrap();
+    d.trim_native_pool(0).unwrap();
+    let trimmed = d.native_pool_reserved().unwrap();
+    if d.info().backend == gpuport::BackendKind::Host {
+        assert_eq!((held, kept, trimmed), (0, 0, 0), "the host's native pool is the plain allocator");
+        return;
+    }
+    assert!(held >= 8 * MIB as u64, "the pool holds at least the live block: {held}");
+    assert!(kept >= 8 * MIB as u64, "under the 64 MiB threshold a freed block stays across a sync: {kept}");
+    assert_eq!(trimmed, 0, "nothing is in use: trimming to 0 returns every byte (was {kept})");
 }
 
 fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) {
@@ -531,6 +607,7 @@ macro_rules! memory_tests {
         #[rstest]
         #[case::host("host")]
         #[case::cuda("cuda:0")]
+        #[case::rocm("rocm:0")]
         fn $name(#[case] spec: &str) {
             if let Some(dev) = common::open_or_skip(spec) {
                 gpuport::with_device!(dev, d => super::$name(d));
@@ -555,6 +632,8 @@ mod cases {
         the_current_resource_is_replaceable_only_before_first_use,
         plain_and_native_resources_allocate_and_native_memory_refuses_ipc,
         pinned_memory_is_pooled_and_honours_its_flags,
+        mapped_pinned_memory_is_written_by_the_device_through_its_mapped_address,
+        the_native_pool_keeps_memory_up_to_its_threshold_and_trims_it,
         pageable_copies_round_trip_through_the_pipeline,
         a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done,
         exported_memarray_memory_goes_back_only_when_the_device_is_idle,

@@ -1,7 +1,7 @@
 //! IPC: a second process (this test binary, started again with an
 //! environment variable) opens a handle and reads what this one wrote.
-//! Runs for real on `cuda:0`; the host backend has no IPC and must say so
-//! with a typed error.
+//! Runs for real on `cuda:0` and `rocm:0`; the host backend has no IPC and
+//! must say so with a typed error.
 
 mod common;
 
@@ -60,6 +60,7 @@ fn export_and_read_in_a_child<D: MemoryDevice>(d: &Arc<D>) {
 #[rstest]
 #[case::host("host")]
 #[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
 fn another_process_reads_what_this_one_wrote_through_an_ipc_handle(#[case] spec: &str) {
     if std::env::var_os(CHILD_ENV).is_some() {
         return; // in the child only the child test does anything

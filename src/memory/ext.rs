@@ -129,68 +129,107 @@ impl MemoryDevice for HostDevice {
     }
 }
 
-#[cfg(feature = "cuda")]
-mod cuda {
-    use super::*;
-    use crate::backend::cuda::CudaDevice;
-    use cudarc::driver::sys;
-
-    impl MemoryDevice for CudaDevice {
-        fn alloc_pinned_with(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
-            let mut bits = 0;
-            if flags.portable {
-                bits |= sys::CU_MEMHOSTALLOC_PORTABLE;
+/// Implements [`MemoryDevice`] for a GPU device whose inherent methods wrap
+/// the driver's calls (`alloc_pinned_flags`, `mapped_device_ptr`,
+/// `register_host_flags`, `set_pool_release_threshold`, `pool_reserved`,
+/// `trim_pool`, `ipc_get_handle`, `ipc_open`, `ipc_close`), given the
+/// driver's host-allocation and host-registration flag bits.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+macro_rules! gpu_memory_device {
+    (
+        $(#[$meta:meta])*
+        $device:ty,
+        host_alloc: { portable: $portable:expr, mapped: $mapped:expr, write_combined: $write_combined:expr $(,)? },
+        host_register: { portable: $reg_portable:expr, mapped: $reg_mapped:expr $(,)? } $(,)?
+    ) => {
+        $(#[$meta])*
+        impl MemoryDevice for $device {
+            fn alloc_pinned_with(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
+                let mut bits = 0;
+                if flags.portable {
+                    bits |= $portable;
+                }
+                if flags.mapped {
+                    bits |= $mapped;
+                }
+                if flags.write_combined {
+                    bits |= $write_combined;
+                }
+                self.alloc_pinned_flags(bytes, bits)
             }
-            if flags.mapped {
-                bits |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+
+            fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+                <$device>::mapped_device_ptr(self, host)
             }
-            if flags.write_combined {
-                bits |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+
+            unsafe fn pin_with(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<Self::B>> {
+                let mut bits = $reg_portable;
+                if mapped {
+                    bits |= $reg_mapped;
+                }
+                // SAFETY: forwarded caller contract.
+                unsafe { self.register_host_flags(ptr, len, bits) }
             }
-            self.alloc_pinned_flags(bytes, bits)
-        }
 
-        fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
-            CudaDevice::mapped_device_ptr(self, host)
-        }
-
-        unsafe fn pin_with(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<HostRegistration<Self::B>> {
-            let mut bits = sys::CU_MEMHOSTREGISTER_PORTABLE;
-            if mapped {
-                bits |= sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+            fn set_native_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+                self.set_pool_release_threshold(bytes)
             }
-            // SAFETY: forwarded caller contract.
-            unsafe { self.register_host_flags(ptr, len, bits) }
-        }
 
-        fn set_native_pool_release_threshold(&self, bytes: u64) -> Result<()> {
-            self.set_pool_release_threshold(bytes)
-        }
+            fn native_pool_reserved(&self) -> Result<u64> {
+                self.pool_reserved()
+            }
 
-        fn native_pool_reserved(&self) -> Result<u64> {
-            self.pool_reserved()
-        }
+            fn trim_native_pool(&self, keep: usize) -> Result<()> {
+                self.trim_pool(keep)
+            }
 
-        fn trim_native_pool(&self, keep: usize) -> Result<()> {
-            self.trim_pool(keep)
-        }
+            fn ipc_export(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
+                self.ipc_get_handle(ptr)
+            }
 
-        fn ipc_export(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
-            self.ipc_get_handle(ptr)
-        }
+            fn ipc_import(&self, handle: &IpcBytes) -> Result<u64> {
+                self.ipc_open(handle)
+            }
 
-        fn ipc_import(&self, handle: &IpcBytes) -> Result<u64> {
-            self.ipc_open(handle)
+            unsafe fn ipc_close(&self, base: u64) -> Result<()> {
+                // SAFETY: forwarded caller contract.
+                unsafe { <$device>::ipc_close(self, base) }
+            }
         }
-
-        unsafe fn ipc_close(&self, base: u64) -> Result<()> {
-            // SAFETY: forwarded caller contract.
-            unsafe { CudaDevice::ipc_close(self, base) }
-        }
-    }
+    };
 }
 
-/// ROCm: the trait's defaults (plain pinned memory, no mapped pointers, no
-/// native-pool tuning, no IPC) until the HIP calls for them are wrapped.
+#[cfg(feature = "cuda")]
+gpu_memory_device! {
+    /// CUDA: `cuMemHostAlloc` flags, `cuMemHostGetDevicePointer`,
+    /// `cuMemHostRegister` flags, the device's default `CUmemoryPool`, and
+    /// `cuIpc*MemHandle`.
+    crate::backend::cuda::CudaDevice,
+    host_alloc: {
+        portable: cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE,
+        mapped: cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP,
+        write_combined: cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+    },
+    host_register: {
+        portable: cudarc::driver::sys::CU_MEMHOSTREGISTER_PORTABLE,
+        mapped: cudarc::driver::sys::CU_MEMHOSTREGISTER_DEVICEMAP,
+    },
+}
+
 #[cfg(feature = "rocm")]
-impl MemoryDevice for crate::backend::hip::HipDevice {}
+gpu_memory_device! {
+    /// ROCm: the same operations on HIP's equivalents: `hipHostMalloc` flags,
+    /// `hipHostGetDevicePointer`, `hipHostRegister` flags, the device's default
+    /// `hipMemPool_t` (ROCm 5.1+), and `hipIpc*MemHandle`. A runtime that lacks
+    /// one of these calls gives [`Error::Unsupported`] naming it.
+    crate::backend::hip::HipDevice,
+    host_alloc: {
+        portable: crate::backend::hip::sys::hipHostMallocPortable,
+        mapped: crate::backend::hip::sys::hipHostMallocMapped,
+        write_combined: crate::backend::hip::sys::hipHostMallocWriteCombined,
+    },
+    host_register: {
+        portable: crate::backend::hip::sys::hipHostRegisterPortable,
+        mapped: crate::backend::hip::sys::hipHostRegisterMapped,
+    },
+}

@@ -625,13 +625,14 @@ impl<B: MemoryBackend> MemoryResource<B> for PlainResource<B> {
     }
 }
 
-/// The driver's stream-ordered pool (`cuMemAllocAsync`/`cuMemFreeAsync` on
-/// the device's default pool), with its release threshold set.
+/// The driver's stream-ordered pool (`cuMemAllocAsync`/`cuMemFreeAsync`, or
+/// `hipMallocAsync`/`hipFreeAsync`, on the device's default pool), with its
+/// release threshold set.
 ///
 /// Its memory cannot be exported over IPC: the default pool is not created
 /// with a shareable handle type, and `cuIpcGetMemHandle` refuses pool memory
 /// (PEERS.md pain point 10, cudarc#521); [`ipc_export`](MemoryResource::ipc_export)
-/// says so with [`Error::Unsupported`].
+/// says so with [`Error::Unsupported`] on every backend.
 pub struct NativePoolResource<B: MemoryBackend> {
     device: Arc<B::Device>,
 }
@@ -680,8 +681,9 @@ impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
             op: "IPC export of stream-ordered pool memory",
             backend: self.device.info().backend,
             hint: Some(
-                "the driver's default pool has no shareable handle type, so cuIpcGetMemHandle refuses its \
-                 memory; allocate through PlainResource or CachingPool to share it"
+                "the driver's default pool has no shareable handle type, so cuIpcGetMemHandle (and \
+                 hipIpcGetMemHandle) refuses its memory; allocate through PlainResource or CachingPool to \
+                 share it"
                     .into(),
             ),
         })

@@ -15,6 +15,10 @@
 //!   built-in module's are known, so only they are checked.
 //! - The architecture name (`gfx90a`) comes from `hipDeviceProp_t`, read
 //!   through an oversized buffer (see [`target_id`]).
+//! - The memory layer's calls (mapped pinned memory, the default pool, IPC)
+//!   are optional symbols: a runtime without one fails only that operation,
+//!   with [`Error::Unsupported`] naming the call. `hipIpcOpenMemHandle`'s flag
+//!   follows the runtime's version ([`sys::ipc_open_flags`]).
 //!
 //! Bindings target the HIP C API of ROCm 5.2 through 7.x (see [`sys`]).
 //! Nothing here has run on AMD hardware yet: it was run on Debian's ROCm 5.2
@@ -22,7 +26,7 @@
 //! the HIP-on-CUDA test shim in `tests/support/hip_on_cuda`.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -800,6 +804,165 @@ impl HipDevice {
     }
 }
 
+// ---- memory-resource support (used by `crate::memory`) ----------------------------
+
+/// Raw bytes of a `hipIpcMemHandle_t`.
+pub(crate) type IpcBytes = crate::memory::ext::IpcBytes;
+
+/// The optional HIP function `$f` (see [`sys::HipApi`]), or
+/// [`Error::Unsupported`] for `$op` naming the library that lacks it.
+macro_rules! optional_fn {
+    ($dev:expr, $f:ident, $op:expr) => {
+        $dev.api().$f.ok_or_else(|| $dev.missing_function(stringify!($f), $op))
+    };
+}
+
+impl HipDevice {
+    /// The error for an optional HIP function the loaded runtime does not export.
+    fn missing_function(&self, call: &'static str, op: &'static str) -> Error {
+        let rt = self.ctx.rt;
+        Error::Unsupported {
+            op,
+            backend: BackendKind::Rocm,
+            hint: Some(format!("{} (HIP {}) does not export {call}", rt.loaded.path, sys::version_string(rt.version))),
+        }
+    }
+
+    /// `hipHostMalloc` with explicit `hipHostMalloc*` flags; zero-filled.
+    pub(crate) fn alloc_pinned_flags(&self, bytes: usize, flags: c_uint) -> Result<HipPinnedBuffer> {
+        check_alloc_size(bytes)?;
+        self.ctx.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: the device is current; the flags are the runtime's own bits.
+        let r = unsafe { (self.api().hipHostMalloc)(&mut ptr, bytes, flags) };
+        if r != sys::hipSuccess {
+            return Err(self.out_of_memory("hipHostMalloc", bytes, r));
+        }
+        let ptr = ptr as *mut u8;
+        // SAFETY: `ptr` addresses `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Ok(HipPinnedBuffer { ptr, len: bytes, ctx: self.ctx.clone() })
+    }
+
+    /// The device address of mapped pinned memory (`hipHostGetDevicePointer`).
+    pub(crate) fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+        let get = optional_fn!(self, hipHostGetDevicePointer, "mapped pinned memory")?;
+        self.ctx.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: writes one device pointer; an unmapped address is reported as an error.
+        check("hipHostGetDevicePointer", unsafe { get(&mut ptr, host as *mut c_void, 0) })?;
+        Ok(ptr as u64)
+    }
+
+    /// `hipHostRegister` with explicit `hipHostRegister*` flags.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory that outlives the registration.
+    pub(crate) unsafe fn register_host_flags(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        flags: c_uint,
+    ) -> Result<HipHostRegistration> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
+        }
+        check_alloc_size(len)?;
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees the range is valid and outlives the registration.
+        check("hipHostRegister", unsafe { (self.api().hipHostRegister)(ptr as *mut c_void, len, flags) })?;
+        Ok(HipHostRegistration { ptr, len, ctx: self.ctx.clone() })
+    }
+
+    /// The device's default memory pool (the one `hipMallocAsync` uses).
+    fn default_mem_pool(&self) -> Result<sys::hipMemPool_t> {
+        if !self.info.stream_ordered_alloc {
+            return Err(Error::Unsupported {
+                op: "stream-ordered memory pools",
+                backend: BackendKind::Rocm,
+                hint: Some(format!("{} does not support hipMallocAsync (or the runtime lacks it)", self.info.name)),
+            });
+        }
+        let get = optional_fn!(self, hipDeviceGetDefaultMemPool, "stream-ordered memory pools")?;
+        self.ctx.bind()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: writes one pool handle for this device's ordinal.
+        check("hipDeviceGetDefaultMemPool", unsafe { get(&mut pool, self.info.ordinal as c_int) })?;
+        Ok(pool)
+    }
+
+    /// Sets `hipMemPoolAttrReleaseThreshold` of the default pool: memory
+    /// above it goes back to the driver at the next synchronization.
+    pub(crate) fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let pool = self.default_mem_pool()?;
+        let set = optional_fn!(self, hipMemPoolSetAttribute, "stream-ordered memory pools")?;
+        let mut value = bytes;
+        // SAFETY: the attribute takes a uint64_t, which `value` is.
+        check("hipMemPoolSetAttribute", unsafe {
+            set(pool, sys::hipMemPoolAttrReleaseThreshold, &mut value as *mut u64 as *mut c_void)
+        })
+    }
+
+    /// Bytes the default pool holds from the driver now (`hipMemPoolAttrReservedMemCurrent`).
+    pub(crate) fn pool_reserved(&self) -> Result<u64> {
+        let pool = self.default_mem_pool()?;
+        let get = optional_fn!(self, hipMemPoolGetAttribute, "stream-ordered memory pools")?;
+        let mut value = 0u64;
+        // SAFETY: the attribute is a uint64_t, written into `value`.
+        check("hipMemPoolGetAttribute", unsafe {
+            get(pool, sys::hipMemPoolAttrReservedMemCurrent, &mut value as *mut u64 as *mut c_void)
+        })?;
+        Ok(value)
+    }
+
+    /// Releases the default pool's unused memory down to `keep` bytes.
+    pub(crate) fn trim_pool(&self, keep: usize) -> Result<()> {
+        let pool = self.default_mem_pool()?;
+        let trim = optional_fn!(self, hipMemPoolTrimTo, "stream-ordered memory pools")?;
+        // SAFETY: `pool` is this device's default pool; trimming never frees memory in use.
+        check("hipMemPoolTrimTo", unsafe { trim(pool, keep) })
+    }
+
+    /// `hipIpcGetMemHandle` for the allocation containing `ptr`, and that allocation's base.
+    pub(crate) fn ipc_get_handle(&self, ptr: u64) -> Result<(IpcBytes, u64)> {
+        let range = optional_fn!(self, hipMemGetAddressRange, "IPC memory handles")?;
+        let get = optional_fn!(self, hipIpcGetMemHandle, "IPC memory handles")?;
+        self.ctx.bind()?;
+        let (mut base, mut size) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: writes the base and size of the allocation containing `ptr`.
+        check("hipMemGetAddressRange", unsafe { range(&mut base, &mut size, dptr(ptr)) })?;
+        let mut handle = sys::hipIpcMemHandle_t { reserved: [0; sys::HIP_IPC_HANDLE_SIZE] };
+        // SAFETY: writes one 64-byte handle; the base is exported, so the handle carries no offset.
+        check("hipIpcGetMemHandle", unsafe { get(&mut handle, base) })?;
+        Ok((handle.reserved.map(|b| b as u8), base as u64))
+    }
+
+    /// `hipIpcOpenMemHandle`: maps another process's allocation; returns its base here.
+    ///
+    /// The flag is `hipIpcMemLazyEnablePeerAccess` as the loaded runtime's
+    /// version defines it (0 before ROCm 6.0, 1 since; see [`sys::ipc_open_flags`]).
+    pub(crate) fn ipc_open(&self, bytes: &IpcBytes) -> Result<u64> {
+        let open = optional_fn!(self, hipIpcOpenMemHandle, "IPC memory handles")?;
+        self.ctx.bind()?;
+        let handle = sys::hipIpcMemHandle_t { reserved: bytes.map(|b| b as c_char) };
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: writes one device pointer; a stale or foreign handle is reported as an error.
+        check("hipIpcOpenMemHandle", unsafe { open(&mut ptr, handle, sys::ipc_open_flags(self.ctx.rt.version)) })?;
+        Ok(ptr as u64)
+    }
+
+    /// `hipIpcCloseMemHandle` on a base returned by [`ipc_open`](Self::ipc_open).
+    ///
+    /// # Safety
+    /// `base` came from `ipc_open` on this device and is closed once, after its last use.
+    pub(crate) unsafe fn ipc_close(&self, base: u64) -> Result<()> {
+        let close = optional_fn!(self, hipIpcCloseMemHandle, "IPC memory handles")?;
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract.
+        check("hipIpcCloseMemHandle", unsafe { close(dptr(base)) })
+    }
+}
+
 impl Device for HipDevice {
     type B = Hip;
 
@@ -923,32 +1086,13 @@ impl Device for HipDevice {
     }
 
     fn alloc_pinned(&self, bytes: usize) -> Result<HipPinnedBuffer> {
-        check_alloc_size(bytes)?;
-        self.ctx.bind()?;
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: the device is current; PORTABLE makes it pinned for every device.
-        let r = unsafe { (self.api().hipHostMalloc)(&mut ptr, bytes, sys::hipHostMallocPortable) };
-        if r != sys::hipSuccess {
-            return Err(self.out_of_memory("hipHostMalloc", bytes, r));
-        }
-        let ptr = ptr as *mut u8;
-        // SAFETY: `ptr` addresses `bytes` writable bytes just allocated.
-        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
-        Ok(HipPinnedBuffer { ptr, len: bytes, ctx: self.ctx.clone() })
+        // PORTABLE makes it pinned for every device.
+        self.alloc_pinned_flags(bytes, sys::hipHostMallocPortable)
     }
 
     unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> Result<HipHostRegistration> {
-        if ptr.is_null() {
-            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
-        }
-        check_alloc_size(len)?;
-        self.ctx.bind()?;
-        // SAFETY: the caller guarantees `ptr..ptr+len` is valid host memory
-        // outliving the registration.
-        check("hipHostRegister", unsafe {
-            (self.api().hipHostRegister)(ptr as *mut c_void, len, sys::hipHostRegisterPortable)
-        })?;
-        Ok(HipHostRegistration { ptr, len, ctx: self.ctx.clone() })
+        // SAFETY: forwarded caller contract.
+        unsafe { self.register_host_flags(ptr, len, sys::hipHostRegisterPortable) }
     }
 
     fn default_stream(&self) -> &HipStream {
@@ -1311,6 +1455,35 @@ mod tests {
         props[at..at + 7].copy_from_slice(b"gfx1030");
         assert_eq!(parse_target_id(&props, sys::GCN_ARCH_NAME_OFFSET_R0600).as_deref(), Some("gfx1030"));
         assert_eq!(parse_target_id(&vec![0u8; 4096], 396), None);
+    }
+
+    #[test]
+    fn the_memory_layer_calls_resolve_in_the_loaded_runtime() {
+        // CI loads Debian's ROCm 5.2 (no device), the GPU machine the shim;
+        // where no HIP runtime loads there is nothing to check.
+        let Ok(rt) = driver() else { return };
+        let api = rt.api();
+        macro_rules! missing {
+            ($($f:ident),*) => { [$((stringify!($f), api.$f.is_some())),*]
+                .into_iter().filter(|(_, found)| !found).map(|(name, _)| name).collect::<Vec<_>>() };
+        }
+        let mut missing = missing!(
+            hipHostGetDevicePointer,
+            hipMemGetAddressRange,
+            hipIpcGetMemHandle,
+            hipIpcOpenMemHandle,
+            hipIpcCloseMemHandle
+        );
+        // The stream-ordered pool calls came with ROCm 5.1.
+        if rt.version >= 50_100_000 {
+            missing.extend(missing!(
+                hipDeviceGetDefaultMemPool,
+                hipMemPoolSetAttribute,
+                hipMemPoolGetAttribute,
+                hipMemPoolTrimTo
+            ));
+        }
+        assert!(missing.is_empty(), "{} (HIP {}) lacks {missing:?}", rt.loaded.path, sys::version_string(rt.version));
     }
 
     #[test]

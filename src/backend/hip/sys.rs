@@ -5,7 +5,7 @@
 //! library at build time, so a binary built with `--features cuda,rocm`
 //! would not even start on a machine without ROCm (PEERS.md, pain points 2
 //! and 3). `cubecl-hip-sys` is bindgen output per HIP version and links too.
-//! gpuport needs about forty functions, so this file declares exactly those,
+//! gpuport needs about fifty functions, so this file declares exactly those,
 //! by hand, and resolves them with `libloading` when the backend is first
 //! used. A missing library or symbol is an [`Error`], never a panic.
 //!
@@ -16,6 +16,12 @@
 //! and the ROCm 7 headers (`ROCm/rocm-systems`, `include/hip/...`). The C
 //! signatures of these calls and the values used here are the same in both;
 //! `hipDeviceAttribute_t` kept its numbering from 5.2 to 7.x.
+//!
+//! `hipIpcMemLazyEnablePeerAccess` is the other exception: 0 through ROCm
+//! 5.7, 1 from ROCm 6.0 (ROCm/HIP 8bb3011, "[ABI Break] changed
+//! hipIpcMemLazyEnablePeerAccess flag value"), and `hipIpcOpenMemHandle`
+//! rejects any other value with hipErrorInvalidValue in both (ROCm/clr,
+//! `hip_memory.cpp`). [`ipc_open_flags`] picks it by runtime version.
 //!
 //! `hipDeviceProp_t` is the exception: its layout changed in ROCm 6.0 (the
 //! `R0600` layout, exported as `hipGetDevicePropertiesR0600`). gpuport reads
@@ -49,6 +55,20 @@ pub type hipDevice_t = c_int;
 pub type hipDeviceAttribute_t = c_int;
 /// `hipDeviceptr_t`: `typedef void* hipDeviceptr_t;`.
 pub type hipDeviceptr_t = *mut c_void;
+/// `hipMemPoolAttr`: a C enum, `int`-sized.
+pub type hipMemPoolAttr = c_int;
+
+/// `HIP_IPC_HANDLE_SIZE`: bytes in an IPC memory handle.
+pub const HIP_IPC_HANDLE_SIZE: usize = 64;
+
+/// `hipIpcMemHandle_t`: `struct { char reserved[HIP_IPC_HANDLE_SIZE]; }`, passed by value
+/// to `hipIpcOpenMemHandle`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct hipIpcMemHandle_t {
+    /// The handle's opaque bytes.
+    pub reserved: [c_char; HIP_IPC_HANDLE_SIZE],
+}
 
 macro_rules! opaque {
     ($($(#[$m:meta])* $name:ident => $handle:ident;)*) => { $(
@@ -73,6 +93,8 @@ opaque! {
     ihipModuleSymbol_t => hipFunction_t;
     /// hiprtc's program object (`struct _hiprtcProgram`).
     _hiprtcProgram => hiprtcProgram;
+    /// A stream-ordered memory pool (`struct ihipMemPoolHandle_t`).
+    ihipMemPoolHandle_t => hipMemPool_t;
 }
 
 // ---- constants (hip_runtime_api.h, hiprtc.h) ---------------------------------------
@@ -105,10 +127,34 @@ pub const hipStreamNonBlocking: c_uint = 0x1;
 pub const hipEventDefault: c_uint = 0x0;
 /// `hipHostMallocPortable`: pinned for every device.
 pub const hipHostMallocPortable: c_uint = 0x1;
+/// `hipHostMallocMapped`: mapped into the device's address space (`hipHostGetDevicePointer`).
+pub const hipHostMallocMapped: c_uint = 0x2;
+/// `hipHostMallocWriteCombined`: write-combined (fast host writes, slow host reads).
+pub const hipHostMallocWriteCombined: c_uint = 0x4;
 /// `hipHostRegisterPortable`: pinned for every device.
 pub const hipHostRegisterPortable: c_uint = 0x1;
+/// `hipHostRegisterMapped`: mapped into the device's address space (`hipHostGetDevicePointer`).
+pub const hipHostRegisterMapped: c_uint = 0x2;
 /// `hipMemAttachGlobal`: managed memory reachable from every stream.
 pub const hipMemAttachGlobal: c_uint = 0x1;
+/// `hipMemPoolAttrReleaseThreshold` (`uint64_t`): bytes the pool keeps across synchronizations.
+pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = 0x4;
+/// `hipMemPoolAttrReservedMemCurrent` (`uint64_t`): bytes the pool holds from the driver now.
+pub const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = 0x5;
+/// `hipIpcMemLazyEnablePeerAccess` in the ROCm 5.x headers (the only value 5.x accepts).
+pub const hipIpcMemLazyEnablePeerAccess_R0000: c_uint = 0;
+/// `hipIpcMemLazyEnablePeerAccess` from ROCm 6.0 on (the only value 6.0+ accepts).
+pub const hipIpcMemLazyEnablePeerAccess_R0600: c_uint = 0x1;
+
+/// The `hipIpcOpenMemHandle` flags a runtime of `HIP_VERSION` `version` accepts:
+/// `hipIpcMemLazyEnablePeerAccess` as that version's headers define it.
+pub fn ipc_open_flags(version: c_int) -> c_uint {
+    if version >= 60_000_000 {
+        hipIpcMemLazyEnablePeerAccess_R0600
+    } else {
+        hipIpcMemLazyEnablePeerAccess_R0000
+    }
+}
 
 /// `hipDeviceAttribute_t` values used by gpuport (same numbering in ROCm 5.2 and 7.x).
 pub mod attr {
@@ -320,6 +366,27 @@ function_table! {
         /// `hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);` with the
         /// ROCm 5.x layout (`hipDeviceProp_tR0000` in ROCm 6+, which may drop the symbol).
         fn hipGetDeviceProperties(*mut c_void, c_int) -> hipError_t;
+        // The memory layer's calls (`crate::memory::MemoryDevice`). All are in
+        // ROCm 5.2 (the pool calls since 5.1), but optional: a runtime without
+        // one still runs everything else, and the call says it is missing.
+        /// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int flags);`
+        fn hipHostGetDevicePointer(*mut *mut c_void, *mut c_void, c_uint) -> hipError_t;
+        /// `hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t* mem_pool, int device);` (ROCm 5.1+)
+        fn hipDeviceGetDefaultMemPool(*mut hipMemPool_t, c_int) -> hipError_t;
+        /// `hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value);` (ROCm 5.1+)
+        fn hipMemPoolSetAttribute(hipMemPool_t, hipMemPoolAttr, *mut c_void) -> hipError_t;
+        /// `hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value);` (ROCm 5.1+)
+        fn hipMemPoolGetAttribute(hipMemPool_t, hipMemPoolAttr, *mut c_void) -> hipError_t;
+        /// `hipError_t hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold);` (ROCm 5.1+)
+        fn hipMemPoolTrimTo(hipMemPool_t, usize) -> hipError_t;
+        /// `hipError_t hipMemGetAddressRange(hipDeviceptr_t* pbase, size_t* psize, hipDeviceptr_t dptr);`
+        fn hipMemGetAddressRange(*mut hipDeviceptr_t, *mut usize, hipDeviceptr_t) -> hipError_t;
+        /// `hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t* handle, void* devPtr);`
+        fn hipIpcGetMemHandle(*mut hipIpcMemHandle_t, *mut c_void) -> hipError_t;
+        /// `hipError_t hipIpcOpenMemHandle(void** devPtr, hipIpcMemHandle_t handle, unsigned int flags);`
+        fn hipIpcOpenMemHandle(*mut *mut c_void, hipIpcMemHandle_t, c_uint) -> hipError_t;
+        /// `hipError_t hipIpcCloseMemHandle(void* devPtr);`
+        fn hipIpcCloseMemHandle(*mut c_void) -> hipError_t;
     }
 }
 
@@ -459,6 +526,20 @@ mod tests {
         let bare = c.iter().position(|x| x == "libamdhip64.so").unwrap();
         let opt = c.iter().position(|x| x == "/opt/rocm/lib/libamdhip64.so").unwrap();
         assert!(bare < opt, "the loader path is searched before /opt/rocm");
+    }
+
+    #[test]
+    fn ipc_open_flags_follow_the_rocm_6_abi_break() {
+        assert_eq!(ipc_open_flags(50221153), 0, "ROCm 5.2");
+        assert_eq!(ipc_open_flags(50731921), 0, "ROCm 5.7");
+        assert_eq!(ipc_open_flags(60032830), 1, "ROCm 6.0");
+        assert_eq!(ipc_open_flags(70151000), 1, "ROCm 7.1");
+    }
+
+    #[test]
+    fn ipc_handles_have_the_header_size() {
+        assert_eq!(std::mem::size_of::<hipIpcMemHandle_t>(), 64);
+        assert_eq!(HIP_IPC_HANDLE_SIZE, std::mem::size_of::<crate::memory::ext::IpcBytes>());
     }
 
     #[test]

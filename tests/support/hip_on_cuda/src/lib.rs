@@ -15,6 +15,7 @@
 //!   `hipRuntimeGetVersion` reports 6.4.0);
 //! - HIP's per-thread current device (`hipSetDevice`), each device's primary
 //!   context being retained on first use and kept for the process;
+//! - `hipIpcOpenMemHandle`'s flag check with ROCm 6's `hipIpcMemLazyEnablePeerAccess` (1);
 //! - HIP status codes: HIP took its numbers from CUDA's, so a `CUresult` is
 //!   returned as the `hipError_t` of the same value (out of memory 2, no
 //!   device 100, not found 500, not ready 600, ...);
@@ -33,7 +34,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::sys::{self as cu, CUdevice_attribute as A, CUresult};
+use cudarc::driver::sys::{self as cu, CUdevice_attribute as A, CUmemPool_attribute as P, CUresult};
 
 mod rtc;
 
@@ -538,6 +539,178 @@ pub unsafe extern "C" fn hipHostUnregister(ptr: *mut c_void) -> HipError {
     })
 }
 
+/// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned flags)`; flags must be 0, as in CUDA.
+///
+/// # Safety
+/// `dev_ptr` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipHostGetDevicePointer(
+    dev_ptr: *mut *mut c_void,
+    host: *mut c_void,
+    flags: c_uint,
+) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        let mut d = 0;
+        // SAFETY: writes one device pointer; an unmapped address is an error.
+        try_hip!(hip(unsafe { cu::cuMemHostGetDevicePointer_v2(&mut d, host, flags) }));
+        // SAFETY: the caller passes a writable pointer.
+        unsafe { *dev_ptr = d as usize as *mut c_void };
+        HIP_SUCCESS
+    })
+}
+
+/// `hipError_t hipMemGetAddressRange(hipDeviceptr_t* pbase, size_t* psize, hipDeviceptr_t dptr)`.
+///
+/// # Safety
+/// `base` and `size` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipMemGetAddressRange(base: *mut *mut c_void, size: *mut usize, ptr: *mut c_void) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        let mut b = 0;
+        // SAFETY: writes one device pointer and, through the caller's pointer, one size_t.
+        try_hip!(hip(unsafe { cu::cuMemGetAddressRange_v2(&mut b, size, ptr as usize as u64) }));
+        // SAFETY: the caller passes a writable pointer.
+        unsafe { *base = b as usize as *mut c_void };
+        HIP_SUCCESS
+    })
+}
+
+// ---- stream-ordered memory pools --------------------------------------------------------
+
+/// The CUDA attribute for a `hipMemPoolAttr` (HIP took CUDA's numbering: 1 to 8).
+fn cuda_pool_attribute(attr: c_int) -> Option<P> {
+    Some(match attr {
+        1 => P::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES,
+        2 => P::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC,
+        3 => P::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+        4 => P::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+        5 => P::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+        6 => P::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+        7 => P::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+        8 => P::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        _ => return None,
+    })
+}
+
+/// `hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t*, int device)`.
+///
+/// # Safety
+/// `pool` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipDeviceGetDefaultMemPool(pool: *mut cu::CUmemoryPool, device: c_int) -> HipError {
+    guard(|| {
+        try_hip!(init());
+        let mut dev = 0;
+        // SAFETY: writes one CUdevice; an invalid ordinal is an error.
+        try_hip!(hip(unsafe { cu::cuDeviceGet(&mut dev, device) }));
+        // SAFETY: the caller passes a writable handle.
+        hip(unsafe { cu::cuDeviceGetDefaultMemPool(pool, dev) })
+    })
+}
+
+/// `hipError_t hipMemPoolSetAttribute(hipMemPool_t, hipMemPoolAttr, void* value)`;
+/// an attribute outside HIP's enum is `hipErrorInvalidValue`.
+///
+/// # Safety
+/// `pool` must be live; `value` must point to the attribute's type (int or uint64_t).
+#[no_mangle]
+pub unsafe extern "C" fn hipMemPoolSetAttribute(pool: cu::CUmemoryPool, attr: c_int, value: *mut c_void) -> HipError {
+    guard(|| {
+        let Some(cuda_attr) = cuda_pool_attribute(attr) else { return HIP_ERROR_INVALID_VALUE };
+        try_hip!(bind());
+        // SAFETY: as documented for the caller; CUDA's attribute has the same value type.
+        hip(unsafe { cu::cuMemPoolSetAttribute(pool, cuda_attr, value) })
+    })
+}
+
+/// `hipError_t hipMemPoolGetAttribute(hipMemPool_t, hipMemPoolAttr, void* value)`;
+/// an attribute outside HIP's enum is `hipErrorInvalidValue`.
+///
+/// # Safety
+/// `pool` must be live; `value` must be writable as the attribute's type.
+#[no_mangle]
+pub unsafe extern "C" fn hipMemPoolGetAttribute(pool: cu::CUmemoryPool, attr: c_int, value: *mut c_void) -> HipError {
+    guard(|| {
+        let Some(cuda_attr) = cuda_pool_attribute(attr) else { return HIP_ERROR_INVALID_VALUE };
+        try_hip!(bind());
+        // SAFETY: as documented for the caller; CUDA's attribute has the same value type.
+        hip(unsafe { cu::cuMemPoolGetAttribute(pool, cuda_attr, value) })
+    })
+}
+
+/// `hipError_t hipMemPoolTrimTo(hipMemPool_t, size_t min_bytes_to_hold)`.
+///
+/// # Safety
+/// `pool` must be live.
+#[no_mangle]
+pub unsafe extern "C" fn hipMemPoolTrimTo(pool: cu::CUmemoryPool, keep: usize) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: as documented for the caller.
+        hip(unsafe { cu::cuMemPoolTrimTo(pool, keep) })
+    })
+}
+
+// ---- IPC ----------------------------------------------------------------------------------
+
+/// `hipIpcMemLazyEnablePeerAccess` of the ROCm 6+ headers this shim emulates
+/// (0 before ROCm 6.0); `hipIpcOpenMemHandle` accepts no other flags, as ROCm's does.
+const HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+
+/// `hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t*, void* devPtr)`; both handles are 64 bytes.
+///
+/// # Safety
+/// `handle` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipIpcGetMemHandle(handle: *mut cu::CUipcMemHandle, ptr: *mut c_void) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: `hipIpcMemHandle_t` and `CUipcMemHandle` are both `char[64]`; the caller passes a writable one.
+        hip(unsafe { cu::cuIpcGetMemHandle(handle, ptr as usize as u64) })
+    })
+}
+
+/// `hipError_t hipIpcOpenMemHandle(void** devPtr, hipIpcMemHandle_t, unsigned flags)`:
+/// `hipErrorInvalidValue` unless `flags` is ROCm 6's `hipIpcMemLazyEnablePeerAccess` (1).
+///
+/// # Safety
+/// `dev_ptr` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipIpcOpenMemHandle(
+    dev_ptr: *mut *mut c_void,
+    handle: cu::CUipcMemHandle,
+    flags: c_uint,
+) -> HipError {
+    guard(|| {
+        if dev_ptr.is_null() || flags != HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS {
+            return HIP_ERROR_INVALID_VALUE;
+        }
+        try_hip!(bind());
+        let mut d = 0;
+        let lazy = cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
+        // SAFETY: writes one device pointer; a stale or foreign handle is an error.
+        try_hip!(hip(unsafe { cu::cuIpcOpenMemHandle_v2(&mut d, handle, lazy) }));
+        // SAFETY: checked non-null.
+        unsafe { *dev_ptr = d as usize as *mut c_void };
+        HIP_SUCCESS
+    })
+}
+
+/// `hipError_t hipIpcCloseMemHandle(void* devPtr)`.
+///
+/// # Safety
+/// `ptr` must come from `hipIpcOpenMemHandle`.
+#[no_mangle]
+pub unsafe extern "C" fn hipIpcCloseMemHandle(ptr: *mut c_void) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: as documented for the caller.
+        hip(unsafe { cu::cuIpcCloseMemHandle(ptr as usize as u64) })
+    })
+}
+
 // ---- streams and events ---------------------------------------------------------------
 
 /// `hipError_t hipStreamCreateWithFlags(hipStream_t*, unsigned)`; `hipStreamNonBlocking` is CUDA's 1.
@@ -862,5 +1035,12 @@ mod tests {
         assert_eq!(cuda_attribute(87), Some(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE));
         assert_eq!(cuda_attribute(63), Some(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
         assert_eq!(cuda_attribute(10017), None);
+    }
+
+    #[test]
+    fn hip_pool_attributes_map_to_their_cuda_twins() {
+        assert_eq!(cuda_pool_attribute(4), Some(P::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD));
+        assert_eq!(cuda_pool_attribute(5), Some(P::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+        assert_eq!(cuda_pool_attribute(9), None);
     }
 }
