@@ -414,7 +414,7 @@ fn a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_wo
 ) {
     let current = memory::current_resource::<D::B>(d).unwrap();
     let (home, side) = (d.create_stream().unwrap(), d.create_stream().unwrap());
-    let home_id = d.stream_id(&home).expect("the host and CUDA backends tell streams apart");
+    let home_id = d.stream_id(&home).expect("every backend tells streams apart");
     // 12 MiB: a pool segment of its own, so the array's block is easy to find.
     let n = 12 * MIB / 4;
     let mut a = MemArray::<f32, 1, D>::from_vec(d, [n], vec![1.0; n]).unwrap();

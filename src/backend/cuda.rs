@@ -305,12 +305,6 @@ impl Drop for CudaHostRegistration {
 
 // ---- streams and events -----------------------------------------------------------
 
-/// The next stream number; 0 is the default stream of the first device opened.
-fn next_stream_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
 struct StreamInner {
     raw: sys::CUstream,
     /// Process-unique number (raw handles are reused after `cuStreamDestroy`).
@@ -511,7 +505,7 @@ impl CudaDevice {
         CudaStream {
             inner: Arc::new(StreamInner {
                 raw: raw as sys::CUstream,
-                id: next_stream_id(),
+                id: super::next_stream_id(),
                 owned: false,
                 ctx: self.ctx.clone(),
             }),
@@ -860,7 +854,7 @@ impl Device for CudaDevice {
         let default_stream = CudaStream {
             inner: Arc::new(StreamInner {
                 raw: cu::stream::null(),
-                id: next_stream_id(),
+                id: super::next_stream_id(),
                 owned: false,
                 ctx: ctx.clone(),
             }),
@@ -970,7 +964,7 @@ impl Device for CudaDevice {
         self.ctx.bind()?;
         let raw = check("cuStreamCreate", cu::stream::create(cu::stream::StreamKind::NonBlocking))?;
         Ok(CudaStream {
-            inner: Arc::new(StreamInner { raw, id: next_stream_id(), owned: true, ctx: self.ctx.clone() }),
+            inner: Arc::new(StreamInner { raw, id: super::next_stream_id(), owned: true, ctx: self.ctx.clone() }),
         })
     }
 

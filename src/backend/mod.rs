@@ -431,6 +431,14 @@ impl fmt::Debug for KernelArgs {
     }
 }
 
+/// A process-wide unique id for a new stream wrapper ([`Device::stream_id`]),
+/// shared by the GPU backends.
+#[allow(dead_code)] // unused when no GPU backend is compiled in
+pub(crate) fn next_stream_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A device of one backend: memory, streams, events, copies and kernels.
 ///
 /// Every object a device hands out remembers its device; passing an object

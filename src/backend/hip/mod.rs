@@ -491,6 +491,8 @@ impl Drop for HipHostRegistration {
 
 struct StreamInner {
     raw: sys::hipStream_t,
+    /// Tells streams apart for the memory pool (see [`Device::stream_id`]).
+    id: u64,
     /// False for the null stream, which is never destroyed.
     owned: bool,
     ctx: Arc<Context>,
@@ -988,8 +990,14 @@ impl Device for HipDevice {
         let target = target_id(rt, id);
         let info = query_info(rt, ctx.hip_device, ordinal, target.as_deref())?;
         let wall_clock_khz = attribute(rt, id, sys::attr::WALL_CLOCK_RATE).ok().filter(|&v| v > 0).map(|v| v as u32);
-        let default_stream =
-            HipStream { inner: Arc::new(StreamInner { raw: std::ptr::null_mut(), owned: false, ctx: ctx.clone() }) };
+        let default_stream = HipStream {
+            inner: Arc::new(StreamInner {
+                raw: std::ptr::null_mut(),
+                id: crate::backend::next_stream_id(),
+                owned: false,
+                ctx: ctx.clone(),
+            }),
+        };
         let dev = Arc::new(HipDevice {
             info,
             target_id: target,
@@ -1106,7 +1114,18 @@ impl Device for HipDevice {
         check("hipStreamCreateWithFlags", unsafe {
             (self.api().hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking)
         })?;
-        Ok(HipStream { inner: Arc::new(StreamInner { raw, owned: true, ctx: self.ctx.clone() }) })
+        Ok(HipStream {
+            inner: Arc::new(StreamInner {
+                raw,
+                id: crate::backend::next_stream_id(),
+                owned: true,
+                ctx: self.ctx.clone(),
+            }),
+        })
+    }
+
+    fn stream_id(&self, stream: &HipStream) -> Option<u64> {
+        Some(stream.inner.id)
     }
 
     fn synchronize(&self, stream: &HipStream) -> Result<()> {
