@@ -8,6 +8,11 @@
 //! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
 //!   [`PageableCopier`] vs a plain pageable copy (target: ≥ 3×).
 //!
+//! - `paired pageable_*` lines: plain and pipelined pageable copies alternated
+//!   round by round, with a pinned copy as the ceiling; set
+//!   `GPUPORT_PAGEABLE_SWEEP=16:2048:1,8:4096:16` (lanes:chunk_KiB:streams)
+//!   to compare pipelines.
+//!
 //! Host variants run everywhere, so the bench always times something.
 //!
 //! ```sh
@@ -124,7 +129,104 @@ fn pageable_copies<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     group.finish();
 }
 
+/// The pipelines to compare in [`paired_pageable`]: `GPUPORT_PAGEABLE_SWEEP`
+/// as `lanes:chunk_KiB:streams` items separated by commas, else the default.
+fn sweep_configs() -> Vec<PipelineConfig> {
+    let default = PipelineConfig::default();
+    let Ok(list) = std::env::var("GPUPORT_PAGEABLE_SWEEP") else { return vec![default] };
+    list.split(',')
+        .map(|item| {
+            let n: Vec<usize> = item.split(':').map(|x| x.trim().parse().expect("lanes:chunk_KiB:streams")).collect();
+            let [lanes, chunk_kib, streams] = n[..] else { panic!("{item}: expected lanes:chunk_KiB:streams") };
+            PipelineConfig { lanes, chunk_bytes: chunk_kib << 10, streams, ..default }
+        })
+        .collect()
+}
+
+/// Pageable 256 MiB copies, plain and pipelined, alternated round by round
+/// (so drift and the state of the host's memory hit both alike), with a
+/// pinned `cuMemcpy*Async` of the same size as the ceiling. Prints the
+/// medians and the median of the per-round ratios for each pipeline.
+fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
+    const ROUNDS: usize = 11;
+    let label = d.info().spec();
+    let stream = d.create_stream().expect("stream");
+    let dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
+    let src = vec![3u8; PAGEABLE_BYTES];
+    let mut dst = vec![0u8; PAGEABLE_BYTES];
+    let mut pinned = d.alloc_pinned(PAGEABLE_BYTES).expect("pinned buffer");
+    pinned.as_mut_slice().fill(1);
+    let gib_s = |seconds: f64| PAGEABLE_BYTES as f64 / seconds / (1u64 << 30) as f64;
+    let time = |f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        f();
+        start.elapsed().as_secs_f64()
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for config in sweep_configs() {
+        let copier = PageableCopier::new(d.clone(), config).expect("copier");
+        // [plain, pipelined, pinned] seconds per round, H2D then D2H.
+        let mut h2d = [Vec::new(), Vec::new(), Vec::new()];
+        let mut d2h = [Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..=ROUNDS {
+            let h = [
+                time(&mut || d.copy_to_device(&src, &dev, 0).expect("plain H2D")),
+                time(&mut || copier.copy_to_device(&src, &dev, 0).expect("pipelined H2D")),
+                time(&mut || {
+                    // SAFETY: `pinned` and `dev` outlive the synchronize right after.
+                    unsafe { d.copy_to_device_async(pinned.as_slice(), &dev, 0, &stream) }.expect("pinned H2D");
+                    d.synchronize(&stream).expect("sync");
+                }),
+            ];
+            let g = [
+                time(&mut || d.copy_to_host(&dev, 0, &mut dst).expect("plain D2H")),
+                time(&mut || copier.copy_to_host(&dev, 0, &mut dst).expect("pipelined D2H")),
+                time(&mut || {
+                    // SAFETY: `pinned` and `dev` outlive the synchronize right after.
+                    unsafe { d.copy_to_host_async(&dev, 0, pinned.as_mut_slice(), &stream) }.expect("pinned D2H");
+                    d.synchronize(&stream).expect("sync");
+                }),
+            ];
+            if round > 0 {
+                // Round 0 warms up (first touch, staging, driver buffers).
+                (0..3).for_each(|k| (h2d[k].push(h[k]), d2h[k].push(g[k])).1);
+            }
+        }
+        for (dir, t) in [("h2d", &h2d), ("d2h", &d2h)] {
+            let ratios: Vec<f64> = t[0].iter().zip(&t[1]).map(|(plain, piped)| plain / piped).collect();
+            let (plain, piped, pin) = (median(t[0].clone()), median(t[1].clone()), median(t[2].clone()));
+            println!(
+                "paired pageable_{dir}_256MiB on {label} (lanes {}, chunk {} KiB, streams {}; median of {ROUNDS} \
+                 alternating rounds): plain {:.2} GiB/s, pipelined {:.2} GiB/s, pinned {:.2} GiB/s; \
+                 pipelined/plain {:.2}x (per-round median {:.2}x, min {:.2}x), pipelined/pinned {:.0}%",
+                config.lanes,
+                config.chunk_bytes >> 10,
+                config.streams,
+                gib_s(plain),
+                gib_s(piped),
+                gib_s(pin),
+                plain / piped,
+                median(ratios.clone()),
+                ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                100.0 * pin / piped,
+            );
+        }
+    }
+}
+
+/// Whether the command line's filters (if any) ask for pageable copies.
+fn pageable_wanted() -> bool {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    filters.is_empty() || filters.iter().any(|f| f.contains("pageable"))
+}
+
 fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
+    if pageable_wanted() {
+        paired_pageable(d);
+    }
     alloc_free(c, d);
     pinned_copies(c, d);
     pageable_copies(c, d);

@@ -389,22 +389,25 @@ fn the_native_pool_keeps_memory_up_to_its_threshold_and_trims_it<D: MemoryDevice
 }
 
 fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) {
-    let config = PipelineConfig { chunk_bytes: MIB, lanes: 3, direct_below: 4096 };
-    let copier = PageableCopier::new(d.clone(), config).unwrap();
-    let n = 9 * MIB + 123;
-    let data = pattern(n, 6);
-    let dev = d.alloc(n + 10).unwrap();
-    copier.copy_to_device(&data, &dev, 10).unwrap();
-    let mut back = vec![0u8; n];
-    copier.copy_to_host(&dev, 10, &mut back).unwrap();
-    assert!(back == data, "pipelined round trip changed the bytes");
-    let mut direct = vec![0u8; n];
-    d.copy_to_host(&dev, 10, &mut direct).unwrap();
-    assert!(direct == data);
-    assert!(matches!(copier.copy_to_device(&data, &dev, 11), Err(Error::OutOfBounds { .. })));
-    let mut small = vec![0u8; 100];
-    copier.copy_to_host(&dev, 10, &mut small).unwrap();
-    assert_eq!(small, data[..100]);
+    // One stream shared by every lane, two for three lanes, one per lane.
+    for streams in [1, 2, 3] {
+        let config = PipelineConfig { chunk_bytes: MIB, lanes: 3, streams, direct_below: 4096 };
+        let copier = PageableCopier::new(d.clone(), config).unwrap();
+        let n = 9 * MIB + 123;
+        let data = pattern(n, 6 + streams as u8);
+        let dev = d.alloc(n + 10).unwrap();
+        copier.copy_to_device(&data, &dev, 10).unwrap();
+        let mut back = vec![0u8; n];
+        copier.copy_to_host(&dev, 10, &mut back).unwrap();
+        assert!(back == data, "pipelined round trip changed the bytes ({streams} streams)");
+        let mut direct = vec![0u8; n];
+        d.copy_to_host(&dev, 10, &mut direct).unwrap();
+        assert!(direct == data, "the device holds what was sent ({streams} streams)");
+        assert!(matches!(copier.copy_to_device(&data, &dev, 11), Err(Error::OutOfBounds { .. })));
+        let mut small = vec![0u8; 100];
+        copier.copy_to_host(&dev, 10, &mut small).unwrap();
+        assert_eq!(small, data[..100]);
+    }
 }
 
 // ---- arrays through the current resource ----------------------------------------------

@@ -1,8 +1,11 @@
 //! Copies between ordinary (pageable) host memory and the device that do not
-//! crawl: the transfer is cut into chunks, pipelined through pinned staging
-//! buffers on several streams, each lane driven by its own host thread, so
-//! host-side copying (into or out of staging) overlaps DMA and several host
-//! cores share the memcpy.
+//! crawl: the transfer is cut into chunks and pipelined through pinned
+//! staging buffers. Lanes, each driven by its own host thread with two
+//! staging buffers, take the chunks in turn; the host copies into or out of
+//! one buffer while the DMA of the other runs, and several cores share the
+//! host-side copying. The lanes share few streams (one by default), so the
+//! DMA runs back to back in chunk order and little host copying is left
+//! when it ends.
 //!
 //! A plain pageable `cuMemcpyHtoD` makes the driver stage through its own
 //! small pinned buffer with one thread, and serialises with other work
@@ -23,29 +26,37 @@ use super::pinned::{PinnedFlags, PinnedMemory};
 pub struct PipelineConfig {
     /// Bytes per chunk (and per staging buffer).
     pub chunk_bytes: usize,
-    /// Lanes: each has a stream, two staging buffers and a host thread.
+    /// Lanes: each has two staging buffers and a host thread, and takes every
+    /// `lanes`-th chunk.
     pub lanes: usize,
+    /// Streams the lanes share (lane `l` uses stream `l % streams`). With one
+    /// stream the chunks' DMA runs back to back in issue order, so chunks
+    /// finish one after the other and only the last one's host copy is left
+    /// when the DMA ends; with a stream per lane the driver interleaves the
+    /// lanes and every lane's last chunk finishes at the end together.
+    pub streams: usize,
     /// Transfers smaller than this go straight through the driver.
     pub direct_below: usize,
 }
 
 impl Default for PipelineConfig {
-    /// 4 MiB chunks (`GPUPORT_PAGEABLE_CHUNK_MIB` overrides); one lane per
-    /// core up to 16 (`GPUPORT_PAGEABLE_LANES` overrides); transfers under
-    /// 1 MiB go direct. On the H100's 16-core host (docs/gpu-runs, run 10),
-    /// 256 MiB H2D/D2H ran 5.4x/3.6x a plain pageable copy with 8 lanes,
-    /// 5.8x/3.8x with 16, and 8 MiB chunks were slower than 4 MiB.
+    /// 2 MiB chunks (`GPUPORT_PAGEABLE_CHUNK_KIB` overrides), one lane per
+    /// core up to 16 (`GPUPORT_PAGEABLE_LANES`), one shared stream
+    /// (`GPUPORT_PAGEABLE_STREAMS`); transfers under 1 MiB go direct.
+    /// BENCHMARKS.md has the sweep behind these choices.
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let positive_env =
             |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
         let lanes = positive_env("GPUPORT_PAGEABLE_LANES").unwrap_or(cores.min(16));
-        let chunk_mib = positive_env("GPUPORT_PAGEABLE_CHUNK_MIB").unwrap_or(4).min(1 << 10);
-        PipelineConfig { chunk_bytes: chunk_mib << 20, lanes, direct_below: 1 << 20 }
+        let chunk_kib = positive_env("GPUPORT_PAGEABLE_CHUNK_KIB").unwrap_or(2 << 10).min(1 << 20);
+        let streams = positive_env("GPUPORT_PAGEABLE_STREAMS").unwrap_or(1);
+        PipelineConfig { chunk_bytes: chunk_kib << 10, lanes, streams, direct_below: 1 << 20 }
     }
 }
 
 struct Lane<B: MemoryBackend> {
+    /// One of the copier's streams, shared with other lanes.
     stream: Stream<B>,
     /// From the device's current resource; back to its pinned pool when the
     /// copier is dropped (every lane has synchronized its stream by then).
@@ -71,16 +82,19 @@ impl<B: MemoryBackend> fmt::Debug for PageableCopier<B> {
 }
 
 impl<B: MemoryBackend> PageableCopier<B> {
-    /// Creates the lanes: `lanes` streams and `2 * lanes` pinned buffers of
-    /// `chunk_bytes`, taken from the device's current resource.
+    /// Creates the lanes: `streams` streams and `2 * lanes` pinned buffers
+    /// of `chunk_bytes`, taken from the device's current resource.
     pub fn new(device: Arc<B::Device>, config: PipelineConfig) -> Result<Self> {
         crate::backend::check_alloc_size(config.chunk_bytes)?;
         let allocator = current_resource::<B>(&device)?;
         let staging = || allocator.alloc_pinned(config.chunk_bytes, PinnedFlags::PORTABLE);
-        let mut lanes = Vec::with_capacity(config.lanes.max(1));
-        for _ in 0..config.lanes.max(1) {
+        let lane_count = config.lanes.max(1);
+        let streams =
+            (0..config.streams.clamp(1, lane_count)).map(|_| device.create_stream()).collect::<Result<Vec<_>>>()?;
+        let mut lanes = Vec::with_capacity(lane_count);
+        for l in 0..lane_count {
             lanes.push(Lane {
-                stream: device.create_stream()?,
+                stream: streams[l % streams.len()].clone(),
                 staging: [staging()?, staging()?],
                 events: [device.create_event()?, device.create_event()?],
             });
@@ -105,18 +119,12 @@ impl<B: MemoryBackend> PageableCopier<B> {
             return self.device.copy_to_device(src, dst, dst_offset);
         }
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        let parts = self.parts(src.len(), lanes.len());
-        let device = &*self.device;
         let chunk = self.config.chunk_bytes;
-        std::thread::scope(|scope| {
-            let mut handles = Vec::new();
-            for (lane, (start, len)) in lanes.iter_mut().zip(parts) {
-                let part = &src[start..start + len];
-                let at = dst_offset + start;
-                handles.push(scope.spawn(move || lane_to_device(device, lane, part, dst, at, chunk)));
-            }
-            join_all(handles)
-        })
+        let mut work: Vec<Vec<(usize, &[u8])>> = lanes.iter().map(|_| Vec::new()).collect();
+        for (i, piece) in src.chunks(chunk).enumerate() {
+            work[i % lanes.len()].push((dst_offset + i * chunk, piece));
+        }
+        self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, dst))
     }
 
     /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` and waits.
@@ -131,55 +139,49 @@ impl<B: MemoryBackend> PageableCopier<B> {
             return self.device.copy_to_host(src, src_offset, dst);
         }
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        let parts = self.parts(dst.len(), lanes.len());
-        let device = &*self.device;
         let chunk = self.config.chunk_bytes;
+        let mut work: Vec<Vec<(usize, &mut [u8])>> = lanes.iter().map(|_| Vec::new()).collect();
+        for (i, piece) in dst.chunks_mut(chunk).enumerate() {
+            work[i % lanes.len()].push((src_offset + i * chunk, piece));
+        }
+        self.run_lanes(&mut lanes, work, |d, lane, mut pieces| lane_to_host(d, lane, src, &mut pieces))
+    }
+
+    /// Runs `job` for every lane with work, each on its own thread (the
+    /// calling thread takes the first), and returns the first error.
+    fn run_lanes<W: Send>(
+        &self,
+        lanes: &mut [Lane<B>],
+        work: Vec<Vec<W>>,
+        job: impl Fn(&B::Device, &mut Lane<B>, Vec<W>) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let device = &*self.device;
+        let job = &job;
+        let mut busy = lanes.iter_mut().zip(work).filter(|(_, w)| !w.is_empty());
+        let Some((first_lane, first_work)) = busy.next() else { return Ok(()) };
         std::thread::scope(|scope| {
-            let mut handles = Vec::new();
-            let mut rest = dst;
-            for (lane, (start, len)) in lanes.iter_mut().zip(parts) {
-                let (part, tail) = rest.split_at_mut(len);
-                rest = tail;
-                let at = src_offset + start;
-                handles.push(scope.spawn(move || lane_to_host(device, lane, src, at, part, chunk)));
+            let handles: Vec<_> = busy.map(|(lane, w)| scope.spawn(move || job(device, lane, w))).collect();
+            let mut outcome = job(device, first_lane, first_work);
+            for h in handles {
+                let joined = h.join().unwrap_or_else(|_| Err(crate::Error::HostTask("a copy lane panicked".into())));
+                outcome = outcome.and(joined);
             }
-            join_all(handles)
+            outcome
         })
     }
-
-    /// Splits `total` bytes into at most `lanes` contiguous parts of whole chunks.
-    fn parts(&self, total: usize, lanes: usize) -> Vec<(usize, usize)> {
-        let chunk = self.config.chunk_bytes;
-        let chunks = total.div_ceil(chunk);
-        let per_lane = chunks.div_ceil(lanes.max(1)).max(1) * chunk;
-        (0..total).step_by(per_lane).map(|start| (start, per_lane.min(total - start))).collect()
-    }
-}
-
-fn join_all(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<()>>>) -> Result<()> {
-    let mut first = Ok(());
-    for h in handles {
-        let outcome = h.join().unwrap_or_else(|_| Err(crate::Error::HostTask("a copy lane panicked".into())));
-        if first.is_ok() {
-            first = outcome;
-        }
-    }
-    first
 }
 
 /// One lane of a host-to-device copy: fill staging buffer `i % 2` while the
-/// other one's DMA runs.
+/// other one's DMA runs. `pieces` are (device offset, source bytes).
 fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
     d: &B::Device,
     lane: &mut Lane<B>,
-    src: &[u8],
+    pieces: &[(usize, &[u8])],
     dst: &M,
-    dst_offset: usize,
-    chunk: usize,
 ) -> Result<()> {
     let mut busy = [false; 2];
     let run = (|| {
-        for (i, piece) in src.chunks(chunk).enumerate() {
+        for (i, &(at, piece)) in pieces.iter().enumerate() {
             let s = i % 2;
             if busy[s] {
                 d.synchronize_event(&lane.events[s])?;
@@ -188,67 +190,63 @@ fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
             // SAFETY: staging buffer `s` is not written again before
             // `events[s]` (recorded right after) completes, and `dst` and the
             // staging buffers outlive the synchronize at the end of this lane.
-            unsafe {
-                d.copy_to_device_async(
-                    &lane.staging[s].as_slice()[..piece.len()],
-                    dst,
-                    dst_offset + i * chunk,
-                    &lane.stream,
-                )?
-            };
-            d.record_event(&lane.events[s], &lane.stream)?;
+            unsafe { d.copy_to_device_async(&lane.staging[s].as_slice()[..piece.len()], dst, at, &lane.stream)? };
             busy[s] = true;
+            d.record_event(&lane.events[s], &lane.stream)?;
         }
         Ok(())
     })();
-    // Always drain the stream: queued copies read the staging buffers.
-    let synced = d.synchronize(&lane.stream);
-    run.and(synced)
+    // Always wait for this lane's copies: they read the staging buffers.
+    let drained = drain(d, lane, busy, run.is_err());
+    run.and(drained)
 }
 
 /// One lane of a device-to-host copy: DMA into staging `i % 2` while the host
-/// copies the other one out.
+/// copies the other one out. `pieces` are (device offset, destination bytes).
 fn lane_to_host<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
     d: &B::Device,
     lane: &mut Lane<B>,
     src: &M,
-    src_offset: usize,
-    dst: &mut [u8],
-    chunk: usize,
+    pieces: &mut [(usize, &mut [u8])],
 ) -> Result<()> {
-    let n = dst.len().div_ceil(chunk);
-    let total = dst.len();
-    let len_of = move |i: usize| chunk.min(total - i * chunk);
+    let n = pieces.len();
+    let mut busy = [false; 2];
     let run = (|| {
-        let issue = |lane: &mut Lane<B>, i: usize| -> Result<()> {
+        let issue = |lane: &mut Lane<B>, busy: &mut [bool; 2], i: usize, at: usize, len: usize| -> Result<()> {
             let s = i % 2;
             // SAFETY: staging buffer `s` is read by the host only after
             // `events[s]` completes, and not reissued before it is read; the
-            // stream is synchronized before this lane returns.
-            unsafe {
-                d.copy_to_host_async(
-                    src,
-                    src_offset + i * chunk,
-                    &mut lane.staging[s].as_mut_slice()[..len_of(i)],
-                    &lane.stream,
-                )?
-            };
+            // lane waits for its copies before it returns.
+            unsafe { d.copy_to_host_async(src, at, &mut lane.staging[s].as_mut_slice()[..len], &lane.stream)? };
+            busy[s] = true;
             d.record_event(&lane.events[s], &lane.stream)
         };
-        for i in 0..n.min(2) {
-            issue(lane, i)?;
+        for (i, &(at, ref out)) in pieces.iter().enumerate().take(2) {
+            issue(lane, &mut busy, i, at, out.len())?;
         }
         for i in 0..n {
             let s = i % 2;
             d.synchronize_event(&lane.events[s])?;
-            let len = len_of(i);
-            dst[i * chunk..i * chunk + len].copy_from_slice(&lane.staging[s].as_slice()[..len]);
+            busy[s] = false;
+            let out = &mut *pieces[i].1;
+            out.copy_from_slice(&lane.staging[s].as_slice()[..out.len()]);
             if i + 2 < n {
-                issue(lane, i + 2)?;
+                issue(lane, &mut busy, i + 2, pieces[i + 2].0, pieces[i + 2].1.len())?;
             }
         }
         Ok(())
     })();
-    let synced = d.synchronize(&lane.stream);
-    run.and(synced)
+    let drained = drain(d, lane, busy, run.is_err());
+    run.and(drained)
+}
+
+/// Waits for the lane's copies: through its events (not its stream, which
+/// lanes still working may share), or, after an error, when an event may
+/// not have been recorded behind a queued copy, through the whole stream.
+/// Either way no copy into or out of staging is left running.
+fn drain<B: MemoryBackend>(d: &B::Device, lane: &Lane<B>, busy: [bool; 2], failed: bool) -> Result<()> {
+    if failed {
+        return d.synchronize(&lane.stream);
+    }
+    lane.events.iter().zip(busy).filter(|(_, b)| *b).try_for_each(|(event, _)| d.synchronize_event(event))
 }
