@@ -10,7 +10,8 @@
 //!
 //! - `paired pageable_*` lines: plain and pipelined pageable copies alternated
 //!   round by round, with a pinned copy as the ceiling; set
-//!   `GPUPORT_PAGEABLE_SWEEP=16:2048:1,8:4096:16` (lanes:chunk_KiB:streams)
+//!   `GPUPORT_PAGEABLE_SWEEP=16:2048:1:1,8:4096:16:0`
+//!   (lanes:chunk_KiB:streams:streaming-stores)
 //!   to compare pipelines.
 //!
 //! Host variants run everywhere, so the bench always times something.
@@ -130,15 +131,18 @@ fn pageable_copies<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
 }
 
 /// The pipelines to compare in [`paired_pageable`]: `GPUPORT_PAGEABLE_SWEEP`
-/// as `lanes:chunk_KiB:streams` items separated by commas, else the default.
+/// as `lanes:chunk_KiB:streams:streaming` items separated by commas, else the default.
 fn sweep_configs() -> Vec<PipelineConfig> {
     let default = PipelineConfig::default();
     let Ok(list) = std::env::var("GPUPORT_PAGEABLE_SWEEP") else { return vec![default] };
     list.split(',')
         .map(|item| {
-            let n: Vec<usize> = item.split(':').map(|x| x.trim().parse().expect("lanes:chunk_KiB:streams")).collect();
-            let [lanes, chunk_kib, streams] = n[..] else { panic!("{item}: expected lanes:chunk_KiB:streams") };
-            PipelineConfig { lanes, chunk_bytes: chunk_kib << 10, streams, ..default }
+            let n: Vec<usize> =
+                item.split(':').map(|x| x.trim().parse().expect("lanes:chunk_KiB:streams:streaming")).collect();
+            let [lanes, chunk_kib, streams, streaming] = n[..] else {
+                panic!("{item}: expected lanes:chunk_KiB:streams:streaming (streaming 0 or 1)")
+            };
+            PipelineConfig { lanes, chunk_bytes: chunk_kib << 10, streams, streaming_stores: streaming != 0, ..default }
         })
         .collect()
 }
@@ -202,12 +206,13 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
             let ratios: Vec<f64> = t[0].iter().zip(&t[1]).map(|(plain, piped)| plain / piped).collect();
             let (plain, piped, pin) = (median(t[0].clone()), median(t[1].clone()), median(t[2].clone()));
             println!(
-                "paired pageable_{dir}_256MiB on {label} (lanes {}, chunk {} KiB, streams {}; median of {ROUNDS} \
+                "paired pageable_{dir}_256MiB on {label} (lanes {}, chunk {} KiB, streams {}, streaming {}; median of {ROUNDS} \
                  alternating rounds): plain {:.2} GiB/s, pipelined {:.2} GiB/s, pinned {:.2} GiB/s; \
                  pipelined/plain {:.2}x (per-round median {:.2}x, min {:.2}x), pipelined/pinned {:.0}%",
                 config.lanes,
                 config.chunk_bytes >> 10,
                 config.streams,
+                config.streaming_stores,
                 gib_s(plain),
                 gib_s(piped),
                 gib_s(pin),

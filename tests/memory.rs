@@ -391,7 +391,8 @@ fn the_native_pool_keeps_memory_up_to_its_threshold_and_trims_it<D: MemoryDevice
 fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) {
     // One stream shared by every lane, two for three lanes, one per lane.
     for streams in [1, 2, 3] {
-        let config = PipelineConfig { chunk_bytes: MIB, lanes: 3, streams, direct_below: 4096 };
+        let config =
+            PipelineConfig { chunk_bytes: MIB, lanes: 3, streams, direct_below: 4096, streaming_stores: streams != 2 };
         let copier = PageableCopier::new(d.clone(), config).unwrap();
         let n = 9 * MIB + 123;
         let data = pattern(n, 6 + streams as u8);

@@ -37,12 +37,18 @@ pub struct PipelineConfig {
     pub streams: usize,
     /// Transfers smaller than this go straight through the driver.
     pub direct_below: usize,
+    /// Host-side copies write with non-temporal (streaming) stores, which
+    /// skip reading the destination into the cache first: less memory
+    /// traffic, which is what bounds the pipeline on a busy host (x86-64
+    /// only; elsewhere this is an ordinary copy).
+    pub streaming_stores: bool,
 }
 
 impl Default for PipelineConfig {
     /// 2 MiB chunks (`GPUPORT_PAGEABLE_CHUNK_KIB` overrides), one lane per
     /// core up to 16 (`GPUPORT_PAGEABLE_LANES`), one shared stream
-    /// (`GPUPORT_PAGEABLE_STREAMS`); transfers under 1 MiB go direct.
+    /// (`GPUPORT_PAGEABLE_STREAMS`); transfers under 1 MiB go direct;
+    /// streaming stores on (`GPUPORT_PAGEABLE_STREAMING=0` turns them off).
     /// BENCHMARKS.md has the sweep behind these choices.
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -51,7 +57,8 @@ impl Default for PipelineConfig {
         let lanes = positive_env("GPUPORT_PAGEABLE_LANES").unwrap_or(cores.min(16));
         let chunk_kib = positive_env("GPUPORT_PAGEABLE_CHUNK_KIB").unwrap_or(2 << 10).min(1 << 20);
         let streams = positive_env("GPUPORT_PAGEABLE_STREAMS").unwrap_or(1);
-        PipelineConfig { chunk_bytes: chunk_kib << 10, lanes, streams, direct_below: 1 << 20 }
+        let streaming_stores = std::env::var("GPUPORT_PAGEABLE_STREAMING").map_or(true, |v| v != "0");
+        PipelineConfig { chunk_bytes: chunk_kib << 10, lanes, streams, direct_below: 1 << 20, streaming_stores }
     }
 }
 
@@ -124,7 +131,8 @@ impl<B: MemoryBackend> PageableCopier<B> {
         for (i, piece) in src.chunks(chunk).enumerate() {
             work[i % lanes.len()].push((dst_offset + i * chunk, piece));
         }
-        self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, dst))
+        let nt = self.config.streaming_stores;
+        self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, dst, nt))
     }
 
     /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` and waits.
@@ -144,7 +152,8 @@ impl<B: MemoryBackend> PageableCopier<B> {
         for (i, piece) in dst.chunks_mut(chunk).enumerate() {
             work[i % lanes.len()].push((src_offset + i * chunk, piece));
         }
-        self.run_lanes(&mut lanes, work, |d, lane, mut pieces| lane_to_host(d, lane, src, &mut pieces))
+        let nt = self.config.streaming_stores;
+        self.run_lanes(&mut lanes, work, |d, lane, mut pieces| lane_to_host(d, lane, src, &mut pieces, nt))
     }
 
     /// Runs `job` for every lane with work, each on its own thread (the
@@ -178,6 +187,7 @@ fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
     lane: &mut Lane<B>,
     pieces: &[(usize, &[u8])],
     dst: &M,
+    streaming: bool,
 ) -> Result<()> {
     let mut busy = [false; 2];
     let run = (|| {
@@ -186,7 +196,7 @@ fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
             if busy[s] {
                 d.synchronize_event(&lane.events[s])?;
             }
-            lane.staging[s].as_mut_slice()[..piece.len()].copy_from_slice(piece);
+            host_copy(&mut lane.staging[s].as_mut_slice()[..piece.len()], piece, streaming);
             // SAFETY: staging buffer `s` is not written again before
             // `events[s]` (recorded right after) completes, and `dst` and the
             // staging buffers outlive the synchronize at the end of this lane.
@@ -208,6 +218,7 @@ fn lane_to_host<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
     lane: &mut Lane<B>,
     src: &M,
     pieces: &mut [(usize, &mut [u8])],
+    streaming: bool,
 ) -> Result<()> {
     let n = pieces.len();
     let mut busy = [false; 2];
@@ -229,7 +240,7 @@ fn lane_to_host<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
             d.synchronize_event(&lane.events[s])?;
             busy[s] = false;
             let out = &mut *pieces[i].1;
-            out.copy_from_slice(&lane.staging[s].as_slice()[..out.len()]);
+            host_copy(out, &lane.staging[s].as_slice()[..out.len()], streaming);
             if i + 2 < n {
                 issue(lane, &mut busy, i + 2, pieces[i + 2].0, pieces[i + 2].1.len())?;
             }
@@ -249,4 +260,67 @@ fn drain<B: MemoryBackend>(d: &B::Device, lane: &Lane<B>, busy: [bool; 2], faile
         return d.synchronize(&lane.stream);
     }
     lane.events.iter().zip(busy).filter(|(_, b)| *b).try_for_each(|(event, _)| d.synchronize_event(event))
+}
+
+/// Copies `src` into `dst` (same length), with streaming stores if asked
+/// and the target has them.
+fn host_copy(dst: &mut [u8], src: &[u8], streaming: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if streaming {
+        return streaming_copy(dst, src);
+    }
+    let _ = streaming;
+    dst.copy_from_slice(src);
+}
+
+/// `dst.copy_from_slice(src)` with SSE2 non-temporal stores for the 16-byte
+/// aligned middle of `dst`. Written by hand: `copy_from_slice` (glibc's
+/// memcpy) switches to non-temporal stores only for copies far larger than a
+/// chunk, and no maintained crate offers a streaming copy.
+#[cfg(target_arch = "x86_64")]
+fn streaming_copy(dst: &mut [u8], src: &[u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    assert_eq!(dst.len(), src.len(), "streaming_copy needs equal lengths");
+    const BLOCK: usize = 64;
+    let head = dst.as_ptr().align_offset(16).min(dst.len());
+    let body = (dst.len() - head) / BLOCK * BLOCK;
+    dst[..head].copy_from_slice(&src[..head]);
+    let (d, s) = (dst[head..].as_mut_ptr(), src[head..].as_ptr());
+    for offset in (0..body).step_by(BLOCK) {
+        // SAFETY: SSE2 is part of x86-64. `offset + 64 <= body`, and `body`
+        // bytes past `head` lie inside both slices (equal lengths); `d +
+        // head` is 16-byte aligned (align_offset), as `_mm_stream_si128`
+        // needs, and so is every 16-byte step from it; loads are unaligned.
+        unsafe {
+            for lane in (0..BLOCK).step_by(16) {
+                let v = _mm_loadu_si128(s.add(offset + lane).cast::<__m128i>());
+                _mm_stream_si128(d.add(offset + lane).cast::<__m128i>(), v);
+            }
+        }
+    }
+    // SAFETY: SSE2 is part of x86-64; the fence orders the streaming stores
+    // before whatever this thread does next (the copy is then visible to
+    // the DMA engine and to other threads like ordinary stores).
+    unsafe { _mm_sfence() };
+    dst[head + body..].copy_from_slice(&src[head + body..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_copy;
+
+    #[test]
+    fn host_copy_matches_copy_from_slice_at_every_alignment_and_length() {
+        let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        for streaming in [false, true] {
+            for offset in 0..17 {
+                for len in [0, 1, 15, 16, 17, 63, 64, 65, 127, 1000, 4000] {
+                    let mut dst = vec![0u8; 4096 + 32];
+                    host_copy(&mut dst[offset..offset + len], &src[..len], streaming);
+                    assert_eq!(&dst[offset..offset + len], &src[..len], "offset {offset}, len {len}, {streaming}");
+                    assert!(dst[..offset].iter().chain(&dst[offset + len..]).all(|&b| b == 0), "wrote outside");
+                }
+            }
+        }
+    }
 }
