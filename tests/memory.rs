@@ -177,17 +177,27 @@ fn the_release_threshold_returns_cached_memory<D: MemoryDevice>(d: &Dev<D>) {
 fn the_fragmentation_report_shows_holes_and_merges_them<D: MemoryDevice>(d: &Dev<D>) {
     let (pool, alloc) = pool(d, PoolConfig::default());
     let s = d.create_stream().unwrap();
-    let mut blocks: Vec<_> = (0..8).map(|_| Some(alloc.alloc(64 * 1024, &s).unwrap())).collect();
+    // 8 blocks of 192 KiB: 1.5 MiB of one 2 MiB small-block segment.
+    let mut blocks: Vec<_> = (0..8).map(|_| Some(alloc.alloc(192 * 1024, &s).unwrap())).collect();
     for b in blocks.iter_mut().step_by(2) {
         *b = None;
     }
     let report = pool.report();
     assert_eq!(report.segments, 1);
-    assert_eq!(report.in_use, 4 * 64 * 1024);
+    assert_eq!(report.in_use, 4 * 192 * 1024);
     assert!(report.free_blocks >= 4, "{report}");
     assert!(report.fragmentation > 0.0, "{report}");
     assert!(report.to_string().contains("fragmentation"));
     blocks.clear();
+    // The stream's cache of recent blocks holds the last 8 frees whole.
+    let report = pool.report();
+    assert_eq!(report.free_blocks, 9, "8 cached blocks and the rest of the segment: {report}");
+    // A request that no cached block and not the 512 KiB rest fit merges the
+    // cache back into the set, and then fits in the same segment.
+    let big = alloc.alloc(MIB, &s).unwrap();
+    assert_eq!(pool.report().segments, 1, "{}", pool.report());
+    drop(big);
+    pool.trim(usize::MAX).unwrap();
     let report = pool.report();
     assert_eq!(report.free_blocks, 1, "freed neighbours merge back into one block: {report}");
     assert_eq!(report.largest_free_block, 2 * MIB);

@@ -19,6 +19,10 @@
 //!   completed. A block used on several streams ([`StreamUse`](super::StreamUse))
 //!   goes to the pending list when freed, with every use's event. So a block
 //!   is never handed to a stream before events show its last uses complete.
+//! - A block freed on its own stream first goes, whole, to that stream's
+//!   small cache of recent blocks (8), where a request of its size on the
+//!   same stream takes it back without touching the best-fit set; the cache's
+//!   oldest block moves on to the set when it is full, and fencing empties it.
 //! - Freed neighbours with the same tag merge; a segment whose single free
 //!   block is in the shared list can go back to the storage.
 //! - On out-of-memory (the storage's or the pool's own `size_limit`) the pool
@@ -100,6 +104,8 @@ const SMALL_SEGMENT: usize = 2 << 20;
 const LARGE_SEGMENT: usize = 20 << 20;
 const LARGE_EXACT_ABOVE: usize = 10 << 20;
 const LARGE_ROUND: usize = 2 << 20;
+/// Most blocks a stream's list keeps in its `recent` cache.
+const RECENT_MAX: usize = 8;
 /// Tag of blocks free for any stream.
 const ANY: u64 = u64::MAX;
 const NONE: u32 = u32::MAX;
@@ -108,6 +114,9 @@ const NONE: u32 = u32::MAX;
 enum NodeState {
     Allocated { requested: usize },
     Free { tag: u64 },
+    /// Freed on stream `tag` and kept whole, unmerged, in that list's
+    /// `recent` cache for the next request of its size.
+    Cached { tag: u64 },
     Pending,
     Vacant,
 }
@@ -137,6 +146,17 @@ struct FreeList<B: MemoryBackend> {
     stream: Option<Stream<B>>,
     /// (large class, size, node), ordered for best fit.
     set: BTreeSet<(bool, usize, u32)>,
+    /// Blocks freed on this stream most recently (at most [`RECENT_MAX`],
+    /// oldest first), handed out again whole to a request of their size
+    /// without touching `set`: the common free-then-allocate-the-same-size
+    /// cycle costs no tree updates and no split or merge.
+    recent: Vec<u32>,
+}
+
+impl<B: MemoryBackend> FreeList<B> {
+    fn new(tag: u64, stream: Option<Stream<B>>) -> Self {
+        FreeList { tag, stream, set: BTreeSet::new(), recent: Vec::new() }
+    }
 }
 
 struct Fence<B: MemoryBackend> {
@@ -201,7 +221,7 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
         let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
-        let shared = FreeList { tag: ANY, stream: None, set: BTreeSet::new() };
+        let shared = FreeList::new(ANY, None);
         CachingPool {
             storage,
             config,
@@ -309,6 +329,15 @@ fn validate_enabled() -> bool {
     *ON.get_or_init(|| std::env::var_os("GPUPORT_POOL_VALIDATE").is_some())
 }
 
+/// The smallest remainder worth splitting off a block of the class.
+fn min_split(small: bool) -> usize {
+    if small {
+        ROUND
+    } else {
+        SMALL_MAX + 1
+    }
+}
+
 fn st_ordinal<D: Device>(d: &D) -> usize {
     d.info().ordinal
 }
@@ -388,6 +417,43 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
     }
 
+    /// Takes a block of list `l`'s `recent` cache that [`hand_out`](Self::hand_out)
+    /// would hand out whole for `size` bytes of the class, newest first.
+    fn take_recent(&mut self, l: usize, size: usize, small: bool) -> Option<u32> {
+        let nodes = &self.nodes;
+        let fits = |&n: &u32| {
+            let node = &nodes[n as usize];
+            node.small == small && node.size >= size && node.size - size < min_split(small)
+        };
+        let i = self.lists[l].recent.iter().rposition(fits)?;
+        Some(self.lists[l].recent.remove(i))
+    }
+
+    /// Frees `n`, just used on stream `tag` (list `l`), into that list's
+    /// `recent` cache; the oldest cached block, if the cache is full, goes
+    /// to the free set.
+    fn free_recent(&mut self, n: u32, l: usize) {
+        let tag = self.lists[l].tag;
+        if self.lists[l].recent.len() == RECENT_MAX {
+            let oldest = self.lists[l].recent.remove(0);
+            self.free_and_merge(oldest, tag);
+        }
+        self.nodes[n as usize].state = NodeState::Cached { tag };
+        self.lists[l].recent.push(n);
+    }
+
+    /// Moves list `l`'s cached blocks to its free set, merging them with
+    /// their free neighbours; whether there were any.
+    fn flush_recent(&mut self, l: usize) -> bool {
+        let recent = std::mem::take(&mut self.lists[l].recent);
+        let tag = self.lists[l].tag;
+        let any = !recent.is_empty();
+        for n in recent {
+            self.free_and_merge(n, tag);
+        }
+        any
+    }
+
     /// Takes the best-fitting free block of the right class from `tag`'s list.
     fn take_best(&mut self, tag: u64, size: usize, small: bool) -> Option<u32> {
         let l = self.list_of(tag)?;
@@ -400,9 +466,12 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// remainder, marks `n` allocated and returns its address.
     fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> u64 {
         let node = self.nodes[n as usize];
-        debug_assert!(matches!(node.state, NodeState::Free { .. } | NodeState::Pending), "handing out {n}: {node:?}");
+        debug_assert!(
+            matches!(node.state, NodeState::Free { .. } | NodeState::Cached { .. } | NodeState::Pending),
+            "handing out {n}: {node:?}"
+        );
         let rest = node.size - size;
-        let min_split = if node.small { ROUND } else { SMALL_MAX + 1 };
+        let min_split = min_split(node.small);
         if rest >= min_split {
             let r = self.new_node(Node {
                 seg: node.seg,
@@ -440,10 +509,11 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// Moves every block of list `l` (a stream's) to the pending list behind
     /// an event recorded on that stream now.
     fn fence(&mut self, device: &B::Device, l: usize) {
-        if l == 0 || self.lists[l].set.is_empty() {
+        if l == 0 || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
             return;
         }
-        let nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
+        let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
+        nodes.append(&mut self.lists[l].recent);
         for &n in &nodes {
             self.nodes[n as usize].state = NodeState::Pending;
         }
@@ -543,13 +613,18 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 assert_eq!((large, size), (!node.small, node.size), "stale key for node {n}");
                 assert!(listed.insert(n), "node {n} listed twice");
             }
+            assert!(l.recent.len() <= RECENT_MAX, "list {} caches {} blocks", l.tag, l.recent.len());
+            for &n in &l.recent {
+                assert_eq!(self.nodes[n as usize].state, NodeState::Cached { tag: l.tag }, "node {n} cached");
+                assert!(listed.insert(n), "node {n} listed twice");
+            }
         }
         for seg in self.segments.iter().flatten() {
             let (mut n, mut offset, mut prev) = (seg.first, 0, NONE);
             while n != NONE {
                 let node = &self.nodes[n as usize];
                 assert_eq!((node.offset, node.prev), (offset, prev), "broken chain at node {n}");
-                if let NodeState::Free { .. } = node.state {
+                if let NodeState::Free { .. } | NodeState::Cached { .. } = node.state {
                     assert!(listed.contains(&n), "free node {n} in no list");
                 }
                 assert_ne!(node.state, NodeState::Vacant);
@@ -572,7 +647,7 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 let state = match node.state {
                     NodeState::Allocated { requested } => BlockState::Allocated { requested },
                     NodeState::Free { tag: ANY } => BlockState::FreeForAnyStream,
-                    NodeState::Free { tag } => BlockState::FreeForStream(tag),
+                    NodeState::Free { tag } | NodeState::Cached { tag } => BlockState::FreeForStream(tag),
                     NodeState::Pending | NodeState::Vacant => BlockState::Pending,
                 };
                 match state {
@@ -653,7 +728,16 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         };
         // 1. The same stream's blocks: stream order makes reuse safe.
         if let Some(t) = tag {
-            if let Some(n) = st.take_best(t, size, small) {
+            if let Some(n) = st.list_of(t).and_then(|l| st.take_recent(l, size, small)) {
+                st.counters.same_stream_reuses += 1;
+                return Ok(block(&mut st, n, t));
+            }
+            // Then the set; if nothing fits, the cached blocks merged into it.
+            let mut n = st.take_best(t, size, small);
+            if n.is_none() && st.list_of(t).is_some_and(|l| st.flush_recent(l)) {
+                n = st.take_best(t, size, small);
+            }
+            if let Some(n) = n {
                 st.counters.same_stream_reuses += 1;
                 return Ok(block(&mut st, n, t));
             }
@@ -706,7 +790,7 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         let t = match tag {
             Some(t) => {
                 if st.list_of(t).is_none() {
-                    st.lists.push(FreeList { tag: t, stream: Some(stream.clone()), set: BTreeSet::new() });
+                    st.lists.push(FreeList::new(t, Some(stream.clone())));
                 }
                 t
             }
@@ -729,10 +813,14 @@ impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         let tag = device.stream_id(stream);
         match tag {
             Some(t) if after.is_empty() => {
-                if st.list_of(t).is_none() {
-                    st.lists.push(FreeList { tag: t, stream: Some(stream.clone()), set: BTreeSet::new() });
-                }
-                st.free_and_merge(n, t);
+                let l = match st.list_of(t) {
+                    Some(l) => l,
+                    None => {
+                        st.lists.push(FreeList::new(t, Some(stream.clone())));
+                        st.lists.len() - 1
+                    }
+                };
+                st.free_recent(n, l);
             }
             _ => {
                 // Used on other streams (or streams without ids): wait for
