@@ -208,7 +208,7 @@ pub enum AnyAllocation {
 }
 
 impl AnyAllocation {
-    fn ptr(&self) -> u64 {
+    pub fn ptr(&self) -> u64 {
         match self {
             AnyAllocation::Host(a) => a.device_ptr(),
             #[cfg(feature = "cuda")]

@@ -94,6 +94,24 @@ pub fn _pending_operations() -> usize {
 
 // ---- malloc / free --------------------------------------------------------------------
 
+/// Device memory from the device's current resource that, like `cudaFree`,
+/// waits for the whole device before it goes back: its raw address was
+/// handed out, so any stream of any library may still be using it.
+struct ExportedAllocation {
+    dev: AnyDevice,
+    allocation: Option<crate::memory::AnyAllocation>,
+}
+
+impl Drop for ExportedAllocation {
+    fn drop(&mut self) {
+        let dev = &self.dev;
+        // A failed synchronize means the context is gone (the error is
+        // sticky): the memory goes back either way, as with cudaFree.
+        let _ = with_device!(dev, d => d.synchronize_device());
+        drop(self.allocation.take());
+    }
+}
+
 fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
     Ok(match kind {
         MemoryKind::Pinned => {
@@ -106,8 +124,22 @@ fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: u
             Alloc { dev: dev.clone(), kind, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
         }
         MemoryKind::Device | MemoryKind::Host => {
-            let b = d.alloc(size)?;
-            Alloc { dev: dev.clone(), kind: MemoryKind::Device, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
+            // Through the current resource (the caching pool, statistics and
+            // log), on the default stream; backends the Python memory layer
+            // does not cover yet (ROCm) allocate from the device directly.
+            let kind = MemoryKind::Device;
+            match crate::memory::alloc_on(dev, size, crate::memory::StreamArg::Raw(0)) {
+                Ok(a) => {
+                    let ptr = a.ptr();
+                    let mem = ExportedAllocation { dev: dev.clone(), allocation: Some(a) };
+                    Alloc { dev: dev.clone(), kind, ptr, len: size, mem: Box::new(mem) }
+                }
+                Err(Error::Unsupported { .. }) => {
+                    let b = d.alloc(size)?;
+                    Alloc { dev: dev.clone(), kind, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
+                }
+                Err(e) => return Err(e),
+            }
         }
     })
 }
@@ -124,7 +156,10 @@ fn parse_kind(kind: &str) -> PyResult<MemoryKind> {
 /// Allocates ``size`` bytes (``kind``: "device", "pinned" or "managed") on
 /// ``device`` (default: the default device); the memory is owned by the
 /// returned DeviceArray (shape ``(size,)``, typestr ``"|u1"``) and freed by
-/// ``free`` or when the last reference goes.
+/// ``free`` or when the last reference goes. Device memory comes from the
+/// device's current resource (the caching pool that ``gpuport.memory``
+/// counts); as with ``cudaFree``, giving it back first waits for the device,
+/// since any stream may still use the raw address.
 #[pyfunction]
 #[pyo3(signature = (size, device=None, kind="device"))]
 pub fn malloc(

@@ -388,6 +388,27 @@ def test_malloc_returns_a_device_array(device):
     rt.free(a)
 
 
+def test_malloc_goes_through_the_current_resource(device):
+    # runtime.malloc's device memory is the device's current resource's (the
+    # caching pool, counted by gpuport.memory's statistics), and free gives
+    # it back.
+    spec = device.spec
+    before = gpuport.memory.stats(spec)
+    a = rt.malloc(3000, device=device)
+    during = gpuport.memory.stats(spec)
+    assert during["current_count"] == before["current_count"] + 1
+    assert during["current_bytes"] == before["current_bytes"] + 3000
+    ref = np.arange(750, dtype=np.int32)
+    rt.memcpy(a, ref, ref.nbytes)
+    out = np.zeros_like(ref)
+    rt.memcpy(out, a, ref.nbytes)
+    assert out.tolist() == ref.tolist()
+    rt.free(a)
+    gc.collect()
+    after = gpuport.memory.stats(spec)
+    assert (after["current_count"], after["current_bytes"]) == (before["current_count"], before["current_bytes"])
+
+
 def test_device_array_slicing_keeps_the_parent_alive(device):
     a = rt.malloc(4 * 12, device=device).configure(shape=(3, 4), typestr="<i4")
     base = int(a)
