@@ -20,7 +20,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 
 use crate::memory::{current_resource, MemoryDevice};
-use crate::{builtin, with_device, AnyDevice, Device, DeviceMemory, KernelArgs, ModuleSource};
+use crate::{builtin, with_device, AnyDevice, DeviceMemory, KernelArgs, ModuleSource};
 use bench::{BenchConfig, BenchReport};
 
 /// Exit status for bad usage.
@@ -156,13 +156,14 @@ fn info() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Fills 16 Mi u32 on the device with the built-in kernel and checks every one.
-fn workload<D: Device>(d: &D) -> crate::Result<()> {
+/// Fills 16 Mi u32 on the device with the built-in kernel and checks every
+/// one; the buffer comes from the device's current resource.
+fn workload<D: crate::memory::MemoryDevice>(d: &std::sync::Arc<D>) -> crate::Result<()> {
     const N: usize = 16 << 20;
     let info = d.info();
     println!("running on {} ({}, {})", info.spec(), info.name, info.arch);
     let start = Instant::now();
-    let buf = d.alloc(N * 4)?;
+    let buf = crate::memory::current_resource::<D::B>(d)?.alloc(N * 4, d.default_stream())?;
     let module = d.load_module(ModuleSource::Builtin)?;
     let fill = d.kernel(&module, builtin::FILL_U32)?;
     let cfg = d.default_launch_config(&fill, N)?;
@@ -213,7 +214,7 @@ fn demo(spec: Option<&str>) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
-    match with_device!(device, d => workload(d.as_ref())) {
+    match with_device!(device, d => workload(d)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpuport: {e}");
