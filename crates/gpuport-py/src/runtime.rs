@@ -94,52 +94,44 @@ pub fn _pending_operations() -> usize {
 
 // ---- malloc / free --------------------------------------------------------------------
 
-/// Device memory from the device's current resource that, like `cudaFree`,
-/// waits for the whole device before it goes back: its raw address was
-/// handed out, so any stream of any library may still be using it.
-struct ExportedAllocation {
-    dev: AnyDevice,
-    allocation: Option<crate::memory::AnyAllocation>,
+/// Memory from the device's current resource that, like `cudaFree` and
+/// `cudaFreeHost`, waits for the whole device before it goes back to the
+/// pool: its raw address was handed out, so any stream of any library may
+/// still be using it.
+struct Exported<D: Device, M> {
+    device: Arc<D>,
+    memory: Option<M>,
 }
 
-impl Drop for ExportedAllocation {
+impl<D: Device, M> Drop for Exported<D, M> {
     fn drop(&mut self) {
-        let dev = &self.dev;
         // A failed synchronize means the context is gone (the error is
         // sticky): the memory goes back either way, as with cudaFree.
-        let _ = with_device!(dev, d => d.synchronize_device());
-        drop(self.allocation.take());
+        let _ = self.device.synchronize_device();
+        drop(self.memory.take());
     }
 }
 
 fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
+    let current = || gpuport::memory::current_resource::<D::B>(d);
     Ok(match kind {
+        // Pinned and device memory come from the current resource (the
+        // caching pool, and the statistics and log gpuport.memory installs).
         MemoryKind::Pinned => {
-            let b = d.alloc_pinned(size)?;
+            let b = current()?.alloc_pinned(size, gpuport::memory::PinnedFlags::PORTABLE)?;
             let ptr = b.as_slice().as_ptr() as usize as u64;
-            Alloc { dev: dev.clone(), kind, ptr, len: size, mem: Box::new(b) }
+            let mem = Box::new(Exported { device: d.clone(), memory: Some(b) });
+            Alloc { dev: dev.clone(), kind, ptr, len: size, mem }
         }
         MemoryKind::Managed => {
             let b = d.alloc_managed(size)?;
             Alloc { dev: dev.clone(), kind, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
         }
         MemoryKind::Device | MemoryKind::Host => {
-            // Through the current resource (the caching pool, statistics and
-            // log), on the default stream; backends the Python memory layer
-            // does not cover yet (ROCm) allocate from the device directly.
-            let kind = MemoryKind::Device;
-            match crate::memory::alloc_on(dev, size, crate::memory::StreamArg::Raw(0)) {
-                Ok(a) => {
-                    let ptr = a.ptr();
-                    let mem = ExportedAllocation { dev: dev.clone(), allocation: Some(a) };
-                    Alloc { dev: dev.clone(), kind, ptr, len: size, mem: Box::new(mem) }
-                }
-                Err(Error::Unsupported { .. }) => {
-                    let b = d.alloc(size)?;
-                    Alloc { dev: dev.clone(), kind, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
-                }
-                Err(e) => return Err(e),
-            }
+            let a = current()?.alloc(size, d.default_stream())?;
+            let ptr = a.device_ptr();
+            let mem = Box::new(Exported { device: d.clone(), memory: Some(a) });
+            Alloc { dev: dev.clone(), kind: MemoryKind::Device, ptr, len: size, mem }
         }
     })
 }
