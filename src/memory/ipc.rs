@@ -111,6 +111,10 @@ impl<B: MemoryBackend> ShareablePool<B> {
                 None => {
                     // SAFETY: as in `alloc`.
                     let e = unsafe { self.device.pool_export(self.raw) }?;
+                    if e.caller_closes {
+                        // Ours: not for the processes this one starts (importers take it by pid).
+                        close_on_exec(e.fd);
+                    }
                     *exported = Some(e);
                     e.fd
                 }
@@ -156,6 +160,17 @@ impl Drop for Descriptor {
         // caller-owned export) and closed once, here.
         unsafe { libc::close(self.0) };
     }
+}
+
+/// Sets `FD_CLOEXEC` on a descriptor of ours.
+fn close_on_exec(fd: i32) {
+    #[cfg(unix)]
+    // SAFETY: sets a flag on an open descriptor; touches no memory.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    #[cfg(not(unix))]
+    let _ = fd;
 }
 
 /// Who may take this process's pool descriptors with `pidfd_getfd`, under
