@@ -657,8 +657,15 @@ mod cases {
 
 #[test]
 fn ipc_handles_survive_a_text_round_trip() {
-    let h =
-        memory::IpcHandle { backend: gpuport::BackendKind::Cuda, ordinal: 1, handle: [7u8; 64], offset: 4096, len: 99 };
+    let h = memory::IpcHandle {
+        backend: gpuport::BackendKind::Cuda,
+        ordinal: 1,
+        kind: memory::IpcKind::Memory,
+        handle: [7u8; 64],
+        offset: 4096,
+        len: 99,
+    };
+    assert_eq!(h.to_text(), format!("cuda:1:4096:99:{}", "07".repeat(64)), "the memory-handle text is unchanged");
     assert_eq!(memory::IpcHandle::from_text(&h.to_text()).unwrap(), h);
     assert!(memory::IpcHandle::from_text("cuda:0:zz").is_err());
 }

@@ -675,8 +675,9 @@ impl CudaDevice {
 
 // ---- memory-resource support (used by `crate::memory`) ----------------------------
 
-/// Raw bytes of a `CUipcMemHandle`.
+/// Raw bytes of a `CUipcMemHandle` or a `CUmemPoolPtrExportData`.
 pub(crate) type IpcBytes = crate::memory::ext::IpcBytes;
+use crate::memory::ext::{ExportedPoolFd, RawPool};
 
 impl CudaDevice {
     /// `cuMemHostAlloc` with explicit `CU_MEMHOSTALLOC_*` flags; zero-filled.
@@ -746,17 +747,8 @@ impl CudaDevice {
     /// above it goes back to the driver at the next synchronization.
     pub(crate) fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
         let pool = self.default_mem_pool()?;
-        let mut value = bytes;
-        // SAFETY: the attribute takes a cuuint64_t, which `value` is.
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut value as *mut u64 as *mut c_void,
-            )
-        }
-        .result()
-        .map_err(|e| driver_error("cuMemPoolSetAttribute", e))
+        // SAFETY: the default pool lives as long as the device.
+        unsafe { set_release_threshold(pool, bytes) }
     }
 
     /// Bytes the default pool holds from the driver now (`RESERVED_MEM_CURRENT`).
@@ -779,8 +771,8 @@ impl CudaDevice {
     /// Releases the default pool's unused memory down to `keep` bytes.
     pub(crate) fn trim_pool(&self, keep: usize) -> Result<()> {
         let pool = self.default_mem_pool()?;
-        // SAFETY: `pool` is this device's default pool; trimming never frees memory in use.
-        unsafe { sys::cuMemPoolTrimTo(pool, keep) }.result().map_err(|e| driver_error("cuMemPoolTrimTo", e))
+        // SAFETY: the default pool lives as long as the device.
+        unsafe { trim_to(pool, keep) }
     }
 
     /// `cuIpcGetMemHandle` for the allocation containing `ptr`, and that allocation's base.
@@ -828,6 +820,214 @@ impl CudaDevice {
         // SAFETY: the caller's contract.
         unsafe { sys::cuIpcCloseMemHandle(base) }.result().map_err(|e| driver_error("cuIpcCloseMemHandle", e))
     }
+
+    // ---- pools of our own that other processes can import ----------------------------
+    //
+    // CUDA's documented way to share stream-ordered memory (the
+    // streamOrderedAllocationIPC sample): a pool created with a shareable
+    // handle type, exported once as a POSIX file descriptor, and each block
+    // exported as 64 bytes of `CUmemPoolPtrExportData`. The methods below
+    // are `MemoryDevice`'s of the same names; their contracts are there.
+
+    /// `cuMemPoolCreate`: pinned memory of this device, exportable as a POSIX
+    /// file descriptor (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`).
+    pub(crate) fn create_shareable_pool(&self) -> Result<RawPool> {
+        self.default_mem_pool()?; // the same "no stream-ordered pools" error
+        let handle_types =
+            attribute(self.ctx.cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)?;
+        let posix_fd = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        if handle_types as u32 & posix_fd.0 == 0 {
+            return Err(Error::Unsupported {
+                op: "IPC of stream-ordered pool memory",
+                backend: BackendKind::Cuda,
+                hint: Some(format!(
+                    "{} (or its driver) cannot export pools as POSIX file descriptors \
+                     (CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES = {handle_types:#x}); share memory of \
+                     CachingPool or PlainResource instead, which use cuIpcGetMemHandle",
+                    self.info.name
+                )),
+            });
+        }
+        // SAFETY: CUmemPoolProps is a C struct of enums with a 0 value, an
+        // int, a pointer, sizes and reserved bytes: all zero is valid, and is
+        // what the driver requires of the fields not set below.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = posix_fd;
+        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = self.ctx.cu_device;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the context is current (default_mem_pool bound it); writes one pool handle.
+        unsafe { sys::cuMemPoolCreate(&mut pool, &props) }.result().map_err(|e| driver_error("cuMemPoolCreate", e))?;
+        Ok(RawPool(pool as usize))
+    }
+
+    /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` of one of our pools.
+    pub(crate) unsafe fn pool_set_release_threshold(&self, pool: RawPool, bytes: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: a live pool of this device.
+        unsafe { set_release_threshold(cu_pool(pool), bytes) }
+    }
+
+    /// `cuMemPoolTrimTo` on one of our pools.
+    pub(crate) unsafe fn pool_trim(&self, pool: RawPool, keep: usize) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: a live pool of this device.
+        unsafe { trim_to(cu_pool(pool), keep) }
+    }
+
+    /// `cuMemAllocFromPoolAsync`; the buffer is freed with `cuMemFreeAsync` on `stream`.
+    pub(crate) unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize, stream: &CudaStream) -> Result<CudaBuffer> {
+        check_alloc_size(bytes)?;
+        self.check_stream(stream)?;
+        self.ctx.bind()?;
+        let mut ptr = 0;
+        // SAFETY: a live pool of this device (the caller's contract) and a
+        // stream of this context (checked); the buffer keeps the stream alive to free on it.
+        unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, cu_pool(pool), stream.inner.raw) }
+            .result()
+            .map_err(|e| self.out_of_memory("cuMemAllocFromPoolAsync", bytes, e))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
+    }
+
+    /// `cuMemPoolDestroy`.
+    pub(crate) unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: live, destroyed once, not used after.
+        unsafe { sys::cuMemPoolDestroy(cu_pool(pool)) }.result().map_err(|e| driver_error("cuMemPoolDestroy", e))
+    }
+
+    /// `cuMemPoolExportToShareableHandle`: a new descriptor, which the caller owns.
+    pub(crate) unsafe fn pool_export(&self, pool: RawPool) -> Result<ExportedPoolFd> {
+        self.ctx.bind()?;
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: for CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR the driver
+        // writes one int; the pool is live (the caller's contract); flags must be 0.
+        unsafe {
+            sys::cuMemPoolExportToShareableHandle(
+                &mut fd as *mut std::ffi::c_int as *mut c_void,
+                cu_pool(pool),
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemPoolExportToShareableHandle", e))?;
+        Ok(ExportedPoolFd { fd, caller_closes: true })
+    }
+
+    /// `cuMemPoolExportPointer` for the pool block at `ptr`.
+    pub(crate) fn pool_export_pointer(&self, ptr: u64) -> Result<IpcBytes> {
+        self.ctx.bind()?;
+        let mut data = sys::CUmemPoolPtrExportData { reserved: [0; 64] };
+        // SAFETY: writes 64 bytes; memory not of an exportable pool is reported as an error.
+        unsafe { sys::cuMemPoolExportPointer(&mut data, ptr) }
+            .result()
+            .map_err(|e| driver_error("cuMemPoolExportPointer", e))?;
+        Ok(data.reserved)
+    }
+
+    /// `cuMemPoolImportFromShareableHandle`, then read-write access for this
+    /// device where the imported pool does not grant it already (as the
+    /// streamOrderedAllocationIPC sample does).
+    pub(crate) unsafe fn pool_import(&self, fd: i32) -> Result<RawPool> {
+        self.ctx.bind()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the driver takes a POSIX descriptor as its value cast to a
+        // pointer (as the sample passes it); it is open (the caller's
+        // contract) and stays ours: the driver does not close it.
+        unsafe {
+            sys::cuMemPoolImportFromShareableHandle(
+                &mut pool,
+                fd as isize as *mut c_void,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemPoolImportFromShareableHandle", e))?;
+        // SAFETY: `pool` was just imported; on failure it is destroyed once, here.
+        unsafe { self.grant_access(pool) }.inspect_err(|_| {
+            // SAFETY: as above.
+            let _ = unsafe { sys::cuMemPoolDestroy(pool) };
+        })?;
+        Ok(RawPool(pool as usize))
+    }
+
+    /// Read-write access to `pool` for this device, if it lacks it.
+    ///
+    /// # Safety
+    /// `pool` is a live pool; the context is current.
+    unsafe fn grant_access(&self, pool: sys::CUmemoryPool) -> Result<()> {
+        let mut location =
+            sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: self.ctx.cu_device };
+        let read_write = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        // SAFETY: writes one flags value for a live pool (the caller's contract).
+        unsafe { sys::cuMemPoolGetAccess(&mut flags, pool, &mut location) }
+            .result()
+            .map_err(|e| driver_error("cuMemPoolGetAccess", e))?;
+        if flags == read_write {
+            return Ok(());
+        }
+        let desc = sys::CUmemAccessDesc { location, flags: read_write };
+        // SAFETY: one descriptor, read by the driver during the call.
+        unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) }.result().map_err(|e| driver_error("cuMemPoolSetAccess", e))
+    }
+
+    /// `cuMemPoolImportPointer`: the block's address in this process.
+    pub(crate) unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcBytes) -> Result<u64> {
+        self.ctx.bind()?;
+        let mut data = sys::CUmemPoolPtrExportData { reserved: *data };
+        let mut ptr = 0;
+        // SAFETY: an imported pool of this device (the caller's contract);
+        // the driver reads the 64 bytes and writes one pointer.
+        unsafe { sys::cuMemPoolImportPointer(&mut ptr, cu_pool(pool), &mut data) }
+            .result()
+            .map_err(|e| driver_error("cuMemPoolImportPointer", e))?;
+        Ok(ptr)
+    }
+
+    /// `cuMemFree` of an imported pool block (the driver documents cuMemFree
+    /// or cuMemFreeAsync for these; the synchronous one completes before the
+    /// exporter may free the block).
+    pub(crate) unsafe fn pool_free_imported(&self, ptr: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: imported here, freed once, no queued work uses it.
+        unsafe { sys::cuMemFree_v2(ptr) }.result().map_err(|e| driver_error("cuMemFree", e))
+    }
+}
+
+/// A [`RawPool`] as the driver's handle.
+fn cu_pool(pool: RawPool) -> sys::CUmemoryPool {
+    pool.0 as sys::CUmemoryPool
+}
+
+/// Sets `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` of `pool`.
+///
+/// # Safety
+/// `pool` is live; its device's context is current.
+unsafe fn set_release_threshold(pool: sys::CUmemoryPool, bytes: u64) -> Result<()> {
+    let mut value = bytes;
+    // SAFETY: the attribute takes a cuuint64_t, which `value` is; the pool is live (the caller's contract).
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut value as *mut u64 as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(|e| driver_error("cuMemPoolSetAttribute", e))
+}
+
+/// `cuMemPoolTrimTo`: releases `pool`'s unused memory down to `keep` bytes.
+///
+/// # Safety
+/// As [`set_release_threshold`].
+unsafe fn trim_to(pool: sys::CUmemoryPool, keep: usize) -> Result<()> {
+    // SAFETY: a live pool (the caller's contract); trimming never frees memory in use.
+    unsafe { sys::cuMemPoolTrimTo(pool, keep) }.result().map_err(|e| driver_error("cuMemPoolTrimTo", e))
 }
 
 impl Device for CudaDevice {

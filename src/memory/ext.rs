@@ -7,13 +7,33 @@
 //! the memory layer with one empty `impl` and gains features method by method.
 
 use crate::backend::host::HostDevice;
-use crate::backend::{Backend, Device, HostRegistration, PinnedBuffer};
+use crate::backend::{Backend, Buffer, Device, HostRegistration, PinnedBuffer, Stream};
 use crate::error::{Error, Result};
 
 use super::pinned::PinnedFlags;
 
-/// Raw bytes of a driver IPC memory handle (`CUipcMemHandle`, `hipIpcMemHandle_t`).
+/// Raw bytes of a driver IPC memory handle (`CUipcMemHandle`, `hipIpcMemHandle_t`),
+/// or of a pool block's export data (`CUmemPoolPtrExportData`,
+/// `hipMemPoolPtrExportData`): both are 64 opaque bytes.
 pub type IpcBytes = [u8; 64];
+
+/// A driver memory pool (`CUmemoryPool`, `hipMemPool_t`) as a plain value:
+/// a pool the memory layer created ([`MemoryDevice::create_shareable_pool`])
+/// or imported ([`MemoryDevice::pool_import`]). The methods that take one are
+/// `unsafe`: the value must name a live pool of that device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RawPool(pub usize);
+
+/// A pool's POSIX file descriptor from [`MemoryDevice::pool_export`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportedPoolFd {
+    /// The descriptor, in this process.
+    pub fd: i32,
+    /// Whether the caller closes it (CUDA makes a new descriptor per export,
+    /// which the caller owns) or the pool does (ROCm makes one per pool,
+    /// returns that one on every export and closes it with the pool).
+    pub caller_closes: bool,
+}
 
 fn unsupported<D: Device>(op: &'static str, hint: &str) -> Error {
     Error::Unsupported { op, backend: <D::B as Backend>::KIND, hint: Some(hint.to_string()) }
@@ -85,6 +105,104 @@ pub trait MemoryDevice: Device {
         let _ = base;
         Err(unsupported::<Self>("IPC memory handles", "nothing to close"))
     }
+
+    // ---- stream-ordered pools of the memory layer's own, shareable between processes ----
+
+    /// Creates a stream-ordered pool of this device's memory whose blocks
+    /// other processes can import: pinned device memory, exportable as a
+    /// POSIX file descriptor (`cuMemPoolCreate`, `hipMemPoolCreate`).
+    fn create_shareable_pool(&self) -> Result<RawPool> {
+        Err(unsupported::<Self>("a shareable stream-ordered pool", "share memory between processes on a GPU backend"))
+    }
+
+    /// Sets a pool's release threshold in bytes.
+    ///
+    /// # Safety
+    /// `pool` came from [`create_shareable_pool`](Self::create_shareable_pool)
+    /// on this device and is not destroyed.
+    unsafe fn pool_set_release_threshold(&self, pool: RawPool, bytes: u64) -> Result<()> {
+        let _ = (pool, bytes);
+        Err(unsupported::<Self>("a shareable stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Returns a pool's unused memory to the driver, keeping `keep` bytes.
+    ///
+    /// # Safety
+    /// As [`pool_set_release_threshold`](Self::pool_set_release_threshold).
+    unsafe fn pool_trim(&self, pool: RawPool, keep: usize) -> Result<()> {
+        let _ = (pool, keep);
+        Err(unsupported::<Self>("a shareable stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Allocates from a pool in the order of `stream`; the buffer is freed
+    /// on `stream` when dropped.
+    ///
+    /// # Safety
+    /// As [`pool_set_release_threshold`](Self::pool_set_release_threshold).
+    unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize, stream: &Stream<Self::B>) -> Result<Buffer<Self::B>> {
+        let _ = (pool, bytes, stream);
+        Err(unsupported::<Self>("a shareable stream-ordered pool", "use CachingPool"))
+    }
+
+    /// Destroys a pool made by [`create_shareable_pool`](Self::create_shareable_pool)
+    /// or [`pool_import`](Self::pool_import). Memory still allocated from it
+    /// stays valid; the driver releases the pool when that memory is freed.
+    ///
+    /// # Safety
+    /// `pool` is a live pool of this device, destroyed once, and not used after.
+    unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
+        let _ = pool;
+        Err(unsupported::<Self>("a shareable stream-ordered pool", "nothing to destroy"))
+    }
+
+    /// Exports a pool as a POSIX file descriptor, for another process to
+    /// take (see [`crate::memory::ipc`]) and pass to [`pool_import`](Self::pool_import).
+    ///
+    /// # Safety
+    /// As [`pool_set_release_threshold`](Self::pool_set_release_threshold).
+    unsafe fn pool_export(&self, pool: RawPool) -> Result<ExportedPoolFd> {
+        let _ = pool;
+        Err(unsupported::<Self>("IPC of stream-ordered pool memory", "share memory between processes on a GPU backend"))
+    }
+
+    /// The export data of the pool block at `ptr` (its first byte, as the
+    /// pool allocated it), for [`pool_import_pointer`](Self::pool_import_pointer)
+    /// in a process that imported the pool.
+    fn pool_export_pointer(&self, ptr: u64) -> Result<IpcBytes> {
+        let _ = ptr;
+        Err(unsupported::<Self>("IPC of stream-ordered pool memory", "share memory between processes on a GPU backend"))
+    }
+
+    /// Imports another process's pool from a descriptor of this process
+    /// (which the caller still owns and may close once this returns).
+    ///
+    /// # Safety
+    /// `fd` is open and refers to a pool exported by [`pool_export`](Self::pool_export)
+    /// of the same backend (ROCm maps the file behind it and reads it).
+    unsafe fn pool_import(&self, fd: i32) -> Result<RawPool> {
+        let _ = fd;
+        Err(unsupported::<Self>("IPC of stream-ordered pool memory", "share memory between processes on a GPU backend"))
+    }
+
+    /// Maps a block of an imported pool; returns its address here.
+    ///
+    /// # Safety
+    /// `pool` came from [`pool_import`](Self::pool_import) on this device and is not destroyed.
+    unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcBytes) -> Result<u64> {
+        let _ = (pool, data);
+        Err(unsupported::<Self>("IPC of stream-ordered pool memory", "share memory between processes on a GPU backend"))
+    }
+
+    /// Frees a block mapped by [`pool_import_pointer`](Self::pool_import_pointer)
+    /// (`cuMemFree`, `hipFree`, as the drivers document for imported pool memory).
+    ///
+    /// # Safety
+    /// `ptr` came from `pool_import_pointer` on this device, is freed once,
+    /// and no queued work uses it any more.
+    unsafe fn pool_free_imported(&self, ptr: u64) -> Result<()> {
+        let _ = ptr;
+        Err(unsupported::<Self>("IPC of stream-ordered pool memory", "nothing to free"))
+    }
 }
 
 /// A backend whose devices implement [`MemoryDevice`]; every memory type is
@@ -132,8 +250,9 @@ impl MemoryDevice for HostDevice {
 /// Implements [`MemoryDevice`] for a GPU device whose inherent methods wrap
 /// the driver's calls (`alloc_pinned_flags`, `mapped_device_ptr`,
 /// `register_host_flags`, `set_pool_release_threshold`, `pool_reserved`,
-/// `trim_pool`, `ipc_get_handle`, `ipc_open`, `ipc_close`), given the
-/// driver's host-allocation and host-registration flag bits.
+/// `trim_pool`, `ipc_get_handle`, `ipc_open`, `ipc_close`, and the `pool_*`
+/// methods and `create_shareable_pool` of the same names as the trait's),
+/// given the driver's host-allocation and host-registration flag bits.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 macro_rules! gpu_memory_device {
     (
@@ -195,8 +314,40 @@ macro_rules! gpu_memory_device {
                 // SAFETY: forwarded caller contract.
                 unsafe { <$device>::ipc_close(self, base) }
             }
+
+            fn create_shareable_pool(&self) -> Result<RawPool> {
+                <$device>::create_shareable_pool(self)
+            }
+
+            fn pool_export_pointer(&self, ptr: u64) -> Result<IpcBytes> {
+                <$device>::pool_export_pointer(self, ptr)
+            }
+
+            forward_unsafe! {
+                $device;
+                fn pool_set_release_threshold(pool: RawPool, bytes: u64) -> Result<()>;
+                fn pool_trim(pool: RawPool, keep: usize) -> Result<()>;
+                fn pool_alloc(pool: RawPool, bytes: usize, stream: &Stream<Self::B>) -> Result<Buffer<Self::B>>;
+                fn pool_destroy(pool: RawPool) -> Result<()>;
+                fn pool_export(pool: RawPool) -> Result<ExportedPoolFd>;
+                fn pool_import(fd: i32) -> Result<RawPool>;
+                fn pool_import_pointer(pool: RawPool, data: &IpcBytes) -> Result<u64>;
+                fn pool_free_imported(ptr: u64) -> Result<()>;
+            }
         }
     };
+}
+
+/// `unsafe` trait methods that call the device's inherent method of the same
+/// name with the same arguments and contract.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+macro_rules! forward_unsafe {
+    ($device:ty; $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => { $(
+        unsafe fn $name(&self, $($arg: $ty),*) -> $ret {
+            // SAFETY: forwarded caller contract.
+            unsafe { <$device>::$name(self, $($arg),*) }
+        }
+    )* };
 }
 
 #[cfg(feature = "cuda")]

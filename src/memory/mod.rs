@@ -18,7 +18,9 @@
 //! | `interface_version`    | [`Allocator::interface_version`] ([`INTERFACE_VERSION`]) |
 //!
 //! Resources: [`PlainResource`] (the backend's allocator), [`NativePoolResource`]
-//! (the driver's stream-ordered pool), [`CachingPool`] (ours: size classes,
+//! (the driver's stream-ordered pool: the device's default one, or a
+//! [shareable](NativePoolResource::shareable) one of its own whose blocks
+//! other processes can open, see [`ipc`]), [`CachingPool`] (ours: size classes,
 //! per-stream free lists, splitting and merging, event-gated cross-stream
 //! reuse, release and one retry on out-of-memory, a size limit, a release
 //! threshold, a fragmentation report), the [`PinnedPool`], and the adaptors
@@ -53,6 +55,7 @@
 
 mod current;
 pub mod ext;
+pub mod ipc;
 pub mod log;
 pub mod pageable;
 pub mod pinned;
@@ -62,6 +65,7 @@ pub mod stats;
 
 pub use current::{current_resource, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
+pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
 pub use log::LoggingResource;
 pub use pageable::{PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
@@ -69,7 +73,7 @@ pub use pool::{
     BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
 };
 pub use resource::{
-    open_ipc, Allocator, Block, DeferCleanup, DeviceAllocation, IpcHandle, IpcMemory, MemoryResource,
+    open_ipc, Allocator, Block, DeferCleanup, DeviceAllocation, IpcHandle, IpcKind, IpcMemory, MemoryResource,
     NativePoolResource, PlainResource, StreamUse,
 };
 pub use stats::{Statistics, StatisticsResource};

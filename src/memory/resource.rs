@@ -9,6 +9,7 @@ use crate::backend::{Buffer, Device, DeviceMemory, Event, HostRegistration, Memo
 use crate::error::{BackendKind, Error, Result};
 
 use super::ext::{IpcBytes, MemoryBackend, MemoryDevice};
+use super::ipc::{close_pool_block, open_pool_block, PoolKey, ShareablePool};
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
 use super::stats::Statistics;
@@ -103,11 +104,20 @@ pub trait MemoryResource<B: MemoryBackend>: Send + Sync + fmt::Debug + 'static {
         unsafe { self.device().pin_with(ptr, len, mapped) }
     }
 
-    /// An IPC handle for `block`, for [`open_ipc`] in another process.
+    /// An IPC handle for `block`, for [`open_ipc`] in another process. By
+    /// default the driver's IPC memory handle of the allocation holding the
+    /// block ([`IpcKind::Memory`]).
     fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
         let (handle, base) = self.device().ipc_export(block.ptr)?;
         let info = self.device().info();
-        Ok(IpcHandle { backend: info.backend, ordinal: info.ordinal, handle, offset: block.ptr - base, len: block.len })
+        Ok(IpcHandle {
+            backend: info.backend,
+            ordinal: info.ordinal,
+            kind: IpcKind::Memory,
+            handle,
+            offset: block.ptr - base,
+            len: block.len,
+        })
     }
 
     /// Returns every cached byte to the driver (live allocations stay valid).
@@ -486,29 +496,69 @@ pub struct IpcHandle {
     pub backend: BackendKind,
     /// Ordinal of the exporting device.
     pub ordinal: usize,
-    /// The driver's handle for the underlying allocation.
+    /// What `handle` is, and what else opening it takes.
+    pub kind: IpcKind,
+    /// The driver's 64 bytes: an IPC memory handle, or a pool block's export data.
     pub handle: IpcBytes,
-    /// Offset of the exported block inside that allocation (pool blocks).
+    /// Offset of the exported block from the address `handle` opens as.
     pub offset: u64,
     /// Length of the exported block in bytes.
     pub len: usize,
 }
 
+/// The two kinds of [`IpcHandle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IpcKind {
+    /// `handle` is the driver's IPC memory handle (`cuIpcGetMemHandle`,
+    /// `hipIpcGetMemHandle`) of the allocation holding the block, which
+    /// starts `offset` bytes into it: memory of [`PlainResource`] and
+    /// [`CachingPool`](super::CachingPool).
+    #[default]
+    Memory,
+    /// `handle` is the block's export data (`cuMemPoolPtrExportData`,
+    /// `hipMemPoolPtrExportData`) from a pool of
+    /// [`NativePoolResource::shareable`]; the pool itself is reached through
+    /// descriptor `fd` of process `pid` (see [`crate::memory::ipc`]).
+    PoolBlock {
+        /// The exporting process.
+        pid: u32,
+        /// The pool's file descriptor in that process.
+        fd: i32,
+        /// The pool's number in that process (imported once per exporter and pool).
+        pool: u64,
+    },
+}
+
 impl IpcHandle {
-    /// A printable form (`backend:ordinal:offset:len:hex`), for environment
-    /// variables, pipes or files.
+    /// A printable form, for environment variables, pipes or files:
+    /// `backend:ordinal:offset:len:hex` for [`IpcKind::Memory`] (as before
+    /// pool handles existed), followed by `:pool:pid:fd:pool-id` for
+    /// [`IpcKind::PoolBlock`] (which an older parser rejects rather than misreads).
     pub fn to_text(&self) -> String {
         let hex: String = self.handle.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}:{}:{}:{}:{hex}", self.backend, self.ordinal, self.offset, self.len)
+        let text = format!("{}:{}:{}:{}:{hex}", self.backend, self.ordinal, self.offset, self.len);
+        match self.kind {
+            IpcKind::Memory => text,
+            IpcKind::PoolBlock { pid, fd, pool } => format!("{text}:pool:{pid}:{fd}:{pool}"),
+        }
     }
 
-    /// Parses [`to_text`](Self::to_text)'s output.
+    /// Parses [`to_text`](Self::to_text)'s output; anything else is
+    /// [`Error::InvalidArgument`] saying what is wrong.
     pub fn from_text(text: &str) -> Result<Self> {
         let bad = |reason: &str| Error::InvalidArgument { name: "IPC handle", reason: reason.to_string() };
         let parts: Vec<&str> = text.trim().split(':').collect();
-        let [backend, ordinal, offset, len, hex] = parts[..] else {
-            return Err(bad("expected backend:ordinal:offset:len:hex"));
+        let (common, kind) = match parts[..] {
+            [_, _, _, _, _] => (&parts[..], None),
+            [_, _, _, _, _, "pool", pid, fd, pool] => (&parts[..5], Some((pid, fd, pool))),
+            [_, _, _, _, _, kind, _, _, _] => {
+                return Err(bad(&format!("unknown handle kind {kind:?}; the one kind after the hex is \"pool\"")))
+            }
+            _ => {
+                return Err(bad("expected backend:ordinal:offset:len:hex, optionally followed by :pool:pid:fd:pool-id"))
+            }
         };
+        let &[backend, ordinal, offset, len, hex] = common else { unreachable!("five parts matched above") };
         let backend =
             BackendKind::ALL.into_iter().find(|b| b.name() == backend).ok_or_else(|| bad("unknown backend name"))?;
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad("offset, ordinal and length must be integers"));
@@ -519,9 +569,18 @@ impl IpcHandle {
         for (i, byte) in handle.iter_mut().enumerate() {
             *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad("the handle must be hex"))?;
         }
+        let kind = match kind {
+            None => IpcKind::Memory,
+            Some((pid, fd, pool)) => IpcKind::PoolBlock {
+                pid: pid.parse().ok().filter(|&p| p > 0).ok_or_else(|| bad("the pid must be a positive integer"))?,
+                fd: fd.parse().ok().filter(|&f| f >= 0).ok_or_else(|| bad("the fd must be a non-negative integer"))?,
+                pool: pool.parse().map_err(|_| bad("the pool id must be an integer"))?,
+            },
+        };
         Ok(IpcHandle {
             backend,
             ordinal: num(ordinal)? as usize,
+            kind,
             handle,
             offset: num(offset)?,
             len: num(len)? as usize,
@@ -532,9 +591,17 @@ impl IpcHandle {
 /// Device memory of another process, opened from an [`IpcHandle`]; closed on drop.
 pub struct IpcMemory<B: MemoryBackend> {
     device: Arc<B::Device>,
-    base: u64,
     ptr: u64,
     len: usize,
+    opened: Opened,
+}
+
+/// What [`open_ipc`] did, to undo on drop.
+enum Opened {
+    /// `ipc_import` mapped the allocation at `base`.
+    Memory { base: u64 },
+    /// `open_pool_block` mapped a block of an imported pool at `ptr`.
+    PoolBlock { key: PoolKey, ptr: u64 },
 }
 
 impl<B: MemoryBackend> fmt::Debug for IpcMemory<B> {
@@ -546,7 +613,10 @@ impl<B: MemoryBackend> fmt::Debug for IpcMemory<B> {
 /// Opens an [`IpcHandle`] exported by another process.
 ///
 /// The returned memory must not be used by work that is still queued when
-/// it is dropped (closing unmaps it); synchronize first.
+/// it is dropped (closing unmaps it); synchronize first. A pool block must
+/// be closed here before the exporter frees it, and opening one takes the
+/// pool's descriptor out of the exporter ([`crate::memory::ipc`] says what
+/// that needs).
 pub fn open_ipc<B: MemoryBackend>(device: &Arc<B::Device>, handle: &IpcHandle) -> Result<IpcMemory<B>> {
     let info = device.info();
     if handle.backend != info.backend || handle.ordinal != info.ordinal {
@@ -556,8 +626,17 @@ pub fn open_ipc<B: MemoryBackend>(device: &Arc<B::Device>, handle: &IpcHandle) -
             found: format!("{}:{}", handle.backend, handle.ordinal),
         });
     }
-    let base = device.ipc_import(&handle.handle)?;
-    Ok(IpcMemory { device: device.clone(), base, ptr: base + handle.offset, len: handle.len })
+    let (at, opened) = match handle.kind {
+        IpcKind::Memory => {
+            let base = device.ipc_import(&handle.handle)?;
+            (base, Opened::Memory { base })
+        }
+        IpcKind::PoolBlock { .. } => {
+            let (ptr, key) = open_pool_block(device.as_ref(), handle)?;
+            (ptr, Opened::PoolBlock { key, ptr })
+        }
+    };
+    Ok(IpcMemory { device: device.clone(), ptr: at + handle.offset, len: handle.len, opened })
 }
 
 impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
@@ -578,9 +657,14 @@ impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
 
 impl<B: MemoryBackend> Drop for IpcMemory<B> {
     fn drop(&mut self) {
-        // SAFETY: `base` came from `ipc_import` on this device and is closed
-        // once; the type's contract says no queued work uses it any more.
-        let _ = unsafe { self.device.ipc_close(self.base) };
+        let _ = match self.opened {
+            // SAFETY: `base` came from `ipc_import` on this device and is closed
+            // once, here; the type's contract says no queued work uses it any more.
+            Opened::Memory { base } => unsafe { self.device.ipc_close(base) },
+            // SAFETY: `key` and `ptr` came from one `open_pool_block` on this
+            // device and are closed once, here; no queued work uses the block (as above).
+            Opened::PoolBlock { key, ptr } => unsafe { close_pool_block(self.device.as_ref(), key, ptr) },
+        };
     }
 }
 
@@ -626,15 +710,20 @@ impl<B: MemoryBackend> MemoryResource<B> for PlainResource<B> {
 }
 
 /// The driver's stream-ordered pool (`cuMemAllocAsync`/`cuMemFreeAsync`, or
-/// `hipMallocAsync`/`hipFreeAsync`, on the device's default pool), with its
-/// release threshold set.
+/// `hipMallocAsync`/`hipFreeAsync`), with its release threshold set: the
+/// device's default pool ([`new`](Self::new)), or a pool of its own whose
+/// memory other processes can open ([`shareable`](Self::shareable)).
 ///
-/// Its memory cannot be exported over IPC: the default pool is not created
-/// with a shareable handle type, and `cuIpcGetMemHandle` refuses pool memory
-/// (PEERS.md pain point 10, cudarc#521); [`ipc_export`](MemoryResource::ipc_export)
-/// says so with [`Error::Unsupported`] on every backend.
+/// Memory of the default pool cannot be exported over IPC: that pool is not
+/// created with a shareable handle type, and `cuIpcGetMemHandle` refuses pool
+/// memory (PEERS.md pain point 10, cudarc#521); its
+/// [`ipc_export`](MemoryResource::ipc_export) says so with
+/// [`Error::Unsupported`] on every backend. A shareable pool exports its
+/// blocks as [`IpcKind::PoolBlock`] handles (see [`crate::memory::ipc`]).
 pub struct NativePoolResource<B: MemoryBackend> {
     device: Arc<B::Device>,
+    /// The pool of [`shareable`](Self::shareable); `None`: the default pool.
+    own: Option<ShareablePool<B>>,
 }
 
 impl<B: MemoryBackend> NativePoolResource<B> {
@@ -645,13 +734,32 @@ impl<B: MemoryBackend> NativePoolResource<B> {
         if let Some(bytes) = release_threshold {
             device.set_native_pool_release_threshold(bytes)?;
         }
-        Ok(NativePoolResource { device })
+        Ok(NativePoolResource { device, own: None })
+    }
+
+    /// Creates a stream-ordered pool of `device` for this resource alone
+    /// (`cuMemPoolCreate`/`hipMemPoolCreate`: pinned device memory,
+    /// exportable as a POSIX file descriptor), with `release_threshold` set
+    /// when given, and allocates from it (`cuMemAllocFromPoolAsync`,
+    /// `hipMallocFromPoolAsync`). Its blocks can be exported with
+    /// [`Allocator::ipc_handle`] and opened in another process with
+    /// [`open_ipc`] (Linux; [`crate::memory::ipc`] says what that needs).
+    ///
+    /// The pool is destroyed, after synchronizing the device, when the
+    /// resource is dropped; handles of its blocks cannot be opened after that.
+    /// [`Error::Unsupported`] where the device or driver has no such pools.
+    pub fn shareable(device: Arc<B::Device>, release_threshold: Option<u64>) -> Result<Self> {
+        let own = ShareablePool::new(device.clone(), release_threshold)?;
+        Ok(NativePoolResource { device, own: Some(own) })
     }
 }
 
 impl<B: MemoryBackend> fmt::Debug for NativePoolResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "NativePoolResource({})", self.device.info().spec())
+        match &self.own {
+            None => write!(f, "NativePoolResource({})", self.device.info().spec()),
+            Some(pool) => write!(f, "NativePoolResource({}, {pool:?})", self.device.info().spec()),
+        }
     }
 }
 
@@ -660,10 +768,16 @@ impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
         &self.device
     }
     fn name(&self) -> &'static str {
-        "native-pool"
+        match self.own {
+            None => "native-pool",
+            Some(_) => "shareable-native-pool",
+        }
     }
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
-        let buffer = self.device.alloc_async(bytes, stream)?;
+        let buffer = match &self.own {
+            None => self.device.alloc_async(bytes, stream)?,
+            Some(pool) => pool.alloc(bytes, stream)?,
+        };
         Ok(Block { ptr: buffer.device_ptr(), len: bytes, token: 0, buffer: Some(buffer) })
     }
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
@@ -676,20 +790,27 @@ impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
         drop(block);
         drop(after);
     }
-    fn ipc_export(&self, _block: &Block<B>) -> Result<IpcHandle> {
-        Err(Error::Unsupported {
-            op: "IPC export of stream-ordered pool memory",
-            backend: self.device.info().backend,
-            hint: Some(
-                "the driver's default pool has no shareable handle type, so cuIpcGetMemHandle (and \
-                 hipIpcGetMemHandle) refuses its memory; allocate through PlainResource or CachingPool to \
-                 share it"
-                    .into(),
-            ),
-        })
+    fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
+        match &self.own {
+            Some(pool) => pool.export(block),
+            None => Err(Error::Unsupported {
+                op: "IPC export of the default stream-ordered pool's memory",
+                backend: self.device.info().backend,
+                hint: Some(
+                    "the driver's default pool has no shareable handle type, so cuIpcGetMemHandle (and \
+                     hipIpcGetMemHandle) refuses its memory; allocate through NativePoolResource::shareable \
+                     (a pool of its own, exported as a file descriptor), or through PlainResource or \
+                     CachingPool, to share it"
+                        .into(),
+                ),
+            }),
+        }
     }
     fn reset(&self) -> Result<()> {
         self.device.synchronize(self.device.default_stream())?;
-        self.device.trim_native_pool(0)
+        match &self.own {
+            None => self.device.trim_native_pool(0),
+            Some(pool) => pool.trim(0),
+        }
     }
 }

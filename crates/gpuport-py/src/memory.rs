@@ -24,7 +24,7 @@ use gpuport::backend::{Event, HostMemory, MemoryInfo, Stream};
 use gpuport::memory::pool::PoolReport;
 use gpuport::memory::{
     current_resource, set_current_resource, Allocator, Block, CachingPool, DeferCleanup, DeviceAllocation, IpcHandle,
-    LoggingResource, MemoryBackend, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics,
+    IpcKind, LoggingResource, MemoryBackend, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics,
     StatisticsResource,
 };
 use gpuport::{AnyDevice, BackendKind, Device, DeviceMemory};
@@ -380,6 +380,14 @@ impl PyAllocation {
             return Err(PyValueError::new_err("allocation already freed"));
         };
         let h = a.ipc().py_err(py)?;
+        // Numba and CuPy open these bytes with cuIpcOpenMemHandle: only a
+        // driver memory handle means that (a shareable native pool's block does not).
+        if h.kind != IpcKind::Memory {
+            return Err(PyValueError::new_err(format!(
+                "the allocation's resource exports {:?} handles, not cuIpcGetMemHandle handles",
+                h.kind
+            )));
+        }
         Ok((PyBytes::new(py, &h.handle), h.offset))
     }
     fn __int__(&self) -> u64 {

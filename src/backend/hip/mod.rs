@@ -15,10 +15,11 @@
 //!   built-in module's are known, so only they are checked.
 //! - The architecture name (`gfx90a`) comes from `hipDeviceProp_t`, read
 //!   through an oversized buffer (see [`target_id`]).
-//! - The memory layer's calls (mapped pinned memory, the default pool, IPC)
-//!   are optional symbols: a runtime without one fails only that operation,
-//!   with [`Error::Unsupported`] naming the call. `hipIpcOpenMemHandle`'s flag
-//!   follows the runtime's version ([`sys::ipc_open_flags`]).
+//! - The memory layer's calls (mapped pinned memory, the default pool, IPC,
+//!   shareable pools) are optional symbols: a runtime without one fails only
+//!   that operation, with [`Error::Unsupported`] naming the call.
+//!   `hipIpcOpenMemHandle`'s flag follows the runtime's version
+//!   ([`sys::ipc_open_flags`]); a pool's exported descriptor belongs to the pool.
 //!
 //! Bindings target the HIP C API of ROCm 5.2 through 7.x (see [`sys`]).
 //! Nothing here has run on AMD hardware yet: it was run on Debian's ROCm 5.2
@@ -808,8 +809,9 @@ impl HipDevice {
 
 // ---- memory-resource support (used by `crate::memory`) ----------------------------
 
-/// Raw bytes of a `hipIpcMemHandle_t`.
+/// Raw bytes of a `hipIpcMemHandle_t` or a `hipMemPoolPtrExportData`.
 pub(crate) type IpcBytes = crate::memory::ext::IpcBytes;
+use crate::memory::ext::{ExportedPoolFd, RawPool};
 
 /// The optional HIP function `$f` (see [`sys::HipApi`]), or
 /// [`Error::Unsupported`] for `$op` naming the library that lacks it.
@@ -897,9 +899,18 @@ impl HipDevice {
     /// above it goes back to the driver at the next synchronization.
     pub(crate) fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
         let pool = self.default_mem_pool()?;
+        // SAFETY: the default pool lives as long as the device.
+        unsafe { self.set_release_threshold(pool, bytes) }
+    }
+
+    /// Sets `hipMemPoolAttrReleaseThreshold` of `pool`.
+    ///
+    /// # Safety
+    /// `pool` is a live pool of this device.
+    unsafe fn set_release_threshold(&self, pool: sys::hipMemPool_t, bytes: u64) -> Result<()> {
         let set = optional_fn!(self, hipMemPoolSetAttribute, "stream-ordered memory pools")?;
         let mut value = bytes;
-        // SAFETY: the attribute takes a uint64_t, which `value` is.
+        // SAFETY: the attribute takes a uint64_t, which `value` is; the pool is live (the caller's contract).
         check("hipMemPoolSetAttribute", unsafe {
             set(pool, sys::hipMemPoolAttrReleaseThreshold, &mut value as *mut u64 as *mut c_void)
         })
@@ -920,8 +931,17 @@ impl HipDevice {
     /// Releases the default pool's unused memory down to `keep` bytes.
     pub(crate) fn trim_pool(&self, keep: usize) -> Result<()> {
         let pool = self.default_mem_pool()?;
+        // SAFETY: the default pool lives as long as the device.
+        unsafe { self.trim_to(pool, keep) }
+    }
+
+    /// `hipMemPoolTrimTo`: releases `pool`'s unused memory down to `keep` bytes.
+    ///
+    /// # Safety
+    /// `pool` is a live pool of this device.
+    unsafe fn trim_to(&self, pool: sys::hipMemPool_t, keep: usize) -> Result<()> {
         let trim = optional_fn!(self, hipMemPoolTrimTo, "stream-ordered memory pools")?;
-        // SAFETY: `pool` is this device's default pool; trimming never frees memory in use.
+        // SAFETY: a live pool (the caller's contract); trimming never frees memory in use.
         check("hipMemPoolTrimTo", unsafe { trim(pool, keep) })
     }
 
@@ -963,6 +983,192 @@ impl HipDevice {
         // SAFETY: the caller's contract.
         check("hipIpcCloseMemHandle", unsafe { close(dptr(base)) })
     }
+
+    // ---- pools of our own that other processes can import ----------------------------
+    //
+    // `cuda.rs`'s calls on HIP's twins (the `MemoryDevice` contracts apply).
+    // Where HIP differs: ROCm makes one descriptor per pool and returns it on
+    // every export (the pool owns and closes it; `hip_mempool_impl.cpp`,
+    // `MemoryPool::Export`), and an early ROCm has the IPC calls as stubs
+    // that succeed without writing anything, so what they write is checked.
+
+    /// The error for a pool IPC call that reported success and wrote nothing.
+    fn stub_call(&self, call: &'static str) -> Error {
+        let rt = self.ctx.rt;
+        Error::Unsupported {
+            op: "IPC of stream-ordered pool memory",
+            backend: BackendKind::Rocm,
+            hint: Some(format!(
+                "{call} of {} (HIP {}) returned hipSuccess but wrote nothing (a stub); share memory of \
+                 CachingPool or PlainResource instead, which use hipIpcGetMemHandle",
+                rt.loaded.path,
+                sys::version_string(rt.version)
+            )),
+        }
+    }
+
+    /// `hipMemPoolCreate`: pinned memory of this device, exportable as a POSIX
+    /// file descriptor (`hipMemHandleTypePosixFileDescriptor`).
+    pub(crate) fn create_shareable_pool(&self) -> Result<RawPool> {
+        self.default_mem_pool()?; // the same "no stream-ordered pools" error
+        let create = optional_fn!(self, hipMemPoolCreate, "a shareable stream-ordered pool")?;
+        let props = sys::hipMemPoolProps {
+            allocType: sys::hipMemAllocationTypePinned,
+            handleTypes: sys::hipMemHandleTypePosixFileDescriptor,
+            location: sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.info.ordinal as c_int },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            reserved: [0; 64],
+        };
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the device is current (default_mem_pool bound it); writes one pool handle.
+        check("hipMemPoolCreate", unsafe { create(&mut pool, &props) })?;
+        if pool.is_null() {
+            return Err(self.stub_call("hipMemPoolCreate"));
+        }
+        Ok(RawPool(pool as usize))
+    }
+
+    /// `hipMemPoolAttrReleaseThreshold` of one of our pools.
+    pub(crate) unsafe fn pool_set_release_threshold(&self, pool: RawPool, bytes: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: a live pool of this device.
+        unsafe { self.set_release_threshold(hip_pool(pool), bytes) }
+    }
+
+    /// `hipMemPoolTrimTo` on one of our pools.
+    pub(crate) unsafe fn pool_trim(&self, pool: RawPool, keep: usize) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: a live pool of this device.
+        unsafe { self.trim_to(hip_pool(pool), keep) }
+    }
+
+    /// `hipMallocFromPoolAsync`; the buffer is freed with `hipFreeAsync` on `stream`.
+    pub(crate) unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize, stream: &HipStream) -> Result<HipBuffer> {
+        check_alloc_size(bytes)?;
+        self.check_stream(stream)?;
+        let malloc = optional_fn!(self, hipMallocFromPoolAsync, "a shareable stream-ordered pool")?;
+        // The buffer's drop frees in stream order only where hipFreeAsync resolved.
+        optional_fn!(self, hipFreeAsync, "a shareable stream-ordered pool")?;
+        self.ctx.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: a live pool of this device (the caller's contract) and a
+        // stream of this device (checked); the buffer keeps the stream alive to free on it.
+        let r = unsafe { malloc(&mut ptr, bytes, hip_pool(pool), stream.inner.raw) };
+        if r != sys::hipSuccess {
+            return Err(self.out_of_memory("hipMallocFromPoolAsync", bytes, r));
+        }
+        Ok(self.buffer(ptr as u64, bytes, MemoryKind::Device, Some(stream.clone())))
+    }
+
+    /// `hipMemPoolDestroy`.
+    pub(crate) unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
+        let destroy = optional_fn!(self, hipMemPoolDestroy, "a shareable stream-ordered pool")?;
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: live, destroyed once, not used after.
+        check("hipMemPoolDestroy", unsafe { destroy(hip_pool(pool)) })
+    }
+
+    /// `hipMemPoolExportToShareableHandle`: the pool's own descriptor (ROCm
+    /// closes it with the pool; the caller does not).
+    pub(crate) unsafe fn pool_export(&self, pool: RawPool) -> Result<ExportedPoolFd> {
+        let export = optional_fn!(self, hipMemPoolExportToShareableHandle, "IPC of stream-ordered pool memory")?;
+        self.ctx.bind()?;
+        let mut fd: c_int = -1;
+        // SAFETY: for hipMemHandleTypePosixFileDescriptor the runtime writes
+        // one int; the pool is live (the caller's contract); flags must be 0.
+        check("hipMemPoolExportToShareableHandle", unsafe {
+            export(&mut fd as *mut c_int as *mut c_void, hip_pool(pool), sys::hipMemHandleTypePosixFileDescriptor, 0)
+        })?;
+        if fd < 0 {
+            return Err(self.stub_call("hipMemPoolExportToShareableHandle"));
+        }
+        Ok(ExportedPoolFd { fd, caller_closes: false })
+    }
+
+    /// `hipMemPoolExportPointer` for the pool block at `ptr`.
+    pub(crate) fn pool_export_pointer(&self, ptr: u64) -> Result<IpcBytes> {
+        let export = optional_fn!(self, hipMemPoolExportPointer, "IPC of stream-ordered pool memory")?;
+        self.ctx.bind()?;
+        let mut data = sys::hipMemPoolPtrExportData { reserved: [0; 64] };
+        // SAFETY: writes 64 bytes; memory not of an exportable pool is reported as an error.
+        check("hipMemPoolExportPointer", unsafe { export(&mut data, dptr(ptr)) })?;
+        if data.reserved == [0; 64] {
+            return Err(self.stub_call("hipMemPoolExportPointer"));
+        }
+        Ok(data.reserved)
+    }
+
+    /// `hipMemPoolImportFromShareableHandle`, then read-write access for this
+    /// device where the imported pool does not grant it already (ROCm ties
+    /// an imported pool to device 0 and grants access to that one).
+    pub(crate) unsafe fn pool_import(&self, fd: i32) -> Result<RawPool> {
+        let import = optional_fn!(self, hipMemPoolImportFromShareableHandle, "IPC of stream-ordered pool memory")?;
+        self.ctx.bind()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the runtime takes a POSIX descriptor as its value cast to
+        // a pointer (ROCm/clr reads it back through a union); it is open (the
+        // caller's contract) and stays ours: ROCm maps it and does not close it.
+        check("hipMemPoolImportFromShareableHandle", unsafe {
+            import(&mut pool, fd as isize as *mut c_void, sys::hipMemHandleTypePosixFileDescriptor, 0)
+        })?;
+        if pool.is_null() {
+            return Err(self.stub_call("hipMemPoolImportFromShareableHandle"));
+        }
+        // SAFETY: `pool` was just imported; on failure it is destroyed once, here.
+        unsafe { self.grant_access(pool) }.inspect_err(|_| {
+            if let Some(destroy) = self.api().hipMemPoolDestroy {
+                // SAFETY: as above.
+                let _ = unsafe { destroy(pool) };
+            }
+        })?;
+        Ok(RawPool(pool as usize))
+    }
+
+    /// Read-write access to `pool` for this device, if it lacks it.
+    ///
+    /// # Safety
+    /// `pool` is a live pool; the device is current.
+    unsafe fn grant_access(&self, pool: sys::hipMemPool_t) -> Result<()> {
+        let get = optional_fn!(self, hipMemPoolGetAccess, "IPC of stream-ordered pool memory")?;
+        let set = optional_fn!(self, hipMemPoolSetAccess, "IPC of stream-ordered pool memory")?;
+        let mut location = sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.info.ordinal as c_int };
+        let mut flags: c_int = 0;
+        // SAFETY: writes one flags value for a live pool (the caller's contract).
+        check("hipMemPoolGetAccess", unsafe { get(&mut flags, pool, &mut location) })?;
+        if flags == sys::hipMemAccessFlagsProtReadWrite {
+            return Ok(());
+        }
+        let desc = sys::hipMemAccessDesc { location, flags: sys::hipMemAccessFlagsProtReadWrite };
+        // SAFETY: one descriptor, read by the runtime during the call.
+        check("hipMemPoolSetAccess", unsafe { set(pool, &desc, 1) })
+    }
+
+    /// `hipMemPoolImportPointer`: the block's address in this process.
+    pub(crate) unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcBytes) -> Result<u64> {
+        let import = optional_fn!(self, hipMemPoolImportPointer, "IPC of stream-ordered pool memory")?;
+        self.ctx.bind()?;
+        let mut data = sys::hipMemPoolPtrExportData { reserved: *data };
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: an imported pool of this device (the caller's contract);
+        // the runtime reads the 64 bytes and writes one pointer.
+        check("hipMemPoolImportPointer", unsafe { import(&mut ptr, hip_pool(pool), &mut data) })?;
+        if ptr.is_null() {
+            return Err(self.stub_call("hipMemPoolImportPointer"));
+        }
+        Ok(ptr as u64)
+    }
+
+    /// `hipFree` of an imported pool block (HIP documents hipFree or hipFreeAsync for these).
+    pub(crate) unsafe fn pool_free_imported(&self, ptr: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller's contract: imported here, freed once, no queued work uses it.
+        check("hipFree", unsafe { (self.api().hipFree)(dptr(ptr)) })
+    }
+}
+
+/// A [`RawPool`] as HIP's handle.
+fn hip_pool(pool: RawPool) -> sys::hipMemPool_t {
+    pool.0 as sys::hipMemPool_t
 }
 
 impl Device for HipDevice {
@@ -1499,7 +1705,16 @@ mod tests {
                 hipDeviceGetDefaultMemPool,
                 hipMemPoolSetAttribute,
                 hipMemPoolGetAttribute,
-                hipMemPoolTrimTo
+                hipMemPoolTrimTo,
+                hipMemPoolCreate,
+                hipMemPoolDestroy,
+                hipMallocFromPoolAsync,
+                hipMemPoolExportToShareableHandle,
+                hipMemPoolImportFromShareableHandle,
+                hipMemPoolExportPointer,
+                hipMemPoolImportPointer,
+                hipMemPoolGetAccess,
+                hipMemPoolSetAccess
             ));
         }
         assert!(missing.is_empty(), "{} (HIP {}) lacks {missing:?}", rt.loaded.path, sys::version_string(rt.version));

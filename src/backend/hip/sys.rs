@@ -70,6 +70,54 @@ pub struct hipIpcMemHandle_t {
     pub reserved: [c_char; HIP_IPC_HANDLE_SIZE],
 }
 
+/// `hipMemLocation`: `struct { hipMemLocationType type; int id; }`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct hipMemLocation {
+    /// `hipMemLocationType` (a C enum): [`hipMemLocationTypeDevice`] for a GPU.
+    pub type_: c_int,
+    /// The device ordinal for [`hipMemLocationTypeDevice`].
+    pub id: c_int,
+}
+
+/// `hipMemAccessDesc`: `struct { hipMemLocation location; hipMemAccessFlags flags; }`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct hipMemAccessDesc {
+    /// The device whose access changes.
+    pub location: hipMemLocation,
+    /// `hipMemAccessFlags` (a C enum), e.g. [`hipMemAccessFlagsProtReadWrite`].
+    pub flags: c_int,
+}
+
+/// `hipMemPoolProps`. ROCm 5.2 declares `allocType`, `handleTypes`,
+/// `location`, `void* win32SecurityAttributes` and `unsigned char
+/// reserved[64]`; later ROCm names the first 8 reserved bytes `size_t
+/// maxSize` (0: no limit) and keeps `reserved[56]`. Same size (88 bytes) and
+/// offsets either way; gpuport leaves every reserved byte (and `maxSize`) 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hipMemPoolProps {
+    /// `hipMemAllocationType`: [`hipMemAllocationTypePinned`].
+    pub allocType: c_int,
+    /// `hipMemAllocationHandleType` bits, e.g. [`hipMemHandleTypePosixFileDescriptor`].
+    pub handleTypes: c_int,
+    /// Where the pool's memory lives.
+    pub location: hipMemLocation,
+    /// Windows only; null.
+    pub win32SecurityAttributes: *mut c_void,
+    /// `maxSize` (ROCm 6+) and reserved bytes; all 0.
+    pub reserved: [u8; 64],
+}
+
+/// `hipMemPoolPtrExportData`: `struct { unsigned char reserved[64]; }`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hipMemPoolPtrExportData {
+    /// The export's opaque bytes.
+    pub reserved: [u8; 64],
+}
+
 macro_rules! opaque {
     ($($(#[$m:meta])* $name:ident => $handle:ident;)*) => { $(
         $(#[$m])*
@@ -141,6 +189,14 @@ pub const hipMemAttachGlobal: c_uint = 0x1;
 pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = 0x4;
 /// `hipMemPoolAttrReservedMemCurrent` (`uint64_t`): bytes the pool holds from the driver now.
 pub const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = 0x5;
+/// `hipMemLocationTypeDevice`: a [`hipMemLocation`] naming a GPU by ordinal.
+pub const hipMemLocationTypeDevice: c_int = 1;
+/// `hipMemAllocationTypePinned`, the one pool allocation type ROCm 5.2 accepts.
+pub const hipMemAllocationTypePinned: c_int = 1;
+/// `hipMemHandleTypePosixFileDescriptor`: a pool exportable as a file descriptor.
+pub const hipMemHandleTypePosixFileDescriptor: c_int = 1;
+/// `hipMemAccessFlagsProtReadWrite`.
+pub const hipMemAccessFlagsProtReadWrite: c_int = 3;
 /// `hipIpcMemLazyEnablePeerAccess` in the ROCm 5.x headers (the only value 5.x accepts).
 pub const hipIpcMemLazyEnablePeerAccess_R0000: c_uint = 0;
 /// `hipIpcMemLazyEnablePeerAccess` from ROCm 6.0 on (the only value 6.0+ accepts).
@@ -387,6 +443,31 @@ function_table! {
         fn hipIpcOpenMemHandle(*mut *mut c_void, hipIpcMemHandle_t, c_uint) -> hipError_t;
         /// `hipError_t hipIpcCloseMemHandle(void* devPtr);`
         fn hipIpcCloseMemHandle(*mut c_void) -> hipError_t;
+        // Pools of gpuport's own that other processes import (declared, and
+        // exported by Debian's 5.2.3, since ROCm 5.1). An early ROCm/clr
+        // `hip_mempool.cpp` (2022) has the four IPC calls as stubs that
+        // return hipSuccess and write nothing; the backend checks what they wrote.
+        /// `hipError_t hipMemPoolCreate(hipMemPool_t* mem_pool, const hipMemPoolProps* pool_props);`
+        fn hipMemPoolCreate(*mut hipMemPool_t, *const hipMemPoolProps) -> hipError_t;
+        /// `hipError_t hipMemPoolDestroy(hipMemPool_t mem_pool);`
+        fn hipMemPoolDestroy(hipMemPool_t) -> hipError_t;
+        /// `hipError_t hipMallocFromPoolAsync(void** dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream);`
+        fn hipMallocFromPoolAsync(*mut *mut c_void, usize, hipMemPool_t, hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemPoolExportToShareableHandle(void* shared_handle, hipMemPool_t mem_pool,
+        /// hipMemAllocationHandleType handle_type, unsigned int flags);`
+        fn hipMemPoolExportToShareableHandle(*mut c_void, hipMemPool_t, c_int, c_uint) -> hipError_t;
+        /// `hipError_t hipMemPoolImportFromShareableHandle(hipMemPool_t* mem_pool, void* shared_handle,
+        /// hipMemAllocationHandleType handle_type, unsigned int flags);`
+        fn hipMemPoolImportFromShareableHandle(*mut hipMemPool_t, *mut c_void, c_int, c_uint) -> hipError_t;
+        /// `hipError_t hipMemPoolExportPointer(hipMemPoolPtrExportData* export_data, void* dev_ptr);`
+        fn hipMemPoolExportPointer(*mut hipMemPoolPtrExportData, *mut c_void) -> hipError_t;
+        /// `hipError_t hipMemPoolImportPointer(void** dev_ptr, hipMemPool_t mem_pool,
+        /// hipMemPoolPtrExportData* export_data);`
+        fn hipMemPoolImportPointer(*mut *mut c_void, hipMemPool_t, *mut hipMemPoolPtrExportData) -> hipError_t;
+        /// `hipError_t hipMemPoolGetAccess(hipMemAccessFlags* flags, hipMemPool_t mem_pool, hipMemLocation* location);`
+        fn hipMemPoolGetAccess(*mut c_int, hipMemPool_t, *mut hipMemLocation) -> hipError_t;
+        /// `hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list, size_t count);`
+        fn hipMemPoolSetAccess(hipMemPool_t, *const hipMemAccessDesc, usize) -> hipError_t;
     }
 }
 
@@ -540,6 +621,17 @@ mod tests {
     fn ipc_handles_have_the_header_size() {
         assert_eq!(std::mem::size_of::<hipIpcMemHandle_t>(), 64);
         assert_eq!(HIP_IPC_HANDLE_SIZE, std::mem::size_of::<crate::memory::ext::IpcBytes>());
+    }
+
+    #[test]
+    fn pool_structs_have_the_header_layout() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!(size_of::<hipMemLocation>(), 8);
+        assert_eq!(size_of::<hipMemAccessDesc>(), 12);
+        assert_eq!(size_of::<hipMemPoolProps>(), 88, "4 + 4 + 8 + 8 + 64, in ROCm 5.2 and later");
+        assert_eq!(offset_of!(hipMemPoolProps, win32SecurityAttributes), 16);
+        assert_eq!(offset_of!(hipMemPoolProps, reserved), 24, "where ROCm 6+ puts maxSize");
+        assert_eq!(size_of::<hipMemPoolPtrExportData>(), size_of::<crate::memory::ext::IpcBytes>());
     }
 
     #[test]
