@@ -148,11 +148,12 @@ fn sweep_configs() -> Vec<PipelineConfig> {
 }
 
 /// Pageable 256 MiB copies, plain and pipelined, alternated round by round
-/// (so drift and the state of the host's memory hit both alike), with a
+/// and in alternating order (so drift and the state of the host's caches
+/// hit both alike), with a
 /// pinned `cuMemcpy*Async` of the same size as the ceiling. Prints the
 /// medians and the median of the per-round ratios for each pipeline.
 fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
-    const ROUNDS: usize = 11;
+    const ROUNDS: usize = 12;
     let label = d.info().spec();
     let stream = d.create_stream().expect("stream");
     let dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
@@ -179,24 +180,33 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
         let mut h2d = [Vec::new(), Vec::new(), Vec::new()];
         let mut d2h = [Vec::new(), Vec::new(), Vec::new()];
         for round in 0..=ROUNDS {
-            let h = [
-                time(&mut || d.copy_to_device(&src, &dev, 0).expect("plain H2D")),
-                time(&mut || copier.copy_to_device(&src, &dev, 0).expect("pipelined H2D")),
-                time(&mut || {
-                    // SAFETY: `pinned` and `dev` outlive the synchronize right after.
-                    unsafe { d.copy_to_device_async(pinned.as_slice(), &dev, 0, &stream) }.expect("pinned H2D");
-                    d.synchronize(&stream).expect("sync");
-                }),
-            ];
-            let g = [
-                time(&mut || d.copy_to_host(&dev, 0, &mut dst).expect("plain D2H")),
-                time(&mut || copier.copy_to_host(&dev, 0, &mut dst).expect("pipelined D2H")),
-                time(&mut || {
-                    // SAFETY: `pinned` and `dev` outlive the synchronize right after.
-                    unsafe { d.copy_to_host_async(&dev, 0, pinned.as_mut_slice(), &stream) }.expect("pinned D2H");
-                    d.synchronize(&stream).expect("sync");
-                }),
-            ];
+            // Plain first in even rounds, pipelined first in odd ones: what a
+            // copy leaves in the caches (a 256 MiB buffer fits in a large
+            // L3) then favours neither.
+            let order = if round % 2 == 0 { [0, 1, 2] } else { [1, 0, 2] };
+            let (mut h, mut g) = ([0.0; 3], [0.0; 3]);
+            for k in order {
+                h[k] = time(&mut || match k {
+                    0 => d.copy_to_device(&src, &dev, 0).expect("plain H2D"),
+                    1 => copier.copy_to_device(&src, &dev, 0).expect("pipelined H2D"),
+                    _ => {
+                        // SAFETY: `pinned` and `dev` outlive the synchronize right after.
+                        unsafe { d.copy_to_device_async(pinned.as_slice(), &dev, 0, &stream) }.expect("pinned H2D");
+                        d.synchronize(&stream).expect("sync");
+                    }
+                });
+            }
+            for k in order {
+                g[k] = time(&mut || match k {
+                    0 => d.copy_to_host(&dev, 0, &mut dst).expect("plain D2H"),
+                    1 => copier.copy_to_host(&dev, 0, &mut dst).expect("pipelined D2H"),
+                    _ => {
+                        // SAFETY: `pinned` and `dev` outlive the synchronize right after.
+                        unsafe { d.copy_to_host_async(&dev, 0, pinned.as_mut_slice(), &stream) }.expect("pinned D2H");
+                        d.synchronize(&stream).expect("sync");
+                    }
+                });
+            }
             if round > 0 {
                 // Round 0 warms up (first touch, staging, driver buffers).
                 (0..3).for_each(|k| (h2d[k].push(h[k]), d2h[k].push(g[k])).1);
@@ -207,7 +217,7 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
             let (plain, piped, pin) = (median(t[0].clone()), median(t[1].clone()), median(t[2].clone()));
             println!(
                 "paired pageable_{dir}_256MiB on {label} (lanes {}, chunk {} KiB, streams {}, streaming {}; median of {ROUNDS} \
-                 alternating rounds): plain {:.2} GiB/s, pipelined {:.2} GiB/s, pinned {:.2} GiB/s; \
+                 rounds, order alternating): plain {:.2} GiB/s, pipelined {:.2} GiB/s, pinned {:.2} GiB/s; \
                  pipelined/plain {:.2}x (per-round median {:.2}x, min {:.2}x), pipelined/pinned {:.0}%",
                 config.lanes,
                 config.chunk_bytes >> 10,

@@ -112,11 +112,17 @@ const NONE: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NodeState {
-    Allocated { requested: usize },
-    Free { tag: u64 },
+    Allocated {
+        requested: usize,
+    },
+    Free {
+        tag: u64,
+    },
     /// Freed on stream `tag` and kept whole, unmerged, in that list's
     /// `recent` cache for the next request of its size.
-    Cached { tag: u64 },
+    Cached {
+        tag: u64,
+    },
     Pending,
     Vacant,
 }
