@@ -21,6 +21,9 @@ Operations, chosen so each side does the same work:
 - ``h2d``/``d2h`` of ``--mib`` MiB: gpuport ``move_memory`` (after making the
   other copy current outside the timed region) against torch ``copy_`` from
   pinned and pageable tensors and cupy ``set``/``get``;
+- ``h2d``/``d2h`` rows "gpuport pageable": ``gpuport.runtime.memcpy`` between a
+  NumPy array (pageable) and ``runtime.malloc`` memory, which pipelines the
+  copy through pinned staging, against the same torch/cupy pageable rows;
 - ``into_torch``/``into_cupy``: ``torch.from_dlpack``/``cupy.from_dlpack`` of
   a gpuport array against the same call on the other peer's array;
   ``from_dlpack``: ``gpuport.from_dlpack(torch tensor)`` against
@@ -132,6 +135,12 @@ def main() -> int:
 
     r.attempt("h2d", "gpuport", lambda: median_us(to_device, reps, host_current), nbig)
     r.attempt("d2h", "gpuport", lambda: median_us(to_host, reps, device_current), nbig)
+    raw = gpuport.runtime.malloc(nbig, device=dev)
+    big_out = np.zeros(nbig, dtype=np.uint8)
+    r.attempt("h2d", "gpuport pageable", lambda: median_us(lambda: gpuport.runtime.memcpy(raw, big, nbig), reps), nbig)
+    r.attempt(
+        "d2h", "gpuport pageable", lambda: median_us(lambda: gpuport.runtime.memcpy(big_out, raw, nbig), reps), nbig
+    )
     # A small device-resident array for the DLPack exports.
     a_small = gpuport.MemArray((MIB // 4,), "float32", device=dev)
     a_small.add_index()
@@ -266,13 +275,17 @@ def main() -> int:
             r.skip("cuda-python", e)
 
     # ---- report ---------------------------------------------------------------
-    ours = {row["op"]: row for row in r.rows if row["who"] == "gpuport"}
+    # A peer's pageable copy is compared with gpuport's pageable one where
+    # there is one, every other row with plain "gpuport".
+    ours = {(row["op"], row["who"]): row for row in r.rows if row["who"].startswith("gpuport")}
     ratios = []
     print(f"\n{'operation':<16} {'who':<22} {'median':>12} {'GB/s':>8}  gpuport/peer")
     for row in r.rows:
-        mine = ours.get(row["op"])
+        mine = ours.get((row["op"], "gpuport"))
+        if "pageable" in row["who"]:
+            mine = ours.get((row["op"], "gpuport pageable"), mine)
         ratio = ""
-        if mine is not None and row["who"] != "gpuport":
+        if mine is not None and not row["who"].startswith("gpuport"):
             x = mine["us"] / row["us"]
             ratios.append({"op": row["op"], "peer": row["who"], "gpuport_over_peer": x})
             ratio = f"{x:.2f}"

@@ -67,7 +67,7 @@ pub use current::{current_resource, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
 pub use log::LoggingResource;
-pub use pageable::{PageableCopier, PipelineConfig};
+pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use pool::{
     BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,

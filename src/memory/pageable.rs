@@ -11,11 +11,13 @@
 //! small pinned buffer with one thread, and serialises with other work
 //! (PEERS.md pain point 9; NVIDIA/cuCollections#727).
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backend::{check_range, Device, DeviceMemory, Event, HostMemory, Stream};
-use crate::error::Result;
+use crate::error::{BackendKind, Result};
 
 use super::current::current_resource;
 use super::ext::MemoryBackend;
@@ -178,6 +180,35 @@ impl<B: MemoryBackend> PageableCopier<B> {
             outcome
         })
     }
+}
+
+/// The device's shared [`PageableCopier`], made on first use with
+/// [`PipelineConfig::default`] (its staging buffers, `2 * lanes` chunks of
+/// pinned memory, come from the device's current resource and stay for the
+/// process). What the Python `gpuport.runtime.memcpy` uses for synchronous
+/// copies between pageable host memory and a GPU.
+///
+/// ```
+/// use gpuport::memory::pageable_copier;
+/// use gpuport::{Device, Host, HostDevice};
+///
+/// let dev = HostDevice::open(0)?;
+/// let copier = pageable_copier::<Host>(&dev)?;
+/// let buf = dev.alloc(3 << 20)?;
+/// copier.copy_to_device(&vec![7u8; 3 << 20], &buf, 0)?;
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn pageable_copier<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Arc<PageableCopier<B>>> {
+    type Copiers = Mutex<HashMap<(BackendKind, usize), Box<dyn Any + Send + Sync>>>;
+    static COPIERS: OnceLock<Copiers> = OnceLock::new();
+    let key = (B::KIND, device.info().ordinal);
+    let mut copiers = COPIERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(copier) = copiers.get(&key).and_then(|c| c.downcast_ref::<Arc<PageableCopier<B>>>()) {
+        return Ok(copier.clone());
+    }
+    let copier = Arc::new(PageableCopier::new(device.clone(), PipelineConfig::default())?);
+    copiers.insert(key, Box::new(copier.clone()));
+    Ok(copier)
 }
 
 /// One lane of a host-to-device copy: fill staging buffer `i % 2` while the
