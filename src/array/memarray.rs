@@ -29,9 +29,7 @@
 //! pays nothing.
 
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
@@ -40,7 +38,7 @@ use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
 use crate::kernels::{self, Scalar};
-use crate::memory::{current_resource, DeviceAllocation, PinnedFlags, StreamUse};
+use crate::memory::{current_resource, DeviceAllocation, Held, PinnedFlags, StreamUse};
 use crate::HostDevice;
 
 /// An id that locks a [`MemArray`] for one user (seed 000's `lock_id`).
@@ -101,44 +99,6 @@ pub struct ExportOptions {
     pub read_only: bool,
 }
 
-/// Memory of the device's current resource that an array holds (its device
-/// copy, or the pinned block of its host copy), shared with the array's
-/// exports through an `Arc`.
-///
-/// Goes back to the resource when the last holder drops it; if its address
-/// was ever handed to code we do not see (`exported`), the whole device is
-/// synchronized first, as a synchronous `cudaFree` would, so the resource
-/// cannot hand it out again while a consumer's queued work still uses it.
-/// If that synchronization fails the memory is leaked, never reused.
-struct Held<M: Send + Sync + 'static, D: Device> {
-    memory: ManuallyDrop<M>,
-    device: Arc<D>,
-    exported: AtomicBool,
-}
-
-impl<M: Send + Sync + 'static, D: Device> Held<M, D> {
-    fn new(memory: M, device: &Arc<D>, exported: bool) -> Self {
-        Held { memory: ManuallyDrop::new(memory), device: device.clone(), exported: AtomicBool::new(exported) }
-    }
-}
-
-impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for Held<M, D> {
-    type Target = M;
-    fn deref(&self) -> &M {
-        &self.memory
-    }
-}
-
-impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
-    fn drop(&mut self) {
-        if *self.exported.get_mut() && self.device.synchronize_device().is_err() {
-            return; // a consumer may still use it: leak rather than let it be reused
-        }
-        // SAFETY: `memory` is dropped once, here, and not used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.memory) }
-    }
-}
-
 /// What [`HostStorage`] needs of its type-erased pinned block.
 trait Exportable: Send + Sync {
     /// Records that the block's address was handed out.
@@ -147,24 +107,25 @@ trait Exportable: Send + Sync {
 
 impl<M: Send + Sync + 'static, D: Device> Exportable for Held<M, D> {
     fn mark_exported(&self) {
-        self.exported.store(true, Ordering::Relaxed);
+        Held::mark_exported(self);
     }
 }
 
-/// The device copy: an allocation of the device's current resource.
+/// The device copy: an allocation of the device's current resource, held
+/// by the array and its exports (through an `Arc`).
 type DeviceCopy<D> = Held<DeviceAllocation<<D as Device>::B>, D>;
 
 impl<D: Device> DeviceCopy<D> {
     /// Marks the copy exported and returns its address, for handing out.
     fn export(&self) -> u64 {
         self.mark_exported();
-        self.memory.device_ptr()
+        self.device_ptr()
     }
 }
 
 impl<D: Device> fmt::Debug for DeviceCopy<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeviceCopy({:?}, exported {})", *self.memory, self.exported.load(Ordering::Relaxed))
+        write!(f, "DeviceCopy({:?}, exported {})", **self, self.is_exported())
     }
 }
 
@@ -173,19 +134,19 @@ impl<D: Device> fmt::Debug for DeviceCopy<D> {
 impl<D: Device> DeviceMemory for DeviceCopy<D> {
     type B = D::B;
     fn len(&self) -> usize {
-        self.memory.len()
+        (**self).len()
     }
     fn device_ptr(&self) -> u64 {
-        self.memory.device_ptr()
+        (**self).device_ptr()
     }
     fn ordinal(&self) -> usize {
-        self.memory.ordinal()
+        (**self).ordinal()
     }
     fn kind(&self) -> crate::MemoryKind {
-        self.memory.kind()
+        (**self).kind()
     }
     fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        self.memory.owner()
+        (**self).owner()
     }
 }
 
@@ -307,7 +268,7 @@ impl<T: Element> HostStorage<T> {
 impl<T> Drop for HostStorage<T> {
     fn drop(&mut self) {
         if let Some(pinned) = self.pinned.take() {
-            drop(pinned); // back to the resource's pinned pool (see `Held`)
+            drop(pinned); // back to the resource's pinned pool (see `memory::Held`)
             return;
         }
         // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in

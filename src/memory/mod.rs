@@ -51,10 +51,11 @@
 //! `MemArray` marks such memory exported, and when it is finally released
 //! synchronizes the whole device (`Device::synchronize_device`, what a
 //! synchronous `cudaFree` implies) before returning it to the resource; see
-//! [`crate::array::memarray`].
+//! [`Held`], which the Python `runtime.malloc` uses too.
 
 mod current;
 pub mod ext;
+mod held;
 pub mod ipc;
 pub mod log;
 pub mod pageable;
@@ -65,6 +66,7 @@ pub mod stats;
 
 pub use current::{current_resource, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
+pub use held::Held;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
 pub use log::LoggingResource;
 pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};

@@ -129,10 +129,7 @@ impl<B: MemoryBackend> PageableCopier<B> {
         }
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let chunk = self.config.chunk_bytes;
-        let mut work: Vec<Vec<(usize, &[u8])>> = lanes.iter().map(|_| Vec::new()).collect();
-        for (i, piece) in src.chunks(chunk).enumerate() {
-            work[i % lanes.len()].push((dst_offset + i * chunk, piece));
-        }
+        let work = deal(lanes.len(), src.chunks(chunk).enumerate().map(|(i, piece)| (dst_offset + i * chunk, piece)));
         let nt = self.config.streaming_stores;
         self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, dst, nt))
     }
@@ -150,10 +147,8 @@ impl<B: MemoryBackend> PageableCopier<B> {
         }
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let chunk = self.config.chunk_bytes;
-        let mut work: Vec<Vec<(usize, &mut [u8])>> = lanes.iter().map(|_| Vec::new()).collect();
-        for (i, piece) in dst.chunks_mut(chunk).enumerate() {
-            work[i % lanes.len()].push((src_offset + i * chunk, piece));
-        }
+        let work =
+            deal(lanes.len(), dst.chunks_mut(chunk).enumerate().map(|(i, piece)| (src_offset + i * chunk, piece)));
         let nt = self.config.streaming_stores;
         self.run_lanes(&mut lanes, work, |d, lane, mut pieces| lane_to_host(d, lane, src, &mut pieces, nt))
     }
@@ -180,6 +175,16 @@ impl<B: MemoryBackend> PageableCopier<B> {
             outcome
         })
     }
+}
+
+/// Deals `pieces` to `lanes` lanes in turn: lane `l` gets pieces `l`,
+/// `l + lanes`, `l + 2 * lanes`, ...
+fn deal<W>(lanes: usize, pieces: impl Iterator<Item = W>) -> Vec<Vec<W>> {
+    let mut work: Vec<Vec<W>> = (0..lanes).map(|_| Vec::new()).collect();
+    for (i, piece) in pieces.enumerate() {
+        work[i % lanes].push(piece);
+    }
+    work
 }
 
 /// The device's shared [`PageableCopier`], made on first use with

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use gpuport::backend::{builtin, Backend, DeviceMemory, HostMemory, Kernel, Module, ModuleSource};
+use gpuport::memory::Held;
 use gpuport::{with_device, AnyDevice, BackendKind, Device, Error, HostDevice, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -94,33 +95,17 @@ pub fn _pending_operations() -> usize {
 
 // ---- malloc / free --------------------------------------------------------------------
 
-/// Memory from the device's current resource that, like `cudaFree` and
-/// `cudaFreeHost`, waits for the whole device before it goes back to the
-/// pool: its raw address was handed out, so any stream of any library may
-/// still be using it.
-struct Exported<D: Device, M> {
-    device: Arc<D>,
-    memory: Option<M>,
-}
-
-impl<D: Device, M> Drop for Exported<D, M> {
-    fn drop(&mut self) {
-        // A failed synchronize means the context is gone (the error is
-        // sticky): the memory goes back either way, as with cudaFree.
-        let _ = self.device.synchronize_device();
-        drop(self.memory.take());
-    }
-}
-
 fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
     let current = || gpuport::memory::current_resource::<D::B>(d);
     Ok(match kind {
         // Pinned and device memory come from the current resource (the
         // caching pool, and the statistics and log gpuport.memory installs).
+        // Their raw address is handed out, so, as with cudaFree, their
+        // release waits for the whole device (`Held`, exported from the start).
         MemoryKind::Pinned => {
             let b = current()?.alloc_pinned(size, gpuport::memory::PinnedFlags::PORTABLE)?;
             let ptr = b.as_slice().as_ptr() as usize as u64;
-            let mem = Box::new(Exported { device: d.clone(), memory: Some(b) });
+            let mem = Box::new(Held::new(b, d, true));
             Alloc { dev: dev.clone(), kind, ptr, len: size, mem }
         }
         MemoryKind::Managed => {
@@ -130,7 +115,7 @@ fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: u
         MemoryKind::Device | MemoryKind::Host => {
             let a = current()?.alloc(size, d.default_stream())?;
             let ptr = a.device_ptr();
-            let mem = Box::new(Exported { device: d.clone(), memory: Some(a) });
+            let mem = Box::new(Held::new(a, d, true));
             Alloc { dev: dev.clone(), kind: MemoryKind::Device, ptr, len: size, mem }
         }
     })

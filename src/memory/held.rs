@@ -1,0 +1,59 @@
+//! [`Held`]: memory whose release waits for the whole device once its
+//! address has been handed to code we do not see.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::backend::Device;
+
+/// Memory of the device's current resource (an allocation, a pinned block)
+/// that goes back to the resource when dropped; if its address was ever
+/// handed to code we do not see ([`mark_exported`](Self::mark_exported)),
+/// the whole device is synchronized first, as a synchronous `cudaFree`
+/// would, so the resource cannot hand it out again while a consumer's
+/// queued work still uses it. If that synchronization fails the memory is
+/// leaked, never reused.
+///
+/// `MemArray` holds its device copy and pinned host block in one; the
+/// Python `gpuport.runtime.malloc` holds its memory in one, exported from
+/// the start.
+pub struct Held<M: Send + Sync + 'static, D: Device> {
+    memory: ManuallyDrop<M>,
+    device: Arc<D>,
+    exported: AtomicBool,
+}
+
+impl<M: Send + Sync + 'static, D: Device> Held<M, D> {
+    /// Holds `memory` of `device`; `exported` says its address is already out.
+    pub fn new(memory: M, device: &Arc<D>, exported: bool) -> Self {
+        Held { memory: ManuallyDrop::new(memory), device: device.clone(), exported: AtomicBool::new(exported) }
+    }
+
+    /// Records that the memory's address was handed out.
+    pub fn mark_exported(&self) {
+        self.exported.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the memory's address was handed out.
+    pub fn is_exported(&self) -> bool {
+        self.exported.load(Ordering::Relaxed)
+    }
+}
+
+impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for Held<M, D> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.memory
+    }
+}
+
+impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
+    fn drop(&mut self) {
+        if *self.exported.get_mut() && self.device.synchronize_device().is_err() {
+            return; // a consumer may still use it: leak rather than let it be reused
+        }
+        // SAFETY: `memory` is dropped once, here, and not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.memory) }
+    }
+}
