@@ -1,5 +1,6 @@
 use std::time::Instant;
 #[cfg(target_arch = "x86_64")]
+// Safety: `dst` and `src` have equal lengths; SSE2 is part of x86-64.
 unsafe fn nt_copy(dst: &mut [u8], src: &[u8]) {
     use std::arch::x86_64::*;
     let n = dst.len();
@@ -40,6 +41,7 @@ fn main() {
                         parts[i % threads].push((d, sr));
                     }
                     for p in parts {
+                        // SAFETY: `d` and `sr` are chunks of equal length (same `chunk`, equal buffers).
                         s.spawn(move || for (d, sr) in p { if nt { unsafe { nt_copy(d, sr) } } else { d.copy_from_slice(sr) } });
                     }
                 });
