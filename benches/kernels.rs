@@ -37,14 +37,14 @@ fn kernel_benches<D: Device>(c: &mut Criterion, d: &D, shapes: &[(&str, [i64; 3]
     for &(name, shape) in shapes {
         let n = shape.iter().product::<i64>() as usize;
         let bytes = n * 4;
-        let (a, b) = match (d.alloc(bytes), d.alloc(bytes)) {
+        let (mut a, b) = match (d.alloc(bytes), d.alloc(bytes)) {
             (Ok(a), Ok(b)) => (a, b),
             _ => {
                 eprintln!("{label}: skipping {name}: cannot allocate 2 x {bytes} bytes");
                 continue;
             }
         };
-        d.memset(&a, 0, bytes, 0).unwrap();
+        d.memset(&mut a, 0, bytes, 0).unwrap();
         let s = d.default_stream();
         let copy = || {
             // SAFETY: both buffers outlive every synchronize in this function.
@@ -91,8 +91,8 @@ fn add_index_variants<D: Device>(d: &D) {
     use gpuport::{KernelArgs, LaunchConfig, ModuleSource};
     let shape = [256i64, 1024, 1024];
     let bytes = (shape.iter().product::<i64>() * 4) as usize;
-    let (a, b) = (d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap());
-    d.memset(&a, 0, bytes, 0).unwrap();
+    let (mut a, b) = (d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap());
+    d.memset(&mut a, 0, bytes, 0).unwrap();
     let s = d.default_stream();
     let inline = |src: &str| {
         src.replace("#include \"array_ops.h\"", include_str!("../kernels/common/array_ops.h"))

@@ -107,16 +107,16 @@ fn pageable_copies<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     let config = PipelineConfig::default();
     eprintln!("pageable pipeline on {label}: {config:?}");
     let copier = PageableCopier::new(d.clone(), config).expect("copier");
-    let dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
+    let mut dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
     let src = vec![3u8; PAGEABLE_BYTES];
     let mut dst = vec![0u8; PAGEABLE_BYTES];
     let mut group = c.benchmark_group("pageable_h2d_256MiB");
     group.throughput(Throughput::Bytes(PAGEABLE_BYTES as u64));
     group.bench_function(BenchmarkId::new("pipelined", &label), |b| {
-        b.iter(|| copier.copy_to_device(&src, &dev, 0).expect("copy"))
+        b.iter(|| copier.copy_to_device(&src, &mut dev, 0).expect("copy"))
     });
     group.bench_function(BenchmarkId::new("plain", &label), |b| {
-        b.iter(|| d.copy_to_device(&src, &dev, 0).expect("copy"))
+        b.iter(|| d.copy_to_device(&src, &mut dev, 0).expect("copy"))
     });
     group.finish();
     let mut group = c.benchmark_group("pageable_d2h_256MiB");
@@ -156,7 +156,7 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
     const ROUNDS: usize = 12;
     let label = d.info().spec();
     let stream = d.create_stream().expect("stream");
-    let dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
+    let mut dev = d.alloc(PAGEABLE_BYTES).expect("device buffer");
     let src = vec![3u8; PAGEABLE_BYTES];
     let mut dst = vec![0u8; PAGEABLE_BYTES];
     let mut pinned = d.alloc_pinned(PAGEABLE_BYTES).expect("pinned buffer");
@@ -187,8 +187,8 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
             let (mut h, mut g) = ([0.0; 3], [0.0; 3]);
             for k in order {
                 h[k] = time(&mut || match k {
-                    0 => d.copy_to_device(&src, &dev, 0).expect("plain H2D"),
-                    1 => copier.copy_to_device(&src, &dev, 0).expect("pipelined H2D"),
+                    0 => d.copy_to_device(&src, &mut dev, 0).expect("plain H2D"),
+                    1 => copier.copy_to_device(&src, &mut dev, 0).expect("pipelined H2D"),
                     _ => {
                         // SAFETY: `pinned` and `dev` outlive the synchronize right after.
                         unsafe { d.copy_to_device_async(pinned.as_slice(), &dev, 0, &stream) }.expect("pinned H2D");

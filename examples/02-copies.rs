@@ -5,7 +5,7 @@ use gpuport::{with_device, Device, HostMemory};
 
 fn copies<D: Device>(d: &D) -> gpuport::Result<()> {
     let n = 1 << 20;
-    let buf = d.alloc(n)?;
+    let mut buf = d.alloc(n)?;
     let mut staging = d.alloc_pinned(n)?; // page-locked: fast, truly asynchronous copies
     staging.as_mut_slice().iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
 
@@ -20,7 +20,7 @@ fn copies<D: Device>(d: &D) -> gpuport::Result<()> {
     println!("{}: 1 MiB round trip ok", d.info().spec());
 
     // Mistakes are typed errors, not crashes:
-    let err = d.copy_to_device(&[0u8; 16], &buf, n - 8).unwrap_err();
+    let err = d.copy_to_device(&[0u8; 16], &mut buf, n - 8).unwrap_err();
     println!("expected error: {err}");
     Ok(())
 }

@@ -9,8 +9,8 @@
 //! // `GPUPORT_DEVICE`, else the first GPU, else the host.
 //! let chosen = gpuport::default_device()?;
 //! with_device!(chosen.device, dev => {
-//!     let buf = dev.alloc(1024)?;
-//!     dev.copy_to_device(&[7u8; 1024], &buf, 0)?;
+//!     let mut buf = dev.alloc(1024)?;
+//!     dev.copy_to_device(&[7u8; 1024], &mut buf, 0)?;
 //!     let mut back = vec![0u8; 1024];
 //!     dev.copy_to_host(&buf, 0, &mut back)?;
 //!     assert_eq!(back, vec![7u8; 1024]);
@@ -46,8 +46,8 @@ pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, Vie
 pub use backend::host::{Host, HostDevice};
 pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
 pub use backend::{
-    builtin, Backend, Buffer, Device, DeviceInfo, DeviceLimits, DeviceMemory, Event, HostMemory, Kernel, KernelArg,
-    KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module, ModuleSource, PinnedBuffer, Stream,
+    builtin, Backend, Buffer, Device, DeviceInfo, DeviceLimits, DeviceMemory, DeviceMemoryMut, Event, HostMemory,
+    Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module, ModuleSource, PinnedBuffer, Stream,
 };
 pub use error::{BackendKind, DriverError, Error, Result};
 

@@ -34,9 +34,9 @@ const SHAPES: &[&[i64]] =
 
 fn upload<D: Device, T: Pod>(d: &D, values: &[T]) -> gpuport::Buffer<D::B> {
     let bytes = std::mem::size_of_val(values) + GUARD * std::mem::size_of::<T>();
-    let buf = d.alloc(bytes).unwrap();
-    d.memset(&buf, 0, bytes, 0xEE).unwrap();
-    d.copy_to_device(bytemuck::cast_slice(values), &buf, 0).unwrap();
+    let mut buf = d.alloc(bytes).unwrap();
+    d.memset(&mut buf, 0, bytes, 0xEE).unwrap();
+    d.copy_to_device(bytemuck::cast_slice(values), &mut buf, 0).unwrap();
     buf
 }
 
@@ -89,9 +89,10 @@ fn elementwise_kernels_for<D: Device, T: Scalar>(d: &D, alpha: T::Compute) {
         let x: Vec<T> = (0..n).map(|_| rng.value()).collect();
         let y: Vec<T> = (0..n).map(|_| rng.value()).collect();
         let (bx, by) = (upload(d, &x), upload(d, &y));
-        let (xs, ys) = (d.alloc(n * std::mem::size_of::<T>()).unwrap(), d.alloc(n * std::mem::size_of::<T>()).unwrap());
-        d.copy_device(&bx, 0, &xs, 0, xs.len()).unwrap();
-        d.copy_device(&by, 0, &ys, 0, ys.len()).unwrap();
+        let (mut xs, mut ys) =
+            (d.alloc(n * std::mem::size_of::<T>()).unwrap(), d.alloc(n * std::mem::size_of::<T>()).unwrap());
+        d.copy_device(&bx, 0, &mut xs, 0, n * std::mem::size_of::<T>()).unwrap();
+        d.copy_device(&by, 0, &mut ys, 0, n * std::mem::size_of::<T>()).unwrap();
         // SAFETY: every buffer outlives the synchronize below.
         unsafe {
             kernels::scale_async::<D, T, _>(d, &xs, alpha, d.default_stream()).unwrap();
@@ -125,12 +126,12 @@ fn every_arithmetic_kernel_matches_the_reference_for_every_dtype<D: Device>(d: &
 
 fn fill_on<D: Device, T: Pod + PartialEq + std::fmt::Debug>(d: &D, value: T) {
     for n in [1usize, 3, 1000, 65_537] {
-        let buf = upload(d, &vec![T::zeroed(); n]);
+        let mut buf = upload(d, &vec![T::zeroed(); n]);
         let len = n * std::mem::size_of::<T>();
         let view = d.alloc(len).unwrap();
         // SAFETY: `view` outlives the synchronize below.
         unsafe { kernels::fill_async(d, &view, value, d.default_stream()).unwrap() };
-        d.copy_device(&view, 0, &buf, 0, len).unwrap();
+        d.copy_device(&view, 0, &mut buf, 0, len).unwrap();
         assert!(download::<D, T>(d, &buf, n).iter().all(|v| *v == value), "fill n={n}");
     }
 }
@@ -286,8 +287,8 @@ fn a_fatbin_built_by_nvcc_loads_and_runs() {
     gpuport::with_device!(dev, d => {
         let module = d.load_module(gpuport::ModuleSource::Binary(&image)).unwrap();
         let kernel = d.kernel(&module, "gpuport_add_index_f32_2").unwrap();
-        let buf = d.alloc(6 * 4).unwrap();
-        d.copy_to_device(bytemuck::cast_slice(&[2.0f32; 6]), &buf, 0).unwrap();
+        let mut buf = d.alloc(6 * 4).unwrap();
+        d.copy_to_device(bytemuck::cast_slice(&[2.0f32; 6]), &mut buf, 0).unwrap();
         let mut args = gpuport::KernelArgs::new();
         args.push(&kernels::IndexerArg { data: buf.device_ptr(), shape: [2, 3] });
         // SAFETY: the argument matches the kernel; `buf` holds 6 f32 and outlives the copy back.

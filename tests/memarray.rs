@@ -294,3 +294,42 @@ fn the_indexer_addresses_the_same_elements_as_get() {
     // SAFETY: index in bounds and no copy pending.
     assert_eq!(unsafe { a.get_unchecked([1, 0, 2]) }, 14.0);
 }
+
+fn rank_zero_is_one_element<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::<f32, 0, D>::from_vec(dev, [], vec![5.0]).unwrap();
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    // One element with no indices: the sum of its indices is 0.
+    a.add_index(&stream, None).unwrap();
+    a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+    assert_eq!(a.to_vec(None).unwrap(), vec![5.0]);
+    let mut b = MemArray::<i32, 1, D>::from_vec(dev, [1], vec![5]).unwrap();
+    b.add_index(&stream, None).unwrap();
+    b.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+    assert_eq!(b.to_vec(None).unwrap(), vec![5], "rank 0 must match a shape-[1] array");
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn add_index_treats_rank_zero_as_one_element(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => rank_zero_is_one_element(d));
+}
+
+#[test]
+fn extents_beyond_i64_are_refused_even_in_an_empty_shape() {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    for shape in [[0, usize::MAX], [0, i64::MAX as usize + 1]] {
+        match MemArray::<u8, 2, _>::zeros(&dev, shape) {
+            Err(Error::Shape(ShapeError::TooLarge { .. })) => {}
+            other => panic!("{shape:?}: expected ShapeError::TooLarge, got {other:?}"),
+        }
+    }
+    // The largest extent DLPack can carry is still accepted in an empty shape.
+    let a = MemArray::<u8, 2, _>::zeros(&dev, [0, i64::MAX as usize]).unwrap();
+    let t = a.to_dlpack(Location::Host, false, None).unwrap();
+    // SAFETY: the exported tensor has ndim 2, so `shape` holds two extents.
+    let extent = unsafe { *t.dl_tensor().shape.add(1) };
+    assert_eq!(extent, i64::MAX);
+}

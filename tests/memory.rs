@@ -301,10 +301,10 @@ fn plain_and_native_resources_allocate_and_native_memory_refuses_ipc<D: MemoryDe
         Err(e) => panic!("{e}"),
     };
     for alloc in [Allocator::new(PlainResource::new(d.clone())), native.clone()] {
-        let block = alloc.alloc(MIB + 1, &s).unwrap();
+        let mut block = alloc.alloc(MIB + 1, &s).unwrap();
         // Stream-ordered memory of `s`; the copies below run on the default stream.
         d.synchronize(&s).unwrap();
-        d.copy_to_device(&pattern(MIB + 1, 4), &block, 0).unwrap();
+        d.copy_to_device(&pattern(MIB + 1, 4), &mut block, 0).unwrap();
         assert_eq!(read(d.as_ref(), &block), pattern(MIB + 1, 4));
     }
     let block = native.alloc(4096, &s).unwrap();
@@ -320,8 +320,8 @@ fn pinned_memory_is_pooled_and_honours_its_flags<D: MemoryDevice>(d: &Dev<D>) {
     assert_eq!(p.as_slice().len(), 100_000);
     assert!(p.mapped_ptr().is_some());
     p.as_mut_slice().copy_from_slice(&pattern(100_000, 8));
-    let dev = alloc.alloc(100_000, d.default_stream()).unwrap();
-    d.copy_to_device(p.as_slice(), &dev, 0).unwrap();
+    let mut dev = alloc.alloc(100_000, d.default_stream()).unwrap();
+    d.copy_to_device(p.as_slice(), &mut dev, 0).unwrap();
     assert_eq!(read(d.as_ref(), &dev), pattern(100_000, 8));
     drop(p);
     // Four classes per power of two: 100 000 bytes take 7 x 16 KiB.
@@ -366,8 +366,8 @@ fn mapped_pinned_memory_is_written_by_the_device_through_its_mapped_address<D: M
     let wc = PinnedFlags { mapped: false, portable: true, write_combined: true };
     let mut w = alloc.alloc_pinned(10_000, wc).unwrap();
     w.as_mut_slice().copy_from_slice(&pattern(10_000, 5));
-    let dev = alloc.alloc(10_000, s).unwrap();
-    d.copy_to_device(w.as_slice(), &dev, 0).unwrap();
+    let mut dev = alloc.alloc(10_000, s).unwrap();
+    d.copy_to_device(w.as_slice(), &mut dev, 0).unwrap();
     assert_eq!(read(d.as_ref(), &dev), pattern(10_000, 5), "write-combined memory copies like any pinned memory");
 }
 
@@ -406,15 +406,15 @@ fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) 
         let copier = PageableCopier::new(d.clone(), config).unwrap();
         let n = 9 * MIB + 123;
         let data = pattern(n, 6 + streams as u8);
-        let dev = d.alloc(n + 10).unwrap();
-        copier.copy_to_device(&data, &dev, 10).unwrap();
+        let mut dev = d.alloc(n + 10).unwrap();
+        copier.copy_to_device(&data, &mut dev, 10).unwrap();
         let mut back = vec![0u8; n];
         copier.copy_to_host(&dev, 10, &mut back).unwrap();
         assert!(back == data, "pipelined round trip changed the bytes ({streams} streams)");
         let mut direct = vec![0u8; n];
         d.copy_to_host(&dev, 10, &mut direct).unwrap();
         assert!(direct == data, "the device holds what was sent ({streams} streams)");
-        assert!(matches!(copier.copy_to_device(&data, &dev, 11), Err(Error::OutOfBounds { .. })));
+        assert!(matches!(copier.copy_to_device(&data, &mut dev, 11), Err(Error::OutOfBounds { .. })));
         let mut small = vec![0u8; 100];
         copier.copy_to_host(&dev, 10, &mut small).unwrap();
         assert_eq!(small, data[..100]);

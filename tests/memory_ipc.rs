@@ -74,10 +74,10 @@ fn share_with_a_child<D: MemoryDevice>(
     check: impl FnOnce(&[IpcHandle]),
 ) {
     let s = d.default_stream();
-    let blocks: Vec<_> = lens.iter().map(|&n| alloc.alloc(n, s).unwrap()).collect();
+    let mut blocks: Vec<_> = lens.iter().map(|&n| alloc.alloc(n, s).unwrap()).collect();
     // The allocations are stream-ordered: the child may touch them only after they completed.
     d.synchronize(s).unwrap();
-    for (i, block) in blocks.iter().enumerate() {
+    for (i, block) in blocks.iter_mut().enumerate() {
         d.copy_to_device(&pattern(block.len(), seed + i as u8), block, 0).unwrap();
     }
     let handles = match blocks.iter().map(|b| alloc.ipc_handle(b)).collect::<Result<Vec<_>, _>>() {
@@ -233,9 +233,9 @@ fn read_and_write_in_child<D: MemoryDevice>(d: &Arc<D>, handles: &[IpcHandle], s
         })
         .collect();
     assert_eq!(imported_pool_count(), pools.len(), "each exporter's pool is imported once");
-    for (i, memory) in opened.iter().enumerate() {
+    for (i, memory) in opened.iter_mut().enumerate() {
         let mut back = vec![0u8; memory.len()];
-        d.copy_to_host(memory, 0, &mut back).unwrap();
+        d.copy_to_host(&*memory, 0, &mut back).unwrap();
         assert!(back == pattern(memory.len(), seed + i as u8), "block {i}: the child read other bytes than written");
         d.copy_to_device(&written_back(memory.len(), seed, i), memory, 0).unwrap();
         println!("ipc child read {} bytes at offset {} and wrote them back", back.len(), handles[i].offset);

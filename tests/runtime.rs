@@ -39,18 +39,18 @@ fn read_back<D: Device>(d: &D, buf: &gpuport::Buffer<D::B>) -> Vec<u8> {
 fn bytes_survive_a_round_trip_through_the_device<D: Device>(d: &D) {
     for n in [1usize, 7, 4096, 1 << 20, (1 << 20) + 3] {
         let data = pattern(n, 5);
-        let buf = d.alloc(n).unwrap();
+        let mut buf = d.alloc(n).unwrap();
         assert_eq!(buf.len(), n);
         assert_eq!(buf.ordinal(), d.info().ordinal);
-        d.copy_to_device(&data, &buf, 0).unwrap();
+        d.copy_to_device(&data, &mut buf, 0).unwrap();
         assert_eq!(read_back(d, &buf), data, "n = {n}");
     }
 }
 
 fn copies_honour_offsets<D: Device>(d: &D) {
-    let buf = d.alloc(64).unwrap();
-    d.memset(&buf, 0, 64, 0).unwrap();
-    d.copy_to_device(&[1, 2, 3, 4], &buf, 10).unwrap();
+    let mut buf = d.alloc(64).unwrap();
+    d.memset(&mut buf, 0, 64, 0).unwrap();
+    d.copy_to_device(&[1, 2, 3, 4], &mut buf, 10).unwrap();
     let mut four = [0u8; 4];
     d.copy_to_host(&buf, 10, &mut four).unwrap();
     assert_eq!(four, [1, 2, 3, 4]);
@@ -59,11 +59,11 @@ fn copies_honour_offsets<D: Device>(d: &D) {
 }
 
 fn memset_and_device_copy_move_the_right_bytes<D: Device>(d: &D) {
-    let (a, b) = (d.alloc(1000).unwrap(), d.alloc(1000).unwrap());
-    d.memset(&a, 0, 1000, 0xAB).unwrap();
-    d.memset(&b, 0, 1000, 0).unwrap();
-    d.memset(&a, 100, 50, 0x11).unwrap();
-    d.copy_device(&a, 90, &b, 0, 100).unwrap();
+    let (mut a, mut b) = (d.alloc(1000).unwrap(), d.alloc(1000).unwrap());
+    d.memset(&mut a, 0, 1000, 0xAB).unwrap();
+    d.memset(&mut b, 0, 1000, 0).unwrap();
+    d.memset(&mut a, 100, 50, 0x11).unwrap();
+    d.copy_device(&a, 90, &mut b, 0, 100).unwrap();
     let got = read_back(d, &b);
     assert!(got[..10].iter().all(|&x| x == 0xAB));
     assert!(got[10..60].iter().all(|&x| x == 0x11));
@@ -92,8 +92,8 @@ fn pinned_memory_is_zeroed_and_copies_both_ways<D: Device>(d: &D) {
     let mut pinned = d.alloc_pinned(4096).unwrap();
     assert!(pinned.as_slice().iter().all(|&b| b == 0));
     pinned.as_mut_slice().copy_from_slice(&pattern(4096, 3));
-    let buf = d.alloc(4096).unwrap();
-    d.copy_to_device(pinned.as_slice(), &buf, 0).unwrap();
+    let mut buf = d.alloc(4096).unwrap();
+    d.copy_to_device(pinned.as_slice(), &mut buf, 0).unwrap();
     assert_eq!(read_back(d, &buf), pattern(4096, 3));
 }
 
@@ -101,17 +101,17 @@ fn registered_host_memory_can_be_copied<D: Device>(d: &D) {
     let mut host = pattern(1 << 16, 1);
     // SAFETY: `host` outlives the registration, dropped at the end of scope first.
     let reg = unsafe { d.register_host(host.as_mut_ptr(), host.len()) }.unwrap();
-    let buf = d.alloc(host.len()).unwrap();
-    d.copy_to_device(&host, &buf, 0).unwrap();
+    let mut buf = d.alloc(host.len()).unwrap();
+    d.copy_to_device(&host, &mut buf, 0).unwrap();
     assert_eq!(read_back(d, &buf), host);
     drop(reg);
 }
 
 fn managed_memory_is_allocated_where_supported<D: Device>(d: &D) {
     match d.alloc_managed(1 << 12) {
-        Ok(buf) => {
+        Ok(mut buf) => {
             assert_eq!(buf.kind(), MemoryKind::Managed);
-            d.copy_to_device(&pattern(1 << 12, 2), &buf, 0).unwrap();
+            d.copy_to_device(&pattern(1 << 12, 2), &mut buf, 0).unwrap();
             assert_eq!(read_back(d, &buf), pattern(1 << 12, 2));
         }
         Err(Error::Unsupported { .. }) => assert!(!d.info().managed_memory),
@@ -137,8 +137,8 @@ fn device_reports_sane_properties<D: Device>(d: &D) {
 
 fn work_behind_a_long_operation_is_not_visible_before_the_stream_completes<D: Device>(d: &D) {
     let (busy, other) = (d.create_stream().unwrap(), d.create_stream().unwrap());
-    let buf = d.alloc(256).unwrap();
-    d.memset(&buf, 0, 256, 0).unwrap();
+    let mut buf = d.alloc(256).unwrap();
+    d.memset(&mut buf, 0, 256, 0).unwrap();
     let start = Instant::now();
     hold_stream(d, &busy, SLEEP_MS);
     // SAFETY: `buf` outlives the synchronize below.
@@ -163,9 +163,9 @@ fn work_behind_a_long_operation_is_not_visible_before_the_stream_completes<D: De
 
 fn events_order_work_across_two_streams<D: Device>(d: &D) {
     let (producer, consumer) = (d.create_stream().unwrap(), d.create_stream().unwrap());
-    let (src, dst) = (d.alloc(4096).unwrap(), d.alloc(4096).unwrap());
-    d.memset(&src, 0, 4096, 0).unwrap();
-    d.memset(&dst, 0, 4096, 0).unwrap();
+    let (mut src, mut dst) = (d.alloc(4096).unwrap(), d.alloc(4096).unwrap());
+    d.memset(&mut src, 0, 4096, 0).unwrap();
+    d.memset(&mut dst, 0, 4096, 0).unwrap();
     let ready = d.create_event().unwrap();
 
     hold_stream(d, &producer, SLEEP_MS);
@@ -200,8 +200,8 @@ fn builtin_fill_kernel_writes_every_element<D: Device>(d: &D) {
     let module = d.load_module(ModuleSource::Builtin).unwrap();
     let fill = d.kernel(&module, builtin::FILL_U32).unwrap();
     for n in [1usize, 31, 1000, 65_537] {
-        let buf = d.alloc(n * 4 + 4).unwrap();
-        d.memset(&buf, 0, n * 4 + 4, 0xEE).unwrap(); // poison, including one guard element
+        let mut buf = d.alloc(n * 4 + 4).unwrap();
+        d.memset(&mut buf, 0, n * 4 + 4, 0xEE).unwrap(); // poison, including one guard element
         let cfg = d.default_launch_config(&fill, n).unwrap();
         assert!(cfg.total_threads() >= n as u64);
         let mut args = KernelArgs::new();
@@ -219,14 +219,31 @@ fn builtin_fill_kernel_writes_every_element<D: Device>(d: &D) {
 fn empty_kernel_launches_and_completes<D: Device>(d: &D) {
     let module = d.load_module(ModuleSource::Builtin).unwrap();
     let empty = d.kernel(&module, builtin::EMPTY).unwrap();
+    let s = d.create_stream().unwrap();
+    let (start, end) = (d.create_event().unwrap(), d.create_event().unwrap());
+    d.record_event(&start, &s).unwrap();
     for _ in 0..100 {
         // SAFETY: the empty kernel takes no arguments.
-        unsafe { d.launch(&empty, LaunchConfig::linear(1, 32), &KernelArgs::new(), d.default_stream()).unwrap() };
+        unsafe { d.launch(&empty, LaunchConfig::linear(1, 32), &KernelArgs::new(), &s).unwrap() };
     }
-    d.synchronize(d.default_stream()).unwrap();
+    d.record_event(&end, &s).unwrap();
+    d.synchronize(&s).unwrap();
+    assert!(d.is_idle(&s).unwrap(), "the stream still has work after synchronize");
+    assert!(d.event_is_complete(&end).unwrap(), "the event after the launches did not complete");
+    let ms = d.elapsed_ms(&start, &end).unwrap();
+    assert!((0.0..10_000.0).contains(&ms), "100 empty launches took {ms} ms");
+    // The empty kernel takes no arguments: one is refused, not launched.
+    let mut one = KernelArgs::new();
+    one.push(&1u32);
+    // SAFETY: refused before launch (the kernel's parameters are known for the built-ins).
+    let refused = unsafe { d.launch(&empty, LaunchConfig::linear(1, 1), &one, &s) };
+    assert!(matches!(refused, Err(Error::KernelArguments { .. })), "{refused:?}");
 }
 
 fn unknown_kernel_names_list_the_available_ones<D: Device>(d: &D) {
+    if d.info().backend != gpuport::BackendKind::Host && common::provokes_driver_errors("a kernel lookup that fails") {
+        return;
+    }
     let module = d.load_module(ModuleSource::Builtin).unwrap();
     match d.kernel(&module, "no_such_kernel") {
         Err(Error::KernelNotFound { name, available }) => {
@@ -282,9 +299,9 @@ fn kernel_source_compiles_or_is_refused_clearly<D: Device>(d: &D) {
         _ => {
             let module = d.load_module(source).unwrap();
             let twice = d.kernel(&module, "twice").unwrap();
-            let buf = d.alloc(400).unwrap();
+            let mut buf = d.alloc(400).unwrap();
             let input: Vec<u8> = (0..100u32).flat_map(|x| x.to_le_bytes()).collect();
-            d.copy_to_device(&input, &buf, 0).unwrap();
+            d.copy_to_device(&input, &mut buf, 0).unwrap();
             let mut args = KernelArgs::new();
             args.push_buffer(&buf).push(&100u64);
             let cfg = d.default_launch_config(&twice, 100).unwrap();
@@ -311,6 +328,11 @@ fn kernel_source_compiles_or_is_refused_clearly<D: Device>(d: &D) {
 // ---- bad input --------------------------------------------------------------------------
 
 fn zero_and_impossible_allocations_are_typed_errors<D: Device>(d: &D) {
+    if d.info().backend != gpuport::BackendKind::Host
+        && common::provokes_driver_errors("an allocation the device cannot make")
+    {
+        return;
+    }
     assert!(matches!(d.alloc(0), Err(Error::InvalidArgument { .. })));
     assert!(matches!(d.alloc_pinned(0), Err(Error::InvalidArgument { .. })));
     assert!(matches!(d.alloc(usize::MAX), Err(Error::InvalidArgument { .. })));
@@ -319,17 +341,17 @@ fn zero_and_impossible_allocations_are_typed_errors<D: Device>(d: &D) {
 }
 
 fn copies_past_either_end_are_typed_errors<D: Device>(d: &D) {
-    let (a, b) = (d.alloc(100).unwrap(), d.alloc(50).unwrap());
+    let (mut a, mut b) = (d.alloc(100).unwrap(), d.alloc(50).unwrap());
     let oob = |r: gpuport::Result<()>| assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
-    oob(d.copy_to_device(&[0u8; 101], &a, 0));
-    oob(d.copy_to_device(&[0u8; 10], &a, 95));
-    oob(d.copy_to_device(&[0u8; 1], &a, usize::MAX));
+    oob(d.copy_to_device(&[0u8; 101], &mut a, 0));
+    oob(d.copy_to_device(&[0u8; 10], &mut a, 95));
+    oob(d.copy_to_device(&[0u8; 1], &mut a, usize::MAX));
     oob(d.copy_to_host(&a, 60, &mut [0u8; 41]));
-    oob(d.copy_device(&a, 0, &b, 0, 51));
-    oob(d.copy_device(&a, 90, &b, 0, 20));
-    oob(d.memset(&b, 40, 11, 0));
+    oob(d.copy_device(&a, 0, &mut b, 0, 51));
+    oob(d.copy_device(&a, 90, &mut b, 0, 20));
+    oob(d.memset(&mut b, 40, 11, 0));
     // Nothing was enqueued by the failed calls: the stream is usable.
-    d.copy_to_device(&[1u8; 100], &a, 0).unwrap();
+    d.copy_to_device(&[1u8; 100], &mut a, 0).unwrap();
 }
 
 fn objects_of_another_device_are_refused<D: Device>(d: &D) {
@@ -343,11 +365,11 @@ fn objects_of_another_device_are_refused<D: Device>(d: &D) {
         return;
     }
     let other = D::open(1 - d.info().ordinal.min(1)).unwrap();
-    let foreign_buf = other.alloc(16).unwrap();
+    let mut foreign_buf = other.alloc(16).unwrap();
     let foreign_stream = other.create_stream().unwrap();
     let mine = d.alloc(16).unwrap();
     let mismatch = |r: gpuport::Result<()>| assert!(matches!(r, Err(Error::DeviceMismatch { .. })), "{r:?}");
-    mismatch(d.copy_to_device(&[0u8; 16], &foreign_buf, 0));
+    mismatch(d.copy_to_device(&[0u8; 16], &mut foreign_buf, 0));
     // SAFETY: rejected before anything is enqueued (asserted).
     mismatch(unsafe { d.copy_to_device_async(&[0u8; 16], &mine, 0, &foreign_stream) });
     mismatch(d.synchronize(&foreign_stream));

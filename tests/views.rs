@@ -95,14 +95,17 @@ fn row_major_and_column_major_views_address_elements_differently() {
 
 #[test]
 fn strided_views_must_stay_inside_their_slice() {
-    let d = [0u8; 10];
-    assert!(View::from_slice_strided(&d, [2, 5], [5, 1]).is_ok());
+    let d: Vec<u8> = (0..10).collect();
+    let whole = View::from_slice_strided(&d, [2, 5], [5, 1]).unwrap();
+    assert_eq!(whole.to_vec(), d, "a [2, 5] view with strides [5, 1] is the whole slice, in order");
+    assert_eq!(whole.get([1, 4]), Some(9));
     let e = View::from_slice_strided(&d, [2, 5], [6, 1]).unwrap_err();
     assert!(matches!(e, Error::Shape(ShapeError::OutOfRange { .. })), "{e}");
     assert!(View::from_slice_strided(&d, [3, 4], [-1, 1]).is_err());
     assert!(View::from_slice(&d, [11]).is_err());
     // Zero-size views reach nothing, whatever the strides.
-    assert!(View::from_slice_strided(&d, [0, 5], [1000, 1]).is_ok());
+    let empty = View::from_slice_strided(&d, [0, 5], [1000, 1]).unwrap();
+    assert_eq!((empty.len(), empty.to_vec(), empty.get([0, 0])), (0, vec![], None));
 }
 
 #[test]

@@ -131,7 +131,8 @@ impl<D: Device> fmt::Debug for DeviceCopy<D> {
 
 /// The device copy is memory of the device's backend, so kernels and copies
 /// take it (or a [`StreamUse`] of it) directly.
-impl<D: Device> DeviceMemory for DeviceCopy<D> {
+// SAFETY: forwards the allocation's answers; `Held` owns the allocation.
+unsafe impl<D: Device> DeviceMemory for DeviceCopy<D> {
     type B = D::B;
     fn len(&self) -> usize {
         (**self).len()
@@ -556,10 +557,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     fn copy_device_copy(&self, exported: bool) -> Result<Option<DeviceCopy<D>>> {
         let Some(src) = &self.buffer else { return Ok(None) };
         let stream = self.device.default_stream();
-        let dst = self.alloc_device_copy(stream, exported)?;
+        let mut memory = current_resource::<D::B>(&self.device)?.alloc(src.len(), stream)?;
         let from = src.use_on(stream)?;
-        self.device.copy_device(&from, 0, &*dst, 0, src.len())?;
-        Ok(Some(dst))
+        self.device.copy_device(&from, 0, &mut memory, 0, src.len())?;
+        Ok(Some(Held::new(memory, &self.device, exported)))
     }
 
     /// Makes the copy at `to` current, copying on `stream` if it is not.

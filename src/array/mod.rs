@@ -166,6 +166,11 @@ impl ResidencyError {
 /// `isize::MAX` bytes of `elem_size`-byte elements.
 pub(crate) fn checked_len(shape: &[usize], elem_size: usize) -> Result<usize, ShapeError> {
     let too_large = || ShapeError::TooLarge { shape: shape.to_vec(), elem_size };
+    // DLPack and the indexer carry extents as i64: a larger one, even in an
+    // empty shape, would be exported negative.
+    if shape.iter().any(|&e| e > i64::MAX as usize) {
+        return Err(too_large());
+    }
     let len = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e)).ok_or_else(too_large)?;
     let bytes = len.checked_mul(elem_size.max(1)).ok_or_else(too_large)?;
     if bytes > isize::MAX as usize {

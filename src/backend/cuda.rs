@@ -24,7 +24,7 @@ use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{
     check_alloc_size, check_kernel_args, check_range, check_same_device, Backend, Device, DeviceInfo, DeviceLimits,
-    DeviceMemory, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+    DeviceMemory, DeviceMemoryMut, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
 };
 use crate::error::{BackendKind, DriverError, Error, Result};
 
@@ -49,6 +49,8 @@ pub const FORCE_NVRTC_ENV: &str = "GPUPORT_FORCE_NVRTC";
 
 /// First driver version (12.4) with `cuFuncGetParamInfo` and `cuModuleEnumerateFunctions`.
 const DRIVER_12_4: i32 = 12040;
+/// First driver version (13.2) with `cuFuncGetParamCount`.
+const DRIVER_13_2: i32 = 13020;
 
 /// The CUDA backend.
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +206,9 @@ impl fmt::Debug for CudaBuffer {
     }
 }
 
-impl DeviceMemory for CudaBuffer {
+// SAFETY: `ptr..ptr+len` is the allocation this buffer made and frees on
+// drop; the context it belongs to outlives it (held by `ctx`).
+unsafe impl DeviceMemory for CudaBuffer {
     type B = Cuda;
     fn len(&self) -> usize {
         self.len
@@ -219,6 +223,9 @@ impl DeviceMemory for CudaBuffer {
         self.kind
     }
 }
+
+// SAFETY: a CudaBuffer is not `Clone` and hands out no second handle on its memory.
+unsafe impl DeviceMemoryMut for CudaBuffer {}
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
@@ -401,6 +408,13 @@ pub struct CudaModule {
     inner: Arc<ModuleInner>,
 }
 
+impl CudaModule {
+    /// Whether both handles name the same loaded module.
+    fn same(&self, other: &CudaModule) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
 impl fmt::Debug for CudaModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "CudaModule(cuda:{}, {:p})", self.inner.ctx.ordinal, self.inner.raw)
@@ -412,8 +426,8 @@ impl fmt::Debug for CudaModule {
 pub struct CudaKernel {
     func: sys::CUfunction,
     name: Arc<str>,
-    /// Parameter sizes from `cuFuncGetParamInfo` (driver 12.4+), else `None`.
-    params: Option<Arc<[usize]>>,
+    /// What is known of the kernel's parameters, to check launch arguments.
+    params: Params,
     module: CudaModule,
 }
 
@@ -654,23 +668,113 @@ impl CudaDevice {
         names.join(", ")
     }
 
-    /// Parameter sizes of a kernel (driver 12.4+).
-    fn param_sizes(&self, func: sys::CUfunction) -> Option<Arc<[usize]>> {
-        if self.ctx.driver_version < DRIVER_12_4 {
-            return None;
-        }
-        let mut sizes = Vec::new();
-        loop {
-            let (mut offset, mut size) = (0usize, 0usize);
-            // SAFETY: `func` is live; out-of-range indices return an error, which ends the loop.
-            let r = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                break;
+    /// Looks `name` up in `module`; `builtin` says the module is one of
+    /// ours, whose kernels' parameters are known without asking the driver.
+    fn kernel_in(&self, module: &CudaModule, name: &str, builtin: bool) -> Result<CudaKernel> {
+        check_same_device("module", BackendKind::Cuda, self.info.ordinal, module.inner.ctx.ordinal)?;
+        self.ctx.bind()?;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
+        // SAFETY: the module is loaded and kept alive by the returned kernel.
+        let func = match unsafe { cu::module::get_function(module.inner.raw, cname) } {
+            Ok(f) => f,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => {
+                return Err(Error::KernelNotFound { name: name.to_string(), available: self.kernel_names(module) })
             }
-            sizes.push(size);
-        }
-        Some(sizes.into())
+            Err(e) => return Err(driver_error("cuModuleGetFunction", e)),
+        };
+        let params = self.params_of(func, builtin.then(|| crate::backend::host::builtin_params(name)).flatten());
+        Ok(CudaKernel { func, name: name.into(), params, module: module.clone() })
     }
+
+    /// What can be known of a kernel's parameters without a failing driver
+    /// call. Probing `cuFuncGetParamInfo` until it fails, as this once did,
+    /// makes every kernel lookup report a CUDA API error, which buries real
+    /// errors under compute-sanitizer (288 reports in `tests/kernels.rs`).
+    /// So: our own kernels use the table the host backend shares; a 13.2+
+    /// driver tells the count (`cuFuncGetParamCount`); older 12.4+ drivers
+    /// get the sizes of as many parameters as a launch passes, checked then.
+    fn params_of(&self, func: sys::CUfunction, known: Option<&'static [usize]>) -> Params {
+        if let Some(sizes) = known {
+            return Params::Exact(sizes.into());
+        }
+        if self.ctx.driver_version < DRIVER_12_4 {
+            return Params::Unknown;
+        }
+        if self.ctx.driver_version >= DRIVER_13_2 {
+            if let Some(count) = param_count(func) {
+                let sizes: Option<Vec<usize>> = (0..count).map(|i| param_size(func, i)).collect();
+                if let Some(sizes) = sizes {
+                    return Params::Exact(sizes.into());
+                }
+            }
+        }
+        Params::Prefix(Arc::new(Mutex::new(Vec::new())))
+    }
+}
+
+/// What a [`CudaKernel`] knows of its parameters.
+#[derive(Clone, Debug)]
+enum Params {
+    /// Every parameter's size.
+    Exact(Arc<[usize]>),
+    /// The sizes of the first parameters, learnt from launches so far; a
+    /// launch passing more arguments asks the driver for the next ones.
+    Prefix(Arc<Mutex<Vec<usize>>>),
+    /// Nothing (a driver older than 12.4).
+    Unknown,
+}
+
+impl Params {
+    /// Checks `args` against what is known, asking the driver for sizes
+    /// not yet known. A prefix cannot tell a launch with too few arguments;
+    /// the launch is `unsafe` and its contract requires matching arguments.
+    fn check(&self, kernel: &CudaKernel, args: &KernelArgs) -> Result<()> {
+        match self {
+            Params::Exact(sizes) => check_kernel_args(&kernel.name, sizes, args),
+            Params::Unknown => Ok(()),
+            Params::Prefix(known) => {
+                let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
+                while known.len() < args.len() {
+                    match param_size(kernel.func, known.len()) {
+                        Some(size) => known.push(size),
+                        None => {
+                            return Err(Error::KernelArguments {
+                                kernel: kernel.name.to_string(),
+                                reason: format!("takes {} arguments, {} were given", known.len(), args.len()),
+                            })
+                        }
+                    }
+                }
+                check_kernel_args(&kernel.name, &known[..args.len()], args)
+            }
+        }
+    }
+}
+
+/// The size of parameter `index` of `func`, or `None` past the last one
+/// (driver 12.4+; the caller checks the version).
+fn param_size(func: sys::CUfunction, index: usize) -> Option<usize> {
+    let (mut offset, mut size) = (0usize, 0usize);
+    // SAFETY: `func` is a live function; the driver writes two `size_t`s.
+    let r = unsafe { sys::cuFuncGetParamInfo(func, index, &mut offset, &mut size) };
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(size)
+}
+
+/// `cuFuncGetParamCount` (driver 13.2+), looked up by hand: cudarc declares
+/// it only for its CUDA 13.2 feature, and its lazy loader panics on a driver
+/// without the symbol, where this returns `None`.
+fn param_count(func: sys::CUfunction) -> Option<usize> {
+    type GetParamCount = unsafe extern "C" fn(sys::CUfunction, *mut usize) -> sys::CUresult;
+    static SYMBOL: OnceLock<Option<GetParamCount>> = OnceLock::new();
+    // SAFETY: libcuda is loaded (every device was opened through `driver()`),
+    // and the symbol, where present, has the C signature declared above
+    // (cuda.h of CUDA 13.2).
+    let get = (*SYMBOL
+        .get_or_init(|| unsafe { sys::culib().get::<GetParamCount>(b"cuFuncGetParamCount").ok().map(|s| *s) }))?;
+    let mut count = 0usize;
+    // SAFETY: `func` is a live function; the driver writes one `size_t`.
+    (unsafe { get(func, &mut count) } == sys::CUresult::CUDA_SUCCESS).then_some(count)
 }
 
 // ---- memory-resource support (used by `crate::memory`) ----------------------------
@@ -1378,19 +1482,8 @@ impl Device for CudaDevice {
     }
 
     fn kernel(&self, module: &CudaModule, name: &str) -> Result<CudaKernel> {
-        check_same_device("module", BackendKind::Cuda, self.info.ordinal, module.inner.ctx.ordinal)?;
-        self.ctx.bind()?;
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
-        // SAFETY: the module is loaded and kept alive by the returned kernel.
-        let func = match unsafe { cu::module::get_function(module.inner.raw, cname) } {
-            Ok(f) => f,
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => {
-                return Err(Error::KernelNotFound { name: name.to_string(), available: self.kernel_names(module) })
-            }
-            Err(e) => return Err(driver_error("cuModuleGetFunction", e)),
-        };
-        Ok(CudaKernel { func, name: name.into(), params: self.param_sizes(func), module: module.clone() })
+        let builtin = self.builtins.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|b| b.same(module));
+        self.kernel_in(module, name, builtin)
     }
 
     fn builtin_kernel(&self, name: &str) -> Result<CudaKernel> {
@@ -1402,7 +1495,7 @@ impl Device for CudaDevice {
             name,
             |program| {
                 let cubin = self.compile(program, &format!("{name}.cu"), &[], BUILTIN_HEADERS)?;
-                self.kernel(&self.load_image(cubin.as_ptr() as *const c_void)?, name)
+                self.kernel_in(&self.load_image(cubin.as_ptr() as *const c_void)?, name, true)
             },
         )
     }
@@ -1436,9 +1529,7 @@ impl Device for CudaDevice {
     ) -> Result<()> {
         self.check_stream(stream)?;
         check_same_device("kernel", BackendKind::Cuda, self.info.ordinal, kernel.module.inner.ctx.ordinal)?;
-        if let Some(params) = &kernel.params {
-            check_kernel_args(&kernel.name, params, args)?;
-        }
+        kernel.params.check(kernel, args)?;
         config.validate(&self.info.limits)?;
         self.ctx.bind()?;
         // Parameter pointers live on the stack for up to 16 arguments: no

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     builtin, check_alloc_size, check_kernel_args, check_range, Backend, Device, DeviceInfo, DeviceLimits, DeviceMemory,
-    HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+    DeviceMemoryMut, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
 };
 use crate::error::{BackendKind, Error, Result};
 
@@ -81,7 +81,10 @@ impl Drop for Allocation {
 }
 
 /// Host memory standing in for device, managed or pinned memory.
-#[derive(Clone)]
+///
+/// Not `Clone`: two handles on one allocation would let safe code hold
+/// `&[u8]` and `&mut [u8]` of the same bytes. Queued work keeps the
+/// allocation alive through [`DeviceMemory::owner`] instead.
 pub struct HostBuffer {
     alloc: Arc<Allocation>,
     kind: MemoryKind,
@@ -97,7 +100,9 @@ impl fmt::Debug for HostBuffer {
     }
 }
 
-impl DeviceMemory for HostBuffer {
+// SAFETY: the answers describe `alloc`, which lives while this buffer or
+// the owner handed out (the same `Arc`) does.
+unsafe impl DeviceMemory for HostBuffer {
     type B = Host;
     fn len(&self) -> usize {
         self.alloc.layout.size()
@@ -115,6 +120,10 @@ impl DeviceMemory for HostBuffer {
         Some(self.alloc.clone())
     }
 }
+
+// SAFETY: `HostBuffer` is not `Clone` and hands out no second handle; views
+// of its bytes (`as_slice`, `View::from_buffer`) borrow it.
+unsafe impl DeviceMemoryMut for HostBuffer {}
 
 impl HostMemory for HostBuffer {
     fn as_slice(&self) -> &[u8] {

@@ -27,8 +27,23 @@ pub mod cuda;
 #[cfg(feature = "rocm")]
 pub mod hip;
 
+/// Keeps [`Backend`] (and so [`Device`], whose backend names it) closed to
+/// this crate's backends: the array, memory and DLPack layers' unsafe code
+/// relies on what a backend's copies, buffers and kernels do.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::host::Host {}
+    #[cfg(feature = "cuda")]
+    impl Sealed for super::cuda::Cuda {}
+    #[cfg(feature = "rocm")]
+    impl Sealed for super::hip::Hip {}
+}
+
 /// A backend: a family of devices and the types they hand out.
-pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
+///
+/// Sealed: only this crate's backends implement it, because unsafe code
+/// above the backend layer trusts their copies, buffers and launches.
+pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
     const KIND: BackendKind;
     /// A device of this backend. Every device also implements the memory
@@ -41,7 +56,7 @@ pub trait Backend: 'static + Sized + Send + Sync + fmt::Debug {
     /// A marker recorded on a stream, to wait for or to time.
     type Event: Send + Sync + fmt::Debug;
     /// Device memory (or managed memory) owned by gpuport; freed on drop.
-    type Buffer: DeviceMemory<B = Self>;
+    type Buffer: DeviceMemoryMut<B = Self>;
     /// Page-locked host memory, readable and writable as a byte slice.
     type PinnedBuffer: HostMemory;
     /// Existing host memory pinned for fast copies until this is dropped.
@@ -84,7 +99,25 @@ pub enum MemoryKind {
 /// (a pool sub-allocation, an imported tensor). Copies, memsets and kernel
 /// arguments accept any `DeviceMemory` of the device's own backend, so
 /// memory of another backend is a compile error.
-pub trait DeviceMemory: Send + Sync + fmt::Debug {
+///
+/// Reading needs `&M`; the safe calls that write ([`Device::copy_to_device`],
+/// [`Device::copy_device`], [`Device::memset`]) need `&mut M` of a
+/// [`DeviceMemoryMut`], so no shared view of the bytes can be alive while
+/// they are written.
+///
+/// # Safety
+/// The library's safe calls copy to and from `device_ptr()..device_ptr() +
+/// len()` on the strength of these answers alone, so an implementation
+/// promises, for as long as the value is alive:
+/// - `device_ptr()..device_ptr() + len()` is one live allocation (or a part
+///   of one) of device `ordinal()` of backend `B`, of memory kind `kind()`,
+///   that the device may read and write, and that no one frees before this
+///   value (and, where [`owner`](Self::owner) returns one, that owner) is
+///   dropped;
+/// - the four answers never change;
+/// - where `owner()` returns `Some`, holding that owner keeps the memory
+///   allocated even after this value is dropped.
+pub unsafe trait DeviceMemory: Send + Sync + fmt::Debug {
     /// The backend whose device owns the memory.
     type B: Backend;
     /// Size in bytes.
@@ -107,9 +140,22 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     }
 }
 
-/// Shared memory is still memory: an `Arc` of a buffer can be passed
-/// wherever the buffer can (arrays share their device copy with DLPack exports).
-impl<M: DeviceMemory + ?Sized> DeviceMemory for Arc<M> {
+/// Device memory that a `&mut` borrow has to itself: what the safe writing
+/// calls take.
+///
+/// # Safety
+/// While a `&mut Self` is alive, no other value reachable from safe code
+/// reads or writes these bytes: the type hands out no second handle (a
+/// clone, a shared `Arc`) or view of the same memory except by borrowing
+/// `self`. An `Arc<M>` is therefore never `DeviceMemoryMut`.
+pub unsafe trait DeviceMemoryMut: DeviceMemory {}
+
+/// Shared memory is still memory to read: an `Arc` of a buffer can be passed
+/// wherever a buffer is read (arrays share their device copy with DLPack
+/// exports). It cannot be written through safely: `Arc` is not
+/// [`DeviceMemoryMut`].
+// SAFETY: every answer is forwarded to the one value the `Arc` keeps alive.
+unsafe impl<M: DeviceMemory + ?Sized> DeviceMemory for Arc<M> {
     type B = M::B;
     fn len(&self) -> usize {
         (**self).len()
@@ -517,8 +563,9 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// Enqueues a copy of `src` into `dst[dst_offset..]` on `stream`.
     ///
     /// # Safety
-    /// `src` and `dst` must stay alive, and `src` unmodified, until `stream`
-    /// has passed this copy (synchronize the stream or an event after it).
+    /// `src` and `dst` must stay alive, `src` unmodified, and `dst`'s bytes
+    /// unread by anyone else (no host view of them), until `stream` has
+    /// passed this copy (synchronize the stream or an event after it).
     unsafe fn copy_to_device_async<M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
         src: &[u8],
@@ -543,7 +590,8 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// Enqueues a device-to-device copy of `len` bytes.
     ///
     /// # Safety
-    /// Both buffers must stay alive until `stream` has passed this copy.
+    /// Both buffers must stay alive, and `dst`'s bytes unread by anyone else
+    /// (no host view of them), until `stream` has passed this copy.
     unsafe fn copy_device_async<S: DeviceMemory<B = Self::B> + ?Sized, M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
         src: &S,
@@ -557,7 +605,8 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// Enqueues setting `len` bytes of `dst` from `offset` to `value`.
     ///
     /// # Safety
-    /// `dst` must stay alive until `stream` has passed this operation.
+    /// `dst` must stay alive, and its bytes unread by anyone else (no host
+    /// view of them), until `stream` has passed this operation.
     unsafe fn memset_async<M: DeviceMemory<B = Self::B> + ?Sized>(
         &self,
         dst: &M,
@@ -568,16 +617,17 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     ) -> Result<()>;
 
     /// Copies `src` into `dst[dst_offset..]` and waits for it.
-    fn copy_to_device<M: DeviceMemory<B = Self::B> + ?Sized>(
+    fn copy_to_device<M: DeviceMemoryMut<B = Self::B> + ?Sized>(
         &self,
         src: &[u8],
-        dst: &M,
+        dst: &mut M,
         dst_offset: usize,
     ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: we wait for the stream before returning, so `src` and
-        // `dst` outlive the copy.
-        unsafe { self.copy_to_device_async(src, dst, dst_offset, s)? };
+        // `dst` outlive the copy, and `&mut dst` keeps every other view of
+        // its bytes away meanwhile.
+        unsafe { self.copy_to_device_async(src, &*dst, dst_offset, s)? };
         self.synchronize(s)
     }
 
@@ -595,31 +645,31 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     }
 
     /// Copies `len` bytes between device buffers and waits.
-    fn copy_device<S: DeviceMemory<B = Self::B> + ?Sized, M: DeviceMemory<B = Self::B> + ?Sized>(
+    fn copy_device<S: DeviceMemory<B = Self::B> + ?Sized, M: DeviceMemoryMut<B = Self::B> + ?Sized>(
         &self,
         src: &S,
         src_offset: usize,
-        dst: &M,
+        dst: &mut M,
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: as in `copy_to_device`.
-        unsafe { self.copy_device_async(src, src_offset, dst, dst_offset, len, s)? };
+        unsafe { self.copy_device_async(src, src_offset, &*dst, dst_offset, len, s)? };
         self.synchronize(s)
     }
 
     /// Sets `len` bytes of `dst` from `offset` to `value` and waits.
-    fn memset<M: DeviceMemory<B = Self::B> + ?Sized>(
+    fn memset<M: DeviceMemoryMut<B = Self::B> + ?Sized>(
         &self,
-        dst: &M,
+        dst: &mut M,
         offset: usize,
         len: usize,
         value: u8,
     ) -> Result<()> {
         let s = self.default_stream();
         // SAFETY: as in `copy_to_device`.
-        unsafe { self.memset_async(dst, offset, len, value, s)? };
+        unsafe { self.memset_async(&*dst, offset, len, value, s)? };
         self.synchronize(s)
     }
 

@@ -318,9 +318,9 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
 
     // ---- the ceiling: device-to-device copy --------------------------------
     progress(STEPS[0]);
-    let (a, b) = (d.alloc(nbytes)?, d.alloc(nbytes)?);
-    d.memset(&a, 0, nbytes, 0)?;
-    d.memset(&b, 0, nbytes, 0)?;
+    let (mut a, mut b) = (d.alloc(nbytes)?, d.alloc(nbytes)?);
+    d.memset(&mut a, 0, nbytes, 0)?;
+    d.memset(&mut b, 0, nbytes, 0)?;
     let times = repeat(c.reps, || {
         device_seconds(d.as_ref(), s, c.batch, || {
             // SAFETY: `a` and `b` outlive the event synchronize inside device_seconds.
@@ -426,7 +426,7 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
     // ---- pageable transfers -------------------------------------------------
     progress(STEPS[3]);
     let pb = c.pageable_bytes;
-    let dev = d.alloc(pb)?;
+    let mut dev = d.alloc(pb)?;
     let src = vec![3u8; pb];
     let mut dst = vec![0u8; pb];
     let copier = PageableCopier::new(d.clone(), PipelineConfig::default())?;
@@ -434,9 +434,9 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
         let spec = Spec { name, category: "transfer", bytes: pb, iters: c.pageable_batch, timing: "host-clock" };
         bandwidth(spec, pb, times)
     };
-    let t = repeat(c.reps, || host_seconds(c.pageable_batch, || d.copy_to_device(&src, &dev, 0)))?;
+    let t = repeat(c.reps, || host_seconds(c.pageable_batch, || d.copy_to_device(&src, &mut dev, 0)))?;
     let h2d_plain = pageable("h2d_pageable/plain", &t);
-    let t = repeat(c.reps, || host_seconds(c.pageable_batch, || copier.copy_to_device(&src, &dev, 0)))?;
+    let t = repeat(c.reps, || host_seconds(c.pageable_batch, || copier.copy_to_device(&src, &mut dev, 0)))?;
     let mut h2d_pipe = pageable("h2d_pageable/pipelined", &t);
     compare(&mut h2d_pipe, &h2d_plain);
     let t = repeat(c.reps, || host_seconds(c.pageable_batch, || d.copy_to_host(&dev, 0, &mut dst)))?;

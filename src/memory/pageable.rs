@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::backend::{check_range, Device, DeviceMemory, Event, HostMemory, Stream};
+use crate::backend::{check_range, Device, DeviceMemory, DeviceMemoryMut, Event, HostMemory, Stream};
 use crate::error::{BackendKind, Result};
 
 use super::current::current_resource;
@@ -117,10 +117,10 @@ impl<B: MemoryBackend> PageableCopier<B> {
     }
 
     /// Copies `src` into `dst[dst_offset..]` and waits for it.
-    pub fn copy_to_device<M: DeviceMemory<B = B> + ?Sized>(
+    pub fn copy_to_device<M: DeviceMemoryMut<B = B> + ?Sized>(
         &self,
         src: &[u8],
-        dst: &M,
+        dst: &mut M,
         dst_offset: usize,
     ) -> Result<()> {
         check_range("destination", dst_offset, src.len(), dst.len())?;
@@ -131,7 +131,7 @@ impl<B: MemoryBackend> PageableCopier<B> {
         let chunk = self.config.chunk_bytes;
         let work = deal(lanes.len(), src.chunks(chunk).enumerate().map(|(i, piece)| (dst_offset + i * chunk, piece)));
         let nt = self.config.streaming_stores;
-        self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, dst, nt))
+        self.run_lanes(&mut lanes, work, |d, lane, pieces| lane_to_device(d, lane, &pieces, &*dst, nt))
     }
 
     /// Copies `src[src_offset..src_offset + dst.len()]` into `dst` and waits.
@@ -199,8 +199,8 @@ fn deal<W>(lanes: usize, pieces: impl Iterator<Item = W>) -> Vec<Vec<W>> {
 ///
 /// let dev = HostDevice::open(0)?;
 /// let copier = pageable_copier::<Host>(&dev)?;
-/// let buf = dev.alloc(3 << 20)?;
-/// copier.copy_to_device(&vec![7u8; 3 << 20], &buf, 0)?;
+/// let mut buf = dev.alloc(3 << 20)?;
+/// copier.copy_to_device(&vec![7u8; 3 << 20], &mut buf, 0)?;
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 pub fn pageable_copier<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Arc<PageableCopier<B>>> {

@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{Buffer, Device, DeviceMemory, Event, HostRegistration, MemoryInfo, MemoryKind, Stream};
+use crate::backend::{
+    Buffer, Device, DeviceMemory, DeviceMemoryMut, Event, HostRegistration, MemoryInfo, MemoryKind, Stream,
+};
 use crate::error::{BackendKind, Error, Result};
 
 use super::ext::{IpcBytes, MemoryBackend, MemoryDevice};
@@ -181,8 +183,9 @@ impl<B: MemoryBackend> AllocatorInner<B> {
 /// let dev = HostDevice::open(0)?;
 /// // The backend cannot be inferred from the device type: name it.
 /// let alloc = Allocator::<Host>::new(CachingPool::new(dev.clone(), PoolConfig::default()));
-/// let block = alloc.alloc(1 << 20, dev.default_stream())?;
-/// dev.memset(&block, 0, block.len(), 7)?;
+/// let mut block = alloc.alloc(1 << 20, dev.default_stream())?;
+/// let len = block.len();
+/// dev.memset(&mut block, 0, len, 7)?;
 /// drop(block); // back to the pool, reusable on this stream at once
 /// # Ok::<(), gpuport::Error>(())
 /// ```
@@ -401,7 +404,9 @@ impl<B: MemoryBackend> DeviceAllocation<B> {
     }
 }
 
-impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
+// SAFETY: `ptr..ptr+len` is the resource's block, which goes back to the
+// resource only when this allocation is dropped.
+unsafe impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
     type B = B;
     fn len(&self) -> usize {
         self.len
@@ -419,6 +424,10 @@ impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
         self.block.as_ref().and_then(|b| b.buffer.as_ref()).and_then(|b| b.owner())
     }
 }
+
+// SAFETY: a `DeviceAllocation` is not `Clone`; its block is handed to no one
+// else until it is dropped, and `use_on` borrows it.
+unsafe impl<B: MemoryBackend> DeviceMemoryMut for DeviceAllocation<B> {}
 
 impl<B: MemoryBackend> Drop for DeviceAllocation<B> {
     fn drop(&mut self) {
@@ -443,7 +452,8 @@ impl<B: MemoryBackend> fmt::Debug for StreamUse<'_, B> {
     }
 }
 
-impl<B: MemoryBackend> DeviceMemory for StreamUse<'_, B> {
+// SAFETY: forwards the borrowed allocation's answers; the borrow keeps it alive.
+unsafe impl<B: MemoryBackend> DeviceMemory for StreamUse<'_, B> {
     type B = B;
     fn len(&self) -> usize {
         self.allocation.len
@@ -639,7 +649,8 @@ pub fn open_ipc<B: MemoryBackend>(device: &Arc<B::Device>, handle: &IpcHandle) -
     Ok(IpcMemory { device: device.clone(), ptr: at + handle.offset, len: handle.len, opened })
 }
 
-impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
+// SAFETY: `ptr..ptr+len` lies in the mapping `opened` keeps open until drop.
+unsafe impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
     type B = B;
     fn len(&self) -> usize {
         self.len
@@ -654,6 +665,12 @@ impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
         MemoryKind::Device
     }
 }
+
+// SAFETY: an `IpcMemory` is not `Clone`. Its memory is GPU device memory (the
+// host backend has no IPC), which safe code reaches only through driver
+// copies, never through Rust references, so another opening of the same
+// handle cannot alias a reference.
+unsafe impl<B: MemoryBackend> DeviceMemoryMut for IpcMemory<B> {}
 
 impl<B: MemoryBackend> Drop for IpcMemory<B> {
     fn drop(&mut self) {

@@ -78,3 +78,17 @@ pub unsafe fn fill_u32<D: Device>(dev: &Arc<D>, stream: &Stream<D::B>, ptr: u64,
     // SAFETY: forwarded to the caller.
     unsafe { dev.launch(&kernel, cfg, &args, stream).unwrap() };
 }
+
+/// Whether the test should skip because it makes the driver return errors
+/// on purpose (an impossible allocation, a bad kernel) and the run is under
+/// compute-sanitizer (`GPUPORT_SANITIZE=1`, set by `ci/gpu-sanitize`), which
+/// reports every CUDA API error; such tests run in the plain `ci/gpu-run`.
+/// Prints the reason when it skips.
+pub fn provokes_driver_errors(what: &str) -> bool {
+    if std::env::var_os("GPUPORT_SANITIZE").is_none() {
+        return false;
+    }
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let _ = writeln!(std::io::stderr(), "skipped: {name} under compute-sanitizer: it provokes {what} on purpose");
+    true
+}

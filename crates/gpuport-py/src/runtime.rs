@@ -9,7 +9,7 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use gpuport::backend::{builtin, Backend, DeviceMemory, HostMemory, Kernel, Module, ModuleSource};
+use gpuport::backend::{builtin, Backend, DeviceMemory, DeviceMemoryMut, HostMemory, Kernel, Module, ModuleSource};
 use gpuport::memory::Held;
 use gpuport::{with_device, AnyDevice, BackendKind, Device, Error, HostDevice, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -35,7 +35,12 @@ struct RawMem<B> {
     _b: PhantomData<fn() -> B>,
 }
 
-impl<B: Backend> DeviceMemory for RawMem<B> {
+// SAFETY: this module builds `RawMem` only from an address range the Python
+// caller handed to `gpuport.runtime` as memory of that device, as HIP Python's
+// runtime calls take it; where the object states its extent, the range was
+// checked against it. A bare integer address is the caller's word alone, as
+// the package README says.
+unsafe impl<B: Backend> DeviceMemory for RawMem<B> {
     type B = B;
     fn len(&self) -> usize {
         self.len
@@ -50,6 +55,9 @@ impl<B: Backend> DeviceMemory for RawMem<B> {
         self.kind
     }
 }
+
+// SAFETY: a `RawMem` is built for one call and handed out to no one else.
+unsafe impl<B: Backend> DeviceMemoryMut for RawMem<B> {}
 
 // ---- pending asynchronous work --------------------------------------------------------
 
@@ -349,9 +357,11 @@ fn copy_on<D: PyBackend>(
             let from = host_range(src, size, "src", false)?;
             // SAFETY: held memory of at least `size` bytes, alive as long as `src`.
             let from = unsafe { std::slice::from_raw_parts(from as *const u8, size) };
-            let to = device_mem::<D::B>(dst, size, dev, "dst")?;
+            let mut to = device_mem::<D::B>(dst, size, dev, "dst")?;
             if let Some(copier) = pipelined_copier(d, dev, src, size, sync) {
-                return py.detach(|| d.synchronize(st).and_then(|()| copier.copy_to_device(from, &to, 0))).py_err(py);
+                return py
+                    .detach(|| d.synchronize(st).and_then(|()| copier.copy_to_device(from, &mut to, 0)))
+                    .py_err(py);
             }
             // SAFETY: `src` and `dst` are kept alive by the caller until the
             // stream passes the copy (synchronous memcpy waits; async parks them).

@@ -37,7 +37,7 @@ use sys::{hipError_t, hiprtcResult, HipApi, Loaded, RtcApi};
 
 use super::{
     check_alloc_size, check_kernel_args, check_range, check_same_device, Backend, Device, DeviceInfo, DeviceLimits,
-    DeviceMemory, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+    DeviceMemory, DeviceMemoryMut, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
 };
 use crate::error::{BackendKind, DriverError, Error, Result};
 
@@ -387,7 +387,9 @@ impl fmt::Debug for HipBuffer {
     }
 }
 
-impl DeviceMemory for HipBuffer {
+// SAFETY: `ptr..ptr+len` is the allocation this buffer made and frees on
+// drop; the context it belongs to outlives it (held by `ctx`).
+unsafe impl DeviceMemory for HipBuffer {
     type B = Hip;
     fn len(&self) -> usize {
         self.len
@@ -402,6 +404,9 @@ impl DeviceMemory for HipBuffer {
         self.kind
     }
 }
+
+// SAFETY: a HipBuffer is not `Clone` and hands out no second handle on its memory.
+unsafe impl DeviceMemoryMut for HipBuffer {}
 
 impl Drop for HipBuffer {
     fn drop(&mut self) {
