@@ -450,6 +450,9 @@ pub struct CudaDevice {
     ctx: Arc<Context>,
     default_stream: CudaStream,
     builtins: Mutex<Option<CudaModule>>,
+    /// Whether `builtins` is the prebuilt image, which holds every array
+    /// kernel too (NVRTC compiles only the runtime's own kernels there).
+    builtins_prebuilt: std::sync::atomic::AtomicBool,
     /// Array kernels compiled so far, by name.
     array_kernels: Mutex<HashMap<String, CudaKernel>>,
 }
@@ -1168,6 +1171,7 @@ impl Device for CudaDevice {
             ctx,
             default_stream,
             builtins: Mutex::new(None),
+            builtins_prebuilt: std::sync::atomic::AtomicBool::new(false),
             array_kernels: Default::default(),
         });
         devices.insert(ordinal, dev.clone());
@@ -1447,7 +1451,10 @@ impl Device for CudaDevice {
                     .filter(|_| std::env::var_os(FORCE_NVRTC_ENV).is_none())
                     .and_then(|fatbin| self.load_image(fatbin.as_ptr() as *const c_void).ok());
                 let module = match prebuilt {
-                    Some(module) => module,
+                    Some(module) => {
+                        self.builtins_prebuilt.store(true, std::sync::atomic::Ordering::Release);
+                        module
+                    }
                     None => {
                         let cubin = self.compile(BUILTIN_SOURCE, "gpuport_builtins.cu", &[], &[])?;
                         self.load_image(cubin.as_ptr() as *const c_void)?
@@ -1489,7 +1496,8 @@ impl Device for CudaDevice {
     fn builtin_kernel(&self, name: &str) -> Result<CudaKernel> {
         let module = self.load_module(ModuleSource::Builtin)?;
         crate::kernels::builtin_kernel_from(
-            self.kernel(&module, name),
+            || self.kernel(&module, name),
+            self.builtins_prebuilt.load(std::sync::atomic::Ordering::Acquire),
             &self.array_kernels,
             ARRAY_OPS_SOURCE,
             name,

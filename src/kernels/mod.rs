@@ -162,21 +162,30 @@ fn find_kernel<D: Device>(d: &D, name: &str) -> Result<Kernel<D::B>> {
     d.builtin_kernel(name)
 }
 
-/// A built-in kernel for a GPU backend: from the runtime module `runtime`
-/// (which holds every kernel when an ahead-of-time image loaded), else from
+/// A built-in kernel for a GPU backend: from the runtime module (`runtime`
+/// looks it up there) when `name` is one of the runtime's kernels
+/// ([`builtin::ALL`](crate::backend::builtin::ALL)) or the module holds every
+/// kernel (`runtime_has_all`: an ahead-of-time image loaded), else from
 /// `cache`, else compiled alone from `dialect_source` by `build` (given the
 /// one-kernel program) and cached. Shared by the CUDA and HIP backends.
+///
+/// The runtime module is asked only for kernels it can hold: a lookup that
+/// fails is a driver error (`CUDA_ERROR_NOT_FOUND`), which compute-sanitizer
+/// reports on every array kernel's first use.
 #[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) fn builtin_kernel_from<K: Clone>(
-    runtime: Result<K>,
+    runtime: impl FnOnce() -> Result<K>,
+    runtime_has_all: bool,
     cache: &std::sync::Mutex<std::collections::HashMap<String, K>>,
     dialect_source: &str,
     name: &str,
     build: impl FnOnce(&str) -> Result<K>,
 ) -> Result<K> {
-    match runtime {
-        Err(Error::KernelNotFound { .. }) => {}
-        found => return found,
+    if runtime_has_all || crate::backend::builtin::ALL.contains(&name) {
+        match runtime() {
+            Err(Error::KernelNotFound { .. }) => {}
+            found => return found,
+        }
     }
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(kernel) = cache.get(name) {

@@ -1579,7 +1579,8 @@ impl Device for HipDevice {
     fn builtin_kernel(&self, name: &str) -> Result<HipKernel> {
         let module = self.load_module(ModuleSource::Builtin)?;
         crate::kernels::builtin_kernel_from(
-            self.kernel(&module, name),
+            || self.kernel(&module, name),
+            false, // the built-in module is compiled from the runtime's kernels only
             &self.array_kernels,
             ARRAY_OPS_SOURCE,
             name,
