@@ -35,8 +35,6 @@
 
 pub mod array;
 pub mod backend;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod dlpack;
 pub mod error;
 pub mod kernels;

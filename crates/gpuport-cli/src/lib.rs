@@ -1,5 +1,6 @@
-//! The `gpuport` command (feature `cli`): argument parsing, `info`, `demo`
-//! and `bench`. `src/main.rs` only calls [`main`].
+//! The `gpuport` command: argument parsing, `info`, `demo`, `bench` and
+//! `plot`. It is a crate of its own so that the library, `gpuport`, carries
+//! none of its dependencies; `src/main.rs` only calls [`main`].
 //!
 //! ```text
 //! gpuport                       info, then demo
@@ -10,6 +11,9 @@
 //! Exit status: 0 on success, 1 when the work fails, 2 on bad usage
 //! (unknown flags, a bad or unavailable `--device`).
 
+#![warn(missing_docs, rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![deny(unused_must_use)]
+
 pub mod bench;
 pub mod plot;
 
@@ -19,9 +23,9 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
-use crate::memory::{current_resource, MemoryDevice};
-use crate::{builtin, with_device, AnyDevice, DeviceMemory, KernelArgs, ModuleSource};
 use bench::{BenchConfig, BenchReport};
+use gpuport::memory::{current_resource, MemoryDevice};
+use gpuport::{builtin, with_device, AnyDevice, DeviceMemory, KernelArgs, ModuleSource};
 
 /// Exit status for bad usage.
 pub const USAGE_ERROR: u8 = 2;
@@ -42,13 +46,13 @@ pub enum Command {
     Info,
     /// Allocate, copy, launch the built-in fill kernel and verify, on one device.
     Demo {
-        /// host | cuda[:N] | rocm[:N]; default: $GPUPORT_DEVICE, else the first GPU, else host.
+        /// host, cuda:N or rocm:N (N defaults to 0); default: $GPUPORT_DEVICE, else the first GPU, else host.
         #[arg(long, value_name = "SPEC")]
         device: Option<String>,
     },
     /// Measure allocation, copies, launch latency and kernel bandwidth against the device's own copy bandwidth.
     Bench {
-        /// host | cuda[:N] | rocm[:N]; default: $GPUPORT_DEVICE, else the first GPU, else host.
+        /// host, cuda:N or rocm:N (N defaults to 0); default: $GPUPORT_DEVICE, else the first GPU, else host.
         #[arg(long, value_name = "SPEC")]
         device: Option<String>,
         /// Write every figure as JSON to FILE.
@@ -124,7 +128,7 @@ fn memory_line<D: MemoryDevice>(d: &std::sync::Arc<D>) -> String {
 
 fn info() -> ExitCode {
     println!("gpuport {}", env!("CARGO_PKG_VERSION"));
-    for status in crate::backends() {
+    for status in gpuport::backends() {
         match &status.devices {
             Ok(devices) => {
                 println!("{}: {} device(s)", status.kind, devices.len());
@@ -139,7 +143,7 @@ fn info() -> ExitCode {
                         d.managed_memory,
                         d.stream_ordered_alloc
                     );
-                    match crate::open(&d.spec()) {
+                    match gpuport::open(&d.spec()) {
                         Ok(dev) => println!("           {}", with_device!(dev, x => memory_line(x))),
                         Err(e) => println!("           cannot open: {e}"),
                     }
@@ -149,7 +153,7 @@ fn info() -> ExitCode {
             Err(why) => println!("{why}"),
         }
     }
-    match crate::default_device() {
+    match gpuport::default_device() {
         Ok(chosen) => println!("default device: {}", chosen.device.info().spec()),
         Err(e) => println!("default device: none: {e}"),
     }
@@ -158,12 +162,12 @@ fn info() -> ExitCode {
 
 /// Fills 16 Mi u32 on the device with the built-in kernel and checks every
 /// one; the buffer comes from the device's current resource.
-fn workload<D: crate::memory::MemoryDevice>(d: &std::sync::Arc<D>) -> crate::Result<()> {
+fn workload<D: gpuport::memory::MemoryDevice>(d: &std::sync::Arc<D>) -> gpuport::Result<()> {
     const N: usize = 16 << 20;
     let info = d.info();
     println!("running on {} ({}, {})", info.spec(), info.name, info.arch);
     let start = Instant::now();
-    let buf = crate::memory::current_resource::<D::B>(d)?.alloc(N * 4, d.default_stream())?;
+    let buf = gpuport::memory::current_resource::<D::B>(d)?.alloc(N * 4, d.default_stream())?;
     let module = d.load_module(ModuleSource::Builtin)?;
     let fill = d.kernel(&module, builtin::FILL_U32)?;
     let cfg = d.default_launch_config(&fill, N)?;
@@ -186,15 +190,15 @@ fn workload<D: crate::memory::MemoryDevice>(d: &std::sync::Arc<D>) -> crate::Res
     if wrong == 0 {
         Ok(())
     } else {
-        Err(crate::Error::HostTask(format!("{wrong} elements were not filled")))
+        Err(gpuport::Error::HostTask(format!("{wrong} elements were not filled")))
     }
 }
 
 /// Opens `--device SPEC`, or the default device (printing why GPUs were passed over).
 fn open_device(spec: Option<&str>) -> Result<AnyDevice, ExitCode> {
     let device = match spec {
-        Some(spec) => crate::open(spec).map_err(|e| format!("--device {spec:?}: {e}")),
-        None => crate::default_device()
+        Some(spec) => gpuport::open(spec).map_err(|e| format!("--device {spec:?}: {e}")),
+        None => gpuport::default_device()
             .map(|chosen| {
                 for note in &chosen.notes {
                     eprintln!("note: {note}");

@@ -1,6 +1,5 @@
 //! The `gpuport` command as a user runs it: the built binary, its exit
 //! status, its JSON report and its chart.
-#![cfg(feature = "cli")]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -160,7 +159,7 @@ fn usage_errors_exit_2() {
 fn a_saved_report_is_redrawn_and_a_bad_one_exits_2() {
     // The build tree's path, or the working directory's (the GPU bundle runs from the repo root).
     let saved = "docs/gpu-runs/2026-11-22-run9-bench.json";
-    let built = format!("{}/{saved}", env!("CARGO_MANIFEST_DIR"));
+    let built = format!("{}/../../{saved}", env!("CARGO_MANIFEST_DIR"));
     let report = if std::path::Path::new(&built).exists() { built.as_str() } else { saved };
     let png = temp("replot.png");
     let out = gpuport(&["plot", report, png.to_str().expect("utf-8 temp path")]);

@@ -1,4 +1,5 @@
-//! The `gpuport` command; everything lives in [`gpuport::cli`].
+//! The `gpuport` command; everything lives in the `gpuport_cli` library
+//! (`src/lib.rs`).
 //!
 //! ```text
 //! gpuport                       info, then demo
@@ -9,5 +10,5 @@
 //! Exit status: 0 on success, 1 when the work fails, 2 on bad usage.
 
 fn main() -> std::process::ExitCode {
-    gpuport::cli::main()
+    gpuport_cli::main()
 }

@@ -171,7 +171,7 @@ fn write_png(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::bench::{BenchConfig, Ceiling, DeviceReport, Figure};
+    use crate::bench::{BenchConfig, Ceiling, DeviceReport, Figure};
 
     fn figure(name: &str, unit: &str, median: f64, frac: Option<f64>) -> Figure {
         Figure {

@@ -22,11 +22,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::memory::{
+use gpuport::memory::{
     current_resource, Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PipelineConfig,
     PoolConfig,
 };
-use crate::{builtin, kernels, Device, DeviceMemory, HostMemory, KernelArgs, LaunchConfig, Result, Stream};
+use gpuport::{builtin, kernels, Device, DeviceMemory, HostMemory, KernelArgs, LaunchConfig, Result, Stream};
 
 const MIB: usize = 1 << 20;
 
@@ -515,9 +515,9 @@ mod tests {
 
     #[test]
     fn host_run_has_every_figure_positive() {
-        let dev = crate::open("host").expect("host");
+        let dev = gpuport::open("host").expect("host");
         let mut steps = Vec::new();
-        let report = crate::with_device!(dev, d => run(d, tiny(), |s| steps.push(s.to_string()))).expect("run");
+        let report = gpuport::with_device!(dev, d => run(d, tiny(), |s| steps.push(s.to_string()))).expect("run");
         assert_eq!(steps, STEPS.map(String::from).to_vec());
         for name in [
             "d2d_copy",
