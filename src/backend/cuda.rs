@@ -3,12 +3,12 @@
 //! cudarc is built with `dynamic-loading`: `libcuda` and `libnvrtc` are
 //! opened at run time, so a binary with this backend starts on machines
 //! without CUDA. cudarc panics when a library it needs cannot be loaded, so
-//! every entry point first probes for the library ([`driver`]) and turns its
+//! every entry point first probes for the library (`driver()`) and turns its
 //! absence into [`Error::LibraryNotFound`].
 //!
 //! cudarc also resolves each driver symbol lazily and panics if the driver is
 //! too old to have it: calls newer than CUDA 12.0 are gated on
-//! `cuDriverGetVersion` (see [`DRIVER_12_4`]).
+//! `cuDriverGetVersion` (see `DRIVER_12_4`).
 //!
 //! Every object holds an `Arc<Context>` (the device's retained primary
 //! context), so the context outlives every stream, buffer and module.

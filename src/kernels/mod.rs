@@ -2,8 +2,8 @@
 //!
 //! Sources: `kernels/common/array_ops.h` (the kernels, written once),
 //! instantiated by `kernels/cuda/array_ops.cu` and `kernels/hip/array_ops.hip`;
-//! the host backend runs the Rust versions in [`host`]. All of them live in
-//! the device's [`ModuleSource::Builtin`] module.
+//! the host backend runs the Rust versions in `src/kernels/host.rs`. All of
+//! them live in the device's [`ModuleSource::Builtin`](crate::ModuleSource::Builtin) module.
 //!
 //! | kernel | what it does |
 //! | --- | --- |

@@ -9,12 +9,12 @@
 //!
 //! This file mirrors `cuda.rs` item for item, in the same order and with the
 //! same names, so the two can be diffed. Where HIP differs:
-//! - HIP's runtime API has no context objects to retain: [`Context`] only
+//! - HIP's runtime API has no context objects to retain: `Context` only
 //!   remembers the device and makes it current (`hipSetDevice`) per thread.
 //! - HIP cannot list a module's kernels or a kernel's parameters; the
 //!   built-in module's are known, so only they are checked.
 //! - The architecture name (`gfx90a`) comes from `hipDeviceProp_t`, read
-//!   through an oversized buffer (see [`target_id`]).
+//!   through an oversized buffer (see `target_id`).
 //! - The memory layer's calls (mapped pinned memory, the default pool, IPC,
 //!   shareable pools) are optional symbols: a runtime without one fails only
 //!   that operation, with [`Error::Unsupported`] naming the call.

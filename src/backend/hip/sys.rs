@@ -7,7 +7,7 @@
 //! and 3). `cubecl-hip-sys` is bindgen output per HIP version and links too.
 //! gpuport needs about fifty functions, so this file declares exactly those,
 //! by hand, and resolves them with `libloading` when the backend is first
-//! used. A missing library or symbol is an [`Error`], never a panic.
+//! used. A missing library or symbol is an [`Error`](crate::Error), never a panic.
 //!
 //! # Where the declarations come from
 //! Every signature, constant and enum value below is copied from the HIP
@@ -508,7 +508,7 @@ pub const HIPRTC_LIBRARY_ENV: &str = "GPUPORT_HIPRTC_LIBRARY";
 /// File names of the HIP runtime, most general first.
 pub const HIP_NAMES: [&str; 4] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
 /// File names of hiprtc. ROCm 5.2 has no separate hiprtc: its calls are in
-/// `libamdhip64` (seen in Debian's 5.2.3), which [`open_hiprtc`] tries last.
+/// `libamdhip64` (seen in Debian's 5.2.3), which the backend's hiprtc loader tries last.
 pub const HIPRTC_NAMES: [&str; 4] = ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5"];
 
 /// Where to look for a library, in order, for the given file names.
