@@ -68,7 +68,11 @@ impl fmt::Display for DriverError {
 }
 
 /// Everything that can go wrong in gpuport.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display`, so `fn main() ->
+/// gpuport::Result<()>` and `unwrap` report the error readably; the
+/// alternate form (`{:#?}`, as `dbg!` uses) puts the variant's name first.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A vendor driver or runtime-compiler call failed.
@@ -219,6 +223,43 @@ pub enum Error {
     DLPack(#[from] crate::dlpack::DLPackError),
 }
 
+impl Error {
+    /// The variant's name, e.g. `"OutOfMemory"`.
+    fn variant_name(&self) -> &'static str {
+        match self {
+            Error::Driver(_) => "Driver",
+            Error::OutOfMemory { .. } => "OutOfMemory",
+            Error::LibraryNotFound { .. } => "LibraryNotFound",
+            Error::NoDevice { .. } => "NoDevice",
+            Error::BackendNotCompiled { .. } => "BackendNotCompiled",
+            Error::InvalidDeviceSpec { .. } => "InvalidDeviceSpec",
+            Error::DeviceMismatch { .. } => "DeviceMismatch",
+            Error::OutOfBounds { .. } => "OutOfBounds",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::Compile { .. } => "Compile",
+            Error::KernelNotFound { .. } => "KernelNotFound",
+            Error::KernelArguments { .. } => "KernelArguments",
+            Error::HostTask(_) => "HostTask",
+            Error::Shape(_) => "Shape",
+            Error::Lock(_) => "Lock",
+            Error::Residency(_) => "Residency",
+            Error::DLPack(_) => "DLPack",
+        }
+    }
+}
+
+/// The message, as `Display` writes it; `{:#?}` adds the variant's name
+/// (`Error::OutOfMemory: cuda:0: out of device memory ...`).
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            write!(f, "Error::{}: ", self.variant_name())?;
+        }
+        fmt::Display::fmt(self, f)
+    }
+}
+
 impl From<DriverError> for Error {
     fn from(e: DriverError) -> Self {
         Error::Driver(e)
@@ -227,3 +268,46 @@ impl From<DriverError> for Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Error> {
+        vec![
+            Error::BackendNotCompiled { backend: BackendKind::Cuda, feature: "cuda" },
+            Error::OutOfMemory { backend: BackendKind::Rocm, ordinal: 1, bytes: 4096 },
+            Error::Driver(DriverError {
+                backend: BackendKind::Cuda,
+                call: "cuMemAlloc",
+                code: 2,
+                name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+                message: "out of memory".into(),
+            }),
+            Error::InvalidArgument { name: "size", reason: "must be positive".into() },
+        ]
+    }
+
+    #[test]
+    fn debug_prints_the_display_message() {
+        for e in samples() {
+            // What `fn main() -> gpuport::Result<()>` prints after "Error: ".
+            let shown = format!("{e:?}");
+            assert_eq!(shown, e.to_string());
+            assert!(!shown.contains(" { ") && !shown.contains("backend: "), "struct syntax in {shown:?}");
+        }
+        let e = Error::BackendNotCompiled { backend: BackendKind::Cuda, feature: "cuda" };
+        assert_eq!(format!("{e:?}"), "the cuda backend is not compiled in: rebuild with `--features cuda`");
+    }
+
+    #[test]
+    fn alternate_debug_names_the_variant() {
+        for e in samples() {
+            let pretty = format!("{e:#?}");
+            assert!(pretty.starts_with("Error::"), "{pretty}");
+            assert!(pretty.ends_with(&e.to_string()), "{pretty}");
+        }
+        let e = Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 8 };
+        assert_eq!(format!("{e:#?}"), "Error::OutOfMemory: cuda:0: out of device memory allocating 8 bytes");
+    }
+}
