@@ -8,7 +8,8 @@
 //! The result is an [`AnyDevice`], a closed enum over the compiled-in
 //! backends; [`with_device!`](crate::with_device) runs generic code on it.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Once};
 
 use super::host::HostDevice;
 use super::{Device, DeviceInfo};
@@ -147,6 +148,10 @@ macro_rules! __if_rocm {
 }
 
 /// What one backend looks like from this process.
+///
+/// Display writes one line that names the backend once: `host: 1 device(s)`,
+/// `cuda: unavailable: could not load libcuda (tried …)`, `rocm: not compiled
+/// in (rebuild with `--features rocm`)`.
 #[derive(Debug)]
 pub struct BackendStatus {
     /// The backend.
@@ -155,6 +160,25 @@ pub struct BackendStatus {
     pub compiled: bool,
     /// Its devices, or why there are none.
     pub devices: Result<Vec<DeviceInfo>>,
+}
+
+impl fmt::Display for BackendStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.kind;
+        match &self.devices {
+            Ok(devices) => write!(f, "{kind}: {} device(s)", devices.len()),
+            Err(Error::BackendNotCompiled { feature, .. }) => {
+                write!(f, "{kind}: not compiled in (rebuild with `--features {feature}`)")
+            }
+            Err(why) => {
+                // The error names the backend itself ("cuda is unavailable: ...").
+                let why = why.to_string();
+                let (unavailable, named) = (format!("{kind} is unavailable: "), format!("{kind}: "));
+                let reason = why.strip_prefix(&unavailable).or_else(|| why.strip_prefix(&named)).unwrap_or(&why);
+                write!(f, "{kind}: unavailable: {reason}")
+            }
+        }
+    }
 }
 
 fn not_compiled(kind: BackendKind) -> Error {
@@ -170,9 +194,11 @@ fn list<D: Device>() -> Result<Vec<DeviceInfo>> {
 ///
 /// ```
 /// for status in gpuport::backends() {
-///     match &status.devices {
-///         Ok(devices) => println!("{}: {} device(s)", status.kind, devices.len()),
-///         Err(why) => println!("{}: unavailable: {why}", status.kind),
+///     println!("{status}"); // "cuda: unavailable: could not load libcuda (tried …)"
+///     if let Ok(devices) = &status.devices {
+///         for d in devices {
+///             println!("  {} {}", d.spec(), d.name);
+///         }
 ///     }
 /// }
 /// ```
@@ -241,6 +267,9 @@ pub fn open(spec: &str) -> Result<AnyDevice> {
 }
 
 /// The default device and, where a GPU was passed over, why.
+///
+/// Display shows the device's spec followed by the reasons, e.g.
+/// `host (passed over: cuda is unavailable: could not load libcuda (tried …))`.
 #[derive(Debug, Clone)]
 pub struct DefaultDevice {
     /// The chosen device.
@@ -249,9 +278,24 @@ pub struct DefaultDevice {
     pub notes: Vec<String>,
 }
 
+impl fmt::Display for DefaultDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.device.info().spec())?;
+        if !self.notes.is_empty() {
+            write!(f, " (passed over: {})", self.notes.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
 /// Opens the default device: `GPUPORT_DEVICE` if set, else the first GPU of
 /// any compiled-in backend that loads, else the host. The notes say why each
-/// skipped GPU backend was unavailable, so callers can print a clear message.
+/// skipped GPU backend was unavailable, so callers can print a clear message;
+/// the result's Display shows them too.
+///
+/// A fallback is also logged through the [`log`] facade, once per process:
+/// a warning when a compiled-in GPU backend could not be used, at info level
+/// when no GPU backend is compiled in (the build chose the host).
 ///
 /// An invalid `GPUPORT_DEVICE` is an error, never silently replaced.
 pub fn default_device() -> Result<DefaultDevice> {
@@ -266,13 +310,28 @@ pub fn default_device() -> Result<DefaultDevice> {
         }
     }
     let mut notes = Vec::new();
+    let mut gpu_compiled = false;
     for kind in [BackendKind::Cuda, BackendKind::Rocm] {
         match open(&format!("{kind}:0")) {
             Ok(device) => return Ok(DefaultDevice { device, notes }),
-            Err(e) => notes.push(e.to_string()),
+            Err(e) => {
+                gpu_compiled |= !matches!(e, Error::BackendNotCompiled { .. });
+                notes.push(e.to_string());
+            }
         }
     }
-    Ok(DefaultDevice { device: open("host")?, notes })
+    let chosen = DefaultDevice { device: open("host")?, notes };
+    static LOGGED: Once = Once::new();
+    log_fallback(&LOGGED, &chosen, gpu_compiled);
+    Ok(chosen)
+}
+
+/// Logs a fallback to the host once per `once` (see [`default_device`]).
+fn log_fallback(once: &Once, chosen: &DefaultDevice, gpu_compiled: bool) {
+    once.call_once(|| {
+        let level = if gpu_compiled { log::Level::Warn } else { log::Level::Info };
+        log::log!(level, "default device: {chosen}");
+    });
 }
 
 #[cfg(test)]
@@ -290,6 +349,80 @@ mod tests {
         }
     }
 
+    /// Keeps every record logged in this test binary.
+    struct Recorder(std::sync::Mutex<Vec<(log::Level, String)>>);
+
+    impl log::Log for Recorder {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            let mut records = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            records.push((record.level(), record.args().to_string()));
+        }
+        fn flush(&self) {}
+    }
+
+    static RECORDER: Recorder = Recorder(std::sync::Mutex::new(Vec::new()));
+
+    #[test]
+    fn a_status_line_names_its_backend_once() {
+        let status = |kind, devices| BackendStatus { kind, compiled: true, devices }.to_string();
+        let missing =
+            Error::LibraryNotFound { backend: BackendKind::Cuda, library: "libcuda", tried: "libcuda.so.1".into() };
+        assert_eq!(
+            status(BackendKind::Cuda, Err(missing)),
+            "cuda: unavailable: could not load libcuda (tried libcuda.so.1)"
+        );
+        let none = Error::NoDevice { backend: BackendKind::Rocm, reason: "ROCm loaded, no device".into() };
+        assert_eq!(status(BackendKind::Rocm, Err(none)), "rocm: unavailable: ROCm loaded, no device");
+        assert_eq!(
+            status(BackendKind::Rocm, Err(not_compiled(BackendKind::Rocm))),
+            "rocm: not compiled in (rebuild with `--features rocm`)"
+        );
+        let driver = Error::Driver(crate::DriverError {
+            backend: BackendKind::Cuda,
+            call: "cuInit",
+            code: 100,
+            name: "CUDA_ERROR_NO_DEVICE".into(),
+            message: "no CUDA-capable device is detected".into(),
+        });
+        assert_eq!(
+            status(BackendKind::Cuda, Err(driver)),
+            "cuda: unavailable: cuInit failed with CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected"
+        );
+        assert_eq!(status(BackendKind::Host, Ok(vec![])), "host: 0 device(s)");
+    }
+
+    #[test]
+    fn a_fallback_shows_its_reasons_and_is_logged_once() {
+        let _ = log::set_logger(&RECORDER);
+        log::set_max_level(log::LevelFilter::Trace);
+        let notes = vec![
+            "cuda is unavailable: could not load libcuda (tried libcuda.so.1)".to_string(),
+            not_compiled(BackendKind::Rocm).to_string(),
+        ];
+        let chosen = DefaultDevice { device: open("host").unwrap(), notes: notes.clone() };
+        let shown = chosen.to_string();
+        assert!(shown.starts_with("host (passed over: "), "{shown}");
+        for note in &notes {
+            assert!(shown.contains(note.as_str()), "{shown} lacks {note}");
+        }
+        let plain = DefaultDevice { device: open("host").unwrap(), notes: vec![] };
+        assert_eq!(plain.to_string(), "host");
+
+        let once = Once::new();
+        for _ in 0..3 {
+            log_fallback(&once, &chosen, true);
+        }
+        let records = RECORDER.0.lock().unwrap_or_else(|p| p.into_inner());
+        let ours: Vec<_> =
+            records.iter().filter(|(_, m)| m.contains("could not load libcuda (tried libcuda.so.1)")).collect();
+        assert_eq!(ours.len(), 1, "{records:?}");
+        assert_eq!(ours[0].0, log::Level::Warn);
+        assert_eq!(ours[0].1, format!("default device: {shown}"));
+    }
+
     #[test]
     fn every_backend_is_listed_with_a_reason_when_unavailable() {
         let all = backends();
@@ -298,6 +431,10 @@ mod tests {
             if let Err(e) = &s.devices {
                 assert!(!e.to_string().is_empty());
             }
+            let line = s.to_string();
+            let rest = line.strip_prefix(&format!("{}: ", s.kind)).unwrap_or_else(|| panic!("{line}"));
+            assert!(!rest.contains(&format!("{} is unavailable", s.kind)), "{line}");
+            assert!(!rest.contains(&format!("the {} backend", s.kind)), "{line}");
         }
         let host = all.iter().find(|s| s.kind == BackendKind::Host).unwrap();
         assert_eq!(host.devices.as_ref().unwrap().len(), 1);

@@ -95,10 +95,11 @@ where
         None => {
             info();
             println!();
-            demo(None)
+            // `info` has just said why each GPU backend is unavailable.
+            demo(None, Notes::Quiet)
         }
         Some(Command::Info) => info(),
-        Some(Command::Demo { device }) => demo(device.as_deref()),
+        Some(Command::Demo { device }) => demo(device.as_deref(), Notes::Print),
         Some(Command::Bench { device, json, quick, plot }) => bench(device.as_deref(), json, quick, plot),
         Some(Command::Plot { report, out }) => plot_saved(&report, &out),
     }
@@ -129,28 +130,23 @@ fn memory_line<D: MemoryDevice>(d: &std::sync::Arc<D>) -> String {
 fn info() -> ExitCode {
     println!("gpuport {}", env!("CARGO_PKG_VERSION"));
     for status in gpuport::backends() {
-        match &status.devices {
-            Ok(devices) => {
-                println!("{}: {} device(s)", status.kind, devices.len());
-                for d in devices {
-                    println!(
-                        "  {:<8} {} | {} | {} multiprocessors | {} | managed: {} | stream-ordered alloc: {}",
-                        d.spec(),
-                        d.name,
-                        d.arch,
-                        d.multiprocessors,
-                        gib(d.total_memory),
-                        d.managed_memory,
-                        d.stream_ordered_alloc
-                    );
-                    match gpuport::open(&d.spec()) {
-                        Ok(dev) => println!("           {}", with_device!(dev, x => memory_line(x))),
-                        Err(e) => println!("           cannot open: {e}"),
-                    }
-                }
+        // One line per backend, naming it once ("cuda: unavailable: could not load libcuda ...").
+        println!("{status}");
+        for d in status.devices.iter().flatten() {
+            println!(
+                "  {:<8} {} | {} | {} multiprocessors | {} | managed: {} | stream-ordered alloc: {}",
+                d.spec(),
+                d.name,
+                d.arch,
+                d.multiprocessors,
+                gib(d.total_memory),
+                d.managed_memory,
+                d.stream_ordered_alloc
+            );
+            match gpuport::open(&d.spec()) {
+                Ok(dev) => println!("           {}", with_device!(dev, x => memory_line(x))),
+                Err(e) => println!("           cannot open: {e}"),
             }
-            // The error names the backend itself ("rocm is unavailable: ...").
-            Err(why) => println!("{why}"),
         }
     }
     match gpuport::default_device() {
@@ -194,14 +190,24 @@ fn workload<D: gpuport::memory::MemoryDevice>(d: &std::sync::Arc<D>) -> gpuport:
     }
 }
 
+/// Whether [`open_device`] prints why the default device passed GPUs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notes {
+    Print,
+    /// Already said (by `info`).
+    Quiet,
+}
+
 /// Opens `--device SPEC`, or the default device (printing why GPUs were passed over).
-fn open_device(spec: Option<&str>) -> Result<AnyDevice, ExitCode> {
+fn open_device(spec: Option<&str>, notes: Notes) -> Result<AnyDevice, ExitCode> {
     let device = match spec {
         Some(spec) => gpuport::open(spec).map_err(|e| format!("--device {spec:?}: {e}")),
         None => gpuport::default_device()
             .map(|chosen| {
-                for note in &chosen.notes {
-                    eprintln!("note: {note}");
+                if notes == Notes::Print {
+                    for note in &chosen.notes {
+                        eprintln!("note: {note}");
+                    }
                 }
                 chosen.device
             })
@@ -213,8 +219,8 @@ fn open_device(spec: Option<&str>) -> Result<AnyDevice, ExitCode> {
     })
 }
 
-fn demo(spec: Option<&str>) -> ExitCode {
-    let device = match open_device(spec) {
+fn demo(spec: Option<&str>, notes: Notes) -> ExitCode {
+    let device = match open_device(spec, notes) {
         Ok(d) => d,
         Err(code) => return code,
     };
@@ -252,7 +258,7 @@ fn plot_saved(report: &std::path::Path, out: &std::path::Path) -> ExitCode {
 }
 
 fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Option<PathBuf>) -> ExitCode {
-    let device = match open_device(spec) {
+    let device = match open_device(spec, Notes::Print) {
         Ok(d) => d,
         Err(code) => return code,
     };

@@ -40,6 +40,52 @@ fn info_lists_the_host() {
     assert!(stdout.contains("free of"), "{stdout}");
 }
 
+const BACKENDS: [&str; 3] = ["cuda", "rocm", "host"];
+
+/// The `name: ...` status line of each backend in `stdout` (device lines are indented).
+fn status_lines(stdout: &str) -> Vec<(&'static str, Vec<&str>)> {
+    BACKENDS.map(|name| (name, stdout.lines().filter(|l| l.starts_with(&format!("{name}:"))).collect())).to_vec()
+}
+
+#[test]
+fn info_names_each_backend_once_on_one_line() {
+    let out = gpuport(&["info"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (name, lines) in status_lines(&stdout) {
+        assert_eq!(lines.len(), 1, "{name} has {} status lines:\n{stdout}", lines.len());
+        let rest = &lines[0][name.len() + 1..];
+        // Not "cuda: unavailable: cuda is unavailable: ..." nor "the cuda backend is ...".
+        for repeated in [format!("{name} is unavailable"), format!("the {name} backend"), format!(" {name}:")] {
+            assert!(!rest.contains(&repeated), "{:?} repeats its backend name", lines[0]);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for line in stdout.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(seen.insert(line), "{line:?} is printed twice:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_main_job_says_why_each_backend_is_unavailable_once() {
+    let info = gpuport(&["info"]);
+    let all = gpuport(&[]);
+    assert!(all.status.success(), "{}", text(&all));
+    let everything = text(&all);
+    for (name, lines) in status_lines(&String::from_utf8_lossy(&info.stdout)) {
+        // What would repeat if the demo's notes said it again, in any wording.
+        let key = if lines[0].contains("not compiled in") {
+            format!("--features {name}`")
+        } else if let Some((_, reason)) = lines[0].split_once(": unavailable: ") {
+            reason.to_string()
+        } else {
+            continue;
+        };
+        assert_eq!(everything.matches(&key).count(), 1, "{name}: {key:?} is not said exactly once:\n{everything}");
+    }
+    assert!(everything.contains("all correct"), "{everything}");
+}
+
 const FIGURES: [&str; 12] = [
     "d2d_copy",
     "alloc_free_1MiB/caching_pool",
