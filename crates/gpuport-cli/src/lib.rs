@@ -17,7 +17,7 @@
 pub mod bench;
 pub mod plot;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -61,7 +61,7 @@ pub enum Command {
         /// Small sizes and few repetitions (seconds on the host backend; for CI).
         #[arg(long)]
         quick: bool,
-        /// Draw a bar chart of the figures against the ceiling to FILE.png.
+        /// Draw a bar chart of the figures against the ceiling to FILE.png (PNG only).
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
     },
@@ -233,8 +233,52 @@ fn demo(spec: Option<&str>, notes: Notes) -> ExitCode {
     }
 }
 
-/// `gpuport plot REPORT.json FILE.png`: a bad or unreadable report exits 2.
-fn plot_saved(report: &std::path::Path, out: &std::path::Path) -> ExitCode {
+/// Checks, before any work, that `path` can be written: an existing file
+/// that opens for writing, or a new name in an existing, writable folder
+/// (tried by creating and removing the file). `chart` also requires the
+/// `.png` extension, the only format [`plot::draw`] writes.
+pub fn check_output(flag: &str, path: &Path, chart: bool) -> Result<(), String> {
+    let shown = path.display();
+    if chart && !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        return Err(format!("{flag} {shown}: the chart is a PNG image; accepted: a file name ending in .png"));
+    }
+    if path.is_dir() {
+        return Err(format!("{flag} {shown}: is a folder; accepted: a file in an existing, writable folder"));
+    }
+    if path.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| format!("{flag} {shown}: cannot be written: {e}"));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!("{flag} {shown}: folder {} does not exist", parent.display()));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|file| {
+            drop(file);
+            std::fs::remove_file(path)
+        })
+        .map_err(|e| format!("{flag} {shown}: cannot create a file in {}: {e}", parent.display()))
+}
+
+/// Prints a usage error and returns its exit status.
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("gpuport: {message}");
+    ExitCode::from(USAGE_ERROR)
+}
+
+/// `gpuport plot REPORT.json FILE.png`: a bad or unreadable report, or an
+/// output that cannot be written, exits 2.
+fn plot_saved(report: &Path, out: &Path) -> ExitCode {
+    if let Err(e) = check_output("FILE.png", out, true) {
+        return usage_error(&e);
+    }
     let parsed = std::fs::read_to_string(report)
         .map_err(|e| e.to_string())
         .and_then(|text| serde_json::from_str::<bench::BenchReport>(&text).map_err(|e| e.to_string()));
@@ -258,6 +302,13 @@ fn plot_saved(report: &std::path::Path, out: &std::path::Path) -> ExitCode {
 }
 
 fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Option<PathBuf>) -> ExitCode {
+    // Bad output paths are usage errors, found before the run rather than after it.
+    let outputs = [("--json", &json, false), ("--plot", &plot_file, true)];
+    for (flag, path, chart) in outputs {
+        if let Some(Err(e)) = path.as_deref().map(|p| check_output(flag, p, chart)) {
+            return usage_error(&e);
+        }
+    }
     let device = match open_device(spec, Notes::Print) {
         Ok(d) => d,
         Err(code) => return code,

@@ -219,3 +219,56 @@ fn a_saved_report_is_redrawn_and_a_bad_one_exits_2() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("not a `gpuport bench --json` report"), "{}", text(&out));
 }
+
+/// Runs `gpuport bench --quick --device host` with `extra`, which must be
+/// refused as bad usage before any figure is taken.
+fn refused_before_running(extra: &[&str], says: &[&str]) {
+    let mut args = vec!["bench", "--quick", "--device", "host"];
+    args.extend_from_slice(extra);
+    let out = gpuport(&args);
+    assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for s in says {
+        assert!(stderr.contains(s), "{extra:?}: stderr lacks {s:?}: {stderr}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("ceiling") && !stdout.contains("d2d_copy"), "{extra:?}: the bench ran: {stdout}");
+}
+
+#[test]
+fn a_chart_path_not_ending_in_png_is_refused_before_the_run() {
+    for name in ["chart.jpg", "chart", "chart.png.txt"] {
+        let path = temp(name);
+        refused_before_running(&["--plot", path.to_str().expect("utf-8 temp path")], &["--plot", ".png"]);
+        assert!(!path.exists(), "{name} was written");
+    }
+    // Upper case is a PNG name too (and is checked, then drawn, only after the run).
+    let upper = temp("chart-upper.PNG");
+    let out = gpuport(&["bench", "--quick", "--device", "host", "--plot", upper.to_str().expect("utf-8 temp path")]);
+    let _ = std::fs::remove_file(&upper);
+    assert!(out.status.success(), "{}", text(&out));
+    // `gpuport plot` checks its output the same way.
+    let out = gpuport(&["plot", "no-such-report.json", temp("replot.jpg").to_str().expect("utf-8 temp path")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".png"), "{}", text(&out));
+}
+
+#[test]
+fn output_paths_in_missing_or_unwritable_folders_are_refused_before_the_run() {
+    let missing = temp("no-such-folder");
+    let json = missing.join("bench.json");
+    let png = missing.join("bench.png");
+    refused_before_running(&["--json", json.to_str().expect("utf-8")], &["--json", "does not exist"]);
+    refused_before_running(&["--plot", png.to_str().expect("utf-8")], &["--plot", "does not exist"]);
+    // A folder is not a file.
+    let dir = std::env::temp_dir();
+    refused_before_running(&["--json", dir.to_str().expect("utf-8")], &["--json", "folder"]);
+    // /proc refuses new files even to root.
+    if cfg!(target_os = "linux") {
+        refused_before_running(&["--json", "/proc/gpuport-bench.json"], &["--json", "cannot create"]);
+    }
+    // A good path beside a bad one: nothing is written.
+    let good = temp("good.json");
+    refused_before_running(&["--json", good.to_str().expect("utf-8"), "--plot", "chart.gif"], &[".png"]);
+    assert!(!good.exists(), "the good --json path was written although --plot was refused");
+}
