@@ -206,9 +206,9 @@ fn bad_kernel_requests_are_typed_errors<D: Device>(d: &D) {
     }
 }
 
-/// Seed 000's test: write 2 everywhere through checked access, run
+/// The test of docs/design.md#the-test-kernel: write 2 everywhere through checked access, run
 /// `add_index` (which moves the data to the device), check 2 + sum of indices.
-fn seed_memarray_test<D: Device, T: Scalar + gpuport::array::Element, const N: usize>(dev: &Arc<D>, shape: [usize; N]) {
+fn add_index_flow<D: Device, T: Scalar + gpuport::array::Element, const N: usize>(dev: &Arc<D>, shape: [usize; N]) {
     let mut a = MemArray::<T, N, D>::zeros(dev, shape).unwrap();
     let two = T::zeroed().add_index(2);
     let n: usize = shape.iter().product();
@@ -237,11 +237,11 @@ fn unravel<const N: usize>(shape: [usize; N], mut lin: usize) -> [usize; N] {
 
 fn memarray_add_index_gives_two_plus_the_index_sum<D: Device>(d: &D) {
     let dev = D::open(d.info().ordinal).unwrap();
-    seed_memarray_test::<D, f32, 3>(&dev, [2, 4, 7]);
-    seed_memarray_test::<D, f64, 2>(&dev, [13, 17]);
-    seed_memarray_test::<D, i32, 1>(&dev, [1001]);
-    seed_memarray_test::<D, i64, 4>(&dev, [2, 3, 4, 5]);
-    seed_memarray_test::<D, f16, 3>(&dev, [3, 5, 9]);
+    add_index_flow::<D, f32, 3>(&dev, [2, 4, 7]);
+    add_index_flow::<D, f64, 2>(&dev, [13, 17]);
+    add_index_flow::<D, i32, 1>(&dev, [1001]);
+    add_index_flow::<D, i64, 4>(&dev, [2, 3, 4, 5]);
+    add_index_flow::<D, f16, 3>(&dev, [3, 5, 9]);
 }
 
 fn memarray_scale_and_axpy_run_on_the_device<D: Device>(d: &D) {

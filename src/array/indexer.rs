@@ -10,7 +10,7 @@ use std::fmt;
 /// A row-major indexer over `N`-dimensional data: base pointer and extents.
 ///
 /// Layout (`#[repr(C)]`, the same as the C header): `T* data; int64_t shape[N];`.
-/// The size is not stored (as in seed 000: one register less per kernel
+/// The size is not stored (docs/design.md#arrayindexer: one register less per kernel
 /// thread); [`size`](Self::size) multiplies the extents.
 ///
 /// The indexer never dereferences its pointer: it computes offsets and

@@ -41,7 +41,7 @@ use crate::kernels::{self, Scalar};
 use crate::memory::{current_resource, DeviceAllocation, Held, PinnedFlags, StreamUse};
 use crate::HostDevice;
 
-/// An id that locks a [`MemArray`] for one user (seed 000's `lock_id`).
+/// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).
 ///
 /// While an array is locked ([`MemArray::enter`]), every access must pass
 /// the same id, so code that does not know it (e.g. Rust code racing a
@@ -293,7 +293,7 @@ fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
 }
 
 /// An `N`-dimensional array of `T` on device `D`, with a host copy and a
-/// device copy (seed 000's `MemArray`).
+/// device copy (docs/design.md#memarray).
 ///
 /// # Invariants
 /// - `len` is the product of `shape` and `len * size_of::<T>() <= isize::MAX`.
@@ -987,7 +987,7 @@ impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
     }
 }
 
-/// The built-in kernels as array methods (seed 000's `add_index_tuple`).
+/// The built-in kernels as array methods (docs/design.md#the-test-kernel).
 ///
 /// Each moves the data to the device first if it is not current there (on
 /// `stream`, asynchronously), makes `stream` wait for the array's pending

@@ -1,9 +1,9 @@
-//! Strided views (seed 002): host, device and managed windows of memory
+//! Strided views (docs/design.md#strided-views): host, device and managed windows of memory
 //! with extents and element strides, and their DLPack form.
 //!
 //! [`View::to_dlpack`] returns a [`DLPackTensor`] that owns the shape and
 //! stride arrays inline (no heap allocation). Its [`DLTensorRef`] borrows
-//! the wrapper, so the two misuses seed 002 warns about do not compile:
+//! the wrapper, so the two misuses docs/design.md#strided-views names do not compile:
 //!
 //! ```compile_fail
 //! # use gpuport::array::View;

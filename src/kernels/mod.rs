@@ -7,7 +7,7 @@
 //!
 //! | kernel | what it does |
 //! | --- | --- |
-//! | [`add_index_async`] | adds the sum of each element's indices to it (seed 000's test kernel) |
+//! | [`add_index_async`] | adds the sum of each element's indices to it (docs/design.md#the-test-kernel) |
 //! | [`fill_async`] | writes one value to every element |
 //! | [`scale_async`] | `x *= alpha` |
 //! | [`axpy_async`] | `y += alpha * x` |

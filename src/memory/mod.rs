@@ -1,7 +1,7 @@
 //! Memory resources: the library's allocation layer.
 //!
 //! The Rust counterpart of Numba's External Memory Manager interface
-//! (NBEP 7; `shared/seeds/001_*`): a [`MemoryResource`] allocates device
+//! (NBEP 7; docs/design.md#memory-resources): a [`MemoryResource`] allocates device
 //! memory in stream order, pinned host memory with options, pins existing
 //! host memory, reports free/total memory, exports IPC handles where the
 //! backend can, resets, defers cleanup and states its interface version.

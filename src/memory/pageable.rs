@@ -9,7 +9,7 @@
 //!
 //! A plain pageable `cuMemcpyHtoD` makes the driver stage through its own
 //! small pinned buffer with one thread, and serialises with other work
-//! (PEERS.md pain point 9; NVIDIA/cuCollections#727).
+//! (docs/design.md#pageable-copies; NVIDIA/cuCollections#727).
 
 use std::any::Any;
 use std::collections::HashMap;

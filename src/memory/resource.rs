@@ -733,7 +733,7 @@ impl<B: MemoryBackend> MemoryResource<B> for PlainResource<B> {
 ///
 /// Memory of the default pool cannot be exported over IPC: that pool is not
 /// created with a shareable handle type, and `cuIpcGetMemHandle` refuses pool
-/// memory (PEERS.md pain point 10, cudarc#521); its
+/// memory (docs/design.md#ipc-of-pooled-memory, cudarc#521); its
 /// [`ipc_export`](MemoryResource::ipc_export) says so with
 /// [`Error::Unsupported`] on every backend. A shareable pool exports its
 /// blocks as [`IpcKind::PoolBlock`] handles (see [`crate::memory::ipc`]).

@@ -1,4 +1,4 @@
-// Seed 002, invalid usage 1: taking the DLTensor from a temporary wrapper.
+// docs/design.md#strided-views, misuse 1: taking the DLTensor from a temporary wrapper.
 use gpuport::array::View;
 
 fn main() {

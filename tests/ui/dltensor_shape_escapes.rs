@@ -1,4 +1,4 @@
-// Seed 002, invalid usage 2: returning the shape of a DLTensor whose wrapper
+// docs/design.md#strided-views, misuse 2: returning the shape of a DLTensor whose wrapper
 // is a local of the function.
 use gpuport::array::View;
 

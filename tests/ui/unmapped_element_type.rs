@@ -1,4 +1,4 @@
-// Only types with a DLPack data type can be array elements (seed 000).
+// Only types with a DLPack data type can be array elements (docs/design.md#data-types).
 use gpuport::{Device, HostDevice, MemArray};
 
 fn main() {

@@ -1,4 +1,4 @@
-//! HIP-Python-style pointer adapters (seed 003): `Pointer`, `DeviceArray`,
+//! HIP-Python-style pointer adapters (docs/design.md#pointer-adapters): `Pointer`, `DeviceArray`,
 //! `ListOfBytes`, `ListOfPointer`, `ListOfInt`, `ListOfUnsigned`,
 //! `ListOfUnsignedLong` and `KernelArgs`.
 //!
@@ -286,7 +286,7 @@ fn ctypes_void_p<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     py.import("ctypes")?.getattr("c_void_p")
 }
 
-/// Converts anything `Pointer` accepts, in the seed's order.
+/// Converts anything `Pointer` accepts, in the order of docs/design.md#pointer-adapters.
 pub fn to_ptr(obj: &Bound<'_, PyAny>) -> PyResult<Ptr> {
     let py = obj.py();
     // 1. None

@@ -653,8 +653,8 @@ fn next_lock_id() -> u64 {
     base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) | 1
 }
 
-/// An N-dimensional array with a host copy and a device copy (seed 000's
-/// `MemArray`), or a zero-copy import of another library's array.
+/// An N-dimensional array with a host copy and a device copy
+/// (docs/design.md#memarray), or a zero-copy import of another library's array.
 #[pyclass(module = "gpuport._core", name = "MemArray", weakref)]
 pub struct PyMemArray {
     pub st: Storage,
@@ -1019,8 +1019,8 @@ impl PyMemArray {
         }
     }
 
-    /// Adds to every element the sum of its indices (seed 000's test
-    /// kernel), on the device, on `stream`; the device copy becomes current.
+    /// Adds to every element the sum of its indices (docs/design.md#the-test-kernel),
+    /// on the device, on `stream`; the device copy becomes current.
     #[pyo3(signature = (stream=None))]
     fn add_index(&mut self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let dtype = self.st.dtype();

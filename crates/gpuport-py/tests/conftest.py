@@ -44,7 +44,7 @@ def cuda_device():
 
 
 def init_array(shape, dtype):
-    """Distinct, exactly representable values (seed 000's get_init_array)."""
+    """Distinct, exactly representable values (for docs/design.md#the-test-kernel)."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape))
     if dt == np.bool_:

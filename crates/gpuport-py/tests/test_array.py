@@ -1,4 +1,4 @@
-"""MemArray over every dtype and rank; seed 000's flow; bad input."""
+"""MemArray over every dtype and rank; the flow of docs/design.md#the-test-kernel; bad input."""
 
 import numpy as np
 import pytest
@@ -12,8 +12,9 @@ from conftest import NUMPY_DTYPES, SHAPES, init_array, ref_add_index
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
 def test_seed_memarray_flow(device, shape, dtype):
-    """Seed 000's test: create, view through DLPack, move and back, read a
-    NumPy array, run add_index on the device, compare with NumPy."""
+    """The test of docs/design.md#the-test-kernel: create, view through DLPack,
+    move and back, read a NumPy array, run add_index on the device, compare
+    with NumPy."""
     a = gpuport.MemArray(shape, dtype, device=device)
     assert a.shape == shape and a.dtype == np.dtype(dtype).name and a.ndim == len(shape)
 

@@ -1,5 +1,5 @@
-"""Seed 004's three tests of shared ownership, in both directions, with
-reference counts and weak references."""
+"""The three tests of shared ownership, in both directions, with reference
+counts and weak references (docs/design.md#shared-ownership-across-the-language-boundary)."""
 
 import sys
 import weakref

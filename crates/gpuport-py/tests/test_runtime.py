@@ -1,6 +1,6 @@
-"""gpuport.runtime and its HIP-Python-style adapters (seed 003).
+"""gpuport.runtime and its HIP-Python-style adapters (docs/design.md#pointer-adapters).
 
-Every accepted input kind for every adapter, in the seed's order (None,
+Every accepted input kind for every adapter, in the design's order (None,
 Pointer, int, ctypes.c_void_p, __cuda_array_interface__, buffer, and
 DLPack beyond HIP Python), including subclasses defined here; buffer
 release at adapter destruction; memcpy direction inference; kernels
@@ -20,7 +20,7 @@ import pytest
 import gpuport
 from gpuport import runtime as rt
 
-# ---- inputs in the seed's order ----------------------------------------------------
+# ---- inputs in the design's order --------------------------------------------------
 
 
 class FakeCAI:
@@ -97,7 +97,7 @@ ADAPTER_IDS = [c.__name__ for c in ADAPTERS]
 
 
 def seed_inputs():
-    """(kind, object, expected address, objects to keep alive) in the seed's order."""
+    """(kind, object, expected address, objects to keep alive) in the design's order."""
     buf = bytearray(b"0123456789abcdef")
     buf_addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     np_arr = np.arange(8, dtype=np.float32)
@@ -133,7 +133,7 @@ def test_every_adapter_accepts_every_pointer_input(cls, kind):
 
 @pytest.mark.parametrize("cls", ADAPTERS, ids=ADAPTER_IDS)
 def test_every_adapter_accepts_every_adapter(cls):
-    """Pointer and all its subclasses can be passed to any adapter (seed property 2)."""
+    """Pointer and all its subclasses pass to any adapter (docs/design.md#pointer-adapters)."""
     src = bytearray(16)
     for other in [rt.Pointer(src), rt.ListOfInt([1, 2]), rt.malloc(8), MyListOfUnsigned(src)]:
         assert int(cls(other)) == int(other)

@@ -3,8 +3,8 @@
 //! # Why no crate
 //! `hip-sys` and `hip-runtime-sys` declare `links = "amdhip64"` and link the
 //! library at build time, so a binary built with `--features cuda,rocm`
-//! would not even start on a machine without ROCm (PEERS.md, pain points 2
-//! and 3). `cubecl-hip-sys` is bindgen output per HIP version and links too.
+//! would not even start on a machine without ROCm (docs/design.md#loading-vendor-libraries).
+//! `cubecl-hip-sys` is bindgen output per HIP version and links too.
 //! gpuport needs about fifty functions, so this file declares exactly those,
 //! by hand, and resolves them with `libloading` when the backend is first
 //! used. A missing library or symbol is an [`Error`](crate::Error), never a panic.

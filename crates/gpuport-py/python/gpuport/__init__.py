@@ -69,7 +69,7 @@ class DLDeviceType(IntEnum):
     kDLMAIA = 17
 
 
-class dlpack:  # noqa: N801 - a namespace, spelled as in seed 000 (gpuport.dlpack.kDLCPU)
+class dlpack:  # noqa: N801 - a namespace: gpuport.dlpack.kDLCPU (docs/design.md#the-python-wrapper)
     """DLPack device type constants: ``gpuport.dlpack.kDLCPU`` etc."""
 
     DLDeviceType = DLDeviceType
