@@ -275,6 +275,10 @@ pub unsafe fn add_index_async<D: Device, T: Scalar, const N: usize>(
     shape: [i64; N],
     stream: &Stream<D::B>,
 ) -> Result<()> {
+    if N == 0 {
+        // A 0-d array is one element whose index sum is 0: nothing changes.
+        return Ok(());
+    }
     check_rank(N)?;
     if let Some(&e) = shape.iter().find(|&&e| e < 0) {
         return Err(Error::InvalidArgument { name: "shape", reason: format!("negative extent {e}") });
