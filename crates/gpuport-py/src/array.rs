@@ -901,19 +901,17 @@ impl PyMemArray {
         }
     }
 
-    /// The array as a NumPy array: zero-copy for a current host copy,
-    /// a copy (DLPack `IS_COPIED`) for device-only data.
+    /// The array as a NumPy array: zero-copy for a current host copy (the
+    /// host copy then becomes the only current one: NumPy may write it), a
+    /// copy (DLPack `IS_COPIED`) for device-only data.
     fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let np = py.import("numpy")?;
-        let dl = slf.get().dlpack_device_impl(py, None)?;
-        if dl.0 == DLDeviceType::CPU.0 as i32 {
-            np.call_method1("from_dlpack", (slf,))
-        } else {
-            let kw = PyDict::new(py);
-            kw.set_item("device", "cpu")?;
-            np.call_method("from_dlpack", (slf,), Some(&kw))
-        }
+        // Always asked for on the CPU: which copy is current can change
+        // between asking and exporting when threads share the array.
+        let kw = PyDict::new(py);
+        kw.set_item("device", "cpu")?;
+        np.call_method("from_dlpack", (slf,), Some(&kw))
     }
 
     /// Adds to every element the sum of its indices (seed 000's test

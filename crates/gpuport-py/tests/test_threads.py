@@ -49,14 +49,16 @@ def _run_threads(target, n=THREADS):
     return errors
 
 
-def test_eight_threads_mix_contexts_kernels_reads_and_moves():
+def test_eight_threads_mix_contexts_kernels_reads_and_moves(device):
+    """On every device under test (the host backend; CUDA where present)."""
+    spec = device.spec
     collect()
     exports_before = stats()["exports_live"]
-    mem_before = gm.stats("host")["current_bytes"]
+    mem_before = gm.stats(spec)["current_bytes"]
     shape = (48, 33)
     idx = np.indices(shape).sum(axis=0).astype(np.int64)
     init = (np.arange(idx.size, dtype=np.int64) % 50).reshape(shape)
-    a = gpuport.MemArray(shape, "int64", device="host")
+    a = gpuport.MemArray(shape, "int64", device=spec)
     a.read_numpy_array(init)
 
     adds = 0
@@ -111,9 +113,9 @@ def test_eight_threads_mix_contexts_kernels_reads_and_moves():
         np.testing.assert_array_equal(np.from_dlpack(d), init + adds * idx)
     del a, d
     collect()
-    rt.device_synchronize("host")
+    rt.device_synchronize(spec)
     assert stats()["exports_live"] == exports_before
-    assert gm.stats("host")["current_bytes"] == mem_before
+    assert gm.stats(spec)["current_bytes"] == mem_before
 
 
 def test_with_block_releases_its_lock_while_another_thread_keeps_the_array_busy():
