@@ -243,7 +243,12 @@ def test_numba_kernel_write_through_cai_is_seen(cuda_device):
             x[i, j] += 10
 
     d = cuda.as_cuda_array(a)
-    plus_ten[(1, 1), (8, 8)](d)
+    try:
+        plus_ten[(1, 1), (8, 8)](d)
+    except Exception as e:  # noqa: BLE001 - a Numba without its compiler here is not our failure
+        if "nvvm" in f"{type(e).__name__} {e}".lower():
+            pytest.skip(f"Numba cannot compile kernels here: {e}")
+        raise
     cuda.synchronize()
     np.testing.assert_array_equal(a.to_numpy(), init_array((4, 5), "float32") + 10)
 
