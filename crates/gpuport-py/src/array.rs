@@ -536,14 +536,15 @@ fn move_storage(
     s: &AnyStream,
     async_copy: bool,
     lock: Option<u64>,
+    call: &str,
 ) -> PyResult<()> {
     match st {
         Storage::Owned(a) => {
             let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
-            py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err(py)
+            py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
         }
         Storage::Foreign(f) => {
-            f.check_lock("move_memory", lock).py_err(py)?;
+            f.check_lock("move_memory", lock).py_err_in(py, call)?;
             if f.location() == to || is_host_accessible(f.dl.device_type) {
                 Ok(())
             } else {
@@ -644,6 +645,7 @@ impl PyMemArray {
     }
 
     /// Moves with the lock id `lock` (a get_dlpack block's), under the array's lock.
+    #[allow(clippy::too_many_arguments)]
     pub fn move_locked(
         &self,
         py: Python<'_>,
@@ -651,9 +653,10 @@ impl PyMemArray {
         s: &AnyStream,
         async_copy: bool,
         lock: Option<u64>,
+        call: &str,
     ) -> PyResult<()> {
         let mut st = self.state(py)?;
-        move_storage(py, &mut st, to, s, async_copy, lock)
+        move_storage(py, &mut st, to, s, async_copy, lock, call)
     }
 
     fn dlpack_device_impl(&self, py: Python<'_>, prefer: Option<Location>) -> PyResult<(i32, i32)> {
@@ -790,10 +793,10 @@ impl PyMemArray {
         match &mut *st {
             Storage::Owned(a) => {
                 if host_reachable {
-                    py.detach(|| a.synchronize()).py_err(py)?;
+                    py.detach(|| a.synchronize()).py_err_in(py, "data_ptr")?;
                 }
-                let (p, _) = py.detach(|| a.parts(loc, None)).py_err(py)?;
-                a.mark_written(loc, None).py_err(py)?;
+                let (p, _) = py.detach(|| a.parts(loc, None)).py_err_in(py, "data_ptr")?;
+                a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
                 Ok(p)
             }
             Storage::Foreign(f) => Ok(f.data),
@@ -826,13 +829,13 @@ impl PyMemArray {
         let to = self.target(py, device_type)?;
         self.check_device_id(py, to, device_id)?;
         let s = resolve_stream(py, &self.meta.device, stream)?;
-        self.move_locked(py, to, &s, async_copy, None)
+        self.move_locked(py, to, &s, async_copy, None, "move_memory")
     }
 
     /// Waits for pending asynchronous copies and kernels.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         match &mut *self.state(py)? {
-            Storage::Owned(a) => py.detach(|| a.synchronize()).py_err(py),
+            Storage::Owned(a) => py.detach(|| a.synchronize()).py_err_in(py, "synchronize"),
             Storage::Foreign(_) => Ok(()),
         }
     }
@@ -859,7 +862,7 @@ impl PyMemArray {
                 let to = me.target(py, d)?;
                 me.check_device_id(py, to, device_id)?;
                 let s = resolve_stream(py, &me.meta.device, stream)?;
-                me.move_locked(py, to, &s, false, None)?;
+                me.move_locked(py, to, &s, false, None, "get_dlpack")?;
                 Some((to, s))
             }
             None => None,
@@ -893,7 +896,7 @@ impl PyMemArray {
         }
         let mut st = self.state(py)?;
         match &mut *st {
-            Storage::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err(py),
+            Storage::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err_in(py, "read_numpy_array"),
             Storage::Foreign(_) => Err(errors::residency(
                 py,
                 "read_numpy_array into an imported array: write through its producer instead".into(),
@@ -931,10 +934,10 @@ impl PyMemArray {
         }
         let s = resolve_stream(py, &self.meta.device, stream)?;
         match &mut *self.state(py)? {
-            Storage::Owned(a) => py.detach(|| a.add_index(&s, None)).py_err(py),
+            Storage::Owned(a) => py.detach(|| a.add_index(&s, None)).py_err_in(py, "add_index"),
             Storage::Foreign(f) => {
-                f.check_lock("add_index", None).py_err(py)?;
-                py.detach(|| f.add_index(&s)).py_err(py)
+                f.check_lock("add_index", None).py_err_in(py, "add_index")?;
+                py.detach(|| f.add_index(&s)).py_err_in(py, "add_index")
             }
         }
     }
@@ -947,7 +950,7 @@ impl PyMemArray {
         let natural = st.natural();
         let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut *st {
             Storage::Owned(a) => {
-                py.detach(|| a.synchronize()).py_err(py)?;
+                py.detach(|| a.synchronize()).py_err_in(py, "tobytes")?;
                 let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
                 if a.dl_device(loc).device_type != DLDeviceType::CPU {
                     return Err(errors::residency(
@@ -955,7 +958,7 @@ impl PyMemArray {
                         "tobytes() needs the host copy; call move_memory(\"host\")".into(),
                     ));
                 }
-                py.detach(|| a.parts(loc, None)).py_err(py)?
+                py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
             }
             Storage::Foreign(f) => {
                 if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
@@ -979,7 +982,7 @@ impl PyMemArray {
     fn copy(&self, py: Python<'_>) -> PyResult<PyMemArray> {
         let st = self.state(py)?;
         match &*st {
-            Storage::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err(py)?)),
+            Storage::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err_in(py, "copy")?)),
             Storage::Foreign(_) => {
                 Err(errors::residency(py, "copy() of an imported array: copy it in its producer library".into()))
             }
@@ -1041,9 +1044,9 @@ impl PyMemArray {
         let (data, strides, ro) = match &mut *st {
             Storage::Owned(a) => {
                 // The host reads it: pending kernels on a host-backend device copy must finish.
-                py.detach(|| a.synchronize()).py_err(py)?;
-                let data = py.detach(|| a.parts(loc, None)).py_err(py)?.0;
-                a.mark_written(loc, None).py_err(py)?;
+                py.detach(|| a.synchronize()).py_err_in(py, "__array_interface__")?;
+                let data = py.detach(|| a.parts(loc, None)).py_err_in(py, "__array_interface__")?.0;
+                a.mark_written(loc, None).py_err_in(py, "__array_interface__")?;
                 (data, None, false)
             }
             Storage::Foreign(f) => {

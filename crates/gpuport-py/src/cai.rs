@@ -182,17 +182,17 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyD
             if !a.residency().includes(Location::Device) {
                 return Err(not_cuda("its device copy is not current (call move_memory(\"device\") first)".into()));
             }
-            let (data, _) = py.detach(|| a.parts(Location::Device, None)).py_err(py)?;
+            let (data, _) = py.detach(|| a.parts(Location::Device, None)).py_err_in(py, "__cuda_array_interface__")?;
             // Pending work is handed to the consumer through a stream that
             // waits for it (an event, not a host sync); None when idle.
-            let stream = if a.transfer_pending().py_err(py)? {
-                let s = export_stream(&dev).py_err(py)?;
-                a.order_on(&s).py_err(py)?;
+            let stream = if a.transfer_pending().py_err_in(py, "__cuda_array_interface__")? {
+                let s = export_stream(&dev).py_err_in(py, "__cuda_array_interface__")?;
+                a.order_on(&s).py_err_in(py, "__cuda_array_interface__")?;
                 Some(s.handle())
             } else {
                 None
             };
-            a.mark_written(Location::Device, None).py_err(py)?;
+            a.mark_written(Location::Device, None).py_err_in(py, "__cuda_array_interface__")?;
             interface_dict(py, &a.shape(), typestr, data, false, None, Some(stream), 3)
         }
         Storage::Foreign(f) => {

@@ -107,7 +107,7 @@ impl DLPackContext {
                 ))
             }
         }
-        st.enter(me.lock_id).py_err(py)?;
+        st.enter(me.lock_id).py_err_in(py, "get_dlpack")?;
         if let Some((to, s)) = &me.prefer {
             // Another thread may have moved the array since get_dlpack(): move it again, now locked.
             let moved = match &mut *st {
@@ -115,7 +115,7 @@ impl DLPackContext {
                     .detach(|| {
                         a.move_to(*to, s, gpuport::array::Transfer::Sync, Some(gpuport::array::LockId(me.lock_id)))
                     })
-                    .py_err(py),
+                    .py_err_in(py, "get_dlpack"),
                 crate::array::Storage::Foreign(_) => Ok(()),
             };
             if let Err(e) = moved {

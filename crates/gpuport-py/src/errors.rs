@@ -163,7 +163,13 @@ fn raise(py: Python<'_>, pick: impl FnOnce(&Classes) -> &Py<PyType>, msg: String
 
 /// The Python exception for a gpuport error (the one mapping).
 pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
-    let msg = message(&e);
+    to_py_in(py, e, None)
+}
+
+/// As [`to_py`], naming `call` (the Python method that failed) where the
+/// core names its own inner operation (a lock or residency check).
+pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
+    let msg = message(&e, call);
     let pick: fn(&Classes) -> &Py<PyType> = match &e {
         Error::OutOfMemory { .. } => |c| &c.out_of_memory,
         Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => |c| &c.unavailable,
@@ -208,9 +214,12 @@ fn py_op(op: &str) -> &str {
 /// The message of a gpuport error, in Python's terms: the core's texts name
 /// Rust things (`Some(LockId(..))`, `exit()`, `Location::Host`, Cargo
 /// features, `isize::MAX`), which a Python caller can neither type nor use.
-pub fn message(e: &Error) -> String {
+pub fn message(e: &Error, call: Option<&str>) -> String {
     use gpuport::array::{LockError, ShapeError};
+    use gpuport::dlpack::DLPackError;
     const MAX: u64 = i64::MAX as u64;
+    let py_op = |op: &'static str| call.unwrap_or(py_op(op)).to_string();
+    let tuple = |v: &[i64]| crate::cai::py_tuple(v);
     match e {
         Error::Lock(LockError::Locked { op, held }) => format!(
             "{}: the array is locked by a `with array.get_dlpack()` block (lock id {held}), in this thread or \
@@ -265,6 +274,19 @@ pub fn message(e: &Error) -> String {
                 crate::cai::py_tuple(&strides)
             )
         }
+        Error::OutOfBounds { what, offset, len, capacity } => {
+            format!("{what}: {len} bytes at offset {offset} reach past the end of a buffer of {capacity} bytes")
+        }
+        Error::DLPack(DLPackError::NotContiguous { shape, strides }) => format!(
+            "DLPack tensor with shape {} and strides {} (elements) is not compact row-major; export a contiguous copy",
+            tuple(shape),
+            tuple(strides)
+        ),
+        Error::DLPack(DLPackError::Overflow { shape, strides, byte_offset }) => format!(
+            "DLPack tensor shape {} with strides {} and byte offset {byte_offset} overflows the address space",
+            tuple(shape),
+            tuple(strides)
+        ),
         other => other.to_string(),
     }
 }
@@ -318,11 +340,16 @@ pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
 pub trait IntoPyResult<T> {
     /// Maps the error through [`to_py`].
     fn py_err(self, py: Python<'_>) -> PyResult<T>;
+    /// Maps the error through [`to_py_in`], naming the Python method `call`.
+    fn py_err_in(self, py: Python<'_>, call: &str) -> PyResult<T>;
 }
 
 impl<T> IntoPyResult<T> for gpuport::Result<T> {
     fn py_err(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| to_py(py, e))
+    }
+    fn py_err_in(self, py: Python<'_>, call: &str) -> PyResult<T> {
+        self.map_err(|e| to_py_in(py, e, Some(call)))
     }
 }
 

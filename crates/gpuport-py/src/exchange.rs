@@ -61,6 +61,7 @@ fn consumer_stream(py: Python<'_>, dev: &AnyDevice, dl_t: i32, stream: Option<is
 
 /// Exports `st` as a DLPack capsule following the array API standard.
 pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<Bound<'py, PyAny>> {
+    let call = "__dlpack__";
     let versioned_minor = match req.max_version {
         Some((major, minor)) if major >= 1 => {
             Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
@@ -73,7 +74,7 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<
             if let Some(p) = req.prefer.filter(|&p| !a.residency().includes(p)) {
                 // The copy get_dlpack(device_type) named went stale since (another call moved or wrote the array).
                 let s = AnyStream::default_for(&a.device());
-                py.detach(|| a.move_to(p, &s, Transfer::Sync, lock)).py_err(py)?;
+                py.detach(|| a.move_to(p, &s, Transfer::Sync, lock)).py_err_in(py, call)?;
             }
             let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
             let mut to_host = false;
@@ -111,19 +112,19 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<
                     let (p, k) = c.parts(target, None)?;
                     Ok((p, k, c.dl_device(target)))
                 })
-                .py_err(py)?
+                .py_err_in(py, call)?
             } else {
                 if let Some(s) = &consumer {
-                    a.order_on(s).py_err(py)?;
+                    a.order_on(s).py_err_in(py, call)?;
                 } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
                     // The host itself is the consumer (host-backend device
                     // copies, managed memory): wait for pending kernels.
-                    py.detach(|| a.synchronize()).py_err(py)?;
+                    py.detach(|| a.synchronize()).py_err_in(py, call)?;
                 }
-                let (p, k) = py.detach(|| a.parts(loc, lock)).py_err(py)?;
+                let (p, k) = py.detach(|| a.parts(loc, lock)).py_err_in(py, call)?;
                 if !req.read_only {
                     // The consumer may write: the other copy is stale from now on.
-                    a.mark_written(loc, lock).py_err(py)?;
+                    a.mark_written(loc, lock).py_err_in(py, call)?;
                 }
                 (p, k, a.dl_device(loc))
             };
@@ -131,7 +132,7 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<
             (parts, copied, req.read_only)
         }
         Storage::Foreign(f) => {
-            f.check_lock("__dlpack__", req.lock).py_err(py)?;
+            f.check_lock("__dlpack__", req.lock).py_err_in(py, call)?;
             if let Some(want) = req.dl_device {
                 if want != dl_pair(f.dl) {
                     return Err(PyBufferError::new_err(format!(

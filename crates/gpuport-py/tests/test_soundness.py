@@ -67,12 +67,21 @@ class DLPackOnly:
 def test_lock_errors_speak_python():
     a = gpuport.MemArray((4,), "float32", device="host")
     with a.get_dlpack() as d:
-        for call in [a.add_index, lambda: a.move_memory("device"), a.to_numpy, a.copy,
-                     lambda: a.read_numpy_array(np.zeros(4, np.float32))]:
+        calls = {
+            "add_index": a.add_index,
+            "move_memory": lambda: a.move_memory("device"),
+            "__dlpack__": a.to_numpy,
+            "copy": a.copy,
+            "read_numpy_array": lambda: a.read_numpy_array(np.zeros(4, np.float32)),
+            "data_ptr": lambda: a.data_ptr,
+        }
+        for name, call in calls.items():
             with pytest.raises(gpuport.LockError) as e:
                 call()
-            assert_pythonic(str(e.value))
-            assert "get_dlpack" in str(e.value) and str(d.lock_id) in str(e.value)
+            msg = str(e.value)
+            assert_pythonic(msg)
+            assert msg.startswith(name + ":"), msg  # the method called, not the core's inner step
+            assert "get_dlpack" in msg and str(d.lock_id) in msg
         with pytest.raises(gpuport.LockError) as e:
             with a.get_dlpack():
                 pass
