@@ -914,7 +914,13 @@ impl PyMemArray {
         // between asking and exporting when threads share the array.
         let kw = PyDict::new(py);
         kw.set_item("device", "cpu")?;
-        np.call_method("from_dlpack", (slf,), Some(&kw))
+        match np.call_method("from_dlpack", (slf,), Some(&kw)) {
+            // NumPy before 2.1 has no `device`: it reads host memory only.
+            Err(e) if e.is_instance_of::<PyTypeError>(py) && e.to_string().contains("device") => {
+                np.call_method1("from_dlpack", (slf,))
+            }
+            other => other,
+        }
     }
 
     /// Adds to every element the sum of its indices (seed 000's test
