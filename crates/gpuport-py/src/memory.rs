@@ -632,7 +632,12 @@ impl PyPinned {
         py.detach(|| drop(p));
     }
     fn __repr__(&self) -> String {
-        format!("PinnedAllocation({:#x}, {} bytes, mapped {:?})", self.ptr, self.size, self.device_ptr)
+        match self.device_ptr {
+            Some(d) => {
+                format!("PinnedAllocation({:#x}, {} bytes, mapped at device address {d:#x})", self.ptr, self.size)
+            }
+            None => format!("PinnedAllocation({:#x}, {} bytes, not mapped)", self.ptr, self.size),
+        }
     }
 }
 
