@@ -53,10 +53,13 @@
 //! synchronous `cudaFree` implies) before returning it to the resource; see
 //! [`Held`], which the Python `runtime.malloc` uses too.
 
+mod allocation;
+mod block;
 mod current;
 pub mod ext;
 mod held;
 pub mod ipc;
+mod ipc_handle;
 pub mod log;
 pub mod pageable;
 pub mod pinned;
@@ -64,7 +67,7 @@ pub mod pool;
 pub mod resource;
 pub mod stats;
 
-pub use current::{current_resource, set_current_resource};
+pub use current::{current_resource, release_all, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
 pub use held::Held;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
@@ -74,10 +77,10 @@ pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use pool::{
     BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
 };
-pub use resource::{
-    open_ipc, Allocator, Block, DeferCleanup, DeviceAllocation, IpcHandle, IpcKind, IpcMemory, MemoryResource,
-    NativePoolResource, PlainResource, StreamUse,
-};
+pub use allocation::{Allocator, DeferCleanup, DeviceAllocation, StreamUse};
+pub use block::{Block, MemoryError, ResourceId};
+pub use ipc_handle::{open_ipc, IpcHandle, IpcKind, IpcMemory};
+pub use resource::{MemoryResource, NativePoolResource, PlainResource};
 pub use stats::{Statistics, StatisticsResource};
 
 /// The version of the resource interface, as NBEP 7's `interface_version`
