@@ -114,12 +114,20 @@ fn streams_their_users_dropped_go_away_and_reset_frees_their_blocks() {
         after - baseline
     );
     assert!(report.counters.streams_released >= 990, "{report}");
-    let _ = writeln!(std::io::stderr(), "1000 streams made and dropped: {} threads over the {baseline} before", after - baseline);
+    let _ = writeln!(
+        std::io::stderr(),
+        "1000 streams made and dropped: {} threads over the {baseline} before",
+        after - baseline
+    );
     current.reset().unwrap();
     let report = pool.report();
     assert_eq!((report.reserved, report.in_use), (0, 0), "{report}");
     assert_eq!(LIVE_SEGMENTS.load(Ordering::SeqCst), 0, "every segment went back to the storage");
-    assert!(threads() <= baseline + 1, "after reset the pool holds no stream: {} threads, {baseline} before", threads());
+    assert!(
+        threads() <= baseline + 1,
+        "after reset the pool holds no stream: {} threads, {baseline} before",
+        threads()
+    );
 }
 
 /// Allocates through the library's paths that use the current resource, and

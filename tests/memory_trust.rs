@@ -42,7 +42,8 @@ fn broke_contract<T: std::fmt::Debug>(result: gpuport::Result<T>, who: &str, wha
 
 fn a_block_of_another_resource_is_refused_and_nothing_is_freed<D: MemoryDevice>(d: &Dev<D>) {
     let s = d.create_stream().unwrap();
-    let (a, b) = (CachingPool::new(d.clone(), PoolConfig::default()), CachingPool::new(d.clone(), PoolConfig::default()));
+    let (a, b) =
+        (CachingPool::new(d.clone(), PoolConfig::default()), CachingPool::new(d.clone(), PoolConfig::default()));
     let plain = PlainResource::new(d.clone());
     let block = a.allocate(4096, &s).unwrap();
     refused(b.deallocate(block, &s, Vec::new()), "caching-pool");
@@ -110,7 +111,8 @@ fn a_double_free_or_a_forged_copy_is_refused_and_the_live_block_survives_trim<D:
     let probe = pool.allocate(512, &s).unwrap();
     for token in 0..64 {
         // SAFETY: as in `forge`: refused, and nothing touches the memory.
-        let forged = unsafe { Block::<D::B>::new(probe.owner(), probe.ordinal(), live.device_ptr(), live.len(), token) };
+        let forged =
+            unsafe { Block::<D::B>::new(probe.owner(), probe.ordinal(), live.device_ptr(), live.len(), token) };
         refused(pool.deallocate(forged, &s, Vec::new()), "caching-pool");
     }
     pool.deallocate(probe, &s, Vec::new()).unwrap();
@@ -179,7 +181,8 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for WrongDevice<B> {
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> gpuport::Result<()> {
         block.check_owner(self.id, self.name())?;
         let mut real = self.real.lock().unwrap();
-        let i = real.iter().position(|r| r.ptr() == block.ptr()).ok_or_else(|| block.refused(self.name(), "unknown"))?;
+        let i =
+            real.iter().position(|r| r.ptr() == block.ptr()).ok_or_else(|| block.refused(self.name(), "unknown"))?;
         self.inner.deallocate(real.swap_remove(i), stream, after)
     }
 }

@@ -425,4 +425,3 @@ impl<B: MemoryBackend> Drop for StreamUse<'_, B> {
         }
     }
 }
-

@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::backend::{Backend, Buffer, Device, Stream};
 use crate::error::{BackendKind, Error, Result};
 
-use super::ext::{ExportedPoolFd, MemoryBackend, MemoryDevice, RawPool};
 use super::block::Block;
+use super::ext::{ExportedPoolFd, MemoryBackend, MemoryDevice, RawPool};
 use super::ipc_handle::{IpcHandle, IpcKind};
 
 /// What to do instead when a pool descriptor cannot be taken.

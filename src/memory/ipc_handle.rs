@@ -227,4 +227,3 @@ impl<B: MemoryBackend> Drop for IpcMemory<B> {
         };
     }
 }
-

@@ -17,11 +17,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::backend::{Device, Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::{Error, Result};
 
+use super::block::Block;
 use super::ext::MemoryBackend;
+use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::block::Block;
-use super::ipc_handle::IpcHandle;
 use super::resource::{forward_to_inner, MemoryResource};
 use super::stats::Statistics;
 

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use crate::backend::{Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::Result;
 
+use super::block::Block;
 use super::ext::MemoryBackend;
+use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::block::Block;
-use super::ipc_handle::IpcHandle;
 use super::resource::{forward_to_inner, MemoryResource};
 
 /// Counts of a [`StatisticsResource`] (bytes as requested).

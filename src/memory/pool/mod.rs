@@ -54,7 +54,6 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
-
 mod report;
 mod state;
 
@@ -70,8 +69,8 @@ use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 use super::resource::MemoryResource;
 pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use state::{
-    st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT,
-    NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
+    st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT, NONE,
+    ROUND, SMALL_MAX, SMALL_SEGMENT,
 };
 
 /// Where a pool gets its memory: allocate a segment; dropping it frees it.

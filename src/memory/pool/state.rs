@@ -450,7 +450,9 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         let n = u32::try_from(token).ok()?;
         let node = self.nodes.get(n as usize)?;
         match node.state {
-            NodeState::Allocated { requested, serial: s } if s == serial && requested == len && self.address(n) == ptr => {
+            NodeState::Allocated { requested, serial: s }
+                if s == serial && requested == len && self.address(n) == ptr =>
+            {
                 Some((n, node.size, requested))
             }
             _ => None,
