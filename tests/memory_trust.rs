@@ -45,10 +45,15 @@ fn a_block_of_another_resource_is_refused_and_nothing_is_freed<D: MemoryDevice>(
     let (a, b) =
         (CachingPool::new(d.clone(), PoolConfig::default()), CachingPool::new(d.clone(), PoolConfig::default()));
     let plain = PlainResource::new(d.clone());
+    // Each pool's first block: the same token (node 0) in both.
     let block = a.allocate(4096, &s).unwrap();
+    let b_live = b.allocate(4096, &s).unwrap();
+    assert_eq!(block.token(), b_live.token());
     refused(b.deallocate(block, &s, Vec::new()), "caching-pool");
     let report = b.report();
-    assert_eq!((report.counters.refused_frees, report.counters.frees, report.in_use), (1, 0, 0), "{report}");
+    let counts = (report.counters.refused_frees, report.counters.frees, report.in_use);
+    assert_eq!(counts, (1, 0, 4096), "`b` freed nothing, its own block at that token least of all: {report}");
+    b.deallocate(b_live, &s, Vec::new()).unwrap();
     // `a` still counts it handed out: the refused block was leaked, not freed anywhere.
     assert_eq!(a.report().in_use, 4096, "{}", a.report());
 
