@@ -34,13 +34,13 @@ pub struct IpcHandle {
 pub enum IpcKind {
     /// `handle` is the driver's IPC memory handle (`cuIpcGetMemHandle`,
     /// `hipIpcGetMemHandle`) of the allocation holding the block, which
-    /// starts `offset` bytes into it: memory of [`PlainResource`] and
+    /// starts `offset` bytes into it: memory of [`PlainResource`](super::PlainResource) and
     /// [`CachingPool`](super::CachingPool).
     #[default]
     Memory,
     /// `handle` is the block's export data (`cuMemPoolPtrExportData`,
     /// `hipMemPoolPtrExportData`) from a pool of
-    /// [`NativePoolResource::shareable`]; the pool itself is reached through
+    /// [`NativePoolResource::shareable`](super::NativePoolResource::shareable); the pool itself is reached through
     /// descriptor `fd` of process `pid` (see [`crate::memory::ipc`]).
     PoolBlock {
         /// The exporting process.

@@ -241,7 +241,7 @@ impl<B: MemoryBackend> NativePoolResource<B> {
     /// when given, and allocates from it (`cuMemAllocFromPoolAsync`,
     /// `hipMallocFromPoolAsync`). Its blocks can be exported with
     /// [`Allocator::ipc_handle`] and opened in another process with
-    /// [`open_ipc`] (Linux; [`crate::memory::ipc`] says what that needs).
+    /// [`open_ipc`](super::open_ipc) (Linux; [`crate::memory::ipc`] says what that needs).
     ///
     /// The pool is destroyed, after synchronizing the device, when the
     /// resource is dropped; handles of its blocks cannot be opened after that.

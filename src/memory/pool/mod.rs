@@ -47,10 +47,10 @@
 //!
 //! ## Trust
 //! Every block goes back only to the pool that handed it out: blocks carry
-//! the pool's [`ResourceId`](super::ResourceId) and a serial number the pool
+//! the pool's [`ResourceId`] and a serial number the pool
 //! records, and `deallocate` refuses, freeing nothing, a block whose id,
 //! serial, address or length do not match a live block
-//! ([`MemoryError::ForeignBlock`](super::MemoryError::ForeignBlock)). A
+//! ([`MemoryError::ForeignBlock`]). A
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 

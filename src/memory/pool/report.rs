@@ -73,7 +73,7 @@ pub struct SegmentReport {
     pub blocks: Vec<BlockReport>,
 }
 
-/// Usage and fragmentation of a [`CachingPool`] (after cubecl's `memory_report`).
+/// Usage and fragmentation of a [`CachingPool`](super::CachingPool) (after cubecl's `memory_report`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolReport {
     /// Bytes held from the storage.
