@@ -12,11 +12,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gpuport::backend::host::HostBuffer;
+use std::time::{Duration, Instant};
+
 use gpuport::memory::{
-    current_resource, pageable_copier, release_all, set_current_resource, Allocator, CachingPool, PinnedFlags,
-    PoolConfig, Storage,
+    current_resource, pageable_copier, release_all, set_current_resource, Allocator, CachingPool, MemoryResource,
+    PinnedFlags, PoolConfig, Storage,
 };
-use gpuport::{Device, DeviceMemory, Host, HostDevice, Location, MemArray, MemoryKind, Transfer};
+use gpuport::{
+    builtin, Device, DeviceMemory, Host, HostDevice, KernelArgs, LaunchConfig, Location, MemArray, MemoryKind,
+    ModuleSource, Transfer,
+};
 
 /// Segments the counting storage handed out and that are not yet dropped.
 static LIVE_SEGMENTS: AtomicUsize = AtomicUsize::new(0);
@@ -164,6 +169,36 @@ fn release_all_returns_every_cached_byte_of_the_current_resource() {
     assert!(pool.report().reserved > 0);
     release_all().unwrap();
     assert_eq!(LIVE_SEGMENTS.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn releasing_with_patience_leaves_what_queued_work_still_uses_and_does_not_wait_for_it() {
+    let _serial = serial();
+    let d = HostDevice::open(0).unwrap();
+    let pool = Arc::new(CachingPool::<Host>::new(d.clone(), PoolConfig::default()));
+    let alloc = Allocator::<Host>::from_arc(pool.clone());
+    let (busy, idle) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    // 12 MiB blocks: a segment each.
+    let (a, b) = (alloc.alloc(12 << 20, &busy).unwrap(), alloc.alloc(12 << 20, &idle).unwrap());
+    let module = d.load_module(ModuleSource::Builtin).unwrap();
+    let sleep = d.kernel(&module, builtin::SLEEP_NS).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&1_500_000_000u64);
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { d.launch(&sleep, LaunchConfig::linear(1, 1), &args, &busy) }.unwrap();
+    drop((a, b)); // `a` is freed behind 1.5 s of work on `busy`
+    let started = Instant::now();
+    pool.release_cached(Duration::from_millis(100)).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1), "it waited {:?} for the queued work", started.elapsed());
+    let report = pool.report();
+    assert_eq!(
+        (report.reserved, report.pending),
+        (12 << 20, 12 << 20),
+        "only the idle stream's segment went: {report}"
+    );
+    d.synchronize(&busy).unwrap();
+    pool.release_cached(Duration::from_millis(100)).unwrap();
+    assert_eq!(pool.report().reserved, 0, "{}", pool.report());
 }
 
 /// Set in the copy of this binary that `the_caches_are_returned_at_process_exit` runs.

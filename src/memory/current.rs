@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use crate::backend::{Backend, Device};
 use crate::error::{BackendKind, Error, Result};
@@ -11,9 +12,15 @@ use crate::error::{BackendKind, Error, Result};
 use super::ext::MemoryBackend;
 use super::pool::{CachingPool, PoolConfig};
 use super::Allocator;
+#[cfg(doc)]
+use super::MemoryResource;
 
-/// Gives back a slot's cached memory (its allocator's `reset`).
-type Release = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+/// Gives back a slot's cached memory: its resource's `reset` (`None`), or
+/// its `release_cached` with that patience.
+type Release = Arc<dyn Fn(Option<Duration>) -> Result<()> + Send + Sync>;
+
+/// How long the release at process exit waits for work still queued.
+const EXIT_PATIENCE: Duration = Duration::from_secs(2);
 
 struct Slot {
     /// An `Allocator<B>` for the slot's backend.
@@ -27,7 +34,11 @@ struct Slot {
 impl Slot {
     fn new<B: MemoryBackend>(allocator: Allocator<B>) -> Self {
         let handle = allocator.clone();
-        Slot { allocator: Box::new(allocator), release: Arc::new(move || handle.reset()), used: false }
+        let release = move |patience: Option<Duration>| match patience {
+            None => handle.reset(),
+            Some(patience) => handle.resource().release_cached(patience),
+        };
+        Slot { allocator: Box::new(allocator), release: Arc::new(release), used: false }
     }
 }
 
@@ -105,16 +116,23 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
 /// nothing (a free fails, is ignored, and the memory goes with the process)
 /// if a library loaded *after* the first current resource tore the driver
 /// down in its own exit handler, and it does not run at all on `_exit`, on
-/// an abort, or on a fatal signal.
+/// an abort, or on a fatal signal. At exit it waits for work still queued
+/// no longer than 2 seconds (see [`MemoryResource::release_cached`]): a
+/// program that exits while a kernel runs does not hang, and what that
+/// work still uses stays allocated until the driver tears down.
 pub fn release_all() -> Result<()> {
+    release(None)
+}
+
+/// [`release_all`], with resets (`None`) or with that patience for queued work.
+fn release(patience: Option<Duration>) -> Result<()> {
     super::pageable::release_copiers();
-    // Called outside the lock: a reset waits for streams, and may need a
-    // current resource itself (nothing does now, but nothing needs to wait).
+    // Called outside the lock: a reset waits for streams.
     let releases: Vec<Release> =
         slots().lock().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.release.clone()).collect();
     let mut outcome = Ok(());
     for release in releases {
-        let result = release();
+        let result = release(patience);
         if outcome.is_ok() {
             outcome = result;
         }
@@ -131,7 +149,7 @@ fn release_at_exit() {
         }
         extern "C" fn at_exit() {
             // Never unwind into C; errors change nothing at exit.
-            let _ = std::panic::catch_unwind(release_all);
+            let _ = std::panic::catch_unwind(|| release(Some(EXIT_PATIENCE)));
         }
         // SAFETY: registers a function that takes no arguments, never
         // unwinds (catch_unwind above), and touches only gpuport's own

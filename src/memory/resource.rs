@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{Device, Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::{Error, Result};
@@ -40,6 +41,9 @@ macro_rules! forward_to_inner {
         }
         fn reset(&self) -> Result<()> {
             self.inner.reset()
+        }
+        fn release_cached(&self, patience: std::time::Duration) -> Result<()> {
+            self.inner.release_cached(patience)
         }
         fn report(&self) -> Option<PoolReport> {
             self.inner.report()
@@ -140,6 +144,16 @@ pub unsafe trait MemoryResource<B: MemoryBackend>: Send + Sync + fmt::Debug + 's
     /// Returns every cached byte to the driver (live allocations stay valid).
     fn reset(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// As [`reset`](Self::reset), but waiting for queued work no longer than
+    /// `patience`: what cannot be released by then stays cached. What
+    /// [`release_all`](super::release_all) runs at process exit, so a program
+    /// that exits with work still running does not hang there. By default
+    /// `reset`, for resources whose reset does not wait for work.
+    fn release_cached(&self, patience: Duration) -> Result<()> {
+        let _ = patience;
+        self.reset()
     }
 
     /// A usage and fragmentation report, for pools.
@@ -314,6 +328,10 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
     }
     fn reset(&self) -> Result<()> {
         self.device.synchronize(self.device.default_stream())?;
+        self.release_cached(Duration::ZERO)
+    }
+    fn release_cached(&self, _patience: Duration) -> Result<()> {
+        // The driver releases only memory no queued free still holds back.
         match &self.own {
             None => self.device.trim_native_pool(0),
             Some(pool) => pool.trim(0),
