@@ -59,6 +59,7 @@ mod state;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
 use crate::error::{Error, Result};
@@ -502,6 +503,27 @@ unsafe impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B
 
     fn reset(&self) -> Result<()> {
         self.trim(0)?;
+        self.pinned.release();
+        Ok(())
+    }
+
+    /// Fences every list, then polls the pending fences (without blocking,
+    /// and without holding the lock between polls) until they have all
+    /// completed or `patience` is over, and releases every free segment:
+    /// blocks whose work is still queued then stay cached.
+    fn release_cached(&self, patience: Duration) -> Result<()> {
+        let deadline = Instant::now() + patience;
+        self.lock().fence_all(self.dev());
+        loop {
+            let mut st = self.lock();
+            st.poll_pending(self.dev());
+            if st.pending.is_empty() || Instant::now() >= deadline {
+                st.release_free_segments(0);
+                break;
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.pinned.release();
         Ok(())
     }
