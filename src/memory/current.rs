@@ -119,7 +119,9 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
 /// an abort, or on a fatal signal. At exit it waits for work still queued
 /// no longer than 2 seconds (see [`MemoryResource::release_cached`]): a
 /// program that exits while a kernel runs does not hang, and what that
-/// work still uses stays allocated until the driver tears down.
+/// work still uses stays allocated until the driver tears down. A child of
+/// `fork` that calls `exit` skips it (CUDA and HIP do not survive a fork,
+/// nor do the host backend's stream threads).
 pub fn release_all() -> Result<()> {
     release(None)
 }
@@ -147,7 +149,14 @@ fn release_at_exit() {
         if std::env::var("GPUPORT_RELEASE_AT_EXIT").is_ok_and(|v| v == "0") {
             return;
         }
+        static PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        PROCESS.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
         extern "C" fn at_exit() {
+            // A child made by fork() that calls exit() inherits the handler,
+            // but not the driver's state nor the host streams' threads: skip.
+            if std::process::id() != PROCESS.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             // Never unwind into C; errors change nothing at exit.
             let _ = std::panic::catch_unwind(|| release(Some(EXIT_PATIENCE)));
         }
