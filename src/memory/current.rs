@@ -106,17 +106,17 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
 /// [`current_resource`] or [`set_current_resource`] call, unless the
 /// environment variable `GPUPORT_RELEASE_AT_EXIT` is `0` then. Why that is
 /// sound, and when it does nothing: a C `atexit` handler runs when `main`
-/// returns or `exit` is called, before the process's shared-library
-/// destructors (`_dl_fini`, registered first, runs last), and before every
-/// handler registered earlier, which includes those the CUDA driver and
-/// HIP runtime registered when they were loaded (the first device open,
-/// before any current resource exists). So the driver is still up when it
-/// runs. Other threads may still run then: the handler only takes the same
-/// locks as any other caller and frees only memory no one holds. It does
-/// nothing (a free fails, is ignored, and the memory goes with the process)
-/// if a library loaded *after* the first current resource tore the driver
-/// down in its own exit handler, and it does not run at all on `_exit`, on
-/// an abort, or on a fatal signal. At exit it waits for work still queued
+/// returns or `exit` is called, in reverse order of registration, and all of
+/// them run before the shared libraries' destructors (`_dl_fini` runs last).
+/// The CUDA driver and the HIP runtime are loaded at the first device open,
+/// before any current resource exists, so whatever exit-time teardown they
+/// register then, and their library destructors, run after this handler:
+/// the driver is still up when it frees. Other threads may still run then:
+/// the handler only takes the same locks as any other caller and frees only
+/// memory no one holds. It frees nothing (a free fails, is ignored, and the
+/// memory goes with the process) if a library loaded *after* the first
+/// current resource tore the driver's context down in its own exit handler,
+/// and it does not run at all on `_exit`, on an abort, or on a fatal signal. At exit it waits for work still queued
 /// no longer than 2 seconds (see [`MemoryResource::release_cached`]): a
 /// program that exits while a kernel runs does not hang, and what that
 /// work still uses stays allocated until the driver tears down. A child of
