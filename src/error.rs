@@ -217,6 +217,10 @@ pub enum Error {
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
     DLPack(#[from] crate::dlpack::DLPackError),
+
+    /// A memory resource refused a block, or broke its contract.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
 }
 
 impl From<DriverError> for Error {

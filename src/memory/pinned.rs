@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{Device, HostMemory, PinnedBuffer};
@@ -105,11 +106,14 @@ struct PoolInner<B: MemoryBackend> {
     max_cached: usize,
     /// Cached buffers by (flags, capacity) and the bytes they hold.
     cache: Mutex<Cache<B>>,
+    /// Bytes (capacities) of the buffers handed out and not yet back.
+    in_use: AtomicUsize,
 }
 
 impl<B: MemoryBackend> PoolInner<B> {
     fn give_back(&self, flags: PinnedFlags, mapped_ptr: Option<u64>, buffer: PinnedBuffer<B>) {
         let capacity = buffer.as_slice().len();
+        self.in_use.fetch_sub(capacity, Ordering::Relaxed);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.1 + capacity <= self.max_cached {
             cache.1 += capacity;
@@ -144,7 +148,8 @@ impl<B: MemoryBackend> fmt::Debug for PinnedPool<B> {
 impl<B: MemoryBackend> PinnedPool<B> {
     /// A pool that keeps at most `max_cached` bytes of idle buffers.
     pub fn new(device: Arc<B::Device>, max_cached: usize) -> Self {
-        PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache: Mutex::new((HashMap::new(), 0)) }) }
+        let cache = Mutex::new((HashMap::new(), 0));
+        PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache, in_use: AtomicUsize::new(0) }) }
     }
 
     /// The size class of a request: [`MIN_CLASS`] up to that size, then
@@ -188,7 +193,13 @@ impl<B: MemoryBackend> PinnedPool<B> {
                 (fresh.mapped_ptr, fresh.buffer.take().ok_or_else(unreachable_none)?)
             }
         };
+        self.inner.in_use.fetch_add(buffer.as_slice().len(), Ordering::Relaxed);
         Ok(PinnedMemory { buffer: Some(buffer), len: bytes, flags, mapped_ptr, home: Some(self.inner.clone()) })
+    }
+
+    /// Bytes (capacities) of the pool's buffers handed out and not yet dropped.
+    pub fn in_use_bytes(&self) -> usize {
+        self.inner.in_use.load(Ordering::Relaxed)
     }
 
     /// Bytes held by idle cached buffers.
