@@ -76,8 +76,9 @@ impl<B: MemoryBackend> AllocatorInner<B> {
 /// let dev = HostDevice::open(0)?;
 /// // The backend cannot be inferred from the device type: name it.
 /// let alloc = Allocator::<Host>::new(CachingPool::new(dev.clone(), PoolConfig::default()));
-/// let block = alloc.alloc(1 << 20, dev.default_stream())?;
-/// dev.memset(&block, 0, block.len(), 7)?;
+/// let mut block = alloc.alloc(1 << 20, dev.default_stream())?;
+/// let len = block.len();
+/// dev.memset(&mut block, 0, len, 7)?;
 /// drop(block); // back to the pool, reusable on this stream at once
 /// # Ok::<(), gpuport::Error>(())
 /// ```
