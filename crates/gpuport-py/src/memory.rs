@@ -129,6 +129,9 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for PluginResource<B> {
     fn reset(&self) -> gpuport::Result<()> {
         self.stats.reset()
     }
+    fn release_cached(&self, patience: std::time::Duration) -> gpuport::Result<()> {
+        self.stats.release_cached(patience)
+    }
     fn report(&self) -> Option<PoolReport> {
         self.stats.report()
     }
