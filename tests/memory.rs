@@ -239,6 +239,11 @@ fn epoch_ns() -> u128 {
 }
 
 fn the_log_adaptor_writes_one_csv_line_per_event<D: MemoryDevice>(d: &Dev<D>) {
+    if d.info().backend != gpuport::BackendKind::Host
+        && common::provokes_driver_errors("an allocation the device cannot make")
+    {
+        return;
+    }
     let sink = SharedSink::default();
     let inner: Arc<dyn MemoryResource<D::B>> = Arc::new(PlainResource::new(d.clone()));
     let (before, started) = (epoch_ns(), Instant::now());

@@ -244,7 +244,10 @@ def test_numba_kernel_write_through_cai_is_seen(cuda_device):
 
     d = cuda.as_cuda_array(a)
     try:
-        plus_ten[(1, 1), (8, 8)](d)
+        with warnings.catch_warnings():
+            # Numba warns that a one-block grid under-uses the GPU: true, and beside the point.
+            warnings.simplefilter("ignore")
+            plus_ten[(1, 1), (8, 8)](d)
     except Exception as e:  # noqa: BLE001 - a Numba without its compiler here is not our failure
         if "nvvm" in f"{type(e).__name__} {e}".lower():
             pytest.skip(f"Numba cannot compile kernels here: {e}")
