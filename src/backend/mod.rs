@@ -24,6 +24,9 @@ pub mod registry;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+
 #[cfg(feature = "rocm")]
 pub mod hip;
 
@@ -33,8 +36,9 @@ pub mod hip;
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::host::Host {}
+    // Every `Gpu<D>`: `D` is a `gpu::Driver`, which only this crate can name.
     #[cfg(feature = "cuda")]
-    impl Sealed for super::cuda::Cuda {}
+    impl<D: super::gpu::Driver> Sealed for super::gpu::Gpu<D> {}
     #[cfg(feature = "rocm")]
     impl Sealed for super::hip::Hip {}
 }

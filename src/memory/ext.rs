@@ -253,7 +253,7 @@ impl MemoryDevice for HostDevice {
 /// `trim_pool`, `ipc_get_handle`, `ipc_open`, `ipc_close`, and the `pool_*`
 /// methods and `create_shareable_pool` of the same names as the trait's),
 /// given the driver's host-allocation and host-registration flag bits.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[cfg(feature = "rocm")]
 macro_rules! gpu_memory_device {
     (
         $(#[$meta:meta])*
@@ -340,7 +340,7 @@ macro_rules! gpu_memory_device {
 
 /// `unsafe` trait methods that call the device's inherent method of the same
 /// name with the same arguments and contract.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
+#[cfg(feature = "rocm")]
 macro_rules! forward_unsafe {
     ($device:ty; $(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => { $(
         unsafe fn $name(&self, $($arg: $ty),*) -> $ret {
@@ -348,23 +348,6 @@ macro_rules! forward_unsafe {
             unsafe { <$device>::$name(self, $($arg),*) }
         }
     )* };
-}
-
-#[cfg(feature = "cuda")]
-gpu_memory_device! {
-    /// CUDA: `cuMemHostAlloc` flags, `cuMemHostGetDevicePointer`,
-    /// `cuMemHostRegister` flags, the device's default `CUmemoryPool`, and
-    /// `cuIpc*MemHandle`.
-    crate::backend::cuda::CudaDevice,
-    host_alloc: {
-        portable: cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE,
-        mapped: cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP,
-        write_combined: cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED,
-    },
-    host_register: {
-        portable: cudarc::driver::sys::CU_MEMHOSTREGISTER_PORTABLE,
-        mapped: cudarc::driver::sys::CU_MEMHOSTREGISTER_DEVICEMAP,
-    },
 }
 
 #[cfg(feature = "rocm")]
