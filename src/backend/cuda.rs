@@ -563,7 +563,7 @@ unsafe impl Driver for CudaDriver {
                 }
             }
         }
-        Params::prefix()
+        Params::Prefix(Default::default())
     }
 
     unsafe fn param_size(&self, func: sys::CUfunction, index: usize) -> Option<usize> {

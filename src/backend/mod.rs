@@ -24,7 +24,7 @@ pub mod registry;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod gpu;
 
 #[cfg(feature = "rocm")]
@@ -37,10 +37,8 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for super::host::Host {}
     // Every `Gpu<D>`: `D` is a `gpu::Driver`, which only this crate can name.
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
     impl<D: super::gpu::Driver> Sealed for super::gpu::Gpu<D> {}
-    #[cfg(feature = "rocm")]
-    impl Sealed for super::hip::Hip {}
 }
 
 /// A backend: a family of devices and the types they hand out.

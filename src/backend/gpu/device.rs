@@ -56,6 +56,7 @@ impl<D: Driver> GpuDevice<D> {
     /// # Safety
     /// `raw` is a stream of this device (or a special handle the vendor
     /// accepts as one) and stays alive while the returned handle is used.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // CudaDevice::borrow_stream
     pub(crate) unsafe fn foreign_stream(&self, raw: D::Stream) -> GpuStream<D> {
         GpuStream::new(self.driver.clone(), raw, false)
     }

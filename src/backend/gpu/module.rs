@@ -157,13 +157,6 @@ pub enum Params {
     Unknown,
 }
 
-impl Params {
-    /// A prefix still to be learnt.
-    pub(crate) fn prefix() -> Self {
-        Params::Prefix(Arc::new(Mutex::new(Vec::new())))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::BUILTIN_HEADERS;
