@@ -28,8 +28,7 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
-use super::gpu::{self, Driver, Gpu, GpuBuffer, GpuDevice, GpuEvent, GpuHostRegistration, GpuKernel, GpuModule};
-use super::gpu::{GpuPinnedBuffer, GpuStream, Params};
+use super::gpu::{self, Driver, Params, Program, ProgramText};
 use super::{DeviceInfo, DeviceLimits, LaunchConfig, MemoryInfo};
 use crate::error::{BackendKind, DriverError, Error, Result};
 use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
@@ -53,24 +52,10 @@ const DRIVER_12_4: i32 = 12040;
 /// First driver version (13.2) with `cuFuncGetParamCount`.
 const DRIVER_13_2: i32 = 13020;
 
-/// The CUDA backend.
-pub type Cuda = Gpu<CudaDriver>;
-/// An NVIDIA GPU (`"cuda:N"`).
-pub type CudaDevice = GpuDevice<CudaDriver>;
-/// A CUDA stream.
-pub type CudaStream = GpuStream<CudaDriver>;
-/// A CUDA event.
-pub type CudaEvent = GpuEvent<CudaDriver>;
-/// Device or managed memory from `cuMemAlloc*`; freed on drop (in stream order if allocated so).
-pub type CudaBuffer = GpuBuffer<CudaDriver>;
-/// Page-locked host memory from `cuMemHostAlloc`.
-pub type CudaPinnedBuffer = GpuPinnedBuffer<CudaDriver>;
-/// Host memory registered with `cuMemHostRegister`; unregistered on drop.
-pub type CudaHostRegistration = GpuHostRegistration<CudaDriver>;
-/// A loaded CUDA module.
-pub type CudaModule = GpuModule<CudaDriver>;
-/// A CUDA kernel; keeps its module loaded.
-pub type CudaKernel = GpuKernel<CudaDriver>;
+gpu::vendor_types! {
+    CudaDriver, "CUDA", "cuda" => Cuda, CudaDevice, CudaStream, CudaEvent, CudaBuffer, CudaPinnedBuffer,
+    CudaHostRegistration, CudaModule, CudaKernel
+}
 
 // ---- errors and library loading --------------------------------------------------
 
@@ -224,22 +209,22 @@ fn query_info(dev: sys::CUdevice, ordinal: usize) -> Result<DeviceInfo> {
     })
 }
 
-/// A [`RawPool`] as the driver's handle.
-fn cu_pool(pool: RawPool) -> sys::CUmemoryPool {
-    pool.0 as sys::CUmemoryPool
-}
-
 // SAFETY: every method makes the CUDA call its name says on this context's
 // device and reports failure as an error; CUDA handles may be used from any
 // thread once the context is current there.
 unsafe impl Driver for CudaDriver {
     const KIND: BackendKind = BackendKind::Cuda;
+
     const NAME: &'static str = "Cuda";
+
     const PLATFORM: &'static str = "CUDA";
 
     type Status = sys::CUresult;
+
     const SUCCESS: sys::CUresult = sys::CUresult::CUDA_SUCCESS;
+
     const NOT_READY: sys::CUresult = sys::CUresult::CUDA_ERROR_NOT_READY;
+
     const OUT_OF_MEMORY: sys::CUresult = sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
 
     fn code(status: sys::CUresult) -> i64 {
@@ -265,13 +250,6 @@ unsafe impl Driver for CudaDriver {
         }
         message
     }
-
-    type Stream = sys::CUstream;
-    type Event = sys::CUevent;
-    type Module = sys::CUmodule;
-    type Function = sys::CUfunction;
-    /// The legacy default stream.
-    const NULL_STREAM: sys::CUstream = std::ptr::null_mut();
 
     fn count() -> Result<usize> {
         driver()?;
@@ -343,10 +321,10 @@ unsafe impl Driver for CudaDriver {
     }
 
     const HOST_ALLOC_PORTABLE: u32 = sys::CU_MEMHOSTALLOC_PORTABLE;
+
     const HOST_ALLOC_MAPPED: u32 = sys::CU_MEMHOSTALLOC_DEVICEMAP;
+
     const HOST_ALLOC_WRITE_COMBINED: u32 = sys::CU_MEMHOSTALLOC_WRITECOMBINED;
-    const HOST_REGISTER_PORTABLE: u32 = sys::CU_MEMHOSTREGISTER_PORTABLE;
-    const HOST_REGISTER_MAPPED: u32 = sys::CU_MEMHOSTREGISTER_DEVICEMAP;
 
     unsafe fn host_alloc(&self, bytes: usize, flags: u32) -> Result<*mut u8> {
         // SAFETY: the context is current; the flags are the driver's own bits.
@@ -357,6 +335,10 @@ unsafe impl Driver for CudaDriver {
         // SAFETY: the caller's contract: allocated by `cuMemHostAlloc`, freed once.
         check("cuMemFreeHost", unsafe { cu::free_host(ptr as *mut c_void) })
     }
+
+    const HOST_REGISTER_PORTABLE: u32 = sys::CU_MEMHOSTREGISTER_PORTABLE;
+
+    const HOST_REGISTER_MAPPED: u32 = sys::CU_MEMHOSTREGISTER_DEVICEMAP;
 
     unsafe fn host_register(&self, ptr: *mut u8, len: usize, flags: u32) -> Result<()> {
         // SAFETY: the caller guarantees the range is valid and outlives the registration.
@@ -376,6 +358,11 @@ unsafe impl Driver for CudaDriver {
         })?;
         Ok(dptr)
     }
+
+    type Stream = sys::CUstream;
+
+    /// The legacy default stream.
+    const NULL_STREAM: sys::CUstream = std::ptr::null_mut();
 
     fn stream_create(&self) -> Result<sys::CUstream> {
         check("cuStreamCreate", cu::stream::create(cu::stream::StreamKind::NonBlocking))
@@ -402,6 +389,8 @@ unsafe impl Driver for CudaDriver {
             cu::stream::wait_event(stream, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
         })
     }
+
+    type Event = sys::CUevent;
 
     fn event_create(&self) -> Result<sys::CUevent> {
         check("cuEventCreate", cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -454,11 +443,10 @@ unsafe impl Driver for CudaDriver {
     }
 
     const SOURCE_EXTENSION: &'static str = "cu";
+
     const BUILTIN_SOURCE: &'static str = BUILTIN_SOURCE;
+
     const ARRAY_OPS_SOURCE: &'static str = ARRAY_OPS_SOURCE;
-    /// Measured: grid-stride kernels on as many blocks as run at once reach
-    /// 99% of a device-to-device copy on the H100 (`add_index`, docs/gpu-runs).
-    const RESIDENT_GRIDS: bool = true;
 
     /// The fatbin from build.rs if there is one (a GPU it has neither SASS
     /// nor PTX for fails to load it, and NVRTC compiles instead).
@@ -466,15 +454,8 @@ unsafe impl Driver for CudaDriver {
         PREBUILT.filter(|_| std::env::var_os(FORCE_NVRTC_ENV).is_none())
     }
 
-    fn compile(
-        &self,
-        info: &DeviceInfo,
-        code: &str,
-        name: &str,
-        options: &[&str],
-        headers: &[(&str, &str)],
-    ) -> Result<Vec<u8>> {
-        compile(&info.arch, code, name, options, headers)
+    fn compile(&self, info: &DeviceInfo, program: &Program<'_>) -> Result<Vec<u8>> {
+        compile(&info.arch, program)
     }
 
     fn ptx_image(ptx: &str) -> Result<CString> {
@@ -495,6 +476,8 @@ unsafe impl Driver for CudaDriver {
         }
     }
 
+    type Module = sys::CUmodule;
+
     unsafe fn module_load(&self, image: *const c_void) -> Result<sys::CUmodule> {
         // SAFETY: the caller passes a cubin/fatbin or NUL-terminated PTX
         // image that stays alive for the duration of the call.
@@ -505,6 +488,8 @@ unsafe impl Driver for CudaDriver {
         // SAFETY: the caller's contract: loaded here, unloaded once.
         check("cuModuleUnload", unsafe { cu::module::unload(module) })
     }
+
+    type Function = sys::CUfunction;
 
     unsafe fn module_function(&self, module: sys::CUmodule, name: &CStr) -> Result<Option<sys::CUfunction>> {
         // SAFETY: the caller's contract: the module is loaded.
@@ -570,26 +555,21 @@ unsafe impl Driver for CudaDriver {
         param_size(func, index)
     }
 
+    /// Measured: grid-stride kernels on as many blocks as run at once reach
+    /// 99% of a device-to-device copy on the H100 (`add_index`, docs/gpu-runs).
+    const RESIDENT_GRIDS: bool = true;
+
     unsafe fn max_potential_block_size(&self, func: sys::CUfunction) -> Result<(i32, i32)> {
         // SAFETY: the caller's contract: the kernel's module is alive; no
         // dynamic shared memory callback.
         check("cuOccupancyMaxPotentialBlockSize", unsafe { cu::occupancy::max_potential_block_size(func, None, 0, 0) })
     }
 
-    unsafe fn launch(
-        &self,
-        func: sys::CUfunction,
-        config: &LaunchConfig,
-        stream: sys::CUstream,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
-        let [gx, gy, gz] = config.grid;
-        let [bx, by, bz] = config.block;
+    unsafe fn launch(&self, f: Self::Function, c: &LaunchConfig, s: Self::Stream, p: &mut [*mut c_void]) -> Result<()> {
+        let (grid, block) = (c.grid.into(), c.block.into());
         // SAFETY: the caller's contract: a live kernel, matching parameters
         // (the driver copies them at launch) and buffers that outlive the launch.
-        check("cuLaunchKernel", unsafe {
-            cu::launch_kernel(func, (gx, gy, gz), (bx, by, bz), config.shared_mem_bytes, stream, params)
-        })
+        check("cuLaunchKernel", unsafe { cu::launch_kernel(f, grid, block, c.shared_mem_bytes, s, p) })
     }
 
     fn default_pool(&self) -> Result<RawPool> {
@@ -772,6 +752,11 @@ unsafe impl Driver for CudaDriver {
     }
 }
 
+/// A [`RawPool`] as the driver's handle.
+fn cu_pool(pool: RawPool) -> sys::CUmemoryPool {
+    pool.0 as sys::CUmemoryPool
+}
+
 impl CudaDriver {
     /// Read-write access to `pool` for this device, if it lacks it.
     ///
@@ -821,11 +806,10 @@ fn param_count(func: sys::CUfunction) -> Option<usize> {
 // ---- NVRTC -------------------------------------------------------------------------
 
 /// Compiles CUDA C++ to a cubin for `arch` with NVRTC, through the on-disk
-/// cache (see [`crate::kernels::cache`]). `headers` are `(include name,
-/// contents)` pairs the source may `#include`.
-fn compile(arch: &str, code: &str, name: &str, options: &[&str], headers: &[(&str, &str)]) -> Result<Vec<u8>> {
+/// cache (see [`crate::kernels::cache`]).
+fn compile(arch: &str, program: &Program<'_>) -> Result<Vec<u8>> {
     nvrtc_available()?;
-    let mut opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    let mut opts: Vec<String> = program.options.iter().map(|s| s.to_string()).collect();
     if !opts.iter().any(|o| o.starts_with("-arch") || o.starts_with("--gpu-architecture")) {
         opts.push(format!("--gpu-architecture={arch}"));
     }
@@ -833,48 +817,33 @@ fn compile(arch: &str, code: &str, name: &str, options: &[&str], headers: &[(&st
     // SAFETY: NVRTC is loaded (checked above); writes two ints.
     unsafe { rtc_sys::nvrtcVersion(&mut major, &mut minor) }.result().map_err(|e| nvrtc_error("nvrtcVersion", e))?;
     let version = format!("nvrtc {major}.{minor}");
-    let mut parts: Vec<&[u8]> = vec![version.as_bytes(), arch.as_bytes(), code.as_bytes()];
+    let mut parts: Vec<&[u8]> = vec![version.as_bytes(), arch.as_bytes(), program.code.as_bytes()];
     parts.extend(opts.iter().map(|o| o.as_bytes()));
-    for (include, text) in headers {
+    for (include, text) in program.headers {
         parts.extend([include.as_bytes(), text.as_bytes()]);
     }
     let key = crate::kernels::cache::key(&parts);
     let dir = crate::kernels::cache::cache_dir();
-    let (image, _) =
-        crate::kernels::cache::get_or_build(dir.as_deref(), arch, &key, || run_nvrtc(code, name, &opts, headers))?;
+    let options: Vec<&str> = opts.iter().map(String::as_str).collect();
+    let program = Program { options: &options, ..*program };
+    let (image, _) = crate::kernels::cache::get_or_build(dir.as_deref(), arch, &key, || run_nvrtc(&program))?;
     Ok(image)
 }
 
 /// Runs NVRTC on one program; a rejected program is [`Error::Compile`] with its log.
-fn run_nvrtc(code: &str, name: &str, opts: &[String], headers: &[(&str, &str)]) -> Result<Vec<u8>> {
-    let cstring = |s: &str, what: &'static str| {
-        CString::new(s)
-            .map_err(|_| Error::InvalidArgument { name: what, reason: format!("{what} contains a NUL byte") })
-    };
-    let src = cstring(code, "code")?;
-    let cname = cstring(name, "name")?;
-    let header_texts = headers.iter().map(|(_, t)| cstring(t, "header")).collect::<Result<Vec<_>>>()?;
-    let header_names = headers.iter().map(|(n, _)| cstring(n, "header name")).collect::<Result<Vec<_>>>()?;
-    let text_ptrs: Vec<*const std::ffi::c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
-    let name_ptrs: Vec<*const std::ffi::c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
+fn run_nvrtc(program: &Program<'_>) -> Result<Vec<u8>> {
+    let text = ProgramText::new(program)?;
     let mut prog = std::ptr::null_mut();
-    // SAFETY: every pointer is a NUL-terminated string kept alive until
-    // the program is destroyed below; the counts match the arrays.
-    unsafe {
-        rtc_sys::nvrtcCreateProgram(
-            &mut prog,
-            src.as_ptr(),
-            cname.as_ptr(),
-            headers.len() as i32,
-            text_ptrs.as_ptr(),
-            name_ptrs.as_ptr(),
-        )
-    }
-    .result()
-    .map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
+    let create = rtc_sys::nvrtcCreateProgram;
+    // SAFETY: every pointer comes from `text`, alive until the program is
+    // destroyed below; the counts match the arrays.
+    let r = unsafe {
+        create(&mut prog, text.code(), text.name(), text.header_count(), text.headers(), text.include_names())
+    };
+    r.result().map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
     let result = (|| {
-        // SAFETY: `prog` is a live program created above.
-        let compiled = unsafe { rtc::compile_program(prog, opts) };
+        // SAFETY: `prog` is a live program created above; the options come from `text`.
+        let compiled = unsafe { rtc_sys::nvrtcCompileProgram(prog, text.option_count(), text.options()) }.result();
         if compiled.is_err() {
             // SAFETY: `prog` is live; the log is a NUL-terminated buffer.
             let log = unsafe { rtc::get_program_log(prog) }.unwrap_or_default();
@@ -884,7 +853,7 @@ fn run_nvrtc(code: &str, name: &str, opts: &[String], headers: &[(&str, &str)]) 
                 // SAFETY: the log buffer is NUL-terminated by NVRTC.
                 unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy().into_owned()
             };
-            return Err(Error::Compile { backend: BackendKind::Cuda, name: name.to_string(), log });
+            return Err(Error::Compile { backend: BackendKind::Cuda, name: program.name.to_string(), log });
         }
         let mut size = 0usize;
         // SAFETY: `prog` compiled successfully; writes one usize.

@@ -6,6 +6,7 @@ use std::ffi::{c_void, CString};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::compile::Program;
 use super::driver::Driver;
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
@@ -110,17 +111,6 @@ impl<D: Driver> GpuDevice<D> {
         Ok(GpuHostRegistration::new(self.driver.clone(), ptr, len))
     }
 
-    /// Compiles kernel source for this device (see [`Driver::compile`]).
-    pub(crate) fn compile(
-        &self,
-        code: &str,
-        name: &str,
-        options: &[&str],
-        headers: &[(&str, &str)],
-    ) -> Result<Vec<u8>> {
-        self.driver.compile(&self.info, code, name, options, headers)
-    }
-
     /// Loads an image; `builtin` marks the library's own modules.
     ///
     /// # Safety
@@ -133,9 +123,10 @@ impl<D: Driver> GpuDevice<D> {
         Ok(GpuModule::new(self.driver.clone(), raw, builtin))
     }
 
-    /// Compiles `code` and loads it.
-    fn compile_and_load(&self, code: &str, name: &str, options: &[&str], builtin: bool) -> Result<GpuModule<D>> {
-        let image = self.compile(code, name, options, if builtin { BUILTIN_HEADERS } else { &[] })?;
+    /// Compiles `program` for this device and loads it; `builtin` marks the
+    /// library's own modules.
+    fn compile_and_load(&self, program: Program<'_>, builtin: bool) -> Result<GpuModule<D>> {
+        let image = self.driver.compile(&self.info, &program)?;
         // SAFETY: the compiler's output, alive for the call.
         unsafe { self.load_image(image.as_ptr() as *const c_void, builtin) }
     }
@@ -151,10 +142,8 @@ impl<D: Driver> GpuDevice<D> {
         }
         let options = self.driver.builtin_options();
         let options: Vec<&str> = options.iter().map(String::as_str).collect();
-        let image =
-            self.compile(D::BUILTIN_SOURCE, &format!("gpuport_builtins.{}", D::SOURCE_EXTENSION), &options, &[])?;
-        // SAFETY: the compiler's output, alive for the call.
-        unsafe { self.load_image(image.as_ptr() as *const c_void, true) }
+        let name = format!("gpuport_builtins.{}", D::SOURCE_EXTENSION);
+        self.compile_and_load(Program { code: D::BUILTIN_SOURCE, name: &name, options: &options, headers: &[] }, true)
     }
 
     /// Looks `name` up in `module`.
@@ -459,7 +448,9 @@ impl<D: Driver> Device for GpuDevice<D> {
                 *cached = Some(module.clone());
                 Ok(module)
             }
-            ModuleSource::Source { code, name, options } => self.compile_and_load(code, name, options, false),
+            ModuleSource::Source { code, name, options } => {
+                self.compile_and_load(Program { code, name, options, headers: &[] }, false)
+            }
             ModuleSource::Ptx(ptx) => {
                 let image = D::ptx_image(ptx)?;
                 // SAFETY: NUL-terminated PTX text, alive for the call.
@@ -485,7 +476,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             D::ARRAY_OPS_SOURCE,
             name,
             |program| {
-                let module = self.compile_and_load(program, &format!("{name}.{}", D::SOURCE_EXTENSION), &[], true)?;
+                let file = format!("{name}.{}", D::SOURCE_EXTENSION);
+                let array_kernel = Program { code: program, name: &file, options: &[], headers: BUILTIN_HEADERS };
+                let module = self.compile_and_load(array_kernel, true)?;
                 self.kernel_in(&module, name)
             },
         )

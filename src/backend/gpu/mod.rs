@@ -25,6 +25,7 @@
 //! - `device.rs`: [`GpuDevice`] and its [`Device`](crate::Device) implementation;
 //! - `memory.rs`: [`GpuBuffer`], [`GpuPinnedBuffer`], [`GpuHostRegistration`];
 //! - `stream.rs`: [`GpuStream`], [`GpuEvent`];
+//! - `compile.rs`: what the run-time kernel compilers are given;
 //! - `module.rs`: [`GpuModule`], [`GpuKernel`] and what is known of a kernel's parameters;
 //! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC).
 
@@ -34,6 +35,7 @@ use std::marker::PhantomData;
 use crate::backend::Backend;
 use crate::error::BackendKind;
 
+mod compile;
 mod device;
 mod driver;
 mod error;
@@ -42,6 +44,7 @@ mod module;
 mod resource;
 mod stream;
 
+pub use compile::{Program, ProgramText};
 pub use device::GpuDevice;
 pub(crate) use driver::Driver;
 pub(crate) use error::{check, driver_error, ready};
@@ -78,3 +81,31 @@ impl<D: Driver> Backend for Gpu<D> {
     type Module = GpuModule<D>;
     type Kernel = GpuKernel<D>;
 }
+
+/// Declares a vendor's public names for the generic types (the same nine
+/// for every vendor, so the two backends' APIs cannot drift apart):
+/// `vendor_types! { CudaDriver, "CUDA", "cuda" => Cuda, CudaDevice, … }`.
+macro_rules! vendor_types {
+    ($driver:ident, $platform:literal, $spec:literal => $backend:ident, $device:ident, $stream:ident, $event:ident,
+     $buffer:ident, $pinned:ident, $registration:ident, $module:ident, $kernel:ident) => {
+        #[doc = concat!("The ", $platform, " backend.")]
+        pub type $backend = $crate::backend::gpu::Gpu<$driver>;
+        #[doc = concat!("A ", $platform, " GPU (`\"", $spec, ":N\"`).")]
+        pub type $device = $crate::backend::gpu::GpuDevice<$driver>;
+        #[doc = concat!("A ", $platform, " stream.")]
+        pub type $stream = $crate::backend::gpu::GpuStream<$driver>;
+        #[doc = concat!("A ", $platform, " event.")]
+        pub type $event = $crate::backend::gpu::GpuEvent<$driver>;
+        #[doc = concat!($platform, " device or managed memory; freed on drop (in stream order if allocated so).")]
+        pub type $buffer = $crate::backend::gpu::GpuBuffer<$driver>;
+        #[doc = concat!("Page-locked host memory from the ", $platform, " driver.")]
+        pub type $pinned = $crate::backend::gpu::GpuPinnedBuffer<$driver>;
+        #[doc = concat!("Host memory registered with the ", $platform, " driver; unregistered on drop.")]
+        pub type $registration = $crate::backend::gpu::GpuHostRegistration<$driver>;
+        #[doc = concat!("A loaded ", $platform, " module.")]
+        pub type $module = $crate::backend::gpu::GpuModule<$driver>;
+        #[doc = concat!("A ", $platform, " kernel; keeps its module loaded.")]
+        pub type $kernel = $crate::backend::gpu::GpuKernel<$driver>;
+    };
+}
+pub(crate) use vendor_types;

@@ -35,8 +35,7 @@ pub mod sys;
 
 use sys::{hipError_t, hiprtcResult, HipApi, Loaded, RtcApi};
 
-use super::gpu::{self, Driver, Gpu, GpuBuffer, GpuDevice, GpuEvent, GpuHostRegistration, GpuKernel, GpuModule};
-use super::gpu::{GpuPinnedBuffer, GpuStream, Params};
+use super::gpu::{self, Driver, Params, Program, ProgramText};
 use super::{DeviceInfo, DeviceLimits, LaunchConfig, MemoryInfo};
 use crate::error::{BackendKind, DriverError, Error, Result};
 use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
@@ -46,24 +45,10 @@ const BUILTINS_SOURCE: &str = include_str!("../../../kernels/hip/builtins.hip");
 /// The array kernels' dialect file; each kernel is compiled alone from it.
 const ARRAY_OPS_SOURCE: &str = include_str!("../../../kernels/hip/array_ops.hip");
 
-/// The ROCm (HIP) backend.
-pub type Hip = Gpu<HipDriver>;
-/// An AMD GPU (`"rocm:N"`).
-pub type HipDevice = GpuDevice<HipDriver>;
-/// A HIP stream.
-pub type HipStream = GpuStream<HipDriver>;
-/// A HIP event.
-pub type HipEvent = GpuEvent<HipDriver>;
-/// Device or managed memory from `hipMalloc*`; freed on drop (in stream order if allocated so).
-pub type HipBuffer = GpuBuffer<HipDriver>;
-/// Page-locked host memory from `hipHostMalloc`.
-pub type HipPinnedBuffer = GpuPinnedBuffer<HipDriver>;
-/// Host memory registered with `hipHostRegister`; unregistered on drop.
-pub type HipHostRegistration = GpuHostRegistration<HipDriver>;
-/// A loaded HIP module.
-pub type HipModule = GpuModule<HipDriver>;
-/// A HIP kernel; keeps its module loaded.
-pub type HipKernel = GpuKernel<HipDriver>;
+gpu::vendor_types! {
+    HipDriver, "ROCm", "rocm" => Hip, HipDevice, HipStream, HipEvent, HipBuffer, HipPinnedBuffer,
+    HipHostRegistration, HipModule, HipKernel
+}
 
 // ---- errors and library loading --------------------------------------------------
 
@@ -221,70 +206,28 @@ fn hiprtc() -> Result<&'static Loaded<RtcApi>> {
 /// [`ModuleSource::Source`] calls this with the device's target added.
 /// A rejected program is [`Error::Compile`] carrying hiprtc's log.
 pub fn compile_source(code: &str, name: &str, options: &[&str]) -> Result<Vec<u8>> {
-    compile_with_headers(code, name, options, &[])
+    compile_program(&Program { code, name, options, headers: &[] })
 }
 
-/// [`compile_source`] with `(include name, contents)` headers the source may `#include`.
-pub(crate) fn compile_with_headers(
-    code: &str,
-    name: &str,
-    options: &[&str],
-    headers: &[(&str, &str)],
-) -> Result<Vec<u8>> {
-    let rtc = hiprtc()?;
-    let api = &rtc.api;
-    let src = CString::new(code)
-        .map_err(|_| Error::InvalidArgument { name: "code", reason: "kernel source contains a NUL byte".into() })?;
-    let cname = CString::new(name)
-        .map_err(|_| Error::InvalidArgument { name: "name", reason: "program name contains a NUL byte".into() })?;
-    let opts = options.iter().map(|o| CString::new(*o)).collect::<std::result::Result<Vec<_>, _>>().map_err(|_| {
-        Error::InvalidArgument { name: "options", reason: "a compiler option contains a NUL byte".into() }
-    })?;
-    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    let cstrings = |items: Vec<&str>| {
-        items
-            .into_iter()
-            .map(CString::new)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|_| Error::InvalidArgument { name: "headers", reason: "a header contains a NUL byte".into() })
-    };
-    let texts = cstrings(headers.iter().map(|(_, t)| *t).collect())?;
-    let names = cstrings(headers.iter().map(|(n, _)| *n).collect())?;
-    let text_ptrs: Vec<*const c_char> = texts.iter().map(|c| c.as_ptr()).collect();
-    let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+/// Compiles `program` with hiprtc (see [`compile_source`]).
+fn compile_program(program: &Program<'_>) -> Result<Vec<u8>> {
+    let api = &hiprtc()?.api;
+    let text = ProgramText::new(program)?;
     let mut prog: sys::hiprtcProgram = std::ptr::null_mut();
-    // SAFETY: every string is NUL-terminated and outlives the program; the
-    // header arrays hold `headers.len()` entries each.
+    let create = api.hiprtcCreateProgram;
+    // SAFETY: every pointer comes from `text`, alive until the program is
+    // destroyed below; the counts match the arrays.
     let r = unsafe {
-        (api.hiprtcCreateProgram)(
-            &mut prog,
-            src.as_ptr(),
-            cname.as_ptr(),
-            headers.len() as c_int,
-            text_ptrs.as_ptr(),
-            name_ptrs.as_ptr(),
-        )
+        create(&mut prog, text.code(), text.name(), text.header_count(), text.headers(), text.include_names())
     };
     if r != sys::HIPRTC_SUCCESS {
         return Err(hiprtc_error("hiprtcCreateProgram", r));
     }
     let result = (|| {
-        let n = c_int::try_from(opt_ptrs.len())
-            .map_err(|_| Error::InvalidArgument { name: "options", reason: "too many compiler options".into() })?;
-        // SAFETY: `prog` is live; `opt_ptrs` holds `n` NUL-terminated strings that outlive the call.
-        let compiled = unsafe { (api.hiprtcCompileProgram)(prog, n, opt_ptrs.as_ptr()) };
+        // SAFETY: `prog` is live; the options come from `text`.
+        let compiled = unsafe { (api.hiprtcCompileProgram)(prog, text.option_count(), text.options()) };
         if compiled != sys::HIPRTC_SUCCESS {
-            let log = program_log(api, prog);
-            if compiled == sys::HIPRTC_ERROR_COMPILATION {
-                return Err(Error::Compile { backend: BackendKind::Rocm, name: name.to_string(), log });
-            }
-            let mut e = hiprtc_error("hiprtcCompileProgram", compiled);
-            if let Error::Driver(d) = &mut e {
-                if !log.is_empty() {
-                    d.message = format!("{}\n{log}", d.message);
-                }
-            }
-            return Err(e);
+            return Err(rejected(program.name, compiled, program_log(api, prog)));
         }
         let mut size = 0usize;
         // SAFETY: `prog` compiled successfully; writes one size_t.
@@ -303,6 +246,23 @@ pub(crate) fn compile_with_headers(
     // SAFETY: destroyed once, after its last use.
     let _ = unsafe { (api.hiprtcDestroyProgram)(&mut prog) };
     result
+}
+
+/// The error for a program hiprtc did not compile: [`Error::Compile`] with
+/// the log where hiprtc rejected the source (unlike NVRTC, hiprtc fails for
+/// other reasons too, e.g. an option it does not know), else the status with
+/// the log appended.
+fn rejected(name: &str, status: hiprtcResult, log: String) -> Error {
+    if status == sys::HIPRTC_ERROR_COMPILATION {
+        return Error::Compile { backend: BackendKind::Rocm, name: name.to_string(), log };
+    }
+    let mut e = hiprtc_error("hiprtcCompileProgram", status);
+    if let Error::Driver(d) = &mut e {
+        if !log.is_empty() {
+            d.message = format!("{}\n{log}", d.message);
+        }
+    }
+    e
 }
 
 /// The compiler's log for `prog` (empty if there is none).
@@ -494,14 +454,14 @@ impl HipDriver {
     }
 }
 
-/// A device address as HIP's `hipDeviceptr_t`.
-fn dptr(addr: u64) -> sys::hipDeviceptr_t {
-    addr as usize as sys::hipDeviceptr_t
-}
-
 /// A [`RawPool`] as HIP's handle.
 fn hip_pool(pool: RawPool) -> sys::hipMemPool_t {
     pool.0 as sys::hipMemPool_t
+}
+
+/// A device address as HIP's `hipDeviceptr_t`.
+fn dptr(addr: u64) -> sys::hipDeviceptr_t {
+    addr as usize as sys::hipDeviceptr_t
 }
 
 // SAFETY: every method makes the HIP call its name says on this device and
@@ -509,12 +469,17 @@ fn hip_pool(pool: RawPool) -> sys::hipMemPool_t {
 // the device is current there.
 unsafe impl Driver for HipDriver {
     const KIND: BackendKind = BackendKind::Rocm;
+
     const NAME: &'static str = "Hip";
+
     const PLATFORM: &'static str = "ROCm";
 
     type Status = hipError_t;
+
     const SUCCESS: hipError_t = sys::hipSuccess;
+
     const NOT_READY: hipError_t = sys::hipErrorNotReady;
+
     const OUT_OF_MEMORY: hipError_t = sys::hipErrorOutOfMemory;
 
     fn code(status: hipError_t) -> i64 {
@@ -535,12 +500,6 @@ unsafe impl Driver for HipDriver {
             _ => String::new(),
         }
     }
-
-    type Stream = sys::hipStream_t;
-    type Event = sys::hipEvent_t;
-    type Module = sys::hipModule_t;
-    type Function = sys::hipFunction_t;
-    const NULL_STREAM: sys::hipStream_t = std::ptr::null_mut();
 
     fn count() -> Result<usize> {
         let rt = driver()?;
@@ -642,10 +601,10 @@ unsafe impl Driver for HipDriver {
     }
 
     const HOST_ALLOC_PORTABLE: u32 = sys::hipHostMallocPortable;
+
     const HOST_ALLOC_MAPPED: u32 = sys::hipHostMallocMapped;
+
     const HOST_ALLOC_WRITE_COMBINED: u32 = sys::hipHostMallocWriteCombined;
-    const HOST_REGISTER_PORTABLE: u32 = sys::hipHostRegisterPortable;
-    const HOST_REGISTER_MAPPED: u32 = sys::hipHostRegisterMapped;
 
     unsafe fn host_alloc(&self, bytes: usize, flags: u32) -> Result<*mut u8> {
         let mut ptr = std::ptr::null_mut();
@@ -658,6 +617,10 @@ unsafe impl Driver for HipDriver {
         // SAFETY: the caller's contract: allocated by `hipHostMalloc`, freed once.
         check("hipHostFree", unsafe { (self.api().hipHostFree)(ptr as *mut c_void) })
     }
+
+    const HOST_REGISTER_PORTABLE: u32 = sys::hipHostRegisterPortable;
+
+    const HOST_REGISTER_MAPPED: u32 = sys::hipHostRegisterMapped;
 
     unsafe fn host_register(&self, ptr: *mut u8, len: usize, flags: u32) -> Result<()> {
         // SAFETY: the caller guarantees the range is valid and outlives the registration.
@@ -676,6 +639,10 @@ unsafe impl Driver for HipDriver {
         check("hipHostGetDevicePointer", unsafe { get(&mut ptr, host as *mut c_void, 0) })?;
         Ok(ptr as u64)
     }
+
+    type Stream = sys::hipStream_t;
+
+    const NULL_STREAM: sys::hipStream_t = std::ptr::null_mut();
 
     fn stream_create(&self) -> Result<sys::hipStream_t> {
         let mut raw = std::ptr::null_mut();
@@ -705,6 +672,8 @@ unsafe impl Driver for HipDriver {
         // SAFETY: the caller's contract: both alive; an event of another device is allowed by HIP.
         check("hipStreamWaitEvent", unsafe { (self.api().hipStreamWaitEvent)(stream, event, 0) })
     }
+
+    type Event = sys::hipEvent_t;
 
     fn event_create(&self) -> Result<sys::hipEvent_t> {
         let mut raw = std::ptr::null_mut();
@@ -769,14 +738,10 @@ unsafe impl Driver for HipDriver {
     }
 
     const SOURCE_EXTENSION: &'static str = "hip";
+
     const BUILTIN_SOURCE: &'static str = BUILTINS_SOURCE;
+
     const ARRAY_OPS_SOURCE: &'static str = ARRAY_OPS_SOURCE;
-    /// Not yet: the HIP backend has launched grid-stride kernels on full
-    /// grids (`default_launch_config`) since it was written, and a grid capped
-    /// at `hipModuleOccupancyMaxPotentialBlockSize`'s minimum is unmeasured on
-    /// AMD hardware; CUDA's measurement (99% of a D2D copy on the H100) does
-    /// not carry over.
-    const RESIDENT_GRIDS: bool = false;
 
     /// The wall-clock rate for `gpuport_sleep_ns`, where the runtime reports it.
     fn builtin_options(&self) -> Vec<String> {
@@ -785,23 +750,14 @@ unsafe impl Driver for HipDriver {
 
     /// hiprtc for the device's target id (no on-disk cache, unlike NVRTC's);
     /// without one, hiprtc compiles for the current device, so it is bound.
-    fn compile(
-        &self,
-        _info: &DeviceInfo,
-        code: &str,
-        name: &str,
-        options: &[&str],
-        headers: &[(&str, &str)],
-    ) -> Result<Vec<u8>> {
-        let mut opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
-        if let Some(target) = &self.target_id {
-            if !opts.iter().any(|o| o.starts_with("--offload-arch") || o.starts_with("--gpu-architecture")) {
-                opts.push(format!("--offload-arch={target}"));
-            }
+    fn compile(&self, _info: &DeviceInfo, program: &Program<'_>) -> Result<Vec<u8>> {
+        let mut options = program.options.to_vec();
+        let target = self.target_id.as_ref().map(|t| format!("--offload-arch={t}"));
+        if !options.iter().any(|o| o.starts_with("--offload-arch") || o.starts_with("--gpu-architecture")) {
+            options.extend(target.as_deref());
         }
         self.bind()?;
-        let refs: Vec<&str> = opts.iter().map(String::as_str).collect();
-        compile_with_headers(code, name, &refs, headers)
+        compile_program(&Program { options: &options, ..*program })
     }
 
     fn ptx_image(_ptx: &str) -> Result<CString> {
@@ -830,6 +786,8 @@ unsafe impl Driver for HipDriver {
         }
     }
 
+    type Module = sys::hipModule_t;
+
     unsafe fn module_load(&self, image: *const c_void) -> Result<sys::hipModule_t> {
         let mut raw: sys::hipModule_t = std::ptr::null_mut();
         // SAFETY: the caller passes a code object, offload bundle or cubin
@@ -842,6 +800,8 @@ unsafe impl Driver for HipDriver {
         // SAFETY: the caller's contract: loaded here, unloaded once.
         check("hipModuleUnload", unsafe { (self.api().hipModuleUnload)(module) })
     }
+
+    type Function = sys::hipFunction_t;
 
     unsafe fn module_function(&self, module: sys::hipModule_t, name: &CStr) -> Result<Option<sys::hipFunction_t>> {
         let mut func = std::ptr::null_mut();
@@ -871,6 +831,13 @@ unsafe impl Driver for HipDriver {
         Params::Unknown
     }
 
+    /// Not yet: the HIP backend has launched grid-stride kernels on full
+    /// grids (`default_launch_config`) since it was written, and a grid capped
+    /// at `hipModuleOccupancyMaxPotentialBlockSize`'s minimum is unmeasured on
+    /// AMD hardware; CUDA's measurement (99% of a D2D copy on the H100) does
+    /// not carry over.
+    const RESIDENT_GRIDS: bool = false;
+
     unsafe fn max_potential_block_size(&self, func: sys::hipFunction_t) -> Result<(i32, i32)> {
         let (mut grid, mut block) = (0, 0);
         // SAFETY: the caller's contract: the kernel's module is alive; no
@@ -881,31 +848,13 @@ unsafe impl Driver for HipDriver {
         Ok((grid, block))
     }
 
-    unsafe fn launch(
-        &self,
-        func: sys::hipFunction_t,
-        config: &LaunchConfig,
-        stream: sys::hipStream_t,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
-        let [gx, gy, gz] = config.grid;
-        let [bx, by, bz] = config.block;
+    unsafe fn launch(&self, f: Self::Function, c: &LaunchConfig, s: Self::Stream, p: &mut [*mut c_void]) -> Result<()> {
+        let ([gx, gy, gz], [bx, by, bz]) = (c.grid, c.block);
+        let launch = self.api().hipModuleLaunchKernel;
         // SAFETY: the caller's contract: a live kernel, matching parameters
         // (the runtime copies them at launch) and buffers that outlive the launch.
         check("hipModuleLaunchKernel", unsafe {
-            (self.api().hipModuleLaunchKernel)(
-                func,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                config.shared_mem_bytes,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+            launch(f, gx, gy, gz, bx, by, bz, c.shared_mem_bytes, s, p.as_mut_ptr(), std::ptr::null_mut())
         })
     }
 
