@@ -27,17 +27,26 @@
 //! Nothing here has run on AMD hardware yet: it was run on Debian's ROCm 5.2
 //! without a GPU (the no-device path, hiprtc) and on an NVIDIA GPU through
 //! the HIP-on-CUDA test shim in `tests/support/hip_on_cuda`.
+//!
+//! `mod.rs`: loading, errors and the [`HipDriver`] table; `sys.rs`: the
+//! hand-declared library table; `info.rs`: a device's properties;
+//! `hiprtc.rs`: the compiler.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
+mod hiprtc;
+mod info;
 pub mod sys;
 
-use sys::{hipError_t, hiprtcResult, HipApi, Loaded, RtcApi};
+pub use hiprtc::compile_source;
 
-use super::gpu::{self, Driver, Params, Program, ProgramText};
-use super::{DeviceInfo, DeviceLimits, LaunchConfig, MemoryInfo};
-use crate::error::{BackendKind, DriverError, Error, Result};
+use info::{attribute, query_info, target_id};
+use sys::{hipError_t, HipApi, Loaded};
+
+use super::gpu::{self, Driver, Params, Program};
+use super::{DeviceInfo, LaunchConfig, MemoryInfo};
+use crate::error::{BackendKind, Error, Result};
 use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
 
 /// The runtime's built-in kernels, compiled by hiprtc at first use.
@@ -96,44 +105,6 @@ fn check(call: &'static str, code: hipError_t) -> Result<()> {
     gpu::check::<HipDriver>(call, code)
 }
 
-/// Converts a hiprtc status into our error.
-fn hiprtc_error(call: &'static str, code: hiprtcResult) -> Error {
-    let message = match HIPRTC.get() {
-        // SAFETY: hiprtcGetErrorString returns a static NUL-terminated string for any status.
-        Some(Ok(rtc)) => c_str_or(unsafe { (rtc.api.hiprtcGetErrorString)(code) }, String::new),
-        _ => String::new(),
-    };
-    Error::Driver(DriverError {
-        backend: BackendKind::Rocm,
-        call,
-        code: code as i64,
-        name: hiprtc_status_name(code).map(str::to_string).unwrap_or_else(|| format!("hiprtcResult({code})")),
-        message,
-    })
-}
-
-/// `hiprtcResult` names, from `hip/hiprtc.h`.
-fn hiprtc_status_name(code: hiprtcResult) -> Option<&'static str> {
-    const NAMES: [&str; 12] = [
-        "HIPRTC_SUCCESS",
-        "HIPRTC_ERROR_OUT_OF_MEMORY",
-        "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE",
-        "HIPRTC_ERROR_INVALID_INPUT",
-        "HIPRTC_ERROR_INVALID_PROGRAM",
-        "HIPRTC_ERROR_INVALID_OPTION",
-        "HIPRTC_ERROR_COMPILATION",
-        "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE",
-        "HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
-        "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
-        "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID",
-        "HIPRTC_ERROR_INTERNAL_ERROR",
-    ];
-    match code {
-        100 => Some("HIPRTC_ERROR_LINKING"),
-        c => usize::try_from(c).ok().and_then(|i| NAMES.get(i).copied()),
-    }
-}
-
 /// The HIP runtime search list: `GPUPORT_HIP_LIBRARY` alone, else [`sys::candidates`].
 fn hip_candidates() -> Vec<String> {
     match std::env::var(sys::HIP_LIBRARY_ENV) {
@@ -167,217 +138,6 @@ pub(crate) fn driver() -> Result<&'static Runtime> {
             Err(Error::LibraryNotFound { backend: BackendKind::Rocm, library: "libamdhip64", tried: tried.clone() })
         }
     }
-}
-
-static HIPRTC: OnceLock<std::result::Result<Loaded<RtcApi>, String>> = OnceLock::new();
-
-/// Loads hiprtc before compiling kernel source.
-///
-/// Search: `GPUPORT_HIPRTC_LIBRARY` alone if set; else, when
-/// `GPUPORT_HIP_LIBRARY` forces a runtime, that library first (so a stand-in
-/// runtime is not paired with a system hiprtc); then the `libhiprtc` names;
-/// then the HIP runtime itself, which holds hiprtc in ROCm 5.2.
-fn hiprtc() -> Result<&'static Loaded<RtcApi>> {
-    let state = HIPRTC.get_or_init(|| {
-        let candidates = match std::env::var(sys::HIPRTC_LIBRARY_ENV) {
-            Ok(path) if !path.is_empty() => vec![path],
-            _ => {
-                let forced = std::env::var(sys::HIP_LIBRARY_ENV).ok().filter(|p| !p.is_empty());
-                let mut c: Vec<String> = forced.into_iter().collect();
-                c.extend(sys::candidates(&sys::HIPRTC_NAMES));
-                c.extend(hip_candidates().into_iter().filter(|p| !c.contains(p)).collect::<Vec<_>>());
-                c
-            }
-        };
-        // SAFETY: loads only hiprtc (or HIP runtime) candidates, resolved with the header signatures.
-        unsafe { sys::open_first(&candidates, RtcApi::resolve) }
-    });
-    state.as_ref().map_err(|tried| Error::LibraryNotFound {
-        backend: BackendKind::Rocm,
-        library: "libhiprtc (needed to compile kernel source)",
-        tried: tried.clone(),
-    })
-}
-
-/// Compiles HIP C++ source to a code object with hiprtc, without a device.
-///
-/// Pass the target in `options` (`--offload-arch=gfx90a`); without one,
-/// hiprtc compiles for the current device. [`Device::load_module`] with
-/// [`ModuleSource::Source`] calls this with the device's target added.
-/// A rejected program is [`Error::Compile`] carrying hiprtc's log.
-pub fn compile_source(code: &str, name: &str, options: &[&str]) -> Result<Vec<u8>> {
-    compile_program(&Program { code, name, options, headers: &[] })
-}
-
-/// Compiles `program` with hiprtc (see [`compile_source`]).
-fn compile_program(program: &Program<'_>) -> Result<Vec<u8>> {
-    let api = &hiprtc()?.api;
-    let text = ProgramText::new(program)?;
-    let mut prog: sys::hiprtcProgram = std::ptr::null_mut();
-    let create = api.hiprtcCreateProgram;
-    // SAFETY: every pointer comes from `text`, alive until the program is
-    // destroyed below; the counts match the arrays.
-    let r = unsafe {
-        create(&mut prog, text.code(), text.name(), text.header_count(), text.headers(), text.include_names())
-    };
-    if r != sys::HIPRTC_SUCCESS {
-        return Err(hiprtc_error("hiprtcCreateProgram", r));
-    }
-    let result = (|| {
-        // SAFETY: `prog` is live; the options come from `text`.
-        let compiled = unsafe { (api.hiprtcCompileProgram)(prog, text.option_count(), text.options()) };
-        if compiled != sys::HIPRTC_SUCCESS {
-            return Err(rejected(program.name, compiled, program_log(api, prog)));
-        }
-        let mut size = 0usize;
-        // SAFETY: `prog` compiled successfully; writes one size_t.
-        let r = unsafe { (api.hiprtcGetCodeSize)(prog, &mut size) };
-        if r != sys::HIPRTC_SUCCESS {
-            return Err(hiprtc_error("hiprtcGetCodeSize", r));
-        }
-        let mut code = vec![0u8; size];
-        // SAFETY: `code` has the `size` bytes hiprtc asked for.
-        let r = unsafe { (api.hiprtcGetCode)(prog, code.as_mut_ptr() as *mut c_char) };
-        if r != sys::HIPRTC_SUCCESS {
-            return Err(hiprtc_error("hiprtcGetCode", r));
-        }
-        Ok(code)
-    })();
-    // SAFETY: destroyed once, after its last use.
-    let _ = unsafe { (api.hiprtcDestroyProgram)(&mut prog) };
-    result
-}
-
-/// The error for a program hiprtc did not compile: [`Error::Compile`] with
-/// the log where hiprtc rejected the source (unlike NVRTC, hiprtc fails for
-/// other reasons too, e.g. an option it does not know), else the status with
-/// the log appended.
-fn rejected(name: &str, status: hiprtcResult, log: String) -> Error {
-    if status == sys::HIPRTC_ERROR_COMPILATION {
-        return Error::Compile { backend: BackendKind::Rocm, name: name.to_string(), log };
-    }
-    let mut e = hiprtc_error("hiprtcCompileProgram", status);
-    if let Error::Driver(d) = &mut e {
-        if !log.is_empty() {
-            d.message = format!("{}\n{log}", d.message);
-        }
-    }
-    e
-}
-
-/// The compiler's log for `prog` (empty if there is none).
-fn program_log(api: &RtcApi, prog: sys::hiprtcProgram) -> String {
-    let mut size = 0usize;
-    // SAFETY: `prog` is live; writes one size_t.
-    if unsafe { (api.hiprtcGetProgramLogSize)(prog, &mut size) } != sys::HIPRTC_SUCCESS || size == 0 {
-        return String::new();
-    }
-    let mut log = vec![0u8; size];
-    // SAFETY: `log` has the `size` bytes hiprtc asked for.
-    if unsafe { (api.hiprtcGetProgramLog)(prog, log.as_mut_ptr() as *mut c_char) } != sys::HIPRTC_SUCCESS {
-        return String::new();
-    }
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    String::from_utf8_lossy(&log[..end]).trim_end().to_string()
-}
-
-// ---- device queries ----------------------------------------------------------------
-
-fn attribute(rt: &Runtime, ordinal: c_int, attr: sys::hipDeviceAttribute_t) -> Result<i32> {
-    let mut value = 0;
-    // SAFETY: `ordinal` is a valid device; the call writes one int.
-    check("hipDeviceGetAttribute", unsafe { (rt.api().hipDeviceGetAttribute)(&mut value, attr, ordinal) })?;
-    Ok(value)
-}
-
-/// The device's target id (`gfx90a:sramecc+:xnack-`) from `hipDeviceProp_t.gcnArchName`.
-///
-/// The struct's layout depends on the ROCm version, so it is never declared
-/// here: the runtime fills a zeroed buffer much larger than any layout
-/// ([`sys::DEVICE_PROP_BUFFER_BYTES`]), and the name is read at the field's
-/// offset in the layout of the symbol that was called. A name that does not
-/// look like a target (`gfx…`, or `sm_…` from the test shim) falls back to
-/// a scan of the buffer for a field starting with `gfx`. `None` if neither
-/// works; hiprtc then compiles for the current device.
-fn target_id(rt: &Runtime, ordinal: c_int) -> Option<String> {
-    let api = rt.api();
-    let (get, offset) = match (api.hipGetDevicePropertiesR0600, api.hipGetDeviceProperties) {
-        (Some(f), _) => (f, sys::GCN_ARCH_NAME_OFFSET_R0600),
-        (None, Some(f)) => (f, sys::GCN_ARCH_NAME_OFFSET_R0000),
-        (None, None) => return None,
-    };
-    let mut buf = vec![0u64; sys::DEVICE_PROP_BUFFER_BYTES / 8];
-    // SAFETY: the buffer is zeroed, 8-byte aligned and more than five times
-    // the size of either layout, so the runtime's write stays inside it.
-    if unsafe { get(buf.as_mut_ptr() as *mut c_void, ordinal) } != sys::hipSuccess {
-        return None;
-    }
-    // SAFETY: `buf` is `DEVICE_PROP_BUFFER_BYTES` initialized bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, sys::DEVICE_PROP_BUFFER_BYTES) };
-    parse_target_id(bytes, offset)
-}
-
-/// Reads a target id at `offset` in a `hipDeviceProp_t` image, or scans for one.
-fn parse_target_id(bytes: &[u8], offset: usize) -> Option<String> {
-    let field = |at: usize| -> Option<&str> {
-        let f = bytes.get(at..at.checked_add(sys::GCN_ARCH_NAME_LEN)?)?;
-        let end = f.iter().position(|&b| b == 0)?;
-        std::str::from_utf8(&f[..end]).ok()
-    };
-    let plausible = |s: &str| {
-        (s.starts_with("gfx") || s.starts_with("sm_")) && s.len() > 3 && s.bytes().all(|b| b.is_ascii_graphic())
-    };
-    if let Some(s) = field(offset).filter(|s| plausible(s)) {
-        return Some(s.to_string());
-    }
-    (0..bytes.len())
-        .filter(|&i| (i == 0 || bytes[i - 1] == 0) && bytes[i..].starts_with(b"gfx"))
-        .find_map(|i| field(i).filter(|s| plausible(s)).map(str::to_string))
-}
-
-fn query_info(rt: &Runtime, dev: sys::hipDevice_t, ordinal: usize, target: Option<&str>) -> Result<DeviceInfo> {
-    use sys::attr::*;
-    let id = ordinal as c_int;
-    let a = |attr| attribute(rt, id, attr).map(|v| v.max(0) as u32);
-    let mut name = [0 as c_char; 256];
-    // SAFETY: `name` has room for 256 chars including the NUL; `dev` came from `hipDeviceGet`.
-    check("hipDeviceGetName", unsafe { (rt.api().hipDeviceGetName)(name.as_mut_ptr(), 256, dev) })?;
-    let mut total_memory = 0usize;
-    // SAFETY: writes one size_t.
-    check("hipDeviceTotalMem", unsafe { (rt.api().hipDeviceTotalMem)(&mut total_memory, dev) })?;
-    // Opt-in shared memory is the launch limit where reported; older runtimes
-    // report 0 or fail, and then the plain per-block maximum is the limit.
-    let shared = match a(SHARED_MEM_PER_BLOCK_OPTIN) {
-        Ok(v) if v > 0 => v,
-        _ => a(MAX_SHARED_MEMORY_PER_BLOCK)?,
-    };
-    Ok(DeviceInfo {
-        backend: BackendKind::Rocm,
-        ordinal,
-        // SAFETY: hipDeviceGetName wrote a NUL-terminated string into `name` (zeroed past it).
-        name: unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned(),
-        arch: match target {
-            Some(t) => t.split(':').next().unwrap_or(t).to_string(),
-            None => format!(
-                "unknown (compute capability {}.{})",
-                a(COMPUTE_CAPABILITY_MAJOR)?,
-                a(COMPUTE_CAPABILITY_MINOR)?
-            ),
-        },
-        multiprocessors: a(MULTIPROCESSOR_COUNT)?,
-        total_memory,
-        managed_memory: a(MANAGED_MEMORY)? != 0,
-        stream_ordered_alloc: a(MEMORY_POOLS_SUPPORTED).unwrap_or(0) != 0
-            && rt.api().hipMallocAsync.is_some()
-            && rt.api().hipFreeAsync.is_some(),
-        limits: DeviceLimits {
-            max_threads_per_block: a(MAX_THREADS_PER_BLOCK)?,
-            max_block_dim: [a(MAX_BLOCK_DIM_X)?, a(MAX_BLOCK_DIM_Y)?, a(MAX_BLOCK_DIM_Z)?],
-            max_grid_dim: [a(MAX_GRID_DIM_X)?, a(MAX_GRID_DIM_Y)?, a(MAX_GRID_DIM_Z)?],
-            max_shared_memory_per_block: shared as usize,
-            warp_size: a(WARP_SIZE)?,
-        },
-    })
 }
 
 // ---- the driver --------------------------------------------------------------------
@@ -757,7 +517,7 @@ unsafe impl Driver for HipDriver {
             options.extend(target.as_deref());
         }
         self.bind()?;
-        compile_program(&Program { options: &options, ..*program })
+        hiprtc::compile_program(&Program { options: &options, ..*program })
     }
 
     fn ptx_image(_ptx: &str) -> Result<CString> {
@@ -1051,25 +811,6 @@ mod tests {
     }
 
     #[test]
-    fn target_id_is_read_at_the_layout_offset() {
-        let mut props = vec![0u8; sys::DEVICE_PROP_BUFFER_BYTES];
-        props[..18].copy_from_slice(b"AMD Instinct MI210");
-        let id = b"gfx90a:sramecc+:xnack-";
-        let at = sys::GCN_ARCH_NAME_OFFSET_R0600;
-        props[at..at + id.len()].copy_from_slice(id);
-        assert_eq!(parse_target_id(&props, at).as_deref(), Some("gfx90a:sramecc+:xnack-"));
-    }
-
-    #[test]
-    fn target_id_is_found_by_scanning_when_the_offset_is_wrong() {
-        let mut props = vec![0u8; sys::DEVICE_PROP_BUFFER_BYTES];
-        let at = sys::GCN_ARCH_NAME_OFFSET_R0000;
-        props[at..at + 7].copy_from_slice(b"gfx1030");
-        assert_eq!(parse_target_id(&props, sys::GCN_ARCH_NAME_OFFSET_R0600).as_deref(), Some("gfx1030"));
-        assert_eq!(parse_target_id(&vec![0u8; 4096], 396), None);
-    }
-
-    #[test]
     fn the_memory_layer_calls_resolve_in_the_loaded_runtime() {
         // CI loads Debian's ROCm 5.2 (no device), the GPU machine the shim;
         // where no HIP runtime loads there is nothing to check.
@@ -1105,12 +846,5 @@ mod tests {
             ));
         }
         assert!(missing.is_empty(), "{} (HIP {}) lacks {missing:?}", rt.loaded.path, sys::version_string(rt.version));
-    }
-
-    #[test]
-    fn hiprtc_statuses_have_header_names() {
-        assert_eq!(hiprtc_status_name(6), Some("HIPRTC_ERROR_COMPILATION"));
-        assert_eq!(hiprtc_status_name(100), Some("HIPRTC_ERROR_LINKING"));
-        assert_eq!(hiprtc_status_name(-1), None);
     }
 }

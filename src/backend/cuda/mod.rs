@@ -20,23 +20,30 @@
 //!   parameter sizes asked for (see [`CudaDriver::kernel_params`]);
 //! - resident grids from the occupancy call (`RESIDENT_GRIDS`);
 //! - foreign streams can be borrowed ([`CudaDevice::borrow_stream`]).
+//!
+//! `mod.rs`: loading, errors and the [`CudaDriver`] table; `info.rs`: a
+//! device's properties; `nvrtc.rs`: the compiler.
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::OnceLock;
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
-use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
-use super::gpu::{self, Driver, Params, Program, ProgramText};
-use super::{DeviceInfo, DeviceLimits, LaunchConfig, MemoryInfo};
-use crate::error::{BackendKind, DriverError, Error, Result};
+mod info;
+mod nvrtc;
+
+use info::{attribute, query_info};
+
+use super::gpu::{self, Driver, Params, Program};
+use super::{DeviceInfo, LaunchConfig, MemoryInfo};
+use crate::error::{BackendKind, Error, Result};
 use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
 
 /// The runtime's built-in kernels ([`ModuleSource::Builtin`](super::ModuleSource::Builtin)).
-const BUILTIN_SOURCE: &str = include_str!("../../kernels/cuda/builtins.cu");
+const BUILTIN_SOURCE: &str = include_str!("../../../kernels/cuda/builtins.cu");
 /// The array kernels' dialect file; each kernel is compiled alone from it.
-const ARRAY_OPS_SOURCE: &str = include_str!("../../kernels/cuda/array_ops.cu");
+const ARRAY_OPS_SOURCE: &str = include_str!("../../../kernels/cuda/array_ops.cu");
 
 /// The built-in kernels precompiled by nvcc in build.rs, where it ran.
 #[cfg(gpuport_prebuilt_cuda)]
@@ -69,19 +76,6 @@ fn status(call: &'static str, status: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, status)
 }
 
-/// Converts an NVRTC status into our error.
-fn nvrtc_error(call: &'static str, e: rtc::NvrtcError) -> Error {
-    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any status.
-    let message = unsafe { CStr::from_ptr(rtc_sys::nvrtcGetErrorString(e.0)) }.to_string_lossy().into_owned();
-    Error::Driver(DriverError {
-        backend: BackendKind::Cuda,
-        call,
-        code: e.0 as i64,
-        name: format!("{:?}", e.0),
-        message,
-    })
-}
-
 /// The library names cudarc tries for `lib`, without repeats, comma separated.
 fn candidates(lib: &str) -> String {
     let mut names = cudarc::get_lib_name_candidates(lib);
@@ -112,21 +106,6 @@ pub(crate) fn driver() -> Result<i32> {
             tried: msg.trim_start_matches("libcuda: tried ").to_string(),
         }),
         Err(msg) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: msg.clone() }),
-    }
-}
-
-/// Checks NVRTC can be loaded before cudarc touches it (cudarc would panic).
-fn nvrtc_available() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries `dlopen` on cudarc's candidate names.
-    if *PRESENT.get_or_init(|| unsafe { rtc_sys::is_culib_present() }) {
-        Ok(())
-    } else {
-        Err(Error::LibraryNotFound {
-            backend: BackendKind::Cuda,
-            library: "libnvrtc (needed to compile kernel source)",
-            tried: candidates("nvrtc"),
-        })
     }
 }
 
@@ -167,46 +146,6 @@ impl CudaDevice {
         // SAFETY: forwarded caller contract.
         unsafe { self.foreign_stream(raw as sys::CUstream) }
     }
-}
-
-fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
-    // SAFETY: `dev` came from `cuDeviceGet`; the call writes one int.
-    check("cuDeviceGetAttribute", unsafe { cu::device::get_attribute(dev, attr) })
-}
-
-fn query_info(dev: sys::CUdevice, ordinal: usize) -> Result<DeviceInfo> {
-    use sys::CUdevice_attribute::*;
-    let a = |attr| attribute(dev, attr).map(|v| v.max(0) as u32);
-    Ok(DeviceInfo {
-        backend: BackendKind::Cuda,
-        ordinal,
-        name: check("cuDeviceGetName", cu::device::get_name(dev))?,
-        arch: format!(
-            "sm_{}{}",
-            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            a(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?
-        ),
-        multiprocessors: a(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        // SAFETY: `dev` came from `cuDeviceGet`.
-        total_memory: check("cuDeviceTotalMem", unsafe { cu::device::total_mem(dev) })?,
-        managed_memory: a(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0,
-        stream_ordered_alloc: a(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0,
-        limits: DeviceLimits {
-            max_threads_per_block: a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-            max_block_dim: [
-                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
-                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
-                a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
-            ],
-            max_grid_dim: [
-                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
-                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
-                a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
-            ],
-            max_shared_memory_per_block: a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize,
-            warp_size: a(CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
-        },
-    })
 }
 
 // SAFETY: every method makes the CUDA call its name says on this context's
@@ -455,7 +394,7 @@ unsafe impl Driver for CudaDriver {
     }
 
     fn compile(&self, info: &DeviceInfo, program: &Program<'_>) -> Result<Vec<u8>> {
-        compile(&info.arch, program)
+        nvrtc::compile(&info.arch, program)
     }
 
     fn ptx_image(ptx: &str) -> Result<CString> {
@@ -801,75 +740,6 @@ fn param_count(func: sys::CUfunction) -> Option<usize> {
     let mut count = 0usize;
     // SAFETY: `func` is a live function; the driver writes one `size_t`.
     (unsafe { get(func, &mut count) } == sys::CUresult::CUDA_SUCCESS).then_some(count)
-}
-
-// ---- NVRTC -------------------------------------------------------------------------
-
-/// Compiles CUDA C++ to a cubin for `arch` with NVRTC, through the on-disk
-/// cache (see [`crate::kernels::cache`]).
-fn compile(arch: &str, program: &Program<'_>) -> Result<Vec<u8>> {
-    nvrtc_available()?;
-    let mut opts: Vec<String> = program.options.iter().map(|s| s.to_string()).collect();
-    if !opts.iter().any(|o| o.starts_with("-arch") || o.starts_with("--gpu-architecture")) {
-        opts.push(format!("--gpu-architecture={arch}"));
-    }
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC is loaded (checked above); writes two ints.
-    unsafe { rtc_sys::nvrtcVersion(&mut major, &mut minor) }.result().map_err(|e| nvrtc_error("nvrtcVersion", e))?;
-    let version = format!("nvrtc {major}.{minor}");
-    let mut parts: Vec<&[u8]> = vec![version.as_bytes(), arch.as_bytes(), program.code.as_bytes()];
-    parts.extend(opts.iter().map(|o| o.as_bytes()));
-    for (include, text) in program.headers {
-        parts.extend([include.as_bytes(), text.as_bytes()]);
-    }
-    let key = crate::kernels::cache::key(&parts);
-    let dir = crate::kernels::cache::cache_dir();
-    let options: Vec<&str> = opts.iter().map(String::as_str).collect();
-    let program = Program { options: &options, ..*program };
-    let (image, _) = crate::kernels::cache::get_or_build(dir.as_deref(), arch, &key, || run_nvrtc(&program))?;
-    Ok(image)
-}
-
-/// Runs NVRTC on one program; a rejected program is [`Error::Compile`] with its log.
-fn run_nvrtc(program: &Program<'_>) -> Result<Vec<u8>> {
-    let text = ProgramText::new(program)?;
-    let mut prog = std::ptr::null_mut();
-    let create = rtc_sys::nvrtcCreateProgram;
-    // SAFETY: every pointer comes from `text`, alive until the program is
-    // destroyed below; the counts match the arrays.
-    let r = unsafe {
-        create(&mut prog, text.code(), text.name(), text.header_count(), text.headers(), text.include_names())
-    };
-    r.result().map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
-    let result = (|| {
-        // SAFETY: `prog` is a live program created above; the options come from `text`.
-        let compiled = unsafe { rtc_sys::nvrtcCompileProgram(prog, text.option_count(), text.options()) }.result();
-        if compiled.is_err() {
-            // SAFETY: `prog` is live; the log is a NUL-terminated buffer.
-            let log = unsafe { rtc::get_program_log(prog) }.unwrap_or_default();
-            let log = if log.is_empty() {
-                String::new()
-            } else {
-                // SAFETY: the log buffer is NUL-terminated by NVRTC.
-                unsafe { CStr::from_ptr(log.as_ptr()) }.to_string_lossy().into_owned()
-            };
-            return Err(Error::Compile { backend: BackendKind::Cuda, name: program.name.to_string(), log });
-        }
-        let mut size = 0usize;
-        // SAFETY: `prog` compiled successfully; writes one usize.
-        unsafe { rtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
-            .result()
-            .map_err(|e| nvrtc_error("nvrtcGetCUBINSize", e))?;
-        let mut cubin = vec![0u8; size];
-        // SAFETY: `cubin` has the `size` bytes NVRTC asked for.
-        unsafe { rtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _) }
-            .result()
-            .map_err(|e| nvrtc_error("nvrtcGetCUBIN", e))?;
-        Ok(cubin)
-    })();
-    // SAFETY: destroyed once, after its last use.
-    let _ = unsafe { rtc::destroy_program(prog) };
-    result
 }
 
 #[cfg(test)]
