@@ -18,7 +18,10 @@ use std::sync::Arc;
 
 use crate::error::{BackendKind, Error, Result};
 
+pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
+
 pub mod host;
+mod memory_device;
 pub mod registry;
 
 #[cfg(feature = "cuda")]
@@ -48,11 +51,11 @@ mod sealed {
 pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
     const KIND: BackendKind;
-    /// A device of this backend. Every device also implements the memory
-    /// layer's [`MemoryDevice`](crate::memory::MemoryDevice), so generic
-    /// code over `D: Device` can allocate through the device's current
-    /// resource (`crate::memory::current_resource::<D::B>`).
-    type Device: Device<B = Self> + crate::memory::MemoryDevice;
+    /// A device of this backend. Every device also implements
+    /// [`MemoryDevice`], what the memory layer needs of it, so generic code
+    /// over `D: Device` can allocate through the device's current resource
+    /// (`crate::memory::current_resource::<D::B>`).
+    type Device: Device<B = Self> + MemoryDevice;
     /// An in-order queue of work on one device; clones name the same queue.
     type Stream: Clone + Send + Sync + fmt::Debug;
     /// A marker recorded on a stream, to wait for or to time.

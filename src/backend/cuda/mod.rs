@@ -36,9 +36,8 @@ mod nvrtc;
 use info::{attribute, query_info};
 
 use super::gpu::{self, Driver, Params, Program};
-use super::{DeviceInfo, LaunchConfig, MemoryInfo};
+use super::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
 use crate::error::{BackendKind, Error, Result};
-use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
 
 /// The runtime's built-in kernels ([`ModuleSource::Builtin`](super::ModuleSource::Builtin)).
 const BUILTIN_SOURCE: &str = include_str!("../../../kernels/cuda/builtins.cu");

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::compile::Program;
 use super::driver::Driver;
+use super::driver::Params;
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
-use super::module::{GpuKernel, GpuModule, Params, BUILTIN_HEADERS};
+use super::module::{GpuKernel, GpuModule, BUILTIN_HEADERS};
 use super::stream::{GpuEvent, GpuStream};
 use super::Gpu;
 use crate::backend::{

@@ -11,13 +11,12 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
-use crate::backend::{DeviceInfo, LaunchConfig, MemoryInfo};
+use crate::backend::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
 use crate::error::{BackendKind, Result};
-use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
 
 use super::compile::Program;
-use super::module::Params;
 
 /// One opened device of a vendor GPU API.
 ///
@@ -458,4 +457,17 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// # Safety
     /// As the trait's; freed once, and no queued work uses it any more.
     unsafe fn free_imported(&self, ptr: u64) -> Result<()>;
+}
+
+/// What a kernel's handle knows of its parameters.
+#[derive(Clone, Debug)]
+pub enum Params {
+    /// Every parameter's size.
+    Exact(Arc<[usize]>),
+    /// The sizes of the first parameters, learnt from launches so far; a
+    /// launch passing more arguments asks the driver for the next ones
+    /// ([`Driver::param_size`]).
+    Prefix(Arc<Mutex<Vec<usize>>>),
+    /// Nothing: arguments are not checked.
+    Unknown,
 }

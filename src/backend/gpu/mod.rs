@@ -46,10 +46,9 @@ mod stream;
 
 pub use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::Driver;
+pub(crate) use driver::{Driver, Params};
 pub(crate) use error::{check, driver_error, ready};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
-pub(crate) use module::Params;
 pub use module::{GpuKernel, GpuModule};
 pub use stream::{GpuEvent, GpuStream};
 

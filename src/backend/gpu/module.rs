@@ -1,9 +1,9 @@
 //! Modules, kernels, and what is known of a kernel's parameters.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::driver::Driver;
+use super::driver::{Driver, Params};
 use crate::backend::{check_kernel_args, KernelArgs};
 use crate::error::{Error, Result};
 
@@ -142,19 +142,6 @@ impl<D: Driver> GpuKernel<D> {
             }
         }
     }
-}
-
-/// What a kernel's handle knows of its parameters.
-#[derive(Clone, Debug)]
-pub enum Params {
-    /// Every parameter's size.
-    Exact(Arc<[usize]>),
-    /// The sizes of the first parameters, learnt from launches so far; a
-    /// launch passing more arguments asks the driver for the next ones
-    /// ([`Driver::param_size`]).
-    Prefix(Arc<Mutex<Vec<usize>>>),
-    /// Nothing: arguments are not checked.
-    Unknown,
 }
 
 #[cfg(test)]

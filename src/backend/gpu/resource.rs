@@ -5,9 +5,8 @@
 use super::device::GpuDevice;
 use super::driver::Driver;
 use crate::backend::{check_alloc_size, Buffer, Device, HostRegistration, MemoryKind, PinnedBuffer, Stream};
+use crate::backend::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 use crate::error::{Error, Result};
-use crate::memory::ext::{ExportedPoolFd, IpcBytes, MemoryDevice, RawPool};
-use crate::memory::PinnedFlags;
 
 impl<D: Driver> GpuDevice<D> {
     /// The device's default stream-ordered pool (the one `alloc_async` uses).

@@ -45,9 +45,8 @@ use info::{attribute, query_info, target_id};
 use sys::{hipError_t, HipApi, Loaded};
 
 use super::gpu::{self, Driver, Params, Program};
-use super::{DeviceInfo, LaunchConfig, MemoryInfo};
+use super::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
 use crate::error::{BackendKind, Error, Result};
-use crate::memory::ext::{ExportedPoolFd, IpcBytes, RawPool};
 
 /// The runtime's built-in kernels, compiled by hiprtc at first use.
 const BUILTINS_SOURCE: &str = include_str!("../../../kernels/hip/builtins.hip");
