@@ -7,8 +7,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::compile::Program;
-use super::driver::Driver;
-use super::driver::Params;
+use super::driver::{Driver, Params};
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 use super::module::{GpuKernel, GpuModule, BUILTIN_HEADERS};
@@ -145,29 +144,6 @@ impl<D: Driver> GpuDevice<D> {
         let options: Vec<&str> = options.iter().map(String::as_str).collect();
         let name = format!("gpuport_builtins.{}", D::SOURCE_EXTENSION);
         self.compile_and_load(Program { code: D::BUILTIN_SOURCE, name: &name, options: &options, headers: &[] }, true)
-    }
-
-    /// Looks `name` up in `module`.
-    fn kernel_in(&self, module: &GpuModule<D>, name: &str) -> Result<GpuKernel<D>> {
-        check_same_device("module", D::KIND, self.info.ordinal, module.ordinal())?;
-        self.driver.bind()?;
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
-        // SAFETY: the device is current; the module is loaded and kept alive by the returned kernel.
-        let Some(func) = (unsafe { self.driver.module_function(module.raw(), &cname) })? else {
-            // SAFETY: as above.
-            let available = unsafe { self.driver.kernel_names(module.raw(), module.is_builtin()) };
-            return Err(Error::KernelNotFound { name: name.to_string(), available });
-        };
-        // Our own kernels' parameters are in the table the host backend
-        // shares; others' are what the driver can tell.
-        let known = module.is_builtin().then(|| crate::backend::host::builtin_params(name)).flatten();
-        let params = match known {
-            Some(sizes) => Params::Exact(sizes.into()),
-            // SAFETY: the function was just looked up in a loaded module.
-            None => unsafe { self.driver.kernel_params(func) },
-        };
-        Ok(GpuKernel::new(module, func, name, params))
     }
 
     /// The occupancy call's (minimum grid, block size) for `kernel`, each at least 1.
@@ -466,7 +442,25 @@ impl<D: Driver> Device for GpuDevice<D> {
     }
 
     fn kernel(&self, module: &GpuModule<D>, name: &str) -> Result<GpuKernel<D>> {
-        self.kernel_in(module, name)
+        check_same_device("module", D::KIND, self.info.ordinal, module.ordinal())?;
+        self.driver.bind()?;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
+        // SAFETY: the device is current; the module is loaded and kept alive by the returned kernel.
+        let Some(func) = (unsafe { self.driver.module_function(module.raw(), &cname) })? else {
+            // SAFETY: as above.
+            let available = unsafe { self.driver.kernel_names(module.raw(), module.is_builtin()) };
+            return Err(Error::KernelNotFound { name: name.to_string(), available });
+        };
+        // Our own kernels' parameters are in the table the host backend
+        // shares; others' are what the driver can tell.
+        let known = module.is_builtin().then(|| crate::backend::host::builtin_params(name)).flatten();
+        let params = match known {
+            Some(sizes) => Params::Exact(sizes.into()),
+            // SAFETY: the function was just looked up in a loaded module.
+            None => unsafe { self.driver.kernel_params(func) },
+        };
+        Ok(GpuKernel::new(module, func, name, params))
     }
 
     fn builtin_kernel(&self, name: &str) -> Result<GpuKernel<D>> {
@@ -480,7 +474,7 @@ impl<D: Driver> Device for GpuDevice<D> {
                 let file = format!("{name}.{}", D::SOURCE_EXTENSION);
                 let array_kernel = Program { code: program, name: &file, options: &[], headers: BUILTIN_HEADERS };
                 let module = self.compile_and_load(array_kernel, true)?;
-                self.kernel_in(&module, name)
+                self.kernel(&module, name)
             },
         )
     }

@@ -5,8 +5,8 @@
 //! configurations), the memory layer's device support, and the mapping of
 //! vendor statuses to errors are written here once, over a [`Driver`]: the
 //! table of vendor calls one opened device makes. CUDA and ROCm are its two
-//! instantiations, [`Cuda`](crate::Cuda) = `Gpu<CudaDriver>` and
-//! [`Hip`](crate::Hip) = `Gpu<HipDriver>`, with `CudaDevice`, `CudaBuffer`,
+//! instantiations, `Cuda` = `Gpu<CudaDriver>` and `Hip` =
+//! `Gpu<HipDriver>`, with `CudaDevice`, `CudaBuffer`,
 //! `HipDevice`, `HipBuffer` … as aliases of the types here. The vendor
 //! parts hold only what differs: library loading, the calls and their
 //! constants, the kernel compiler, and the few real behavioural differences,
@@ -20,13 +20,14 @@
 //! [`Driver`] lives in a private module: no crate outside gpuport can name
 //! or implement it, so `Gpu<D>` stays a sealed [`Backend`]'s type.
 //!
-//! - `driver.rs`: the [`Driver`] trait, the vendor contract;
+//! - `driver.rs`: the [`Driver`] trait, the vendor contract, and what a
+//!   driver tells of a kernel's parameters;
 //! - `error.rs`: vendor statuses as errors;
 //! - `device.rs`: [`GpuDevice`] and its [`Device`](crate::Device) implementation;
 //! - `memory.rs`: [`GpuBuffer`], [`GpuPinnedBuffer`], [`GpuHostRegistration`];
 //! - `stream.rs`: [`GpuStream`], [`GpuEvent`];
 //! - `compile.rs`: what the run-time kernel compilers are given;
-//! - `module.rs`: [`GpuModule`], [`GpuKernel`] and what is known of a kernel's parameters;
+//! - `module.rs`: [`GpuModule`], [`GpuKernel`] and its launch-argument check;
 //! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC).
 
 use std::fmt;
@@ -44,7 +45,7 @@ mod module;
 mod resource;
 mod stream;
 
-pub use compile::{Program, ProgramText};
+pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
 pub(crate) use driver::{Driver, Params};
 pub(crate) use error::{check, driver_error, ready};
@@ -52,7 +53,7 @@ pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 pub use module::{GpuKernel, GpuModule};
 pub use stream::{GpuEvent, GpuStream};
 
-/// A GPU backend over driver `D`: [`Cuda`](crate::Cuda) or [`Hip`](crate::Hip).
+/// A GPU backend over driver `D`: `Cuda` (`gpuport::Cuda`) or `Hip` (`gpuport::Hip`).
 pub struct Gpu<D>(PhantomData<fn() -> D>);
 
 impl<D: Driver> fmt::Debug for Gpu<D> {
