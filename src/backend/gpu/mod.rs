@@ -3,7 +3,7 @@
 //! Devices, streams, events, buffers (device, managed, stream-ordered,
 //! pinned, registered), modules, launches (argument checks, occupancy
 //! configurations), the memory layer's device support, and the mapping of
-//! vendor statuses to errors are written here once, over a [`Driver`]: the
+//! vendor statuses to errors are written here once, over a `Driver`: the
 //! table of vendor calls one opened device makes. CUDA and ROCm are its two
 //! instantiations, `Cuda` = `Gpu<CudaDriver>` and `Hip` =
 //! `Gpu<HipDriver>`, with `CudaDevice`, `CudaBuffer`,
@@ -17,10 +17,10 @@
 //! holds an `Arc` of the driver state, so a device's context outlives its
 //! streams, buffers and modules.
 //!
-//! [`Driver`] lives in a private module: no crate outside gpuport can name
+//! `Driver` lives in a private module: no crate outside gpuport can name
 //! or implement it, so `Gpu<D>` stays a sealed [`Backend`]'s type.
 //!
-//! - `driver.rs`: the [`Driver`] trait, the vendor contract, and what a
+//! - `driver.rs`: the `Driver` trait, the vendor contract, and what a
 //!   driver tells of a kernel's parameters;
 //! - `error.rs`: vendor statuses as errors;
 //! - `device.rs`: [`GpuDevice`] and its [`Device`](crate::Device) implementation;
