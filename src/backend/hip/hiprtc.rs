@@ -4,8 +4,8 @@
 use std::ffi::c_char;
 use std::sync::OnceLock;
 
+use super::runtime::{c_str_or, hip_candidates};
 use super::sys::{self, hiprtcResult, Loaded, RtcApi};
-use super::{c_str_or, hip_candidates};
 use crate::backend::gpu::{Program, ProgramText};
 use crate::error::{BackendKind, DriverError, Error, Result};
 

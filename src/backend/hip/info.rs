@@ -3,7 +3,8 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use super::{check, sys, Runtime};
+use super::runtime::Runtime;
+use super::{check, sys};
 use crate::backend::{DeviceInfo, DeviceLimits};
 use crate::error::{BackendKind, Result};
 
