@@ -7,7 +7,7 @@
 //! rest of `backend::gpu`) makes the device current ([`Driver::bind`]),
 //! checks arguments, ranges and devices, and owns every object; a driver
 //! method only makes the vendor call and turns its status into an
-//! [`Error`] naming that call.
+//! [`Error`](crate::Error) naming that call.
 
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
@@ -41,6 +41,7 @@ use super::compile::Program;
 /// succeeded), and every handle passed was made by this driver and is alive.
 pub unsafe trait Driver: Sized + Send + Sync + 'static {
     // ---- identity -------------------------------------------------------------------
+
     /// Which backend this is.
     const KIND: BackendKind;
 
