@@ -10,24 +10,8 @@ use crate::error::Result;
 
 use super::ext::{MemoryBackend, MemoryDevice};
 
-/// Options of a pinned host allocation (NBEP 7 `memhostalloc`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct PinnedFlags {
-    /// Map the memory into the device's address space ([`PinnedMemory::mapped_ptr`]).
-    pub mapped: bool,
-    /// Pinned for every context, not just the allocating one.
-    pub portable: bool,
-    /// Write-combined: fast for the host to write and the device to read,
-    /// very slow for the host to read.
-    pub write_combined: bool,
-}
-
-impl PinnedFlags {
-    /// Pinned for every context, nothing else: what `Device::alloc_pinned`
-    /// allocates, and what the library's own pinned buffers (array host
-    /// copies, copy staging) take from the current resource.
-    pub const PORTABLE: PinnedFlags = PinnedFlags { mapped: false, portable: true, write_combined: false };
-}
+// The options live in the backend layer, whose `MemoryDevice` takes them.
+pub use crate::backend::PinnedFlags;
 
 /// Pinned host memory; goes back to its [`PinnedPool`] (if any) when dropped.
 ///
