@@ -9,7 +9,7 @@ out=$1
 nvcc=${2:-nvcc}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-# One program, as the NVRTC path compiles it (src/backend/cuda.rs BUILTIN_SOURCE).
+# One program, as the NVRTC path compiles it (src/backend/cuda/mod.rs BUILTIN_SOURCE).
 cat "$root/kernels/cuda/builtins.cu" "$root/kernels/cuda/array_ops.cu" > "$out/gpuport_builtins.cu"
 "$nvcc" --fatbin -std=c++17 -I "$root/kernels/common" \
     -gencode arch=compute_80,code=sm_80 \

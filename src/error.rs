@@ -221,6 +221,10 @@ pub enum Error {
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
     DLPack(#[from] crate::dlpack::DLPackError),
+
+    /// A memory resource refused a block, or broke its contract.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
 }
 
 impl Error {
@@ -245,6 +249,7 @@ impl Error {
             Error::Lock(_) => "Lock",
             Error::Residency(_) => "Residency",
             Error::DLPack(_) => "DLPack",
+            Error::Memory(_) => "Memory",
         }
     }
 }

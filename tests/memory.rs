@@ -11,8 +11,8 @@ use std::time::Instant;
 use common::{fill_u32, pattern};
 use gpuport::memory::pool::SegmentReport;
 use gpuport::memory::{
-    self, Allocator, BlockState, CachingPool, LoggingResource, MemoryDevice, MemoryResource, NativePoolResource,
-    PageableCopier, PinnedFlags, PipelineConfig, PlainResource, PoolConfig, StatisticsResource,
+    self, Allocator, BlockState, CachingPool, LoggingResource, MemoryDevice, MemoryError, MemoryResource,
+    NativePoolResource, PageableCopier, PinnedFlags, PipelineConfig, PlainResource, PoolConfig, StatisticsResource,
 };
 use gpuport::{
     builtin, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, Location, MemArray, ModuleSource,
@@ -233,25 +233,64 @@ impl Write for SharedSink {
     }
 }
 
+/// Nanoseconds since the Unix epoch now.
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
 fn the_log_adaptor_writes_one_csv_line_per_event<D: MemoryDevice>(d: &Dev<D>) {
+    if d.info().backend != gpuport::BackendKind::Host
+        && common::provokes_driver_errors("an allocation the device cannot make")
+    {
+        return;
+    }
     let sink = SharedSink::default();
     let inner: Arc<dyn MemoryResource<D::B>> = Arc::new(PlainResource::new(d.clone()));
-    let alloc = Allocator::new(LoggingResource::new(inner, Box::new(sink.clone()), true).unwrap());
+    let (before, started) = (epoch_ns(), Instant::now());
+    let log = Arc::new(LoggingResource::new(inner, Box::new(sink.clone()), true).unwrap());
+    let alloc = Allocator::from_arc(log.clone());
     let s = d.create_stream().unwrap();
     let block = alloc.alloc(4096, &s).unwrap();
     let addr = format!("{:#x}", block.device_ptr());
     drop(block);
+    // A request the device cannot meet: an `allocate_failure` line.
+    let huge = 1usize << 62;
+    assert!(alloc.alloc(huge, &s).is_err());
+    // A block the plain resource did not hand out: a `free_failure` line.
+    let other = CachingPool::new(d.clone(), PoolConfig::default());
+    let foreign = other.allocate(512, &s).unwrap();
+    let foreign_addr = format!("{:#x}", foreign.ptr());
+    assert!(matches!(log.deallocate(foreign, &s, Vec::new()), Err(Error::Memory(MemoryError::ForeignBlock { .. }))));
+    let (after, elapsed) = (epoch_ns(), started.elapsed().as_nanos());
+
     let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], memory::log::CSV_HEADER);
-    assert_eq!(lines.len(), 3, "{text}");
-    for (line, event) in lines[1..].iter().zip(["allocate", "free"]) {
+    assert_eq!(lines.len(), 5, "{text}");
+    let thread: String = format!("{:?}", std::thread::current().id()).chars().filter(char::is_ascii_digit).collect();
+    let total = d.memory_info().unwrap().total;
+    let expected = [
+        ("allocate", addr.as_str(), 4096),
+        ("free", addr.as_str(), 4096),
+        ("allocate_failure", "0x0", huge),
+        ("free_failure", foreign_addr.as_str(), 512),
+    ];
+    let mut last = (0u128, 0u128);
+    for (line, (event, address, size)) in lines[1..].iter().zip(expected) {
         let f: Vec<&str> = line.split(',').collect();
         assert_eq!(f.len(), 10, "{line}");
-        assert!(f[0].parse::<u128>().unwrap() > 0 && f[1].parse::<u128>().is_ok() && f[2].parse::<u64>().is_ok());
-        assert_eq!((f[3], f[4], f[5], f[6]), (event, d.info().spec().as_str(), addr.as_str(), "4096"));
-        assert_eq!(f[7], d.stream_id(&s).unwrap().to_string());
-        assert!(f[8].parse::<usize>().unwrap() <= f[9].parse::<usize>().unwrap());
+        let (stamp, since) = (f[0].parse::<u128>().unwrap(), f[1].parse::<u128>().unwrap());
+        assert!(before <= stamp && stamp <= after, "timestamp {stamp} outside [{before}, {after}]: {line}");
+        assert!(since <= elapsed, "elapsed_ns {since} is more than the {elapsed} ns since the log began: {line}");
+        assert!(stamp >= last.0 && since >= last.1, "time runs backwards at {line}");
+        last = (stamp, since);
+        assert_eq!(f[2], thread, "the thread column names the allocating thread: {line}");
+        assert_eq!((f[3], f[4], f[5]), (event, d.info().spec().as_str(), address), "{line}");
+        assert_eq!(f[6], size.to_string(), "{line}");
+        assert_eq!(f[7], d.stream_id(&s).unwrap().to_string(), "{line}");
+        let (free, line_total) = (f[8].parse::<usize>().unwrap(), f[9].parse::<usize>().unwrap());
+        assert_eq!(line_total, total, "the total column is the device's memory: {line}");
+        assert!(free <= line_total, "{line}");
     }
 }
 
@@ -519,76 +558,119 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryDevice>(d: &Dev<D>) {
+/// Queues a busy-wait of `ns` nanoseconds on `stream`.
+fn delay<D: Device>(d: &D, sleep: &gpuport::Kernel<D::B>, stream: &gpuport::Stream<D::B>, ns: u64) {
+    let mut args = KernelArgs::new();
+    args.push(&ns);
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { d.launch(sleep, LaunchConfig::linear(1, 1), &args, stream) }.unwrap();
+}
+
+/// Checks that every byte of `block` is its owner's `value`, after every
+/// write queued anywhere on the device has landed: a write of an earlier
+/// owner that the pool let run after the block changed hands shows here.
+fn verify<D: MemoryDevice>(d: &D, block: &memory::DeviceAllocation<D::B>, value: u8, pool: &CachingPool<D::B>) {
+    d.synchronize_device().unwrap();
+    let got = read(d, block);
+    if got != vec![value; got.len()] {
+        let i = got.iter().position(|&b| b != value).unwrap_or(0);
+        panic!(
+            "a block was written after it changed hands: {block:?} expected {value:#x}, byte {i} of {} is {:#x} ({} bytes differ); {}",
+            got.len(),
+            got[i],
+            got.iter().filter(|&&b| b != value).count(),
+            pool.report().to_string().lines().take(2).collect::<Vec<_>>().join(" | ")
+        );
+    }
+}
+
+/// The stress test: threads allocate and free at random on streams of their
+/// own, each block filled with a value of its owner's and checked at every
+/// free. Some blocks get a late write (queued behind a busy-wait) on another
+/// stream or on their own, and are freed at once, while that write is still
+/// queued: a pool that reused such a block before the write ran (skipping a
+/// cross-stream event or a fence) would let the late write land on the next
+/// owner's data, which that owner's check then sees.
+fn stress<D: MemoryDevice>(d: &Dev<D>, ops: usize, validate: bool) {
     let threads: usize = std::env::var("GPUPORT_STRESS_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    let ops: usize = std::env::var("GPUPORT_STRESS_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-    let pool = Arc::new(CachingPool::new(d.clone(), PoolConfig { release_threshold: 64 * MIB, ..Default::default() }));
+    let late_ns: u64 = 300_000;
+    let config = PoolConfig { release_threshold: 64 * MIB, validate, ..Default::default() };
+    let pool = Arc::new(CachingPool::new(d.clone(), config));
     let stats = Arc::new(StatisticsResource::new(pool.clone()));
     let alloc = Allocator::from_arc(stats.clone());
     let checker = RangeChecker::default();
     let shared = d.create_stream().unwrap();
     let module = d.load_module(ModuleSource::Builtin).unwrap();
     let fill = d.kernel(&module, builtin::FILL_U32).unwrap();
+    let sleep = d.kernel(&module, builtin::SLEEP_NS).unwrap();
     let start = Instant::now();
     std::thread::scope(|scope| {
         for t in 0..threads {
-            let (alloc, checker, shared, fill, pool) = (&alloc, &checker, &shared, &fill, &pool);
+            let (alloc, checker, shared, fill, sleep, pool) = (&alloc, &checker, &shared, &fill, &sleep, &pool);
             scope.spawn(move || {
                 let s = d.create_stream().unwrap();
                 let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ ((t as u64 + 1) * 0x1234_5678);
                 let mut live: Vec<(gpuport::memory::DeviceAllocation<D::B>, u8)> = Vec::new();
-                for op in 0..ops / threads {
+                for _ in 0..ops / threads {
                     let r = xorshift(&mut rng);
-                    if live.len() < 48 && (live.is_empty() || r % 3 != 0) {
-                        let size = match r % 100 {
-                            0..=84 => 1 + (r >> 8) as usize % (64 * 1024),
-                            85..=98 => 64 * 1024 + (r >> 8) as usize % MIB,
-                            _ => MIB + (r >> 8) as usize % (12 * MIB),
-                        };
-                        let block = alloc.alloc(size, &s).unwrap();
-                        checker.insert(block.device_ptr(), block.len() as u64);
-                        let value = (r >> 40) as u8;
-                        if r % 8 == 0 && size % 4 == 0 && size <= 64 * 1024 {
+                    if !(live.len() < 48 && (live.is_empty() || r % 3 != 0)) {
+                        let (block, value) = live.swap_remove((r >> 16) as usize % live.len());
+                        verify(d.as_ref(), &block, value, pool);
+                        checker.remove(block.device_ptr());
+                        drop(block);
+                        continue;
+                    }
+                    let size = match r % 100 {
+                        0..=84 => 1 + (r >> 8) as usize % (64 * 1024),
+                        85..=98 => 64 * 1024 + (r >> 8) as usize % MIB,
+                        _ => MIB + (r >> 8) as usize % (12 * MIB),
+                    };
+                    let block = alloc.alloc(size, &s).unwrap();
+                    checker.insert(block.device_ptr(), block.len() as u64);
+                    let value = (r >> 40) as u8;
+                    match (r >> 4) % 16 {
+                        0 => {
+                            // A late write on another stream; freed while it is queued.
+                            let on_shared = block.use_on(shared).unwrap();
+                            delay(d.as_ref(), sleep, shared, late_ns);
+                            // SAFETY: `on_shared` records the use after the memset; the pool waits for it.
+                            unsafe { d.memset_async(&on_shared, 0, size, !value, shared) }.unwrap();
+                            drop(on_shared);
+                            checker.remove(block.device_ptr());
+                            drop(block);
+                            continue;
+                        }
+                        1 => {
+                            // A late write on its own stream; freed while it is queued.
+                            delay(d.as_ref(), sleep, &s, late_ns);
+                            // SAFETY: the pool hands the block to another stream only after a fence on `s`.
+                            unsafe { d.memset_async(&block, 0, size, !value, &s) }.unwrap();
+                            checker.remove(block.device_ptr());
+                            drop(block);
+                            continue;
+                        }
+                        2 => {
+                            // Written on another stream and kept: its free waits for that use.
+                            let on_shared = block.use_on(shared).unwrap();
+                            // SAFETY: as above.
+                            unsafe { d.memset_async(&on_shared, 0, size, value, shared) }.unwrap();
+                        }
+                        3 if size % 4 == 0 && size <= 64 * 1024 => {
                             let mut args = KernelArgs::new();
                             args.push_buffer(&block).push(&(size as u64 / 4)).push(&u32::from_ne_bytes([value; 4]));
                             let cfg = d.default_launch_config(fill, size / 4).unwrap();
                             // SAFETY: fill_u32 writes size/4 u32s of `block`, which outlives the work (pool ordering).
                             unsafe { d.launch(fill, cfg, &args, &s) }.unwrap();
-                        } else if r % 16 == 1 {
-                            let on_shared = block.use_on(shared).unwrap();
-                            // SAFETY: `on_shared` records the use; the pool waits for it before reuse.
-                            unsafe { d.memset_async(&on_shared, 0, size, value, shared) }.unwrap();
-                            drop(on_shared);
-                            // Later checks read on `s`: order them after the shared-stream write.
-                            d.synchronize(shared).unwrap();
-                        } else {
+                        }
+                        _ => {
                             // SAFETY: the block outlives the memset (pool ordering).
                             unsafe { d.memset_async(&block, 0, size, value, &s) }.unwrap();
                         }
-                        live.push((block, value));
-                    } else {
-                        let i = (r >> 16) as usize % live.len();
-                        let (block, value) = live.swap_remove(i);
-                        if op % 64 == 0 {
-                            // The block's writes are on `s`; `read` copies on the default stream.
-                            d.synchronize(&s).unwrap();
-                            let got = read(d.as_ref(), &block);
-                            if let Some(i) = got.iter().position(|&b| b != value) {
-                                panic!(
-                                    "a block was overwritten: {block:?} expected {value:#x}, byte {i} of {} is {:#x} ({} bytes differ, last at {:?}); {}",
-                                    got.len(),
-                                    got[i],
-                                    got.iter().filter(|&&b| b != value).count(),
-                                    got.iter().rposition(|&b| b != value),
-                                    pool.report()
-                                );
-                            }
-                        }
-                        checker.remove(block.device_ptr());
-                        drop(block);
                     }
+                    live.push((block, value));
                 }
-                for (block, _) in live.drain(..) {
+                for (block, value) in live.drain(..) {
+                    verify(d.as_ref(), &block, value, pool);
                     checker.remove(block.device_ptr());
                 }
                 d.synchronize(&s).unwrap();
@@ -596,15 +678,17 @@ fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryD
         }
     });
     let elapsed = start.elapsed();
+    d.synchronize(&shared).unwrap();
     let st = stats.get();
     assert_eq!((st.current_bytes, st.current_count), (0, 0), "{st:?}");
     let report = pool.report();
     assert_eq!((report.in_use, report.requested), (0, 0), "{report}");
+    assert!(report.counters.fences > 0 && report.counters.shared_reuses > 0, "blocks changed streams: {report}");
     pool.trim(0).unwrap();
     assert_eq!(pool.report().reserved, 0, "{}", pool.report());
     let _ = writeln!(
         std::io::stderr(),
-        "stress on {}: {ops} operations, {} allocations, peak {} blocks / {:.1} MiB, {:.2} s; {}",
+        "stress on {} (validate {validate}): {ops} operations, {} allocations, peak {} blocks / {:.1} MiB, {:.2} s; {}",
         d.info().spec(),
         st.total_count,
         st.peak_count,
@@ -612,6 +696,18 @@ fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryD
         elapsed.as_secs_f64(),
         report.to_string().lines().take(2).collect::<Vec<_>>().join(" | ")
     );
+}
+
+fn stress_ops(default: usize) -> usize {
+    std::env::var("GPUPORT_STRESS_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn random_allocations_on_many_streams_never_overlap_and_leave_nothing<D: MemoryDevice>(d: &Dev<D>) {
+    stress(d, stress_ops(40_000), false);
+}
+
+fn the_stress_test_passes_the_pools_own_validator<D: MemoryDevice>(d: &Dev<D>) {
+    stress(d, stress_ops(40_000) / 8, true);
 }
 
 // ---- instantiation ---------------------------------------------------------------------
@@ -652,6 +748,7 @@ mod cases {
         a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done,
         exported_memarray_memory_goes_back_only_when_the_device_is_idle,
         random_allocations_on_many_streams_never_overlap_and_leave_nothing,
+        the_stress_test_passes_the_pools_own_validator,
     );
 }
 

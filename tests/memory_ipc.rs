@@ -216,7 +216,9 @@ fn the_default_native_pool_still_refuses_ipc_export(#[case] spec: &str) {
 fn read_and_write_in_child<D: MemoryDevice>(d: &Arc<D>, handles: &[IpcHandle], seed: u8) {
     let mut opened = Vec::new();
     for handle in handles {
-        match open_ipc::<D::B>(d, handle) {
+        // SAFETY: the handles are the parent's exports, parsed back from the
+        // text it passed, of allocations it keeps alive until this child exits.
+        match unsafe { open_ipc::<D::B>(d, handle) } {
             Ok(memory) => opened.push(memory),
             Err(Error::Unsupported { op, hint, .. }) if op == TAKING_REFUSED => {
                 println!("{CHILD_SKIPPED} {}", hint.unwrap_or_default());

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use super::{
     builtin, check_alloc_size, check_kernel_args, check_range, Backend, Device, DeviceInfo, DeviceLimits, DeviceMemory,
-    DeviceMemoryMut, HostMemory, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, ModuleSource,
+    DeviceMemoryMut, HostMemory, KernelArgs, LaunchConfig, MemoryDevice, MemoryInfo, MemoryKind, ModuleSource,
+    PinnedFlags,
 };
 use crate::error::{BackendKind, Error, Result};
 
@@ -716,5 +717,37 @@ impl Device for HostDevice {
                 panic!("kernel {name}: {msg}");
             }
         })
+    }
+}
+
+// ---- memory-layer support -------------------------------------------------------
+
+/// The host backend: pinned memory is ordinary host memory (flags change
+/// nothing, a "mapped" address is the host address), the native pool is the
+/// plain allocator (nothing cached, nothing to trim), and there is no IPC.
+impl MemoryDevice for HostDevice {
+    fn alloc_pinned_with(&self, bytes: usize, _flags: PinnedFlags) -> Result<HostBuffer> {
+        self.alloc_pinned(bytes)
+    }
+
+    fn mapped_device_ptr(&self, host: *mut u8) -> Result<u64> {
+        Ok(host as u64)
+    }
+
+    unsafe fn pin_with(&self, ptr: *mut u8, len: usize, _mapped: bool) -> Result<HostRegistration> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.register_host(ptr, len) }
+    }
+
+    fn set_native_pool_release_threshold(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn native_pool_reserved(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn trim_native_pool(&self, _keep: usize) -> Result<()> {
+        Ok(())
     }
 }

@@ -18,11 +18,17 @@ use std::sync::Arc;
 
 use crate::error::{BackendKind, Error, Result};
 
+pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
+
 pub mod host;
+mod memory_device;
 pub mod registry;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod gpu;
 
 #[cfg(feature = "rocm")]
 pub mod hip;
@@ -33,10 +39,9 @@ pub mod hip;
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::host::Host {}
-    #[cfg(feature = "cuda")]
-    impl Sealed for super::cuda::Cuda {}
-    #[cfg(feature = "rocm")]
-    impl Sealed for super::hip::Hip {}
+    // Every `Gpu<D>`: `D` is a `gpu::Driver`, which only this crate can name.
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    impl<D: super::gpu::Driver> Sealed for super::gpu::Gpu<D> {}
 }
 
 /// A backend: a family of devices and the types they hand out.
@@ -46,11 +51,11 @@ mod sealed {
 pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     /// Which backend this is.
     const KIND: BackendKind;
-    /// A device of this backend. Every device also implements the memory
-    /// layer's [`MemoryDevice`](crate::memory::MemoryDevice), so generic
-    /// code over `D: Device` can allocate through the device's current
-    /// resource (`crate::memory::current_resource::<D::B>`).
-    type Device: Device<B = Self> + crate::memory::MemoryDevice;
+    /// A device of this backend. Every device also implements
+    /// [`MemoryDevice`], what the memory layer needs of it, so generic code
+    /// over `D: Device` can allocate through the device's current resource
+    /// (`crate::memory::current_resource::<D::B>`).
+    type Device: Device<B = Self> + MemoryDevice;
     /// An in-order queue of work on one device; clones name the same queue.
     type Stream: Clone + Send + Sync + fmt::Debug;
     /// A marker recorded on a stream, to wait for or to time.

@@ -285,10 +285,8 @@ pub unsafe fn add_index_async<D: Device, T: Scalar, const N: usize>(
     stream: &Stream<D::B>,
 ) -> Result<()> {
     if N == 0 {
-        // A rank-0 array is one element with no indices: the sum of its
-        // indices is 0, as for the one element of a shape-[1] array.
-        // SAFETY: forwarded caller contract; the memory holds one element.
-        return unsafe { add_index_async::<D, T, 1>(d, data, [1], stream) };
+        // A 0-d array is one element whose index sum is 0: nothing changes.
+        return Ok(());
     }
     check_rank(N)?;
     if let Some(&e) = shape.iter().find(|&&e| e < 0) {

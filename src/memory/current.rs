@@ -1,21 +1,45 @@
-//! The per-device current resource.
+//! The per-device current resource, and giving back what the process-wide
+//! caches hold ([`release_all`], also run at process exit).
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use crate::backend::{Backend, Device};
 use crate::error::{BackendKind, Error, Result};
 
 use super::ext::MemoryBackend;
 use super::pool::{CachingPool, PoolConfig};
-use super::resource::Allocator;
+use super::Allocator;
+#[cfg(doc)]
+use super::MemoryResource;
+
+/// Gives back a slot's cached memory: its resource's `reset` (`None`), or
+/// its `release_cached` with that patience.
+type Release = Arc<dyn Fn(Option<Duration>) -> Result<()> + Send + Sync>;
+
+/// How long the release at process exit waits for work still queued.
+const EXIT_PATIENCE: Duration = Duration::from_secs(2);
 
 struct Slot {
     /// An `Allocator<B>` for the slot's backend.
     allocator: Box<dyn Any + Send + Sync>,
+    /// Resets that allocator, without knowing its backend.
+    release: Release,
     /// Whether `current_resource` has handed it out.
     used: bool,
+}
+
+impl Slot {
+    fn new<B: MemoryBackend>(allocator: Allocator<B>) -> Self {
+        let handle = allocator.clone();
+        let release = move |patience: Option<Duration>| match patience {
+            None => handle.reset(),
+            Some(patience) => handle.resource().release_cached(patience),
+        };
+        Slot { allocator: Box::new(allocator), release: Arc::new(release), used: false }
+    }
 }
 
 fn slots() -> &'static Mutex<HashMap<(BackendKind, usize), Slot>> {
@@ -30,13 +54,16 @@ fn mismatch(spec: String) -> Error {
 /// The device's current resource: what every allocation of the library on
 /// that device goes through. A [`CachingPool`] unless
 /// [`set_current_resource`] replaced it before this first call.
+///
+/// The first call of the process also arranges for [`release_all`] to run
+/// at process exit (see there).
 pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Allocator<B>> {
+    release_at_exit();
     let key = (B::KIND, device.info().ordinal);
     let mut slots = slots().lock().unwrap_or_else(|p| p.into_inner());
-    let slot = slots.entry(key).or_insert_with(|| Slot {
-        allocator: Box::new(Allocator::<B>::new(CachingPool::new(device.clone(), PoolConfig::default()))),
-        used: false,
-    });
+    let slot = slots
+        .entry(key)
+        .or_insert_with(|| Slot::new(Allocator::<B>::new(CachingPool::new(device.clone(), PoolConfig::default()))));
     slot.used = true;
     slot.allocator.downcast_ref::<Allocator<B>>().cloned().ok_or_else(|| mismatch(device.info().spec()))
 }
@@ -45,6 +72,7 @@ pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<All
 /// [`Error::InvalidArgument`] once [`current_resource`] has handed the old
 /// one out, since memory of two resources would then be mixed.
 pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result<()> {
+    release_at_exit();
     let device = allocator.device().clone();
     let key = (<B as Backend>::KIND, device.info().ordinal);
     let mut slots = slots().lock().unwrap_or_else(|p| p.into_inner());
@@ -57,6 +85,87 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
             ),
         });
     }
-    slots.insert(key, Slot { allocator: Box::new(allocator), used: false });
+    slots.insert(key, Slot::new(allocator));
     Ok(())
+}
+
+/// Gives back to the driver every byte the process-wide caches hold and no
+/// one uses: the shared [`PageableCopier`](super::PageableCopier)s are
+/// dropped (their pinned staging buffers go back to the current resources),
+/// then every device's current resource is reset (a caching pool returns its
+/// free segments and idle pinned buffers, and lets go of the streams it kept).
+///
+/// Memory still in use stays valid and stays allocated; the caches fill again
+/// on later use. So a program (or a test harness) that dropped everything it
+/// allocated and then calls this ends with nothing of gpuport's allocated,
+/// which is what a leak checker (`compute-sanitizer --leak-check full`)
+/// wants to see. Returns the first error of a reset; every resource is
+/// reset anyway.
+///
+/// It also runs at process exit, registered with `atexit` by the first
+/// [`current_resource`] or [`set_current_resource`] call, unless the
+/// environment variable `GPUPORT_RELEASE_AT_EXIT` is `0` then. Why that is
+/// sound, and when it does nothing: a C `atexit` handler runs when `main`
+/// returns or `exit` is called, in reverse order of registration, and all of
+/// them run before the shared libraries' destructors (`_dl_fini` runs last).
+/// The CUDA driver and the HIP runtime are loaded at the first device open,
+/// before any current resource exists, so whatever exit-time teardown they
+/// register then, and their library destructors, run after this handler:
+/// the driver is still up when it frees. Other threads may still run then:
+/// the handler only takes the same locks as any other caller and frees only
+/// memory no one holds. It frees nothing (a free fails, is ignored, and the
+/// memory goes with the process) if a library loaded *after* the first
+/// current resource tore the driver's context down in its own exit handler,
+/// and it does not run at all on `_exit`, on an abort, or on a fatal signal. At exit it waits for work still queued
+/// no longer than 2 seconds (see [`MemoryResource::release_cached`]): a
+/// program that exits while a kernel runs does not hang, and what that
+/// work still uses stays allocated until the driver tears down. A child of
+/// `fork` that calls `exit` skips it (CUDA and HIP do not survive a fork,
+/// nor do the host backend's stream threads).
+pub fn release_all() -> Result<()> {
+    release(None)
+}
+
+/// [`release_all`], with resets (`None`) or with that patience for queued work.
+fn release(patience: Option<Duration>) -> Result<()> {
+    super::pageable::release_copiers();
+    // Called outside the lock: a reset waits for streams.
+    let releases: Vec<Release> =
+        slots().lock().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.release.clone()).collect();
+    let mut outcome = Ok(());
+    for release in releases {
+        let result = release(patience);
+        if outcome.is_ok() {
+            outcome = result;
+        }
+    }
+    outcome
+}
+
+/// Registers [`release_all`] with `atexit`, once per process.
+fn release_at_exit() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        if std::env::var("GPUPORT_RELEASE_AT_EXIT").is_ok_and(|v| v == "0") {
+            return;
+        }
+        static PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        PROCESS.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+        extern "C" fn at_exit() {
+            // A child made by fork() that calls exit() inherits the handler,
+            // but not the driver's state nor the host streams' threads: skip.
+            if std::process::id() != PROCESS.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            // Never unwind into C; errors change nothing at exit.
+            let _ = std::panic::catch_unwind(|| release(Some(EXIT_PATIENCE)));
+        }
+        // SAFETY: registers a function that takes no arguments, never
+        // unwinds (catch_unwind above), and touches only gpuport's own
+        // process-wide state, which lives in statics that are never dropped.
+        // A failed registration (returned non-zero) only means no release at exit.
+        unsafe {
+            libc::atexit(at_exit);
+        }
+    });
 }

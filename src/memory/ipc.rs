@@ -48,8 +48,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::backend::{Backend, Buffer, Device, Stream};
 use crate::error::{BackendKind, Error, Result};
 
+use super::block::Block;
 use super::ext::{ExportedPoolFd, MemoryBackend, MemoryDevice, RawPool};
-use super::resource::{Block, IpcHandle, IpcKind};
+use super::ipc_handle::{IpcHandle, IpcKind};
 
 /// What to do instead when a pool descriptor cannot be taken.
 const FALLBACK: &str = "or allocate through CachingPool or PlainResource, whose IPC handles \
@@ -120,7 +121,7 @@ impl<B: MemoryBackend> ShareablePool<B> {
                 }
             }
         };
-        let data = self.device.pool_export_pointer(block.ptr)?;
+        let data = self.device.pool_export_pointer(block.ptr())?;
         let info = self.device.info();
         Ok(IpcHandle {
             backend: info.backend,
@@ -128,7 +129,7 @@ impl<B: MemoryBackend> ShareablePool<B> {
             kind: IpcKind::PoolBlock { pid: std::process::id(), fd, pool: self.id },
             handle: data,
             offset: 0,
-            len: block.len,
+            len: block.len(),
         })
     }
 }

@@ -2,7 +2,9 @@
 //! `logging_resource_adaptor`.
 //!
 //! Columns: `timestamp_ns` (since the Unix epoch), `elapsed_ns` (since the
-//! log started), `thread`, `event` (`allocate`, `free`, `allocate_failure`),
+//! log started), `thread`, `event` (`allocate`, `free`, `allocate_failure`,
+//! `free_failure`: a block the resource refused, see
+//! [`MemoryError::ForeignBlock`](super::MemoryError::ForeignBlock)),
 //! `device` (`cuda:0`), `address` (hex), `size` (bytes requested), `stream`
 //! (the backend's stream id, empty where it has none), `free` and `total`
 //! (device memory in bytes after the event, empty unless enabled).
@@ -15,10 +17,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::backend::{Device, Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::{Error, Result};
 
+use super::block::Block;
 use super::ext::MemoryBackend;
+use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::resource::{forward_to_inner, Block, IpcHandle, MemoryResource};
+use super::resource::{forward_to_inner, MemoryResource};
 use super::stats::Statistics;
 
 /// The CSV header line [`LoggingResource`] writes first.
@@ -91,7 +95,9 @@ impl<B: MemoryBackend> fmt::Debug for LoggingResource<B> {
     }
 }
 
-impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
+// SAFETY: blocks pass between the caller and `inner` unchanged; the log
+// lines are all this adaptor adds.
+unsafe impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.inner.device()
     }
@@ -101,7 +107,7 @@ impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         match self.inner.allocate(bytes, stream) {
             Ok(block) => {
-                self.line("allocate", block.ptr, bytes, stream);
+                self.line("allocate", block.ptr(), bytes, stream);
                 Ok(block)
             }
             Err(e) => {
@@ -110,10 +116,11 @@ impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
             }
         }
     }
-    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
-        let (ptr, len) = (block.ptr, block.len);
-        self.inner.deallocate(block, stream, after);
-        self.line("free", ptr, len, stream);
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        let (ptr, len) = (block.ptr(), block.len());
+        let freed = self.inner.deallocate(block, stream, after);
+        self.line(if freed.is_ok() { "free" } else { "free_failure" }, ptr, len, stream);
+        freed
     }
     forward_to_inner!();
     fn statistics(&self) -> Option<Statistics> {

@@ -45,6 +45,33 @@
 //! has completed. There is no code path that moves a block between streams
 //! without such an event (see `pool.rs`).
 //!
+//! ## What safe code trusts, and what it checks
+//! A [`DeviceAllocation`] is memory that safe copies and kernels write, so
+//! what a resource hands out is trusted: [`MemoryResource`] is an `unsafe
+//! trait` whose contract (its `# Safety` section) says what an
+//! implementation promises, as is the caching pool's [`Storage`]. What can
+//! be checked where a resource's answer crosses into safe code is checked:
+//! [`Allocator::alloc`] refuses a block shorter than asked for, of another
+//! device, or wrapping around the address space
+//! ([`MemoryError::ContractViolation`]), and the pool refuses such a segment.
+//! A [`Block`] is opaque (private fields, not `Clone`), stamped with its
+//! resource's [`ResourceId`] and a serial number no one can set; resources
+//! refuse, freeing nothing, a block they did not hand out or that is not live
+//! ([`MemoryError::ForeignBlock`]), and an allocation whose free is refused
+//! leaks its memory and records it ([`Allocator::refused_frees`]) rather
+//! than free anything twice. [`open_ipc`] is `unsafe`: the driver cannot
+//! check an IPC handle's offset and length against the allocation it opens.
+//!
+//! ## Caches and process exit
+//! The per-device current resources and the shared [`PageableCopier`]s live
+//! for the process and cache memory no one uses. [`release_all`] gives all
+//! of it back (live memory stays valid), and runs at process exit too (an
+//! `atexit` handler; its documentation says why that is sound and when it
+//! does nothing), so a program that dropped everything it allocated ends
+//! with nothing of gpuport's allocated. A pool lets go of streams whose
+//! users dropped them (see [`pool`]), and every resource frees all it holds
+//! when dropped.
+//!
 //! ## Memory whose users' streams are unknown
 //! An address handed to code we do not see (a DLPack export, a view, a raw
 //! pointer) may be used on any stream, so no event can cover its uses.
@@ -53,10 +80,13 @@
 //! synchronous `cudaFree` implies) before returning it to the resource; see
 //! [`Held`], which the Python `runtime.malloc` uses too.
 
+mod allocation;
+mod block;
 mod current;
 pub mod ext;
 mod held;
 pub mod ipc;
+mod ipc_handle;
 pub mod log;
 pub mod pageable;
 pub mod pinned;
@@ -64,20 +94,20 @@ pub mod pool;
 pub mod resource;
 pub mod stats;
 
-pub use current::{current_resource, set_current_resource};
+pub use allocation::{Allocator, DeferCleanup, DeviceAllocation, StreamUse};
+pub use block::{Block, MemoryError, ResourceId};
+pub use current::{current_resource, release_all, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
 pub use held::Held;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
+pub use ipc_handle::{open_ipc, IpcHandle, IpcKind, IpcMemory};
 pub use log::LoggingResource;
 pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use pool::{
     BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
 };
-pub use resource::{
-    open_ipc, Allocator, Block, DeferCleanup, DeviceAllocation, IpcHandle, IpcKind, IpcMemory, MemoryResource,
-    NativePoolResource, PlainResource, StreamUse,
-};
+pub use resource::{MemoryResource, NativePoolResource, PlainResource};
 pub use stats::{Statistics, StatisticsResource};
 
 /// The version of the resource interface, as NBEP 7's `interface_version`

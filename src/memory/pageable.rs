@@ -189,8 +189,8 @@ fn deal<W>(lanes: usize, pieces: impl Iterator<Item = W>) -> Vec<Vec<W>> {
 
 /// The device's shared [`PageableCopier`], made on first use with
 /// [`PipelineConfig::default`] (its staging buffers, `2 * lanes` chunks of
-/// pinned memory, come from the device's current resource and stay for the
-/// process). What the Python `gpuport.runtime.memcpy` uses for synchronous
+/// pinned memory, come from the device's current resource and stay until
+/// [`release_all`](super::release_all)). What the Python `gpuport.runtime.memcpy` uses for synchronous
 /// copies between pageable host memory and a GPU.
 ///
 /// ```
@@ -204,16 +204,30 @@ fn deal<W>(lanes: usize, pieces: impl Iterator<Item = W>) -> Vec<Vec<W>> {
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 pub fn pageable_copier<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Arc<PageableCopier<B>>> {
-    type Copiers = Mutex<HashMap<(BackendKind, usize), Box<dyn Any + Send + Sync>>>;
-    static COPIERS: OnceLock<Copiers> = OnceLock::new();
     let key = (B::KIND, device.info().ordinal);
-    let mut copiers = COPIERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut copiers = copiers().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(copier) = copiers.get(&key).and_then(|c| c.downcast_ref::<Arc<PageableCopier<B>>>()) {
         return Ok(copier.clone());
     }
     let copier = Arc::new(PageableCopier::new(device.clone(), PipelineConfig::default())?);
     copiers.insert(key, Box::new(copier.clone()));
     Ok(copier)
+}
+
+type Copiers = Mutex<HashMap<(BackendKind, usize), Box<dyn Any + Send + Sync>>>;
+
+/// The shared copiers of [`pageable_copier`], by device.
+fn copiers() -> &'static Copiers {
+    static COPIERS: OnceLock<Copiers> = OnceLock::new();
+    COPIERS.get_or_init(Default::default)
+}
+
+/// Drops the shared copiers (made again on next use), so their staging
+/// buffers go back to the current resources' pinned pools once no caller
+/// holds a copier any more; see [`release_all`](super::release_all).
+pub(crate) fn release_copiers() {
+    let drained = std::mem::take(&mut *copiers().lock().unwrap_or_else(|p| p.into_inner()));
+    drop(drained); // outside the lock: dropping a copier drops its streams
 }
 
 /// One lane of a host-to-device copy: fill staging buffer `i % 2` while the

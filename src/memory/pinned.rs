@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{Device, HostMemory, PinnedBuffer};
@@ -9,24 +10,8 @@ use crate::error::Result;
 
 use super::ext::{MemoryBackend, MemoryDevice};
 
-/// Options of a pinned host allocation (NBEP 7 `memhostalloc`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct PinnedFlags {
-    /// Map the memory into the device's address space ([`PinnedMemory::mapped_ptr`]).
-    pub mapped: bool,
-    /// Pinned for every context, not just the allocating one.
-    pub portable: bool,
-    /// Write-combined: fast for the host to write and the device to read,
-    /// very slow for the host to read.
-    pub write_combined: bool,
-}
-
-impl PinnedFlags {
-    /// Pinned for every context, nothing else: what `Device::alloc_pinned`
-    /// allocates, and what the library's own pinned buffers (array host
-    /// copies, copy staging) take from the current resource.
-    pub const PORTABLE: PinnedFlags = PinnedFlags { mapped: false, portable: true, write_combined: false };
-}
+// The options live in the backend layer, whose `MemoryDevice` takes them.
+pub use crate::backend::PinnedFlags;
 
 /// Pinned host memory; goes back to its [`PinnedPool`] (if any) when dropped.
 ///
@@ -105,11 +90,14 @@ struct PoolInner<B: MemoryBackend> {
     max_cached: usize,
     /// Cached buffers by (flags, capacity) and the bytes they hold.
     cache: Mutex<Cache<B>>,
+    /// Bytes (capacities) of the buffers handed out and not yet back.
+    in_use: AtomicUsize,
 }
 
 impl<B: MemoryBackend> PoolInner<B> {
     fn give_back(&self, flags: PinnedFlags, mapped_ptr: Option<u64>, buffer: PinnedBuffer<B>) {
         let capacity = buffer.as_slice().len();
+        self.in_use.fetch_sub(capacity, Ordering::Relaxed);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.1 + capacity <= self.max_cached {
             cache.1 += capacity;
@@ -144,7 +132,8 @@ impl<B: MemoryBackend> fmt::Debug for PinnedPool<B> {
 impl<B: MemoryBackend> PinnedPool<B> {
     /// A pool that keeps at most `max_cached` bytes of idle buffers.
     pub fn new(device: Arc<B::Device>, max_cached: usize) -> Self {
-        PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache: Mutex::new((HashMap::new(), 0)) }) }
+        let cache = Mutex::new((HashMap::new(), 0));
+        PinnedPool { inner: Arc::new(PoolInner { device, max_cached, cache, in_use: AtomicUsize::new(0) }) }
     }
 
     /// The size class of a request: [`MIN_CLASS`] up to that size, then
@@ -188,7 +177,13 @@ impl<B: MemoryBackend> PinnedPool<B> {
                 (fresh.mapped_ptr, fresh.buffer.take().ok_or_else(unreachable_none)?)
             }
         };
+        self.inner.in_use.fetch_add(buffer.as_slice().len(), Ordering::Relaxed);
         Ok(PinnedMemory { buffer: Some(buffer), len: bytes, flags, mapped_ptr, home: Some(self.inner.clone()) })
+    }
+
+    /// Bytes (capacities) of the pool's buffers handed out and not yet dropped.
+    pub fn in_use_bytes(&self) -> usize {
+        self.inner.in_use.load(Ordering::Relaxed)
     }
 
     /// Bytes held by idle cached buffers.

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use crate::backend::{Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::Result;
 
+use super::block::Block;
 use super::ext::MemoryBackend;
+use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::pool::PoolReport;
-use super::resource::{forward_to_inner, Block, IpcHandle, MemoryResource};
+use super::resource::{forward_to_inner, MemoryResource};
 
 /// Counts of a [`StatisticsResource`] (bytes as requested).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,7 +77,9 @@ impl<B: MemoryBackend> fmt::Debug for StatisticsResource<B> {
     }
 }
 
-impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
+// SAFETY: blocks pass between the caller and `inner` unchanged; the
+// counters are all this adaptor adds.
+unsafe impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.inner.device()
     }
@@ -84,18 +88,23 @@ impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
     }
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         let block = self.inner.allocate(bytes, stream)?;
-        let now = self.current_bytes.fetch_add(block.len, Ordering::Relaxed) + block.len;
+        let len = block.len();
+        let now = self.current_bytes.fetch_add(len, Ordering::Relaxed) + len;
         self.peak_bytes.fetch_max(now, Ordering::Relaxed);
-        self.total_bytes.fetch_add(block.len, Ordering::Relaxed);
+        self.total_bytes.fetch_add(len, Ordering::Relaxed);
         let count = self.current_count.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak_count.fetch_max(count, Ordering::Relaxed);
         self.total_count.fetch_add(1, Ordering::Relaxed);
         Ok(block)
     }
-    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
-        self.current_bytes.fetch_sub(block.len, Ordering::Relaxed);
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        let len = block.len();
+        // A block `inner` refuses was never counted here (or is counted
+        // still, under the block it copies): leave the counts alone.
+        self.inner.deallocate(block, stream, after)?;
+        self.current_bytes.fetch_sub(len, Ordering::Relaxed);
         self.current_count.fetch_sub(1, Ordering::Relaxed);
-        self.inner.deallocate(block, stream, after)
+        Ok(())
     }
     forward_to_inner!();
     fn statistics(&self) -> Option<Statistics> {

@@ -6,23 +6,23 @@
 //! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
 //! object-safe [`ArrayOps`] trait; nothing else is a table of instantiations.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gpuport::array::{Element, Location, LockError, LockId, MemArray, Residency, Transfer};
 use gpuport::backend::{Backend, Stream as BackendStream};
 use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use gpuport::{with_device, AnyDevice, BackendKind, Device, Error};
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use crate::device::{
-    is_cuda_dl, resolve_device, resolve_stream, spec, stream_from_handle, AnyStream, PyBackend, PyDevice,
-};
-use crate::dlpack::{make_capsule, take_capsule, ExportParts, Packaging, Producer};
+use crate::context::DLPackContext;
+use crate::device::{resolve_device, resolve_stream, spec, AnyStream, PyBackend, PyDevice};
+use crate::dlpack::Producer;
 use crate::dtype::{dtype_from_py, unsupported_dlpack_dtype, DType, MAX_RANK};
 use crate::errors::{self, IntoPyResult};
+use crate::exchange::{dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, Request};
+use crate::exclusive::{Exclusive, ExclusiveGuard};
 use crate::{with_dtype, with_rank};
 
 // ---- elements ------------------------------------------------------------------
@@ -198,7 +198,10 @@ impl<T: PyElement, const N: usize, D: PyBackend> ArrayOps for Typed<T, N, D> {
         Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))
     }
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> gpuport::Result<()> {
-        if t.is_contiguous() {
+        // A tensor exported from this very array (`a.read_numpy_array(a)`)
+        // would alias the host copy being written: any live export may be
+        // it, so copy the source out first then.
+        if t.is_contiguous() && self.a.live_exports() == 0 {
             self.a.copy_from_slice(t.as_slice::<T>()?, lock)
         } else {
             let v = t.to_vec::<T>()?;
@@ -238,7 +241,7 @@ fn rank_error(n: usize) -> Error {
 }
 
 /// A zero-filled array of any dtype, rank (0..=8) and device.
-fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> gpuport::Result<Box<dyn ArrayOps>> {
+pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> gpuport::Result<Box<dyn ArrayOps>> {
     with_device!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
         else => Err(rank_error(shape.len())))))
 }
@@ -264,7 +267,7 @@ pub struct Foreign {
 }
 
 impl Foreign {
-    fn check_lock(&self, op: &'static str, given: Option<u64>) -> gpuport::Result<()> {
+    pub fn check_lock(&self, op: &'static str, given: Option<u64>) -> gpuport::Result<()> {
         match (self.lock, given) {
             (None, _) => Ok(()),
             (Some(held), None) => Err(LockError::Locked { op, held }.into()),
@@ -331,7 +334,7 @@ fn foreign_add_index<T: PyElement, const N: usize, D: PyBackend>(
 }
 
 /// The gpuport device and location for memory of a DLPack device.
-fn device_for_dl(py: Python<'_>, dl: DLDevice) -> PyResult<AnyDevice> {
+pub fn device_for_dl(py: Python<'_>, dl: DLDevice) -> PyResult<AnyDevice> {
     let spec = match dl.device_type {
         DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => "host".to_string(),
         DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => format!("cuda:{}", dl.device_id.max(0)),
@@ -372,31 +375,31 @@ pub enum Storage {
 }
 
 impl Storage {
-    fn dtype(&self) -> DType {
+    pub fn dtype(&self) -> DType {
         match self {
             Storage::Owned(a) => a.dtype(),
             Storage::Foreign(f) => f.dtype,
         }
     }
-    fn shape(&self) -> Vec<usize> {
+    pub fn shape(&self) -> Vec<usize> {
         match self {
             Storage::Owned(a) => a.shape(),
             Storage::Foreign(f) => f.shape.clone(),
         }
     }
-    fn device(&self) -> AnyDevice {
+    pub fn device(&self) -> AnyDevice {
         match self {
             Storage::Owned(a) => a.device(),
             Storage::Foreign(f) => f.device.clone(),
         }
     }
-    fn lock_id(&self) -> Option<u64> {
+    pub fn lock_id(&self) -> Option<u64> {
         match self {
             Storage::Owned(a) => a.lock_id(),
             Storage::Foreign(f) => f.lock,
         }
     }
-    fn enter(&mut self, id: u64) -> gpuport::Result<()> {
+    pub fn enter(&mut self, id: u64) -> gpuport::Result<()> {
         match self {
             Storage::Owned(a) => a.enter(id),
             Storage::Foreign(f) => match f.lock {
@@ -408,7 +411,7 @@ impl Storage {
             },
         }
     }
-    fn exit(&mut self) {
+    pub fn exit(&mut self) {
         match self {
             Storage::Owned(a) => a.exit(),
             Storage::Foreign(f) => f.lock = None,
@@ -417,14 +420,14 @@ impl Storage {
 
     /// Where an export goes when the consumer does not say: the device copy
     /// of a GPU array when it is current, else the current copy.
-    fn natural(&self) -> Location {
+    pub fn natural(&self) -> Location {
         match self {
             Storage::Owned(a) => natural_of(a.as_ref()),
             Storage::Foreign(f) => f.location(),
         }
     }
 
-    fn dl(&self, loc: Location) -> DLDevice {
+    pub fn dl(&self, loc: Location) -> DLDevice {
         match self {
             Storage::Owned(a) => a.dl_device(loc),
             Storage::Foreign(f) => f.dl,
@@ -432,17 +435,13 @@ impl Storage {
     }
 }
 
-fn natural_of(a: &dyn ArrayOps) -> Location {
+pub fn natural_of(a: &dyn ArrayOps) -> Location {
     match a.residency() {
         Residency::Host => Location::Host,
         Residency::Device => Location::Device,
         Residency::Both if a.device().backend() != BackendKind::Host => Location::Device,
         Residency::Both => Location::Host,
     }
-}
-
-fn dl_pair(d: DLDevice) -> (i32, i32) {
-    (d.device_type.0 as i32, d.device_id)
 }
 
 fn loc_name(l: Location) -> &'static str {
@@ -452,241 +451,151 @@ fn loc_name(l: Location) -> &'static str {
     }
 }
 
-/// A DLPack export request, as `__dlpack__` receives it.
-pub struct Request {
-    pub stream: Option<isize>,
-    pub max_version: Option<(u32, u32)>,
-    pub dl_device: Option<(i32, i32)>,
-    pub copy: Option<bool>,
-    pub read_only: bool,
-    pub lock: Option<u64>,
-    pub prefer: Option<Location>,
-}
-
-/// The consumer stream a `__dlpack__(stream=...)` names for memory of DLPack
-/// device type `dl_t`: `None` for no synchronization.
-fn consumer_stream(py: Python<'_>, dev: &AnyDevice, dl_t: i32, stream: Option<isize>) -> PyResult<Option<AnyStream>> {
-    if is_cuda_dl(dl_t) {
-        match stream {
-            // The standard: None means the legacy default stream on CUDA.
-            None => stream_from_handle(py, dev, 1).map(Some),
-            Some(-1) => Ok(None),
-            Some(0) => Err(PyValueError::new_err(
-                "stream=0 is ambiguous on CUDA and disallowed by the DLPack standard; use 1 (legacy default), 2 (per-thread default), a stream handle, or -1",
-            )),
-            Some(h) if h < -1 => Err(PyValueError::new_err(format!("stream={h} is not a CUDA stream"))),
-            Some(h) => stream_from_handle(py, dev, h).map(Some),
-        }
-    } else {
-        match stream {
-            None | Some(-1) => Ok(None),
-            Some(h) => Err(PyValueError::new_err(format!(
-                "stream={h} was given for memory on DLPack device type {dl_t}; host memory takes stream=None"
-            ))),
-        }
-    }
-}
-
-/// Exports `st` as a DLPack capsule following the array API standard.
-pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<Bound<'py, PyAny>> {
-    let versioned_minor = match req.max_version {
-        Some((major, minor)) if major >= 1 => {
-            Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
-        }
-        _ => None,
-    };
-    let lock = req.lock.map(LockId);
-    let (parts, copied, read_only) = match st {
-        Storage::Owned(a) => {
-            let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
-            let mut to_host = false;
-            if let Some(want) = req.dl_device {
-                if want != dl_pair(a.dl_device(loc)) {
-                    let other = if loc == Location::Host { Location::Device } else { Location::Host };
-                    if a.residency().includes(other) && dl_pair(a.dl_device(other)) == want {
-                        loc = other;
-                    } else if want.0 == DLDeviceType::CPU.0 as i32 {
-                        if req.copy == Some(false) {
-                            return Err(PyBufferError::new_err(format!(
-                                "dl_device={want:?} needs a copy to host memory, but copy=False; the array's current copy is on {}",
-                                spec(&a.device())
-                            )));
-                        }
-                        to_host = true;
-                    } else {
-                        return Err(PyBufferError::new_err(format!(
-                            "cannot export to dl_device={want:?}: the array lives on {} (DLPack device {:?})",
-                            spec(&a.device()),
-                            dl_pair(a.dl_device(loc))
-                        )));
-                    }
-                }
-            }
-            let copied = to_host || req.copy == Some(true);
-            let final_dl =
-                if to_host { DLDevice { device_type: DLDeviceType::CPU, device_id: 0 } } else { a.dl_device(loc) };
-            let consumer = consumer_stream(py, &a.device(), final_dl.device_type.0 as i32, req.stream)?;
-            let (data, keep, dl) = if copied {
-                py.detach(|| -> gpuport::Result<_> {
-                    let mut c = a.try_clone(lock)?;
-                    let target = if to_host { Location::Host } else { loc };
-                    c.move_to(target, &AnyStream::default_for(&c.device()), Transfer::Sync, None)?;
-                    let (p, k) = c.parts(target, None)?;
-                    Ok((p, k, c.dl_device(target)))
-                })
-                .py_err(py)?
-            } else {
-                if let Some(s) = &consumer {
-                    a.order_on(s).py_err(py)?;
-                } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
-                    // The host itself is the consumer (host-backend device
-                    // copies, managed memory): wait for pending kernels.
-                    py.detach(|| a.synchronize()).py_err(py)?;
-                }
-                let (p, k) = py.detach(|| a.parts(loc, lock)).py_err(py)?;
-                if !req.read_only {
-                    // The consumer may write: the other copy is stale from now on.
-                    a.mark_written(loc, lock).py_err(py)?;
-                }
-                (p, k, a.dl_device(loc))
-            };
-            let parts = ExportParts { data, device: dl, dtype: a.dtype(), shape: a.shape(), strides: None, keep };
-            (parts, copied, req.read_only)
-        }
-        Storage::Foreign(f) => {
-            f.check_lock("__dlpack__", req.lock).py_err(py)?;
-            if let Some(want) = req.dl_device {
-                if want != dl_pair(f.dl) {
-                    return Err(PyBufferError::new_err(format!(
-                        "cannot export an imported array to dl_device={want:?}; it lives on DLPack device {:?}",
-                        dl_pair(f.dl)
-                    )));
-                }
-            }
-            if req.copy == Some(true) {
-                return Err(PyBufferError::new_err(
-                    "copy=True is not supported for an imported array; copy it in its producer library",
-                ));
-            }
-            consumer_stream(py, &f.device, f.dl.device_type.0 as i32, req.stream)?;
-            let parts = ExportParts {
-                data: f.data,
-                device: f.dl,
-                dtype: f.dtype,
-                shape: f.shape.clone(),
-                strides: Some(f.strides.clone()),
-                keep: f.keep.clone(),
-            };
-            (parts, false, req.read_only || f.read_only)
-        }
-    };
-    if read_only && versioned_minor.is_none() {
-        return Err(PyBufferError::new_err(
-            "a read-only export needs a versioned DLPack capsule, and the consumer did not pass max_version >= (1, 0)",
-        ));
-    }
-    make_capsule(py, parts, Packaging { versioned_minor, read_only, copied })
-}
-
-/// Calls `obj.__dlpack__` as a consumer on `dev`'s default stream and takes the capsule.
-pub fn import_producer(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
-) -> PyResult<Producer> {
-    if obj.is_instance_of::<pyo3::types::PyCapsule>() {
-        return take_capsule(py, obj);
-    }
-    if !obj.hasattr("__dlpack__")? {
-        return Err(PyTypeError::new_err(format!(
-            "{} does not support DLPack (no __dlpack__ method)",
-            obj.get_type().name()?
-        )));
-    }
-    let (dl_t, dl_id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
-    // The consumer's stream: ours, as the standard's integer.
-    let stream_arg: Option<isize> = if is_cuda_dl(dl_t) {
-        let dev = device_for_dl(py, DLDevice { device_type: DLDeviceType(dl_t as u32), device_id: dl_id })?;
-        let s = resolve_stream(py, &dev, stream)?;
-        // Our default stream is the legacy (null) stream, which DLPack spells 1.
-        Some(match s.handle() {
-            0 => 1,
-            h => h as isize,
-        })
-    } else if dl_t == DLDeviceType::ROCM.0 as i32 {
-        Some(0)
-    } else {
-        None
-    };
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", stream_arg)?;
-    kwargs.set_item("max_version", (1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION))?;
-    if let Some(c) = copy {
-        kwargs.set_item("copy", c)?;
-    }
-    let cap = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
-        Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            // A producer older than DLPack 1.0 takes only `stream`.
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("stream", stream_arg)?;
-            obj.call_method("__dlpack__", (), Some(&kwargs))?
-        }
-        Err(e) => return Err(e),
-    };
-    take_capsule(py, &cap)
-}
-
 // ---- the Python class ---------------------------------------------------------------
 
-/// Lock ids handed out by `get_dlpack`: a per-process random base plus a counter.
-fn next_lock_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let base = *BASE.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(std::process::id() as u64);
-        h.finish() >> 16
-    });
-    base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) | 1
+/// What never changes about an array: read without its lock.
+struct Meta {
+    dtype: DType,
+    shape: Vec<usize>,
+    device: AnyDevice,
+    imported: bool,
+    read_only: bool,
 }
 
-/// An N-dimensional array with a host copy and a device copy
-/// (docs/design.md#memarray), or a zero-copy import of another library's array.
-#[pyclass(module = "gpuport._core", name = "MemArray", weakref)]
+/// An N-dimensional array with a host copy and a device copy (`MemArray` in
+/// `docs/design.md`), or a zero-copy import of another library's array.
+///
+/// `frozen`, with its mutable state in an [`Exclusive`]: calls from several
+/// threads take turns (a waiting call releases the GIL), so no PyO3 borrow
+/// error or panic can reach Python and no call sees another's half-done work.
+#[pyclass(module = "gpuport._core", name = "MemArray", weakref, frozen)]
 pub struct PyMemArray {
-    pub st: Storage,
+    meta: Meta,
+    st: Exclusive<Storage>,
 }
 
+/// The largest extent, element count or byte size gpuport's Python arrays
+/// take: DLPack describes shapes and strides as signed 64-bit integers.
+pub const MAX_EXTENT: u64 = i64::MAX as u64;
+
+/// The extents of a `MemArray(shape)` argument: an int or a sequence of ints,
+/// each from 0 to [`MAX_EXTENT`].
 fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    if let Ok(n) = shape.extract::<usize>() {
-        return Ok(vec![n]);
+    let py = shape.py();
+    let type_err = || PyTypeError::new_err("shape must be an int or a sequence of ints");
+    let extent = |item: &Bound<'_, PyAny>| -> PyResult<usize> {
+        if !item.is_instance_of::<pyo3::types::PyInt>() && item.extract::<i64>().is_err() {
+            return Err(type_err());
+        }
+        match item.extract::<i64>() {
+            Ok(v) if v < 0 => Err(errors::shape(py, format!("extent {v} is negative; extents must be non-negative"))),
+            Ok(v) => Ok(v as usize),
+            Err(_) => Err(errors::shape(
+                py,
+                format!("extent {item} is out of range: extents must be non-negative and at most {MAX_EXTENT}"),
+            )),
+        }
+    };
+    if shape.is_instance_of::<pyo3::types::PyInt>() {
+        return Ok(vec![extent(shape)?]);
     }
     let mut out = Vec::new();
-    for item in shape.try_iter().map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))? {
-        let item = item?;
-        let v: i64 = item.extract().map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))?;
-        if v < 0 {
-            return Err(errors::shape(shape.py(), format!("negative extent {v} in shape")));
-        }
-        out.push(v as usize);
+    for item in shape.try_iter().map_err(|_| type_err())? {
+        out.push(extent(&item?)?);
     }
     Ok(out)
 }
 
-impl PyMemArray {
-    fn owned(&self) -> Option<&dyn ArrayOps> {
-        match &self.st {
-            Storage::Owned(a) => Some(a.as_ref()),
-            Storage::Foreign(_) => None,
+/// Checks that `shape` of `itemsize`-byte elements spans at most
+/// [`MAX_EXTENT`] bytes, zero extents counted as one (the row-major
+/// strides DLPack exports must fit in 64 signed bits too).
+pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResult<()> {
+    let span = shape
+        .iter()
+        .try_fold(itemsize.max(1) as u64, |acc, &e| acc.checked_mul((e as u64).max(1)))
+        .filter(|&b| b <= MAX_EXTENT);
+    match span {
+        Some(_) => Ok(()),
+        None => Err(errors::shape(
+            py,
+            format!(
+                "shape {} of {itemsize}-byte elements is too large: the product of the extents (zero extents \
+                 counted as one) times the element size must be at most {MAX_EXTENT} bytes",
+                crate::errors::py_shape(shape)
+            ),
+        )),
+    }
+}
+
+/// Moves `st`'s data so that the copy at `to` is current (`lock`: the
+/// get_dlpack block's id, if the caller holds it).
+fn move_storage(
+    py: Python<'_>,
+    st: &mut Storage,
+    to: Location,
+    s: &AnyStream,
+    async_copy: bool,
+    lock: Option<u64>,
+    call: &str,
+) -> PyResult<()> {
+    match st {
+        Storage::Owned(a) => {
+            let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
+            py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
         }
+        Storage::Foreign(f) => {
+            f.check_lock("move_memory", lock).py_err_in(py, call)?;
+            if f.location() == to || is_host_accessible(f.dl.device_type) {
+                Ok(())
+            } else {
+                Err(errors::residency(
+                    py,
+                    format!(
+                        "an imported array stays where its producer put it ({}); move_memory({:?}) is not possible",
+                        spec(&f.device),
+                        loc_name(to)
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+impl PyMemArray {
+    fn with_storage(st: Storage) -> Self {
+        let meta = Meta {
+            dtype: st.dtype(),
+            shape: st.shape(),
+            device: st.device(),
+            imported: matches!(st, Storage::Foreign(_)),
+            read_only: matches!(&st, Storage::Foreign(f) if f.read_only),
+        };
+        PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
+    }
+
+    /// An owned array.
+    pub fn from_owned(a: Box<dyn ArrayOps>) -> Self {
+        Self::with_storage(Storage::Owned(a))
+    }
+
+    /// An imported array.
+    pub fn from_foreign(f: Foreign) -> Self {
+        Self::with_storage(Storage::Foreign(f))
+    }
+
+    /// The array's state, waiting (GIL released) while another thread uses it.
+    pub fn state(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, Storage>> {
+        self.st.lock(py)
+    }
+
+    /// The array's device.
+    pub fn any_device(&self) -> &AnyDevice {
+        &self.meta.device
     }
 
     /// Which copy a `move_memory`/`get_dlpack` target names.
-    fn target(&self, py: Python<'_>, device_type: &Bound<'_, PyAny>) -> PyResult<Location> {
-        let dev = self.st.device();
+    pub fn target(&self, py: Python<'_>, device_type: &Bound<'_, PyAny>) -> PyResult<Location> {
+        let dev = &self.meta.device;
         if let Ok(s) = device_type.extract::<String>() {
             return match s.to_ascii_lowercase().as_str() {
                 "host" | "cpu" => Ok(Location::Host),
@@ -696,14 +605,14 @@ impl PyMemArray {
                 }
                 other => Err(PyValueError::new_err(format!(
                     "unknown target {other:?}; use \"host\", \"device\" or a DLPack device type (the array is on {})",
-                    spec(&dev)
+                    spec(dev)
                 ))),
             };
         }
         let t: i32 = device_type.extract().map_err(|_| {
             PyTypeError::new_err("device_type must be a DLPack device type (int), \"host\" or \"device\"")
         })?;
-        let own = crate::device::device_dl(&dev).0;
+        let own = crate::device::device_dl(dev).0;
         if t == DLDeviceType::CPU.0 as i32 || t == DLDeviceType::CUDA_HOST.0 as i32 {
             Ok(Location::Host)
         } else if t == own && dev.backend() != BackendKind::Host {
@@ -713,91 +622,60 @@ impl PyMemArray {
                 py,
                 format!(
                     "DLPack device type {t} is not where this array can live: it is on {} (device copy: DLPack type {own}, host copy: 1); use \"device\" for the device copy",
-                    spec(&dev)
+                    spec(dev)
                 ),
             ))
         }
     }
 
-    fn move_impl(
-        &mut self,
+    /// Checks a `device_id` argument against the array's device.
+    pub fn check_device_id(&self, py: Python<'_>, to: Location, device_id: Option<usize>) -> PyResult<()> {
+        let dev = &self.meta.device;
+        match device_id {
+            Some(id) if to == Location::Device && id != dev.info().ordinal => Err(errors::to_py(
+                py,
+                Error::DeviceMismatch {
+                    what: "device_id",
+                    expected: spec(dev),
+                    found: format!("{}:{id}", dev.backend()),
+                },
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Moves with the lock id `lock` (a get_dlpack block's), under the array's lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn move_locked(
+        &self,
         py: Python<'_>,
         to: Location,
-        device_id: Option<usize>,
-        stream: Option<&Bound<'_, PyAny>>,
+        s: &AnyStream,
         async_copy: bool,
         lock: Option<u64>,
+        call: &str,
     ) -> PyResult<()> {
-        let dev = self.st.device();
-        if let Some(id) = device_id {
-            if to == Location::Device && id != dev.info().ordinal {
-                return Err(errors::to_py(
-                    py,
-                    Error::DeviceMismatch {
-                        what: "device_id",
-                        expected: spec(&dev),
-                        found: format!("{}:{id}", dev.backend()),
-                    },
-                ));
-            }
-        }
-        let s = resolve_stream(py, &dev, stream)?;
-        match &mut self.st {
-            Storage::Owned(a) => {
-                let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
-                py.detach(|| a.move_to(to, &s, mode, lock.map(LockId))).py_err(py)
-            }
-            Storage::Foreign(f) => {
-                f.check_lock("move_memory", lock).py_err(py)?;
-                if f.location() == to || is_host_accessible(f.dl.device_type) {
-                    Ok(())
-                } else {
-                    Err(errors::residency(
-                        py,
-                        format!(
-                            "an imported array stays where its producer put it ({}); move_memory({}) is not possible",
-                            spec(&f.device),
-                            loc_name(to)
-                        ),
-                    ))
-                }
-            }
-        }
+        let mut st = self.state(py)?;
+        move_storage(py, &mut st, to, s, async_copy, lock, call)
     }
 
-    pub fn dlpack_impl<'py>(&mut self, py: Python<'py>, req: Request) -> PyResult<Bound<'py, PyAny>> {
-        export(py, &mut self.st, req)
+    fn dlpack_device_impl(&self, py: Python<'_>, prefer: Option<Location>) -> PyResult<(i32, i32)> {
+        let st = self.state(py)?;
+        Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))
     }
 
-    fn dlpack_device_impl(&self, prefer: Option<Location>) -> (i32, i32) {
-        dl_pair(self.st.dl(prefer.unwrap_or_else(|| self.st.natural())))
-    }
-
-    pub fn from_foreign(f: Foreign) -> Self {
-        PyMemArray { st: Storage::Foreign(f) }
-    }
-}
-
-fn parse_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {
-    match v {
-        None => Ok(None),
-        Some(v) if v.is_none() => Ok(None),
-        Some(v) => Ok(Some(v.extract()?)),
-    }
-}
-
-fn parse_dl_device(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(i32, i32)>> {
-    match v {
-        None => Ok(None),
-        Some(v) if v.is_none() => Ok(None),
-        Some(v) => Ok(Some(v.extract()?)),
+    pub fn dlpack_impl<'py>(&self, py: Python<'py>, req: Request) -> PyResult<Bound<'py, PyAny>> {
+        let mut st = self.state(py)?;
+        export(py, &mut st, req)
     }
 }
 
 #[pymethods]
 impl PyMemArray {
-    /// A zero-filled array of `shape` (an int or a sequence of 0 to 8 ints)
-    /// and `dtype` (default float64) on `device` (default: the default device).
+    /// A zero-filled array of `shape` (an int or a sequence of 0 to 8 ints,
+    /// each non-negative) and `dtype` (default float64) on `device` (default:
+    /// the default device). Extents, element count and byte size are at most
+    /// 2**63 - 1 (zero extents counted as one).
     #[new]
     #[pyo3(signature = (shape, dtype=None, device=None))]
     fn new(
@@ -811,42 +689,43 @@ impl PyMemArray {
             Some(d) => dtype_from_py(d)?,
             None => DType::Float64,
         };
-        let dev = resolve_device(py, device)?;
         if shape.len() > MAX_RANK {
             return Err(errors::to_py(py, rank_error(shape.len())));
         }
+        check_extents(py, &shape, dtype.itemsize())?;
+        let dev = resolve_device(py, device)?;
         let st = py.detach(|| new_owned(&dev, dtype, &shape)).py_err(py)?;
-        Ok(PyMemArray { st: Storage::Owned(st) })
+        Ok(PyMemArray::from_owned(st))
     }
 
     /// The extents.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.st.shape())
+        PyTuple::new(py, &self.meta.shape)
     }
 
     /// The number of dimensions.
     #[getter]
     fn ndim(&self) -> usize {
-        self.st.shape().len()
+        self.meta.shape.len()
     }
 
     /// The number of elements.
     #[getter]
     fn size(&self) -> usize {
-        self.st.shape().iter().product()
+        self.meta.shape.iter().product()
     }
 
     /// The dtype's name (`"float32"`, `"bfloat16"`, ...).
     #[getter]
     fn dtype(&self) -> &'static str {
-        self.st.dtype().name()
+        self.meta.dtype.name()
     }
 
     /// Bytes per element.
     #[getter]
     fn itemsize(&self) -> usize {
-        self.st.dtype().itemsize()
+        self.meta.dtype.itemsize()
     }
 
     /// Bytes of all elements.
@@ -858,58 +737,67 @@ impl PyMemArray {
     /// The device that holds the array's device copy.
     #[getter]
     fn device(&self) -> PyDevice {
-        PyDevice(self.st.device())
+        PyDevice(self.meta.device.clone())
     }
 
     /// Which copies are current: `"host"`, `"device"` or `"both"`
     /// (`"imported"` for an array imported from another library).
     #[getter]
-    fn residency(&self) -> &'static str {
-        match self.owned() {
-            Some(a) => match a.residency() {
+    fn residency(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(match &*self.state(py)? {
+            Storage::Owned(a) => match a.residency() {
                 Residency::Host => "host",
                 Residency::Device => "device",
                 Residency::Both => "both",
             },
-            None => "imported",
-        }
+            Storage::Foreign(_) => "imported",
+        })
     }
 
     /// Whether this array wraps another library's memory (`from_dlpack`).
     #[getter]
     fn is_imported(&self) -> bool {
-        self.owned().is_none()
+        self.meta.imported
     }
 
     /// Whether consumers must not write (an imported read-only tensor).
     #[getter]
     fn readonly(&self) -> bool {
-        matches!(&self.st, Storage::Foreign(f) if f.read_only)
+        self.meta.read_only
     }
 
     /// The id of the `get_dlpack` block holding the lock, or None.
     #[getter]
-    fn lock_id(&self) -> Option<u64> {
-        self.st.lock_id()
+    fn lock_id(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        Ok(self.state(py)?.lock_id())
     }
 
     /// Whether an asynchronous copy or kernel may still be running.
     #[getter]
     fn transfer_pending(&self, py: Python<'_>) -> PyResult<bool> {
-        match self.owned() {
-            Some(a) => a.transfer_pending().py_err(py),
-            None => Ok(false),
+        match &*self.state(py)? {
+            Storage::Owned(a) => a.transfer_pending().py_err(py),
+            Storage::Foreign(_) => Ok(false),
         }
     }
 
     /// Address of the copy `__dlpack__` exports by default (a device
-    /// address for device memory); for zero-copy checks.
+    /// address for device memory). A writable address: that copy becomes
+    /// the only current one, so writes through it are what the next read
+    /// sees (pending work on host-reachable memory is waited for first).
     #[getter]
     fn data_ptr(&self, py: Python<'_>) -> PyResult<u64> {
-        match &self.st {
+        let mut st = self.state(py)?;
+        let loc = st.natural();
+        let host_reachable = is_host_accessible(st.dl(loc).device_type);
+        match &mut *st {
             Storage::Owned(a) => {
-                let loc = self.st.natural();
-                py.detach(|| a.parts(loc, None)).py_err(py).map(|(p, _)| p)
+                if host_reachable {
+                    py.detach(|| a.synchronize()).py_err_in(py, "data_ptr")?;
+                }
+                let (p, _) = py.detach(|| a.parts(loc, None)).py_err_in(py, "data_ptr")?;
+                a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
+                Ok(p)
             }
             Storage::Foreign(f) => Ok(f.data),
         }
@@ -917,11 +805,11 @@ impl PyMemArray {
 
     /// DLPack exports and views that still share this array's memory.
     #[getter]
-    fn live_exports(&self) -> usize {
-        match &self.st {
+    fn live_exports(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(match &*self.state(py)? {
             Storage::Owned(a) => a.live_exports(),
             Storage::Foreign(f) => Arc::strong_count(&f.keep) - 1,
-        }
+        })
     }
 
     /// Makes the copy named by `device_type` current: a DLPack device type
@@ -931,7 +819,7 @@ impl PyMemArray {
     /// the copy is only enqueued (host access waits for it).
     #[pyo3(signature = (device_type, device_id=None, stream=None, async_copy=false))]
     fn move_memory(
-        &mut self,
+        &self,
         py: Python<'_>,
         device_type: &Bound<'_, PyAny>,
         device_id: Option<usize>,
@@ -939,64 +827,76 @@ impl PyMemArray {
         async_copy: bool,
     ) -> PyResult<()> {
         let to = self.target(py, device_type)?;
-        self.move_impl(py, to, device_id, stream, async_copy, None)
+        self.check_device_id(py, to, device_id)?;
+        let s = resolve_stream(py, &self.meta.device, stream)?;
+        self.move_locked(py, to, &s, async_copy, None, "move_memory")
     }
 
     /// Waits for pending asynchronous copies and kernels.
-    fn synchronize(&mut self, py: Python<'_>) -> PyResult<()> {
-        match &mut self.st {
-            Storage::Owned(a) => py.detach(|| a.synchronize()).py_err(py),
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        match &mut *self.state(py)? {
+            Storage::Owned(a) => py.detach(|| a.synchronize()).py_err_in(py, "synchronize"),
             Storage::Foreign(_) => Ok(()),
         }
     }
 
     /// A context manager that moves the array to `device_type` (if given),
     /// locks it for the `with` block and exports it through DLPack:
-    /// `with a.get_dlpack() as d: x = np.from_dlpack(d)`. Access to the
-    /// array without the lock raises `LockError` inside the block.
+    /// `with a.get_dlpack() as d: x = np.from_dlpack(d)`. Inside the block,
+    /// use of the array without the context (from any thread) raises
+    /// `LockError`. Tensors taken from the context keep the memory alive
+    /// after the block; once the block has ended the context exports nothing
+    /// more (`DLPackError`), since the array may move or change its data.
     #[pyo3(signature = (device_type=None, device_id=None, stream=None, readonly=false))]
     fn get_dlpack(
-        slf: Bound<'_, Self>,
+        slf: &Bound<'_, Self>,
         device_type: Option<&Bound<'_, PyAny>>,
         device_id: Option<usize>,
         stream: Option<&Bound<'_, PyAny>>,
         readonly: bool,
     ) -> PyResult<DLPackContext> {
         let py = slf.py();
+        let me = slf.get();
         let prefer = match device_type.filter(|d| !d.is_none()) {
             Some(d) => {
-                let mut me = slf.borrow_mut();
                 let to = me.target(py, d)?;
-                me.move_impl(py, to, device_id, stream, false, None)?;
-                Some(to)
+                me.check_device_id(py, to, device_id)?;
+                let s = resolve_stream(py, &me.meta.device, stream)?;
+                me.move_locked(py, to, &s, false, None, "get_dlpack")?;
+                Some((to, s))
             }
             None => None,
         };
-        Ok(DLPackContext { array: slf.unbind(), lock_id: next_lock_id(), readonly, prefer, entered: false })
+        Ok(DLPackContext::new(slf.clone().unbind(), readonly, prefer))
     }
 
     /// Copies `array` (anything with `__dlpack__` on host memory, e.g. a
-    /// NumPy array; cast with `astype` when its dtype differs) into the host
-    /// copy, which becomes the current copy. The shape must match.
-    fn read_numpy_array(&mut self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        let dtype = self.st.dtype();
-        let mut src = array.clone();
-        if let Ok(their) = array.getattr("dtype") {
-            if dtype_from_py(&their).ok() != Some(dtype) && array.hasattr("astype")? {
-                src = array.call_method1("astype", (dtype.name(),))?;
-            }
-        }
+    /// NumPy array) into the host copy, which becomes the current copy. The
+    /// shape must match. A different dtype is cast with NumPy under the
+    /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
+    /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
+    /// cast the rule does not allow raises `TypeError` (float to int or
+    /// complex to real needs casting="unsafe").
+    #[pyo3(signature = (array, casting="same_kind"))]
+    fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>, casting: &str) -> PyResult<()> {
+        let src = crate::dtype::cast_for_read(array, self.meta.dtype, casting)?;
+        // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;
         let t = &p.0;
         let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        if shape != self.st.shape() {
+        if shape != self.meta.shape {
             return Err(errors::shape(
                 py,
-                format!("read_numpy_array: the array has shape {:?}, the MemArray {:?}", shape, self.st.shape()),
+                format!(
+                    "read_numpy_array: the array has shape {}, the MemArray {}",
+                    errors::py_shape(&shape),
+                    errors::py_shape(&self.meta.shape)
+                ),
             ));
         }
-        match &mut self.st {
-            Storage::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err(py),
+        let mut st = self.state(py)?;
+        match &mut *st {
+            Storage::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err_in(py, "read_numpy_array"),
             Storage::Foreign(_) => Err(errors::residency(
                 py,
                 "read_numpy_array into an imported array: write through its producer instead".into(),
@@ -1004,26 +904,31 @@ impl PyMemArray {
         }
     }
 
-    /// The array as a NumPy array: zero-copy for a current host copy,
-    /// a copy (DLPack `IS_COPIED`) for device-only data.
+    /// The array as a NumPy array: zero-copy for a current host copy (the
+    /// host copy then becomes the only current one: NumPy may write it), a
+    /// copy (DLPack `IS_COPIED`) for device-only data.
     fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let np = py.import("numpy")?;
-        let dl = slf.borrow().dlpack_device_impl(None);
-        if dl.0 == DLDeviceType::CPU.0 as i32 {
-            np.call_method1("from_dlpack", (slf,))
-        } else {
-            let kw = PyDict::new(py);
-            kw.set_item("device", "cpu")?;
-            np.call_method("from_dlpack", (slf,), Some(&kw))
+        // Always asked for on the CPU: which copy is current can change
+        // between asking and exporting when threads share the array.
+        let kw = PyDict::new(py);
+        kw.set_item("device", "cpu")?;
+        match np.call_method("from_dlpack", (slf,), Some(&kw)) {
+            // NumPy before 2.1 has no `device`: it reads host memory only.
+            Err(e) if e.is_instance_of::<PyTypeError>(py) && e.to_string().contains("device") => {
+                np.call_method1("from_dlpack", (slf,))
+            }
+            other => other,
         }
     }
 
-    /// Adds to every element the sum of its indices (docs/design.md#the-test-kernel),
-    /// on the device, on `stream`; the device copy becomes current.
+    /// Adds to every element the sum of its indices ("The test kernel" in
+    /// `docs/design.md`), on the device, on `stream`; the device copy becomes current.
+    /// A 0-d array is one element whose index sum is 0.
     #[pyo3(signature = (stream=None))]
-    fn add_index(&mut self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let dtype = self.st.dtype();
+    fn add_index(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let dtype = self.meta.dtype;
         if !dtype.has_kernels() {
             return Err(errors::unsupported_dtype(
                 py,
@@ -1033,24 +938,25 @@ impl PyMemArray {
                 ),
             ));
         }
-        let s = resolve_stream(py, &self.st.device(), stream)?;
-        match &mut self.st {
-            Storage::Owned(a) => py.detach(|| a.add_index(&s, None)).py_err(py),
+        let s = resolve_stream(py, &self.meta.device, stream)?;
+        match &mut *self.state(py)? {
+            Storage::Owned(a) => py.detach(|| a.add_index(&s, None)).py_err_in(py, "add_index"),
             Storage::Foreign(f) => {
-                f.check_lock("add_index", None).py_err(py)?;
-                py.detach(|| f.add_index(&s)).py_err(py)
+                f.check_lock("add_index", None).py_err_in(py, "add_index")?;
+                py.detach(|| f.add_index(&s)).py_err_in(py, "add_index")
             }
         }
     }
 
     /// The current host copy's bytes in row-major order (for dtypes NumPy
     /// lacks: bfloat16, complex32). Raises `ResidencyError` for device-only data.
-    fn tobytes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let n = self.nbytes();
-        let natural = self.st.natural();
-        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut self.st {
+        let mut st = self.state(py)?;
+        let natural = st.natural();
+        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut *st {
             Storage::Owned(a) => {
-                py.detach(|| a.synchronize()).py_err(py)?;
+                py.detach(|| a.synchronize()).py_err_in(py, "tobytes")?;
                 let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
                 if a.dl_device(loc).device_type != DLDeviceType::CPU {
                     return Err(errors::residency(
@@ -1058,7 +964,7 @@ impl PyMemArray {
                         "tobytes() needs the host copy; call move_memory(\"host\")".into(),
                     ));
                 }
-                py.detach(|| a.parts(loc, None)).py_err(py)?
+                py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
             }
             Storage::Foreign(f) => {
                 if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
@@ -1071,7 +977,8 @@ impl PyMemArray {
             return Ok(PyBytes::new(py, &[]));
         }
         // SAFETY: `ptr` addresses the `n` bytes of the host-readable copy,
-        // kept alive by `keep` until the bytes are copied out.
+        // kept alive by `keep` until the bytes are copied out; the array's
+        // lock (`st`) keeps its own methods from writing them meanwhile.
         let bytes = PyBytes::new(py, unsafe { std::slice::from_raw_parts(ptr as usize as *const u8, n) });
         drop(keep);
         Ok(bytes)
@@ -1079,8 +986,9 @@ impl PyMemArray {
 
     /// A deep copy (an owned array; imported arrays cannot be copied here).
     fn copy(&self, py: Python<'_>) -> PyResult<PyMemArray> {
-        match &self.st {
-            Storage::Owned(a) => Ok(PyMemArray { st: Storage::Owned(py.detach(|| a.try_clone(None)).py_err(py)?) }),
+        let st = self.state(py)?;
+        match &*st {
+            Storage::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err_in(py, "copy")?)),
             Storage::Foreign(_) => {
                 Err(errors::residency(py, "copy() of an imported array: copy it in its producer library".into()))
             }
@@ -1092,10 +1000,11 @@ impl PyMemArray {
     /// 1 = legacy default stream, 2 = per-thread default, a handle, -1 = no
     /// synchronization (the consumer's stream waits on our work through an
     /// event); host memory: None. `dl_device`/`copy` are honoured (a copy to
-    /// host sets `IS_COPIED`) or refused with `BufferError`.
+    /// host sets `IS_COPIED`) or refused with `BufferError`. The exported
+    /// copy becomes the only current one (the consumer may write it).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         stream: Option<isize>,
         max_version: Option<&Bound<'py, PyAny>>,
@@ -1115,32 +1024,36 @@ impl PyMemArray {
     }
 
     /// `(device_type, device_id)` of the memory `__dlpack__` exports.
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        self.dlpack_device_impl(None)
+    fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+        self.dlpack_device_impl(py, None)
     }
 
     /// The NumPy array interface (v3) of a host-resident array; NumPy's
-    /// `asarray` uses it without a copy and keeps this array alive.
+    /// `asarray` uses it without a copy and keeps this array alive. The
+    /// exported copy becomes the only current one (NumPy may write it).
     #[getter]
-    fn __array_interface__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let loc = self.st.natural();
-        let dl = self.st.dl(loc);
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut st = self.state(py)?;
+        let loc = st.natural();
+        let dl = st.dl(loc);
         if !is_host_accessible(dl.device_type)
-            || (matches!(self.st, Storage::Owned(_)) && dl.device_type != DLDeviceType::CPU)
+            || (matches!(*st, Storage::Owned(_)) && dl.device_type != DLDeviceType::CPU)
         {
             return Err(PyAttributeError::new_err(
                 "__array_interface__ is defined for host-resident arrays only; use __dlpack__ or move_memory(\"host\")",
             ));
         }
-        let typestr = self.st.dtype().typestr().ok_or_else(|| {
-            PyAttributeError::new_err(format!("{} has no array-interface type string", self.st.dtype().name()))
-        })?;
-        let shape = self.st.shape();
-        let (data, strides, ro) = match &mut self.st {
+        let dtype = self.meta.dtype;
+        let typestr = dtype
+            .typestr()
+            .ok_or_else(|| PyAttributeError::new_err(format!("{} has no array-interface type string", dtype.name())))?;
+        let (data, strides, ro) = match &mut *st {
             Storage::Owned(a) => {
                 // The host reads it: pending kernels on a host-backend device copy must finish.
-                py.detach(|| a.synchronize()).py_err(py)?;
-                (py.detach(|| a.parts(loc, None)).py_err(py)?.0, None, false)
+                py.detach(|| a.synchronize()).py_err_in(py, "__array_interface__")?;
+                let data = py.detach(|| a.parts(loc, None)).py_err_in(py, "__array_interface__")?.0;
+                a.mark_written(loc, None).py_err_in(py, "__array_interface__")?;
+                (data, None, false)
             }
             Storage::Foreign(f) => {
                 let item = f.dtype.itemsize() as i64;
@@ -1148,177 +1061,30 @@ impl PyMemArray {
                 (f.data, Some(s), f.read_only)
             }
         };
-        interface_dict(py, &shape, typestr, data, ro, strides, None, 3)
+        drop(st);
+        interface_dict(py, &self.meta.shape, typestr, data, ro, strides, None, 3)
     }
 
     /// The CUDA Array Interface (v3) of a CUDA-resident array, with `stream`
     /// set to a stream that waits for pending work (None when there is none).
+    /// The device copy becomes the only current one (the consumer may write it).
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::cai::export(py, &self.st)
+        let mut st = self.state(py)?;
+        crate::cai::export(py, &mut st)
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.st.shape().first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d MemArray"))
+        self.meta.shape.first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d MemArray"))
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "MemArray(shape={:?}, dtype={}, device={:?}, residency={})",
-            self.st.shape(),
-            self.st.dtype().name(),
-            spec(&self.st.device()),
-            self.residency()
+            "MemArray(shape={}, dtype={}, device={:?}, residency={})",
+            errors::py_shape(&self.meta.shape),
+            self.meta.dtype.name(),
+            spec(&self.meta.device),
+            self.residency(py).unwrap_or("busy")
         )
     }
-}
-
-/// An array-interface dict (`__array_interface__` / `__cuda_array_interface__`).
-#[allow(clippy::too_many_arguments)]
-pub fn interface_dict<'py>(
-    py: Python<'py>,
-    shape: &[usize],
-    typestr: &str,
-    data: u64,
-    read_only: bool,
-    strides: Option<Vec<i64>>,
-    stream: Option<Option<usize>>,
-    version: u32,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("shape", PyTuple::new(py, shape)?)?;
-    d.set_item("typestr", typestr)?;
-    d.set_item("descr", PyList::new(py, [("", typestr)])?)?;
-    d.set_item("data", (data, read_only))?;
-    match strides {
-        Some(s) => d.set_item("strides", PyTuple::new(py, s)?)?,
-        None => d.set_item("strides", py.None())?,
-    }
-    d.set_item("version", version)?;
-    if let Some(s) = stream {
-        d.set_item("stream", s)?;
-    }
-    Ok(d)
-}
-
-/// The object `MemArray.get_dlpack()` returns: a context manager that locks
-/// the array for its block and exports it through DLPack with the lock id.
-#[pyclass(module = "gpuport._core", name = "DLPackContext")]
-pub struct DLPackContext {
-    array: Py<PyMemArray>,
-    lock_id: u64,
-    readonly: bool,
-    prefer: Option<Location>,
-    entered: bool,
-}
-
-#[pymethods]
-impl DLPackContext {
-    /// The lock id this context holds inside its `with` block.
-    #[getter]
-    fn lock_id(&self) -> u64 {
-        self.lock_id
-    }
-
-    /// The array.
-    #[getter]
-    fn array(&self, py: Python<'_>) -> Py<PyMemArray> {
-        self.array.clone_ref(py)
-    }
-
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
-        let py = slf.py();
-        let id = slf.lock_id;
-        slf.array.borrow_mut(py).st.enter(id).py_err(py)?;
-        slf.entered = true;
-        Ok(slf)
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
-        if self.entered {
-            let mut a = self.array.borrow_mut(py);
-            if a.st.lock_id() == Some(self.lock_id) {
-                a.st.exit();
-            }
-            self.entered = false;
-        }
-        false
-    }
-
-    /// As `MemArray.__dlpack__`, with this context's lock (and READ_ONLY
-    /// when made with `readonly=True`).
-    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        stream: Option<isize>,
-        max_version: Option<&Bound<'py, PyAny>>,
-        dl_device: Option<&Bound<'py, PyAny>>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let req = Request {
-            stream,
-            max_version: parse_version(max_version)?,
-            dl_device: parse_dl_device(dl_device)?,
-            copy,
-            read_only: self.readonly,
-            lock: self.entered.then_some(self.lock_id),
-            prefer: self.prefer,
-        };
-        self.array.borrow_mut(py).dlpack_impl(py, req)
-    }
-
-    fn __dlpack_device__(&self, py: Python<'_>) -> (i32, i32) {
-        self.array.borrow(py).dlpack_device_impl(self.prefer)
-    }
-}
-
-/// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
-/// MemArray, or a capsule) without a copy. The result keeps the producer's
-/// memory alive; the producer's deleter runs once when it goes.
-#[pyfunction]
-#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
-pub fn from_dlpack(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
-) -> PyResult<PyMemArray> {
-    if copy == Some(true) {
-        // An owned copy: import, then copy into a new host-backend array.
-        let p = import_producer(py, obj, stream, None)?;
-        let t = &p.0;
-        if !is_host_accessible(t.device().device_type) {
-            return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
-        }
-        let dtype =
-            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        let host = py.detach(|| gpuport::open("host")).py_err(py)?;
-        let mut a = py.detach(|| new_owned(&host, dtype, &shape)).py_err(py)?;
-        py.detach(|| a.read_imported(p.tensor(), None)).py_err(py)?;
-        return Ok(PyMemArray { st: Storage::Owned(a) });
-    }
-    let p = import_producer(py, obj, stream, copy)?;
-    Ok(PyMemArray::from_foreign(foreign_from_producer(py, p)?))
-}
-
-/// A MemArray from anything array-like: a MemArray (returned as is), a DLPack
-/// producer (zero-copy), a CUDA Array Interface producer (zero-copy), or any
-/// other object NumPy can convert (copied).
-#[pyfunction]
-#[pyo3(signature = (obj, /, *, device=None))]
-pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-    if obj.is_instance_of::<PyMemArray>() {
-        return Ok(obj.clone().unbind());
-    }
-    if obj.hasattr("__dlpack__")? {
-        return Ok(Bound::new(py, from_dlpack(py, obj, None, None)?)?.into_any().unbind());
-    }
-    if obj.hasattr("__cuda_array_interface__")? {
-        return Ok(Bound::new(py, crate::cai::from_cuda_array_interface(py, obj, device)?)?.into_any().unbind());
-    }
-    let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
-    Ok(Bound::new(py, from_dlpack(py, &arr, None, None)?)?.into_any().unbind())
 }

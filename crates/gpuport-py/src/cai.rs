@@ -1,4 +1,6 @@
-//! The CUDA Array Interface, version 3, both ways.
+//! The CUDA Array Interface (versions 0 to 3 read, version 3 written), and
+//! the layout arithmetic shared by everything that states its extent
+//! (CUDA Array Interface and DLPack objects, buffers).
 //!
 //! Defined for CUDA memory only. On ROCm the interface is undefined (CuPy
 //! refuses it there); DLPack, with its `kDLROCM` device and ROCm stream
@@ -13,22 +15,162 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::array::{interface_dict, Foreign, PyMemArray, Storage};
+use crate::array::{Foreign, PyMemArray, Storage, MAX_EXTENT};
 use crate::device::{export_stream, resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
-use crate::errors::{self, IntoPyResult};
+use crate::errors::{self, py_shape, IntoPyResult};
+use crate::exchange::interface_dict;
 
-/// `__cuda_array_interface__` of a CUDA-resident array.
-pub fn export<'py>(py: Python<'py>, st: &Storage) -> PyResult<Bound<'py, PyDict>> {
+// ---- layouts ----------------------------------------------------------------------
+
+/// The memory a shape, strides and element size describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes of all elements (the range's size when the layout is dense).
+    pub bytes: usize,
+    /// Row-major (C order) without gaps.
+    pub c_order: bool,
+    /// Column-major (Fortran order) without gaps.
+    pub f_order: bool,
+}
+
+impl Layout {
+    /// Whether the elements fill one contiguous range (C or Fortran order).
+    pub fn is_dense(&self) -> bool {
+        self.c_order || self.f_order
+    }
+}
+
+/// The layout of `shape` with `strides` in bytes (None: C order) of
+/// `itemsize`-byte elements. Errors (in words for a `ValueError`): sizes
+/// beyond [`MAX_EXTENT`] bytes, strides of another rank.
+pub fn layout(shape: &[usize], strides: Option<&[i64]>, itemsize: usize) -> Result<Layout, String> {
+    let too_large =
+        || format!("shape {} of {itemsize}-byte elements is too large (more than {MAX_EXTENT} bytes)", py_shape(shape));
+    let elems = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e)).ok_or_else(too_large)?;
+    let bytes = elems.checked_mul(itemsize).filter(|&b| b as u64 <= MAX_EXTENT).ok_or_else(too_large)?;
+    let Some(strides) = strides else { return Ok(Layout { bytes, c_order: true, f_order: shape.len() <= 1 }) };
+    if strides.len() != shape.len() {
+        return Err(format!("strides {} do not match shape {}", py_tuple(strides), py_shape(shape)));
+    }
+    if elems == 0 {
+        return Ok(Layout { bytes: 0, c_order: true, f_order: true });
+    }
+    let compact = |axes: &mut dyn Iterator<Item = usize>| {
+        let mut expect = itemsize as i64;
+        for a in axes {
+            if shape[a] != 1 && strides[a] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(shape[a] as i64);
+        }
+        true
+    };
+    let c_order = compact(&mut (0..shape.len()).rev());
+    let f_order = compact(&mut (0..shape.len()));
+    Ok(Layout { bytes, c_order, f_order })
+}
+
+/// `(1, 2)` for a slice of ints.
+pub fn py_tuple(v: &[i64]) -> String {
+    match v {
+        [x] => format!("({x},)"),
+        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Bytes per element of an array-interface type string such as `"<f4"`.
+pub fn itemsize_of(typestr: &str) -> PyResult<usize> {
+    let b = typestr.as_bytes();
+    let ok = b.len() >= 3 && matches!(b[0], b'<' | b'>' | b'|' | b'=') && b[1].is_ascii_alphabetic();
+    let n: Option<usize> = if ok { typestr[2..].parse().ok() } else { None };
+    match n {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(PyValueError::new_err(format!(
+            "typestr {typestr:?} is not an array-interface type string such as \"<f4\" or \"|u1\""
+        ))),
+    }
+}
+
+// ---- reading an interface ------------------------------------------------------------
+
+/// What an object's `__cuda_array_interface__` says.
+pub struct CaiDesc {
+    pub version: Option<i64>,
+    pub data: u64,
+    pub read_only: bool,
+    pub shape: Option<Vec<usize>>,
+    pub typestr: Option<String>,
+    /// In bytes; `None`: C order.
+    pub strides: Option<Vec<i64>>,
+    pub masked: bool,
+    pub stream: Option<isize>,
+}
+
+impl CaiDesc {
+    /// Reads `obj.__cuda_array_interface__`: `data` is required; a `version`
+    /// present must be one the interface defines (0 to 3).
+    pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<CaiDesc> {
+        let cai = obj.getattr("__cuda_array_interface__")?;
+        let cai = cai.cast::<PyDict>().map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
+        let item = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> { Ok(cai.get_item(k)?.filter(|v| !v.is_none())) };
+        let bad =
+            |k: &str, want: &str| PyValueError::new_err(format!("__cuda_array_interface__[{k:?}] must be {want}"));
+        let version = match item("version")? {
+            Some(v) => {
+                let v: i64 = v.extract().map_err(|_| bad("version", "an int"))?;
+                if !(0..=3).contains(&v) {
+                    return Err(PyValueError::new_err(format!(
+                        "CUDA Array Interface version {v} is not one the interface defines; versions 0 to 3 are read"
+                    )));
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        let data = item("data")?.ok_or_else(|| PyValueError::new_err("__cuda_array_interface__ has no \"data\""))?;
+        let (data, read_only): (u64, bool) =
+            data.extract().map_err(|_| bad("data", "a tuple (address: int, read_only: bool)"))?;
+        let shape = match item("shape")? {
+            Some(s) => Some(s.extract::<Vec<usize>>().map_err(|_| bad("shape", "a tuple of non-negative ints"))?),
+            None => None,
+        };
+        let typestr = match item("typestr")? {
+            Some(t) => Some(t.extract::<String>().map_err(|_| bad("typestr", "a str such as \"<f4\""))?),
+            None => None,
+        };
+        let strides = match item("strides")? {
+            Some(s) => Some(s.extract::<Vec<i64>>().map_err(|_| bad("strides", "None or a tuple of ints (bytes)"))?),
+            None => None,
+        };
+        let masked = item("mask")?.is_some();
+        let stream = match item("stream")? {
+            Some(s) => Some(s.extract::<isize>().map_err(|_| bad("stream", "None or an int handle"))?),
+            None => None,
+        };
+        Ok(CaiDesc { version, data, read_only, shape, typestr, strides, masked, stream })
+    }
+
+    /// The layout, when the interface gives a shape and a type string.
+    pub fn layout(&self) -> PyResult<Option<Layout>> {
+        let (Some(shape), Some(typestr)) = (&self.shape, &self.typestr) else { return Ok(None) };
+        let itemsize = itemsize_of(typestr)?;
+        layout(shape, self.strides.as_deref(), itemsize).map(Some).map_err(PyValueError::new_err)
+    }
+}
+
+// ---- export ---------------------------------------------------------------------------
+
+/// `__cuda_array_interface__` of a CUDA-resident array. The device copy
+/// becomes the only current one: the consumer (CuPy, Numba, PyTorch) may
+/// write it, and the next host read must copy it back.
+pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyDict>> {
     let not_cuda = |what: String| {
         PyAttributeError::new_err(format!(
             "__cuda_array_interface__ is defined for CUDA-resident arrays only; {what}; use __dlpack__ (ROCm and host memory have no CUDA Array Interface)"
         ))
     };
-    let dtype = match st {
-        Storage::Owned(a) => a.dtype(),
-        Storage::Foreign(f) => f.dtype,
-    };
+    let dtype = st.dtype();
     let typestr =
         dtype.typestr().ok_or_else(|| not_cuda(format!("{} has no array-interface type string", dtype.name())))?;
     match st {
@@ -40,16 +182,17 @@ pub fn export<'py>(py: Python<'py>, st: &Storage) -> PyResult<Bound<'py, PyDict>
             if !a.residency().includes(Location::Device) {
                 return Err(not_cuda("its device copy is not current (call move_memory(\"device\") first)".into()));
             }
-            let (data, _) = py.detach(|| a.parts(Location::Device, None)).py_err(py)?;
+            let (data, _) = py.detach(|| a.parts(Location::Device, None)).py_err_in(py, "__cuda_array_interface__")?;
             // Pending work is handed to the consumer through a stream that
             // waits for it (an event, not a host sync); None when idle.
-            let stream = if a.transfer_pending().py_err(py)? {
-                let s = export_stream(&dev).py_err(py)?;
-                a.order_on(&s).py_err(py)?;
+            let stream = if a.transfer_pending().py_err_in(py, "__cuda_array_interface__")? {
+                let s = export_stream(&dev).py_err_in(py, "__cuda_array_interface__")?;
+                a.order_on(&s).py_err_in(py, "__cuda_array_interface__")?;
                 Some(s.handle())
             } else {
                 None
             };
+            a.mark_written(Location::Device, None).py_err_in(py, "__cuda_array_interface__")?;
             interface_dict(py, &a.shape(), typestr, data, false, None, Some(stream), 3)
         }
         Storage::Foreign(f) => {
@@ -63,13 +206,16 @@ pub fn export<'py>(py: Python<'py>, st: &Storage) -> PyResult<Bound<'py, PyDict>
     }
 }
 
+// ---- import ---------------------------------------------------------------------------
+
 /// Keeps a Python object alive from Rust (the CAI producer).
 struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 
-/// Imports an object exposing `__cuda_array_interface__` (v2 or v3) without a
-/// copy; the object is kept alive while the result (or an export of it) is.
-/// With a `stream` in the interface, our default stream waits for it through
-/// an event. `device` names the CUDA device of the pointer (default cuda:0).
+/// Imports an object exposing `__cuda_array_interface__` (versions 0 to 3)
+/// without a copy; the object is kept alive while the result (or an export
+/// of it) is. With a `stream` in the interface, our default stream waits for
+/// it through an event. `device` names the CUDA device of the pointer
+/// (default cuda:0).
 #[pyfunction]
 #[pyo3(signature = (obj, /, device=None))]
 pub fn from_cuda_array_interface(
@@ -77,43 +223,41 @@ pub fn from_cuda_array_interface(
     obj: &Bound<'_, PyAny>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
-    let cai = obj.getattr("__cuda_array_interface__")?;
-    let cai = cai.cast::<PyDict>().map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
-    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
-        cai.get_item(k)?.ok_or_else(|| PyValueError::new_err(format!("__cuda_array_interface__ has no {k:?}")))
+    let desc = CaiDesc::read(obj)?;
+    let Some(version) = desc.version else {
+        return Err(PyValueError::new_err(
+            "__cuda_array_interface__ has no \"version\"; versions 0 to 3 of the interface are read",
+        ));
     };
-    let version: u32 = get("version")?.extract()?;
-    if version < 2 {
-        return Err(PyValueError::new_err(format!(
-            "CUDA Array Interface version {version}; versions 2 and 3 are read"
-        )));
+    if desc.masked {
+        return Err(PyValueError::new_err("masked CUDA arrays are not supported"));
     }
-    if let Some(mask) = cai.get_item("mask")? {
-        if !mask.is_none() {
-            return Err(PyValueError::new_err("masked CUDA arrays are not supported"));
+    for (missing, k) in [(desc.shape.is_none(), "shape"), (desc.typestr.is_none(), "typestr")] {
+        if missing {
+            return Err(PyValueError::new_err(format!("__cuda_array_interface__ has no {k:?}")));
         }
     }
-    let shape: Vec<usize> = get("shape")?.extract()?;
-    let typestr: String = get("typestr")?.extract()?;
+    let (shape, typestr) = (desc.shape.clone().unwrap_or_default(), desc.typestr.clone().unwrap_or_default());
     let dtype = DType::from_typestr(&typestr).ok_or_else(|| {
         errors::unsupported_dtype(
             py,
             format!("typestr {typestr:?} is not supported; supported: {}", DType::supported()),
         )
     })?;
-    let (data, read_only): (usize, bool) = get("data")?.extract()?;
     let item = dtype.itemsize() as i64;
-    let strides: Vec<i64> = match cai.get_item("strides")? {
-        Some(s) if !s.is_none() => {
-            let bytes: Vec<i64> = s.extract()?;
-            if bytes.len() != shape.len() || bytes.iter().any(|b| b % item != 0) {
+    let layout = desc.layout()?.unwrap_or(Layout { bytes: 0, c_order: true, f_order: true });
+    crate::array::check_extents(py, &shape, dtype.itemsize())?;
+    let strides: Vec<i64> = match &desc.strides {
+        Some(bytes) => {
+            if bytes.iter().any(|b| b % item != 0) {
                 return Err(PyValueError::new_err(format!(
-                    "strides {bytes:?} (bytes) do not match shape {shape:?} of {item}-byte elements"
+                    "strides {} (bytes) are not whole {item}-byte elements",
+                    py_tuple(bytes)
                 )));
             }
             bytes.iter().map(|b| b / item).collect()
         }
-        _ => {
+        None => {
             let mut s = vec![0i64; shape.len()];
             let mut acc = 1i64;
             for a in (0..shape.len()).rev() {
@@ -133,21 +277,18 @@ pub fn from_cuda_array_interface(
             format!("CUDA Array Interface memory needs a CUDA device, not {}", spec(&dev)),
         ));
     }
-    if shape.iter().product::<usize>() > 0 && data == 0 {
+    if layout.bytes > 0 && desc.data == 0 {
         return Err(PyValueError::new_err("CUDA Array Interface data pointer is null"));
     }
     if version >= 3 {
-        if let Some(s) = cai.get_item("stream")? {
-            if !s.is_none() {
-                let h: isize = s.extract()?;
-                if h == 0 {
-                    return Err(PyValueError::new_err("CUDA Array Interface stream 0 is disallowed by the spec"));
-                }
-                // The producer's pending work: our default stream waits for it.
-                let theirs = stream_from_handle(py, &dev, h)?;
-                let ev = theirs.record().py_err(py)?;
-                AnyStream::default_for(&dev).wait(&ev).py_err(py)?;
+        if let Some(h) = desc.stream {
+            if h == 0 {
+                return Err(PyValueError::new_err("CUDA Array Interface stream 0 is disallowed by the spec"));
             }
+            // The producer's pending work: our default stream waits for it.
+            let theirs = stream_from_handle(py, &dev, h)?;
+            let ev = theirs.record().py_err(py)?;
+            AnyStream::default_for(&dev).wait(&ev).py_err(py)?;
         }
     }
     let ordinal = dev.info().ordinal as i32;
@@ -155,9 +296,9 @@ pub fn from_cuda_array_interface(
         dtype,
         shape,
         strides,
-        data: data as u64,
+        data: desc.data,
         dl: DLDevice { device_type: DLDeviceType::CUDA, device_id: ordinal },
-        read_only,
+        read_only: desc.read_only,
         keep: Arc::new(PyOwner(obj.clone().unbind())),
         device: dev,
         lock: None,

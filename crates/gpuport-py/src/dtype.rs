@@ -364,3 +364,95 @@ const _: fn() = || {
     is_element::<bf16>();
     is_element::<Complex<f16>>();
 };
+
+/// NumPy's casting rules, least permissive first (`numpy.can_cast`).
+pub const CASTINGS: [&str; 5] = ["no", "equiv", "safe", "same_kind", "unsafe"];
+
+/// The NumPy dtype of `d`, where NumPy has one (not bfloat16 or complex32).
+fn numpy_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
+    np.getattr("dtype").ok()?.call1((d.name(),)).ok()
+}
+
+/// How a NumPy dtype reads in a message: `float32`, or `>f4` when not native.
+fn shown(dt: &Bound<'_, PyAny>) -> String {
+    let native = dt.getattr("isnative").and_then(|v| v.extract::<bool>()).unwrap_or(true);
+    let attr = if native { "name" } else { "str" };
+    dt.getattr(attr).and_then(|v| v.extract::<String>()).unwrap_or_else(|_| dt.to_string())
+}
+
+/// `array` ready to be read into a MemArray of dtype `to`: itself when the
+/// dtypes agree, else cast by NumPy (`astype`) if the NumPy rule `casting`
+/// allows it (`numpy.can_cast`), else a `TypeError` naming the rule that
+/// would. Dtypes NumPy lacks (bfloat16, complex32) are read only as they are.
+pub fn cast_for_read<'py>(array: &Bound<'py, PyAny>, to: DType, casting: &str) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::exceptions::{PyTypeError, PyValueError};
+    let py = array.py();
+    if !CASTINGS.contains(&casting) {
+        return Err(PyValueError::new_err(format!(
+            "read_numpy_array: casting must be one of 'no', 'equiv', 'safe', 'same_kind', 'unsafe' (as for numpy.can_cast), not {casting:?}"
+        )));
+    }
+    let Ok(their) = array.getattr("dtype") else { return Ok(array.clone()) };
+    let np = py.import("numpy")?;
+    let ours = dtype_from_py(&their).ok();
+    // NumPy's view of the source dtype: a NumPy dtype, or (PyTorch, JAX, a
+    // MemArray's name) the NumPy dtype of the same name.
+    let src = np.getattr("dtype")?.call1((&their,)).ok().or_else(|| ours.and_then(|d| numpy_dtype(&np, d)));
+    match (src, numpy_dtype(&np, to)) {
+        (Some(src), Some(dst)) => {
+            if src.eq(&dst)? {
+                return Ok(array.clone());
+            }
+            let can = |rule: &str| -> PyResult<bool> { np.call_method1("can_cast", (&src, &dst, rule))?.extract() };
+            if !can(casting)? {
+                let mut least = "unsafe";
+                for rule in CASTINGS {
+                    if can(rule)? {
+                        least = rule;
+                        break;
+                    }
+                }
+                let loss = if least == "unsafe" {
+                    " and may lose values (NaN and fractions in integers, imaginary parts, values out of range)"
+                } else {
+                    ""
+                };
+                let default = if casting == "same_kind" { " (the default)" } else { "" };
+                return Err(PyTypeError::new_err(format!(
+                    "read_numpy_array: cannot cast {} to {} under casting={casting:?}{default}; casting={least:?} allows it{loss}",
+                    shown(&src),
+                    shown(&dst)
+                )
+                .replace('"', "'")));
+            }
+            let cast = || -> PyResult<Bound<'py, PyAny>> {
+                if array.hasattr("astype")? {
+                    array.call_method1("astype", (&dst,))
+                } else {
+                    np.call_method1("asarray", (array,))?.call_method1("astype", (&dst,))
+                }
+            };
+            if casting != "unsafe" {
+                return cast();
+            }
+            // Asked for: NumPy's ComplexWarning about the dropped imaginary part is not news.
+            let warnings = py.import("warnings")?;
+            let guard = warnings.call_method0("catch_warnings")?;
+            guard.call_method0("__enter__")?;
+            let ignored = np
+                .getattr("exceptions")
+                .and_then(|e| e.getattr("ComplexWarning"))
+                .and_then(|w| warnings.call_method1("simplefilter", ("ignore", w)));
+            let out = ignored.and_then(|_| cast());
+            guard.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+            out
+        }
+        _ if ours.is_none() || ours == Some(to) => Ok(array.clone()),
+        _ => Err(PyTypeError::new_err(format!(
+            "read_numpy_array: NumPy cannot cast {} to {}; pass an array of dtype {}",
+            ours.map_or("this dtype", |d| d.name()),
+            to.name(),
+            to.name()
+        ))),
+    }
+}

@@ -79,7 +79,8 @@ fn build(py: Python<'_>) -> PyResult<Classes> {
             py,
             "LockError",
             vec![g()],
-            "A locked array (inside `with array.get_dlpack()`) was accessed without its lock.",
+            "A locked array (inside `with array.get_dlpack()`) was accessed without its lock, or an object was \
+             called again from a callback of a call still running on it.",
         )?,
         residency: make(
             py,
@@ -162,7 +163,13 @@ fn raise(py: Python<'_>, pick: impl FnOnce(&Classes) -> &Py<PyType>, msg: String
 
 /// The Python exception for a gpuport error (the one mapping).
 pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
-    let msg = e.to_string();
+    to_py_in(py, e, None)
+}
+
+/// As [`to_py`], naming `call` (the Python method that failed) where the
+/// core names its own inner operation (a lock or residency check).
+pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
+    let msg = message(&e, call);
     let pick: fn(&Classes) -> &Py<PyType> = match &e {
         Error::OutOfMemory { .. } => |c| &c.out_of_memory,
         Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => |c| &c.unavailable,
@@ -181,15 +188,168 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
     raise(py, pick, msg)
 }
 
+/// A shape as Python writes a tuple: `(2, 3)`, `(5,)`, `()`.
+pub fn py_shape(shape: &[usize]) -> String {
+    match shape {
+        [x] => format!("({x},)"),
+        _ => format!("({})", shape.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The Python name of an array operation the Rust core names.
+fn py_op(op: &str) -> &str {
+    match op {
+        "move_to" => "move_memory",
+        "clone" => "copy",
+        "copy_from_slice" => "read_numpy_array",
+        "kernel" => "add_index",
+        "to_dlpack" | "host_view" | "device_view" => "the export",
+        "host_ptr" | "host_ptr_mut" | "device_ptr" | "device_ptr_mut" => "the export of an address",
+        "get" | "as_slice" => "a read",
+        "set" | "as_mut_slice" | "fill" => "a write",
+        other => other,
+    }
+}
+
+/// The message of a gpuport error, in Python's terms: the core's texts name
+/// Rust things (`Some(LockId(..))`, `exit()`, `Location::Host`, Cargo
+/// features, `isize::MAX`), which a Python caller can neither type nor use.
+pub fn message(e: &Error, call: Option<&str>) -> String {
+    use gpuport::array::{LockError, ShapeError};
+    use gpuport::dlpack::DLPackError;
+    const MAX: u64 = i64::MAX as u64;
+    let py_op = |op: &'static str| call.unwrap_or(py_op(op)).to_string();
+    let tuple = |v: &[i64]| crate::cai::py_tuple(v);
+    match e {
+        Error::Lock(LockError::Locked { op, held }) => format!(
+            "{}: the array is locked by a `with array.get_dlpack()` block (lock id {held}), in this thread or \
+             another; inside that block use its context object (e.g. numpy.from_dlpack(ctx)), or call this after the block",
+            py_op(op)
+        ),
+        Error::Lock(LockError::WrongId { op, held, given }) => format!(
+            "{}: the get_dlpack block with lock id {given} does not hold the array; the block with lock id {held} does",
+            py_op(op)
+        ),
+        Error::Lock(LockError::AlreadyLocked { held, .. }) => format!(
+            "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id {held}); blocks on \
+             one array cannot nest or overlap, in one thread or several"
+        ),
+        Error::Residency(r) => format!(
+            "{} needs the {} copy, but only the {} copy is current; call move_memory(\"{}\") first",
+            py_op(r.op),
+            r.needed,
+            r.current,
+            r.needed
+        ),
+        Error::BackendNotCompiled { backend, .. } => format!(
+            "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
+        ),
+        Error::Shape(ShapeError::TooLarge { shape, elem_size }) => format!(
+            "shape {} of {elem_size}-byte elements is too large: the number of elements times the element size must be at most {MAX} bytes",
+            py_shape(shape)
+        ),
+        Error::Shape(ShapeError::NotI64 { what, axis, value }) => {
+            format!("{what} {value} on axis {axis} is too large: DLPack takes at most {MAX}")
+        }
+        Error::Shape(ShapeError::LengthMismatch { what, shape, expected, got }) => format!(
+            "{}: shape {} has {expected} elements, but {got} were given",
+            py_op(what),
+            py_shape(shape)
+        ),
+        Error::Shape(ShapeError::ShapeMismatch { what, expected, found }) => format!(
+            "{what}: shape {} differs from {}; the arrays must have the same shape",
+            py_shape(found),
+            py_shape(expected)
+        ),
+        Error::Shape(ShapeError::IndexOutOfBounds { index, shape }) => format!(
+            "index {} is out of bounds for shape {}; each index must be below its extent",
+            py_shape(index),
+            py_shape(shape)
+        ),
+        Error::Shape(ShapeError::OutOfRange { extents, strides, reason }) => {
+            let strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
+            format!(
+                "strided layout with extents {} and strides {} {reason}",
+                py_shape(extents),
+                crate::cai::py_tuple(&strides)
+            )
+        }
+        Error::OutOfBounds { what, offset, len, capacity } => {
+            format!("{what}: {len} bytes at offset {offset} reach past the end of a buffer of {capacity} bytes")
+        }
+        Error::DLPack(DLPackError::NotContiguous { shape, strides }) => format!(
+            "DLPack tensor with shape {} and strides {} (elements) is not compact row-major; export a contiguous copy",
+            tuple(shape),
+            tuple(strides)
+        ),
+        Error::DLPack(DLPackError::Overflow { shape, strides, byte_offset }) => format!(
+            "DLPack tensor shape {} with strides {} and byte offset {byte_offset} overflows the address space",
+            tuple(shape),
+            tuple(strides)
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Every core error the binding forwards, as `(class, message)`: for tests
+/// that check the messages speak Python.
+#[pyfunction]
+pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
+    use gpuport::array::Location;
+    use gpuport::array::{LockError, ResidencyError, ShapeError};
+    use gpuport::dlpack::DLPackError;
+    use gpuport::BackendKind;
+    let samples: Vec<Error> = vec![
+        LockError::Locked { op: "move_to", held: 7 }.into(),
+        LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
+        LockError::AlreadyLocked { held: 7, requested: 9 }.into(),
+        ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device }.into(),
+        Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" },
+        ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 }.into(),
+        ShapeError::NotI64 { what: "extent", axis: 1, value: 1 << 70 }.into(),
+        ShapeError::LengthMismatch { what: "copy_from_slice", shape: vec![2, 3], expected: 6, got: 5 }.into(),
+        ShapeError::ShapeMismatch { what: "x", expected: vec![2], found: vec![3] }.into(),
+        ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] }.into(),
+        ShapeError::InvalidSlice { op: "step", axis: 0, reason: "step 0 is not allowed".into() }.into(),
+        ShapeError::OutOfRange { extents: vec![4], strides: vec![-1], reason: "reaches before the start".into() }
+            .into(),
+        DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] }.into(),
+        DLPackError::ReadOnly.into(),
+        DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
+        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },
+        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: Some("use float32".into()) },
+        Error::InvalidArgument { name: "shape", reason: "negative extent -1".into() },
+        Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 },
+        Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 1 << 40 },
+        Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "host".into() },
+        Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
+        Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
+        Error::HostTask("a kernel panicked".into()),
+    ];
+    samples
+        .into_iter()
+        .map(|e| {
+            let err = to_py(py, e);
+            let msg = err.value(py).str()?.to_string();
+            Ok((err.get_type(py).unbind(), msg))
+        })
+        .collect()
+}
+
 /// `Result<T, gpuport::Error>` to `PyResult<T>`.
 pub trait IntoPyResult<T> {
     /// Maps the error through [`to_py`].
     fn py_err(self, py: Python<'_>) -> PyResult<T>;
+    /// Maps the error through [`to_py_in`], naming the Python method `call`.
+    fn py_err_in(self, py: Python<'_>, call: &str) -> PyResult<T>;
 }
 
 impl<T> IntoPyResult<T> for gpuport::Result<T> {
     fn py_err(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| to_py(py, e))
+    }
+    fn py_err_in(self, py: Python<'_>, call: &str) -> PyResult<T> {
+        self.map_err(|e| to_py_in(py, e, Some(call)))
     }
 }
 

@@ -2,26 +2,37 @@
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
 //! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
-//! (MemArray over every dtype, rank 0..=8 and device; DLPack export and
-//! import), [`dlpack`] (capsules), [`cai`] (CUDA Array Interface),
+//! (MemArray over every dtype, rank 0..=8 and device), [`exchange`] (its
+//! DLPack export and import, array-interface dicts), [`context`]
+//! (`get_dlpack`'s context manager), [`exclusive`] (the lock that lets
+//! threads share one object), [`dlpack`] (capsules), [`cai`] (CUDA Array
+//! Interface; the layout of CAI, DLPack and buffer objects),
 //! [`errors`] (the exception classes and the one error mapping), [`dtype`],
 //! [`memory`] (the current memory resource from Python; the C-ABI
 //! allocation functions for PyTorch's `CUDAPluggableAllocator`).
 //!
 //! No panic is meant to cross into Python: user input is validated and every
-//! gpuport error becomes an exception. Long copies release the GIL
-//! (`Python::detach`).
+//! gpuport error becomes an exception whose message speaks Python. Long
+//! copies release the GIL (`Python::detach`); objects whose methods do that
+//! are `frozen` pyclasses whose mutable state sits in an
+//! [`exclusive::Exclusive`] (threads take turns) or a short-lived `Mutex`, so
+//! no PyO3 borrow can fail or panic when threads share them.
 #![warn(rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use pyo3::prelude::*;
 
 pub mod adapters;
+pub mod arglists;
 pub mod array;
+pub mod buffer;
 pub mod cai;
+pub mod context;
 pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
+pub mod exchange;
+pub mod exclusive;
 pub mod memory;
 pub mod runtime;
 
@@ -33,23 +44,24 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyStream>()?;
     m.add_class::<device::PyEvent>()?;
     m.add_class::<array::PyMemArray>()?;
-    m.add_class::<array::DLPackContext>()?;
+    m.add_class::<context::DLPackContext>()?;
     memory::register(m)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;
-    m.add_function(wrap_pyfunction!(array::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(array::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_error_samples, m)?)?;
     m.add_class::<adapters::PyPointer>()?;
     m.add_class::<adapters::PyDeviceArray>()?;
-    m.add_class::<adapters::PyListOfBytes>()?;
-    m.add_class::<adapters::PyListOfPointer>()?;
-    m.add_class::<adapters::PyListOfInt>()?;
-    m.add_class::<adapters::PyListOfUnsigned>()?;
-    m.add_class::<adapters::PyListOfUnsignedLong>()?;
-    m.add_class::<adapters::PyKernelArgs>()?;
+    m.add_class::<arglists::PyListOfBytes>()?;
+    m.add_class::<arglists::PyListOfPointer>()?;
+    m.add_class::<arglists::PyListOfInt>()?;
+    m.add_class::<arglists::PyListOfUnsigned>()?;
+    m.add_class::<arglists::PyListOfUnsignedLong>()?;
+    m.add_class::<arglists::PyKernelArgs>()?;
     m.add_class::<runtime::PyModule_>()?;
     m.add_class::<runtime::PyFunction>()?;
     m.add_function(wrap_pyfunction!(runtime::malloc, m)?)?;

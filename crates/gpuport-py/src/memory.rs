@@ -92,7 +92,10 @@ impl<B: MemoryBackend> PluginResource<B> {
     }
 }
 
-impl<B: MemoryBackend> MemoryResource<B> for PluginResource<B> {
+// SAFETY: blocks pass between the caller and the statistics adaptor (or the
+// log over it) unchanged; switching the log in or out never changes which
+// resource a block goes back to, since both end in the same inner resource.
+unsafe impl<B: MemoryBackend> MemoryResource<B> for PluginResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.stats.device()
     }
@@ -102,7 +105,7 @@ impl<B: MemoryBackend> MemoryResource<B> for PluginResource<B> {
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> gpuport::Result<Block<B>> {
         self.front().allocate(bytes, stream)
     }
-    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> gpuport::Result<()> {
         self.front().deallocate(block, stream, after)
     }
     fn memory_info(&self) -> gpuport::Result<MemoryInfo> {
@@ -125,6 +128,9 @@ impl<B: MemoryBackend> MemoryResource<B> for PluginResource<B> {
     }
     fn reset(&self) -> gpuport::Result<()> {
         self.stats.reset()
+    }
+    fn release_cached(&self, patience: std::time::Duration) -> gpuport::Result<()> {
+        self.stats.release_cached(patience)
     }
     fn report(&self) -> Option<PoolReport> {
         self.stats.report()
@@ -632,7 +638,12 @@ impl PyPinned {
         py.detach(|| drop(p));
     }
     fn __repr__(&self) -> String {
-        format!("PinnedAllocation({:#x}, {} bytes, mapped {:?})", self.ptr, self.size, self.device_ptr)
+        match self.device_ptr {
+            Some(d) => {
+                format!("PinnedAllocation({:#x}, {} bytes, mapped at device address {d:#x})", self.ptr, self.size)
+            }
+            None => format!("PinnedAllocation({:#x}, {} bytes, not mapped)", self.ptr, self.size),
+        }
     }
 }
 

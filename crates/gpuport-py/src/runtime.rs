@@ -19,7 +19,8 @@ use pyo3::types::{PyBytes, PyString};
 #[cfg(feature = "cuda")]
 use gpuport::CudaDevice;
 
-use crate::adapters::{to_ptr, Alloc, Arg, Ptr, PyDeviceArray, PyKernelArgs, PyListOfBytes, Space};
+use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray, Space};
+use crate::arglists::{Arg, PyKernelArgs, PyListOfBytes};
 use crate::device::{resolve_device, resolve_stream, same_device, spec, AnyEvent, AnyStream, PyBackend};
 use crate::errors::{self, IntoPyResult};
 
@@ -249,11 +250,15 @@ fn side_of(p: &Ptr, dev_is_host: bool, what: &str) -> PyResult<Side> {
     })
 }
 
+/// Checks a copy of `size` bytes against everything known about `p`: the
+/// memory gpuport holds and the extent the object states. Only raw
+/// addresses (ints, `ctypes.c_void_p`) outside gpuport's allocations pass
+/// unchecked, as in HIP Python.
 fn check_size(p: &Ptr, size: usize, what: &str) -> PyResult<()> {
     if p.addr == 0 && size > 0 {
         return Err(PyValueError::new_err(format!("{what} is NULL")));
     }
-    match p.len {
+    match p.known_size() {
         Some(l) if size > l => {
             Err(PyValueError::new_err(format!("{what}: {size} bytes exceed the {l} bytes of the memory")))
         }
@@ -300,7 +305,7 @@ fn device_mem<B: Backend>(p: &Ptr, size: usize, dev: &AnyDevice, what: &str) -> 
     }
     Ok(RawMem {
         ptr: p.addr,
-        len: p.len.unwrap_or(size),
+        len: p.known_size().unwrap_or(size),
         ordinal: dev.info().ordinal,
         kind: MemoryKind::Device,
         _b: PhantomData,
@@ -412,8 +417,8 @@ fn memcpy_impl(
     wait: bool,
 ) -> PyResult<()> {
     prune();
-    let dst = to_ptr(dst)?;
-    let src = to_ptr(src)?;
+    let dst = to_range(dst, "dst")?;
+    let src = to_range(src, "src")?;
     check_size(&dst, size, "dst")?;
     check_size(&src, size, "src")?;
     let dev = pick_device(py, &[&dst, &src], stream)?;
@@ -438,9 +443,14 @@ fn memcpy_impl(
 /// anything ``Pointer`` accepts. ``kind``: None or "default" (inferred
 /// from what the pointers are), "host_to_host", "host_to_device",
 /// "device_to_host", "device_to_device", or an int 0..=4 in hipMemcpyKind
-/// order. Sizes are checked against every memory gpuport knows; host
-/// memory must be an object gpuport holds (a raw host address is refused),
-/// and raw device addresses are the caller's responsibility. Copies of 1 MiB
+/// order. ``size`` is checked against the extent of every operand that
+/// states one (buffers, DLPack tensors, CUDA Array Interface objects such
+/// as torch and CuPy arrays, MemArray, DeviceArray): going past it raises
+/// ValueError, as does an operand that is not one contiguous range (a
+/// strided view). Raw addresses (ints, ctypes.c_void_p) are unchecked, as
+/// in HIP Python: host memory must be an object gpuport holds (a raw host
+/// address is refused), and raw device addresses are the caller's
+/// responsibility. Copies of 1 MiB
 /// or more between pageable host memory (NumPy arrays, buffers) and a GPU
 /// are pipelined through pinned staging on several host threads, several
 /// times faster than the driver's pageable copy.
@@ -505,7 +515,7 @@ fn memset_impl(
     wait: bool,
 ) -> PyResult<()> {
     prune();
-    let dst = to_ptr(dst)?;
+    let dst = to_range(dst, "dst")?;
     check_size(&dst, size, "dst")?;
     let dev = pick_device(py, &[&dst], stream)?;
     let s = resolve_stream(py, &dev, stream)?;
@@ -520,7 +530,9 @@ fn memset_impl(
     }
 }
 
-/// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value`` and waits.
+/// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value``
+/// and waits. ``size`` is checked as for ``memcpy`` (raw addresses are
+/// unchecked); a ``dst`` that is not one contiguous range raises ValueError.
 #[pyfunction]
 #[pyo3(signature = (dst, value, size, stream=None))]
 pub fn memset(
@@ -604,7 +616,7 @@ impl PyFunction {
 fn options_of(options: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
     let Some(o) = options.filter(|o| !o.is_none()) else { return Ok(Vec::new()) };
     if let Ok(l) = o.cast::<PyListOfBytes>() {
-        return l.try_borrow().map_err(|e| PyValueError::new_err(e.to_string()))?.strings().ok_or_else(|| {
+        return l.get().strings().ok_or_else(|| {
             PyValueError::new_err("options: a non-owning ListOfBytes cannot be read; pass a list of bytes or str")
         });
     }
@@ -764,7 +776,7 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
             let mut candidates: Vec<Ptr> = Vec::new();
             if let Some(Arg::Pointer(p)) = args.args.first() {
                 if p.held() && p.host_accessible() && p.addr == ptr {
-                    candidates.push(Ptr { addr: p.addr, space: p.space.clone(), len: p.len, writable: p.writable, keep: Vec::new() });
+                    candidates.push(Ptr::held_at(p.addr, p.space.clone(), p.known_size().unwrap_or(0), p.writable, Vec::new()));
                 }
             }
             if candidates.is_empty() {
@@ -824,7 +836,7 @@ pub fn launch_kernel(
         },
         None => Bound::new(py, PyKernelArgs::init(None)?)?,
     };
-    let ka = args_obj.try_borrow().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let ka = args_obj.get();
     let kargs = ka.to_kernel_args();
     let dev = match &f.inner {
         AnyKernel::Host(d, _) => AnyDevice::Host(d.clone()),
@@ -835,7 +847,7 @@ pub fn launch_kernel(
     let mut extra: Option<Ptr> = None;
     match (&f.inner, &s) {
         (AnyKernel::Host(d, k), AnyStream::Host(_, st)) => {
-            extra = check_host_launch(py, &f.name, &ka)?;
+            extra = check_host_launch(py, &f.name, ka)?;
             // SAFETY: on the host backend the only kernels allowed are the
             // checked built-ins (their target range lies inside held memory
             // of the right size); the operands are parked until the launch ran.
@@ -856,7 +868,6 @@ pub fn launch_kernel(
             ))
         }
     }
-    drop(ka);
     let mut keep = vec![to_ptr(args_obj.as_any())?];
     keep.extend(extra);
     park(py, &s, keep)

@@ -422,7 +422,7 @@ function_table! {
         /// `hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int deviceId);` with the
         /// ROCm 5.x layout (`hipDeviceProp_tR0000` in ROCm 6+, which may drop the symbol).
         fn hipGetDeviceProperties(*mut c_void, c_int) -> hipError_t;
-        // The memory layer's calls (`crate::memory::MemoryDevice`). All are in
+        // The memory layer's calls (`crate::backend::MemoryDevice`). All are in
         // ROCm 5.2 (the pool calls since 5.1), but optional: a runtime without
         // one still runs everything else, and the call says it is missing.
         /// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int flags);`
@@ -620,7 +620,7 @@ mod tests {
     #[test]
     fn ipc_handles_have_the_header_size() {
         assert_eq!(std::mem::size_of::<hipIpcMemHandle_t>(), 64);
-        assert_eq!(HIP_IPC_HANDLE_SIZE, std::mem::size_of::<crate::memory::ext::IpcBytes>());
+        assert_eq!(HIP_IPC_HANDLE_SIZE, std::mem::size_of::<crate::backend::IpcBytes>());
     }
 
     #[test]
@@ -631,7 +631,7 @@ mod tests {
         assert_eq!(size_of::<hipMemPoolProps>(), 88, "4 + 4 + 8 + 8 + 64, in ROCm 5.2 and later");
         assert_eq!(offset_of!(hipMemPoolProps, win32SecurityAttributes), 16);
         assert_eq!(offset_of!(hipMemPoolProps, reserved), 24, "where ROCm 6+ puts maxSize");
-        assert_eq!(size_of::<hipMemPoolPtrExportData>(), size_of::<crate::memory::ext::IpcBytes>());
+        assert_eq!(size_of::<hipMemPoolPtrExportData>(), size_of::<crate::backend::IpcBytes>());
     }
 
     #[test]

@@ -6,8 +6,16 @@ address, a ``ctypes.c_void_p``, an object with ``__cuda_array_interface__``,
 a contiguous buffer-protocol object (held until the adapter is destroyed),
 or a DLPack producer.
 
-Raw addresses (ints, ``c_void_p``) are not owned and, as in HIP Python, are
-the caller's responsibility: gpuport passes raw *device* addresses to the
+Sizes: ``memcpy``/``memset`` (and their ``_async`` forms) check ``size``
+against every operand that states its extent: a buffer, a DLPack tensor, a
+CUDA Array Interface object (its shape, strides and typestr: torch and CuPy
+arrays, Numba device arrays), a ``MemArray``, a ``DeviceArray`` or an
+allocation. Going past it raises ``ValueError``, and so does an operand that
+is not one contiguous range (a strided view such as ``t[:, ::2]``; pass
+``t.contiguous()`` or ``numpy.ascontiguousarray(x)``).
+
+Raw addresses (ints, ``c_void_p``) are unchecked: not owned and of unknown
+size, they are, as in HIP Python, the caller's responsibility: gpuport passes raw *device* addresses to the
 driver unchecked, but never dereferences an address on the host unless it
 lies in memory gpuport holds (a ``malloc`` allocation, a held buffer or
 DLPack tensor). On the host backend, where "device" memory is host memory,

@@ -1,0 +1,530 @@
+//! A GPU device and its [`Device`] implementation, over any [`Driver`].
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::compile::Program;
+use super::driver::{Driver, Params};
+use super::error::out_of_memory;
+use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
+use super::module::{GpuKernel, GpuModule, BUILTIN_HEADERS};
+use super::stream::{GpuEvent, GpuStream};
+use super::Gpu;
+use crate::backend::{
+    check_alloc_size, check_range, check_same_device, Device, DeviceInfo, DeviceMemory, KernelArgs, LaunchConfig,
+    MemoryInfo, MemoryKind, ModuleSource,
+};
+use crate::error::{BackendKind, Error, Result};
+
+/// A GPU (`"cuda:N"`, `"rocm:N"`).
+pub struct GpuDevice<D: Driver> {
+    info: DeviceInfo,
+    driver: Arc<D>,
+    default_stream: GpuStream<D>,
+    builtins: Mutex<Option<GpuModule<D>>>,
+    /// Whether `builtins` is the prebuilt image, which holds every array
+    /// kernel too (the compiled built-in source holds only the runtime's).
+    builtins_prebuilt: std::sync::atomic::AtomicBool,
+    /// Array kernels compiled so far, by name.
+    array_kernels: Mutex<HashMap<String, GpuKernel<D>>>,
+}
+
+impl<D: Driver> fmt::Debug for GpuDevice<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}Device({}:{}, {})", D::NAME, D::KIND, self.info.ordinal, self.info.name)
+    }
+}
+
+/// Every opened GPU device, by backend and ordinal.
+type Devices = HashMap<(BackendKind, usize), Arc<dyn Any + Send + Sync>>;
+
+/// One device per backend and ordinal per process, so driver state (a
+/// retained CUDA context) is set up once.
+fn open_devices() -> &'static Mutex<Devices> {
+    static DEVICES: OnceLock<Mutex<Devices>> = OnceLock::new();
+    DEVICES.get_or_init(Default::default)
+}
+
+impl<D: Driver> GpuDevice<D> {
+    /// The driver state of this device, for the vendor part's own methods.
+    pub(crate) fn driver(&self) -> &Arc<D> {
+        &self.driver
+    }
+
+    /// A handle to a stream of this device that gpuport does not own: it is
+    /// never destroyed by gpuport.
+    ///
+    /// # Safety
+    /// `raw` is a stream of this device (or a special handle the vendor
+    /// accepts as one) and stays alive while the returned handle is used.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // CudaDevice::borrow_stream
+    pub(crate) unsafe fn foreign_stream(&self, raw: D::Stream) -> GpuStream<D> {
+        GpuStream::new(self.driver.clone(), raw, false)
+    }
+
+    pub(crate) fn check_stream(&self, stream: &GpuStream<D>) -> Result<()> {
+        check_same_device("stream", D::KIND, self.info.ordinal, stream.ordinal())
+    }
+
+    fn check_buffer<M: DeviceMemory + ?Sized>(&self, what: &'static str, buffer: &M) -> Result<()> {
+        check_same_device(what, D::KIND, self.info.ordinal, buffer.ordinal())
+    }
+
+    /// `e`, as [`Error::OutOfMemory`] where the driver found no memory for `bytes`.
+    pub(crate) fn out_of_memory(&self, e: Error, bytes: usize) -> Error {
+        out_of_memory::<D>(e, self.info.ordinal, bytes)
+    }
+
+    pub(crate) fn buffer(&self, ptr: u64, len: usize, kind: MemoryKind, free_on: Option<GpuStream<D>>) -> GpuBuffer<D> {
+        GpuBuffer::new(self.driver.clone(), ptr, len, kind, free_on)
+    }
+
+    /// Page-locked host memory with the vendor's allocation `flags`; zero-filled.
+    pub(crate) fn alloc_pinned_flags(&self, bytes: usize, flags: u32) -> Result<GpuPinnedBuffer<D>> {
+        check_alloc_size(bytes)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; the flags are the driver's own bits.
+        let ptr = unsafe { self.driver.host_alloc(bytes, flags) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        // SAFETY: `ptr` addresses `bytes` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Ok(GpuPinnedBuffer::new(self.driver.clone(), ptr, bytes))
+    }
+
+    /// Page-locks host memory with the vendor's registration `flags`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid host memory that outlives the registration.
+    pub(crate) unsafe fn register_host_flags(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        flags: u32,
+    ) -> Result<GpuHostRegistration<D>> {
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument { name: "ptr", reason: "null pointer".into() });
+        }
+        check_alloc_size(len)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; the caller guarantees the range is
+        // valid and outlives the registration.
+        unsafe { self.driver.host_register(ptr, len, flags) }?;
+        Ok(GpuHostRegistration::new(self.driver.clone(), ptr, len))
+    }
+
+    /// Loads an image; `builtin` marks the library's own modules.
+    ///
+    /// # Safety
+    /// As [`Driver::module_load`]: a complete image of a format the vendor
+    /// loads, alive during the call.
+    unsafe fn load_image(&self, image: *const c_void, builtin: bool) -> Result<GpuModule<D>> {
+        self.driver.bind()?;
+        // SAFETY: the device is current; the caller's contract covers the image.
+        let raw = unsafe { self.driver.module_load(image) }?;
+        Ok(GpuModule::new(self.driver.clone(), raw, builtin))
+    }
+
+    /// Compiles `program` for this device and loads it; `builtin` marks the
+    /// library's own modules.
+    fn compile_and_load(&self, program: Program<'_>, builtin: bool) -> Result<GpuModule<D>> {
+        let image = self.driver.compile(&self.info, &program)?;
+        // SAFETY: the compiler's output, alive for the call.
+        unsafe { self.load_image(image.as_ptr() as *const c_void, builtin) }
+    }
+
+    /// The built-in module: a prebuilt image where there is one this device
+    /// can load, else compiled from the vendor's built-in source.
+    fn load_builtins(&self) -> Result<GpuModule<D>> {
+        // SAFETY: the vendor's prebuilt image, whole and static.
+        let prebuilt =
+            D::prebuilt_builtins().and_then(|image| unsafe { self.load_image(image.as_ptr().cast(), true) }.ok());
+        if let Some(module) = prebuilt {
+            self.builtins_prebuilt.store(true, std::sync::atomic::Ordering::Release);
+            return Ok(module);
+        }
+        let options = self.driver.builtin_options();
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        let name = format!("gpuport_builtins.{}", D::SOURCE_EXTENSION);
+        self.compile_and_load(Program { code: D::BUILTIN_SOURCE, name: &name, options: &options, headers: &[] }, true)
+    }
+
+    /// The occupancy call's (minimum grid, block size) for `kernel`, each at least 1.
+    fn occupancy(&self, kernel: &GpuKernel<D>) -> Result<(u32, u32)> {
+        self.driver.bind()?;
+        // SAFETY: the device is current; the kernel's module is alive.
+        let (min_grid, block) = unsafe { self.driver.max_potential_block_size(kernel.func()) }?;
+        Ok((min_grid.max(1) as u32, block.max(1) as u32))
+    }
+}
+
+impl<D: Driver> Device for GpuDevice<D> {
+    type B = Gpu<D>;
+
+    fn open(ordinal: usize) -> Result<Arc<Self>> {
+        let mut devices = open_devices().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(dev) = devices.get(&(D::KIND, ordinal)) {
+            if let Ok(dev) = dev.clone().downcast::<Self>() {
+                return Ok(dev);
+            }
+        }
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(Error::InvalidDeviceSpec {
+                spec: format!("{}:{ordinal}", D::KIND),
+                reason: format!(
+                    "there are {count} {} devices ({kind}:0..{kind}:{})",
+                    D::PLATFORM,
+                    count.saturating_sub(1),
+                    kind = D::KIND
+                ),
+            });
+        }
+        let (driver, info) = D::open(ordinal)?;
+        let driver = Arc::new(driver);
+        let default_stream = GpuStream::new(driver.clone(), D::NULL_STREAM, false);
+        let dev = Arc::new(GpuDevice {
+            info,
+            driver,
+            default_stream,
+            builtins: Mutex::new(None),
+            builtins_prebuilt: std::sync::atomic::AtomicBool::new(false),
+            array_kernels: Default::default(),
+        });
+        devices.insert((D::KIND, ordinal), dev.clone());
+        Ok(dev)
+    }
+
+    fn count() -> Result<usize> {
+        D::count()
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.driver.bind()?;
+        self.driver.memory_info()
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<GpuBuffer<D>> {
+        check_alloc_size(bytes)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; the memory is returned uninitialized as documented.
+        let ptr = unsafe { self.driver.alloc(bytes) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Device, None))
+    }
+
+    fn alloc_async(&self, bytes: usize, stream: &GpuStream<D>) -> Result<GpuBuffer<D>> {
+        check_alloc_size(bytes)?;
+        self.check_stream(stream)?;
+        if !self.info.stream_ordered_alloc {
+            return self.alloc(bytes);
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current and supports stream-ordered
+        // allocation; the stream belongs to it (checked), and the buffer
+        // keeps the stream alive to free on it.
+        let ptr =
+            unsafe { self.driver.alloc_async(bytes, stream.as_raw()) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
+    }
+
+    fn alloc_managed(&self, bytes: usize) -> Result<GpuBuffer<D>> {
+        check_alloc_size(bytes)?;
+        if !self.info.managed_memory {
+            return Err(Error::Unsupported {
+                op: "managed memory",
+                backend: D::KIND,
+                hint: Some(format!("{} does not support managed memory", self.info.name)),
+            });
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current and supports managed memory.
+        let ptr = unsafe { self.driver.alloc_managed(bytes) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        Ok(self.buffer(ptr, bytes, MemoryKind::Managed, None))
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<GpuPinnedBuffer<D>> {
+        // PORTABLE makes it pinned for every context and device.
+        self.alloc_pinned_flags(bytes, D::HOST_ALLOC_PORTABLE)
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> Result<GpuHostRegistration<D>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.register_host_flags(ptr, len, D::HOST_REGISTER_PORTABLE) }
+    }
+
+    fn default_stream(&self) -> &GpuStream<D> {
+        &self.default_stream
+    }
+
+    fn create_stream(&self) -> Result<GpuStream<D>> {
+        self.driver.bind()?;
+        let raw = self.driver.stream_create()?;
+        Ok(GpuStream::new(self.driver.clone(), raw, true))
+    }
+
+    fn stream_id(&self, stream: &GpuStream<D>) -> Option<u64> {
+        Some(stream.id())
+    }
+
+    fn synchronize(&self, stream: &GpuStream<D>) -> Result<()> {
+        self.check_stream(stream)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; the stream is alive (we hold it) and belongs to it.
+        unsafe { self.driver.stream_synchronize(stream.as_raw()) }
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        self.driver.bind()?;
+        self.driver.synchronize_device()
+    }
+
+    fn is_idle(&self, stream: &GpuStream<D>) -> Result<bool> {
+        self.check_stream(stream)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; the stream is alive and belongs to it.
+        unsafe { self.driver.stream_query(stream.as_raw()) }
+    }
+
+    fn create_event(&self) -> Result<GpuEvent<D>> {
+        self.driver.bind()?;
+        let raw = self.driver.event_create()?;
+        Ok(GpuEvent::new(self.driver.clone(), raw))
+    }
+
+    fn record_event(&self, event: &GpuEvent<D>, stream: &GpuStream<D>) -> Result<()> {
+        self.check_stream(stream)?;
+        check_same_device("event", D::KIND, self.info.ordinal, event.driver().ordinal())?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; both handles are alive and belong to it.
+        unsafe { self.driver.event_record(event.raw(), stream.as_raw()) }
+    }
+
+    fn wait_event(&self, stream: &GpuStream<D>, event: &GpuEvent<D>) -> Result<()> {
+        self.check_stream(stream)?;
+        self.driver.bind()?;
+        // SAFETY: the device is current; both handles are alive (an event of
+        // another device is allowed by both vendors).
+        unsafe { self.driver.stream_wait_event(stream.as_raw(), event.raw()) }
+    }
+
+    fn synchronize_event(&self, event: &GpuEvent<D>) -> Result<()> {
+        event.driver().bind()?;
+        // SAFETY: the event's device is current; the event is alive.
+        unsafe { event.driver().event_synchronize(event.raw()) }
+    }
+
+    fn event_is_complete(&self, event: &GpuEvent<D>) -> Result<bool> {
+        event.driver().bind()?;
+        // SAFETY: as in `synchronize_event`.
+        unsafe { event.driver().event_query(event.raw()) }
+    }
+
+    fn elapsed_ms(&self, start: &GpuEvent<D>, end: &GpuEvent<D>) -> Result<f32> {
+        self.driver.bind()?;
+        // SAFETY: the device is current; both events are alive. The driver
+        // reports unrecorded or incomplete events as errors.
+        unsafe { self.driver.event_elapsed(start.raw(), end.raw()) }
+    }
+
+    unsafe fn copy_to_device_async<M: DeviceMemory<B = Gpu<D>> + ?Sized>(
+        &self,
+        src: &[u8],
+        dst: &M,
+        dst_offset: usize,
+        stream: &GpuStream<D>,
+    ) -> Result<()> {
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("destination", dst_offset, src.len(), dst.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current; range checked; the caller keeps
+        // `src` and `dst` alive until the stream passes the copy.
+        unsafe { self.driver.copy_htod_async(dst.device_ptr() + dst_offset as u64, src, stream.as_raw()) }
+    }
+
+    unsafe fn copy_to_host_async<M: DeviceMemory<B = Gpu<D>> + ?Sized>(
+        &self,
+        src: &M,
+        src_offset: usize,
+        dst: &mut [u8],
+        stream: &GpuStream<D>,
+    ) -> Result<()> {
+        self.check_buffer("source buffer", src)?;
+        self.check_stream(stream)?;
+        check_range("source", src_offset, dst.len(), src.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current; range checked; the caller keeps both
+        // alive until the stream passes the copy.
+        unsafe { self.driver.copy_dtoh_async(dst, src.device_ptr() + src_offset as u64, stream.as_raw()) }
+    }
+
+    unsafe fn copy_device_async<S: DeviceMemory<B = Gpu<D>> + ?Sized, M: DeviceMemory<B = Gpu<D>> + ?Sized>(
+        &self,
+        src: &S,
+        src_offset: usize,
+        dst: &M,
+        dst_offset: usize,
+        len: usize,
+        stream: &GpuStream<D>,
+    ) -> Result<()> {
+        self.check_buffer("source buffer", src)?;
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("source", src_offset, len, src.len())?;
+        check_range("destination", dst_offset, len, dst.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current; ranges checked; the caller keeps
+        // both buffers alive until the stream passes the copy.
+        unsafe {
+            self.driver.copy_dtod_async(
+                dst.device_ptr() + dst_offset as u64,
+                src.device_ptr() + src_offset as u64,
+                len,
+                stream.as_raw(),
+            )
+        }
+    }
+
+    unsafe fn memset_async<M: DeviceMemory<B = Gpu<D>> + ?Sized>(
+        &self,
+        dst: &M,
+        offset: usize,
+        len: usize,
+        value: u8,
+        stream: &GpuStream<D>,
+    ) -> Result<()> {
+        self.check_buffer("destination buffer", dst)?;
+        self.check_stream(stream)?;
+        check_range("destination", offset, len, dst.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.driver.bind()?;
+        // SAFETY: the device is current; range checked; the caller keeps
+        // `dst` alive until the stream passes the memset.
+        unsafe { self.driver.memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.as_raw()) }
+    }
+
+    fn load_module(&self, source: ModuleSource<'_>) -> Result<GpuModule<D>> {
+        match source {
+            ModuleSource::Builtin => {
+                let mut cached = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(module) = cached.as_ref() {
+                    return Ok(module.clone());
+                }
+                let module = self.load_builtins()?;
+                *cached = Some(module.clone());
+                Ok(module)
+            }
+            ModuleSource::Source { code, name, options } => {
+                self.compile_and_load(Program { code, name, options, headers: &[] }, false)
+            }
+            ModuleSource::Ptx(ptx) => {
+                let image = D::ptx_image(ptx)?;
+                // SAFETY: NUL-terminated PTX text, alive for the call.
+                unsafe { self.load_image(image.as_ptr() as *const c_void, false) }
+            }
+            ModuleSource::Binary(image) => {
+                D::check_image(image)?;
+                // SAFETY: an image of the vendor's formats (checked above), alive for the call.
+                unsafe { self.load_image(image.as_ptr() as *const c_void, false) }
+            }
+        }
+    }
+
+    fn kernel(&self, module: &GpuModule<D>, name: &str) -> Result<GpuKernel<D>> {
+        check_same_device("module", D::KIND, self.info.ordinal, module.ordinal())?;
+        self.driver.bind()?;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument { name: "name", reason: "kernel name contains a NUL byte".into() })?;
+        // SAFETY: the device is current; the module is loaded and kept alive by the returned kernel.
+        let Some(func) = (unsafe { self.driver.module_function(module.raw(), &cname) })? else {
+            // SAFETY: as above.
+            let available = unsafe { self.driver.kernel_names(module.raw(), module.is_builtin()) };
+            return Err(Error::KernelNotFound { name: name.to_string(), available });
+        };
+        // Our own kernels' parameters are in the table the host backend
+        // shares; others' are what the driver can tell.
+        let known = module.is_builtin().then(|| crate::backend::host::builtin_params(name)).flatten();
+        let params = match known {
+            Some(sizes) => Params::Exact(sizes.into()),
+            // SAFETY: the function was just looked up in a loaded module.
+            None => unsafe { self.driver.kernel_params(func) },
+        };
+        Ok(GpuKernel::new(module, func, name, params))
+    }
+
+    fn builtin_kernel(&self, name: &str) -> Result<GpuKernel<D>> {
+        let module = self.load_module(ModuleSource::Builtin)?;
+        crate::kernels::builtin_kernel_from(
+            || self.kernel(&module, name),
+            self.builtins_prebuilt.load(std::sync::atomic::Ordering::Acquire),
+            &self.array_kernels,
+            D::ARRAY_OPS_SOURCE,
+            name,
+            |program| {
+                let file = format!("{name}.{}", D::SOURCE_EXTENSION);
+                let array_kernel = Program { code: program, name: &file, options: &[], headers: BUILTIN_HEADERS };
+                let module = self.compile_and_load(array_kernel, true)?;
+                self.kernel(&module, name)
+            },
+        )
+    }
+
+    fn default_launch_config(&self, kernel: &GpuKernel<D>, n: usize) -> Result<LaunchConfig> {
+        let (_, block) = self.occupancy(kernel)?;
+        LaunchConfig::for_elements(n, block)
+    }
+
+    fn resident_launch_config(&self, kernel: &GpuKernel<D>, n: usize) -> Result<LaunchConfig> {
+        if !D::RESIDENT_GRIDS {
+            return self.default_launch_config(kernel, n);
+        }
+        let (min_grid, block) = self.occupancy(kernel)?;
+        let needed = n.div_ceil(block as usize).max(1);
+        Ok(LaunchConfig::linear(needed.min(min_grid as usize) as u32, block))
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &GpuKernel<D>,
+        config: LaunchConfig,
+        args: &KernelArgs,
+        stream: &GpuStream<D>,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        check_same_device("kernel", D::KIND, self.info.ordinal, kernel.ordinal())?;
+        kernel.check_args(args)?;
+        config.validate(&self.info.limits)?;
+        self.driver.bind()?;
+        // Parameter pointers live on the stack for up to 16 arguments: no
+        // allocation on the launch path.
+        let (mut stack, mut heap) = ([std::ptr::null_mut(); 16], Vec::new());
+        let pointers: &mut [*mut c_void] = if args.len() <= stack.len() {
+            &mut stack[..args.len()]
+        } else {
+            heap.resize(args.len(), std::ptr::null_mut());
+            &mut heap
+        };
+        args.fill_param_pointers(pointers);
+        // SAFETY: the device is current; the kernel's module is alive;
+        // `pointers` point into `args`, which outlives this call (the driver
+        // copies parameters at launch); the caller guarantees argument types
+        // and buffer lifetimes.
+        unsafe { self.driver.launch(kernel.func(), &config, stream.as_raw(), pointers) }
+    }
+}

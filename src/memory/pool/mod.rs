@@ -1,0 +1,534 @@
+//! A stream-ordered caching pool of our own, generic over a tiny [`Storage`]
+//! trait (after cubecl's `ComputeStorage`): the pool never sees a driver, so
+//! it is tested for real on the host backend.
+//!
+//! ## How blocks move
+//! - Requests are rounded up to 512 bytes. Requests up to 1 MiB ("small")
+//!   are cut from 2 MiB segments, larger ones from 20 MiB segments (up to
+//!   10 MiB) or from segments of their own size rounded to 2 MiB, so small
+//!   blocks never fragment large segments (PyTorch's split).
+//! - A free block is tagged with the stream it was freed on and kept in that
+//!   stream's free list, or tagged *any stream* in the shared list.
+//! - An allocation on stream S looks, best fit, in S's list (reuse without
+//!   synchronization: stream order already puts the new work after the old),
+//!   then in the shared list, then polls pending fences, then fences the
+//!   other streams' lists and polls once more, then grows.
+//! - **Fencing** is the only way a block leaves a stream's list for the
+//!   shared one: an event is recorded on that stream, the blocks wait in the
+//!   pending list, and they join the shared list when the event has
+//!   completed. A block used on several streams ([`StreamUse`](super::StreamUse))
+//!   goes to the pending list when freed, with every use's event. So a block
+//!   is never handed to a stream before events show its last uses complete.
+//! - A block freed on its own stream first goes, whole, to that stream's
+//!   small cache of recent blocks (8), where a request of its size on the
+//!   same stream takes it back without touching the best-fit set; the cache's
+//!   oldest block moves on to the set when it is full, and fencing empties it.
+//! - Freed neighbours with the same tag merge; a segment whose single free
+//!   block is in the shared list can go back to the storage.
+//! - On out-of-memory (the storage's or the pool's own `size_limit`) the pool
+//!   fences every list, waits for the pending events, releases every free
+//!   segment, and retries once; then it returns [`Error::OutOfMemory`].
+//! - Above `release_threshold` reserved bytes, a free releases free segments
+//!   (and fences its stream's list so the next one can).
+//!
+//! ## Streams come and go
+//! A stream's free list holds a handle on the stream, to record fences on
+//! it, so the pool must not keep lists of streams their users dropped (each
+//! would live on: a driver stream, or a host worker thread). A list lives
+//! only while it holds blocks: fencing empties it and drops it with its
+//! handle. When a new stream's list is made and there are many, lists of
+//! streams that look gone (unused lately, and idle) are fenced and dropped,
+//! and past a hard bound the least recently used one is; [`CachingPool::trim`]
+//! and `reset` drop them all. A retired stream's blocks join the shared list
+//! once the event recorded on it before its handle went has completed.
+//! (The backend cannot yet tell the pool that it holds a stream's last
+//! handle; with that, the pool would retire a list the moment its stream is
+//! otherwise dropped.)
+//!
+//! ## Trust
+//! Every block goes back only to the pool that handed it out: blocks carry
+//! the pool's [`ResourceId`] and a serial number the pool
+//! records, and `deallocate` refuses, freeing nothing, a block whose id,
+//! serial, address or length do not match a live block
+//! ([`MemoryError::ForeignBlock`]). A
+//! segment from the [`Storage`] shorter than asked for, or of another
+//! device, is refused before any block is cut from it.
+
+mod report;
+mod state;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
+use crate::error::{Error, Result};
+
+use super::block::{Block, MemoryError, ResourceId};
+use super::ext::MemoryBackend;
+use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
+use super::resource::MemoryResource;
+pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
+use state::{
+    st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT, NONE,
+    ROUND, SMALL_MAX, SMALL_SEGMENT,
+};
+
+/// Where a pool gets its memory: allocate a segment; dropping it frees it.
+///
+/// # Safety
+/// The pool cuts blocks from each segment and hands them out as memory no
+/// one else uses. So every segment `alloc` returns must be memory of
+/// [`device`](Self::device) that nothing else uses (no other segment, no
+/// other owner) and that stays valid until the segment is dropped. (The
+/// pool checks a segment's length and device; it cannot check the rest.)
+pub unsafe trait Storage<B: MemoryBackend>: Send + Sync + fmt::Debug + 'static {
+    /// A segment of device memory, freed when dropped.
+    type Segment: DeviceMemory<B = B>;
+    /// The device.
+    fn device(&self) -> &Arc<B::Device>;
+    /// Allocates a segment of `bytes`; [`Error::OutOfMemory`] when the device is full.
+    fn alloc(&self, bytes: usize) -> Result<Self::Segment>;
+}
+
+/// Segments from the device's plain allocator (`cuMemAlloc`).
+pub struct DeviceStorage<B: MemoryBackend> {
+    device: Arc<B::Device>,
+}
+
+impl<B: MemoryBackend> DeviceStorage<B> {
+    /// Storage on `device`.
+    pub fn new(device: Arc<B::Device>) -> Self {
+        DeviceStorage { device }
+    }
+}
+
+impl<B: MemoryBackend> fmt::Debug for DeviceStorage<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceStorage({})", self.device.info().spec())
+    }
+}
+
+// SAFETY: each segment is a buffer fresh from the device's allocator, owned
+// by the segment alone and freed when it is dropped.
+unsafe impl<B: MemoryBackend> Storage<B> for DeviceStorage<B> {
+    type Segment = crate::backend::Buffer<B>;
+    fn device(&self) -> &Arc<B::Device> {
+        &self.device
+    }
+    fn alloc(&self, bytes: usize) -> Result<Self::Segment> {
+        self.device.alloc(bytes)
+    }
+}
+
+/// Settings of a [`CachingPool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Most bytes the pool may hold from its storage; `None`: no limit.
+    pub size_limit: Option<usize>,
+    /// Cached bytes above which frees return free segments to the storage.
+    /// `usize::MAX` (the default) keeps everything cached.
+    pub release_threshold: usize,
+    /// Bytes kept for idle pinned buffers by the pool's pinned host pool.
+    pub pinned_cache: usize,
+    /// Check the pool's whole bookkeeping on every allocation and free
+    /// (slow; for debugging and tests). Default: whether the environment
+    /// variable `GPUPORT_POOL_VALIDATE` is set (read once).
+    pub validate: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig { size_limit: None, release_threshold: usize::MAX, pinned_cache: 1 << 30, validate: validate_env() }
+    }
+}
+
+/// Whether `GPUPORT_POOL_VALIDATE` is set. Read once.
+fn validate_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPUPORT_POOL_VALIDATE").is_some())
+}
+
+/// A caching, stream-ordered pool; see the [module docs](self).
+pub struct CachingPool<B: MemoryBackend, S: Storage<B> = DeviceStorage<B>> {
+    storage: S,
+    config: PoolConfig,
+    id: ResourceId,
+    pinned: PinnedPool<B>,
+    state: Mutex<State<B, S::Segment>>,
+}
+
+impl<B: MemoryBackend> CachingPool<B> {
+    /// A pool over `device`'s plain allocator.
+    pub fn new(device: Arc<B::Device>, config: PoolConfig) -> Self {
+        Self::with_storage(DeviceStorage::new(device), config)
+    }
+}
+
+/// The pool's state under its lock. Stream handles the pool let go of are
+/// dropped after the lock is: dropping a stream's last handle may wait for
+/// its queued work (a host stream joins its worker), which must not hold up
+/// other threads' allocations.
+struct Locked<'a, B: MemoryBackend, Seg> {
+    guard: Option<MutexGuard<'a, State<B, Seg>>>,
+}
+
+impl<B: MemoryBackend, Seg> std::ops::Deref for Locked<'_, B, Seg> {
+    type Target = State<B, Seg>;
+    fn deref(&self) -> &State<B, Seg> {
+        self.guard.as_ref().expect("the guard is taken only in drop")
+    }
+}
+
+impl<B: MemoryBackend, Seg> std::ops::DerefMut for Locked<'_, B, Seg> {
+    fn deref_mut(&mut self) -> &mut State<B, Seg> {
+        self.guard.as_mut().expect("the guard is taken only in drop")
+    }
+}
+
+impl<B: MemoryBackend, Seg> Drop for Locked<'_, B, Seg> {
+    fn drop(&mut self) {
+        let released = self.guard.as_mut().map(|st| std::mem::take(&mut st.released));
+        drop(self.guard.take());
+        drop(released);
+    }
+}
+
+impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
+    /// A pool over any storage.
+    pub fn with_storage(storage: S, config: PoolConfig) -> Self {
+        let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
+        CachingPool { storage, config, id: ResourceId::new(), pinned, state: Mutex::new(State::new()) }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> PoolConfig {
+        self.config
+    }
+
+    /// The pool's pinned host pool.
+    pub fn pinned_pool(&self) -> &PinnedPool<B> {
+        &self.pinned
+    }
+
+    fn lock(&self) -> Locked<'_, B, S::Segment> {
+        Locked { guard: Some(self.state.lock().unwrap_or_else(|p| p.into_inner())) }
+    }
+
+    fn dev(&self) -> &B::Device {
+        self.storage.device()
+    }
+
+    /// Fences every stream's free list (and lets go of the pool's handles on
+    /// those streams), waits for every pending fence, and releases free
+    /// segments until at most `keep` bytes stay reserved.
+    pub fn trim(&self, keep: usize) -> Result<()> {
+        let mut st = self.lock();
+        st.fence_all(self.dev());
+        st.wait_pending(self.dev());
+        st.release_free_segments(keep);
+        Ok(())
+    }
+
+    /// A usage and fragmentation report.
+    pub fn report(&self) -> PoolReport {
+        self.lock().report()
+    }
+
+    fn grow(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+        let mut seg_size = if small {
+            SMALL_SEGMENT
+        } else if size <= LARGE_EXACT_ABOVE {
+            LARGE_SEGMENT
+        } else {
+            size.div_ceil(LARGE_ROUND).saturating_mul(LARGE_ROUND)
+        };
+        let ordinal = st_ordinal(self.dev());
+        let oom = || Error::OutOfMemory { backend: <B as crate::backend::Backend>::KIND, ordinal, bytes: size };
+        if let Some(limit) = self.config.size_limit {
+            if st.reserved.saturating_add(seg_size) > limit {
+                // Fall back to a segment of exactly the request before giving up.
+                seg_size = size;
+                if st.reserved.saturating_add(seg_size) > limit {
+                    return Err(oom());
+                }
+            }
+        }
+        let seg = self.storage.alloc(seg_size)?;
+        // Blocks are cut from `seg_size` bytes: a shorter segment (or one of
+        // another device) would hand out memory the segment does not own.
+        if seg.len() < seg_size || seg.ordinal() != ordinal || seg.device_ptr().checked_add(seg_size as u64).is_none() {
+            let reason = format!(
+                "asked for a segment of {seg_size} bytes of device {ordinal}, got {} bytes at {:#x} of device {}",
+                seg.len(),
+                seg.device_ptr(),
+                seg.ordinal()
+            );
+            return Err(MemoryError::ContractViolation { resource: "caching-pool storage", reason }.into());
+        }
+        st.counters.segments_allocated += 1;
+        st.reserved += seg_size;
+        let base = seg.device_ptr();
+        let seg_index = match st.vacant_segments.pop() {
+            Some(i) => i,
+            None => {
+                st.segments.push(None);
+                (st.segments.len() - 1) as u32
+            }
+        };
+        let node = st.new_node(Node {
+            seg: seg_index,
+            offset: 0,
+            size: seg_size,
+            prev: NONE,
+            next: NONE,
+            small,
+            state: NodeState::Pending,
+        });
+        st.segments[seg_index as usize] = Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node });
+        Ok(node)
+    }
+
+    /// Hands out node `n` (filed under `tag`) as a block of `bytes` (`size` rounded).
+    fn block(&self, st: &mut State<B, S::Segment>, n: u32, size: usize, bytes: usize, tag: u64) -> Block<B> {
+        let ptr = st.hand_out(n, size, bytes, tag);
+        // SAFETY: node `n` is `size >= bytes` bytes at `ptr` of a live segment
+        // of this pool's device (its length and device checked in `grow`),
+        // just marked allocated: no other block covers it until this one
+        // comes back through `deallocate`, which checks the serial recorded
+        // below, and segments are released only when wholly free.
+        let block = unsafe { Block::new(self.id, st_ordinal(self.dev()), ptr, bytes, n as u64) };
+        st.set_serial(n, block.serial());
+        block
+    }
+
+    /// `allocate` under the lock.
+    fn allocate_locked(
+        &self,
+        st: &mut State<B, S::Segment>,
+        bytes: usize,
+        size: usize,
+        stream: &Stream<B>,
+    ) -> Result<Block<B>> {
+        let small = size <= SMALL_MAX;
+        let device = self.dev();
+        let tag = device.stream_id(stream);
+        st.clock += 1;
+        if self.config.validate {
+            st.validate();
+        }
+        // 1. The same stream's blocks: stream order makes reuse safe.
+        if let Some(t) = tag {
+            if let Some(l) = st.list_of(t) {
+                st.touch(l);
+                if let Some(n) = st.take_recent(l, size, small) {
+                    st.counters.same_stream_reuses += 1;
+                    return Ok(self.block(st, n, size, bytes, t));
+                }
+            }
+            // Then the set; if nothing fits, the cached blocks merged into it.
+            let mut n = st.take_best(t, size, small);
+            if n.is_none() && st.list_of(t).is_some_and(|l| st.flush_recent(l)) {
+                n = st.take_best(t, size, small);
+            }
+            if let Some(n) = n {
+                st.counters.same_stream_reuses += 1;
+                return Ok(self.block(st, n, size, bytes, t));
+            }
+        }
+        // 2. Blocks every stream may use (their events have completed).
+        if let Some(n) = st.take_best(ANY, size, small) {
+            st.counters.shared_reuses += 1;
+            return Ok(self.block(st, n, size, bytes, ANY));
+        }
+        // 3. Fences that completed since, then fence the other streams' lists.
+        for fence_others in [false, true] {
+            if fence_others {
+                for l in 1..st.lists.len() {
+                    if Some(st.lists[l].tag) != tag {
+                        st.fence(device, l);
+                    }
+                }
+                st.prune_empty_lists();
+            }
+            if !st.pending.is_empty() && st.poll_pending(device) {
+                if let Some(n) = st.take_best(ANY, size, small) {
+                    st.counters.shared_reuses += 1;
+                    return Ok(self.block(st, n, size, bytes, ANY));
+                }
+            }
+        }
+        // 4. New memory; on out-of-memory release everything free and retry once.
+        let node = match self.grow(st, size, small) {
+            Ok(n) => n,
+            Err(Error::OutOfMemory { .. }) => {
+                st.counters.oom_retries += 1;
+                st.fence_all(device);
+                st.wait_pending(device);
+                if let Some(n) = st.take_best(ANY, size, small) {
+                    st.counters.shared_reuses += 1;
+                    return Ok(self.block(st, n, size, bytes, ANY));
+                }
+                st.release_free_segments(0);
+                match self.grow(st, size, small) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        st.counters.oom_failures += 1;
+                        return Err(e);
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        // The new segment's block is filed under the caller's stream (or the
+        // shared list for a backend without stream ids).
+        let t = match tag {
+            Some(t) => {
+                let l = st.list_for(device, t, stream);
+                st.touch(l);
+                t
+            }
+            None => ANY,
+        };
+        Ok(self.block(st, node, size, bytes, t))
+    }
+}
+
+impl<B: MemoryBackend, S: Storage<B>> Drop for CachingPool<B, S> {
+    fn drop(&mut self) {
+        // Blocks freed on a stream may still be in use by its queued work;
+        // wait for it before the segments go (with the state, below).
+        let device = self.storage.device().clone();
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        st.fence_all(&device);
+        st.wait_pending(&device);
+    }
+}
+
+impl<B: MemoryBackend, S: Storage<B>> fmt::Debug for CachingPool<B, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.lock();
+        write!(f, "CachingPool({:?}, {} reserved, {} in use)", self.storage, st.reserved, st.in_use)
+    }
+}
+
+// SAFETY: blocks are cut from segments the `Storage` contract gives the pool
+// alone, and checked for length and device when they arrive (`grow`). A
+// node is handed out only from the free state, and goes back to a free list
+// only through `deallocate`, which refuses anything but the live block it
+// handed out (resource id, serial, address, length). A block freed on its
+// own stream with no foreign uses is reused on that stream only (stream
+// order); everything else reaches other streams only through fences, whose
+// events were recorded after the free (and after every foreign use). Whole
+// segments are released only when free in the shared list, so `reset` and
+// `trim` never free live memory; the pool outlives its blocks, and its drop
+// waits for pending fences before the segments go.
+unsafe impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
+    fn device(&self) -> &Arc<B::Device> {
+        self.storage.device()
+    }
+
+    fn name(&self) -> &'static str {
+        "caching-pool"
+    }
+
+    fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
+        check_alloc_size(bytes)?;
+        let size = bytes.checked_next_multiple_of(ROUND).ok_or_else(|| Error::InvalidArgument {
+            name: "bytes",
+            reason: format!("{bytes} bytes cannot be rounded up to {ROUND}"),
+        })?;
+        let mut st = self.lock();
+        self.allocate_locked(&mut st, bytes, size, stream)
+    }
+
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+        let device = self.dev();
+        let mut st = self.lock();
+        let live = match block.check_owner(self.id, self.name()) {
+            Ok(()) => st.live_block(block.token(), block.serial(), block.ptr(), block.len()),
+            Err(e) => {
+                st.counters.refused_frees += 1;
+                return Err(e);
+            }
+        };
+        let Some((n, size, requested)) = live else {
+            st.counters.refused_frees += 1;
+            return Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"));
+        };
+        drop(block);
+        st.clock += 1;
+        st.in_use -= size;
+        st.requested -= requested;
+        st.counters.frees += 1;
+        let tag = device.stream_id(stream);
+        match tag {
+            Some(t) if after.is_empty() => {
+                let l = st.list_for(device, t, stream);
+                st.touch(l);
+                st.free_recent(n, l);
+            }
+            _ => {
+                // Used on other streams (or streams without ids): wait for
+                // every use, including this stream's, before any reuse.
+                st.nodes[n as usize].state = NodeState::Pending;
+                match st.take_event(device) {
+                    Some(event) if device.record_event(&event, stream).is_ok() => after.push(event),
+                    _ => {
+                        let _ = device.synchronize(stream);
+                    }
+                }
+                st.pending.push(Fence { events: after, nodes: vec![n] });
+            }
+        }
+        if self.config.validate {
+            st.validate();
+        }
+        if st.reserved > self.config.release_threshold {
+            st.poll_pending(device);
+            st.release_free_segments(self.config.release_threshold);
+            if st.reserved > self.config.release_threshold {
+                if let Some(l) = tag.and_then(|t| st.list_of(t)) {
+                    st.fence(device, l);
+                    st.prune_empty_lists();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
+        self.pinned.alloc(bytes, flags)
+    }
+
+    fn reset(&self) -> Result<()> {
+        self.trim(0)?;
+        self.pinned.release();
+        Ok(())
+    }
+
+    /// Fences every list, then polls the pending fences (without blocking,
+    /// and without holding the lock between polls) until they have all
+    /// completed or `patience` is over, and releases every free segment:
+    /// blocks whose work is still queued then stay cached.
+    fn release_cached(&self, patience: Duration) -> Result<()> {
+        let deadline = Instant::now() + patience;
+        self.lock().fence_all(self.dev());
+        loop {
+            let mut st = self.lock();
+            st.poll_pending(self.dev());
+            if st.pending.is_empty() || Instant::now() >= deadline {
+                st.release_free_segments(0);
+                break;
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.pinned.release();
+        Ok(())
+    }
+
+    fn report(&self) -> Option<PoolReport> {
+        Some(CachingPool::report(self))
+    }
+}

@@ -1,0 +1,141 @@
+//! What a [`CachingPool`](super::CachingPool) reports: [`PoolReport`] with
+//! its [`PoolCounters`] and a map of every segment's blocks.
+
+use std::fmt;
+
+#[cfg(doc)]
+use crate::error::Error;
+
+/// Counters of a pool's life, in its [`PoolReport`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounters {
+    /// Successful allocations.
+    pub allocations: u64,
+    /// Frees.
+    pub frees: u64,
+    /// Allocations served from the same stream's free list.
+    pub same_stream_reuses: u64,
+    /// Allocations served from blocks freed for any stream (after an event).
+    pub shared_reuses: u64,
+    /// Segments taken from the storage.
+    pub segments_allocated: u64,
+    /// Segments given back to the storage.
+    pub segments_released: u64,
+    /// Events recorded to move free blocks between streams.
+    pub fences: u64,
+    /// Out-of-memory events that released the cache and retried.
+    pub oom_retries: u64,
+    /// Requests refused with [`Error::OutOfMemory`] after the retry.
+    pub oom_failures: u64,
+    /// Streams whose free lists the pool retired, fencing their blocks into
+    /// the shared list and letting go of its handle on the stream.
+    pub streams_released: u64,
+    /// Frees refused: blocks the pool did not hand out, or not live in it
+    /// ([`MemoryError::ForeignBlock`](crate::memory::MemoryError::ForeignBlock)).
+    pub refused_frees: u64,
+}
+
+/// What one block of a pool segment is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// Handed out; `requested` bytes were asked for.
+    Allocated {
+        /// Bytes requested.
+        requested: usize,
+    },
+    /// Free, reusable at once on the stream with this id.
+    FreeForStream(u64),
+    /// Free for any stream (events showed its last uses complete).
+    FreeForAnyStream,
+    /// Freed, waiting for events of its last uses.
+    Pending,
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockReport {
+    /// Offset in the segment.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+    /// State.
+    pub state: BlockState,
+}
+
+/// One segment taken from the storage, block by block in address order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentReport {
+    /// Device address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: usize,
+    /// Its blocks.
+    pub blocks: Vec<BlockReport>,
+}
+
+/// Usage and fragmentation of a [`CachingPool`](super::CachingPool) (after cubecl's `memory_report`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolReport {
+    /// Bytes held from the storage.
+    pub reserved: usize,
+    /// Bytes in handed-out blocks (rounded sizes).
+    pub in_use: usize,
+    /// Bytes requested by the handed-out blocks.
+    pub requested: usize,
+    /// Bytes in free blocks.
+    pub free: usize,
+    /// Bytes freed but waiting for events.
+    pub pending: usize,
+    /// Number of segments.
+    pub segments: usize,
+    /// Number of free blocks.
+    pub free_blocks: usize,
+    /// The largest free block: the largest request served without growing.
+    pub largest_free_block: usize,
+    /// `1 - largest_free_block / free`: 0 when free memory is one block,
+    /// near 1 when it is scattered in small pieces.
+    pub fragmentation: f64,
+    /// Life-time counters.
+    pub counters: PoolCounters,
+    /// Every segment's blocks.
+    pub segment_map: Vec<SegmentReport>,
+}
+
+impl fmt::Display for PoolReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        writeln!(
+            f,
+            "pool: {:.2} MiB reserved in {} segments; {:.2} MiB in use ({:.2} MiB requested); {:.2} MiB free in {} blocks (largest {:.2} MiB, fragmentation {:.1}%); {:.2} MiB pending",
+            mib(self.reserved),
+            self.segments,
+            mib(self.in_use),
+            mib(self.requested),
+            mib(self.free),
+            self.free_blocks,
+            mib(self.largest_free_block),
+            self.fragmentation * 100.0,
+            mib(self.pending)
+        )?;
+        let c = &self.counters;
+        writeln!(
+            f,
+            "  {} allocations ({} same-stream reuses, {} shared reuses), {} frees, {} segments allocated, {} released, {} fences, {} OOM retries, {} OOM failures, {} streams released, {} refused frees",
+            c.allocations, c.same_stream_reuses, c.shared_reuses, c.frees, c.segments_allocated, c.segments_released, c.fences, c.oom_retries, c.oom_failures, c.streams_released, c.refused_frees
+        )?;
+        for seg in &self.segment_map {
+            write!(f, "  {:#x} {:>10} B:", seg.address, seg.size)?;
+            for b in &seg.blocks {
+                let s = match b.state {
+                    BlockState::Allocated { .. } => "A".to_string(),
+                    BlockState::FreeForStream(t) => format!("F{t}"),
+                    BlockState::FreeForAnyStream => "F*".to_string(),
+                    BlockState::Pending => "P".to_string(),
+                };
+                write!(f, " [{}+{} {s}]", b.offset, b.size)?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,597 @@
+//! The pool's bookkeeping: segments cut into a doubly linked chain of
+//! nodes, per-stream free lists and the shared one, and the fences that move
+//! blocks between them. Everything here runs under the pool's lock.
+
+use std::collections::BTreeSet;
+
+use crate::backend::{Device, DeviceMemory, Event, Stream};
+
+use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
+use crate::memory::ext::MemoryBackend;
+
+pub(super) const ROUND: usize = 512;
+pub(super) const SMALL_MAX: usize = 1 << 20;
+pub(super) const SMALL_SEGMENT: usize = 2 << 20;
+pub(super) const LARGE_SEGMENT: usize = 20 << 20;
+pub(super) const LARGE_EXACT_ABOVE: usize = 10 << 20;
+pub(super) const LARGE_ROUND: usize = 2 << 20;
+/// Most blocks a stream's list keeps in its `recent` cache.
+const RECENT_MAX: usize = 8;
+/// Tag of blocks free for any stream.
+pub(super) const ANY: u64 = u64::MAX;
+pub(super) const NONE: u32 = u32::MAX;
+
+/// Stream lists a pool keeps before it retires lists of streams that may be
+/// gone (unused for [`IDLE_OPS`] pool operations) when it makes a new one.
+/// A workload that interleaves more streams than this on one pool, each
+/// coming back less often than every `IDLE_OPS` operations, pays a fence
+/// (one event) per retired list.
+const SOFT_STREAM_LISTS: usize = 8;
+/// Pool operations after which an unused stream's list may be retired.
+const IDLE_OPS: u64 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NodeState {
+    /// Handed out as the block with serial number `serial`.
+    Allocated {
+        requested: usize,
+        serial: u64,
+    },
+    Free {
+        tag: u64,
+    },
+    /// Freed on stream `tag` and kept whole, unmerged, in that list's
+    /// `recent` cache for the next request of its size.
+    Cached {
+        tag: u64,
+    },
+    Pending,
+    Vacant,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Node {
+    pub(super) seg: u32,
+    pub(super) offset: usize,
+    pub(super) size: usize,
+    pub(super) prev: u32,
+    pub(super) next: u32,
+    pub(super) small: bool,
+    pub(super) state: NodeState,
+}
+
+pub(super) struct SegmentEntry<Seg> {
+    /// Owns the memory; dropping the entry frees it.
+    pub(super) _memory: Seg,
+    pub(super) base: u64,
+    pub(super) size: usize,
+    pub(super) first: u32,
+}
+
+/// The free blocks of one stream (or, `lists[0]`, of any stream).
+///
+/// A stream's list holds a handle on its stream, to record fences on it:
+/// while the list exists the stream (a driver stream, or a host worker
+/// thread) cannot go away. So a list lives only while it has blocks, and
+/// lists of streams that look gone are retired (fenced, then dropped with
+/// their handle) when new streams come; see [`State::make_list`].
+pub(super) struct FreeList<B: MemoryBackend> {
+    pub(super) tag: u64,
+    /// The stream, kept to record fences on it (`None` for the shared list).
+    stream: Option<Stream<B>>,
+    /// (large class, size, node), ordered for best fit.
+    set: BTreeSet<(bool, usize, u32)>,
+    /// Blocks freed on this stream most recently (at most [`RECENT_MAX`],
+    /// oldest first), handed out again whole to a request of their size
+    /// without touching `set`: the common free-then-allocate-the-same-size
+    /// cycle costs no tree updates and no split or merge.
+    recent: Vec<u32>,
+    /// The pool's operation count when the list was last used.
+    last_used: u64,
+}
+
+impl<B: MemoryBackend> FreeList<B> {
+    pub(super) fn shared() -> Self {
+        FreeList { tag: ANY, stream: None, set: BTreeSet::new(), recent: Vec::new(), last_used: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.recent.is_empty()
+    }
+}
+
+pub(super) struct Fence<B: MemoryBackend> {
+    pub(super) events: Vec<Event<B>>,
+    pub(super) nodes: Vec<u32>,
+}
+
+pub(super) struct State<B: MemoryBackend, Seg> {
+    pub(super) segments: Vec<Option<SegmentEntry<Seg>>>,
+    pub(super) vacant_segments: Vec<u32>,
+    pub(super) nodes: Vec<Node>,
+    vacant_nodes: Vec<u32>,
+    /// `lists[0]` is the shared list.
+    pub(super) lists: Vec<FreeList<B>>,
+    pub(super) pending: Vec<Fence<B>>,
+    spare_events: Vec<Event<B>>,
+    pub(super) reserved: usize,
+    pub(super) in_use: usize,
+    pub(super) requested: usize,
+    pub(super) counters: PoolCounters,
+    /// Pool operations so far (allocations and frees), the clock of `last_used`.
+    pub(super) clock: u64,
+    /// Handles of streams whose lists were retired, to drop after the lock
+    /// is released (dropping a stream's last handle may wait for its work).
+    pub(super) released: Vec<Stream<B>>,
+}
+
+/// The smallest remainder worth splitting off a block of the class.
+pub(super) fn min_split(small: bool) -> usize {
+    if small {
+        ROUND
+    } else {
+        SMALL_MAX + 1
+    }
+}
+
+pub(super) fn st_ordinal<D: Device>(d: &D) -> usize {
+    d.info().ordinal
+}
+
+impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
+    pub(super) fn new() -> Self {
+        State {
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            nodes: Vec::new(),
+            vacant_nodes: Vec::new(),
+            lists: vec![FreeList::shared()],
+            pending: Vec::new(),
+            spare_events: Vec::new(),
+            reserved: 0,
+            in_use: 0,
+            requested: 0,
+            counters: PoolCounters::default(),
+            clock: 0,
+            released: Vec::new(),
+        }
+    }
+
+    pub(super) fn new_node(&mut self, node: Node) -> u32 {
+        match self.vacant_nodes.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn vacate(&mut self, n: u32) {
+        self.nodes[n as usize].state = NodeState::Vacant;
+        self.vacant_nodes.push(n);
+    }
+
+    pub(super) fn list_of(&self, tag: u64) -> Option<usize> {
+        if tag == ANY {
+            return Some(0);
+        }
+        self.lists.iter().position(|l| l.tag == tag)
+    }
+
+    fn key(&self, n: u32) -> (bool, usize, u32) {
+        let node = &self.nodes[n as usize];
+        (!node.small, node.size, n)
+    }
+
+    /// Removes a free node from its list.
+    fn unlink_free(&mut self, n: u32) {
+        if let NodeState::Free { tag } = self.nodes[n as usize].state {
+            let key = self.key(n);
+            if let Some(l) = self.list_of(tag) {
+                self.lists[l].set.remove(&key);
+            }
+        }
+    }
+
+    /// Marks `n` free with `tag`, merges it with free neighbours of the same
+    /// tag, and files the result in the tag's list (which must exist).
+    fn free_and_merge(&mut self, n: u32, tag: u64) {
+        let mut n = n;
+        let next = self.nodes[n as usize].next;
+        if next != NONE && self.nodes[next as usize].state == (NodeState::Free { tag }) {
+            self.unlink_free(next);
+            let (size, after) = (self.nodes[next as usize].size, self.nodes[next as usize].next);
+            self.nodes[n as usize].size += size;
+            self.nodes[n as usize].next = after;
+            if after != NONE {
+                self.nodes[after as usize].prev = n;
+            }
+            self.vacate(next);
+        }
+        let prev = self.nodes[n as usize].prev;
+        if prev != NONE && self.nodes[prev as usize].state == (NodeState::Free { tag }) {
+            self.unlink_free(prev);
+            let (size, after) = (self.nodes[n as usize].size, self.nodes[n as usize].next);
+            self.nodes[prev as usize].size += size;
+            self.nodes[prev as usize].next = after;
+            if after != NONE {
+                self.nodes[after as usize].prev = prev;
+            }
+            self.vacate(n);
+            n = prev;
+        }
+        self.nodes[n as usize].state = NodeState::Free { tag };
+        let key = self.key(n);
+        if let Some(l) = self.list_of(tag) {
+            self.lists[l].set.insert(key);
+        }
+    }
+
+    /// Takes a block of list `l`'s `recent` cache that [`hand_out`](Self::hand_out)
+    /// would hand out whole for `size` bytes of the class, newest first.
+    pub(super) fn take_recent(&mut self, l: usize, size: usize, small: bool) -> Option<u32> {
+        let nodes = &self.nodes;
+        let fits = |&n: &u32| {
+            let node = &nodes[n as usize];
+            node.small == small && node.size >= size && node.size - size < min_split(small)
+        };
+        let i = self.lists[l].recent.iter().rposition(fits)?;
+        Some(self.lists[l].recent.remove(i))
+    }
+
+    /// Frees `n`, just used on stream `tag` (list `l`), into that list's
+    /// `recent` cache; the oldest cached block, if the cache is full, goes
+    /// to the free set.
+    pub(super) fn free_recent(&mut self, n: u32, l: usize) {
+        let tag = self.lists[l].tag;
+        if self.lists[l].recent.len() == RECENT_MAX {
+            let oldest = self.lists[l].recent.remove(0);
+            self.free_and_merge(oldest, tag);
+        }
+        self.nodes[n as usize].state = NodeState::Cached { tag };
+        self.lists[l].recent.push(n);
+    }
+
+    /// Moves list `l`'s cached blocks to its free set, merging them with
+    /// their free neighbours; whether there were any.
+    pub(super) fn flush_recent(&mut self, l: usize) -> bool {
+        let recent = std::mem::take(&mut self.lists[l].recent);
+        let tag = self.lists[l].tag;
+        let any = !recent.is_empty();
+        for n in recent {
+            self.free_and_merge(n, tag);
+        }
+        any
+    }
+
+    /// Takes the best-fitting free block of the right class from `tag`'s list.
+    pub(super) fn take_best(&mut self, tag: u64, size: usize, small: bool) -> Option<u32> {
+        let l = self.list_of(tag)?;
+        let key = *self.lists[l].set.range((!small, size, 0)..(!small, usize::MAX, NONE)).next()?;
+        self.lists[l].set.remove(&key);
+        Some(key.2)
+    }
+
+    /// Cuts `size` bytes off the front of free node `n` (tag `tag`), files the
+    /// remainder, marks `n` allocated and returns its address.
+    pub(super) fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> u64 {
+        let node = self.nodes[n as usize];
+        debug_assert!(
+            matches!(node.state, NodeState::Free { .. } | NodeState::Cached { .. } | NodeState::Pending),
+            "handing out {n}: {node:?}"
+        );
+        let rest = node.size - size;
+        let min_split = min_split(node.small);
+        if rest >= min_split {
+            let r = self.new_node(Node {
+                seg: node.seg,
+                offset: node.offset + size,
+                size: rest,
+                prev: n,
+                next: node.next,
+                small: node.small,
+                state: NodeState::Free { tag },
+            });
+            if node.next != NONE {
+                self.nodes[node.next as usize].prev = r;
+            }
+            self.nodes[n as usize].next = r;
+            self.nodes[n as usize].size = size;
+            let key = self.key(r);
+            if let Some(l) = self.list_of(tag) {
+                self.lists[l].set.insert(key);
+            }
+        }
+        let node = &mut self.nodes[n as usize];
+        node.state = NodeState::Allocated { requested, serial: 0 };
+        let (held, offset, seg) = (node.size, node.offset, node.seg);
+        self.in_use += held;
+        self.requested += requested;
+        self.counters.allocations += 1;
+        let base = self.segments[seg as usize].as_ref().map(|s| s.base).unwrap_or(0);
+        base + offset as u64
+    }
+
+    pub(super) fn take_event(&mut self, device: &B::Device) -> Option<Event<B>> {
+        self.spare_events.pop().or_else(|| device.create_event().ok())
+    }
+
+    /// Moves every block of list `l` (a stream's) to the pending list behind
+    /// an event recorded on that stream now.
+    pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
+        if l == 0 || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
+            return;
+        }
+        let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
+        nodes.append(&mut self.lists[l].recent);
+        for &n in &nodes {
+            self.nodes[n as usize].state = NodeState::Pending;
+        }
+        self.counters.fences += 1;
+        let stream = self.lists[l].stream.clone();
+        let event = self.take_event(device);
+        match (stream, event) {
+            (Some(stream), Some(event)) if device.record_event(&event, &stream).is_ok() => {
+                self.pending.push(Fence { events: vec![event], nodes });
+            }
+            (stream, _) => {
+                // No event to prove completion: wait for the stream instead.
+                if let Some(stream) = stream {
+                    let _ = device.synchronize(&stream);
+                }
+                for n in nodes {
+                    self.free_and_merge(n, ANY);
+                }
+            }
+        }
+    }
+
+    /// Fences every stream's list, and drops the lists (and their stream handles).
+    pub(super) fn fence_all(&mut self, device: &B::Device) {
+        for l in 1..self.lists.len() {
+            self.fence(device, l);
+        }
+        self.prune_empty_lists();
+    }
+
+    /// Drops the stream lists that hold no blocks, with their stream handles.
+    pub(super) fn prune_empty_lists(&mut self) {
+        let mut l = 1;
+        while l < self.lists.len() {
+            if self.lists[l].is_empty() {
+                self.drop_list(l);
+            } else {
+                l += 1;
+            }
+        }
+    }
+
+    /// Removes empty list `l` (not the shared one); its stream handle goes to
+    /// `released`, dropped once the lock is.
+    fn drop_list(&mut self, l: usize) {
+        debug_assert!(l > 0 && self.lists[l].is_empty());
+        let list = self.lists.swap_remove(l);
+        if let Some(stream) = list.stream {
+            self.released.push(stream);
+            self.counters.streams_released += 1;
+        }
+    }
+
+    /// Fences list `l` and drops it.
+    fn retire(&mut self, device: &B::Device, l: usize) {
+        self.fence(device, l);
+        self.drop_list(l);
+    }
+
+    /// Marks list `l` used now.
+    pub(super) fn touch(&mut self, l: usize) {
+        self.lists[l].last_used = self.clock;
+    }
+
+    /// The list of stream `tag`, made (holding a handle on `stream`) if missing.
+    ///
+    /// Making one is when the pool looks for streams that may be gone, since
+    /// it cannot see a stream's other handles drop: with more than
+    /// [`SOFT_STREAM_LISTS`] stream lists, every list unused for the last
+    /// [`IDLE_OPS`] pool operations is retired (its blocks fenced into the
+    /// shared list, its stream handle dropped). So at most
+    /// `max(SOFT_STREAM_LISTS, IDLE_OPS)` lists survive a new list, and a
+    /// stream its users dropped is let go of once that many other lists were
+    /// made, or at the next `trim`/`reset`. A retired stream that is still
+    /// alive loses only its same-stream fast path for those blocks: they
+    /// reach it (and every stream) through the shared list once the fence's
+    /// event completes, and its next free makes a new list.
+    pub(super) fn list_for(&mut self, device: &B::Device, tag: u64, stream: &Stream<B>) -> usize {
+        if let Some(l) = self.list_of(tag) {
+            return l;
+        }
+        if self.lists.len() > SOFT_STREAM_LISTS {
+            let mut l = 1;
+            while l < self.lists.len() {
+                if self.lists[l].last_used.saturating_add(IDLE_OPS) < self.clock {
+                    self.retire(device, l);
+                } else {
+                    l += 1;
+                }
+            }
+        }
+        let list = FreeList {
+            tag,
+            stream: Some(stream.clone()),
+            set: BTreeSet::new(),
+            recent: Vec::new(),
+            last_used: self.clock,
+        };
+        self.lists.push(list);
+        self.lists.len() - 1
+    }
+
+    /// Node `n`'s address.
+    pub(super) fn address(&self, n: u32) -> u64 {
+        let node = &self.nodes[n as usize];
+        self.segments[node.seg as usize].as_ref().map(|s| s.base).unwrap_or(0) + node.offset as u64
+    }
+
+    /// Records the serial number of the block node `n` was handed out as.
+    pub(super) fn set_serial(&mut self, n: u32, serial: u64) {
+        if let NodeState::Allocated { serial: s, .. } = &mut self.nodes[n as usize].state {
+            *s = serial;
+        }
+    }
+
+    /// The node of the live block `token` with this serial, address and
+    /// length, and its rounded size and requested bytes; `None` for
+    /// anything else (freed already, forged, another pool's).
+    pub(super) fn live_block(&self, token: u64, serial: u64, ptr: u64, len: usize) -> Option<(u32, usize, usize)> {
+        let n = u32::try_from(token).ok()?;
+        let node = self.nodes.get(n as usize)?;
+        match node.state {
+            NodeState::Allocated { requested, serial: s }
+                if s == serial && requested == len && self.address(n) == ptr =>
+            {
+                Some((n, node.size, requested))
+            }
+            _ => None,
+        }
+    }
+
+    /// Moves the blocks of completed fences to the shared list.
+    pub(super) fn poll_pending(&mut self, device: &B::Device) -> bool {
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let done = self.pending[i].events.iter().all(|e| device.event_is_complete(e).unwrap_or(false));
+            if done {
+                let fence = self.pending.swap_remove(i);
+                self.finish_fence(fence);
+                moved = true;
+            } else {
+                i += 1;
+            }
+        }
+        moved
+    }
+
+    pub(super) fn wait_pending(&mut self, device: &B::Device) {
+        for fence in std::mem::take(&mut self.pending) {
+            for e in &fence.events {
+                let _ = device.synchronize_event(e);
+            }
+            self.finish_fence(fence);
+        }
+    }
+
+    fn finish_fence(&mut self, fence: Fence<B>) {
+        for n in fence.nodes {
+            self.free_and_merge(n, ANY);
+        }
+        if self.spare_events.len() < 64 {
+            self.spare_events.extend(fence.events);
+        }
+    }
+
+    /// Gives whole free segments of the shared list back until `reserved <= keep`.
+    pub(super) fn release_free_segments(&mut self, keep: usize) {
+        let mut s = 0;
+        while self.reserved > keep && s < self.segments.len() {
+            let whole = match &self.segments[s] {
+                Some(seg) => {
+                    let n = &self.nodes[seg.first as usize];
+                    n.state == (NodeState::Free { tag: ANY }) && n.size == seg.size
+                }
+                None => false,
+            };
+            if whole {
+                if let Some(seg) = self.segments[s].take() {
+                    self.unlink_free(seg.first);
+                    self.vacate(seg.first);
+                    self.reserved -= seg.size;
+                    self.vacant_segments.push(s as u32);
+                    self.counters.segments_released += 1;
+                    drop(seg); // frees the memory
+                }
+            }
+            s += 1;
+        }
+    }
+
+    /// Checks the block lists against the free lists (debug builds, tests).
+    pub(super) fn validate(&self) {
+        let mut listed = std::collections::HashSet::new();
+        for l in &self.lists {
+            for &(large, size, n) in &l.set {
+                let node = &self.nodes[n as usize];
+                assert_eq!(node.state, NodeState::Free { tag: l.tag }, "node {n} listed under {}", l.tag);
+                assert_eq!((large, size), (!node.small, node.size), "stale key for node {n}");
+                assert!(listed.insert(n), "node {n} listed twice");
+            }
+            assert!(l.recent.len() <= RECENT_MAX, "list {} caches {} blocks", l.tag, l.recent.len());
+            for &n in &l.recent {
+                assert_eq!(self.nodes[n as usize].state, NodeState::Cached { tag: l.tag }, "node {n} cached");
+                assert!(listed.insert(n), "node {n} listed twice");
+            }
+        }
+        for seg in self.segments.iter().flatten() {
+            let (mut n, mut offset, mut prev) = (seg.first, 0, NONE);
+            while n != NONE {
+                let node = &self.nodes[n as usize];
+                assert_eq!((node.offset, node.prev), (offset, prev), "broken chain at node {n}");
+                if let NodeState::Free { .. } | NodeState::Cached { .. } = node.state {
+                    assert!(listed.contains(&n), "free node {n} in no list");
+                }
+                assert_ne!(node.state, NodeState::Vacant);
+                offset += node.size;
+                prev = n;
+                n = node.next;
+            }
+            assert_eq!(offset, seg.size);
+        }
+    }
+
+    pub(super) fn report(&self) -> PoolReport {
+        let mut segment_map = Vec::new();
+        let (mut free, mut pending, mut free_blocks, mut largest) = (0, 0, 0, 0);
+        for seg in self.segments.iter().flatten() {
+            let mut blocks = Vec::new();
+            let mut n = seg.first;
+            while n != NONE {
+                let node = &self.nodes[n as usize];
+                let state = match node.state {
+                    NodeState::Allocated { requested, .. } => BlockState::Allocated { requested },
+                    NodeState::Free { tag: ANY } => BlockState::FreeForAnyStream,
+                    NodeState::Free { tag } | NodeState::Cached { tag } => BlockState::FreeForStream(tag),
+                    NodeState::Pending | NodeState::Vacant => BlockState::Pending,
+                };
+                match state {
+                    BlockState::FreeForAnyStream | BlockState::FreeForStream(_) => {
+                        free += node.size;
+                        free_blocks += 1;
+                        largest = largest.max(node.size);
+                    }
+                    BlockState::Pending => pending += node.size,
+                    BlockState::Allocated { .. } => {}
+                }
+                blocks.push(BlockReport { offset: node.offset, size: node.size, state });
+                n = node.next;
+            }
+            segment_map.push(SegmentReport { address: seg.base, size: seg.size, blocks });
+        }
+        PoolReport {
+            reserved: self.reserved,
+            in_use: self.in_use,
+            requested: self.requested,
+            free,
+            pending,
+            segments: segment_map.len(),
+            free_blocks,
+            largest_free_block: largest,
+            fragmentation: if free == 0 { 0.0 } else { 1.0 - largest as f64 / free as f64 },
+            counters: self.counters,
+            segment_map,
+        }
+    }
+}
