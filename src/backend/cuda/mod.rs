@@ -4,18 +4,18 @@
 //! cudarc is built with `dynamic-loading`: `libcuda` and `libnvrtc` are
 //! opened at run time, so a binary with this backend starts on machines
 //! without CUDA. cudarc panics when a library it needs cannot be loaded, so
-//! every entry point first probes for the library ([`driver`]) and turns its
+//! every entry point first probes for the library (`driver`) and turns its
 //! absence into [`Error::LibraryNotFound`].
 //!
 //! cudarc also resolves each driver symbol lazily and panics if the driver is
 //! too old to have it: calls newer than CUDA 12.0 are gated on
-//! `cuDriverGetVersion` (see [`DRIVER_12_4`]), and `cuFuncGetParamCount` is
+//! `cuDriverGetVersion` (see `DRIVER_12_4`), and `cuFuncGetParamCount` is
 //! looked up by hand (`param_count`).
 //!
 //! [`CudaDriver`] is one device's retained primary context, held by every
 //! object the device hands out. What CUDA does that HIP does not:
 //! - built-in kernels precompiled by nvcc at build time, where it ran
-//!   ([`PREBUILT`]), and NVRTC output kept in the on-disk kernel cache;
+//!   (`PREBUILT`), and NVRTC output kept in the on-disk kernel cache;
 //! - a module's kernels can be listed (driver 12.4+), and a kernel's
 //!   parameter sizes asked for (see `CudaDriver::kernel_params`);
 //! - resident grids from the occupancy call (`RESIDENT_GRIDS`);

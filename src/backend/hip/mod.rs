@@ -14,7 +14,7 @@
 //! - HIP cannot list a module's kernels or a kernel's parameters; the
 //!   built-in module's are known, so only they are checked.
 //! - The architecture name (`gfx90a`) comes from `hipDeviceProp_t`, read
-//!   through an oversized buffer (see [`target_id`]); hiprtc compiles for it.
+//!   through an oversized buffer (see `target_id`); hiprtc compiles for it.
 //! - The built-ins are compiled by hiprtc at first use (no build-time
 //!   image, no on-disk cache), with the device's wall-clock rate.
 //! - The memory layer's calls (mapped pinned memory, the default pool, IPC,
