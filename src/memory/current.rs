@@ -58,7 +58,7 @@ fn mismatch(spec: String) -> Error {
 /// The first call of the process also arranges for [`release_all`] to run
 /// at process exit (see there).
 pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Allocator<B>> {
-    release_at_exit();
+    release_at_exit(B::KIND);
     let key = (B::KIND, device.info().ordinal);
     let mut slots = slots().lock().unwrap_or_else(|p| p.into_inner());
     let slot = slots
@@ -72,7 +72,7 @@ pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<All
 /// [`Error::InvalidArgument`] once [`current_resource`] has handed the old
 /// one out, since memory of two resources would then be mixed.
 pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result<()> {
-    release_at_exit();
+    release_at_exit(<B as Backend>::KIND);
     let device = allocator.device().clone();
     let key = (<B as Backend>::KIND, device.info().ordinal);
     let mut slots = slots().lock().unwrap_or_else(|p| p.into_inner());
@@ -102,20 +102,21 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
 /// wants to see. Returns the first error of a reset; every resource is
 /// reset anyway.
 ///
-/// It also runs at process exit, registered with `atexit` by the first
-/// [`current_resource`] or [`set_current_resource`] call, unless the
-/// environment variable `GPUPORT_RELEASE_AT_EXIT` is `0` then. Why that is
+/// It also runs at process exit, one backend at a time: the first
+/// [`current_resource`] or [`set_current_resource`] call for a backend
+/// registers that backend's release with `atexit`, unless the environment
+/// variable `GPUPORT_RELEASE_AT_EXIT` is `0` then. Why that is
 /// sound, and when it does nothing: a C `atexit` handler runs when `main`
 /// returns or `exit` is called, in reverse order of registration, and all of
 /// them run before the shared libraries' destructors (`_dl_fini` runs last).
 /// The CUDA driver and the HIP runtime are loaded at the first device open,
-/// before any current resource exists, so whatever exit-time teardown they
-/// register then, and their library destructors, run after this handler:
-/// the driver is still up when it frees. Other threads may still run then:
+/// before that backend's first current resource exists, so whatever
+/// exit-time teardown they register then, and their library destructors,
+/// run after that backend's handler: the driver is still up when it frees. Other threads may still run then:
 /// the handler only takes the same locks as any other caller and frees only
 /// memory no one holds. It frees nothing (a free fails, is ignored, and the
-/// memory goes with the process) if a library loaded *after* the first
-/// current resource tore the driver's context down in its own exit handler,
+/// memory goes with the process) if a library loaded *after* the backend's
+/// first current resource tore the driver's context down in its own exit handler,
 /// and it does not run at all on `_exit`, on an abort, or on a fatal signal. At exit it waits for work still queued
 /// no longer than 2 seconds (see [`MemoryResource::release_cached`]): a
 /// program that exits while a kernel runs does not hang, and what that
@@ -123,15 +124,21 @@ pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result
 /// `fork` that calls `exit` skips it (CUDA and HIP do not survive a fork,
 /// nor do the host backend's stream threads).
 pub fn release_all() -> Result<()> {
-    release(None)
+    release(None, None)
 }
 
-/// [`release_all`], with resets (`None`) or with that patience for queued work.
-fn release(patience: Option<Duration>) -> Result<()> {
+/// [`release_all`], with resets (`None`) or with that patience for queued
+/// work, for the slots of `only` that backend (every slot with `None`).
+fn release(patience: Option<Duration>, only: Option<BackendKind>) -> Result<()> {
     super::pageable::release_copiers();
     // Called outside the lock: a reset waits for streams.
-    let releases: Vec<Release> =
-        slots().lock().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.release.clone()).collect();
+    let releases: Vec<Release> = slots()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|((kind, _), _)| only.map_or(true, |o| o == *kind))
+        .map(|(_, s)| s.release.clone())
+        .collect();
     let mut outcome = Ok(());
     for release in releases {
         let result = release(patience);
@@ -142,30 +149,60 @@ fn release(patience: Option<Duration>) -> Result<()> {
     outcome
 }
 
-/// Registers [`release_all`] with `atexit`, once per process.
-fn release_at_exit() {
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    REGISTERED.call_once(|| {
+/// The process that registered the exit handlers (a `fork` child skips them).
+static PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The exit-time release of one backend's slots.
+fn release_at_exit_of(kind: BackendKind) {
+    // A child made by fork() that calls exit() inherits the handler, but not
+    // the driver's state nor the host streams' threads: skip.
+    if std::process::id() != PROCESS.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    // Never unwind into C; errors change nothing at exit.
+    let _ = std::panic::catch_unwind(|| release(Some(EXIT_PATIENCE), Some(kind)));
+}
+
+extern "C" fn at_exit_host() {
+    release_at_exit_of(BackendKind::Host);
+}
+extern "C" fn at_exit_cuda() {
+    release_at_exit_of(BackendKind::Cuda);
+}
+extern "C" fn at_exit_rocm() {
+    release_at_exit_of(BackendKind::Rocm);
+}
+
+/// Registers the exit-time release of `kind`'s slots with `atexit`, once per
+/// process and backend, when that backend's first current resource is made.
+///
+/// One handler per backend, each registered after its backend's driver was
+/// loaded (a device is opened before its current resource exists): `atexit`
+/// handlers run last-registered first, so each runs before the exit-time
+/// teardown its driver registered when it was initialized. A single handler
+/// registered at the host backend's first use ran after CUDA's teardown in
+/// every test binary whose host cases ran first, and its frees failed: on
+/// the H100, `compute-sanitizer --leak-check full` reported one array's
+/// memory leaked in four binaries that were clean test by test.
+fn release_at_exit(kind: BackendKind) {
+    static REGISTERED: [std::sync::Once; 3] = [std::sync::Once::new(), std::sync::Once::new(), std::sync::Once::new()];
+    let (index, handler): (usize, extern "C" fn()) = match kind {
+        BackendKind::Host => (0, at_exit_host),
+        BackendKind::Cuda => (1, at_exit_cuda),
+        BackendKind::Rocm => (2, at_exit_rocm),
+    };
+    REGISTERED[index].call_once(|| {
         if std::env::var("GPUPORT_RELEASE_AT_EXIT").is_ok_and(|v| v == "0") {
             return;
         }
-        static PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         PROCESS.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
-        extern "C" fn at_exit() {
-            // A child made by fork() that calls exit() inherits the handler,
-            // but not the driver's state nor the host streams' threads: skip.
-            if std::process::id() != PROCESS.load(std::sync::atomic::Ordering::Relaxed) {
-                return;
-            }
-            // Never unwind into C; errors change nothing at exit.
-            let _ = std::panic::catch_unwind(|| release(Some(EXIT_PATIENCE)));
-        }
         // SAFETY: registers a function that takes no arguments, never
-        // unwinds (catch_unwind above), and touches only gpuport's own
-        // process-wide state, which lives in statics that are never dropped.
-        // A failed registration (returned non-zero) only means no release at exit.
+        // unwinds (catch_unwind in `release_at_exit_of`), and touches only
+        // gpuport's own process-wide state, which lives in statics that are
+        // never dropped. A failed registration (returned non-zero) only means
+        // no release at exit.
         unsafe {
-            libc::atexit(at_exit);
+            libc::atexit(handler);
         }
     });
 }
