@@ -707,8 +707,20 @@ unsafe impl Driver for HipDriver {
 
     /// `hipFree` (HIP documents hipFree or hipFreeAsync for imported pool blocks).
     unsafe fn free_imported(&self, ptr: u64) -> Result<()> {
-        // SAFETY: the caller's contract: imported here, freed once, no queued work uses it.
-        check("hipFree", unsafe { (self.api().hipFree)(dptr(ptr)) })
+        // As on CUDA (see `CudaDriver::free_imported`): in stream order on the
+        // null stream and waited for, where `hipFreeAsync` resolved (it does
+        // wherever pools can be imported, ROCm 5.1+); `hipFree` otherwise.
+        match self.api().hipFreeAsync {
+            Some(free_async) => {
+                // SAFETY: the caller's contract: imported here, freed once, no
+                // queued work uses it; the device is current.
+                check("hipFreeAsync", unsafe { free_async(dptr(ptr), std::ptr::null_mut()) })?;
+                // SAFETY: the null stream is the device's default stream.
+                check("hipStreamSynchronize", unsafe { (self.api().hipStreamSynchronize)(std::ptr::null_mut()) })
+            }
+            // SAFETY: the caller's contract: imported here, freed once, no queued work uses it.
+            None => check("hipFree", unsafe { (self.api().hipFree)(dptr(ptr)) }),
+        }
     }
 }
 
