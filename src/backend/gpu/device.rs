@@ -24,10 +24,10 @@ pub struct GpuDevice<D: Driver> {
     info: DeviceInfo,
     driver: Arc<D>,
     default_stream: GpuStream<D>,
-    builtins: Mutex<Option<GpuModule<D>>>,
-    /// Whether `builtins` is the prebuilt image, which holds every array
-    /// kernel too (the compiled built-in source holds only the runtime's).
-    builtins_prebuilt: std::sync::atomic::AtomicBool,
+    /// The built-in module once loaded, and whether it holds every array
+    /// kernel too (the prebuilt image does; the compiled built-in source
+    /// holds only the runtime's own kernels).
+    builtins: Mutex<Option<(GpuModule<D>, bool)>>,
     /// Array kernels compiled so far, by name.
     array_kernels: Mutex<HashMap<String, GpuKernel<D>>>,
 }
@@ -135,19 +135,31 @@ impl<D: Driver> GpuDevice<D> {
     }
 
     /// The built-in module: a prebuilt image where there is one this device
-    /// can load, else compiled from the vendor's built-in source.
-    fn load_builtins(&self) -> Result<GpuModule<D>> {
+    /// can load (it holds every array kernel: `true`), else compiled from
+    /// the vendor's built-in source (`false`).
+    fn load_builtins(&self) -> Result<(GpuModule<D>, bool)> {
         // SAFETY: the vendor's prebuilt image, whole and static.
         let prebuilt =
             D::prebuilt_builtins().and_then(|image| unsafe { self.load_image(image.as_ptr().cast(), true) }.ok());
         if let Some(module) = prebuilt {
-            self.builtins_prebuilt.store(true, std::sync::atomic::Ordering::Release);
-            return Ok(module);
+            return Ok((module, true));
         }
         let options = self.driver.builtin_options();
         let options: Vec<&str> = options.iter().map(String::as_str).collect();
         let name = format!("gpuport_builtins.{}", D::SOURCE_EXTENSION);
-        self.compile_and_load(Program { code: D::BUILTIN_SOURCE, name: &name, options: &options, headers: &[] }, true)
+        let program = Program { code: D::BUILTIN_SOURCE, name: &name, options: &options, headers: &[] };
+        Ok((self.compile_and_load(program, true)?, false))
+    }
+
+    /// The built-in module (loaded once) and whether it holds every array kernel.
+    fn builtins(&self) -> Result<(GpuModule<D>, bool)> {
+        let mut cached = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = cached.as_ref() {
+            return Ok(loaded.clone());
+        }
+        let loaded = self.load_builtins()?;
+        *cached = Some(loaded.clone());
+        Ok(loaded)
     }
 
     /// The occupancy call's (minimum grid, block size) for `kernel`, each at least 1.
@@ -189,7 +201,6 @@ impl<D: Driver> Device for GpuDevice<D> {
             driver,
             default_stream,
             builtins: Mutex::new(None),
-            builtins_prebuilt: std::sync::atomic::AtomicBool::new(false),
             array_kernels: Default::default(),
         });
         devices.insert((D::KIND, ordinal), dev.clone());
@@ -421,15 +432,7 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn load_module(&self, source: ModuleSource<'_>) -> Result<GpuModule<D>> {
         match source {
-            ModuleSource::Builtin => {
-                let mut cached = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(module) = cached.as_ref() {
-                    return Ok(module.clone());
-                }
-                let module = self.load_builtins()?;
-                *cached = Some(module.clone());
-                Ok(module)
-            }
+            ModuleSource::Builtin => Ok(self.builtins()?.0),
             ModuleSource::Source { code, name, options } => {
                 self.compile_and_load(Program { code, name, options, headers: &[] }, false)
             }
@@ -469,10 +472,10 @@ impl<D: Driver> Device for GpuDevice<D> {
     }
 
     fn builtin_kernel(&self, name: &str) -> Result<GpuKernel<D>> {
-        let module = self.load_module(ModuleSource::Builtin)?;
+        let (module, holds_every_kernel) = self.builtins()?;
         crate::kernels::builtin_kernel_from(
             || self.kernel(&module, name),
-            self.builtins_prebuilt.load(std::sync::atomic::Ordering::Acquire),
+            holds_every_kernel,
             &self.array_kernels,
             D::ARRAY_OPS_SOURCE,
             name,
