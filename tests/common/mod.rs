@@ -79,13 +79,14 @@ pub unsafe fn fill_u32<D: Device>(dev: &Arc<D>, stream: &Stream<D::B>, ptr: u64,
     unsafe { dev.launch(&kernel, cfg, &args, stream).unwrap() };
 }
 
-/// Whether the test should skip because it makes the driver return errors
-/// on purpose (an impossible allocation, a bad kernel) and the run is under
-/// compute-sanitizer (`GPUPORT_SANITIZE=1`, set by `ci/gpu-sanitize`), which
-/// reports every CUDA API error; such tests run in the plain `ci/gpu-run`.
-/// Prints the reason when it skips.
-pub fn provokes_driver_errors(what: &str) -> bool {
-    if std::env::var_os("GPUPORT_SANITIZE").is_none() {
+/// Whether the test should skip because it makes `backend`'s driver return
+/// errors on purpose (an impossible allocation, a bad kernel) and the run is
+/// under compute-sanitizer (`GPUPORT_SANITIZE=1`, set by `ci/gpu-sanitize`),
+/// which reports every CUDA API error; such tests run in the plain
+/// `ci/gpu-run`. The host backend has no driver: never. Prints the reason
+/// when it skips.
+pub fn provokes_driver_errors(backend: gpuport::BackendKind, what: &str) -> bool {
+    if backend == gpuport::BackendKind::Host || std::env::var_os("GPUPORT_SANITIZE").is_none() {
         return false;
     }
     let name = std::thread::current().name().unwrap_or("?").to_string();
