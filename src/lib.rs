@@ -36,6 +36,7 @@
 pub mod array;
 pub mod backend;
 pub mod dlpack;
+pub mod dynamic;
 pub mod error;
 pub mod kernels;
 pub mod memory;

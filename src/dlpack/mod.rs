@@ -159,6 +159,19 @@ pub enum DLPackError {
         /// Element type name.
         dtype: String,
     },
+    /// An export request (`__dlpack__`'s `dl_device`, `copy`, `max_version`)
+    /// that cannot be served as asked.
+    #[error("{reason}")]
+    Refused {
+        /// What was asked and why it cannot be done.
+        reason: String,
+    },
+    /// A `stream` argument that is not valid for the memory's device type.
+    #[error("{reason}")]
+    BadStream {
+        /// The value and what is accepted.
+        reason: String,
+    },
     /// A view over borrowed memory has no owner to keep alive in an export.
     #[error("this view borrows memory it cannot keep alive, so it cannot be exported as a managed tensor; export the MemArray it came from, or use to_dlpack() for a borrowed DLTensor")]
     NoOwner,

@@ -132,21 +132,6 @@ impl Drop for CudaDriver {
     }
 }
 
-impl CudaDevice {
-    /// A handle to a stream gpuport does not own: one another library created
-    /// (PyTorch, CuPy, cuda-python), or the special handles `CU_STREAM_LEGACY`
-    /// (1) and `CU_STREAM_PER_THREAD` (2). It is never destroyed by gpuport,
-    /// so work can join a foreign stream's order without synchronizing.
-    ///
-    /// # Safety
-    /// `raw` must be 0, 1, 2 or a live `CUstream` of this device's primary
-    /// context, and stay alive while the returned handle is used.
-    pub unsafe fn borrow_stream(&self, raw: usize) -> CudaStream {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.foreign_stream(raw as sys::CUstream) }
-    }
-}
-
 // SAFETY: every method makes the CUDA call its name says on this context's
 // device and reports failure as an error; CUDA handles may be used from any
 // thread once the context is current there.

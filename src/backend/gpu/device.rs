@@ -60,9 +60,23 @@ impl<D: Driver> GpuDevice<D> {
     /// # Safety
     /// `raw` is a stream of this device (or a special handle the vendor
     /// accepts as one) and stays alive while the returned handle is used.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // CudaDevice::borrow_stream
     pub(crate) unsafe fn foreign_stream(&self, raw: D::Stream) -> GpuStream<D> {
         GpuStream::new(self.driver.clone(), raw, false)
+    }
+
+    /// A handle to a stream gpuport does not own, named by its address as
+    /// other libraries of the vendor pass it (PyTorch, CuPy, cuda-python, HIP
+    /// Python), or a special handle the vendor accepts as a stream (CUDA's
+    /// `CU_STREAM_LEGACY` 1 and `CU_STREAM_PER_THREAD` 2, HIP's
+    /// `hipStreamPerThread` 2). It is never destroyed by gpuport, so work can
+    /// join a foreign stream's order without synchronizing. 0 is the null stream.
+    ///
+    /// # Safety
+    /// `address` must be 0, a special handle of the vendor, or a live stream
+    /// of this device, and stay alive while the returned handle is used.
+    pub unsafe fn borrow_stream(&self, address: usize) -> GpuStream<D> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.foreign_stream(super::driver::RawAddress::from_address(address)) }
     }
 
     pub(crate) fn check_stream(&self, stream: &GpuStream<D>) -> Result<()> {

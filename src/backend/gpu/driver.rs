@@ -18,6 +18,24 @@ use crate::error::{BackendKind, Result};
 
 use super::compile::Program;
 
+/// A vendor handle that is a pointer, which other libraries of the same
+/// vendor (PyTorch, CuPy, cuda-python, HIP Python) hand around as an integer.
+pub trait RawAddress: Copy {
+    /// The handle as an integer.
+    fn address(self) -> usize;
+    /// The handle an integer names.
+    fn from_address(address: usize) -> Self;
+}
+
+impl<T> RawAddress for *mut T {
+    fn address(self) -> usize {
+        self as usize
+    }
+    fn from_address(address: usize) -> Self {
+        address as *mut T
+    }
+}
+
 /// One opened device of a vendor GPU API.
 ///
 /// Public in name only: it lives in a private module, so no crate outside
@@ -172,7 +190,9 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     // ---- streams --------------------------------------------------------------------
 
     /// A stream handle; [`NULL_STREAM`](Self::NULL_STREAM) is the default stream.
-    type Stream: Copy + fmt::Pointer;
+    /// Both vendors' handles are pointers, which other libraries pass around
+    /// as integers ([`RawAddress`]).
+    type Stream: Copy + fmt::Pointer + RawAddress;
 
     /// The default (null) stream, which is never destroyed.
     const NULL_STREAM: Self::Stream;

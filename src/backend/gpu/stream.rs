@@ -60,6 +60,12 @@ impl<D: Driver> GpuStream<D> {
         self.inner.raw
     }
 
+    /// The raw handle as an integer, as other libraries pass it (a
+    /// `CUstream` or `hipStream_t`; 0 for the null stream).
+    pub fn address(&self) -> usize {
+        super::driver::RawAddress::address(self.inner.raw)
+    }
+
     /// The number that tells this stream apart (see `Device::stream_id`).
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
