@@ -247,7 +247,8 @@ fn new_typed<T: Stored, const N: usize, D: DynDevice>(
     Ok(Box::new(Typed { a: MemArray::<T, N, D>::zeros(d, s)?, dtype }))
 }
 
-fn rank_error(n: usize) -> Error {
+/// The error for an array of `n` dimensions (more than `MAX_RANK`).
+pub fn rank_error(n: usize) -> Error {
     Error::InvalidArgument {
         name: "shape",
         reason: format!("{n} dimensions; MemArray has 0 to {MAX_RANK} dimensions (the built-in kernels' MAX_RANK)"),
