@@ -348,7 +348,12 @@ pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
             .map(|s| {
                 let (ok, note) = match &s.devices {
                     Ok(d) => (true, format!("{} device(s)", d.len())),
-                    Err(e) => (false, e.to_string()),
+                    // The core's one line, without the backend's name it starts with.
+                    Err(_) => {
+                        let line = s.to_string();
+                        let prefix = format!("{}: unavailable: ", s.kind);
+                        (false, line.strip_prefix(&prefix).unwrap_or(&line).to_string())
+                    }
                 };
                 (s.kind.name().to_string(), s.compiled && ok, note)
             })
