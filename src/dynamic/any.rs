@@ -4,7 +4,7 @@
 //! `Any<F>` is the closed enum every run-time type of this layer is made of:
 //! `F` names what each variant holds for its backend (a stream, an event, an
 //! allocation), so the three variants are written here once, not once per
-//! type. [`on_backend!`] runs a generic body on whichever variant is there,
+//! type. `on_backend!` (crate-internal) runs a generic body on whichever variant is there,
 //! compiled once per backend; [`DynDevice`] moves a value of a known backend
 //! into and out of the enum.
 

@@ -18,7 +18,7 @@ use crate::dlpack::DLDataType;
 use crate::Element;
 
 /// Most dimensions a Python `MemArray` has: the built-in kernels' `MAX_RANK`.
-/// Ranks are dispatched to const generics by [`with_rank!`] over `0..=MAX_RANK`.
+/// Ranks are dispatched to const generics by `with_rank!` over `0..=MAX_RANK`.
 pub const MAX_RANK: usize = crate::kernels::MAX_RANK;
 
 /// Every scalar element type of gpuport's [`Element`] implementations.

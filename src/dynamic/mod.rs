@@ -11,7 +11,7 @@
 //! - [`any`]: [`Any`], the closed enum every type here is made of.
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
 //! - [`dtype`]: [`DType`], the run-time element type.
-//! - [`array`]: [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
+//! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.

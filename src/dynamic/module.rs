@@ -47,8 +47,11 @@ impl PerBackend for Modules {
 #[derive(Debug)]
 pub struct Kernels;
 impl PerBackend for Kernels {
-    type Of<B: Backend> = OnDevice<B, (Kernel<B>, Arc<Module<B>>)>;
+    type Of<B: Backend> = KernelOn<B>;
 }
+
+/// A kernel of backend `B` with its module and device.
+pub type KernelOn<B> = OnDevice<B, (Kernel<B>, Arc<Module<B>>)>;
 
 /// A loaded module of any backend.
 pub type AnyModule = Any<Modules>;
@@ -73,10 +76,7 @@ fn load_on<D: DynDevice>(d: &Arc<D>, code: &Code, name: &str, options: &[String]
     Ok(D::wrap::<Modules>(OnDevice { device: d.clone(), item: Arc::new(module) }))
 }
 
-fn kernel_of<B: Backend>(
-    m: &OnDevice<B, Arc<Module<B>>>,
-    name: &str,
-) -> Result<OnDevice<B, (Kernel<B>, Arc<Module<B>>)>> {
+fn kernel_of<B: Backend>(m: &OnDevice<B, Arc<Module<B>>>, name: &str) -> Result<KernelOn<B>> {
     let k = m.device.kernel(&m.item, name)?;
     Ok(OnDevice { device: m.device.clone(), item: (k, m.item.clone()) })
 }
