@@ -91,6 +91,7 @@ pub mod log;
 pub mod pageable;
 pub mod pinned;
 pub mod pool;
+mod report;
 pub mod resource;
 pub mod stats;
 
@@ -104,11 +105,10 @@ pub use ipc_handle::{open_ipc, IpcHandle, IpcKind, IpcMemory};
 pub use log::LoggingResource;
 pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
-pub use pool::{
-    BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
-};
+pub use pool::{CachingPool, DeviceStorage, PoolConfig, Storage};
+pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport, Statistics};
 pub use resource::{MemoryResource, NativePoolResource, PlainResource};
-pub use stats::{Statistics, StatisticsResource};
+pub use stats::StatisticsResource;
 
 /// The version of the resource interface, as NBEP 7's `interface_version`
 /// (version 1: the methods listed in this module's table).
