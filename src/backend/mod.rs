@@ -20,7 +20,9 @@ use crate::error::{BackendKind, Error, Result};
 
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 
+pub(crate) mod array_kernels;
 pub mod host;
+pub(crate) mod kernel_cache;
 mod memory_device;
 pub mod registry;
 

@@ -10,7 +10,7 @@ use super::compile::Program;
 use super::driver::{Driver, Params};
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
-use super::module::{GpuKernel, GpuModule, BUILTIN_HEADERS};
+use super::module::{builtin_kernel_from, GpuKernel, GpuModule, BUILTIN_HEADERS};
 use super::stream::{GpuEvent, GpuStream};
 use super::Gpu;
 use crate::backend::{
@@ -487,7 +487,7 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn builtin_kernel(&self, name: &str) -> Result<GpuKernel<D>> {
         let (module, holds_every_kernel) = self.builtins()?;
-        crate::kernels::builtin_kernel_from(
+        builtin_kernel_from(
             || self.kernel(&module, name),
             holds_every_kernel,
             &self.array_kernels,

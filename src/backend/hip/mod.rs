@@ -503,7 +503,7 @@ unsafe impl Driver for HipDriver {
     /// HIP cannot list a module's kernels, so only the built-in module's are known.
     unsafe fn kernel_names(&self, _module: sys::hipModule_t, builtin: bool) -> String {
         if builtin {
-            crate::kernels::all_kernel_names().join(", ")
+            crate::backend::array_kernels::all_kernel_names().join(", ")
         } else {
             "(HIP cannot list a module's kernels)".into()
         }

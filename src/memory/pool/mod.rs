@@ -54,7 +54,6 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
-mod report;
 mod state;
 
 use std::fmt;
@@ -67,8 +66,8 @@ use crate::error::{Error, Result};
 use super::block::{Block, MemoryError, ResourceId};
 use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
+pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
-pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use state::{
     st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT, NONE,
     ROUND, SMALL_MAX, SMALL_SEGMENT,

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use crate::backend::{Device, DeviceMemory, Event, Stream};
 
-use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use crate::memory::ext::MemoryBackend;
+use crate::memory::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 
 pub(super) const ROUND: usize = 512;
 pub(super) const SMALL_MAX: usize = 1 << 20;

@@ -5,11 +5,13 @@
 //! - "device" memory is separate host allocations (never the caller's memory);
 //! - each stream is an in-order queue run by its own worker thread, so async
 //!   copies return before they happen and events complete later;
-//! - kernels are the library's built-ins implemented in Rust; a foreign
-//!   source or binary is [`Error::Unsupported`].
+//! - kernels are the library's built-ins implemented in Rust (the array
+//!   kernels in `host/kernels.rs`); a foreign source or binary is [`Error::Unsupported`].
 //!
 //! Queued work holds a reference to every buffer it touches, so dropping a
 //! host buffer while work on it is queued cannot free it early.
+
+mod kernels;
 
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -363,7 +365,7 @@ fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<()
     Ok(())
 }
 
-/// The runtime built-ins and the array kernels of `crate::kernels`, built once.
+/// The runtime built-ins and the array kernels (`host/kernels.rs`), built once.
 fn builtin_module() -> HostModule {
     HostModule { kernels: builtin_table() }
 }
@@ -384,7 +386,7 @@ fn builtin_table() -> &'static HashMap<&'static str, HostKernelDef> {
             (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
             (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
         ];
-        runtime.into_iter().chain(crate::kernels::host::array_kernels()).collect()
+        runtime.into_iter().chain(kernels::array_kernels()).collect()
     })
 }
 

@@ -6,6 +6,10 @@
 
 use std::fmt;
 
+pub(crate) mod dlpack;
+
+use dlpack::DLPackError;
+
 /// Which backend an object or error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BackendKind {
@@ -220,7 +224,7 @@ pub enum Error {
 
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
-    DLPack(#[from] crate::dlpack::DLPackError),
+    DLPack(#[from] DLPackError),
 
     /// A memory resource refused a block, or broke its contract.
     #[error(transparent)]
