@@ -12,6 +12,19 @@
 //! thread) reads and writes the memory after the call returns, so the caller
 //! must keep every operand alive and untouched until the stream has passed
 //! the operation. Each has a safe synchronous twin that waits for completion.
+//!
+//! Integer conversions here are checked (`try_from`, with a typed error
+//! where a caller's value could overflow), lossless (`From`), or an `as`
+//! allowed on the smallest item with the reason it cannot overflow; the
+//! lints below keep it so (CI's clippy denies warnings).
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless,
+    clippy::cast_precision_loss,
+    clippy::ptr_as_ptr
+)]
 
 use std::fmt;
 use std::sync::Arc;
@@ -283,8 +296,8 @@ impl LaunchConfig {
 
     /// Total threads launched.
     pub fn total_threads(&self) -> u64 {
-        let g: u64 = self.grid.iter().map(|&x| x as u64).product();
-        let b: u64 = self.block.iter().map(|&x| x as u64).product();
+        let g: u64 = self.grid.iter().map(|&x| u64::from(x)).product();
+        let b: u64 = self.block.iter().map(|&x| u64::from(x)).product();
         g * b
     }
 
@@ -297,8 +310,8 @@ impl LaunchConfig {
                 self.grid, self.block
             ));
         }
-        let threads: u64 = self.block.iter().map(|&x| x as u64).product();
-        if threads > limits.max_threads_per_block as u64 {
+        let threads: u64 = self.block.iter().map(|&x| u64::from(x)).product();
+        if threads > u64::from(limits.max_threads_per_block) {
             return bad(format!("{threads} threads per block; the device allows {}", limits.max_threads_per_block));
         }
         for d in 0..3 {
@@ -407,8 +420,8 @@ impl KernelArgs {
         // overlap because `value` is a shared borrow of a different object.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                value as *const T as *const u8,
-                (self.words.as_mut_ptr() as *mut u8).add(offset),
+                std::ptr::from_ref(value).cast::<u8>(),
+                self.words.as_mut_ptr().cast::<u8>().add(offset),
                 size,
             );
         }
@@ -461,7 +474,7 @@ impl KernelArgs {
         // SAFETY: the span lies inside `words` (built by `push`) and holds
         // exactly `size_of::<T>()` initialized bytes; `KernelArg` types accept
         // every bit pattern, and `read_unaligned` needs no alignment.
-        Some(unsafe { std::ptr::read_unaligned((self.words.as_ptr() as *const u8).add(offset) as *const T) })
+        Some(unsafe { std::ptr::read_unaligned(self.words.as_ptr().cast::<u8>().add(offset).cast::<T>()) })
     }
 
     /// Writes a pointer to each argument into `out` (of length `self.len()`),
@@ -473,7 +486,7 @@ impl KernelArgs {
         let base = self.words.as_ptr() as *mut u8;
         for (slot, &(offset, _)) in out.iter_mut().zip(&self.spans) {
             // SAFETY: offset < words.len() * 16 by construction.
-            *slot = unsafe { base.add(offset) } as *mut std::ffi::c_void;
+            *slot = unsafe { base.add(offset) }.cast::<std::ffi::c_void>();
         }
     }
 }
@@ -482,6 +495,14 @@ impl fmt::Debug for KernelArgs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelArgs").field("sizes", &self.sizes().collect::<Vec<_>>()).finish()
     }
+}
+
+/// The host address that a host-backend device pointer (or a mapped
+/// pointer) stands for: such a `device_ptr` is a host pointer widened to
+/// `u64`, so narrowing it back to `usize` loses nothing.
+#[allow(clippy::cast_possible_truncation)] // the u64 came from a usize address
+pub(crate) fn host_address(device_ptr: u64) -> usize {
+    device_ptr as usize
 }
 
 /// A process-wide unique id for a new stream wrapper ([`Device::stream_id`]),

@@ -14,7 +14,8 @@ pub(super) fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> Re
 
 pub(super) fn query_info(dev: sys::CUdevice, ordinal: usize) -> Result<DeviceInfo> {
     use sys::CUdevice_attribute::*;
-    let a = |attr| attribute(dev, attr).map(|v| v.max(0) as u32);
+    // A negative attribute (never reported) reads as 0, as `max(0)` did.
+    let a = |attr| attribute(dev, attr).map(|v| u32::try_from(v).unwrap_or(0));
     Ok(DeviceInfo {
         backend: BackendKind::Cuda,
         ordinal,

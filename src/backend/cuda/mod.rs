@@ -178,7 +178,10 @@ unsafe impl Driver for CudaDriver {
         driver()?;
         match cu::device::get_count() {
             Ok(0) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: "driver loaded, no device".into() }),
-            Ok(n) => Ok(n as usize),
+            Ok(n) => usize::try_from(n).map_err(|_| Error::NoDevice {
+                backend: BackendKind::Cuda,
+                reason: format!("cuDeviceGetCount reported {n} devices"),
+            }),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoDevice {
                 backend: BackendKind::Cuda,
                 reason: "driver loaded, no device (CUDA_ERROR_NO_DEVICE)".into(),
@@ -189,7 +192,11 @@ unsafe impl Driver for CudaDriver {
 
     fn open(ordinal: usize) -> Result<(Self, DeviceInfo)> {
         let driver_version = driver()?;
-        let cu_device = check("cuDeviceGet", cu::device::get(ordinal as i32))?;
+        let id = std::ffi::c_int::try_from(ordinal).map_err(|_| Error::InvalidDeviceSpec {
+            spec: format!("cuda:{ordinal}"),
+            reason: "the ordinal is out of the driver's int range".into(),
+        })?;
+        let cu_device = check("cuDeviceGet", cu::device::get(id))?;
         let info = query_info(cu_device, ordinal)?;
         // SAFETY: `cu_device` came from `cuDeviceGet`; released in `CudaDriver::drop`.
         let raw = check("cuDevicePrimaryCtxRetain", unsafe { cu::primary_ctx::retain(cu_device) })?;
@@ -251,12 +258,12 @@ unsafe impl Driver for CudaDriver {
 
     unsafe fn host_alloc(&self, bytes: usize, flags: u32) -> Result<*mut u8> {
         // SAFETY: the context is current; the flags are the driver's own bits.
-        Ok(check("cuMemHostAlloc", unsafe { cu::malloc_host(bytes, flags) })? as *mut u8)
+        Ok(check("cuMemHostAlloc", unsafe { cu::malloc_host(bytes, flags) })?.cast::<u8>())
     }
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract: allocated by `cuMemHostAlloc`, freed once.
-        check("cuMemFreeHost", unsafe { cu::free_host(ptr as *mut c_void) })
+        check("cuMemFreeHost", unsafe { cu::free_host(ptr.cast::<c_void>()) })
     }
 
     const HOST_REGISTER_PORTABLE: u32 = sys::CU_MEMHOSTREGISTER_PORTABLE;
@@ -265,19 +272,19 @@ unsafe impl Driver for CudaDriver {
 
     unsafe fn host_register(&self, ptr: *mut u8, len: usize, flags: u32) -> Result<()> {
         // SAFETY: the caller guarantees the range is valid and outlives the registration.
-        status("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, len, flags) })
+        status("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(ptr.cast::<c_void>(), len, flags) })
     }
 
     unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract: registered here, unregistered once.
-        status("cuMemHostUnregister", unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) })
+        status("cuMemHostUnregister", unsafe { sys::cuMemHostUnregister(ptr.cast::<c_void>()) })
     }
 
     fn host_device_ptr(&self, host: *mut u8) -> Result<u64> {
         let mut dptr = 0;
         // SAFETY: writes one device pointer; an unmapped address is reported as an error.
         status("cuMemHostGetDevicePointer", unsafe {
-            sys::cuMemHostGetDevicePointer_v2(&mut dptr, host as *mut c_void, 0)
+            sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast::<c_void>(), 0)
         })?;
         Ok(dptr)
     }
@@ -509,7 +516,7 @@ unsafe impl Driver for CudaDriver {
             sys::cuMemPoolSetAttribute(
                 cu_pool(pool),
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut value as *mut u64 as *mut c_void,
+                std::ptr::from_mut(&mut value).cast::<c_void>(),
             )
         })
     }
@@ -521,7 +528,7 @@ unsafe impl Driver for CudaDriver {
             sys::cuMemPoolGetAttribute(
                 cu_pool(pool),
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                &mut value as *mut u64 as *mut c_void,
+                std::ptr::from_mut(&mut value).cast::<c_void>(),
             )
         })?;
         Ok(value)
@@ -541,11 +548,12 @@ unsafe impl Driver for CudaDriver {
         status("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), base) })?;
         // SAFETY: initialized by the successful call above.
         let handle = unsafe { handle.assume_init() };
-        Ok((handle.reserved.map(|b| b as u8), base))
+        // The handle's C chars, byte for byte.
+        Ok((bytemuck::cast(handle.reserved), base))
     }
 
     fn ipc_open(&self, bytes: &IpcBytes) -> Result<u64> {
-        let handle = sys::CUipcMemHandle { reserved: bytes.map(|b| b as std::ffi::c_char) };
+        let handle = sys::CUipcMemHandle { reserved: bytemuck::cast(*bytes) };
         let mut ptr = 0;
         // SAFETY: writes one device pointer; a stale or foreign handle is reported as an error.
         status("cuIpcOpenMemHandle", unsafe {
@@ -569,7 +577,10 @@ unsafe impl Driver for CudaDriver {
         let handle_types =
             attribute(self.cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)?;
         let posix_fd = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        if handle_types as u32 & posix_fd.0 == 0 {
+        // A bit mask of handle types: `as` between equal widths keeps every bit.
+        #[allow(clippy::cast_sign_loss)]
+        let supported = handle_types as u32;
+        if supported & posix_fd.0 == 0 {
             return Err(Error::Unsupported {
                 op: "IPC of stream-ordered pool memory",
                 backend: BackendKind::Cuda,
@@ -617,7 +628,7 @@ unsafe impl Driver for CudaDriver {
         // writes one int; the pool is live (the caller's contract); flags must be 0.
         status("cuMemPoolExportToShareableHandle", unsafe {
             sys::cuMemPoolExportToShareableHandle(
-                &mut fd as *mut std::ffi::c_int as *mut c_void,
+                std::ptr::from_mut(&mut fd).cast::<c_void>(),
                 cu_pool(pool),
                 sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 0,

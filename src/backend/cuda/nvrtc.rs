@@ -95,7 +95,7 @@ fn run_nvrtc(program: &Program<'_>) -> Result<Vec<u8>> {
             .map_err(|e| nvrtc_error("nvrtcGetCUBINSize", e))?;
         let mut cubin = vec![0u8; size];
         // SAFETY: `cubin` has the `size` bytes NVRTC asked for.
-        unsafe { rtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _) }
+        unsafe { rtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()) }
             .result()
             .map_err(|e| nvrtc_error("nvrtcGetCUBIN", e))?;
         Ok(cubin)

@@ -30,6 +30,18 @@ pub struct ProgramText {
     headers: Vec<*const c_char>,
     include_names: Vec<*const c_char>,
     options: Vec<*const c_char>,
+    /// `headers.len()` and `options.len()` as the C ints the compilers take.
+    header_count: c_int,
+    option_count: c_int,
+}
+
+/// `len` items as the C int count the compilers take, or the error naming
+/// `what` where there are more than a C int counts.
+fn c_count(what: &'static str, len: usize) -> Result<c_int> {
+    c_int::try_from(len).map_err(|_| Error::InvalidArgument {
+        name: what,
+        reason: format!("{len} of them; the compiler takes at most {}", c_int::MAX),
+    })
 }
 
 /// `items` as C strings, or the error naming `what` holds a NUL byte.
@@ -41,9 +53,12 @@ fn c_strings<'a>(what: &'static str, items: impl Iterator<Item = &'a str>) -> Re
 }
 
 impl ProgramText {
-    /// The program's strings. A NUL byte inside any of them is an
-    /// [`Error::InvalidArgument`] naming which.
+    /// The program's strings. A NUL byte inside any of them, or more headers
+    /// or options than a C int counts, is an [`Error::InvalidArgument`]
+    /// naming which.
     pub fn new(program: &Program<'_>) -> Result<Self> {
+        let header_count = c_count("headers", program.headers.len())?;
+        let option_count = c_count("options", program.options.len())?;
         let one = |what, text: &str| c_strings(what, std::iter::once(text)).map(|mut v| v.remove(0));
         let code = one("code", program.code)?;
         let name = one("name", program.name)?;
@@ -52,7 +67,16 @@ impl ProgramText {
         let opts = c_strings("option", program.options.iter().copied())?;
         let pointers = |v: &[CString]| v.iter().map(|c| c.as_ptr()).collect::<Vec<_>>();
         let (headers, include_names, options) = (pointers(&texts), pointers(&names), pointers(&opts));
-        Ok(ProgramText { code, name, _owned: [texts, names, opts], headers, include_names, options })
+        Ok(ProgramText {
+            code,
+            name,
+            _owned: [texts, names, opts],
+            headers,
+            include_names,
+            options,
+            header_count,
+            option_count,
+        })
     }
 
     /// The program text.
@@ -68,7 +92,7 @@ impl ProgramText {
     /// How many headers [`headers`](Self::headers) and
     /// [`include_names`](Self::include_names) hold.
     pub fn header_count(&self) -> c_int {
-        self.headers.len() as c_int
+        self.header_count
     }
 
     /// The headers' contents.
@@ -83,7 +107,7 @@ impl ProgramText {
 
     /// How many options [`options`](Self::options) holds.
     pub fn option_count(&self) -> c_int {
-        self.options.len() as c_int
+        self.option_count
     }
 
     /// The compiler options.
@@ -105,5 +129,15 @@ mod tests {
         }
         let bad_option = Program { headers: &[], options: &["-O3\0"], ..program };
         assert!(matches!(ProgramText::new(&bad_option), Err(Error::InvalidArgument { name: "option", .. })));
+    }
+
+    #[test]
+    fn counts_past_a_c_int_are_an_error_not_a_wrap() {
+        assert_eq!(c_count("options", 3).unwrap(), 3);
+        let max = usize::try_from(c_int::MAX).unwrap();
+        assert_eq!(c_count("options", max).unwrap(), c_int::MAX);
+        let past = max + 1;
+        assert!(matches!(c_count("options", past), Err(Error::InvalidArgument { name: "options", .. })));
+        assert!(matches!(c_count("headers", usize::MAX), Err(Error::InvalidArgument { name: "headers", .. })));
     }
 }

@@ -145,7 +145,7 @@ impl<D: Driver> GpuDevice<D> {
     fn compile_and_load(&self, program: Program<'_>, builtin: bool) -> Result<GpuModule<D>> {
         let image = self.driver.compile(&self.info, &program)?;
         // SAFETY: the compiler's output, alive for the call.
-        unsafe { self.load_image(image.as_ptr() as *const c_void, builtin) }
+        unsafe { self.load_image(image.as_ptr().cast::<c_void>(), builtin) }
     }
 
     /// The built-in module: a prebuilt image where there is one this device
@@ -181,7 +181,8 @@ impl<D: Driver> GpuDevice<D> {
         self.driver.bind()?;
         // SAFETY: the device is current; the kernel's module is alive.
         let (min_grid, block) = unsafe { self.driver.max_potential_block_size(kernel.func()) }?;
-        Ok((min_grid.max(1) as u32, block.max(1) as u32))
+        // Each is positive after `max(1)`, so its magnitude is its value.
+        Ok((min_grid.max(1).unsigned_abs(), block.max(1).unsigned_abs()))
     }
 }
 
@@ -453,12 +454,12 @@ impl<D: Driver> Device for GpuDevice<D> {
             ModuleSource::Ptx(ptx) => {
                 let image = D::ptx_image(ptx)?;
                 // SAFETY: NUL-terminated PTX text, alive for the call.
-                unsafe { self.load_image(image.as_ptr() as *const c_void, false) }
+                unsafe { self.load_image(image.as_ptr().cast::<c_void>(), false) }
             }
             ModuleSource::Binary(image) => {
                 D::check_image(image)?;
                 // SAFETY: an image of the vendor's formats (checked above), alive for the call.
-                unsafe { self.load_image(image.as_ptr() as *const c_void, false) }
+                unsafe { self.load_image(image.as_ptr().cast::<c_void>(), false) }
             }
         }
     }
@@ -513,7 +514,9 @@ impl<D: Driver> Device for GpuDevice<D> {
         }
         let (min_grid, block) = self.occupancy(kernel)?;
         let needed = n.div_ceil(block as usize).max(1);
-        Ok(LaunchConfig::linear(needed.min(min_grid as usize) as u32, block))
+        // More blocks than a u32 holds are more than `min_grid` too.
+        let grid = u32::try_from(needed).map_or(min_grid, |needed| needed.min(min_grid));
+        Ok(LaunchConfig::linear(grid, block))
     }
 
     unsafe fn launch(

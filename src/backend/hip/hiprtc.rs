@@ -19,7 +19,7 @@ fn hiprtc_error(call: &'static str, code: hiprtcResult) -> Error {
     Error::Driver(DriverError {
         backend: BackendKind::Rocm,
         call,
-        code: code as i64,
+        code: i64::from(code),
         name: hiprtc_status_name(code).map(str::to_string).unwrap_or_else(|| format!("hiprtcResult({code})")),
         message,
     })
@@ -115,7 +115,7 @@ pub(super) fn compile_program(program: &Program<'_>) -> Result<Vec<u8>> {
         }
         let mut code = vec![0u8; size];
         // SAFETY: `code` has the `size` bytes hiprtc asked for.
-        let r = unsafe { (api.hiprtcGetCode)(prog, code.as_mut_ptr() as *mut c_char) };
+        let r = unsafe { (api.hiprtcGetCode)(prog, code.as_mut_ptr().cast::<c_char>()) };
         if r != sys::HIPRTC_SUCCESS {
             return Err(hiprtc_error("hiprtcGetCode", r));
         }
@@ -152,7 +152,7 @@ fn program_log(api: &RtcApi, prog: sys::hiprtcProgram) -> String {
     }
     let mut log = vec![0u8; size];
     // SAFETY: `log` has the `size` bytes hiprtc asked for.
-    if unsafe { (api.hiprtcGetProgramLog)(prog, log.as_mut_ptr() as *mut c_char) } != sys::HIPRTC_SUCCESS {
+    if unsafe { (api.hiprtcGetProgramLog)(prog, log.as_mut_ptr().cast::<c_char>()) } != sys::HIPRTC_SUCCESS {
         return String::new();
     }
     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());

@@ -6,7 +6,16 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use super::runtime::Runtime;
 use super::{check, sys};
 use crate::backend::{DeviceInfo, DeviceLimits};
-use crate::error::{BackendKind, Result};
+use crate::error::{BackendKind, Error, Result};
+
+/// `ordinal` as the HIP runtime's device id (a C int), or
+/// [`Error::InvalidDeviceSpec`] where it is out of that range.
+pub(super) fn device_id(ordinal: usize) -> Result<c_int> {
+    c_int::try_from(ordinal).map_err(|_| Error::InvalidDeviceSpec {
+        spec: format!("rocm:{ordinal}"),
+        reason: "the ordinal is out of the runtime's int range".into(),
+    })
+}
 
 pub(super) fn attribute(rt: &Runtime, ordinal: c_int, attr: sys::hipDeviceAttribute_t) -> Result<i32> {
     let mut value = 0;
@@ -34,11 +43,11 @@ pub(super) fn target_id(rt: &Runtime, ordinal: c_int) -> Option<String> {
     let mut buf = vec![0u64; sys::DEVICE_PROP_BUFFER_BYTES / 8];
     // SAFETY: the buffer is zeroed, 8-byte aligned and more than five times
     // the size of either layout, so the runtime's write stays inside it.
-    if unsafe { get(buf.as_mut_ptr() as *mut c_void, ordinal) } != sys::hipSuccess {
+    if unsafe { get(buf.as_mut_ptr().cast::<c_void>(), ordinal) } != sys::hipSuccess {
         return None;
     }
     // SAFETY: `buf` is `DEVICE_PROP_BUFFER_BYTES` initialized bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, sys::DEVICE_PROP_BUFFER_BYTES) };
+    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), sys::DEVICE_PROP_BUFFER_BYTES) };
     parse_target_id(bytes, offset)
 }
 
@@ -67,8 +76,9 @@ pub(super) fn query_info(
     target: Option<&str>,
 ) -> Result<DeviceInfo> {
     use sys::attr::*;
-    let id = ordinal as c_int;
-    let a = |attr| attribute(rt, id, attr).map(|v| v.max(0) as u32);
+    let id = device_id(ordinal)?;
+    // A negative attribute (never reported) reads as 0, as `max(0)` did.
+    let a = |attr| attribute(rt, id, attr).map(|v| u32::try_from(v).unwrap_or(0));
     let mut name = [0 as c_char; 256];
     // SAFETY: `name` has room for 256 chars including the NUL; `dev` came from `hipDeviceGet`.
     check("hipDeviceGetName", unsafe { (rt.api().hipDeviceGetName)(name.as_mut_ptr(), 256, dev) })?;

@@ -32,7 +32,7 @@
 //! runtime; `sys.rs`: the hand-declared library table; `info.rs`: a
 //! device's properties; `hiprtc.rs`: the compiler.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 
 mod hiprtc;
 mod info;
@@ -41,7 +41,7 @@ pub mod sys;
 
 pub use hiprtc::compile_source;
 
-use info::{attribute, query_info, target_id};
+use info::{attribute, device_id, query_info, target_id};
 use runtime::{driver, Runtime, RUNTIME};
 use sys::{hipError_t, HipApi};
 
@@ -80,6 +80,8 @@ macro_rules! optional_fn {
 pub struct HipDriver {
     rt: &'static Runtime,
     ordinal: usize,
+    /// `ordinal` as the runtime's device id, converted once in `open`.
+    id: c_int,
     /// The full target id, e.g. `gfx90a:sramecc+:xnack-`, passed to hiprtc.
     target_id: Option<String>,
     /// `hipDeviceAttributeWallClockRate` in kHz, where the runtime reports it.
@@ -125,7 +127,7 @@ impl HipDriver {
     unsafe fn grant_access(&self, pool: sys::hipMemPool_t) -> Result<()> {
         let get = optional_fn!(self, hipMemPoolGetAccess, "IPC of stream-ordered pool memory")?;
         let set = optional_fn!(self, hipMemPoolSetAccess, "IPC of stream-ordered pool memory")?;
-        let mut location = sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.ordinal as c_int };
+        let mut location = sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.id };
         let mut flags: c_int = 0;
         // SAFETY: writes one flags value for a live pool (the caller's contract).
         check("hipMemPoolGetAccess", unsafe { get(&mut flags, pool, &mut location) })?;
@@ -143,7 +145,9 @@ fn hip_pool(pool: RawPool) -> sys::hipMemPool_t {
     pool.0 as sys::hipMemPool_t
 }
 
-/// A device address as HIP's `hipDeviceptr_t`.
+/// A device address as HIP's `hipDeviceptr_t`: the runtime handed it out
+/// as a pointer (widened to u64), so it fits a usize on this host.
+#[allow(clippy::cast_possible_truncation)]
 fn dptr(addr: u64) -> sys::hipDeviceptr_t {
     addr as usize as sys::hipDeviceptr_t
 }
@@ -167,7 +171,7 @@ unsafe impl Driver for HipDriver {
     const OUT_OF_MEMORY: hipError_t = sys::hipErrorOutOfMemory;
 
     fn code(status: hipError_t) -> i64 {
-        status as i64
+        i64::from(status)
     }
 
     /// `hipGetErrorName`, or the number where the runtime is not loaded.
@@ -189,9 +193,10 @@ unsafe impl Driver for HipDriver {
         let rt = driver()?;
         let mut n: c_int = 0;
         // SAFETY: writes one int.
-        match unsafe { (rt.api().hipGetDeviceCount)(&mut n) } {
-            sys::hipSuccess if n > 0 => Ok(n as usize),
-            code @ (sys::hipSuccess | sys::hipErrorNoDevice) => Err(Error::NoDevice {
+        let status = unsafe { (rt.api().hipGetDeviceCount)(&mut n) };
+        match (status, usize::try_from(n)) {
+            (sys::hipSuccess, Ok(count)) if count > 0 => Ok(count),
+            (code @ (sys::hipSuccess | sys::hipErrorNoDevice), _) => Err(Error::NoDevice {
                 backend: BackendKind::Rocm,
                 reason: format!(
                     "ROCm loaded, no device (hipGetDeviceCount returned {}, {n} devices; hipInit returned {}; \
@@ -202,21 +207,22 @@ unsafe impl Driver for HipDriver {
                     rt.loaded.path
                 ),
             }),
-            code => Err(gpu::driver_error::<Self>("hipGetDeviceCount", code)),
+            (code, _) => Err(gpu::driver_error::<Self>("hipGetDeviceCount", code)),
         }
     }
 
     fn open(ordinal: usize) -> Result<(Self, DeviceInfo)> {
         let rt = driver()?;
-        let id = ordinal as c_int;
+        let id = device_id(ordinal)?;
         let mut hip_device: sys::hipDevice_t = 0;
         // SAFETY: `ordinal` < device count; writes one int.
         check("hipDeviceGet", unsafe { (rt.api().hipDeviceGet)(&mut hip_device, id) })?;
-        let mut driver = HipDriver { rt, ordinal, target_id: None, wall_clock_khz: None };
+        let mut driver = HipDriver { rt, ordinal, id, target_id: None, wall_clock_khz: None };
         driver.bind()?;
         driver.target_id = target_id(rt, id);
         let info = query_info(rt, hip_device, ordinal, driver.target_id.as_deref())?;
-        driver.wall_clock_khz = attribute(rt, id, sys::attr::WALL_CLOCK_RATE).ok().filter(|&v| v > 0).map(|v| v as u32);
+        driver.wall_clock_khz =
+            attribute(rt, id, sys::attr::WALL_CLOCK_RATE).ok().and_then(|v| u32::try_from(v).ok()).filter(|&v| v > 0);
         Ok((driver, info))
     }
 
@@ -228,9 +234,9 @@ unsafe impl Driver for HipDriver {
         let mut current: c_int = -1;
         // SAFETY: writes one int.
         check("hipGetDevice", unsafe { (self.api().hipGetDevice)(&mut current) })?;
-        if current != self.ordinal as c_int {
+        if current != self.id {
             // SAFETY: `ordinal` was validated against hipGetDeviceCount when the device opened.
-            check("hipSetDevice", unsafe { (self.api().hipSetDevice)(self.ordinal as c_int) })?;
+            check("hipSetDevice", unsafe { (self.api().hipSetDevice)(self.id) })?;
         }
         Ok(())
     }
@@ -294,12 +300,12 @@ unsafe impl Driver for HipDriver {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: the device is current; the flags are the runtime's own bits.
         check("hipHostMalloc", unsafe { (self.api().hipHostMalloc)(&mut ptr, bytes, flags) })?;
-        Ok(ptr as *mut u8)
+        Ok(ptr.cast::<u8>())
     }
 
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract: allocated by `hipHostMalloc`, freed once.
-        check("hipHostFree", unsafe { (self.api().hipHostFree)(ptr as *mut c_void) })
+        check("hipHostFree", unsafe { (self.api().hipHostFree)(ptr.cast::<c_void>()) })
     }
 
     const HOST_REGISTER_PORTABLE: u32 = sys::hipHostRegisterPortable;
@@ -308,19 +314,19 @@ unsafe impl Driver for HipDriver {
 
     unsafe fn host_register(&self, ptr: *mut u8, len: usize, flags: u32) -> Result<()> {
         // SAFETY: the caller guarantees the range is valid and outlives the registration.
-        check("hipHostRegister", unsafe { (self.api().hipHostRegister)(ptr as *mut c_void, len, flags) })
+        check("hipHostRegister", unsafe { (self.api().hipHostRegister)(ptr.cast::<c_void>(), len, flags) })
     }
 
     unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: the caller's contract: registered here, unregistered once.
-        check("hipHostUnregister", unsafe { (self.api().hipHostUnregister)(ptr as *mut c_void) })
+        check("hipHostUnregister", unsafe { (self.api().hipHostUnregister)(ptr.cast::<c_void>()) })
     }
 
     fn host_device_ptr(&self, host: *mut u8) -> Result<u64> {
         let get = optional_fn!(self, hipHostGetDevicePointer, "mapped pinned memory")?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: writes one device pointer; an unmapped address is reported as an error.
-        check("hipHostGetDevicePointer", unsafe { get(&mut ptr, host as *mut c_void, 0) })?;
+        check("hipHostGetDevicePointer", unsafe { get(&mut ptr, host.cast::<c_void>(), 0) })?;
         Ok(ptr as u64)
     }
 
@@ -407,7 +413,7 @@ unsafe impl Driver for HipDriver {
     unsafe fn copy_dtoh_async(&self, dst: &mut [u8], src: u64, stream: sys::hipStream_t) -> Result<()> {
         // SAFETY: as in `copy_htod_async`.
         check("hipMemcpyDtoHAsync", unsafe {
-            (self.api().hipMemcpyDtoHAsync)(dst.as_mut_ptr() as *mut c_void, dptr(src), dst.len(), stream)
+            (self.api().hipMemcpyDtoHAsync)(dst.as_mut_ptr().cast::<c_void>(), dptr(src), dst.len(), stream)
         })
     }
 
@@ -546,7 +552,7 @@ unsafe impl Driver for HipDriver {
         let get = optional_fn!(self, hipDeviceGetDefaultMemPool, "stream-ordered memory pools")?;
         let mut pool = std::ptr::null_mut();
         // SAFETY: writes one pool handle for this device's ordinal.
-        check("hipDeviceGetDefaultMemPool", unsafe { get(&mut pool, self.ordinal as c_int) })?;
+        check("hipDeviceGetDefaultMemPool", unsafe { get(&mut pool, self.id) })?;
         Ok(RawPool(pool as usize))
     }
 
@@ -555,7 +561,7 @@ unsafe impl Driver for HipDriver {
         let mut value = bytes;
         // SAFETY: the attribute takes a uint64_t, which `value` is; the pool is live (the caller's contract).
         check("hipMemPoolSetAttribute", unsafe {
-            set(hip_pool(pool), sys::hipMemPoolAttrReleaseThreshold, &mut value as *mut u64 as *mut c_void)
+            set(hip_pool(pool), sys::hipMemPoolAttrReleaseThreshold, std::ptr::from_mut(&mut value).cast::<c_void>())
         })
     }
 
@@ -564,7 +570,7 @@ unsafe impl Driver for HipDriver {
         let mut value = 0u64;
         // SAFETY: the attribute is a uint64_t, written into `value`; the pool is live.
         check("hipMemPoolGetAttribute", unsafe {
-            get(hip_pool(pool), sys::hipMemPoolAttrReservedMemCurrent, &mut value as *mut u64 as *mut c_void)
+            get(hip_pool(pool), sys::hipMemPoolAttrReservedMemCurrent, std::ptr::from_mut(&mut value).cast::<c_void>())
         })?;
         Ok(value)
     }
@@ -584,14 +590,15 @@ unsafe impl Driver for HipDriver {
         let mut handle = sys::hipIpcMemHandle_t { reserved: [0; sys::HIP_IPC_HANDLE_SIZE] };
         // SAFETY: writes one 64-byte handle; the base is exported, so the handle carries no offset.
         check("hipIpcGetMemHandle", unsafe { get(&mut handle, base) })?;
-        Ok((handle.reserved.map(|b| b as u8), base as u64))
+        // The handle's C chars, byte for byte.
+        Ok((bytemuck::cast(handle.reserved), base as u64))
     }
 
     /// The flag is `hipIpcMemLazyEnablePeerAccess` as the loaded runtime's
     /// version defines it (0 before ROCm 6.0, 1 since; see [`sys::ipc_open_flags`]).
     fn ipc_open(&self, bytes: &IpcBytes) -> Result<u64> {
         let open = optional_fn!(self, hipIpcOpenMemHandle, "IPC memory handles")?;
-        let handle = sys::hipIpcMemHandle_t { reserved: bytes.map(|b| b as c_char) };
+        let handle = sys::hipIpcMemHandle_t { reserved: bytemuck::cast(*bytes) };
         let mut ptr = std::ptr::null_mut();
         // SAFETY: writes one device pointer; a stale or foreign handle is reported as an error.
         check("hipIpcOpenMemHandle", unsafe { open(&mut ptr, handle, sys::ipc_open_flags(self.rt.version)) })?;
@@ -610,7 +617,7 @@ unsafe impl Driver for HipDriver {
         let props = sys::hipMemPoolProps {
             allocType: sys::hipMemAllocationTypePinned,
             handleTypes: sys::hipMemHandleTypePosixFileDescriptor,
-            location: sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.ordinal as c_int },
+            location: sys::hipMemLocation { type_: sys::hipMemLocationTypeDevice, id: self.id },
             win32SecurityAttributes: std::ptr::null_mut(),
             reserved: [0; 64],
         };
@@ -648,7 +655,12 @@ unsafe impl Driver for HipDriver {
         // SAFETY: for hipMemHandleTypePosixFileDescriptor the runtime writes
         // one int; the pool is live (the caller's contract); flags must be 0.
         check("hipMemPoolExportToShareableHandle", unsafe {
-            export(&mut fd as *mut c_int as *mut c_void, hip_pool(pool), sys::hipMemHandleTypePosixFileDescriptor, 0)
+            export(
+                std::ptr::from_mut(&mut fd).cast::<c_void>(),
+                hip_pool(pool),
+                sys::hipMemHandleTypePosixFileDescriptor,
+                0,
+            )
         })?;
         if fd < 0 {
             return Err(self.stub_call("hipMemPoolExportToShareableHandle"));

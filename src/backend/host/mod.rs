@@ -354,10 +354,11 @@ fn kernel_sleep_ns(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<()
 fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<(), String> {
     let ptr = arg::<u64>(args, 0, "ptr")? as *mut u32;
     let n = arg::<u64>(args, 1, "n")?;
+    let n = usize::try_from(n).map_err(|_| format!("argument 1 (n) is {n}, more elements than this host addresses"))?;
     let value = arg::<u32>(args, 2, "value")?;
     // The CUDA/HIP versions are grid-stride loops: every element is written
     // whatever the grid size, and so it is here.
-    for i in 0..n as usize {
+    for i in 0..n {
         // SAFETY: the launch contract says `ptr` addresses at least `n` u32s
         // of a live buffer, and i < n.
         unsafe { ptr.add(i).write_unaligned(value) };
@@ -417,7 +418,7 @@ unsafe impl Send for SendPtr {}
 
 /// The host address `offset` bytes into `memory` (range-checked by the caller).
 fn target<M: DeviceMemory + ?Sized>(memory: &M, offset: usize) -> SendPtr {
-    SendPtr((memory.device_ptr() as usize + offset) as *mut u8)
+    SendPtr((super::host_address(memory.device_ptr()) + offset) as *mut u8)
 }
 
 fn host_memory_info() -> MemoryInfo {
@@ -449,7 +450,8 @@ impl Device for HostDevice {
         if let Some(dev) = SHARED.get() {
             return Ok(dev.clone());
         }
-        let cores = thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+        // More cores than a u32 counts are reported as u32::MAX.
+        let cores = thread::available_parallelism().map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)).unwrap_or(1);
         let info = DeviceInfo {
             backend: BackendKind::Host,
             ordinal: 0,
@@ -594,7 +596,10 @@ impl Device for HostDevice {
         };
         let (a, b) = (time(start, "start")?, time(end, "end")?);
         let ms = if b >= a { (b - a).as_secs_f64() * 1e3 } else { -((a - b).as_secs_f64() * 1e3) };
-        Ok(ms as f32)
+        // The trait's milliseconds are an f32: rounding to it is intended.
+        #[allow(clippy::cast_possible_truncation)]
+        let ms = ms as f32;
+        Ok(ms)
     }
 
     unsafe fn copy_to_device_async<M: DeviceMemory<B = Host> + ?Sized>(
