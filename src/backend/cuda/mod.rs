@@ -22,7 +22,7 @@
 //! - foreign streams can be borrowed ([`CudaDevice::borrow_stream`]).
 //!
 //! `mod.rs`: loading, errors and the [`CudaDriver`] table; `info.rs`: a
-//! device's properties; `nvrtc.rs`: the compiler.
+//! device's properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs.
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::OnceLock;
@@ -30,6 +30,7 @@ use std::sync::OnceLock;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 
+mod graph;
 mod info;
 mod nvrtc;
 
@@ -692,6 +693,8 @@ unsafe impl Driver for CudaDriver {
         // SAFETY: the null stream is the context's legacy default stream.
         status("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) })
     }
+
+    type Graphs = graph::CudaGraphs;
 }
 
 /// A [`RawPool`] as the driver's handle.

@@ -108,6 +108,11 @@ impl<D: Driver> GpuModule<D> {
     pub(crate) fn ordinal(&self) -> usize {
         self.inner.driver.ordinal()
     }
+
+    /// An owner that keeps the module loaded (for graphs that launch its kernels).
+    pub(crate) fn owner(&self) -> crate::backend::graph::Owner {
+        self.inner.clone()
+    }
 }
 
 /// A kernel; keeps its module loaded.
@@ -150,6 +155,11 @@ impl<D: Driver> GpuKernel<D> {
     /// The ordinal of the device the kernel's module is loaded on.
     pub(crate) fn ordinal(&self) -> usize {
         self.module.ordinal()
+    }
+
+    /// An owner that keeps the kernel's module loaded.
+    pub(crate) fn owner(&self) -> crate::backend::graph::Owner {
+        self.module.owner()
     }
 
     /// Checks `args` against what is known of the parameters, asking the

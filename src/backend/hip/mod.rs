@@ -28,12 +28,14 @@
 //! without a GPU (the no-device path, hiprtc) and on an NVIDIA GPU through
 //! the HIP-on-CUDA test shim in `tests/support/hip_on_cuda`.
 //!
-//! `mod.rs`: errors and the [`HipDriver`] table; `runtime.rs`: loading the
+//! `mod.rs`: errors and the [`HipDriver`] table; `graph.rs`: capture and
+//! graphs; `runtime.rs`: loading the
 //! runtime; `sys.rs`: the hand-declared library table; `info.rs`: a
 //! device's properties; `hiprtc.rs`: the compiler.
 
 use std::ffi::{c_int, c_void, CStr, CString};
 
+mod graph;
 mod hiprtc;
 mod info;
 mod runtime;
@@ -734,6 +736,8 @@ unsafe impl Driver for HipDriver {
             None => check("hipFree", unsafe { (self.api().hipFree)(dptr(ptr)) }),
         }
     }
+
+    type Graphs = graph::HipGraphs;
 }
 
 #[cfg(test)]

@@ -326,6 +326,12 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         if l == 0 || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
             return;
         }
+        // A capturing stream would record the fence's event into its graph.
+        if let Some(stream) = &self.lists[l].stream {
+            if device.capture_status(stream).map(|c| c.is_capturing()).unwrap_or(false) {
+                return;
+            }
+        }
         let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
         nodes.append(&mut self.lists[l].recent);
         for &n in &nodes {
