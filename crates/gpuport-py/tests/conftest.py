@@ -19,8 +19,6 @@ import pytest
 
 import gpuport
 
-CUDA = gpuport.cuda_devices()
-
 # Dtypes NumPy can hold; bfloat16 and complex32 are tested through raw bytes.
 NUMPY_DTYPES = [d for d in gpuport.DTYPES if d not in ("bfloat16", "complex32")]
 SHAPES = [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 2)]
