@@ -567,7 +567,8 @@ impl PyMemArray {
     /// `max_version >= (1, 0)`, else a legacy one. `stream`: CUDA: None or
     /// 1 = legacy default stream, 2 = per-thread default, a handle, -1 = no
     /// synchronization (the consumer's stream waits on our work through an
-    /// event); host memory: None. `dl_device`/`copy` are honoured (a copy to
+    /// event), 0 refused as ambiguous; ROCm: None or 0 = default stream, a
+    /// handle, -1 (no 1/2 sentinels); host memory: None or -1. `dl_device`/`copy` are honoured (a copy to
     /// host sets `IS_COPIED`) or refused with `BufferError`. The exported
     /// copy becomes the only current one (the consumer may write it).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
