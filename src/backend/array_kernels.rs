@@ -7,6 +7,16 @@
 //! compile them from `kernels/common/array_ops.h` one at a time. Their public
 //! path is `gpuport::kernels`, whose launchers call them on any backend.
 
+// These kernels do what the GPU built-ins do: integer add_index wraps modulo
+// 2^bits (`as` on purpose), and device addresses are 64-bit integers that
+// are `usize` on the 64-bit targets the GPU vendors support.
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+
 use std::fmt::Debug;
 
 use bytemuck::Pod;

@@ -4,6 +4,16 @@
 //! [`KernelArgs`]) and produces the same result; the work is split over
 //! the machine's cores with scoped threads.
 
+// These kernels do what the GPU built-ins do: integer add_index wraps modulo
+// 2^bits (`as` on purpose), and device addresses are 64-bit integers that
+// are `usize` on the 64-bit targets the GPU vendors support.
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+
 use std::ops::Range;
 
 use super::HostKernelDef;
@@ -128,8 +138,8 @@ fn copy_strided<const BYTES: usize, const N: usize>(args: &KernelArgs, _: Launch
         for _ in range {
             let offset = |strides: &[i64; N]| idx.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>();
             let (d, s) = (offset(&dst.strides), offset(&src.strides));
-            let to = (dst.data as *mut u8).wrapping_offset(d as isize * BYTES as isize) as *mut [u8; BYTES];
-            let from = (src.data as *const u8).wrapping_offset(s as isize * BYTES as isize) as *const [u8; BYTES];
+            let to = (dst.data as *mut u8).wrapping_offset(d as isize * BYTES as isize).cast::<[u8; BYTES]>();
+            let from = (src.data as *const u8).wrapping_offset(s as isize * BYTES as isize).cast::<[u8; BYTES]>();
             // SAFETY: the launch contract: both views address live memory for
             // every index, and `dst` maps distinct indices to distinct elements.
             unsafe { to.write_unaligned(from.read_unaligned()) };
