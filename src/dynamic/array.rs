@@ -471,11 +471,13 @@ impl ImportedArray {
         if t.ndim() > MAX_RANK {
             return Err(rank_error(t.ndim()));
         }
-        let shape = t.shape().iter().map(|&e| usize::try_from(e)).collect::<std::result::Result<Vec<_>, _>>();
-        // Extents are validated non-negative on import.
-        let shape = shape.map_err(|_| {
-            Error::from(DLPackError::RankMismatch { expected: "non-negative extents".into(), found: -1 })
-        })?;
+        // Extents are validated non-negative when the tensor is imported.
+        let shape = t
+            .shape()
+            .iter()
+            .enumerate()
+            .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(ImportedArray {
             dtype,
             shape,

@@ -22,7 +22,9 @@ use crate::context::DLPackContext;
 use crate::device::{resolve_device, resolve_stream, spec, AnyStream, PyDevice};
 use crate::dtype::{dtype_from_py, DType, MAX_RANK};
 use crate::errors::{self, IntoPyResult};
-use crate::exchange::{dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, Request};
+use crate::exchange::{
+    dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
+};
 use crate::exclusive::{Exclusive, ExclusiveGuard};
 
 fn loc_name(l: Location) -> &'static str {
@@ -245,7 +247,7 @@ impl PyMemArray {
         Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))
     }
 
-    pub fn dlpack_impl<'py>(&self, py: Python<'py>, req: Request) -> PyResult<Bound<'py, PyAny>> {
+    pub fn dlpack_impl<'py>(&self, py: Python<'py>, req: ExportRequest) -> PyResult<Bound<'py, PyAny>> {
         let mut st = self.state(py)?;
         export(py, &mut st, req)
     }
@@ -575,19 +577,17 @@ impl PyMemArray {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<isize>,
+        stream: Option<i64>,
         max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let req = Request {
+        let req = ExportRequest {
             stream,
             max_version: parse_version(max_version)?,
             dl_device: parse_dl_device(dl_device)?,
             copy,
-            read_only: false,
-            lock: None,
-            prefer: None,
+            ..ExportRequest::default()
         };
         self.dlpack_impl(py, req)
     }

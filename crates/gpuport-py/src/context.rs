@@ -19,7 +19,7 @@ use pyo3::types::PyTuple;
 use crate::array::PyMemArray;
 use crate::device::AnyStream;
 use crate::errors::{self, IntoPyResult};
-use crate::exchange::{parse_dl_device, parse_version, Request};
+use crate::exchange::{parse_dl_device, parse_version, ExportRequest};
 
 const FRESH: u8 = 0;
 const ENTERED: u8 = 1;
@@ -147,13 +147,13 @@ impl DLPackContext {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<isize>,
+        stream: Option<i64>,
         max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let array = self.array.bind(py).get();
-        let mut req = Request {
+        let mut req = ExportRequest {
             stream,
             max_version: parse_version(max_version)?,
             dl_device: parse_dl_device(dl_device)?,
@@ -165,7 +165,7 @@ impl DLPackContext {
         let mut st = array.state(py)?;
         match self.phase.load(Ordering::Acquire) {
             FRESH => {}
-            ENTERED => req.lock = Some(self.lock_id),
+            ENTERED => req.lock = Some(gpuport::array::LockId(self.lock_id)),
             _ => return Err(self.ended(py, "__dlpack__")),
         }
         crate::exchange::export(py, &mut st, req)

@@ -7,10 +7,10 @@
 //! there is what the array's next read sees (the other copy is refreshed
 //! from it). Read-only exports leave both copies current.
 
-use gpuport::array::{Location, LockId};
 use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType};
 pub use gpuport::dynamic::exchange::dl_pair;
-use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer, ExportRequest};
+pub use gpuport::dynamic::exchange::ExportRequest;
+use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer};
 use gpuport::dynamic::{device_for_dl, new_owned, ImportedArray};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
@@ -22,29 +22,9 @@ use crate::dlpack::{make_capsule, take_capsule, Producer};
 use crate::dtype::{unsupported_dlpack_dtype, DType};
 use crate::errors::{self, IntoPyResult};
 
-/// A DLPack export request, as `__dlpack__` receives it.
-pub struct Request {
-    pub stream: Option<isize>,
-    pub max_version: Option<(u32, u32)>,
-    pub dl_device: Option<(i32, i32)>,
-    pub copy: Option<bool>,
-    pub read_only: bool,
-    pub lock: Option<u64>,
-    pub prefer: Option<Location>,
-}
-
 /// Exports `st` as a DLPack capsule following the array API standard (the
 /// negotiation is the core's: `gpuport::dynamic::exchange::export`).
-pub fn export<'py>(py: Python<'py>, st: &mut AnyArray, req: Request) -> PyResult<Bound<'py, PyAny>> {
-    let req = ExportRequest {
-        stream: req.stream.map(|s| s as i64),
-        max_version: req.max_version,
-        dl_device: req.dl_device,
-        copy: req.copy,
-        read_only: req.read_only,
-        lock: req.lock.map(LockId),
-        prefer: req.prefer,
-    };
+pub fn export<'py>(py: Python<'py>, st: &mut AnyArray, req: ExportRequest) -> PyResult<Bound<'py, PyAny>> {
     let e = py.detach(|| core_exchange::export(st, req)).py_err_in(py, "__dlpack__")?;
     make_capsule(py, e)
 }
