@@ -171,7 +171,9 @@ fn paired_pageable<D: MemoryDevice>(d: &Arc<D>) {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    // The host backend has no DMA to overlap: it times the default only.
+    // The host backend has no DMA to overlap, and its copier copies directly
+    // (no staging): it times the default only, as a check that pipelined
+    // equals plain there.
     let configs =
         if d.info().backend == gpuport::BackendKind::Host { vec![PipelineConfig::default()] } else { sweep_configs() };
     for config in configs {

@@ -458,6 +458,29 @@ fn pageable_copies_round_trip_through_the_pipeline<D: MemoryDevice>(d: &Dev<D>) 
     }
 }
 
+/// Pipelining through pinned staging pays only where a DMA engine runs beside
+/// the host's copying: on the host backend every copy is one plain copy, and
+/// nothing is staged whatever the size.
+fn pageable_copies_are_staged_on_a_gpu_and_direct_on_the_host<D: MemoryDevice>(d: &Dev<D>) {
+    let config = PipelineConfig { chunk_bytes: MIB, lanes: 2, streams: 1, direct_below: 4096, streaming_stores: true };
+    let copier = PageableCopier::new(d.clone(), config).unwrap();
+    let n = 9 * MIB + 123;
+    let data = pattern(n, 11);
+    let mut dev = d.alloc(n).unwrap();
+    copier.copy_to_device(&data, &mut dev, 0).unwrap();
+    let mut back = vec![0u8; n];
+    copier.copy_to_host(&dev, 0, &mut back).unwrap();
+    assert!(back == data, "the round trip changed the bytes");
+    let shared = memory::pageable_copier::<D::B>(d).unwrap();
+    shared.copy_to_device(&data, &mut dev, 0).unwrap();
+    if d.info().backend == gpuport::BackendKind::Host {
+        assert_eq!((copier.staged_chunks(), shared.staged_chunks()), (0, 0), "the host backend stages nothing");
+    } else {
+        assert_eq!(copier.staged_chunks(), 2 * n.div_ceil(MIB), "each way, every 1 MiB chunk is staged");
+        assert!(shared.staged_chunks() > 0, "the shared copier stages too");
+    }
+}
+
 // ---- arrays through the current resource ----------------------------------------------
 
 fn a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done<D: MemoryDevice>(
@@ -743,6 +766,7 @@ mod cases {
         mapped_pinned_memory_is_written_by_the_device_through_its_mapped_address,
         the_native_pool_keeps_memory_up_to_its_threshold_and_trims_it,
         pageable_copies_round_trip_through_the_pipeline,
+        pageable_copies_are_staged_on_a_gpu_and_direct_on_the_host,
         a_memarray_used_on_another_stream_keeps_its_block_from_the_pool_until_that_work_is_done,
         exported_memarray_memory_goes_back_only_when_the_device_is_idle,
         random_allocations_on_many_streams_never_overlap_and_leave_nothing,

@@ -230,3 +230,22 @@ fn release_at_exit(kind: BackendKind) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static EMPTIED: AtomicUsize = AtomicUsize::new(0);
+
+    fn empty() {
+        EMPTIED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn release_all_empties_the_caches_registered_above_the_current_resources() {
+        super::release_first(empty);
+        let before = EMPTIED.load(Ordering::SeqCst);
+        super::release_all().unwrap();
+        assert!(EMPTIED.load(Ordering::SeqCst) > before);
+    }
+}

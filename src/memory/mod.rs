@@ -25,7 +25,8 @@
 //! reuse, release and one retry on out-of-memory, a size limit, a release
 //! threshold, a fragmentation report), the [`PinnedPool`], and the adaptors
 //! [`StatisticsResource`] and [`LoggingResource`]. [`PageableCopier`] moves
-//! ordinary host memory through pinned staging buffers on several streams.
+//! ordinary host memory through pinned staging buffers on several streams
+//! (on a GPU; the host backend's copies are plain).
 //!
 //! Each device has a current resource ([`current_resource`]), a caching pool
 //! unless [`set_current_resource`] replaced it before first use. Every
