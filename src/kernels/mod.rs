@@ -15,6 +15,17 @@
 //!
 //! Integer arithmetic wraps on overflow, on every backend. Half-precision
 //! types compute in `f32` and round to nearest even.
+//!
+//! Integer conversions are checked, lossless or allowed with a reason on the
+//! smallest item, as in the backends; these lints keep them so.
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless,
+    clippy::cast_precision_loss,
+    clippy::ptr_as_ptr
+)]
 
 pub mod cache;
 pub(crate) mod host;
@@ -50,6 +61,8 @@ macro_rules! scalar_int {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = $t;
+            // Modular, as the C kernels' `(T)sum` is: the wrap is the point.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
             fn add_index(self, sum: i64) -> Self { self.wrapping_add(sum as $t) }
             fn scale(self, alpha: $t) -> Self { self.wrapping_mul(alpha) }
             fn axpy(self, x: Self, alpha: $t) -> Self { alpha.wrapping_mul(x).wrapping_add(self) }
@@ -63,6 +76,8 @@ macro_rules! scalar_float {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = $t;
+            // Rounded, as the C kernels' `(T)sum` is.
+            #[allow(clippy::cast_precision_loss)]
             fn add_index(self, sum: i64) -> Self { self + sum as $t }
             fn scale(self, alpha: $t) -> Self { self * alpha }
             fn axpy(self, x: Self, alpha: $t) -> Self { alpha.mul_add(x, self) }
@@ -76,6 +91,8 @@ macro_rules! scalar_half {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = f32;
+            // Rounded, as the C kernels' `(float)sum` is.
+            #[allow(clippy::cast_precision_loss)]
             fn add_index(self, sum: i64) -> Self { <$t>::from_f32(self.to_f32() + sum as f32) }
             fn scale(self, alpha: f32) -> Self { <$t>::from_f32(self.to_f32() * alpha) }
             fn axpy(self, x: Self, alpha: f32) -> Self { <$t>::from_f32(alpha.mul_add(x.to_f32(), self.to_f32())) }
@@ -145,7 +162,7 @@ impl<const N: usize> StridedArg<N> {
                 hi = hi.checked_add(reach)?;
             }
         }
-        let e = elem as i64;
+        let e = i64::try_from(elem).ok()?;
         Some((lo.checked_mul(e)?, hi.checked_add(1)?.checked_mul(e)?))
     }
 }
@@ -268,6 +285,15 @@ fn check_rank(n: usize) -> Result<()> {
     }
 }
 
+/// A checked, non-negative element count as a `usize`, or the error for a
+/// shape of more elements than this machine addresses.
+fn elements(size: i64) -> Result<usize> {
+    usize::try_from(size).map_err(|_| Error::InvalidArgument {
+        name: "shape",
+        reason: format!("{size} elements are more than this machine addresses"),
+    })
+}
+
 /// A grid-stride launch over `work` items: never more blocks than fit on the device at once.
 fn launch_config<D: Device>(d: &D, kernel: &Kernel<D::B>, work: usize) -> Result<LaunchConfig> {
     d.resident_launch_config(kernel, work.max(1))
@@ -305,7 +331,7 @@ pub unsafe fn add_index_async<D: Device, T: Scalar, const N: usize>(
     // copy, against 93-95% for a resident-sized grid-stride launch (block
     // scheduling balances the tail better; docs/gpu-runs/*variants.log).
     let lanes = (16 / std::mem::size_of::<T>()).max(1);
-    let cfg = LaunchConfig::for_elements((size as usize).div_ceil(lanes * 4), 256)?;
+    let cfg = LaunchConfig::for_elements(elements(size)?.div_ceil(lanes * 4), 256)?;
     let mut args = KernelArgs::new();
     args.push(&IndexerArg { data, shape });
     // SAFETY: the argument matches the kernel's `ArrayIndexer<T, N>`; the
@@ -422,7 +448,7 @@ pub unsafe fn copy_strided_async<D: Device, const N: usize>(
         return Ok(());
     }
     let kernel = find_kernel(d, &kernel_name("copy_strided", &elem_bytes.to_string(), Some(N)))?;
-    let cfg = launch_config(d, &kernel, size as usize)?;
+    let cfg = launch_config(d, &kernel, elements(size)?)?;
     let mut args = KernelArgs::new();
     args.push(&dst).push(&src);
     // SAFETY: the arguments match `gpuport_copy_strided_<bytes>_<N>`; the
@@ -482,5 +508,7 @@ mod tests {
         assert_eq!(v.byte_extent(8), Some((-24, 72)));
         assert_eq!(StridedArg::row_major(0, [2, 0]).byte_extent(4), None);
         assert_eq!(StridedArg::row_major(0, [2, 3]).strides, [3, 1]);
+        // An element size past i64 is no extent, not a wrapped (negative) one.
+        assert_eq!(StridedArg::row_major(0, [1]).byte_extent(usize::MAX), None);
     }
 }
