@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use super::{IndexerArg, Scalar, StridedArg, MAX_RANK};
 use crate::backend::host::HostKernelDef;
-use crate::backend::{host_address, KernelArg, KernelArgs, LaunchConfig};
+use crate::backend::{address_to_usize, KernelArg, KernelArgs, LaunchConfig};
 
 type KResult = std::result::Result<(), String>;
 
@@ -21,7 +21,7 @@ fn arg<T: KernelArg>(args: &KernelArgs, index: usize) -> std::result::Result<T, 
 
 /// Argument `index`, a host address (a host buffer's `device_ptr`).
 fn address(args: &KernelArgs, index: usize) -> std::result::Result<usize, String> {
-    arg::<u64>(args, index).map(host_address)
+    arg::<u64>(args, index).map(address_to_usize)
 }
 
 /// Argument `index`, an element count, as a `usize`.
@@ -93,7 +93,7 @@ fn size_of_shape<const N: usize>(shape: &[i64; N]) -> std::result::Result<usize,
 fn add_index<T: Scalar, const N: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
     let ix: IndexerArg<N> = arg(args, 0)?;
     let size = size_of_shape(&ix.shape)?;
-    let base = host_address(ix.data);
+    let base = address_to_usize(ix.data);
     parallel_for(size, |range| {
         let mut idx = unravel(&ix.shape, linear(range.start));
         for i in range {
@@ -149,7 +149,7 @@ fn fill<const BYTES: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
 fn copy_strided<const BYTES: usize, const N: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
     let (dst, src): (StridedArg<N>, StridedArg<N>) = (arg(args, 0)?, arg(args, 1)?);
     let size = size_of_shape(&dst.shape)?;
-    let (dst_base, src_base) = (host_address(dst.data), host_address(src.data));
+    let (dst_base, src_base) = (address_to_usize(dst.data), address_to_usize(src.data));
     parallel_for(size, |range| {
         let mut idx = unravel(&dst.shape, linear(range.start));
         for _ in range {
