@@ -2,8 +2,8 @@
 # The Python package's checks, from a fresh checkout: `bash ci/python.sh`.
 # Makes a venv under crates/gpuport-py/.venv-ci (git-ignored), installs
 # maturin, numpy, pytest and mypy from PyPI, builds the extension in debug
-# with `--features cuda` (CUDA is loaded at run time, so it starts here and
-# falls back to the host; GPU tests skip with a reason), then runs clippy,
+# (it always carries every backend: CUDA and ROCm load at run time, so it
+# starts here and falls back to the host; GPU tests skip with a reason), then runs clippy,
 # rustfmt, pytest (strict: warnings are errors) and mypy's stubtest.
 set -euo pipefail
 cd "$(dirname "$0")/../crates/gpuport-py"
@@ -15,12 +15,12 @@ VENV=.venv-ci
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q "maturin>=1.5,<2" "numpy>=2.1" "pytest>=7" "mypy>=1.10" typing_extensions
 
-echo "=== python: rustfmt, clippy (gpuport-py, host and cuda)"
+echo "=== python: rustfmt, clippy (gpuport-py)"
 cargo fmt --check
-cargo clippy --all-targets --features cuda -- -D warnings
+cargo clippy --all-targets -- -D warnings
 
-echo "=== python: build (debug, --features cuda) and install into $VENV"
-maturin develop --features cuda
+echo "=== python: build (debug, every backend) and install into $VENV"
+maturin develop
 
 echo "=== python: pytest"
 python -m pytest -q -rs tests

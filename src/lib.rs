@@ -36,6 +36,7 @@
 pub mod array;
 pub mod backend;
 pub mod dlpack;
+pub mod dynamic;
 pub mod error;
 pub mod kernels;
 pub mod memory;
@@ -44,10 +45,12 @@ pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, Vie
 pub use backend::host::{Host, HostDevice};
 pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
 pub use backend::{
-    builtin, Backend, Buffer, Device, DeviceInfo, DeviceLimits, DeviceMemory, DeviceMemoryMut, Event, HostMemory,
-    Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module, ModuleSource, PinnedBuffer, Stream,
+    builtin, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits, DeviceMemory,
+    DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module,
+    ModuleSource, PinnedBuffer, Stream,
 };
-pub use error::{BackendKind, DriverError, Error, Result};
+pub use backend::{Graph, GraphExec};
+pub use error::{BackendKind, DriverError, Error, GraphErrorKind, Result};
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{Cuda, CudaDevice};

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Adds the Python wheel to the GPU bundle: an abi3 wheel (CPython 3.9+)
-# built with --features cuda (CUDA loaded at run time), plus the pytest
+# with every backend (CUDA and ROCm load at run time), plus the pytest
 # suite. Called by ci/gpu-bundle from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,7 +9,7 @@ if ! command -v maturin >/dev/null; then
     python3 -m pip install -q "maturin>=1.5,<2"
 fi
 rm -f .gpu/python/*.whl
-(cd crates/gpuport-py && maturin build --release --strip --features cuda --out ../../.gpu/python)
+(cd crates/gpuport-py && maturin build --release --strip --out ../../.gpu/python)
 rm -rf .gpu/python/tests && cp -r crates/gpuport-py/tests .gpu/python/tests
 cp crates/gpuport-py/pyproject.toml .gpu/python/  # pytest's strict settings
 ls -l .gpu/python

@@ -30,9 +30,13 @@ use std::sync::Arc;
 
 use crate::error::{BackendKind, Error, Result};
 
+pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 
+pub(crate) mod array_kernels;
+pub mod graph;
 pub mod host;
+pub(crate) mod kernel_cache;
 mod memory_device;
 pub mod registry;
 
@@ -69,7 +73,7 @@ pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     /// (`crate::memory::current_resource::<D::B>`).
     type Device: Device<B = Self> + MemoryDevice;
     /// An in-order queue of work on one device; clones name the same queue.
-    type Stream: Clone + Send + Sync + fmt::Debug;
+    type Stream: Clone + Send + Sync + fmt::Debug + graph::CaptureStream<Self>;
     /// A marker recorded on a stream, to wait for or to time.
     type Event: Send + Sync + fmt::Debug;
     /// Device memory (or managed memory) owned by gpuport; freed on drop.
@@ -82,6 +86,10 @@ pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     type Module: Send + Sync + fmt::Debug;
     /// A kernel, kept valid by the module it came from.
     type Kernel: Clone + Send + Sync + fmt::Debug;
+    /// A captured graph, as the backend holds it (inside a [`Graph`]).
+    type RawGraph: graph::RawGraph<Self>;
+    /// An executable graph, as the backend holds it (inside a [`GraphExec`]).
+    type RawGraphExec: graph::RawGraphExec<Self>;
 }
 
 /// Shorthand for a backend's stream type.
@@ -398,6 +406,8 @@ pub struct KernelArgs {
     words: Vec<u128>,
     /// (byte offset into `words`, size in bytes) per argument.
     spans: Vec<(usize, usize)>,
+    /// Owners of the buffers the arguments name (see [`push_buffer`](Self::push_buffer)).
+    owners: Vec<Owner>,
 }
 
 impl KernelArgs {
@@ -442,9 +452,29 @@ impl KernelArgs {
         Some(&bytemuck::cast_slice::<u128, u8>(&self.words)[offset..offset + size])
     }
 
-    /// Appends a buffer's device address.
+    /// Appends a buffer's device address, and keeps the buffer's
+    /// [`owner`](DeviceMemory::owner), where it has one, with the arguments:
+    /// the host backend holds it until the launch has run, and a graph that
+    /// captures the launch holds it as long as the graph (see [`graph`]).
     pub fn push_buffer<M: DeviceMemory + ?Sized>(&mut self, buffer: &M) -> &mut Self {
+        if let Some(owner) = buffer.owner() {
+            self.owners.push(owner);
+        }
         self.push(&buffer.device_ptr())
+    }
+
+    /// Keeps `owner` with the arguments, for memory whose address was
+    /// pushed as a plain integer: a graph capturing the launch keeps it
+    /// alive as long as the graph.
+    pub fn keep_alive(&mut self, owner: Owner) -> &mut Self {
+        self.owners.push(owner);
+        self
+    }
+
+    /// The owners kept with the arguments.
+    #[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
+    pub(crate) fn owners(&self) -> &[Owner] {
+        &self.owners
     }
 
     /// Number of arguments.
@@ -490,7 +520,10 @@ impl KernelArgs {
 
 impl fmt::Debug for KernelArgs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KernelArgs").field("sizes", &self.sizes().collect::<Vec<_>>()).finish()
+        f.debug_struct("KernelArgs")
+            .field("sizes", &self.sizes().collect::<Vec<_>>())
+            .field("owners", &self.owners.len())
+            .finish()
     }
 }
 
@@ -584,6 +617,22 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     fn event_is_complete(&self, event: &Event<Self::B>) -> Result<bool>;
     /// Milliseconds between two completed events.
     fn elapsed_ms(&self, start: &Event<Self::B>, end: &Event<Self::B>) -> Result<f32>;
+
+    // ---- graphs (see [`graph`]) -------------------------------------------
+
+    /// Starts capturing `stream` into a graph: work enqueued on it is
+    /// recorded, not run, until [`Capture::end`] returns the [`Graph`].
+    /// A stream already capturing is [`GraphErrorKind::AlreadyCapturing`](crate::GraphErrorKind::AlreadyCapturing),
+    /// the default stream [`GraphErrorKind::DefaultStream`](crate::GraphErrorKind::DefaultStream).
+    fn begin_capture(&self, stream: &Stream<Self::B>, mode: CaptureMode) -> Result<Capture<Self::B>> {
+        Capture::begin(self, stream, mode)
+    }
+
+    /// Whether `stream` is capturing (on GPUs, the driver's answer:
+    /// `cuStreamIsCapturing`, `hipStreamIsCapturing`).
+    fn capture_status(&self, stream: &Stream<Self::B>) -> Result<CaptureStatus> {
+        graph::CaptureStream::capture_status(stream)
+    }
 
     // ---- copies ----------------------------------------------------------
 

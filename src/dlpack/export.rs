@@ -96,6 +96,17 @@ impl ExportSource {
         }
     }
 
+    /// Packs this into a versioned managed tensor with `flags` that states
+    /// version `1.minor` (at most the version gpuport speaks), for a
+    /// consumer whose `max_version` is older than gpuport's.
+    pub fn into_versioned_minor(self, flags: u64, minor: u32) -> ManagedTensorVersioned {
+        let t = self.into_versioned(flags);
+        // SAFETY: `t` is our live tensor, not yet handed to anyone; a lower
+        // minor version only names enum values gpuport never sets above 1.0's.
+        unsafe { (*t.ptr.as_ptr()).version.minor = minor.min(DLPACK_MINOR_VERSION) };
+        t
+    }
+
     /// Packs this into a versioned managed tensor with `flags`.
     pub fn into_versioned(self, flags: u64) -> ManagedTensorVersioned {
         let ctx = Box::into_raw(Box::new(VersionedCtx {

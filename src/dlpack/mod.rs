@@ -29,6 +29,8 @@ pub mod import;
 pub use export::{ExportSource, ManagedTensor, ManagedTensorVersioned};
 pub use ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLPackVersion, DLTensor};
 pub use import::ImportedTensor;
+// Defined in the error layer, beside the `Error` that wraps it.
+pub use crate::error::dlpack::DLPackError;
 
 /// The DLPack device for memory of `kind` on device `ordinal` of `backend`:
 /// where the memory really is.
@@ -63,114 +65,13 @@ pub fn is_host_accessible(device_type: DLDeviceType) -> bool {
     )
 }
 
-/// A DLPack tensor gpuport cannot import or a request it cannot serve.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DLPackError {
-    /// A required pointer was null.
-    #[error("DLPack tensor has a null {what}")]
-    NullPointer {
-        /// Which pointer.
-        what: &'static str,
-    },
-    /// The versioned tensor's major version is not 1.
-    #[error("DLPack version {major}.{minor} is not supported; accepted: major version {}", ffi::DLPACK_MAJOR_VERSION)]
-    UnsupportedVersion {
-        /// Major version found.
-        major: u32,
-        /// Minor version found.
-        minor: u32,
-    },
-    /// The data type is not one gpuport can hold.
-    #[error("DLPack dtype (code {code}, bits {bits}, lanes {lanes}) is not supported; accepted: bool, int/uint 8-64, float 16/32/64, bfloat16, complex 32/64/128, each with 1 or more lanes")]
-    UnknownDType {
-        /// Type code.
-        code: u8,
-        /// Bits per lane.
-        bits: u8,
-        /// Lanes.
-        lanes: u16,
-    },
-    /// The tensor holds a different element type than requested.
-    #[error("DLPack tensor holds {found}, but {expected} was requested")]
-    DTypeMismatch {
-        /// The requested type's name.
-        expected: String,
-        /// The tensor's type's name.
-        found: String,
-    },
-    /// The device type is not one gpuport can use.
-    #[error("DLPack device type {device_type} (id {device_id}) is not supported; accepted: kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLROCM, kDLROCMHost")]
-    UnsupportedDevice {
-        /// The device type code.
-        device_type: u32,
-        /// The device id.
-        device_id: i32,
-    },
-    /// The operation needs memory in another place (e.g. host-readable).
-    #[error("{op} needs {needed} memory, but the tensor is on {found}")]
-    WrongDevice {
-        /// The operation.
-        op: &'static str,
-        /// What it needs.
-        needed: &'static str,
-        /// The tensor's device type name.
-        found: String,
-    },
-    /// `ndim` is negative or does not match the requested rank.
-    #[error("DLPack tensor has ndim {found}, expected {expected}")]
-    RankMismatch {
-        /// The rank requested (or `"a non-negative value"`).
-        expected: String,
-        /// The tensor's `ndim`.
-        found: i32,
-    },
-    /// An extent is negative.
-    #[error("DLPack tensor has extent {value} on axis {axis}; extents must be >= 0")]
-    NegativeExtent {
-        /// The axis.
-        axis: usize,
-        /// The extent.
-        value: i64,
-    },
-    /// Sizes or offsets overflow the address space.
-    #[error("DLPack tensor shape {shape:?} with strides {strides:?} and byte offset {byte_offset} overflows the address space")]
-    Overflow {
-        /// Extents.
-        shape: Vec<i64>,
-        /// Strides in elements.
-        strides: Vec<i64>,
-        /// Byte offset.
-        byte_offset: u64,
-    },
-    /// The first element is not aligned for the element type.
-    #[error("DLPack data address {address:#x} is not aligned to {align} bytes for {dtype}")]
-    Misaligned {
-        /// Address of the first element.
-        address: usize,
-        /// Needed alignment.
-        align: usize,
-        /// Element type name.
-        dtype: String,
-    },
-    /// A contiguous slice was requested from a strided tensor.
-    #[error("DLPack tensor with shape {shape:?} and strides {strides:?} is not compact row-major; use a strided view instead")]
-    NotContiguous {
-        /// Extents.
-        shape: Vec<i64>,
-        /// Strides in elements.
-        strides: Vec<i64>,
-    },
-    /// Mutable access to a tensor its producer marked read-only.
-    #[error("DLPack tensor is read-only (DLPACK_FLAG_BITMASK_READ_ONLY); mutable access is refused")]
-    ReadOnly,
-    /// The bytes are not valid values of the element type (e.g. a bool of 2).
-    #[error("DLPack tensor holds bytes that are not valid {dtype} values")]
-    InvalidValues {
-        /// Element type name.
-        dtype: String,
-    },
-    /// A view over borrowed memory has no owner to keep alive in an export.
-    #[error("this view borrows memory it cannot keep alive, so it cannot be exported as a managed tensor; export the MemArray it came from, or use to_dlpack() for a borrowed DLTensor")]
-    NoOwner,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_error_names_the_major_version_gpuport_accepts() {
+        let e = DLPackError::UnsupportedVersion { major: ffi::DLPACK_MAJOR_VERSION + 1, minor: 0 };
+        assert!(e.to_string().ends_with(&format!("accepted: major version {}", ffi::DLPACK_MAJOR_VERSION)), "{e}");
+    }
 }

@@ -19,9 +19,8 @@ use super::block::{Block, MemoryError};
 use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
-use super::pool::PoolReport;
+use super::report::{PoolReport, Statistics};
 use super::resource::MemoryResource;
-use super::stats::Statistics;
 
 struct Deferred<B: MemoryBackend> {
     block: Block<B>,

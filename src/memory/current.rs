@@ -1,5 +1,10 @@
 //! The per-device current resource, and giving back what the process-wide
 //! caches hold ([`release_all`], also run at process exit).
+//!
+//! Caches built over the current resources (the shared
+//! [`PageableCopier`](super::PageableCopier)s) sit above this file: each
+//! registers, when it is made, how to empty it ([`release_first`]), and
+//! [`release_all`] empties them before it resets the resources.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -40,6 +45,23 @@ impl Slot {
         };
         Slot { allocator: Box::new(allocator), release: Arc::new(release), used: false }
     }
+}
+
+/// How to empty each cache built over the current resources, registered
+/// with [`release_first`].
+type Caches = Mutex<Vec<fn()>>;
+
+fn caches_above() -> &'static Caches {
+    static CACHES: OnceLock<Caches> = OnceLock::new();
+    CACHES.get_or_init(Default::default)
+}
+
+/// Has [`release_all`] (and the release at process exit) call `empty` before
+/// it resets the current resources, so that what a cache over them holds
+/// (pinned staging buffers, say) goes back to them first. Called once by each
+/// such cache, when it is made.
+pub(crate) fn release_first(empty: fn()) {
+    caches_above().lock().unwrap_or_else(|p| p.into_inner()).push(empty);
 }
 
 fn slots() -> &'static Mutex<HashMap<(BackendKind, usize), Slot>> {
@@ -130,7 +152,9 @@ pub fn release_all() -> Result<()> {
 /// [`release_all`], with resets (`None`) or with that patience for queued
 /// work, for the slots of `only` that backend (every slot with `None`).
 fn release(patience: Option<Duration>, only: Option<BackendKind>) -> Result<()> {
-    super::pageable::release_copiers();
+    // Called outside the lock: emptying a cache can drop streams.
+    let caches = caches_above().lock().unwrap_or_else(|p| p.into_inner()).clone();
+    caches.into_iter().for_each(|empty| empty());
     // Called outside the lock: a reset waits for streams.
     let releases: Vec<Release> = slots()
         .lock()

@@ -21,9 +21,8 @@ use super::block::Block;
 use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
-use super::pool::PoolReport;
+use super::report::{PoolReport, Statistics};
 use super::resource::{forward_to_inner, MemoryResource};
-use super::stats::Statistics;
 
 /// The CSV header line [`LoggingResource`] writes first.
 pub const CSV_HEADER: &str = "timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total";

@@ -98,10 +98,12 @@ pub mod ext;
 mod held;
 pub mod ipc;
 mod ipc_handle;
+mod ipc_memory;
 pub mod log;
 pub mod pageable;
 pub mod pinned;
 pub mod pool;
+mod report;
 pub mod resource;
 pub mod stats;
 
@@ -111,15 +113,15 @@ pub use current::{current_resource, release_all, set_current_resource};
 pub use ext::{MemoryBackend, MemoryDevice};
 pub use held::Held;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
-pub use ipc_handle::{open_ipc, IpcHandle, IpcKind, IpcMemory};
+pub use ipc_handle::{IpcHandle, IpcKind};
+pub use ipc_memory::{open_ipc, IpcMemory};
 pub use log::LoggingResource;
 pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
-pub use pool::{
-    BlockReport, BlockState, CachingPool, DeviceStorage, PoolConfig, PoolCounters, PoolReport, SegmentReport, Storage,
-};
+pub use pool::{CachingPool, DeviceStorage, PoolConfig, Storage};
+pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport, Statistics};
 pub use resource::{MemoryResource, NativePoolResource, PlainResource};
-pub use stats::{Statistics, StatisticsResource};
+pub use stats::StatisticsResource;
 
 /// The version of the resource interface, as NBEP 7's `interface_version`
 /// (version 1: the methods listed in this module's table).

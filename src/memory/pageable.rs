@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::backend::{check_range, Device, DeviceMemory, DeviceMemoryMut, Event, HostMemory, Stream};
 use crate::error::{BackendKind, Result};
 
-use super::current::current_resource;
+use super::current::{current_resource, release_first};
 use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory};
 
@@ -216,16 +216,21 @@ pub fn pageable_copier<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Arc<
 
 type Copiers = Mutex<HashMap<(BackendKind, usize), Box<dyn Any + Send + Sync>>>;
 
-/// The shared copiers of [`pageable_copier`], by device.
+/// The shared copiers of [`pageable_copier`], by device; made with the
+/// first, which registers [`release_copiers`] with
+/// [`release_all`](super::release_all).
 fn copiers() -> &'static Copiers {
     static COPIERS: OnceLock<Copiers> = OnceLock::new();
-    COPIERS.get_or_init(Default::default)
+    COPIERS.get_or_init(|| {
+        release_first(release_copiers);
+        Default::default()
+    })
 }
 
 /// Drops the shared copiers (made again on next use), so their staging
 /// buffers go back to the current resources' pinned pools once no caller
 /// holds a copier any more; see [`release_all`](super::release_all).
-pub(crate) fn release_copiers() {
+fn release_copiers() {
     let drained = std::mem::take(&mut *copiers().lock().unwrap_or_else(|p| p.into_inner()));
     drop(drained); // outside the lock: dropping a copier drops its streams
 }

@@ -1,5 +1,5 @@
 //! The [`MemoryResource`] trait and the two driver-backed resources,
-//! [`PlainResource`] and [`NativePoolResource`]. The [`Allocator`] handle
+//! [`PlainResource`] and [`NativePoolResource`]. The [`Allocator`](super::Allocator) handle
 //! users hold is in `allocation.rs`, the [`Block`] resources hand out in
 //! `block.rs`, IPC handles in `ipc_handle.rs`.
 
@@ -10,16 +10,15 @@ use std::time::Duration;
 use crate::backend::{Device, Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::{Error, Result};
 
+#[cfg(doc)]
+use super::block::MemoryError;
 use super::block::{Block, ResourceId};
 use super::ext::{MemoryBackend, MemoryDevice};
 use super::ipc::ShareablePool;
 use super::ipc_handle::{IpcHandle, IpcKind};
 use super::pinned::{PinnedFlags, PinnedMemory};
-use super::pool::PoolReport;
-use super::stats::Statistics;
+use super::report::{PoolReport, Statistics};
 use super::INTERFACE_VERSION;
-#[cfg(doc)]
-use super::{allocation::Allocator, block::MemoryError, DeviceAllocation};
 
 /// The [`MemoryResource`] methods an adaptor passes straight to its `inner`
 /// resource (statistics and logging adaptors only watch allocate/deallocate).
@@ -55,11 +54,11 @@ pub(crate) use forward_to_inner;
 /// A source of device memory (and pinned host memory) for one device.
 ///
 /// Object safe: the library holds resources as `Arc<dyn MemoryResource<B>>`
-/// inside an [`Allocator`], so adaptors can wrap any resource.
+/// inside an [`Allocator`](super::Allocator), so adaptors can wrap any resource.
 ///
 /// # Safety
-/// Safe code trusts what a resource hands out: an [`Allocator`] turns each
-/// block into a [`DeviceAllocation`], which safe copies, memsets and kernel
+/// Safe code trusts what a resource hands out: an [`Allocator`](super::Allocator) turns each
+/// block into a [`DeviceAllocation`](super::DeviceAllocation), which safe copies, memsets and kernel
 /// launches then read and write through its address and length. An
 /// implementation promises:
 ///
@@ -67,7 +66,7 @@ pub(crate) use forward_to_inner;
 /// 2. A block returned by [`allocate(bytes, stream)`](Self::allocate) is live
 ///    memory of that device: `block.ptr()..block.ptr() + block.len()`, with
 ///    `block.len() >= bytes` and `block.ordinal()` the device's ordinal,
-///    usable by work enqueued on `stream` after the call. ([`Allocator::alloc`]
+///    usable by work enqueued on `stream` after the call. ([`Allocator::alloc`](super::Allocator::alloc)
 ///    checks the length, the device and that the range does not wrap, and
 ///    refuses a block that fails with [`MemoryError::ContractViolation`]; it
 ///    cannot check the rest.)
@@ -254,7 +253,7 @@ impl<B: MemoryBackend> NativePoolResource<B> {
     /// exportable as a POSIX file descriptor), with `release_threshold` set
     /// when given, and allocates from it (`cuMemAllocFromPoolAsync`,
     /// `hipMallocFromPoolAsync`). Its blocks can be exported with
-    /// [`Allocator::ipc_handle`] and opened in another process with
+    /// [`Allocator::ipc_handle`](super::Allocator::ipc_handle) and opened in another process with
     /// [`open_ipc`](super::open_ipc) (Linux; [`crate::memory::ipc`] says what that needs).
     ///
     /// The pool is destroyed, after synchronizing the device, when the

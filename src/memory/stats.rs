@@ -12,25 +12,10 @@ use super::block::Block;
 use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
-use super::pool::PoolReport;
+use super::report::PoolReport;
 use super::resource::{forward_to_inner, MemoryResource};
 
-/// Counts of a [`StatisticsResource`] (bytes as requested).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Statistics {
-    /// Bytes allocated and not yet freed.
-    pub current_bytes: usize,
-    /// Highest `current_bytes` seen.
-    pub peak_bytes: usize,
-    /// Bytes allocated over the adaptor's life.
-    pub total_bytes: usize,
-    /// Allocations not yet freed.
-    pub current_count: usize,
-    /// Highest `current_count` seen.
-    pub peak_count: usize,
-    /// Allocations over the adaptor's life.
-    pub total_count: usize,
-}
+pub use super::report::Statistics;
 
 /// Counts what passes through to `inner`; lock-free.
 pub struct StatisticsResource<B: MemoryBackend> {

@@ -4,445 +4,26 @@
 //! Dispatch: [`with_device!`] over the compiled-in backends, [`with_dtype!`]
 //! over every scalar `Element` type and [`with_rank!`] over ranks 0..=8 (the
 //! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
-//! object-safe [`ArrayOps`] trait; nothing else is a table of instantiations.
+//! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
 use std::sync::Arc;
 
-use gpuport::array::{Element, Location, LockError, LockId, MemArray, Residency, Transfer};
-use gpuport::backend::{Backend, Stream as BackendStream};
-use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
-use gpuport::{with_device, AnyDevice, BackendKind, Device, Error};
+use gpuport::array::{Location, LockId, Residency, Transfer};
+use gpuport::dlpack::{is_host_accessible, DLDeviceType};
+pub use gpuport::dynamic::array::natural_of;
+use gpuport::dynamic::array::rank_error;
+pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
+use gpuport::{AnyDevice, BackendKind, Error};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::context::DLPackContext;
-use crate::device::{resolve_device, resolve_stream, spec, AnyStream, PyBackend, PyDevice};
-use crate::dlpack::Producer;
-use crate::dtype::{dtype_from_py, unsupported_dlpack_dtype, DType, MAX_RANK};
+use crate::device::{resolve_device, resolve_stream, spec, AnyStream, PyDevice};
+use crate::dtype::{dtype_from_py, DType, MAX_RANK};
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, Request};
 use crate::exclusive::{Exclusive, ExclusiveGuard};
-use crate::{with_dtype, with_rank};
-
-// ---- elements ------------------------------------------------------------------
-
-/// The element types the Python layer stores, with their kernels where the
-/// built-ins have one.
-pub trait PyElement: Element {
-    /// `MemArray::add_index`, or `Unsupported` for types without the kernel.
-    fn add_index<const N: usize, D: Device>(
-        a: &mut MemArray<Self, N, D>,
-        s: &BackendStream<D::B>,
-        lock: Option<LockId>,
-    ) -> gpuport::Result<()>;
-
-    /// `kernels::add_index_async` on raw memory.
-    ///
-    /// # Safety
-    /// As for `gpuport::kernels::add_index_async`.
-    unsafe fn add_index_raw<const N: usize, D: Device>(
-        d: &D,
-        data: u64,
-        shape: [i64; N],
-        s: &BackendStream<D::B>,
-    ) -> gpuport::Result<()>;
-}
-
-macro_rules! kernel_elements {
-    ($($t:ty),*) => { $(
-        impl PyElement for $t {
-            fn add_index<const N: usize, D: Device>(
-                a: &mut MemArray<Self, N, D>,
-                s: &BackendStream<D::B>,
-                lock: Option<LockId>,
-            ) -> gpuport::Result<()> {
-                a.add_index(s, lock)
-            }
-            unsafe fn add_index_raw<const N: usize, D: Device>(
-                d: &D,
-                data: u64,
-                shape: [i64; N],
-                s: &BackendStream<D::B>,
-            ) -> gpuport::Result<()> {
-                // SAFETY: forwarded contract.
-                unsafe { gpuport::kernels::add_index_async::<D, $t, N>(d, data, shape, s) }
-            }
-        }
-    )* };
-}
-kernel_elements!(i8, i16, i32, i64, u8, u16, u32, u64, half::f16, half::bf16, f32, f64);
-
-macro_rules! storage_elements {
-    ($($t:ty),*) => { $(
-        impl PyElement for $t {
-            fn add_index<const N: usize, D: Device>(
-                _: &mut MemArray<Self, N, D>,
-                _: &BackendStream<D::B>,
-                _: Option<LockId>,
-            ) -> gpuport::Result<()> {
-                Err(no_kernel::<D>())
-            }
-            unsafe fn add_index_raw<const N: usize, D: Device>(
-                _: &D,
-                _: u64,
-                _: [i64; N],
-                _: &BackendStream<D::B>,
-            ) -> gpuport::Result<()> {
-                Err(no_kernel::<D>())
-            }
-        }
-    )* };
-}
-storage_elements!(bool, num_complex::Complex<half::f16>, num_complex::Complex<f32>, num_complex::Complex<f64>);
-
-fn no_kernel<D: Device>() -> Error {
-    Error::Unsupported {
-        op: "add_index",
-        backend: <D::B as Backend>::KIND,
-        hint: Some("the built-in kernels exist for integer and real floating-point dtypes".into()),
-    }
-}
-
-fn stream_mismatch(dev: &AnyDevice, s: &AnyStream) -> Error {
-    Error::DeviceMismatch { what: "stream", expected: spec(dev), found: spec(&s.device()) }
-}
-
-// ---- owned arrays ------------------------------------------------------------------
-
-/// One `MemArray<T, N, D>` behind a run-time interface.
-pub trait ArrayOps: Send + Sync {
-    fn dtype(&self) -> DType;
-    fn shape(&self) -> Vec<usize>;
-    fn device(&self) -> AnyDevice;
-    fn residency(&self) -> Residency;
-    fn lock_id(&self) -> Option<u64>;
-    fn enter(&mut self, id: u64) -> gpuport::Result<()>;
-    fn exit(&mut self);
-    fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> gpuport::Result<()>;
-    fn synchronize(&mut self) -> gpuport::Result<()>;
-    fn transfer_pending(&self) -> gpuport::Result<bool>;
-    /// Address of the copy at `loc` and an owner keeping it alive.
-    fn parts(&self, loc: Location, lock: Option<LockId>) -> gpuport::Result<(u64, Arc<dyn Send + Sync>)>;
-    fn dl_device(&self, loc: Location) -> DLDevice;
-    /// Makes `consumer` wait for the array's pending work (no host wait).
-    fn order_on(&self, consumer: &AnyStream) -> gpuport::Result<()>;
-    fn try_clone(&self, lock: Option<LockId>) -> gpuport::Result<Box<dyn ArrayOps>>;
-    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> gpuport::Result<()>;
-    fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> gpuport::Result<()>;
-    fn live_exports(&self) -> usize;
-    /// Marks the copy at `loc` as the only current one (a writable export may change it).
-    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> gpuport::Result<()>;
-}
-
-struct Typed<T: Element, const N: usize, D: Device> {
-    a: MemArray<T, N, D>,
-    dtype: DType,
-}
-
-impl<T: PyElement, const N: usize, D: PyBackend> Typed<T, N, D> {
-    fn stream<'s>(&self, s: &'s AnyStream) -> gpuport::Result<&'s BackendStream<D::B>> {
-        D::stream_of(s).ok_or_else(|| stream_mismatch(&self.device(), s))
-    }
-}
-
-impl<T: PyElement, const N: usize, D: PyBackend> ArrayOps for Typed<T, N, D> {
-    fn dtype(&self) -> DType {
-        self.dtype
-    }
-    fn shape(&self) -> Vec<usize> {
-        self.a.shape().to_vec()
-    }
-    fn device(&self) -> AnyDevice {
-        D::any_device(self.a.device())
-    }
-    fn residency(&self) -> Residency {
-        self.a.residency()
-    }
-    fn lock_id(&self) -> Option<u64> {
-        self.a.lock_id().map(|l| l.0)
-    }
-    fn enter(&mut self, id: u64) -> gpuport::Result<()> {
-        self.a.enter(LockId(id))
-    }
-    fn exit(&mut self) {
-        self.a.exit()
-    }
-    fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> gpuport::Result<()> {
-        let s = self.stream(s)?;
-        self.a.move_to(to, s, mode, lock)
-    }
-    fn synchronize(&mut self) -> gpuport::Result<()> {
-        self.a.synchronize()
-    }
-    fn transfer_pending(&self) -> gpuport::Result<bool> {
-        self.a.is_transfer_pending()
-    }
-    fn parts(&self, loc: Location, lock: Option<LockId>) -> gpuport::Result<(u64, Arc<dyn Send + Sync>)> {
-        let (p, keep) = match loc {
-            Location::Host => self.a.host_parts(lock)?,
-            Location::Device => self.a.device_parts(lock)?,
-        };
-        Ok((p as usize as u64, keep))
-    }
-    fn dl_device(&self, loc: Location) -> DLDevice {
-        self.a.dl_device(loc)
-    }
-    fn order_on(&self, consumer: &AnyStream) -> gpuport::Result<()> {
-        match self.a.pending_event() {
-            Some(ev) => self.a.device().wait_event(self.stream(consumer)?, ev),
-            None => Ok(()),
-        }
-    }
-    fn try_clone(&self, lock: Option<LockId>) -> gpuport::Result<Box<dyn ArrayOps>> {
-        Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))
-    }
-    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> gpuport::Result<()> {
-        // A tensor exported from this very array (`a.read_numpy_array(a)`)
-        // would alias the host copy being written: any live export may be
-        // it, so copy the source out first then.
-        if t.is_contiguous() && self.a.live_exports() == 0 {
-            self.a.copy_from_slice(t.as_slice::<T>()?, lock)
-        } else {
-            let v = t.to_vec::<T>()?;
-            self.a.copy_from_slice(&v, lock)
-        }
-    }
-    fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> gpuport::Result<()> {
-        let s = D::stream_of(s).ok_or_else(|| stream_mismatch(&D::any_device(self.a.device()), s))?;
-        T::add_index(&mut self.a, s, lock)
-    }
-    fn live_exports(&self) -> usize {
-        self.a.live_exports()
-    }
-    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> gpuport::Result<()> {
-        match loc {
-            Location::Host => self.a.host_ptr_mut(lock).map(drop),
-            Location::Device => self.a.device_ptr_mut(lock).map(drop),
-        }
-    }
-}
-
-fn new_typed<T: PyElement, const N: usize, D: PyBackend>(
-    d: &Arc<D>,
-    dtype: DType,
-    shape: &[usize],
-) -> gpuport::Result<Box<dyn ArrayOps>> {
-    let mut s = [0usize; N];
-    s.copy_from_slice(shape);
-    Ok(Box::new(Typed { a: MemArray::<T, N, D>::zeros(d, s)?, dtype }))
-}
-
-fn rank_error(n: usize) -> Error {
-    Error::InvalidArgument {
-        name: "shape",
-        reason: format!("{n} dimensions; MemArray has 0 to {MAX_RANK} dimensions (the built-in kernels' MAX_RANK)"),
-    }
-}
-
-/// A zero-filled array of any dtype, rank (0..=8) and device.
-pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> gpuport::Result<Box<dyn ArrayOps>> {
-    with_device!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
-        else => Err(rank_error(shape.len())))))
-}
-
-// ---- imported arrays ---------------------------------------------------------------
-
-/// Another library's memory, imported without a copy and kept alive by `keep`
-/// (the producer's DLPack tensor, or the Python object of a CUDA Array
-/// Interface import).
-pub struct Foreign {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    /// Strides in elements.
-    pub strides: Vec<i64>,
-    /// Address of the element at index 0.
-    pub data: u64,
-    pub dl: DLDevice,
-    pub read_only: bool,
-    pub keep: Arc<dyn Send + Sync>,
-    /// The gpuport device whose kernels can reach the memory.
-    pub device: AnyDevice,
-    pub lock: Option<u64>,
-}
-
-impl Foreign {
-    pub fn check_lock(&self, op: &'static str, given: Option<u64>) -> gpuport::Result<()> {
-        match (self.lock, given) {
-            (None, _) => Ok(()),
-            (Some(held), None) => Err(LockError::Locked { op, held }.into()),
-            (Some(held), Some(g)) if g == held => Ok(()),
-            (Some(held), Some(given)) => Err(LockError::WrongId { op, held, given }.into()),
-        }
-    }
-
-    fn location(&self) -> Location {
-        if is_host_accessible(self.dl.device_type) && self.device.backend() == BackendKind::Host {
-            Location::Host
-        } else {
-            Location::Device
-        }
-    }
-
-    fn is_row_major(&self) -> bool {
-        let mut expect = 1i64;
-        for axis in (0..self.shape.len()).rev() {
-            if self.shape[axis] > 1 && self.strides[axis] != expect {
-                return false;
-            }
-            expect = expect.saturating_mul(self.shape[axis] as i64);
-        }
-        true
-    }
-
-    fn add_index(&self, s: &AnyStream) -> gpuport::Result<()> {
-        if self.read_only {
-            return Err(DLPackError::ReadOnly.into());
-        }
-        if !self.is_row_major() {
-            return Err(Error::InvalidArgument {
-                name: "array",
-                reason: format!(
-                    "add_index needs compact row-major memory; the imported array has strides {:?}",
-                    self.strides
-                ),
-            });
-        }
-        let n = self.shape.len();
-        with_device!(self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
-            foreign_add_index::<T, N, _>(d, self.data, &self.shape, s), else => Err(rank_error(n)))))
-    }
-}
-
-fn foreign_add_index<T: PyElement, const N: usize, D: PyBackend>(
-    d: &Arc<D>,
-    data: u64,
-    shape: &[usize],
-    s: &AnyStream,
-) -> gpuport::Result<()> {
-    let st = D::stream_of(s).ok_or_else(|| stream_mismatch(&D::any_device(d), s))?;
-    let mut sh = [0i64; N];
-    for (o, &e) in sh.iter_mut().zip(shape) {
-        *o = e as i64; // fits: validated against isize::MAX bytes on import
-    }
-    // SAFETY: `data` addresses the imported array's `shape.product()`
-    // elements of `T` (validated on import, row-major checked by the
-    // caller) on `d`, kept alive by the `Foreign` that calls this, and we
-    // wait for the stream before returning.
-    unsafe { T::add_index_raw::<N, D>(d, data, sh, st)? };
-    d.synchronize(st)
-}
-
-/// The gpuport device and location for memory of a DLPack device.
-pub fn device_for_dl(py: Python<'_>, dl: DLDevice) -> PyResult<AnyDevice> {
-    let spec = match dl.device_type {
-        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => "host".to_string(),
-        DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => format!("cuda:{}", dl.device_id.max(0)),
-        DLDeviceType::ROCM => format!("rocm:{}", dl.device_id.max(0)),
-        other => {
-            return Err(errors::dlpack(py, format!("DLPack device type {} is not supported", other.0)));
-        }
-    };
-    py.detach(|| gpuport::open(&spec)).py_err(py)
-}
-
-pub fn foreign_from_producer(py: Python<'_>, p: Producer) -> PyResult<Foreign> {
-    let t = &p.0;
-    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-    if t.ndim() > MAX_RANK {
-        return Err(errors::shape(py, format!("{} dimensions; MemArray has 0 to {MAX_RANK}", t.ndim())));
-    }
-    let device = device_for_dl(py, t.device())?;
-    Ok(Foreign {
-        dtype,
-        shape: t.shape().iter().map(|&e| e as usize).collect(),
-        strides: t.strides().to_vec(),
-        data: t.data_ptr() as usize as u64,
-        dl: t.device(),
-        read_only: t.is_read_only(),
-        device,
-        lock: None,
-        keep: Arc::new(p),
-    })
-}
-
-// ---- storage -----------------------------------------------------------------------
-
-/// What a Python `MemArray` holds.
-pub enum Storage {
-    Owned(Box<dyn ArrayOps>),
-    Foreign(Foreign),
-}
-
-impl Storage {
-    pub fn dtype(&self) -> DType {
-        match self {
-            Storage::Owned(a) => a.dtype(),
-            Storage::Foreign(f) => f.dtype,
-        }
-    }
-    pub fn shape(&self) -> Vec<usize> {
-        match self {
-            Storage::Owned(a) => a.shape(),
-            Storage::Foreign(f) => f.shape.clone(),
-        }
-    }
-    pub fn device(&self) -> AnyDevice {
-        match self {
-            Storage::Owned(a) => a.device(),
-            Storage::Foreign(f) => f.device.clone(),
-        }
-    }
-    pub fn lock_id(&self) -> Option<u64> {
-        match self {
-            Storage::Owned(a) => a.lock_id(),
-            Storage::Foreign(f) => f.lock,
-        }
-    }
-    pub fn enter(&mut self, id: u64) -> gpuport::Result<()> {
-        match self {
-            Storage::Owned(a) => a.enter(id),
-            Storage::Foreign(f) => match f.lock {
-                Some(held) => Err(LockError::AlreadyLocked { held, requested: id }.into()),
-                None => {
-                    f.lock = Some(id);
-                    Ok(())
-                }
-            },
-        }
-    }
-    pub fn exit(&mut self) {
-        match self {
-            Storage::Owned(a) => a.exit(),
-            Storage::Foreign(f) => f.lock = None,
-        }
-    }
-
-    /// Where an export goes when the consumer does not say: the device copy
-    /// of a GPU array when it is current, else the current copy.
-    pub fn natural(&self) -> Location {
-        match self {
-            Storage::Owned(a) => natural_of(a.as_ref()),
-            Storage::Foreign(f) => f.location(),
-        }
-    }
-
-    pub fn dl(&self, loc: Location) -> DLDevice {
-        match self {
-            Storage::Owned(a) => a.dl_device(loc),
-            Storage::Foreign(f) => f.dl,
-        }
-    }
-}
-
-pub fn natural_of(a: &dyn ArrayOps) -> Location {
-    match a.residency() {
-        Residency::Host => Location::Host,
-        Residency::Device => Location::Device,
-        Residency::Both if a.device().backend() != BackendKind::Host => Location::Device,
-        Residency::Both => Location::Host,
-    }
-}
 
 fn loc_name(l: Location) -> &'static str {
     match l {
@@ -471,7 +52,7 @@ struct Meta {
 #[pyclass(module = "gpuport._core", name = "MemArray", weakref, frozen)]
 pub struct PyMemArray {
     meta: Meta,
-    st: Exclusive<Storage>,
+    st: Exclusive<AnyArray>,
 }
 
 /// The largest extent, element count or byte size gpuport's Python arrays
@@ -531,7 +112,7 @@ pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResu
 /// get_dlpack block's id, if the caller holds it).
 fn move_storage(
     py: Python<'_>,
-    st: &mut Storage,
+    st: &mut AnyArray,
     to: Location,
     s: &AnyStream,
     async_copy: bool,
@@ -539,11 +120,11 @@ fn move_storage(
     call: &str,
 ) -> PyResult<()> {
     match st {
-        Storage::Owned(a) => {
+        AnyArray::Owned(a) => {
             let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
             py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
         }
-        Storage::Foreign(f) => {
+        AnyArray::Imported(f) => {
             f.check_lock("move_memory", lock).py_err_in(py, call)?;
             if f.location() == to || is_host_accessible(f.dl.device_type) {
                 Ok(())
@@ -562,29 +143,29 @@ fn move_storage(
 }
 
 impl PyMemArray {
-    fn with_storage(st: Storage) -> Self {
+    fn with_storage(st: AnyArray) -> Self {
         let meta = Meta {
             dtype: st.dtype(),
             shape: st.shape(),
             device: st.device(),
-            imported: matches!(st, Storage::Foreign(_)),
-            read_only: matches!(&st, Storage::Foreign(f) if f.read_only),
+            imported: matches!(st, AnyArray::Imported(_)),
+            read_only: matches!(&st, AnyArray::Imported(f) if f.read_only),
         };
         PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
     }
 
     /// An owned array.
-    pub fn from_owned(a: Box<dyn ArrayOps>) -> Self {
-        Self::with_storage(Storage::Owned(a))
+    pub fn from_owned(a: Box<dyn DynArray>) -> Self {
+        Self::with_storage(AnyArray::Owned(a))
     }
 
     /// An imported array.
-    pub fn from_foreign(f: Foreign) -> Self {
-        Self::with_storage(Storage::Foreign(f))
+    pub fn from_imported(f: ImportedArray) -> Self {
+        Self::with_storage(AnyArray::Imported(f))
     }
 
     /// The array's state, waiting (GIL released) while another thread uses it.
-    pub fn state(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, Storage>> {
+    pub fn state(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, AnyArray>> {
         self.st.lock(py)
     }
 
@@ -745,12 +326,12 @@ impl PyMemArray {
     #[getter]
     fn residency(&self, py: Python<'_>) -> PyResult<&'static str> {
         Ok(match &*self.state(py)? {
-            Storage::Owned(a) => match a.residency() {
+            AnyArray::Owned(a) => match a.residency() {
                 Residency::Host => "host",
                 Residency::Device => "device",
                 Residency::Both => "both",
             },
-            Storage::Foreign(_) => "imported",
+            AnyArray::Imported(_) => "imported",
         })
     }
 
@@ -775,10 +356,7 @@ impl PyMemArray {
     /// Whether an asynchronous copy or kernel may still be running.
     #[getter]
     fn transfer_pending(&self, py: Python<'_>) -> PyResult<bool> {
-        match &*self.state(py)? {
-            Storage::Owned(a) => a.transfer_pending().py_err(py),
-            Storage::Foreign(_) => Ok(false),
-        }
+        self.state(py)?.transfer_pending().py_err(py)
     }
 
     /// Address of the copy `__dlpack__` exports by default (a device
@@ -791,7 +369,7 @@ impl PyMemArray {
         let loc = st.natural();
         let host_reachable = is_host_accessible(st.dl(loc).device_type);
         match &mut *st {
-            Storage::Owned(a) => {
+            AnyArray::Owned(a) => {
                 if host_reachable {
                     py.detach(|| a.synchronize()).py_err_in(py, "data_ptr")?;
                 }
@@ -799,17 +377,14 @@ impl PyMemArray {
                 a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
                 Ok(p)
             }
-            Storage::Foreign(f) => Ok(f.data),
+            AnyArray::Imported(f) => Ok(f.data),
         }
     }
 
     /// DLPack exports and views that still share this array's memory.
     #[getter]
     fn live_exports(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(match &*self.state(py)? {
-            Storage::Owned(a) => a.live_exports(),
-            Storage::Foreign(f) => Arc::strong_count(&f.keep) - 1,
-        })
+        Ok(self.state(py)?.live_exports())
     }
 
     /// Makes the copy named by `device_type` current: a DLPack device type
@@ -834,10 +409,8 @@ impl PyMemArray {
 
     /// Waits for pending asynchronous copies and kernels.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        match &mut *self.state(py)? {
-            Storage::Owned(a) => py.detach(|| a.synchronize()).py_err_in(py, "synchronize"),
-            Storage::Foreign(_) => Ok(()),
-        }
+        let mut st = self.state(py)?;
+        py.detach(|| st.synchronize()).py_err_in(py, "synchronize")
     }
 
     /// A context manager that moves the array to `device_type` (if given),
@@ -896,8 +469,8 @@ impl PyMemArray {
         }
         let mut st = self.state(py)?;
         match &mut *st {
-            Storage::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err_in(py, "read_numpy_array"),
-            Storage::Foreign(_) => Err(errors::residency(
+            AnyArray::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err_in(py, "read_numpy_array"),
+            AnyArray::Imported(_) => Err(errors::residency(
                 py,
                 "read_numpy_array into an imported array: write through its producer instead".into(),
             )),
@@ -939,13 +512,8 @@ impl PyMemArray {
             ));
         }
         let s = resolve_stream(py, &self.meta.device, stream)?;
-        match &mut *self.state(py)? {
-            Storage::Owned(a) => py.detach(|| a.add_index(&s, None)).py_err_in(py, "add_index"),
-            Storage::Foreign(f) => {
-                f.check_lock("add_index", None).py_err_in(py, "add_index")?;
-                py.detach(|| f.add_index(&s)).py_err_in(py, "add_index")
-            }
-        }
+        let mut st = self.state(py)?;
+        py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")
     }
 
     /// The current host copy's bytes in row-major order (for dtypes NumPy
@@ -955,7 +523,7 @@ impl PyMemArray {
         let mut st = self.state(py)?;
         let natural = st.natural();
         let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut *st {
-            Storage::Owned(a) => {
+            AnyArray::Owned(a) => {
                 py.detach(|| a.synchronize()).py_err_in(py, "tobytes")?;
                 let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
                 if a.dl_device(loc).device_type != DLDeviceType::CPU {
@@ -966,7 +534,7 @@ impl PyMemArray {
                 }
                 py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
             }
-            Storage::Foreign(f) => {
+            AnyArray::Imported(f) => {
                 if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
                     return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
                 }
@@ -988,8 +556,8 @@ impl PyMemArray {
     fn copy(&self, py: Python<'_>) -> PyResult<PyMemArray> {
         let st = self.state(py)?;
         match &*st {
-            Storage::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err_in(py, "copy")?)),
-            Storage::Foreign(_) => {
+            AnyArray::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err_in(py, "copy")?)),
+            AnyArray::Imported(_) => {
                 Err(errors::residency(py, "copy() of an imported array: copy it in its producer library".into()))
             }
         }
@@ -999,7 +567,8 @@ impl PyMemArray {
     /// `max_version >= (1, 0)`, else a legacy one. `stream`: CUDA: None or
     /// 1 = legacy default stream, 2 = per-thread default, a handle, -1 = no
     /// synchronization (the consumer's stream waits on our work through an
-    /// event); host memory: None. `dl_device`/`copy` are honoured (a copy to
+    /// event), 0 refused as ambiguous; ROCm: None or 0 = default stream, a
+    /// handle, -1 (no 1/2 sentinels); host memory: None or -1. `dl_device`/`copy` are honoured (a copy to
     /// host sets `IS_COPIED`) or refused with `BufferError`. The exported
     /// copy becomes the only current one (the consumer may write it).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
@@ -1037,7 +606,7 @@ impl PyMemArray {
         let loc = st.natural();
         let dl = st.dl(loc);
         if !is_host_accessible(dl.device_type)
-            || (matches!(*st, Storage::Owned(_)) && dl.device_type != DLDeviceType::CPU)
+            || (matches!(*st, AnyArray::Owned(_)) && dl.device_type != DLDeviceType::CPU)
         {
             return Err(PyAttributeError::new_err(
                 "__array_interface__ is defined for host-resident arrays only; use __dlpack__ or move_memory(\"host\")",
@@ -1048,14 +617,14 @@ impl PyMemArray {
             .typestr()
             .ok_or_else(|| PyAttributeError::new_err(format!("{} has no array-interface type string", dtype.name())))?;
         let (data, strides, ro) = match &mut *st {
-            Storage::Owned(a) => {
+            AnyArray::Owned(a) => {
                 // The host reads it: pending kernels on a host-backend device copy must finish.
                 py.detach(|| a.synchronize()).py_err_in(py, "__array_interface__")?;
                 let data = py.detach(|| a.parts(loc, None)).py_err_in(py, "__array_interface__")?.0;
                 a.mark_written(loc, None).py_err_in(py, "__array_interface__")?;
                 (data, None, false)
             }
-            Storage::Foreign(f) => {
+            AnyArray::Imported(f) => {
                 let item = f.dtype.itemsize() as i64;
                 let s: Vec<i64> = f.strides.iter().map(|&s| s * item).collect();
                 (f.data, Some(s), f.read_only)

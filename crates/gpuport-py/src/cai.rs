@@ -15,8 +15,8 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::array::{Foreign, PyMemArray, Storage, MAX_EXTENT};
-use crate::device::{export_stream, resolve_device, spec, stream_from_handle, AnyStream};
+use crate::array::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
+use crate::device::{resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
 use crate::errors::{self, py_shape, IntoPyResult};
 use crate::exchange::interface_dict;
@@ -164,7 +164,7 @@ impl CaiDesc {
 /// `__cuda_array_interface__` of a CUDA-resident array. The device copy
 /// becomes the only current one: the consumer (CuPy, Numba, PyTorch) may
 /// write it, and the next host read must copy it back.
-pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyDict>> {
+pub fn export<'py>(py: Python<'py>, st: &mut AnyArray) -> PyResult<Bound<'py, PyDict>> {
     let not_cuda = |what: String| {
         PyAttributeError::new_err(format!(
             "__cuda_array_interface__ is defined for CUDA-resident arrays only; {what}; use __dlpack__ (ROCm and host memory have no CUDA Array Interface)"
@@ -174,7 +174,7 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyD
     let typestr =
         dtype.typestr().ok_or_else(|| not_cuda(format!("{} has no array-interface type string", dtype.name())))?;
     match st {
-        Storage::Owned(a) => {
+        AnyArray::Owned(a) => {
             let dev = a.device();
             if dev.backend() != BackendKind::Cuda {
                 return Err(not_cuda(format!("this array is on {}", spec(&dev))));
@@ -186,7 +186,7 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyD
             // Pending work is handed to the consumer through a stream that
             // waits for it (an event, not a host sync); None when idle.
             let stream = if a.transfer_pending().py_err_in(py, "__cuda_array_interface__")? {
-                let s = export_stream(&dev).py_err_in(py, "__cuda_array_interface__")?;
+                let s = AnyStream::export_stream(&dev).py_err_in(py, "__cuda_array_interface__")?;
                 a.order_on(&s).py_err_in(py, "__cuda_array_interface__")?;
                 Some(s.handle())
             } else {
@@ -195,7 +195,7 @@ pub fn export<'py>(py: Python<'py>, st: &mut Storage) -> PyResult<Bound<'py, PyD
             a.mark_written(Location::Device, None).py_err_in(py, "__cuda_array_interface__")?;
             interface_dict(py, &a.shape(), typestr, data, false, None, Some(stream), 3)
         }
-        Storage::Foreign(f) => {
+        AnyArray::Imported(f) => {
             if f.dl.device_type != DLDeviceType::CUDA && f.dl.device_type != DLDeviceType::CUDA_MANAGED {
                 return Err(not_cuda(format!("this imported array is on DLPack device {}", f.dl.device_type.0)));
             }
@@ -292,7 +292,7 @@ pub fn from_cuda_array_interface(
         }
     }
     let ordinal = dev.info().ordinal as i32;
-    Ok(PyMemArray::from_foreign(Foreign {
+    Ok(PyMemArray::from_imported(ImportedArray {
         dtype,
         shape,
         strides,

@@ -111,12 +111,12 @@ impl DLPackContext {
         if let Some((to, s)) = &me.prefer {
             // Another thread may have moved the array since get_dlpack(): move it again, now locked.
             let moved = match &mut *st {
-                crate::array::Storage::Owned(a) => py
+                crate::array::AnyArray::Owned(a) => py
                     .detach(|| {
                         a.move_to(*to, s, gpuport::array::Transfer::Sync, Some(gpuport::array::LockId(me.lock_id)))
                     })
                     .py_err_in(py, "get_dlpack"),
-                crate::array::Storage::Foreign(_) => Ok(()),
+                crate::array::AnyArray::Imported(_) => Ok(()),
             };
             if let Err(e) = moved {
                 st.exit();

@@ -1,178 +1,22 @@
 //! `Device`, `Stream` and `Event`, and how Python objects name streams.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use gpuport::backend::{Event as BackendEvent, Stream as BackendStream};
-use gpuport::dlpack::{dl_device, DLDeviceType};
-use gpuport::{with_device, AnyDevice, BackendKind, Device, HostDevice, MemoryKind};
+use gpuport::dlpack::dl_device;
+pub use gpuport::dynamic::{AnyEvent, AnyStream};
+use gpuport::{AnyDevice, BackendKind, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-#[cfg(feature = "cuda")]
-use gpuport::CudaDevice;
-
 use crate::errors::{self, IntoPyResult};
-
-/// What the Python layer needs from a backend beyond [`Device`]: moving its
-/// streams and events in and out of the backend-neutral enums.
-pub trait PyBackend: Device + Sized {
-    /// The stream, if it belongs to this backend.
-    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>>;
-    /// Wraps an event of this backend.
-    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent;
-    /// Wraps a stream of this backend.
-    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream;
-    /// The device as an `AnyDevice`.
-    fn any_device(d: &Arc<Self>) -> AnyDevice;
-}
-
-impl PyBackend for HostDevice {
-    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>> {
-        match s {
-            AnyStream::Host(_, s) => Some(s),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent {
-        AnyEvent::Host(d.clone(), Arc::new(ev))
-    }
-    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream {
-        AnyStream::Host(d.clone(), s)
-    }
-    fn any_device(d: &Arc<Self>) -> AnyDevice {
-        AnyDevice::Host(d.clone())
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl PyBackend for CudaDevice {
-    fn stream_of(s: &AnyStream) -> Option<&BackendStream<Self::B>> {
-        match s {
-            AnyStream::Cuda(_, s) => Some(s),
-            _ => None,
-        }
-    }
-    fn any_event(d: &Arc<Self>, ev: BackendEvent<Self::B>) -> AnyEvent {
-        AnyEvent::Cuda(d.clone(), Arc::new(ev))
-    }
-    fn any_stream(d: &Arc<Self>, s: BackendStream<Self::B>) -> AnyStream {
-        AnyStream::Cuda(d.clone(), s)
-    }
-    fn any_device(d: &Arc<Self>) -> AnyDevice {
-        AnyDevice::Cuda(d.clone())
-    }
-}
-
-/// A stream of any compiled-in backend, with its device.
-#[derive(Clone, Debug)]
-pub enum AnyStream {
-    Host(Arc<HostDevice>, BackendStream<gpuport::Host>),
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<CudaDevice>, BackendStream<gpuport::Cuda>),
-}
-
-impl AnyStream {
-    /// The device's default stream.
-    pub fn default_for(dev: &AnyDevice) -> AnyStream {
-        with_device!(dev, d => PyBackend::any_stream(d, d.default_stream().clone()))
-    }
-
-    /// A new stream on `dev`.
-    pub fn create(dev: &AnyDevice) -> gpuport::Result<AnyStream> {
-        with_device!(dev, d => Ok(PyBackend::any_stream(d, d.create_stream()?)))
-    }
-
-    /// The stream's device.
-    pub fn device(&self) -> AnyDevice {
-        match self {
-            AnyStream::Host(d, _) => AnyDevice::Host(d.clone()),
-            #[cfg(feature = "cuda")]
-            AnyStream::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
-        }
-    }
-
-    /// The native handle (`CUstream` on CUDA; 0 on the host backend, whose
-    /// streams have no handle other libraries understand).
-    pub fn handle(&self) -> usize {
-        match self {
-            AnyStream::Host(..) => 0,
-            #[cfg(feature = "cuda")]
-            AnyStream::Cuda(_, s) => s.as_raw() as usize,
-        }
-    }
-
-    /// Blocks until the stream's work is done.
-    pub fn synchronize(&self) -> gpuport::Result<()> {
-        match self {
-            AnyStream::Host(d, s) => d.synchronize(s),
-            #[cfg(feature = "cuda")]
-            AnyStream::Cuda(d, s) => d.synchronize(s),
-        }
-    }
-
-    /// Records a new event at the end of the stream.
-    pub fn record(&self) -> gpuport::Result<AnyEvent> {
-        match self {
-            AnyStream::Host(d, s) => {
-                let ev = d.create_event()?;
-                d.record_event(&ev, s)?;
-                Ok(PyBackend::any_event(d, ev))
-            }
-            #[cfg(feature = "cuda")]
-            AnyStream::Cuda(d, s) => {
-                let ev = d.create_event()?;
-                d.record_event(&ev, s)?;
-                Ok(PyBackend::any_event(d, ev))
-            }
-        }
-    }
-
-    /// Makes later work on this stream wait for `ev` (no host wait).
-    pub fn wait(&self, ev: &AnyEvent) -> gpuport::Result<()> {
-        match (self, ev) {
-            (AnyStream::Host(d, s), AnyEvent::Host(_, e)) => d.wait_event(s, e),
-            #[cfg(feature = "cuda")]
-            (AnyStream::Cuda(d, s), AnyEvent::Cuda(_, e)) => d.wait_event(s, e),
-            #[allow(unreachable_patterns)]
-            _ => Err(gpuport::Error::DeviceMismatch {
-                what: "event",
-                expected: spec(&self.device()),
-                found: spec(&ev.device()),
-            }),
-        }
-    }
-}
-
-/// An event of any compiled-in backend.
-#[derive(Clone, Debug)]
-pub enum AnyEvent {
-    Host(Arc<HostDevice>, Arc<BackendEvent<gpuport::Host>>),
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<CudaDevice>, Arc<BackendEvent<gpuport::Cuda>>),
-}
-
-impl AnyEvent {
-    fn device(&self) -> AnyDevice {
-        match self {
-            AnyEvent::Host(d, _) => AnyDevice::Host(d.clone()),
-            #[cfg(feature = "cuda")]
-            AnyEvent::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
-        }
-    }
-}
 
 /// The spec that opens `dev` again (`"host"`, `"cuda:0"`).
 pub fn spec(dev: &AnyDevice) -> String {
     dev.info().spec()
 }
 
-/// Whether two handles name the same device.
-pub fn same_device(a: &AnyDevice, b: &AnyDevice) -> bool {
-    a.backend() == b.backend() && a.info().ordinal == b.info().ordinal
-}
+pub use gpuport::dynamic::same_device;
 
 /// The DLPack device of `dev`'s device memory.
 pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
@@ -189,7 +33,8 @@ pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
 /// `gpuport.memory.stats()` whichever call touched the device first.
 pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
     let dev = open_device(py, obj)?;
-    crate::memory::install(&dev);
+    // Errors surface at the first allocation, with the call that made it.
+    let _ = gpuport::dynamic::memory::install(&dev);
     Ok(dev)
 }
 
@@ -274,40 +119,13 @@ pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
 
 /// The stream with native handle `handle` on `dev` (0: the default stream).
 pub fn stream_from_handle(py: Python<'_>, dev: &AnyDevice, handle: isize) -> PyResult<AnyStream> {
-    if handle == 0 {
-        return Ok(AnyStream::default_for(dev));
-    }
-    match dev {
-        AnyDevice::Host(_) => Err(PyValueError::new_err(format!(
-            "stream {handle}: the host backend's streams have no integer handles; pass None, 0 or a gpuport.Stream"
-        ))),
-        #[cfg(feature = "cuda")]
-        AnyDevice::Cuda(d) => {
-            if handle < 0 {
-                return Err(PyValueError::new_err(format!("stream {handle} is not a CUDA stream handle")));
-            }
-            // SAFETY: the caller handed us this handle as a live stream of
-            // this device (or 1/2, the driver's special handles); the
-            // borrowed handle is used only during this call or, for
-            // `Stream.external`, while the owner object is kept alive.
-            Ok(AnyStream::Cuda(d.clone(), unsafe { d.borrow_stream(handle as usize) }))
-        }
-        #[allow(unreachable_patterns)]
-        _ => Err(errors::unavailable(py, format!("streams of {} are not supported", spec(dev)))),
-    }
-}
-
-/// A stream per device on which exports hand their pending work to
-/// consumers that take a stream (the CUDA Array Interface's `stream`).
-pub fn export_stream(dev: &AnyDevice) -> gpuport::Result<AnyStream> {
-    static STREAMS: OnceLock<Mutex<HashMap<String, AnyStream>>> = OnceLock::new();
-    let mut map = STREAMS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = map.get(&spec(dev)) {
-        return Ok(s.clone());
-    }
-    let s = AnyStream::create(dev)?;
-    map.insert(spec(dev), s.clone());
-    Ok(s)
+    let handle = usize::try_from(handle)
+        .map_err(|_| PyValueError::new_err(format!("stream {handle} is not a stream handle")))?;
+    // SAFETY: the caller handed us this handle as a live stream of this
+    // device (or a sentinel of its vendor); the borrowed handle is used only
+    // during this call or, for `Stream.external`, while the owner object is
+    // kept alive.
+    unsafe { AnyStream::borrow(dev, handle) }.py_err(py)
 }
 
 // ---- Python classes ---------------------------------------------------------------
@@ -492,35 +310,17 @@ pub struct PyEvent(pub AnyEvent);
 impl PyEvent {
     /// Blocks until the event has completed.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let ev = self.0.clone();
-        py.detach(move || match &ev {
-            AnyEvent::Host(d, e) => d.synchronize_event(e),
-            #[cfg(feature = "cuda")]
-            AnyEvent::Cuda(d, e) => d.synchronize_event(e),
-        })
-        .py_err(py)
+        py.detach(|| self.0.synchronize()).py_err(py)
     }
 
     /// Whether the event has completed.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        match &self.0 {
-            AnyEvent::Host(d, e) => d.event_is_complete(e),
-            #[cfg(feature = "cuda")]
-            AnyEvent::Cuda(d, e) => d.event_is_complete(e),
-        }
-        .py_err(py)
+        self.0.is_complete().py_err(py)
     }
 
     /// Milliseconds from this event to `end` (both completed).
     fn elapsed_ms(&self, py: Python<'_>, end: PyRef<'_, PyEvent>) -> PyResult<f32> {
-        match (&self.0, &end.0) {
-            (AnyEvent::Host(d, a), AnyEvent::Host(_, b)) => d.elapsed_ms(a, b),
-            #[cfg(feature = "cuda")]
-            (AnyEvent::Cuda(d, a), AnyEvent::Cuda(_, b)) => d.elapsed_ms(a, b),
-            #[allow(unreachable_patterns)]
-            _ => return Err(PyValueError::new_err("the events belong to different backends")),
-        }
-        .py_err(py)
+        self.0.elapsed_ms(&end.0).py_err(py)
     }
 }
 
@@ -548,7 +348,12 @@ pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
             .map(|s| {
                 let (ok, note) = match &s.devices {
                     Ok(d) => (true, format!("{} device(s)", d.len())),
-                    Err(e) => (false, e.to_string()),
+                    // The core's one line, without the backend's name it starts with.
+                    Err(_) => {
+                        let line = s.to_string();
+                        let prefix = format!("{}: unavailable: ", s.kind);
+                        (false, line.strip_prefix(&prefix).unwrap_or(&line).to_string())
+                    }
                 };
                 (s.kind.name().to_string(), s.compiled && ok, note)
             })
@@ -562,7 +367,4 @@ pub fn py_default_device(py: Python<'_>) -> PyResult<PyDevice> {
     default_device(py).map(PyDevice)
 }
 
-/// The DLPack device type code of a CUDA-like device, for the stream rules.
-pub fn is_cuda_dl(t: i32) -> bool {
-    t == DLDeviceType::CUDA.0 as i32 || t == DLDeviceType::CUDA_MANAGED.0 as i32
-}
+pub use gpuport::dynamic::exchange::is_cuda_type as is_cuda_dl;

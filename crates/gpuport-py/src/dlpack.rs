@@ -13,13 +13,13 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use gpuport::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPACK_MINOR_VERSION};
-use gpuport::dlpack::{DLDevice, ExportSource, ImportedTensor};
+use gpuport::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use gpuport::dlpack::ImportedTensor;
+use gpuport::dynamic::exchange::Export;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use crate::dtype::DType;
 use crate::errors::{self, IntoPyResult};
 
 const LEGACY: &CStr = c"dltensor";
@@ -75,69 +75,19 @@ impl Drop for Producer {
     }
 }
 
-/// What a DLPack export describes.
-pub struct ExportParts {
-    pub data: u64,
-    pub device: DLDevice,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    /// Strides in elements; `None` for compact row-major.
-    pub strides: Option<Vec<i64>>,
-    pub keep: Arc<dyn Send + Sync>,
-}
-
-/// How to package an export.
-#[derive(Clone, Copy, Debug)]
-pub struct Packaging {
-    /// `Some(minor)` for a versioned capsule of version `1.minor`.
-    pub versioned_minor: Option<u32>,
-    pub read_only: bool,
-    pub copied: bool,
-}
-
-/// Builds the capsule for an export.
-pub fn make_capsule<'py>(py: Python<'py>, parts: ExportParts, how: Packaging) -> PyResult<Bound<'py, PyAny>> {
-    let ndim = parts.shape.len();
-    let shape: Vec<i64> = parts.shape.iter().map(|&e| e as i64).collect();
-    let strides = parts.strides.unwrap_or_else(|| {
-        let mut s = vec![0i64; ndim];
-        let mut acc = 1i64;
-        for axis in (0..ndim).rev() {
-            s[axis] = acc;
-            acc = acc.wrapping_mul(shape[axis].max(1));
-        }
-        s
-    });
+/// Builds the capsule for an export the core negotiated.
+pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>> {
     EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
     EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
-    let keep: Arc<dyn Send + Sync> = Arc::new(Tracked { _keep: parts.keep });
-    let data = if parts.shape.contains(&0) { std::ptr::null_mut() } else { parts.data as usize as *mut c_void };
-    // SAFETY: `data` addresses every element the row-major (or given) strides
-    // reach in memory that `keep` owns, on `device` (the callers take it from
-    // a MemArray's `host_parts`/`device_parts` or a validated import), and
-    // `ndim <= MAX_RANK` fits in i32.
-    let source = unsafe { ExportSource::new(data, parts.device, parts.dtype.dlpack(), shape, strides, 0, keep) };
-    match how.versioned_minor {
-        Some(minor) => {
-            let mut flags = 0;
-            if how.read_only {
-                flags |= gpuport::dlpack::ffi::DLPACK_FLAG_BITMASK_READ_ONLY;
-            }
-            if how.copied {
-                flags |= gpuport::dlpack::ffi::DLPACK_FLAG_BITMASK_IS_COPIED;
-            }
-            let raw = source.into_versioned(flags).into_raw();
-            // SAFETY: `raw` is our live tensor, not yet handed to anyone; the
-            // minor version only names enum values we never use above 1.0's.
-            unsafe { (*raw).version.minor = minor.min(DLPACK_MINOR_VERSION) };
-            // SAFETY: `raw` is a live tensor with the versioned name's layout.
-            unsafe { new_capsule(py, raw as *mut c_void, VERSIONED, versioned_destructor) }
-        }
-        None => {
-            let raw = source.into_legacy().into_raw();
-            // SAFETY: as above, for a legacy tensor.
-            unsafe { new_capsule(py, raw as *mut c_void, LEGACY, legacy_destructor) }
-        }
+    e.keep = Arc::new(Tracked { _keep: e.keep });
+    if e.versioned_minor.is_some() {
+        let raw = e.into_versioned().into_raw();
+        // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.
+        unsafe { new_capsule(py, raw as *mut c_void, VERSIONED, versioned_destructor) }
+    } else {
+        let raw = e.into_legacy().into_raw();
+        // SAFETY: as above, for a legacy tensor.
+        unsafe { new_capsule(py, raw as *mut c_void, LEGACY, legacy_destructor) }
     }
 }
 

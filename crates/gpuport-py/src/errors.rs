@@ -169,6 +169,17 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 /// As [`to_py`], naming `call` (the Python method that failed) where the
 /// core names its own inner operation (a lock or residency check).
 pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
+    // The array API standard names these: a bad `stream` is a ValueError, an
+    // export that cannot be made as asked a BufferError.
+    match &e {
+        Error::DLPack(gpuport::dlpack::DLPackError::BadStream { reason }) => {
+            return pyo3::exceptions::PyValueError::new_err(reason.clone())
+        }
+        Error::DLPack(gpuport::dlpack::DLPackError::Refused { reason }) => {
+            return pyo3::exceptions::PyBufferError::new_err(reason.clone())
+        }
+        _ => {}
+    }
     let msg = message(&e, call);
     let pick: fn(&Classes) -> &Py<PyType> = match &e {
         Error::OutOfMemory { .. } => |c| &c.out_of_memory,

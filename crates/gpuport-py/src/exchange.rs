@@ -7,22 +7,20 @@
 //! there is what the array's next read sees (the other copy is refreshed
 //! from it). Read-only exports leave both copies current.
 
-use gpuport::array::{Location, LockId, Transfer};
+use gpuport::array::{Location, LockId};
 use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType};
-use gpuport::AnyDevice;
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+pub use gpuport::dynamic::exchange::dl_pair;
+use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer, ExportRequest};
+use gpuport::dynamic::{device_for_dl, new_owned, ImportedArray};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::array::{device_for_dl, foreign_from_producer, natural_of, new_owned, PyMemArray, Storage};
-use crate::device::{is_cuda_dl, resolve_stream, spec, stream_from_handle, AnyStream};
-use crate::dlpack::{make_capsule, take_capsule, ExportParts, Packaging, Producer};
+use crate::array::{AnyArray, PyMemArray};
+use crate::device::{is_cuda_dl, resolve_stream};
+use crate::dlpack::{make_capsule, take_capsule, Producer};
 use crate::dtype::{unsupported_dlpack_dtype, DType};
 use crate::errors::{self, IntoPyResult};
-
-pub fn dl_pair(d: DLDevice) -> (i32, i32) {
-    (d.device_type.0 as i32, d.device_id)
-}
 
 /// A DLPack export request, as `__dlpack__` receives it.
 pub struct Request {
@@ -35,135 +33,37 @@ pub struct Request {
     pub prefer: Option<Location>,
 }
 
-/// The consumer stream a `__dlpack__(stream=...)` names for memory of DLPack
-/// device type `dl_t`: `None` for no synchronization.
-fn consumer_stream(py: Python<'_>, dev: &AnyDevice, dl_t: i32, stream: Option<isize>) -> PyResult<Option<AnyStream>> {
-    if is_cuda_dl(dl_t) {
-        match stream {
-            // The standard: None means the legacy default stream on CUDA.
-            None => stream_from_handle(py, dev, 1).map(Some),
-            Some(-1) => Ok(None),
-            Some(0) => Err(PyValueError::new_err(
-                "stream=0 is ambiguous on CUDA and disallowed by the DLPack standard; use 1 (legacy default), 2 (per-thread default), a stream handle, or -1",
-            )),
-            Some(h) if h < -1 => Err(PyValueError::new_err(format!("stream={h} is not a CUDA stream"))),
-            Some(h) => stream_from_handle(py, dev, h).map(Some),
-        }
-    } else {
-        match stream {
-            None | Some(-1) => Ok(None),
-            Some(h) => Err(PyValueError::new_err(format!(
-                "stream={h} was given for memory on DLPack device type {dl_t}; host memory takes stream=None"
-            ))),
-        }
-    }
+/// Exports `st` as a DLPack capsule following the array API standard (the
+/// negotiation is the core's: `gpuport::dynamic::exchange::export`).
+pub fn export<'py>(py: Python<'py>, st: &mut AnyArray, req: Request) -> PyResult<Bound<'py, PyAny>> {
+    let req = ExportRequest {
+        stream: req.stream.map(|s| s as i64),
+        max_version: req.max_version,
+        dl_device: req.dl_device,
+        copy: req.copy,
+        read_only: req.read_only,
+        lock: req.lock.map(LockId),
+        prefer: req.prefer,
+    };
+    let e = py.detach(|| core_exchange::export(st, req)).py_err_in(py, "__dlpack__")?;
+    make_capsule(py, e)
 }
 
-/// Exports `st` as a DLPack capsule following the array API standard.
-pub fn export<'py>(py: Python<'py>, st: &mut Storage, req: Request) -> PyResult<Bound<'py, PyAny>> {
-    let call = "__dlpack__";
-    let versioned_minor = match req.max_version {
-        Some((major, minor)) if major >= 1 => {
-            Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
-        }
-        _ => None,
-    };
-    let lock = req.lock.map(LockId);
-    let (parts, copied, read_only) = match st {
-        Storage::Owned(a) => {
-            if let Some(p) = req.prefer.filter(|&p| !a.residency().includes(p)) {
-                // The copy get_dlpack(device_type) named went stale since (another call moved or wrote the array).
-                let s = AnyStream::default_for(&a.device());
-                py.detach(|| a.move_to(p, &s, Transfer::Sync, lock)).py_err_in(py, call)?;
-            }
-            let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
-            let mut to_host = false;
-            if let Some(want) = req.dl_device {
-                if want != dl_pair(a.dl_device(loc)) {
-                    let other = if loc == Location::Host { Location::Device } else { Location::Host };
-                    if a.residency().includes(other) && dl_pair(a.dl_device(other)) == want {
-                        loc = other;
-                    } else if want.0 == DLDeviceType::CPU.0 as i32 {
-                        if req.copy == Some(false) {
-                            return Err(PyBufferError::new_err(format!(
-                                "dl_device={want:?} needs a copy to host memory, but copy=False; the array's current copy is on {}",
-                                spec(&a.device())
-                            )));
-                        }
-                        to_host = true;
-                    } else {
-                        return Err(PyBufferError::new_err(format!(
-                            "cannot export to dl_device={want:?}: the array lives on {} (DLPack device {:?})",
-                            spec(&a.device()),
-                            dl_pair(a.dl_device(loc))
-                        )));
-                    }
-                }
-            }
-            let copied = to_host || req.copy == Some(true);
-            let final_dl =
-                if to_host { DLDevice { device_type: DLDeviceType::CPU, device_id: 0 } } else { a.dl_device(loc) };
-            let consumer = consumer_stream(py, &a.device(), final_dl.device_type.0 as i32, req.stream)?;
-            let (data, keep, dl) = if copied {
-                py.detach(|| -> gpuport::Result<_> {
-                    let mut c = a.try_clone(lock)?;
-                    let target = if to_host { Location::Host } else { loc };
-                    c.move_to(target, &AnyStream::default_for(&c.device()), Transfer::Sync, None)?;
-                    let (p, k) = c.parts(target, None)?;
-                    Ok((p, k, c.dl_device(target)))
-                })
-                .py_err_in(py, call)?
-            } else {
-                if let Some(s) = &consumer {
-                    a.order_on(s).py_err_in(py, call)?;
-                } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
-                    // The host itself is the consumer (host-backend device
-                    // copies, managed memory): wait for pending kernels.
-                    py.detach(|| a.synchronize()).py_err_in(py, call)?;
-                }
-                let (p, k) = py.detach(|| a.parts(loc, lock)).py_err_in(py, call)?;
-                if !req.read_only {
-                    // The consumer may write: the other copy is stale from now on.
-                    a.mark_written(loc, lock).py_err_in(py, call)?;
-                }
-                (p, k, a.dl_device(loc))
-            };
-            let parts = ExportParts { data, device: dl, dtype: a.dtype(), shape: a.shape(), strides: None, keep };
-            (parts, copied, req.read_only)
-        }
-        Storage::Foreign(f) => {
-            f.check_lock("__dlpack__", req.lock).py_err_in(py, call)?;
-            if let Some(want) = req.dl_device {
-                if want != dl_pair(f.dl) {
-                    return Err(PyBufferError::new_err(format!(
-                        "cannot export an imported array to dl_device={want:?}; it lives on DLPack device {:?}",
-                        dl_pair(f.dl)
-                    )));
-                }
-            }
-            if req.copy == Some(true) {
-                return Err(PyBufferError::new_err(
-                    "copy=True is not supported for an imported array; copy it in its producer library",
-                ));
-            }
-            consumer_stream(py, &f.device, f.dl.device_type.0 as i32, req.stream)?;
-            let parts = ExportParts {
-                data: f.data,
-                device: f.dl,
-                dtype: f.dtype,
-                shape: f.shape.clone(),
-                strides: Some(f.strides.clone()),
-                keep: f.keep.clone(),
-            };
-            (parts, false, req.read_only || f.read_only)
-        }
-    };
-    if read_only && versioned_minor.is_none() {
-        return Err(PyBufferError::new_err(
-            "a read-only export needs a versioned DLPack capsule, and the consumer did not pass max_version >= (1, 0)",
-        ));
+/// The gpuport device whose kernels reach memory of DLPack device `dl`.
+pub fn device_of(py: Python<'_>, dl: DLDevice) -> PyResult<gpuport::AnyDevice> {
+    py.detach(|| device_for_dl(dl)).py_err(py)
+}
+
+/// An imported array over a producer's tensor.
+pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedArray> {
+    let dtype = p.0.dtype();
+    if DType::from_dlpack(dtype).is_none() {
+        // The core's error names DLPack codes; this one names the dtypes too.
+        return Err(errors::dlpack(py, unsupported_dlpack_dtype(dtype)));
     }
-    make_capsule(py, parts, Packaging { versioned_minor, read_only, copied })
+    let producer = std::sync::Arc::new(p);
+    let keep: std::sync::Arc<dyn Send + Sync> = producer.clone();
+    py.detach(|| ImportedArray::from_tensor(&producer.0, keep)).py_err(py)
 }
 
 /// Calls `obj.__dlpack__` as a consumer on `dev`'s default stream and takes the capsule.
@@ -184,16 +84,11 @@ pub fn import_producer(
     }
     let (dl_t, dl_id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
     // The consumer's stream: ours, as the standard's integer.
-    let stream_arg: Option<isize> = if is_cuda_dl(dl_t) {
-        let dev = device_for_dl(py, DLDevice { device_type: DLDeviceType(dl_t as u32), device_id: dl_id })?;
+    let stream_arg: Option<i64> = if is_cuda_dl(dl_t) || dl_t == DLDeviceType::ROCM.0 as i32 {
+        let dl = DLDevice { device_type: DLDeviceType(u32::try_from(dl_t).unwrap_or(0)), device_id: dl_id };
+        let dev = device_of(py, dl)?;
         let s = resolve_stream(py, &dev, stream)?;
-        // Our default stream is the legacy (null) stream, which DLPack spells 1.
-        Some(match s.handle() {
-            0 => 1,
-            h => h as isize,
-        })
-    } else if dl_t == DLDeviceType::ROCM.0 as i32 {
-        Some(0)
+        stream_for_producer(dl_t, &s)
     } else {
         None
     };
@@ -287,7 +182,7 @@ pub fn from_dlpack(
         return Ok(PyMemArray::from_owned(a));
     }
     let p = import_producer(py, obj, stream, copy)?;
-    Ok(PyMemArray::from_foreign(foreign_from_producer(py, p)?))
+    Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
 }
 
 /// A MemArray from anything array-like: a MemArray (returned as is), a DLPack

@@ -7,22 +7,20 @@
 //! parked until the event completes; every runtime call prunes completed ones.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use gpuport::backend::{builtin, Backend, DeviceMemory, DeviceMemoryMut, HostMemory, Kernel, Module, ModuleSource};
+use gpuport::backend::{builtin, Backend, DeviceMemory, DeviceMemoryMut, HostMemory};
 use gpuport::memory::Held;
-use gpuport::{with_device, AnyDevice, BackendKind, Device, Error, HostDevice, LaunchConfig, MemoryKind};
+use gpuport::{with_device, AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-#[cfg(feature = "cuda")]
-use gpuport::CudaDevice;
-
 use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray, Space};
 use crate::arglists::{Arg, PyKernelArgs, PyListOfBytes};
-use crate::device::{resolve_device, resolve_stream, same_device, spec, AnyEvent, AnyStream, PyBackend};
+use crate::device::{resolve_device, resolve_stream, same_device, spec, AnyStream};
 use crate::errors::{self, IntoPyResult};
+use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code, DynDevice};
 
 // ---- raw memory as `DeviceMemory` ------------------------------------------------------
 
@@ -62,49 +60,27 @@ unsafe impl<B: Backend> DeviceMemoryMut for RawMem<B> {}
 
 // ---- pending asynchronous work --------------------------------------------------------
 
-struct Pending {
-    event: AnyEvent,
-    _keep: Vec<Ptr>,
-}
-
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
-
-fn event_done(ev: &AnyEvent) -> bool {
-    match ev {
-        AnyEvent::Host(d, e) => d.event_is_complete(e),
-        #[cfg(feature = "cuda")]
-        AnyEvent::Cuda(d, e) => d.event_is_complete(e),
-    }
-    .unwrap_or(true)
-}
-
-/// Drops the operands of completed asynchronous work (call with the GIL held).
+/// Drops the operands of completed asynchronous work (called with the GIL
+/// held, so the Python objects among them are released under it).
 fn prune() {
-    let done: Vec<Pending> = {
-        let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *p).into_iter().partition(|x| event_done(&x.event));
-        *p = keep;
-        done
-    };
-    drop(done);
+    keep::prune();
 }
 
-fn park(py: Python<'_>, s: &AnyStream, keep: Vec<Ptr>) -> PyResult<()> {
-    let event = s.record().py_err(py)?;
-    PENDING.lock().unwrap_or_else(|e| e.into_inner()).push(Pending { event, _keep: keep });
-    Ok(())
+/// Keeps `owners` alive until the work enqueued on `s` so far has run.
+fn park(py: Python<'_>, s: &AnyStream, owners: Vec<Ptr>) -> PyResult<()> {
+    keep::keep_until_done(s, Box::new(owners)).py_err(py)
 }
 
 /// Number of asynchronous operations whose operands are still held (for tests).
 #[pyfunction]
 pub fn _pending_operations() -> usize {
     prune();
-    PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
+    keep::pending()
 }
 
 // ---- malloc / free --------------------------------------------------------------------
 
-fn alloc_on<D: PyBackend>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
+fn alloc_on<D: DynDevice>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
     let current = || gpuport::memory::current_resource::<D::B>(d);
     Ok(match kind {
         // Pinned and device memory come from the current resource (the
@@ -316,7 +292,7 @@ fn device_mem<B: Backend>(p: &Ptr, size: usize, dev: &AnyDevice, what: &str) -> 
 /// whose host side is `host` on `dev`: only pageable memory (pinned memory
 /// goes at full speed directly), a GPU backend, and at least 1 MiB. `None`
 /// (the driver's own copy) also when the copier cannot be made.
-fn pipelined_copier<D: PyBackend>(
+fn pipelined_copier<D: DynDevice>(
     d: &Arc<D>,
     dev: &AnyDevice,
     host: &Ptr,
@@ -332,7 +308,7 @@ fn pipelined_copier<D: PyBackend>(
 /// copy, so a pageable host side may go through the pipelined copier (after
 /// the stream's earlier work, which keeps the copy in stream order).
 #[allow(clippy::too_many_arguments)]
-fn copy_on<D: PyBackend>(
+fn copy_on<D: DynDevice>(
     py: Python<'_>,
     d: &Arc<D>,
     dev: &AnyDevice,
@@ -344,9 +320,7 @@ fn copy_on<D: PyBackend>(
     sync: bool,
 ) -> PyResult<()> {
     let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
-    let st = D::stream_of(s).ok_or_else(|| {
-        py_err(Error::DeviceMismatch { what: "stream", expected: spec(dev), found: spec(&s.device()) })
-    })?;
+    let st = s.of(d).map_err(py_err)?;
     match dir {
         (Side::Host, Side::Host) => {
             let from = host_range(src, size, "src", false)?;
@@ -482,7 +456,7 @@ pub fn memcpy_async(
     memcpy_impl(py, dst, src, size, kind, stream, false)
 }
 
-fn memset_on<D: PyBackend>(
+fn memset_on<D: DynDevice>(
     d: &Arc<D>,
     dev: &AnyDevice,
     s: &AnyStream,
@@ -491,9 +465,7 @@ fn memset_on<D: PyBackend>(
     size: usize,
 ) -> PyResult<()> {
     let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
-    let st = D::stream_of(s).ok_or_else(|| {
-        py_err(Error::DeviceMismatch { what: "stream", expected: spec(dev), found: spec(&s.device()) })
-    })?;
+    let st = s.of(d).map_err(py_err)?;
     if matches!(dst.space, Space::Host | Space::Pinned(_)) {
         let to = host_range(dst, size, "dst", true)?;
         d.synchronize(st).map_err(py_err)?;
@@ -560,18 +532,6 @@ pub fn memset_async(
 
 // ---- modules and kernels --------------------------------------------------------------
 
-enum AnyModule {
-    Host(Arc<HostDevice>, Arc<Module<gpuport::Host>>),
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<CudaDevice>, Arc<Module<gpuport::Cuda>>),
-}
-
-enum AnyKernel {
-    Host(Arc<HostDevice>, Kernel<gpuport::Host>),
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<CudaDevice>, Kernel<gpuport::Cuda>),
-}
-
 /// A loaded module (from ``module_load``).
 #[pyclass(module = "gpuport._core", name = "Module", frozen)]
 pub struct PyModule_ {
@@ -637,23 +597,6 @@ fn options_of(options: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
         .collect()
 }
 
-enum Code {
-    Builtin,
-    Source(String),
-    Ptx(String),
-    Binary(Vec<u8>),
-}
-
-fn load_on<D: Device>(d: &D, code: &Code, name: &str, options: &[String]) -> gpuport::Result<Module<D::B>> {
-    let opts: Vec<&str> = options.iter().map(|s| s.as_str()).collect();
-    d.load_module(match code {
-        Code::Builtin => ModuleSource::Builtin,
-        Code::Source(s) => ModuleSource::Source { code: s, name, options: &opts },
-        Code::Ptx(s) => ModuleSource::Ptx(s),
-        Code::Binary(b) => ModuleSource::Binary(b),
-    })
-}
-
 /// Loads a module on ``device``: ``code`` None (gpuport's built-in kernels),
 /// kernel source (str or bytes, compiled by NVRTC/hiprtc with ``options``:
 /// a list of bytes or str, or a ListOfBytes), PTX text, or a cubin/fatbin/
@@ -712,23 +655,7 @@ pub fn module_load(
     };
     let dev = resolve_device(py, device)?;
     let name = name.to_string();
-    let inner = py
-        .detach(|| -> gpuport::Result<AnyModule> {
-            Ok(match &dev {
-                AnyDevice::Host(d) => AnyModule::Host(d.clone(), Arc::new(load_on(&**d, &code, &name, &options)?)),
-                #[cfg(feature = "cuda")]
-                AnyDevice::Cuda(d) => AnyModule::Cuda(d.clone(), Arc::new(load_on(&**d, &code, &name, &options)?)),
-                #[allow(unreachable_patterns)]
-                other => {
-                    return Err(Error::Unsupported {
-                        op: "loading modules from Python",
-                        backend: other.backend(),
-                        hint: None,
-                    })
-                }
-            })
-        })
-        .py_err(py)?;
+    let inner = py.detach(|| AnyModule::load(&dev, &code, &name, &options)).py_err(py)?;
     Ok(PyModule_ { inner, name })
 }
 
@@ -736,11 +663,7 @@ pub fn module_load(
 #[pyfunction]
 pub fn module_get_function(py: Python<'_>, module: &Bound<'_, PyModule_>, name: &str) -> PyResult<PyFunction> {
     let m = module.get();
-    let inner = match &m.inner {
-        AnyModule::Host(d, md) => AnyKernel::Host(d.clone(), d.kernel(md, name).py_err(py)?),
-        #[cfg(feature = "cuda")]
-        AnyModule::Cuda(d, md) => AnyKernel::Cuda(d.clone(), d.kernel(md, name).py_err(py)?),
-    };
+    let inner = m.inner.kernel(name).py_err(py)?;
     Ok(PyFunction { inner, name: name.to_string(), _module: module.clone().unbind() })
 }
 
@@ -838,36 +761,15 @@ pub fn launch_kernel(
     };
     let ka = args_obj.get();
     let kargs = ka.to_kernel_args();
-    let dev = match &f.inner {
-        AnyKernel::Host(d, _) => AnyDevice::Host(d.clone()),
-        #[cfg(feature = "cuda")]
-        AnyKernel::Cuda(d, _) => AnyDevice::Cuda(d.clone()),
-    };
+    let dev = f.inner.device();
     let s = resolve_stream(py, &dev, stream)?;
-    let mut extra: Option<Ptr> = None;
-    match (&f.inner, &s) {
-        (AnyKernel::Host(d, k), AnyStream::Host(_, st)) => {
-            extra = check_host_launch(py, &f.name, ka)?;
-            // SAFETY: on the host backend the only kernels allowed are the
-            // checked built-ins (their target range lies inside held memory
-            // of the right size); the operands are parked until the launch ran.
-            unsafe { d.launch(k, config, &kargs, st) }.py_err(py)?;
-        }
-        #[cfg(feature = "cuda")]
-        (AnyKernel::Cuda(d, k), AnyStream::Cuda(_, st)) => {
-            // SAFETY: the arguments are the caller's contract, as with HIP's
-            // hipModuleLaunchKernel (documented); pointer operands gpuport
-            // holds are parked until the launch has run.
-            unsafe { d.launch(k, config, &kargs, st) }.py_err(py)?;
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            return Err(errors::to_py(
-                py,
-                Error::DeviceMismatch { what: "stream", expected: spec(&dev), found: spec(&s.device()) },
-            ))
-        }
-    }
+    let extra = if dev.backend() == BackendKind::Host { check_host_launch(py, &f.name, ka)? } else { None };
+    // SAFETY: on the host backend the only kernels allowed are the checked
+    // built-ins (their target range lies inside held memory of the right
+    // size); on GPUs the arguments are the caller's contract, as with HIP's
+    // hipModuleLaunchKernel (documented). Pointer operands gpuport holds are
+    // parked until the launch has run.
+    unsafe { f.inner.launch(config, &kargs, &s) }.py_err(py)?;
     let mut keep = vec![to_ptr(args_obj.as_any())?];
     keep.extend(extra);
     park(py, &s, keep)

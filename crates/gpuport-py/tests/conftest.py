@@ -1,14 +1,23 @@
-"""Shared fixtures: the devices to run on (host always, CUDA when present)."""
+"""Shared fixtures: the devices to run on.
+
+``device`` runs a test on "host", "cuda:0" and "rocm:0" (as the Rust suite's
+``backend_tests!``), ``gpu_device`` on "cuda:0" and "rocm:0". A backend that
+is not available here skips with the reason ``gpuport.backend_status()``
+gives (e.g. "could not load libcuda ..."). With ``GPUPORT_EXPECT_ROCM=device``
+(the GPU machine, where ``GPUPORT_HIP_LIBRARY`` points at the HIP-on-CUDA
+shim) an unavailable rocm:0 is a failure instead of a skip.
+``cuda_device`` is for checks that need CUDA-only peers (torch, CuPy,
+Numba, cuda.core, the CUDA Array Interface).
+"""
 
 import ctypes
 import gc
+import os
 
 import numpy as np
 import pytest
 
 import gpuport
-
-CUDA = gpuport.cuda_devices()
 
 # Dtypes NumPy can hold; bfloat16 and complex32 are tested through raw bytes.
 NUMPY_DTYPES = [d for d in gpuport.DTYPES if d not in ("bfloat16", "complex32")]
@@ -23,24 +32,52 @@ def capsule_name_is(capsule, name: str) -> bool:
     return _api.PyCapsule_IsValid(capsule, name.encode()) == 1
 
 
-def devices_under_test():
-    out = [pytest.param("host", id="host")]
-    for d in CUDA:
-        out.append(pytest.param(d.spec, id=d.spec))
-    return out
+BACKEND_SPECS = ["host", "cuda:0", "rocm:0"]
+GPU_SPECS = ["cuda:0", "rocm:0"]
 
 
-@pytest.fixture(params=devices_under_test())
+def backend_reason(backend: str) -> str:
+    """Why ``backend`` is unavailable, as ``gpuport.backend_status()`` says."""
+    notes = [note for name, ok, note in gpuport.backend_status() if name == backend]
+    return "; ".join(notes) if notes else "not reported by gpuport.backend_status()"
+
+
+def open_or_skip(spec: str) -> "gpuport.Device":
+    """``gpuport.Device(spec)``, or a skip saying why its backend is unavailable."""
+    backend = spec.split(":", 1)[0]
+    if not gpuport.is_available(backend):
+        msg = f"{spec}: {backend} is unavailable here: {backend_reason(backend)}"
+        if backend == "rocm" and os.environ.get("GPUPORT_EXPECT_ROCM") == "device":
+            pytest.fail(f"GPUPORT_EXPECT_ROCM=device, but {msg}")
+        pytest.skip(msg)
+    return gpuport.Device(spec)
+
+
+@pytest.fixture(params=[pytest.param(s, id=s) for s in BACKEND_SPECS])
 def device(request):
-    return gpuport.Device(request.param)
+    """Each backend in turn: host, cuda:0, rocm:0 (skipped with the reason where unavailable)."""
+    return open_or_skip(request.param)
+
+
+@pytest.fixture(params=[pytest.param(s, id=s) for s in GPU_SPECS])
+def gpu_device(request):
+    """Each GPU backend in turn: cuda:0, rocm:0 (skipped with the reason where unavailable)."""
+    return open_or_skip(request.param)
 
 
 @pytest.fixture
 def cuda_device():
-    if not CUDA:
-        reasons = "; ".join(f"{b}: {note}" for b, ok, note in gpuport.backend_status() if b == "cuda")
-        pytest.skip(f"no CUDA device ({reasons})")
-    return CUDA[0]
+    """cuda:0, for checks that need a CUDA-only peer (torch, CuPy, Numba, the CUDA Array Interface)."""
+    return open_or_skip("cuda:0")
+
+
+def dl_device_type(dev) -> int:
+    """The DLPack device type of ``dev``'s device memory."""
+    return {
+        "host": gpuport.DLDeviceType.kDLCPU,
+        "cuda": gpuport.DLDeviceType.kDLCUDA,
+        "rocm": gpuport.DLDeviceType.kDLROCM,
+    }[dev.backend]
 
 
 def init_array(shape, dtype):

@@ -11,7 +11,7 @@ from conftest import NUMPY_DTYPES, SHAPES, init_array, ref_add_index
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
-def test_seed_memarray_flow(device, shape, dtype):
+def test_memarray_flow(device, shape, dtype):
     """The test of docs/design.md#the-test-kernel: create, view through DLPack,
     move and back, read a NumPy array, run add_index on the device, compare
     with NumPy."""
@@ -71,9 +71,9 @@ def test_types_numpy_lacks_are_served_and_read_as_bytes(device, dtype):
 
 
 @pytest.mark.parametrize("rank", range(0, gpuport.MAX_RANK + 1))
-def test_every_rank_up_to_max_rank_is_served(rank):
+def test_every_rank_up_to_max_rank_is_served(device, rank):
     shape = tuple([2] * rank)
-    a = gpuport.MemArray(shape, "int32")
+    a = gpuport.MemArray(shape, "int32", device=device)
     assert a.shape == shape and a.size == 2**rank
     x = a.to_numpy()
     assert x.shape == shape
@@ -114,15 +114,15 @@ def test_read_numpy_array_shape_mismatch_raises_shape_error():
     assert isinstance(e.value, ValueError)
 
 
-def test_read_numpy_array_casts_and_gathers_strided_input():
-    a = gpuport.MemArray((3, 2), "float32")
+def test_read_numpy_array_casts_and_gathers_strided_input(device):
+    a = gpuport.MemArray((3, 2), "float32", device=device)
     src = np.arange(6, dtype=np.float64).reshape(2, 3).T  # strided, other dtype
     a.read_numpy_array(src)
     np.testing.assert_array_equal(a.to_numpy(), src.astype(np.float32))
 
 
-def test_access_while_locked_raises_lock_error_and_unlocks_after():
-    a = gpuport.MemArray((4,), "float32")
+def test_access_while_locked_raises_lock_error_and_unlocks_after(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
     with a.get_dlpack() as d:
         assert a.lock_id == d.lock_id
         with pytest.raises(gpuport.LockError):
@@ -136,25 +136,25 @@ def test_access_while_locked_raises_lock_error_and_unlocks_after():
     a.move_memory("device")
 
 
-def test_lock_is_released_when_the_block_raises():
-    a = gpuport.MemArray((4,), "float32")
+def test_lock_is_released_when_the_block_raises(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
     with pytest.raises(KeyError):
         with a.get_dlpack():
             raise KeyError("boom")
     assert a.lock_id is None
 
 
-def test_device_only_data_is_not_readable_as_host_without_a_move():
-    a = gpuport.MemArray((4,), "float32", device="host")
+def test_device_only_data_is_not_readable_as_host_without_a_move(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
     a.add_index()  # device copy current only
     assert a.residency == "device"
     with a.get_dlpack("host") as d:  # moves it back first
         np.testing.assert_array_equal(np.from_dlpack(d), [0, 1, 2, 3])
 
 
-def test_async_move_then_host_access_waits():
-    s = gpuport.Stream()
-    a = gpuport.MemArray((1 << 16,), "float32")
+def test_async_move_then_host_access_waits(device):
+    s = gpuport.Stream(device)
+    a = gpuport.MemArray((1 << 16,), "float32", device=device)
     a.read_numpy_array(np.ones(1 << 16, np.float32))
     a.move_memory("device", stream=s, async_copy=True)
     a.add_index(stream=s)
@@ -181,8 +181,8 @@ def test_invalid_device_spec_is_a_value_error():
     assert isinstance(e.value, ValueError)
 
 
-def test_copy_is_deep():
-    a = gpuport.MemArray((3,), "int16")
+def test_copy_is_deep(device):
+    a = gpuport.MemArray((3,), "int16", device=device)
     a.read_numpy_array(np.array([1, 2, 3], np.int16))
     b = a.copy()
     a.add_index()
@@ -190,19 +190,23 @@ def test_copy_is_deep():
     np.testing.assert_array_equal(a.to_numpy(), [1, 3, 5])
 
 
-def test_devices_streams_and_events():
+def test_devices_streams_and_events(device):
     devs = gpuport.devices()
     assert devs[0].backend == "host" and devs[0].spec == "host"
-    assert gpuport.Device("host") == devs[0] and hash(gpuport.Device("host")) == hash(devs[0])
-    s = devs[0].create_stream()
+    assert device in devs
+    assert gpuport.Device(device.spec) == device and hash(gpuport.Device(device.spec)) == hash(device)
+    s = device.create_stream()
     e1 = s.record_event()
     s.wait_event(e1)
     e2 = s.record_event()
     e2.synchronize()
     assert e2.query() and e1.elapsed_ms(e2) >= 0
-    assert s.device == devs[0]
-    with pytest.raises(TypeError):
-        s.__cuda_stream__()
+    assert s.device == device
+    if device.backend == "cuda":
+        assert s.__cuda_stream__() == (0, s.handle)
+    else:  # the cuda.core protocol is for CUDA streams only
+        with pytest.raises(TypeError, match="not a CUDA stream"):
+            s.__cuda_stream__()
 
 
 def test_exceptions_form_one_hierarchy():
@@ -213,6 +217,6 @@ def test_exceptions_form_one_hierarchy():
         assert issubclass(getattr(gpuport, name), gpuport.GpuError)
 
 
-def test_out_of_memory_is_an_exception_not_a_crash():
+def test_out_of_memory_is_an_exception_not_a_crash(device):
     with pytest.raises((gpuport.OutOfMemoryError, gpuport.ShapeError)):
-        gpuport.MemArray((1 << 40, 1 << 22), "float64", device="host")
+        gpuport.MemArray((1 << 40, 1 << 22), "float64", device=device)

@@ -1,23 +1,26 @@
-"""DLPack per the array API standard, against NumPy on the host."""
+"""DLPack per the array API standard, against NumPy through host memory, on
+every backend (``device``), and device copies through gpuport itself on
+every GPU backend (``gpu_device``)."""
 
 import numpy as np
 import pytest
 
 import gpuport
 
-from conftest import NUMPY_DTYPES, SHAPES, capsule_name_is, collect, init_array, stats
+from conftest import NUMPY_DTYPES, SHAPES, capsule_name_is, collect, dl_device_type, init_array, stats
 
 
-def filled(shape=(2, 3), dtype="float32"):
-    a = gpuport.MemArray(shape, dtype, device="host")
+def filled(shape=(2, 3), dtype="float32", device="host"):
+    """A host-resident array (any backend keeps what read_numpy_array wrote on the host)."""
+    a = gpuport.MemArray(shape, dtype, device=device)
     a.read_numpy_array(init_array(shape, dtype))
     return a
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
-def test_every_dtype_and_rank_round_trips_through_numpy_zero_copy(shape, dtype):
-    a = filled(shape, dtype)
+def test_every_dtype_and_rank_round_trips_through_numpy_zero_copy(device, shape, dtype):
+    a = filled(shape, dtype, device)
     x = np.from_dlpack(a)
     assert x.ctypes.data == a.data_ptr  # the same memory
     np.testing.assert_array_equal(x, init_array(shape, dtype))
@@ -27,8 +30,8 @@ def test_every_dtype_and_rank_round_trips_through_numpy_zero_copy(shape, dtype):
     assert b.data_ptr == a.data_ptr and b.shape == shape and b.dtype == a.dtype
 
 
-def test_versioned_capsule_when_asked_for_1_x_legacy_otherwise():
-    a = filled()
+def test_versioned_capsule_when_asked_for_1_x_legacy_otherwise(device):
+    a = filled(device=device)
     assert capsule_name_is(a.__dlpack__(), "dltensor")
     assert capsule_name_is(a.__dlpack__(max_version=None), "dltensor")
     assert capsule_name_is(a.__dlpack__(max_version=(0, 8)), "dltensor")
@@ -36,16 +39,16 @@ def test_versioned_capsule_when_asked_for_1_x_legacy_otherwise():
     assert capsule_name_is(a.__dlpack__(max_version=(2, 3)), "dltensor_versioned")
 
 
-def test_numpy_gets_a_writable_view_of_a_versioned_export():
-    a = filled()
+def test_numpy_gets_a_writable_view_of_a_versioned_export(device):
+    a = filled(device=device)
     x = np.from_dlpack(a)
     assert x.flags.writeable
     x[0, 0] = 42
     np.testing.assert_array_equal(a.to_numpy()[0, 0], 42)
 
 
-def test_read_only_export_sets_the_flag_and_numpy_honours_it():
-    a = filled()
+def test_read_only_export_sets_the_flag_and_numpy_honours_it(device):
+    a = filled(device=device)
     with a.get_dlpack(readonly=True) as d:
         x = np.from_dlpack(d)
         assert not x.flags.writeable
@@ -53,8 +56,8 @@ def test_read_only_export_sets_the_flag_and_numpy_honours_it():
             d.__dlpack__()  # a legacy capsule cannot say read-only
 
 
-def test_copy_true_exports_a_copy():
-    a = filled()
+def test_copy_true_exports_a_copy(device):
+    a = filled(device=device)
     x = np.from_dlpack(a, copy=True)
     assert x.ctypes.data != a.data_ptr
     x[...] = 0
@@ -79,20 +82,20 @@ def test_device_only_host_backend_data_exports_its_device_copy():
     np.testing.assert_array_equal(x, init_array((4,), "int32") + np.arange(4))
 
 
-def test_host_memory_takes_no_stream():
-    a = filled()
+def test_host_memory_takes_no_stream(device):
+    a = filled(device=device)
     a.__dlpack__(stream=None)
     a.__dlpack__(stream=-1)
     with pytest.raises(ValueError, match="stream=None"):
         a.__dlpack__(stream=1)
 
 
-def test_dlpack_device_is_kdlcpu_on_the_host():
-    assert filled().__dlpack_device__() == (gpuport.DLDeviceType.kDLCPU, 0)
+def test_dlpack_device_is_kdlcpu_for_host_memory(device):
+    assert filled(device=device).__dlpack_device__() == (gpuport.DLDeviceType.kDLCPU, 0)
 
 
-def test_unconsumed_capsules_are_freed_by_their_destructor():
-    a = filled()
+def test_unconsumed_capsules_are_freed_by_their_destructor(device):
+    a = filled(device=device)
     collect()
     before = stats()
     for versioned in (None, (1, 0)):
@@ -106,8 +109,8 @@ def test_unconsumed_capsules_are_freed_by_their_destructor():
     assert after["exports_live"] == before["exports_live"]
 
 
-def test_consumed_capsules_are_freed_by_the_consumer_once():
-    a = filled()
+def test_consumed_capsules_are_freed_by_the_consumer_once(device):
+    a = filled(device=device)
     collect()
     before = stats()
     x = np.from_dlpack(a)
@@ -120,8 +123,8 @@ def test_consumed_capsules_are_freed_by_the_consumer_once():
     assert after["capsules_freed_unused"] == before["capsules_freed_unused"]
 
 
-def test_a_capsule_is_consumed_only_once():
-    cap = filled().__dlpack__(max_version=(1, 0))
+def test_a_capsule_is_consumed_only_once(device):
+    cap = filled(device=device).__dlpack__(max_version=(1, 0))
     b = gpuport.from_dlpack(cap)
     assert capsule_name_is(cap, "used_dltensor_versioned")
     with pytest.raises(gpuport.DLPackError, match="consumed only once"):
@@ -181,3 +184,63 @@ def test_no_cuda_array_interface_on_host():
     a = filled()
     assert not hasattr(a, "__cuda_array_interface__")
     assert "data" in a.__array_interface__
+
+
+# ---- device copies on every GPU backend ---------------------------------------------
+
+
+def device_only(dev, shape=(2, 3), dtype="int32"):
+    """A filled array whose device copy alone is current (add_index ran there)."""
+    a = filled(shape, dtype, dev)
+    a.add_index()
+    assert a.residency == "device"
+    return a
+
+
+def test_device_copy_exports_its_dlpack_device(gpu_device):
+    a = device_only(gpu_device)
+    want = (dl_device_type(gpu_device), gpu_device.ordinal)
+    assert a.__dlpack_device__() == want
+    for versioned in (None, (1, 0)):
+        cap = a.__dlpack__(max_version=versioned)
+        assert capsule_name_is(cap, "dltensor_versioned" if versioned else "dltensor")
+        del cap
+    collect()
+    assert a.live_exports == 0
+
+
+def test_device_copy_stream_rules(gpu_device):
+    """CUDA: None, 1, 2, a handle or -1; 0 is ambiguous. ROCm: None or 0
+    (the default stream), a handle or -1; the 1/2 sentinels are CUDA's."""
+    a = device_only(gpu_device)
+    s = gpu_device.create_stream()
+    for stream in (None, -1, s.handle):
+        a.__dlpack__(stream=stream)  # accepted (the capsule is dropped unconsumed)
+    if gpu_device.backend == "cuda":
+        a.__dlpack__(stream=1)
+        a.__dlpack__(stream=2)
+        with pytest.raises(ValueError, match="ambiguous"):
+            a.__dlpack__(stream=0)
+    else:
+        a.__dlpack__(stream=0)  # ROCm's default stream
+    with pytest.raises(ValueError, match="stream=-2"):
+        a.__dlpack__(stream=-2)
+    s.synchronize()
+
+
+def test_device_copy_round_trips_through_gpuport_zero_copy(gpu_device):
+    collect()
+    before = stats()
+    a = device_only(gpu_device, (3, 4), "int32")
+    b = gpuport.from_dlpack(a)  # gpuport consumer of a gpuport producer, on the device
+    assert b.is_imported and b.device == gpu_device
+    assert b.data_ptr == a.data_ptr and b.shape == (3, 4) and b.dtype == "int32"
+    assert b.__dlpack_device__() == (dl_device_type(gpu_device), gpu_device.ordinal)
+    b.add_index()  # writes a's device copy
+    idx = np.indices((3, 4)).sum(axis=0)
+    np.testing.assert_array_equal(a.to_numpy(), init_array((3, 4), "int32") + 2 * idx)
+    del a, b
+    collect()
+    after = stats()
+    assert after["exports_live"] == before["exports_live"]
+    assert after["imports_live"] == before["imports_live"]

@@ -1,5 +1,6 @@
-"""Interop on a CUDA device: torch, CuPy, JAX, Numba, streams. Each test
-skips with a reason where there is no CUDA device or the library is missing."""
+"""Device copies on every GPU backend (``gpu_device``: cuda:0, rocm:0), and
+interop with CUDA-only peers on cuda:0: torch, CuPy, JAX, Numba, streams.
+Each test skips with a reason where its device or the library is missing."""
 
 import importlib
 import warnings
@@ -9,7 +10,7 @@ import pytest
 
 import gpuport
 
-from conftest import collect, init_array, ref_add_index, stats
+from conftest import collect, dl_device_type, init_array, ref_add_index, stats
 
 
 def need(module):
@@ -28,9 +29,14 @@ def cuda_array(dev, shape=(4, 5), dtype="float32"):
     return a
 
 
-def test_cuda_arrays_export_kdlcuda_and_cai(cuda_device):
-    a = cuda_array(cuda_device)
-    assert a.__dlpack_device__() == (gpuport.DLDeviceType.kDLCUDA, cuda_device.ordinal)
+def test_gpu_arrays_export_their_device_and_cai_on_cuda_only(gpu_device):
+    a = cuda_array(gpu_device)
+    assert a.__dlpack_device__() == (dl_device_type(gpu_device), gpu_device.ordinal)
+    if gpu_device.backend != "cuda":
+        # ROCm has no CUDA Array Interface (CuPy refuses it there): DLPack only.
+        assert not hasattr(a, "__cuda_array_interface__")
+        a.__dlpack__(stream=0)  # ROCm's default stream
+        return
     cai = a.__cuda_array_interface__
     assert cai["version"] == 3 and cai["data"][0] == a.data_ptr and cai["typestr"] == "<f4"
     assert cai["shape"] == (4, 5) and cai["strides"] is None
@@ -38,8 +44,8 @@ def test_cuda_arrays_export_kdlcuda_and_cai(cuda_device):
         a.__dlpack__(stream=0)
 
 
-def test_numpy_gets_a_host_copy_of_device_data(cuda_device):
-    a = cuda_array(cuda_device)
+def test_numpy_gets_a_host_copy_of_device_data(gpu_device):
+    a = cuda_array(gpu_device)
     a.add_index()
     x = a.to_numpy()  # dl_device=CPU: IS_COPIED export
     np.testing.assert_array_equal(x, ref_add_index(init_array((4, 5), "float32")))
@@ -152,12 +158,32 @@ def test_cuda_exports_are_released(cuda_device):
 # ---- issue 15: copies never overrun, strided operands are refused ---------------------
 
 
-def test_memcpy_checks_torch_cupy_and_memarray_extents(cuda_device):
-    """64 bytes never go into (or come out of) a 16-byte CUDA object."""
+def test_memcpy_checks_torch_cupy_and_memarray_extents(gpu_device):
+    """64 bytes never go into (or come out of) a 16-byte device object
+    (a MemArray on every GPU backend; torch and CuPy tensors on CUDA)."""
     rt = gpuport.runtime
     big = np.zeros(64, np.uint8)
-    targets = [gpuport.MemArray((4,), "float32", device=cuda_device)]
+    targets = [gpuport.MemArray((4,), "float32", device=gpu_device)]
     targets[0].move_memory("device")
+    if gpu_device.backend == "cuda":  # torch and CuPy tensors are CUDA memory
+        _add_cuda_peer_targets(targets)
+    for t in targets:
+        assert rt.Pointer(t).nbytes == 16, type(t)
+        with pytest.raises(ValueError, match="dst: 64 bytes exceed the 16 bytes"):
+            rt.memcpy(t, big, 64)
+        with pytest.raises(ValueError, match="src: 64 bytes exceed the 16 bytes"):
+            rt.memcpy(big, t, 64)
+        with pytest.raises(ValueError, match="dst: 64 bytes exceed the 16 bytes"):
+            rt.memset(t, 1, 64)
+        d = rt.malloc(64, device=gpu_device)
+        with pytest.raises(ValueError, match="exceed the 16 bytes"):
+            rt.memcpy(d, t, 64)
+        with pytest.raises(ValueError, match="exceed the 16 bytes"):
+            rt.memcpy(t, d, 64)
+        rt.memcpy(t, d, 16)  # within the extent: fine
+
+
+def _add_cuda_peer_targets(targets):
     try:
         torch = importlib.import_module("torch")
         targets.append(torch.zeros(4, dtype=torch.float32, device="cuda"))
@@ -168,20 +194,6 @@ def test_memcpy_checks_torch_cupy_and_memarray_extents(cuda_device):
         targets.append(cp.zeros(4, dtype=cp.float32))
     except Exception:  # noqa: BLE001 - CuPy is optional here
         pass
-    for t in targets:
-        assert rt.Pointer(t).nbytes == 16, type(t)
-        with pytest.raises(ValueError, match="dst: 64 bytes exceed the 16 bytes"):
-            rt.memcpy(t, big, 64)
-        with pytest.raises(ValueError, match="src: 64 bytes exceed the 16 bytes"):
-            rt.memcpy(big, t, 64)
-        with pytest.raises(ValueError, match="dst: 64 bytes exceed the 16 bytes"):
-            rt.memset(t, 1, 64)
-        d = rt.malloc(64, device=cuda_device)
-        with pytest.raises(ValueError, match="exceed the 16 bytes"):
-            rt.memcpy(d, t, 64)
-        with pytest.raises(ValueError, match="exceed the 16 bytes"):
-            rt.memcpy(t, d, 64)
-        rt.memcpy(t, d, 16)  # within the extent: fine
 
 
 def test_strided_torch_view_is_refused_and_its_gaps_untouched(cuda_device):

@@ -11,17 +11,17 @@ import gpuport
 from conftest import collect, stats
 
 
-def test_memory_passed_to_python_stays_alive_after_rust_drops_it():
+def test_memory_passed_to_python_stays_alive_after_rust_drops_it(device):
     """Rust -> Python: a NumPy array made from a MemArray keeps the Rust memory
     alive after the MemArray is deleted; it is freed when NumPy lets go."""
     collect()
     live0 = stats()["exports_live"]
-    a = gpuport.MemArray((1000,), "float64", device="host")
+    a = gpuport.MemArray((1000,), "float64", device=device)
     a.read_numpy_array(np.arange(1000.0))
     a.add_index()
     a.move_memory("host")
     gone = weakref.ref(a)
-    x = np.from_dlpack(a)
+    x = np.from_dlpack(a, device="cpu")  # the host copy (on a GPU backend the device copy is current too)
     ptr = a.data_ptr
     del a
     collect()
@@ -65,9 +65,9 @@ def test_memory_from_python_stays_alive_after_python_drops_it():
     assert after["imports_released"] == before["imports_released"] + 1
 
 
-def test_memory_is_shared_not_copied_both_ways():
+def test_memory_is_shared_not_copied_both_ways(device):
     """No copy: the addresses match and writes on one side show on the other."""
-    a = gpuport.MemArray((3, 3), "float32", device="host")
+    a = gpuport.MemArray((3, 3), "float32", device=device)  # new arrays are host-resident
     x = np.from_dlpack(a)
     assert x.ctypes.data == a.data_ptr
     x[1, 1] = 7
@@ -80,8 +80,8 @@ def test_memory_is_shared_not_copied_both_ways():
     np.testing.assert_array_equal(y, [[0, 1], [1, 2]])
 
 
-def test_refcounts_return_to_where_they_started():
-    a = gpuport.MemArray((8,), "int8", device="host")
+def test_refcounts_return_to_where_they_started(device):
+    a = gpuport.MemArray((8,), "int8", device=device)
     r = sys.getrefcount(a)
     with a.get_dlpack() as d:
         assert sys.getrefcount(a) == r + 1  # the context holds the array
@@ -96,10 +96,10 @@ def test_refcounts_return_to_where_they_started():
     assert sys.getrefcount(a) == r
 
 
-def test_memarray_round_trip_through_itself_releases_everything():
+def test_memarray_round_trip_through_itself_releases_everything(device):
     collect()
     before = stats()
-    a = gpuport.MemArray((5,), "uint16", device="host")
+    a = gpuport.MemArray((5,), "uint16", device=device)
     b = gpuport.from_dlpack(a)  # gpuport consumer of a gpuport producer
     assert b.data_ptr == a.data_ptr and a.live_exports == 1
     del a

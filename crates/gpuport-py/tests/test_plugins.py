@@ -1,7 +1,8 @@
 """gpuport.memory and the peer-library hooks (gpuport.cupy, gpuport.numba, gpuport.torch).
 
-Host tests run everywhere. GPU tests need ``cuda:0`` and the peer library and
-skip with the reason otherwise. Numba and PyTorch tests run in fresh
+gpuport.memory's own tests run on every backend (``device``: host, cuda:0,
+rocm:0); the peer hooks need ``cuda:0`` and the peer library and skip with
+the reason otherwise. Numba and PyTorch tests run in fresh
 subprocesses: both libraries take their memory manager only before their
 first CUDA allocation in a process.
 """
@@ -20,7 +21,7 @@ import pytest
 import gpuport
 import gpuport.memory as gm
 
-CUDA = gpuport.cuda_devices()
+from conftest import open_or_skip
 
 
 def _count(dev="host"):
@@ -31,112 +32,123 @@ def _count(dev="host"):
 # ---- host: gpuport.memory -----------------------------------------------------
 
 
-def test_alloc_and_free_update_stats():
-    c0, b0 = _count()
-    a = gm.alloc(1000, device="host")
+def test_alloc_and_free_update_stats(device):
+    spec = device.spec
+    c0, b0 = _count(spec)
+    a = gm.alloc(1000, device=spec)
     assert a.ptr != 0 and int(a) == a.ptr
-    assert a.size == 1000 and a.device == "host" and not a.freed
-    assert _count() == (c0 + 1, b0 + 1000)
-    s = gm.stats("host")
+    assert a.size == 1000 and a.device == spec and not a.freed
+    assert _count(spec) == (c0 + 1, b0 + 1000)
+    s = gm.stats(spec)
     assert s["peak_bytes"] >= b0 + 1000 and s["total_count"] >= 1
     assert s["pool_in_use"] >= 1000
     gm.free(a)
     assert a.freed
     a.free()  # a second free does nothing
-    assert _count() == (c0, b0)
+    assert _count(spec) == (c0, b0)
 
 
-def test_collected_allocation_returns_to_the_pool():
-    c0, b0 = _count()
-    a = gm.alloc(4096, device="host")
-    assert _count() == (c0 + 1, b0 + 4096)
+def test_collected_allocation_returns_to_the_pool(device):
+    spec = device.spec
+    c0, b0 = _count(spec)
+    a = gm.alloc(4096, device=spec)
+    assert _count(spec) == (c0 + 1, b0 + 4096)
     del a
     gc.collect()
-    assert _count() == (c0, b0)
+    assert _count(spec) == (c0, b0)
 
 
-def test_pool_reuses_freed_memory():
+def test_pool_reuses_freed_memory(device):
+    spec = device.spec
     # A stream of its own: the pool is the device's current resource, shared
     # with every MemArray of the process, whose blocks freed on the default
     # stream may fit this request as well as ours.
-    s = gpuport.Device("host").create_stream()
-    a = gm.alloc(1 << 20, stream=s, device="host")
+    s = device.create_stream()
+    a = gm.alloc(1 << 20, stream=s, device=spec)
     p = a.ptr
     a.free()
-    b = gm.alloc(1 << 20, stream=s, device="host")
+    b = gm.alloc(1 << 20, stream=s, device=spec)
     assert b.ptr == p  # same stream: reused at once
     b.free()
 
 
-def test_alloc_on_a_gpuport_stream():
-    s = gpuport.Device("host").create_stream()
-    c0, _ = _count()
-    a = gm.alloc(64, stream=s, device="host")
-    assert _count()[0] == c0 + 1
+def test_alloc_on_a_gpuport_stream(device):
+    spec = device.spec
+    s = device.create_stream()
+    c0, _ = _count(spec)
+    a = gm.alloc(64, stream=s, device=spec)
+    assert _count(spec)[0] == c0 + 1
     a.free()
-    with pytest.raises(ValueError):
-        gm.alloc(64, stream=12345, device="host")
+    if device.backend == "host":  # on a GPU an int is a stream handle, handed to the driver
+        with pytest.raises(ValueError, match="host backend"):
+            gm.alloc(64, stream=12345, device=spec)
 
 
-def test_csv_log(tmp_path):
+def test_csv_log(tmp_path, device):
+    spec = device.spec
     path = tmp_path / "log.csv"
-    gm.enable_logging(path, device="host")
+    gm.enable_logging(path, device=spec)
     try:
-        assert gm.log_path("host") == str(path)
-        a = gm.alloc(4096, device="host")
+        assert gm.log_path(spec) == str(path)
+        a = gm.alloc(4096, device=spec)
         ptr = a.ptr
         a.free()
-        lines = gm.csv_log("host").strip().splitlines()
+        lines = gm.csv_log(spec).strip().splitlines()
     finally:
-        gm.disable_logging("host")
+        gm.disable_logging(spec)
     assert lines[0] == "timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total"
     rows = [line.split(",") for line in lines[1:]]
     events = [(r[3], int(r[5], 16), int(r[6]), r[4]) for r in rows]
-    assert ("allocate", ptr, 4096, "host") in events
-    assert ("free", ptr, 4096, "host") in events
-    assert events.index(("allocate", ptr, 4096, "host")) < events.index(("free", ptr, 4096, "host"))
-    assert gm.log_path("host") is None and gm.csv_log("host") == ""
+    assert ("allocate", ptr, 4096, spec) in events
+    assert ("free", ptr, 4096, spec) in events
+    assert events.index(("allocate", ptr, 4096, spec)) < events.index(("free", ptr, 4096, spec))
+    assert gm.log_path(spec) is None and gm.csv_log(spec) == ""
     # Nothing is logged once disabled.
-    gm.alloc(10, device="host").free()
+    gm.alloc(10, device=spec).free()
     assert len(path.read_text().strip().splitlines()) == len(lines)
 
 
-def test_log_with_memory_info(tmp_path):
+def test_log_with_memory_info(tmp_path, device):
+    spec = device.spec
     path = tmp_path / "log.csv"
-    gm.enable_logging(str(path), device="host", memory_info=True)
+    gm.enable_logging(str(path), device=spec, memory_info=True)
     try:
-        gm.alloc(10, device="host").free()
-        rows = [line.split(",") for line in gm.csv_log("host").strip().splitlines()[1:]]
+        gm.alloc(10, device=spec).free()
+        rows = [line.split(",") for line in gm.csv_log(spec).strip().splitlines()[1:]]
     finally:
-        gm.disable_logging("host")
+        gm.disable_logging(spec)
     assert rows and all(r[9] != "" and int(r[9]) > 0 for r in rows)
 
 
-def test_memory_info():
-    free, total = gm.memory_info("host")
+def test_memory_info(device):
+    spec = device.spec
+    free, total = gm.memory_info(spec)
     assert total > 0 and 0 <= free <= total
 
 
-def test_defer_cleanup_holds_frees_back():
-    c0, b0 = _count()
-    with gm.defer_cleanup("host") as g:
-        a = gm.alloc(100, device="host")
+def test_defer_cleanup_holds_frees_back(device):
+    spec = device.spec
+    c0, b0 = _count(spec)
+    with gm.defer_cleanup(spec) as g:
+        a = gm.alloc(100, device=spec)
         a.free()
         assert g.held_back == 1
-        assert _count() == (c0 + 1, b0 + 100)  # the free has not reached the resource
+        assert _count(spec) == (c0 + 1, b0 + 100)  # the free has not reached the resource
     assert g.held_back == 0
-    assert _count() == (c0, b0)
+    assert _count(spec) == (c0, b0)
 
 
-def test_reset_keeps_live_allocations():
-    a = gm.alloc(1 << 16, device="host")
-    gm.reset("host")
-    assert not a.freed and gm.stats("host")["current_bytes"] >= 1 << 16
+def test_reset_keeps_live_allocations(device):
+    spec = device.spec
+    a = gm.alloc(1 << 16, device=spec)
+    gm.reset(spec)
+    assert not a.freed and gm.stats(spec)["current_bytes"] >= 1 << 16
     a.free()
 
 
-def test_pinned_host_memory():
-    p = gm.alloc_pinned(256, device="host")
+def test_pinned_host_memory(device):
+    spec = device.spec
+    p = gm.alloc_pinned(256, device=spec)
     assert p.ptr != 0 and p.size == 256 and p.device_ptr is None
     ctypes.memset(p.ptr, 7, 256)
     assert ctypes.string_at(p.ptr, 256) == b"\x07" * 256
@@ -144,15 +156,16 @@ def test_pinned_host_memory():
     assert p.freed
 
 
-def test_pin_existing_host_memory():
+def test_pin_existing_host_memory(device):
+    spec = device.spec
     buf = ctypes.create_string_buffer(4096)
-    r = gpuport._core._mem_pin(ctypes.addressof(buf), 4096, device="host")
+    r = gpuport._core._mem_pin(ctypes.addressof(buf), 4096, device=spec)
     assert r.ptr == ctypes.addressof(buf) and r.size == 4096 and not r.mapped and not r.unpinned
     r.unpin()
     assert r.unpinned
     r.unpin()
     with pytest.raises(ValueError):
-        gpuport._core._mem_pin(0, 16, device="host")
+        gpuport._core._mem_pin(0, 16, device=spec)
 
 
 def test_ipc_is_unsupported_on_the_host():
@@ -228,9 +241,7 @@ def test_importing_gpuport_imports_no_peer():
 
 
 def _need(peer):
-    if not CUDA:
-        reasons = "; ".join(f"{b}: {note}" for b, ok, note in gpuport.backend_status() if b == "cuda")
-        pytest.skip(f"no CUDA device ({reasons})")
+    open_or_skip("cuda:0")  # the peers are CUDA libraries
     if importlib.util.find_spec(peer) is None:
         pytest.skip(f"{peer} is not installed")
 
@@ -248,10 +259,9 @@ def _run(code, env=None, timeout=300):
 
 
 @pytest.mark.gpu
-def test_cuda_alloc_stats_ipc_and_c_abi(torch_abi):
-    if not CUDA:
-        _need("gpuport")
-    dev = "cuda:0"
+def test_cuda_alloc_stats_ipc_and_c_abi(cuda_device, torch_abi):
+    """CUDA IPC handles and the torch C ABI (CUDA ordinals) on cuda:0."""
+    dev = cuda_device.spec
     c0, b0 = _count(dev)
     a = gm.alloc(1 << 20, device=dev)
     assert _count(dev) == (c0 + 1, b0 + (1 << 20))
@@ -327,6 +337,57 @@ def test_cupy_pinned_memory_from_gpuport(cupy_hooked):
 
 
 NUMBA_ENV = {"NUMBA_CUDA_MEMORY_MANAGER": "gpuport.numba"}
+
+# The modules gpuport.numba imports, as empty stand-ins: the device check
+# runs before anything touches Numba, so it is tested without Numba too.
+_NUMBA_STAND_IN = """
+import sys, types
+numba, cuda = types.ModuleType("numba"), types.ModuleType("numba.cuda")
+cudadrv, driver = types.ModuleType("numba.cuda.cudadrv"), types.ModuleType("numba.cuda.cudadrv.driver")
+class HostOnlyCUDAMemoryManager:
+    pass
+cuda.HostOnlyCUDAMemoryManager = HostOnlyCUDAMemoryManager
+def set_memory_manager(cls):
+    raise AssertionError("a refused device must not change Numba's memory manager")
+cuda.set_memory_manager = set_memory_manager
+numba.cuda, cuda.cudadrv, cudadrv.driver = cuda, cudadrv, driver
+sys.modules.update({"numba": numba, "numba.cuda": cuda, "numba.cuda.cudadrv": cudadrv,
+                    "numba.cuda.cudadrv.driver": driver})
+"""
+
+
+def test_numba_plugin_refuses_a_rocm_device():
+    """Numba has no ROCm target: gpuport.numba says so instead of handing
+    Numba memory it cannot use. With Numba installed this runs against it,
+    else against stand-ins for the modules gpuport.numba imports."""
+    stand_in = "" if importlib.util.find_spec("numba") is not None else _NUMBA_STAND_IN
+    out = _run(
+        stand_in
+        + """
+import gpuport
+import gpuport.numba as gn
+refused = ["rocm:0", "rocm:1", "host"]
+if gpuport.is_available("rocm"):
+    refused.append(gpuport.Device("rocm:0"))
+for dev in refused:
+    try:
+        gn.use_gpuport_for_numba(dev)
+    except gpuport.UnsupportedError as e:
+        msg = str(e)
+        assert isinstance(e, NotImplementedError) and msg.startswith("gpuport.numba: "), msg
+        if "rocm" in str(dev):
+            assert "Numba has no ROCm target" in msg and "DLPack" in msg, msg
+        else:
+            assert "not a CUDA device" in msg, msg
+        for form in ("Some(", "--features", "::"):
+            assert form not in msg, msg
+    else:
+        raise AssertionError(f"gpuport.numba accepted {dev!r}")
+assert gn.cuda_spec(None) == "cuda:0" and gn.cuda_spec(1) == "cuda:1" and gn.cuda_spec("cuda:2") == "cuda:2"
+print("refused:", ", ".join(map(str, refused)))
+"""
+    )
+    assert "refused: rocm:0, rocm:1, host" in out
 
 
 @pytest.mark.gpu

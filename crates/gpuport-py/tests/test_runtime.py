@@ -5,8 +5,10 @@ Pointer, int, ctypes.c_void_p, __cuda_array_interface__, buffer, and
 DLPack beyond HIP Python), including subclasses defined here; buffer
 release at adapter destruction; memcpy direction inference; kernels
 launched through launch_kernel on every device under test; and a fuzz of
-wrong arguments. GPU-only cases take the ``cuda_device`` fixture and skip
-with the reason where there is no CUDA device.
+wrong arguments. Runtime calls run on every backend (``device``: host,
+cuda:0, rocm:0), GPU cases on every GPU backend (``gpu_device``), and the
+CUDA Array Interface cases on cuda:0 (``cuda_device``); each skips with the
+backend's reason where it is unavailable.
 """
 
 import array
@@ -96,7 +98,7 @@ ADAPTERS = [
 ADAPTER_IDS = [c.__name__ for c in ADAPTERS]
 
 
-def seed_inputs():
+def pointer_inputs():
     """(kind, object, expected address, objects to keep alive) in the design's order."""
     buf = bytearray(b"0123456789abcdef")
     buf_addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
@@ -121,7 +123,7 @@ INPUT_KINDS = ["None", "Pointer", "Pointer-subclass", "int", "c_void_p", "cuda_a
 @pytest.mark.parametrize("cls", ADAPTERS, ids=ADAPTER_IDS)
 @pytest.mark.parametrize("kind", INPUT_KINDS)
 def test_every_adapter_accepts_every_pointer_input(cls, kind):
-    inputs, keep = seed_inputs()
+    inputs, keep = pointer_inputs()
     (_, obj, addr), = [i for i in inputs if i[0] == kind]
     a = cls(obj)
     assert isinstance(a, rt.Pointer)
@@ -180,8 +182,8 @@ def test_int_and_c_void_p_are_not_owned():
         rt.Pointer(2**64)
 
 
-def test_int_inside_an_allocation_is_recognized():
-    a = rt.malloc(64)
+def test_int_inside_an_allocation_is_recognized(device):
+    a = rt.malloc(64, device=device)
     p = rt.Pointer(int(a) + 16)
     assert p.memory_kind == a.memory_kind == "device"
     assert p.nbytes == 48
@@ -750,7 +752,14 @@ def test_gpu_device_array_cai_and_configure(cuda_device):
     assert int(back) == int(a) + 16 and back.shape == [2, 4] and back.typestr == "<f4"
 
 
-def test_gpu_kernel_from_source_with_mixed_arguments(cuda_device):
+def arch_options(dev):
+    """Compiler options for ``dev``'s architecture: NVRTC's on CUDA, hiprtc's on ROCm."""
+    if dev.backend == "cuda":
+        return [b"--gpu-architecture=" + dev.arch.encode(), b"-default-device"]
+    return [b"--offload-arch=" + dev.arch.encode()]
+
+
+def test_gpu_kernel_from_source_with_mixed_arguments(gpu_device):
     """HIP Python's 'Kernels with Arguments' example: scale a vector in place."""
     source = r"""
     extern "C" __global__ void scale_vector(float factor, int n, short unused1, int unused2,
@@ -759,12 +768,11 @@ def test_gpu_kernel_from_source_with_mixed_arguments(cuda_device):
         if (tid < n) { x[tid] *= factor; }
     }
     """
-    arch = cuda_device.arch
-    m = rt.module_load(source, options=[b"--gpu-architecture=" + arch.encode(), b"-default-device"], device=cuda_device)
+    m = rt.module_load(source, options=arch_options(gpu_device), device=gpu_device)
     f = rt.module_get_function(m, "scale_vector")
     n = 100
     x_h = np.random.default_rng(0).random(n, dtype=np.float32)
-    x_d = rt.malloc(x_h.nbytes, device=cuda_device)
+    x_d = rt.malloc(x_h.nbytes, device=gpu_device)
     rt.memcpy(x_d, x_h, x_h.nbytes)
     block = 32
     rt.launch_kernel(
@@ -779,11 +787,11 @@ def test_gpu_kernel_from_source_with_mixed_arguments(cuda_device):
     rt.free(x_d)
 
 
-def test_gpu_options_as_list_of_bytes_adapter(cuda_device):
-    opts = rt.ListOfBytes([b"-default-device"])
-    m = rt.module_load('extern "C" __global__ void k(int *p) { *p = 5; }', options=opts, device=cuda_device)
+def test_gpu_options_as_list_of_bytes_adapter(gpu_device):
+    opts = rt.ListOfBytes(arch_options(gpu_device))
+    m = rt.module_load('extern "C" __global__ void k(int *p) { *p = 5; }', options=opts, device=gpu_device)
     f = rt.module_get_function(m, "k")
-    a = rt.malloc(4, device=cuda_device)
+    a = rt.malloc(4, device=gpu_device)
     rt.launch_kernel(f, 1, 1, rt.KernelArgs([a]))
     out = np.zeros(1, dtype=np.int32)
     rt.memcpy(out, a, 4)
@@ -861,16 +869,19 @@ def test_memarray_is_a_pointer_input():
     np.testing.assert_array_equal(out, np.zeros((2, 3), dtype=np.float32))
 
 
-def test_gpu_directions_that_would_touch_device_memory_from_the_host(cuda_device):
-    a = rt.malloc(16, device=cuda_device)
+def test_gpu_directions_that_would_touch_device_memory_from_the_host(gpu_device):
+    a = rt.malloc(16, device=gpu_device)
     with pytest.raises(ValueError, match="device memory"):
         rt.memcpy(bytearray(16), a, 16, kind="host_to_host")
     with pytest.raises(ValueError, match="device memory"):
         rt.memcpy(a, bytearray(16), 16, kind="host_to_host")
     with pytest.raises(ValueError, match="pageable host memory"):
         rt.memcpy(a, bytearray(16), 16, kind="device_to_device")
-    assert a.__cuda_array_interface__["data"][0] == int(a)
-    p = rt.malloc_pinned(16, device=cuda_device)
+    if gpu_device.backend == "cuda":
+        assert a.__cuda_array_interface__["data"][0] == int(a)
+    else:  # the CUDA Array Interface is defined for CUDA memory only
+        assert not hasattr(a, "__cuda_array_interface__")
+    p = rt.malloc_pinned(16, device=gpu_device)
     rt.memcpy(p, b"\x03" * 16, 16)
     rt.memcpy(a, p, 16)  # pinned to device, inferred
     out = bytearray(16)
@@ -879,10 +890,10 @@ def test_gpu_directions_that_would_touch_device_memory_from_the_host(cuda_device
     assert not hasattr(p, "__cuda_array_interface__")
 
 
-def test_gpu_raw_device_addresses_go_to_the_driver(cuda_device):
+def test_gpu_raw_device_addresses_go_to_the_driver(gpu_device):
     """Raw device ints inside live allocations are recognized; unknown ones are the caller's."""
-    a = rt.malloc(64, device=cuda_device)
-    b = rt.malloc(64, device=cuda_device)
+    a = rt.malloc(64, device=gpu_device)
+    b = rt.malloc(64, device=gpu_device)
     rt.memset(a, 4, 64)
     rt.memcpy(int(b), int(a), 64)  # both recognized as device memory: device to device
     out = bytearray(64)

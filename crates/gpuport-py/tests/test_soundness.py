@@ -1,4 +1,7 @@
-"""Issue 15 ("sound by construction"), items 2 to 5, on the host backend.
+"""Issue 15 ("sound by construction"), items 2 to 5: on every backend
+(``device``) where the check is about gpuport's own arrays and copies; on
+the host backend where it needs host memory behind every export (the
+CUDA Array Interface stand-in over NumPy memory, writes through ctypes).
 
 - Errors speak Python: no Rust debug forms or Cargo flags in messages.
 - Copies never overrun what gpuport knows the size of, and a byte copy
@@ -29,8 +32,9 @@ def assert_pythonic(msg):
         assert form not in msg, f"{form!r} in {msg!r}"
 
 
-def host_array(values, dtype="float32"):
-    a = gpuport.MemArray((len(values),), dtype, device="host")
+def host_array(values, dtype="float32", device="host"):
+    """A host-resident array on ``device``."""
+    a = gpuport.MemArray((len(values),), dtype, device=device)
     a.read_numpy_array(np.asarray(values, dtype=dtype))
     return a
 
@@ -64,8 +68,8 @@ class DLPackOnly:
 # ---- item 2: errors speak Python -----------------------------------------------------
 
 
-def test_lock_errors_speak_python():
-    a = gpuport.MemArray((4,), "float32", device="host")
+def test_lock_errors_speak_python(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
     with a.get_dlpack() as d:
         calls = {
             "add_index": a.add_index,
@@ -89,16 +93,24 @@ def test_lock_errors_speak_python():
         assert "already locked" in str(e.value)
 
 
-def test_unavailable_backend_names_no_cargo_flag():
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_unavailable_device_names_no_cargo_flag(backend):
+    """An unavailable backend says so in Python terms; where the backend is
+    available (the GPU machine, rocm:0 through the shim), a missing ordinal does."""
+    if gpuport.is_available(backend):
+        with pytest.raises(gpuport.GpuError) as e:
+            gpuport.MemArray(3, device=f"{backend}:99")
+        assert_pythonic(str(e.value))
+        return
     with pytest.raises(gpuport.DeviceUnavailableError) as e:
-        gpuport.MemArray(3, device="rocm:0")
+        gpuport.MemArray(3, device=f"{backend}:0")
     assert_pythonic(str(e.value))
-    assert "rocm" in str(e.value)
+    assert backend in str(e.value)
 
 
-def test_too_large_shape_speaks_python():
+def test_too_large_shape_speaks_python(device):
     with pytest.raises((gpuport.ShapeError, gpuport.OutOfMemoryError)) as e:
-        gpuport.MemArray((1 << 40, 1 << 22), "float64", device="host")
+        gpuport.MemArray((1 << 40, 1 << 22), "float64", device=device)
     assert_pythonic(str(e.value))
     assert "(1099511627776, 4194304)" in str(e.value)
 
@@ -111,21 +123,21 @@ def test_every_core_error_the_binding_forwards_speaks_python():
         assert_pythonic(msg)
 
 
-def test_binding_errors_and_reprs_speak_python():
-    a = gpuport.MemArray((2, 3), "float32", device="host")
+def test_binding_errors_and_reprs_speak_python(device):
+    a = gpuport.MemArray((2, 3), "float32", device=device)
     assert "shape=(2, 3)" in repr(a)
     with pytest.raises(gpuport.ShapeError) as e:
         a.read_numpy_array(np.zeros((3, 2), np.float32))
     assert "(3, 2)" in str(e.value) and "(2, 3)" in str(e.value)
     assert_pythonic(str(e.value))
-    p = gm_pinned_repr()
+    p = gm_pinned_repr(device.spec)
     assert "Some(" not in p and "None" not in p
 
 
-def gm_pinned_repr():
+def gm_pinned_repr(spec):
     import gpuport.memory as gm
 
-    p = gm.alloc_pinned(64, device="host")
+    p = gm.alloc_pinned(64, device=spec)
     try:
         return repr(p)
     finally:
@@ -213,8 +225,8 @@ def test_non_contiguous_numpy_views_are_refused_for_a_byte_copy():
         rt.Pointer(base[:, ::2])
 
 
-def test_buffers_and_memarrays_are_checked():
-    m = gpuport.MemArray((4,), "float32", device="host")
+def test_buffers_and_memarrays_are_checked(device):
+    m = gpuport.MemArray((4,), "float32", device=device)
     with pytest.raises(ValueError, match="exceed the 16 bytes"):
         rt.memcpy(m, bytes(64), 64)
     with pytest.raises(ValueError, match="exceed the 16 bytes"):
@@ -236,9 +248,9 @@ def test_raw_addresses_stay_unchecked_as_in_hip_python():
 # ---- item 4: writable exports make the next read see the writes -------------------------
 
 
-def _both(values):
-    """A host-backend array whose host and device copies are both current."""
-    a = host_array(values)
+def _both(values, device="host"):
+    """An array whose host and device copies are both current."""
+    a = host_array(values, device=device)
     a.move_memory("device")
     assert a.residency == "both"
     return a
@@ -288,6 +300,25 @@ def test_a_write_through_an_export_is_seen_by_the_next_read(write):
     np.testing.assert_array_equal(b.to_numpy(), [7, 7, 7, 7])
 
 
+def test_a_write_through_a_pointer_or_context_is_seen_on_every_backend(device):
+    """The writes that reach either copy without the host touching device
+    memory: a byte copy into the array (its export as a Pointer) and a
+    get_dlpack("host") block. (The other writers in the test above write
+    through the host address of the exported copy, which is device memory on
+    a GPU backend.)"""
+    for write in (_write_pointer, _write_context):
+        a = _both([1, 2, 3, 4], device)
+        write(a)
+        assert a.residency != "both"
+        a.add_index()
+        np.testing.assert_array_equal(a.to_numpy(), 7 + np.arange(4))
+        b = _both([1, 2, 3, 4], device)
+        write(b)
+        b.move_memory("device")
+        b.move_memory("host")
+        np.testing.assert_array_equal(b.to_numpy(), [7, 7, 7, 7])
+
+
 def test_device_copy_export_then_host_read():
     a = host_array([1, 2, 3, 4])
     a.add_index()  # device copy only
@@ -302,9 +333,9 @@ def test_device_copy_export_then_host_read():
     np.testing.assert_array_equal(b.to_numpy(), [5, 5, 5, 5])
 
 
-def test_read_only_exports_keep_both_copies():
-    a = _both([1, 2, 3, 4])
-    with a.get_dlpack(readonly=True) as d:
+def test_read_only_exports_keep_both_copies(device):
+    a = _both([1, 2, 3, 4], device)
+    with a.get_dlpack("host", readonly=True) as d:
         np.from_dlpack(d)
     assert a.residency == "both"
     a.tobytes()
@@ -341,8 +372,8 @@ def test_read_numpy_array_refuses_lossy_casts_by_default():
         f.read_numpy_array(np.array([0.5, 1.5]), casting="lossy")
 
 
-def test_read_numpy_array_from_its_own_memory():
-    a = host_array([1, 2, 3, 4])
+def test_read_numpy_array_from_its_own_memory(device):
+    a = host_array([1, 2, 3, 4], device=device)
     a.read_numpy_array(a)
     a.read_numpy_array(a.to_numpy())
     np.testing.assert_array_equal(a.to_numpy(), [1, 2, 3, 4])
@@ -356,10 +387,10 @@ def test_negative_extents_say_so():
         assert "must be an int" not in str(e.value)
 
 
-def test_extents_beyond_int64_are_refused():
+def test_extents_beyond_int64_are_refused(device):
     for shape in [(0, 2**63), (2**64,), (2**63,), (0, 2**40, 2**40, 2**40)]:
         with pytest.raises(gpuport.ShapeError, match="9223372036854775807") as e:
-            gpuport.MemArray(shape, "uint8", device="host")
+            gpuport.MemArray(shape, "uint8", device=device)
         assert_pythonic(str(e.value))
     with pytest.raises(TypeError, match="int"):
         gpuport.MemArray((1.5, 2))
@@ -379,10 +410,10 @@ def test_cuda_array_interface_versions_0_to_3_only():
             assert "version" not in str(e), str(e)
 
 
-def test_a_closed_get_dlpack_context_refuses_to_export():
+def test_a_closed_get_dlpack_context_refuses_to_export(device):
     collect()
     live = stats()["exports_live"]
-    a = host_array([1, 2, 3, 4])
+    a = host_array([1, 2, 3, 4], device=device)
     with a.get_dlpack("host") as d:
         x = np.from_dlpack(d)
     with pytest.raises(gpuport.DLPackError, match="block has ended") as e:
@@ -403,8 +434,8 @@ def test_a_closed_get_dlpack_context_refuses_to_export():
     assert stats()["exports_live"] == live
 
 
-def test_add_index_on_a_rank_0_array_is_one_element():
-    a = gpuport.MemArray((), "float32", device="host")
+def test_add_index_on_a_rank_0_array_is_one_element(device):
+    a = gpuport.MemArray((), "float32", device=device)
     a.read_numpy_array(np.array(5, np.float32))
     a.add_index()  # the one element's index sum is 0
     assert a.to_numpy().shape == ()

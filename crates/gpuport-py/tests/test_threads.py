@@ -50,7 +50,7 @@ def _run_threads(target, n=THREADS):
 
 
 def test_eight_threads_mix_contexts_kernels_reads_and_moves(device):
-    """On every device under test (the host backend; CUDA where present)."""
+    """On every backend (host, cuda:0, rocm:0)."""
     spec = device.spec
     collect()
     exports_before = stats()["exports_live"]
@@ -118,12 +118,12 @@ def test_eight_threads_mix_contexts_kernels_reads_and_moves(device):
     assert gm.stats(spec)["current_bytes"] == mem_before
 
 
-def test_with_block_releases_its_lock_while_another_thread_keeps_the_array_busy():
+def test_with_block_releases_its_lock_while_another_thread_keeps_the_array_busy(device):
     """``__enter__``/``__exit__`` wait for a call running in another thread
     (GIL released) instead of failing, and ``__exit__`` always unlocks, also
     when the block raises."""
     n = 1 << 21
-    a = gpuport.MemArray((n,), "float32", device="host")
+    a = gpuport.MemArray((n,), "float32", device=device)
     stop = threading.Event()
     busy_errors = []
 
@@ -160,8 +160,8 @@ def test_with_block_releases_its_lock_while_another_thread_keeps_the_array_busy(
     assert a.lock_id is None
 
 
-def test_nested_and_repeated_context_use_never_leaves_a_lock():
-    a = gpuport.MemArray((4,), "float32", device="host")
+def test_nested_and_repeated_context_use_never_leaves_a_lock(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
     with a.get_dlpack() as outer:
         with pytest.raises(gpuport.LockError) as e:
             with a.get_dlpack():
@@ -179,11 +179,11 @@ def test_nested_and_repeated_context_use_never_leaves_a_lock():
     a.add_index()
 
 
-def test_reentrant_index_on_a_device_array_is_not_an_in_use_error():
+def test_reentrant_index_on_a_device_array_is_not_an_in_use_error(device):
     """``DeviceArray.__getitem__`` reads slice bounds through ``__index__``
     (Python code), which may use the same adapter again, here or in another
     thread."""
-    d = rt.malloc(64, device="host")
+    d = rt.malloc(64, device=device)
     d.configure(shape=(4, 4), typestr="<f4")
 
     class Idx:
@@ -196,8 +196,8 @@ def test_reentrant_index_on_a_device_array_is_not_an_in_use_error():
     assert rows.shape == [3, 4] and int(rows) == int(d) + 16
 
 
-def test_threads_share_adapters():
-    d = rt.malloc(1 << 12, device="host")
+def test_threads_share_adapters(device):
+    d = rt.malloc(1 << 12, device=device)
     src = np.arange(1 << 10, dtype=np.float32)
     stop = time.monotonic() + SECONDS / 2
 

@@ -22,7 +22,7 @@
 //! - foreign streams can be borrowed ([`CudaDevice::borrow_stream`]).
 //!
 //! `mod.rs`: loading, errors and the [`CudaDriver`] table; `info.rs`: a
-//! device's properties; `nvrtc.rs`: the compiler.
+//! device's properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs.
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::OnceLock;
@@ -30,6 +30,7 @@ use std::sync::OnceLock;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 
+mod graph;
 mod info;
 mod nvrtc;
 
@@ -129,21 +130,6 @@ impl Drop for CudaDriver {
         // SAFETY: `cu_device` came from `cuDeviceGet` and we retained its
         // primary context exactly once in `CudaDriver::open`.
         let _ = unsafe { cu::primary_ctx::release(self.cu_device) };
-    }
-}
-
-impl CudaDevice {
-    /// A handle to a stream gpuport does not own: one another library created
-    /// (PyTorch, CuPy, cuda-python), or the special handles `CU_STREAM_LEGACY`
-    /// (1) and `CU_STREAM_PER_THREAD` (2). It is never destroyed by gpuport,
-    /// so work can join a foreign stream's order without synchronizing.
-    ///
-    /// # Safety
-    /// `raw` must be 0, 1, 2 or a live `CUstream` of this device's primary
-    /// context, and stay alive while the returned handle is used.
-    pub unsafe fn borrow_stream(&self, raw: usize) -> CudaStream {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.foreign_stream(raw as sys::CUstream) }
     }
 }
 
@@ -707,6 +693,8 @@ unsafe impl Driver for CudaDriver {
         // SAFETY: the null stream is the context's legacy default stream.
         status("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) })
     }
+
+    type Graphs = graph::CudaGraphs;
 }
 
 /// A [`RawPool`] as the driver's handle.

@@ -39,7 +39,7 @@ fn nvrtc_available() -> Result<()> {
 }
 
 /// Compiles CUDA C++ to a cubin for `arch` with NVRTC, through the on-disk
-/// cache (see [`crate::kernels::cache`]).
+/// cache (see [`crate::backend::kernel_cache`]).
 pub(super) fn compile(arch: &str, program: &Program<'_>) -> Result<Vec<u8>> {
     nvrtc_available()?;
     let mut opts: Vec<String> = program.options.iter().map(|s| s.to_string()).collect();
@@ -55,11 +55,11 @@ pub(super) fn compile(arch: &str, program: &Program<'_>) -> Result<Vec<u8>> {
     for (include, text) in program.headers {
         parts.extend([include.as_bytes(), text.as_bytes()]);
     }
-    let key = crate::kernels::cache::key(&parts);
-    let dir = crate::kernels::cache::cache_dir();
+    let key = crate::backend::kernel_cache::key(&parts);
+    let dir = crate::backend::kernel_cache::cache_dir();
     let options: Vec<&str> = opts.iter().map(String::as_str).collect();
     let program = Program { options: &options, ..*program };
-    let (image, _) = crate::kernels::cache::get_or_build(dir.as_deref(), arch, &key, || run_nvrtc(&program))?;
+    let (image, _) = crate::backend::kernel_cache::get_or_build(dir.as_deref(), arch, &key, || run_nvrtc(&program))?;
     Ok(image)
 }
 

@@ -10,9 +10,10 @@ use super::compile::Program;
 use super::driver::{Driver, Params};
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
-use super::module::{GpuKernel, GpuModule, BUILTIN_HEADERS};
+use super::module::{builtin_kernel_from, GpuKernel, GpuModule, BUILTIN_HEADERS};
 use super::stream::{GpuEvent, GpuStream};
 use super::Gpu;
+use crate::backend::graph;
 use crate::backend::{
     check_alloc_size, check_range, check_same_device, Device, DeviceInfo, DeviceMemory, KernelArgs, LaunchConfig,
     MemoryInfo, MemoryKind, ModuleSource,
@@ -60,9 +61,23 @@ impl<D: Driver> GpuDevice<D> {
     /// # Safety
     /// `raw` is a stream of this device (or a special handle the vendor
     /// accepts as one) and stays alive while the returned handle is used.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // CudaDevice::borrow_stream
     pub(crate) unsafe fn foreign_stream(&self, raw: D::Stream) -> GpuStream<D> {
         GpuStream::new(self.driver.clone(), raw, false)
+    }
+
+    /// A handle to a stream gpuport does not own, named by its address as
+    /// other libraries of the vendor pass it (PyTorch, CuPy, cuda-python, HIP
+    /// Python), or a special handle the vendor accepts as a stream (CUDA's
+    /// `CU_STREAM_LEGACY` 1 and `CU_STREAM_PER_THREAD` 2, HIP's
+    /// `hipStreamPerThread` 2). It is never destroyed by gpuport, so work can
+    /// join a foreign stream's order without synchronizing. 0 is the null stream.
+    ///
+    /// # Safety
+    /// `address` must be 0, a special handle of the vendor, or a live stream
+    /// of this device, and stay alive while the returned handle is used.
+    pub unsafe fn borrow_stream(&self, address: usize) -> GpuStream<D> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.foreign_stream(super::driver::RawAddress::from_address(address)) }
     }
 
     pub(crate) fn check_stream(&self, stream: &GpuStream<D>) -> Result<()> {
@@ -71,6 +86,16 @@ impl<D: Driver> GpuDevice<D> {
 
     fn check_buffer<M: DeviceMemory + ?Sized>(&self, what: &'static str, buffer: &M) -> Result<()> {
         check_same_device(what, D::KIND, self.info.ordinal, buffer.ordinal())
+    }
+
+    /// Refuses `op`, which waits for `stream`, while `stream` captures, or,
+    /// for the default stream, while a capture's mode forbids it (CUDA
+    /// would invalidate the capture; see `graph::check_device_wide_wait`).
+    fn refuse_wait_in_capture(&self, stream: &GpuStream<D>, op: &'static str) -> Result<()> {
+        if stream.id() == self.default_stream.id() {
+            return graph::check_device_wide_wait(D::KIND, self.info.ordinal, op);
+        }
+        graph::check_not_capturing(D::KIND, op, graph::CaptureStream::capture_status(stream))
     }
 
     /// `e`, as [`Error::OutOfMemory`] where the driver found no memory for `bytes`.
@@ -285,18 +310,21 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn synchronize(&self, stream: &GpuStream<D>) -> Result<()> {
         self.check_stream(stream)?;
+        self.refuse_wait_in_capture(stream, "synchronize")?;
         self.driver.bind()?;
         // SAFETY: the device is current; the stream is alive (we hold it) and belongs to it.
         unsafe { self.driver.stream_synchronize(stream.as_raw()) }
     }
 
     fn synchronize_device(&self) -> Result<()> {
+        graph::check_device_wide_wait(D::KIND, self.info.ordinal, "synchronize_device")?;
         self.driver.bind()?;
         self.driver.synchronize_device()
     }
 
     fn is_idle(&self, stream: &GpuStream<D>) -> Result<bool> {
         self.check_stream(stream)?;
+        self.refuse_wait_in_capture(stream, "is_idle")?;
         self.driver.bind()?;
         // SAFETY: the device is current; the stream is alive and belongs to it.
         unsafe { self.driver.stream_query(stream.as_raw()) }
@@ -357,6 +385,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        if stream.in_capture() {
+            stream.keep(dst.owner());
+        }
         // SAFETY: the device is current; range checked; the caller keeps
         // `src` and `dst` alive until the stream passes the copy.
         unsafe { self.driver.copy_htod_async(dst.device_ptr() + dst_offset as u64, src, stream.as_raw()) }
@@ -376,6 +407,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        if stream.in_capture() {
+            stream.keep(src.owner());
+        }
         // SAFETY: the device is current; range checked; the caller keeps both
         // alive until the stream passes the copy.
         unsafe { self.driver.copy_dtoh_async(dst, src.device_ptr() + src_offset as u64, stream.as_raw()) }
@@ -399,6 +433,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        if stream.in_capture() {
+            stream.keep(src.owner().into_iter().chain(dst.owner()));
+        }
         // SAFETY: the device is current; ranges checked; the caller keeps
         // both buffers alive until the stream passes the copy.
         unsafe {
@@ -426,6 +463,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        if stream.in_capture() {
+            stream.keep(dst.owner());
+        }
         // SAFETY: the device is current; range checked; the caller keeps
         // `dst` alive until the stream passes the memset.
         unsafe { self.driver.memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.as_raw()) }
@@ -474,7 +514,7 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn builtin_kernel(&self, name: &str) -> Result<GpuKernel<D>> {
         let (module, holds_every_kernel) = self.builtins()?;
-        crate::kernels::builtin_kernel_from(
+        builtin_kernel_from(
             || self.kernel(&module, name),
             holds_every_kernel,
             &self.array_kernels,
@@ -527,6 +567,9 @@ impl<D: Driver> Device for GpuDevice<D> {
             &mut heap
         };
         args.fill_param_pointers(pointers);
+        if stream.in_capture() {
+            stream.keep(args.owners().iter().cloned().chain([kernel.owner()]));
+        }
         // SAFETY: the device is current; the kernel's module is alive;
         // `pointers` point into `args`, which outlives this call (the driver
         // copies parameters at launch); the caller guarantees argument types

@@ -13,10 +13,29 @@ use std::ffi::{c_void, CStr, CString};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use crate::backend::graph::{CaptureMode, CaptureStatus};
 use crate::backend::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
 use crate::error::{BackendKind, Result};
 
 use super::compile::Program;
+
+/// A vendor handle that is a pointer, which other libraries of the same
+/// vendor (PyTorch, CuPy, cuda-python, HIP Python) hand around as an integer.
+pub trait RawAddress: Copy {
+    /// The handle as an integer.
+    fn address(self) -> usize;
+    /// The handle an integer names.
+    fn from_address(address: usize) -> Self;
+}
+
+impl<T> RawAddress for *mut T {
+    fn address(self) -> usize {
+        self as usize
+    }
+    fn from_address(address: usize) -> Self {
+        address as *mut T
+    }
+}
 
 /// One opened device of a vendor GPU API.
 ///
@@ -172,7 +191,9 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     // ---- streams --------------------------------------------------------------------
 
     /// A stream handle; [`NULL_STREAM`](Self::NULL_STREAM) is the default stream.
-    type Stream: Copy + fmt::Pointer;
+    /// Both vendors' handles are pointers, which other libraries pass around
+    /// as integers ([`RawAddress`]).
+    type Stream: Copy + fmt::Pointer + RawAddress;
 
     /// The default (null) stream, which is never destroyed.
     const NULL_STREAM: Self::Stream;
@@ -458,6 +479,87 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// # Safety
     /// As the trait's; freed once, and no queued work uses it any more.
     unsafe fn free_imported(&self, ptr: u64) -> Result<()>;
+
+    // ---- graphs ---------------------------------------------------------------------
+
+    /// The vendor's stream-capture and graph calls, in a file of their own
+    /// (`cuda/graph.rs`, `hip/graph.rs`).
+    type Graphs: GraphCalls<Self>;
+}
+
+/// The stream-capture and graph calls of vendor `D` (`cuStreamBeginCapture`,
+/// `hipGraphLaunch`, ...), for the generic core's `graph.rs`.
+///
+/// # Safety
+/// As [`Driver`]'s: each call makes the vendor call its name says and
+/// reports failure as an error, never an invalid handle. Every `unsafe fn`
+/// asks of its caller what `Driver`'s do: `d`'s device is current, and
+/// every handle passed was made by `d` and is alive.
+pub unsafe trait GraphCalls<D: Driver>: 'static {
+    /// A captured graph (`CUgraph`, `hipGraph_t`).
+    type Graph: Copy + fmt::Pointer;
+    /// An executable graph (`CUgraphExec`, `hipGraphExec_t`).
+    type Exec: Copy + fmt::Pointer;
+
+    /// The status an operation on an invalidated capture returns
+    /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, `hipErrorStreamCaptureInvalidated`).
+    const CAPTURE_INVALIDATED: D::Status;
+
+    /// Starts capturing `stream` in `mode`.
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn begin_capture(d: &D, stream: D::Stream, mode: CaptureMode) -> Result<()>;
+
+    /// Ends the capture of `stream`: its graph, or the error (the capture
+    /// ends either way).
+    ///
+    /// # Safety
+    /// As the trait's; `stream` is capturing.
+    unsafe fn end_capture(d: &D, stream: D::Stream) -> Result<Self::Graph>;
+
+    /// Whether `stream` is capturing.
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn capture_status(d: &D, stream: D::Stream) -> Result<CaptureStatus>;
+
+    /// Number of nodes of `graph`.
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn node_count(d: &D, graph: Self::Graph) -> Result<usize>;
+
+    /// Instantiates `graph`.
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn instantiate(d: &D, graph: Self::Graph) -> Result<Self::Exec>;
+
+    /// Launches `exec` on `stream`.
+    ///
+    /// # Safety
+    /// As the trait's; what the graph references is alive until the launch completes.
+    unsafe fn launch(d: &D, exec: Self::Exec, stream: D::Stream) -> Result<()>;
+
+    /// Updates `exec` from `graph`: `Ok(None)` when done, `Ok(Some(why))`
+    /// when the driver refused (`exec` unchanged).
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn update(d: &D, exec: Self::Exec, graph: Self::Graph) -> Result<Option<String>>;
+
+    /// Destroys `graph`.
+    ///
+    /// # Safety
+    /// As the trait's; destroyed once, not used after.
+    unsafe fn destroy_graph(d: &D, graph: Self::Graph) -> Result<()>;
+
+    /// Destroys `exec` (launches in flight still complete).
+    ///
+    /// # Safety
+    /// As the trait's; destroyed once, not used after.
+    unsafe fn destroy_exec(d: &D, exec: Self::Exec) -> Result<()>;
 }
 
 /// What a kernel's handle knows of its parameters.

@@ -9,11 +9,18 @@ use super::stream::GpuStream;
 use super::Gpu;
 use crate::backend::{DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind};
 
-/// Device or managed memory; freed on drop (in stream order if allocated so).
+/// Device or managed memory; freed on drop (in stream order if allocated
+/// so), once the last [`owner`](DeviceMemory::owner) handed out (a graph
+/// that captured work on it) is gone too.
 pub struct GpuBuffer<D: Driver> {
+    alloc: Arc<Allocation<D>>,
+    kind: MemoryKind,
+}
+
+/// The memory of a [`GpuBuffer`], freed when the last reference goes.
+struct Allocation<D: Driver> {
     ptr: u64,
     len: usize,
-    kind: MemoryKind,
     /// The stream of a stream-ordered allocation, kept alive to free on it.
     free_on: Option<GpuStream<D>>,
     driver: Arc<D>,
@@ -23,7 +30,7 @@ impl<D: Driver> GpuBuffer<D> {
     /// Takes ownership of `len` bytes at `ptr`, allocated by `driver` (on
     /// `free_on`, where given).
     pub(crate) fn new(driver: Arc<D>, ptr: u64, len: usize, kind: MemoryKind, free_on: Option<GpuStream<D>>) -> Self {
-        GpuBuffer { ptr, len, kind, free_on, driver }
+        GpuBuffer { alloc: Arc::new(Allocation { ptr, len, free_on, driver }), kind }
     }
 }
 
@@ -35,35 +42,45 @@ impl<D: Driver> fmt::Debug for GpuBuffer<D> {
             D::NAME,
             D::KIND,
             self.ordinal(),
-            self.ptr,
-            self.len,
+            self.alloc.ptr,
+            self.alloc.len,
             self.kind
         )
     }
 }
 
-// SAFETY: `ptr..ptr+len` is the allocation this buffer made and frees on
-// drop; the driver state it belongs to outlives it (held by `driver`).
+// SAFETY: `ptr..ptr+len` is the allocation this buffer made, freed when the
+// last of this buffer and the owners it handed out is dropped; the driver
+// state it belongs to outlives it (held by `driver`).
 unsafe impl<D: Driver> DeviceMemory for GpuBuffer<D> {
     type B = Gpu<D>;
     fn len(&self) -> usize {
-        self.len
+        self.alloc.len
     }
     fn device_ptr(&self) -> u64 {
-        self.ptr
+        self.alloc.ptr
     }
     fn ordinal(&self) -> usize {
-        self.driver.ordinal()
+        self.alloc.driver.ordinal()
     }
     fn kind(&self) -> MemoryKind {
         self.kind
     }
+    fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.alloc.clone())
+    }
 }
 
-// SAFETY: a GpuBuffer is not `Clone` and hands out no second handle on its memory.
+// SAFETY: a GpuBuffer is not `Clone` and hands out no second handle on its
+// memory: an owner only keeps it allocated, it gives no access to the bytes.
 unsafe impl<D: Driver> DeviceMemoryMut for GpuBuffer<D> {}
 
-impl<D: Driver> Drop for GpuBuffer<D> {
+// SAFETY: holds an address and handles the driver lets any thread use.
+unsafe impl<D: Driver> Send for Allocation<D> {}
+// SAFETY: as above; `&Allocation` gives no access to the bytes.
+unsafe impl<D: Driver> Sync for Allocation<D> {}
+
+impl<D: Driver> Drop for Allocation<D> {
     fn drop(&mut self) {
         // Errors cannot be returned from drop; a failed free leaves the
         // memory to the driver's teardown.

@@ -28,7 +28,8 @@
 //! - `stream.rs`: [`GpuStream`], [`GpuEvent`];
 //! - `compile.rs`: what the run-time kernel compilers are given;
 //! - `module.rs`: [`GpuModule`], [`GpuKernel`] and its launch-argument check;
-//! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC).
+//! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC);
+//! - `graph.rs`: stream capture, [`GpuGraph`], [`GpuGraphExec`].
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -40,6 +41,7 @@ mod compile;
 mod device;
 mod driver;
 mod error;
+mod graph;
 mod memory;
 mod module;
 mod resource;
@@ -47,8 +49,9 @@ mod stream;
 
 pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::{Driver, Params};
+pub(crate) use driver::{Driver, GraphCalls, Params};
 pub(crate) use error::{check, driver_error, ready};
+pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 pub use module::{GpuKernel, GpuModule};
 pub use stream::{GpuEvent, GpuStream};
@@ -80,6 +83,8 @@ impl<D: Driver> Backend for Gpu<D> {
     type HostRegistration = GpuHostRegistration<D>;
     type Module = GpuModule<D>;
     type Kernel = GpuKernel<D>;
+    type RawGraph = GpuGraph<D>;
+    type RawGraphExec = GpuGraphExec<D>;
 }
 
 /// Declares a vendor's public names for the generic types (the same nine

@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::driver::{Driver, Params};
-use crate::backend::{check_kernel_args, KernelArgs};
+use crate::backend::array_kernels::{all_kernel_names, single_kernel_program};
+use crate::backend::{builtin, check_kernel_args, KernelArgs};
 use crate::error::{Error, Result};
 
 /// Headers the array kernels include, served to the compiler from memory
@@ -13,6 +14,41 @@ pub(crate) const BUILTIN_HEADERS: &[(&str, &str)] = &[
     ("array_indexer.h", include_str!("../../../kernels/common/array_indexer.h")),
     ("array_ops.h", include_str!("../../../kernels/common/array_ops.h")),
 ];
+
+/// A built-in kernel for a GPU backend: from the runtime module (`runtime`
+/// looks it up there) when `name` is one of the runtime's kernels
+/// ([`builtin::ALL`](crate::backend::builtin::ALL)) or the module holds every
+/// kernel (`runtime_has_all`: an ahead-of-time image loaded), else from
+/// `cache`, else compiled alone from `dialect_source` by `build` (given the
+/// one-kernel program) and cached.
+///
+/// The runtime module is asked only for kernels it can hold: a lookup that
+/// fails is a driver error (`CUDA_ERROR_NOT_FOUND`), which compute-sanitizer
+/// reports on every array kernel's first use.
+pub(crate) fn builtin_kernel_from<K: Clone>(
+    runtime: impl FnOnce() -> Result<K>,
+    runtime_has_all: bool,
+    cache: &std::sync::Mutex<std::collections::HashMap<String, K>>,
+    dialect_source: &str,
+    name: &str,
+    build: impl FnOnce(&str) -> Result<K>,
+) -> Result<K> {
+    if runtime_has_all || builtin::ALL.contains(&name) {
+        match runtime() {
+            Err(Error::KernelNotFound { .. }) => {}
+            found => return found,
+        }
+    }
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(kernel) = cache.get(name) {
+        return Ok(kernel.clone());
+    }
+    let program = single_kernel_program(dialect_source, name)
+        .ok_or_else(|| Error::KernelNotFound { name: name.to_string(), available: all_kernel_names().join(", ") })?;
+    let kernel = build(&program)?;
+    cache.insert(name.to_string(), kernel.clone());
+    Ok(kernel)
+}
 
 struct ModuleInner<D: Driver> {
     raw: D::Module,
@@ -72,6 +108,11 @@ impl<D: Driver> GpuModule<D> {
     pub(crate) fn ordinal(&self) -> usize {
         self.inner.driver.ordinal()
     }
+
+    /// An owner that keeps the module loaded (for graphs that launch its kernels).
+    pub(crate) fn owner(&self) -> crate::backend::graph::Owner {
+        self.inner.clone()
+    }
 }
 
 /// A kernel; keeps its module loaded.
@@ -114,6 +155,11 @@ impl<D: Driver> GpuKernel<D> {
     /// The ordinal of the device the kernel's module is loaded on.
     pub(crate) fn ordinal(&self) -> usize {
         self.module.ordinal()
+    }
+
+    /// An owner that keeps the kernel's module loaded.
+    pub(crate) fn owner(&self) -> crate::backend::graph::Owner {
+        self.module.owner()
     }
 
     /// Checks `args` against what is known of the parameters, asking the

@@ -28,12 +28,14 @@
 //! without a GPU (the no-device path, hiprtc) and on an NVIDIA GPU through
 //! the HIP-on-CUDA test shim in `tests/support/hip_on_cuda`.
 //!
-//! `mod.rs`: errors and the [`HipDriver`] table; `runtime.rs`: loading the
+//! `mod.rs`: errors and the [`HipDriver`] table; `graph.rs`: capture and
+//! graphs; `runtime.rs`: loading the
 //! runtime; `sys.rs`: the hand-declared library table; `info.rs`: a
 //! device's properties; `hiprtc.rs`: the compiler.
 
 use std::ffi::{c_int, c_void, CStr, CString};
 
+mod graph;
 mod hiprtc;
 mod info;
 mod runtime;
@@ -507,7 +509,7 @@ unsafe impl Driver for HipDriver {
     /// HIP cannot list a module's kernels, so only the built-in module's are known.
     unsafe fn kernel_names(&self, _module: sys::hipModule_t, builtin: bool) -> String {
         if builtin {
-            crate::kernels::all_kernel_names().join(", ")
+            crate::backend::array_kernels::all_kernel_names().join(", ")
         } else {
             "(HIP cannot list a module's kernels)".into()
         }
@@ -732,6 +734,8 @@ unsafe impl Driver for HipDriver {
             None => check("hipFree", unsafe { (self.api().hipFree)(dptr(ptr)) }),
         }
     }
+
+    type Graphs = graph::HipGraphs;
 }
 
 #[cfg(test)]

@@ -143,6 +143,12 @@ opaque! {
     _hiprtcProgram => hiprtcProgram;
     /// A stream-ordered memory pool (`struct ihipMemPoolHandle_t`).
     ihipMemPoolHandle_t => hipMemPool_t;
+    /// A graph (`struct ihipGraph`).
+    ihipGraph => hipGraph_t;
+    /// An executable graph (`struct hipGraphExec`).
+    hipGraphExec => hipGraphExec_t;
+    /// A node of a graph (`struct hipGraphNode`).
+    hipGraphNode => hipGraphNode_t;
 }
 
 // ---- constants (hip_runtime_api.h, hiprtc.h) ---------------------------------------
@@ -163,6 +169,21 @@ pub const hipErrorInvalidDevice: hipError_t = 101;
 pub const hipErrorNotFound: hipError_t = 500;
 /// `hipErrorNotReady`: queried work has not completed yet.
 pub const hipErrorNotReady: hipError_t = 600;
+/// `hipErrorStreamCaptureInvalidated`: the capture was invalidated by an earlier error.
+pub const hipErrorStreamCaptureInvalidated: hipError_t = 901;
+/// `hipErrorGraphExecUpdateFailure`: `hipGraphExecUpdate` refused the graph.
+pub const hipErrorGraphExecUpdateFailure: hipError_t = 910;
+
+/// `hipStreamCaptureMode` (a C enum): `hipStreamCaptureModeGlobal` 0,
+/// `hipStreamCaptureModeThreadLocal` 1, `hipStreamCaptureModeRelaxed` 2.
+pub type hipStreamCaptureMode = c_int;
+/// `hipStreamCaptureStatus` (a C enum): `hipStreamCaptureStatusNone` 0,
+/// `hipStreamCaptureStatusActive` 1, `hipStreamCaptureStatusInvalidated` 2.
+pub type hipStreamCaptureStatus = c_int;
+/// `hipGraphExecUpdateResult` (a C enum): `hipGraphExecUpdateSuccess` 0,
+/// then error 1, topology changed 2, node type changed 3, function changed
+/// 4, parameters changed 5, not supported 6, unsupported function change 7.
+pub type hipGraphExecUpdateResult = c_int;
 
 /// `HIPRTC_SUCCESS`.
 pub const HIPRTC_SUCCESS: hiprtcResult = 0;
@@ -468,6 +489,29 @@ function_table! {
         fn hipMemPoolGetAccess(*mut c_int, hipMemPool_t, *mut hipMemLocation) -> hipError_t;
         /// `hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list, size_t count);`
         fn hipMemPoolSetAccess(hipMemPool_t, *const hipMemAccessDesc, usize) -> hipError_t;
+        // Stream capture and graphs (`crate::backend::graph`; ROCm 5.3+ has
+        // them all): optional, so a runtime without them fails only graphs.
+        /// `hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode);`
+        fn hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode) -> hipError_t;
+        /// `hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t* pGraph);`
+        fn hipStreamEndCapture(hipStream_t, *mut hipGraph_t) -> hipError_t;
+        /// `hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* pCaptureStatus);`
+        fn hipStreamIsCapturing(hipStream_t, *mut hipStreamCaptureStatus) -> hipError_t;
+        /// `hipError_t hipGraphGetNodes(hipGraph_t graph, hipGraphNode_t* nodes, size_t* numNodes);`
+        fn hipGraphGetNodes(hipGraph_t, *mut hipGraphNode_t, *mut usize) -> hipError_t;
+        /// `hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* pGraphExec, hipGraph_t graph,
+        /// unsigned long long flags);`
+        fn hipGraphInstantiateWithFlags(*mut hipGraphExec_t, hipGraph_t, u64) -> hipError_t;
+        /// `hipError_t hipGraphLaunch(hipGraphExec_t graphExec, hipStream_t stream);`
+        fn hipGraphLaunch(hipGraphExec_t, hipStream_t) -> hipError_t;
+        /// `hipError_t hipGraphExecUpdate(hipGraphExec_t hGraphExec, hipGraph_t hGraph,
+        /// hipGraphNode_t* hErrorNode_out, hipGraphExecUpdateResult* updateResult_out);`
+        fn hipGraphExecUpdate(hipGraphExec_t, hipGraph_t, *mut hipGraphNode_t, *mut hipGraphExecUpdateResult)
+            -> hipError_t;
+        /// `hipError_t hipGraphDestroy(hipGraph_t graph);`
+        fn hipGraphDestroy(hipGraph_t) -> hipError_t;
+        /// `hipError_t hipGraphExecDestroy(hipGraphExec_t graphExec);`
+        fn hipGraphExecDestroy(hipGraphExec_t) -> hipError_t;
     }
 }
 

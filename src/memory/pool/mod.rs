@@ -45,6 +45,19 @@
 //! handle; with that, the pool would retire a list the moment its stream is
 //! otherwise dropped.)
 //!
+//! ## Stream capture
+//! The pool refuses to allocate on a capturing stream ([`Error::Graph`] with
+//! [`GraphErrorKind::PoolAllocation`]): a block handed out there would be
+//! baked into the graph, which replays into it long after the pool thinks
+//! it free, and the pool cannot hand a graph memory of its own (PyTorch's
+//! graph-private pools) without blocks that no graph outlives. A free on a
+//! capturing stream is held back, without any driver call, and done once
+//! the stream no longer captures (at the pool's next allocation, free or
+//! trim): fencing records events, which a capture would record into the
+//! graph instead of on the stream. Fencing likewise skips a capturing
+//! stream's list. So a capture never sees the pool's events, and the
+//! pool's bookkeeping never sees a captured one. (`docs/design.md#graphs`)
+//!
 //! ## Trust
 //! Every block goes back only to the pool that handed it out: blocks carry
 //! the pool's [`ResourceId`] and a serial number the pool
@@ -54,7 +67,6 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
-mod report;
 mod state;
 
 use std::fmt;
@@ -62,13 +74,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
 use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
+pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
-pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use state::{
     index, st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT,
     MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
@@ -156,6 +168,18 @@ pub struct CachingPool<B: MemoryBackend, S: Storage<B> = DeviceStorage<B>> {
     id: ResourceId,
     pinned: PinnedPool<B>,
     state: Mutex<State<B, S::Segment>>,
+    /// Frees made on capturing streams, held back until those streams stop
+    /// capturing (see the module docs), and their number.
+    held_back: Mutex<Vec<HeldBack<B>>>,
+    held_back_count: std::sync::atomic::AtomicUsize,
+}
+
+/// A free made on a capturing stream: the block, its stream and its events.
+type HeldBack<B> = (Block<B>, Stream<B>, Vec<Event<B>>);
+
+/// Whether `stream` is capturing (a failed query counts as not).
+fn capturing<B: MemoryBackend>(device: &B::Device, stream: &Stream<B>) -> bool {
+    device.capture_status(stream).map(|s| s.is_capturing()).unwrap_or(false)
 }
 
 impl<B: MemoryBackend> CachingPool<B> {
@@ -198,7 +222,15 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
         let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
-        CachingPool { storage, config, id: ResourceId::new(), pinned, state: Mutex::new(State::new()) }
+        CachingPool {
+            storage,
+            config,
+            id: ResourceId::new(),
+            pinned,
+            state: Mutex::new(State::new()),
+            held_back: Mutex::new(Vec::new()),
+            held_back_count: Default::default(),
+        }
     }
 
     /// The settings.
@@ -223,11 +255,31 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
     /// those streams), waits for every pending fence, and releases free
     /// segments until at most `keep` bytes stay reserved.
     pub fn trim(&self, keep: usize) -> Result<()> {
+        self.free_held_back();
         let mut st = self.lock();
         st.fence_all(self.dev());
         st.wait_pending(self.dev());
         st.release_free_segments(keep);
         Ok(())
+    }
+
+    /// Does the frees held back on streams that no longer capture.
+    fn free_held_back(&self) {
+        use std::sync::atomic::Ordering;
+        if self.held_back_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let ready: Vec<HeldBack<B>> = {
+            let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
+            let (ready, still): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut *held).into_iter().partition(|(_, s, _)| !capturing::<B>(self.dev(), s));
+            *held = still;
+            self.held_back_count.store(held.len(), Ordering::Release);
+            ready
+        };
+        for (block, stream, after) in ready {
+            let _ = self.deallocate(block, &stream, after);
+        }
     }
 
     /// A usage and fragmentation report.
@@ -439,6 +491,18 @@ unsafe impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B
 
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         check_alloc_size(bytes)?;
+        if capturing::<B>(self.dev(), stream) {
+            return Err(Error::Graph {
+                backend: <B as crate::backend::Backend>::KIND,
+                op: "allocate",
+                kind: GraphErrorKind::PoolAllocation,
+                reason: "the caching pool does not allocate on a capturing stream (a graph would replay into \
+                         memory the pool hands out again); allocate before the capture, and keep the memory \
+                         as long as the graph"
+                    .into(),
+            });
+        }
+        self.free_held_back();
         let size = bytes.checked_next_multiple_of(ROUND).ok_or_else(|| Error::InvalidArgument {
             name: "bytes",
             reason: format!("{bytes} bytes cannot be rounded up to {ROUND}"),
@@ -449,6 +513,12 @@ unsafe impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
         let device = self.dev();
+        if capturing::<B>(device, stream) {
+            let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
+            held.push((block, stream.clone(), after));
+            self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
+            return Ok(());
+        }
         let mut st = self.lock();
         let live = match block.check_owner(self.id, self.name()) {
             Ok(()) => st.live_block(block.token(), block.serial(), block.ptr(), block.len()),

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use crate::backend::{Device, DeviceMemory, Event, Stream};
 
-use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use crate::memory::ext::MemoryBackend;
+use crate::memory::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 
 pub(super) const ROUND: usize = 512;
 pub(super) const SMALL_MAX: usize = 1 << 20;
@@ -336,6 +336,12 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
         if l == 0 || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
             return;
+        }
+        // A capturing stream would record the fence's event into its graph.
+        if let Some(stream) = &self.lists[l].stream {
+            if device.capture_status(stream).map(|c| c.is_capturing()).unwrap_or(false) {
+                return;
+            }
         }
         let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
         nodes.append(&mut self.lists[l].recent);

@@ -19,6 +19,7 @@ from enum import IntEnum
 from . import _core, memory
 from ._core import (
     CUDA_COMPILED,
+    ROCM_COMPILED,
     DTYPES,
     MAX_RANK,
     DeviceMismatchError,
@@ -83,6 +84,51 @@ class dlpack:  # noqa: N801 - a namespace: gpuport.dlpack.kDLCPU (docs/design.md
 from . import runtime  # noqa: E402 - the low-level runtime and its pointer adapters (gpuport.runtime)
 
 
+_BACKENDS = ("host", "cuda", "rocm")
+
+
+def is_available(backend: str) -> bool:
+    """Whether ``backend`` ("host", "cuda" or "rocm") loaded and has a device.
+
+        >>> import gpuport
+        >>> gpuport.is_available("host")
+        True
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(_BACKENDS)}")
+    return any(name == backend and ok for name, ok, _ in backend_status())
+
+
+def show_config(file=None) -> None:
+    """Prints each backend: loaded with its devices, or why not (the library
+    tried and where, and how to point gpuport at it).
+
+        >>> import gpuport
+        >>> gpuport.show_config()  # doctest: +ELLIPSIS
+        gpuport ...
+        host: 1 device(s)
+        ...
+    """
+    import sys
+
+    out = sys.stdout if file is None else file
+    print(f"gpuport {__version__}", file=out)
+    by_backend: "dict[str, list[Device]]" = {}
+    for d in devices():
+        by_backend.setdefault(d.backend, []).append(d)
+    for name, ok, note in sorted(backend_status(), key=lambda s: _BACKENDS.index(s[0]) if s[0] in _BACKENDS else 9):
+        if ok:
+            print(f"{name}: {note}", file=out)
+            for d in by_backend.get(name, []):
+                print(f"  {d!r}", file=out)
+        else:
+            hint = {
+                "cuda": " (install the NVIDIA driver, or put its libcuda.so.1 on LD_LIBRARY_PATH)",
+                "rocm": " (set GPUPORT_HIP_LIBRARY or ROCM_PATH)",
+            }.get(name, "")
+            print(f"{name}: unavailable: {note}{hint}", file=out)
+
+
 def cuda_devices() -> "list[Device]":
     """The CUDA devices gpuport can use (empty without CUDA)."""
     return [d for d in devices() if d.backend == "cuda"]
@@ -90,6 +136,7 @@ def cuda_devices() -> "list[Device]":
 
 __all__ = [
     "CUDA_COMPILED",
+    "ROCM_COMPILED",
     "DTYPES",
     "MAX_RANK",
     "DLDeviceType",
@@ -120,7 +167,9 @@ __all__ = [
     "dlpack",
     "from_cuda_array_interface",
     "from_dlpack",
+    "is_available",
     "runtime",
+    "show_config",
     "memory",
 ]
 __version__ = "0.1.0"

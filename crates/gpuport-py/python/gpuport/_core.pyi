@@ -7,6 +7,7 @@ from typing_extensions import Self, disjoint_base, final
 MAX_RANK: int
 DTYPES: list[str]
 CUDA_COMPILED: bool
+ROCM_COMPILED: bool
 
 _StreamLike = Union["Stream", int, Any, None]
 _DeviceLike = Union["Device", str, int, None]

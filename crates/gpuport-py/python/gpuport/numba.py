@@ -6,6 +6,10 @@ Use it through the environment::
 
 or, before Numba creates its CUDA context, ``gpuport.numba.use_gpuport_for_numba()``.
 
+CUDA only: Numba's GPU target is CUDA, so the plugin serves CUDA devices
+and refuses a ROCm (or host) device with ``gpuport.UnsupportedError``; on
+ROCm, exchange memory with Numba-free code through DLPack instead.
+
 Device memory (``cuda.to_device``, ``device_array``, ...) comes from the
 context device's current gpuport resource (the caching pool with the
 statistics and optional CSV log of ``gpuport.memory``) and returns to it
@@ -35,7 +39,40 @@ from numba.cuda.cudadrv import driver as _drv
 
 from . import _core
 
-__all__ = ["GpuportNumbaMemoryManager", "ipc_handle_bytes", "use_gpuport_for_numba"]
+__all__ = ["GpuportNumbaMemoryManager", "cuda_spec", "ipc_handle_bytes", "use_gpuport_for_numba"]
+
+
+def cuda_spec(device: Any = None) -> str:
+    """The CUDA device spec (``"cuda:N"``) Numba's memory comes from for
+    ``device``: None (cuda:0), a CUDA ordinal, a spec or a ``gpuport.Device``.
+    A ROCm or host device is refused with ``gpuport.UnsupportedError``: Numba
+    has no ROCm target, so its arrays cannot live there."""
+    if device is None:
+        return "cuda:0"
+    if isinstance(device, bool):
+        raise TypeError(f"device must be None, a CUDA ordinal, a spec or a gpuport.Device; got {device!r}")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"a CUDA ordinal is non-negative; got {device}")
+        return f"cuda:{device}"
+    if isinstance(device, str):
+        spec = device.strip()
+        backend = spec.split(":", 1)[0]
+    elif isinstance(device, _core.Device):
+        spec, backend = device.spec, device.backend
+    else:
+        raise TypeError(f"device must be None, a CUDA ordinal, a spec or a gpuport.Device; got {device!r}")
+    if backend == "cuda":
+        return spec if ":" in spec else "cuda:0"
+    if backend == "rocm":
+        raise _core.UnsupportedError(
+            f"gpuport.numba: {spec} is a ROCm device, and Numba has no ROCm target (its GPU target is "
+            "CUDA only), so Numba's memory cannot come from it; use a CUDA device, or exchange ROCm "
+            "memory through DLPack (gpuport.from_dlpack, MemArray.__dlpack__)"
+        )
+    raise _core.UnsupportedError(
+        f"gpuport.numba: {spec!r} is not a CUDA device; Numba's memory manager serves CUDA devices only"
+    )
 
 
 def _binding() -> Any:
@@ -143,7 +180,7 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
 
     def initialize(self) -> None:
         # May be called more than once: keep what is live.
-        self._spec = f"cuda:{_device_ordinal(self.context.device)}"
+        self._spec = cuda_spec(_device_ordinal(self.context.device))
         if not hasattr(self, "_live"):
             self._live: Dict[int, Any] = {}
         _core.mem_stats(self._spec)  # installs the resource now
@@ -226,6 +263,12 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
 _numba_memory_manager = GpuportNumbaMemoryManager
 
 
-def use_gpuport_for_numba() -> None:
-    """Makes gpuport Numba's memory manager (before Numba's first CUDA context)."""
+def use_gpuport_for_numba(device: Any = None) -> None:
+    """Makes gpuport Numba's memory manager (before Numba's first CUDA context).
+
+    ``device`` (optional) names the device the caller means Numba to use; it
+    must be a CUDA one (see ``cuda_spec``): a ROCm device is refused with
+    ``gpuport.UnsupportedError`` before anything changes, as Numba has no
+    ROCm target. The manager itself follows Numba's context device."""
+    cuda_spec(device)
     cuda.set_memory_manager(GpuportNumbaMemoryManager)

@@ -6,8 +6,8 @@
 
 use std::ops::Range;
 
-use super::{IndexerArg, Scalar, StridedArg, MAX_RANK};
-use crate::backend::host::HostKernelDef;
+use super::HostKernelDef;
+use crate::backend::array_kernels::{IndexerArg, Scalar, StridedArg, MAX_RANK};
 use crate::backend::{address_to_usize, KernelArg, KernelArgs, LaunchConfig};
 
 type KResult = std::result::Result<(), String>;
@@ -210,4 +210,21 @@ pub(crate) fn array_kernels() -> Vec<(&'static str, HostKernelDef)> {
         u32 => "u32", u64 => "u64", f16 => "f16", bf16 => "bf16", f32 => "f32", f64 => "f64");
     bytewise!(table, 1, 2, 4, 8, 16);
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::array_kernels::all_kernel_names;
+    use crate::backend::builtin;
+
+    #[test]
+    fn the_host_backend_defines_exactly_the_kernels_the_launchers_name() {
+        let mut host: Vec<String> = array_kernels().into_iter().map(|(n, _)| n.to_string()).collect();
+        host.extend(builtin::ALL.iter().map(|s| s.to_string()));
+        let (mut host, mut named) = (host, all_kernel_names());
+        host.sort();
+        named.sort();
+        assert_eq!(host, named);
+    }
 }

@@ -5,11 +5,17 @@
 //! - "device" memory is separate host allocations (never the caller's memory);
 //! - each stream is an in-order queue run by its own worker thread, so async
 //!   copies return before they happen and events complete later;
-//! - kernels are the library's built-ins implemented in Rust; a foreign
-//!   source or binary is [`Error::Unsupported`].
+//! - kernels are the library's built-ins implemented in Rust (the array
+//!   kernels in `host/kernels.rs`); a foreign source or binary is [`Error::Unsupported`].
 //!
 //! Queued work holds a reference to every buffer it touches, so dropping a
 //! host buffer while work on it is queued cannot free it early.
+//!
+//! A capturing stream keeps the closures it would have queued, with those
+//! references, as the nodes of a graph that replays them in order
+//! (`graph.rs`, [`crate::backend::graph`]).
+
+mod kernels;
 
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -26,6 +32,11 @@ use super::{
     PinnedFlags,
 };
 use crate::error::{BackendKind, Error, Result};
+
+mod graph;
+
+use graph::{HostCapture, NodeKind};
+pub use graph::{HostGraph, HostGraphExec};
 
 /// Alignment of host "device" allocations, matching what GPU allocators give.
 const ALIGN: usize = 256;
@@ -44,6 +55,8 @@ impl Backend for Host {
     type HostRegistration = HostRegistration;
     type Module = HostModule;
     type Kernel = HostKernel;
+    type RawGraph = HostGraph;
+    type RawGraphExec = HostGraphExec;
 }
 
 // ---- memory -----------------------------------------------------------------
@@ -178,6 +191,8 @@ struct StreamInner {
     pending: Arc<Pending>,
     worker: Mutex<Option<thread::JoinHandle<()>>>,
     id: u64,
+    /// The capture running on this stream, if any: enqueued work goes to it.
+    capture: Mutex<Option<HostCapture>>,
 }
 
 impl Drop for StreamInner {
@@ -236,12 +251,17 @@ impl HostStream {
                 pending,
                 worker: Mutex::new(Some(worker)),
                 id,
+                capture: Mutex::new(None),
             }),
         })
     }
 
-    /// Queues `task` behind everything already on this stream.
-    fn enqueue(&self, task: impl FnOnce() + Send + 'static) -> Result<()> {
+    /// Queues `task` behind everything already on this stream, or, while
+    /// the stream captures, adds it to the capture as a node of `kind`.
+    fn enqueue(&self, kind: NodeKind, task: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        if let Some(capture) = self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            return capture.push(kind, Arc::new(task));
+        }
         let pending = &self.inner.pending;
         pending.state.lock().unwrap_or_else(|p| p.into_inner()).queued += 1;
         let sender = self.inner.sender.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,7 +273,19 @@ impl HostStream {
         Ok(())
     }
 
+    /// Whether the stream is capturing, and if so the capture's id.
+    fn capture_id(&self) -> Option<u64> {
+        self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.id)
+    }
+
+    /// [`GraphErrorKind::SynchronousCall`] for `op` while the stream captures.
+    fn refuse_if_capturing(&self, op: &'static str) -> Result<()> {
+        use crate::backend::graph::CaptureStream;
+        crate::backend::graph::check_not_capturing(BackendKind::Host, op, self.capture_status())
+    }
+
     fn synchronize(&self) -> Result<()> {
+        self.refuse_if_capturing("synchronize")?;
         match self.inner.pending.wait_idle().failure.take() {
             Some(msg) => Err(Error::HostTask(msg)),
             None => Ok(()),
@@ -275,6 +307,9 @@ struct EventState {
     completed: u64,
     /// When the latest completed recording was reached.
     at: Option<Instant>,
+    /// The capture the latest recording was made in, if it was made in one:
+    /// it happens only when the graph runs.
+    captured_in: Option<u64>,
 }
 
 /// A marker on a host stream.
@@ -364,7 +399,7 @@ fn kernel_fill_u32(args: &KernelArgs, _: LaunchConfig) -> std::result::Result<()
     Ok(())
 }
 
-/// The runtime built-ins and the array kernels of `crate::kernels`, built once.
+/// The runtime built-ins and the array kernels (`host/kernels.rs`), built once.
 fn builtin_module() -> HostModule {
     HostModule { kernels: builtin_table() }
 }
@@ -385,7 +420,7 @@ fn builtin_table() -> &'static HashMap<&'static str, HostKernelDef> {
             (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
             (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
         ];
-        runtime.into_iter().chain(crate::kernels::host::array_kernels()).collect()
+        runtime.into_iter().chain(kernels::array_kernels()).collect()
     })
 }
 
@@ -413,6 +448,10 @@ struct SendPtr(*mut u8);
 // SAFETY: see the type's doc: the async-op contracts keep the pointee alive
 // and unaliased until the worker has run.
 unsafe impl Send for SendPtr {}
+// SAFETY: the address itself is shared, not the pointee: a captured node
+// holding it runs on the worker of the stream it is launched on, under the
+// same contracts as queued work.
+unsafe impl Sync for SendPtr {}
 
 /// The host address `offset` bytes into `memory` (range-checked by the caller).
 fn target<M: DeviceMemory + ?Sized>(memory: &M, offset: usize) -> SendPtr {
@@ -526,10 +565,14 @@ impl Device for HostDevice {
     }
 
     fn synchronize(&self, stream: &HostStream) -> Result<()> {
+        if stream.inner.id == self.default_stream.inner.id {
+            crate::backend::graph::check_device_wide_wait(BackendKind::Host, 0, "synchronize (default stream)")?;
+        }
         stream.synchronize()
     }
 
     fn synchronize_device(&self) -> Result<()> {
+        crate::backend::graph::check_device_wide_wait(BackendKind::Host, 0, "synchronize_device")?;
         let live: Vec<Arc<Pending>> =
             self.streams.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
         for pending in live {
@@ -539,6 +582,7 @@ impl Device for HostDevice {
     }
 
     fn is_idle(&self, stream: &HostStream) -> Result<bool> {
+        stream.refuse_if_capturing("is_idle")?;
         Ok(stream.is_idle())
     }
 
@@ -547,13 +591,17 @@ impl Device for HostDevice {
     }
 
     fn record_event(&self, event: &HostEvent, stream: &HostStream) -> Result<()> {
+        if let Some(capture) = stream.capture_id() {
+            return graph::record_in_capture(event, stream, capture);
+        }
         let generation = {
             let mut st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
             st.recorded += 1;
+            st.captured_in = None;
             st.recorded
         };
         let ev = event.clone();
-        stream.enqueue(move || {
+        stream.enqueue(NodeKind::EventRecord, move || {
             let (lock, cvar) = &*ev.inner;
             let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
             if st.completed < generation {
@@ -565,25 +613,40 @@ impl Device for HostDevice {
     }
 
     fn wait_event(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
-        let target = event.inner.0.lock().unwrap_or_else(|p| p.into_inner()).recorded;
+        let (target, captured_in) = {
+            let st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+            (st.recorded, st.captured_in)
+        };
+        if let Some(capture) = stream.capture_id() {
+            return graph::wait_in_capture(stream, capture, captured_in);
+        }
+        if captured_in.is_some() {
+            return Err(graph::isolation("wait_event", "the event was last recorded inside a capture"));
+        }
         let ev = event.clone();
-        stream.enqueue(move || ev.wait_for(target))
+        stream.enqueue(NodeKind::EventWait, move || ev.wait_for(target))
     }
 
     fn synchronize_event(&self, event: &HostEvent) -> Result<()> {
-        let target = event.inner.0.lock().unwrap_or_else(|p| p.into_inner()).recorded;
+        let target = {
+            let st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+            graph::refuse_captured_event(&st, "synchronize_event")?;
+            st.recorded
+        };
         event.wait_for(target);
         Ok(())
     }
 
     fn event_is_complete(&self, event: &HostEvent) -> Result<bool> {
         let st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+        graph::refuse_captured_event(&st, "event_is_complete")?;
         Ok(st.completed >= st.recorded)
     }
 
     fn elapsed_ms(&self, start: &HostEvent, end: &HostEvent) -> Result<f32> {
         let time = |e: &HostEvent, which: &'static str| -> Result<Instant> {
             let st = e.inner.0.lock().unwrap_or_else(|p| p.into_inner());
+            graph::refuse_captured_event(&st, "elapsed_ms")?;
             match st.at {
                 Some(at) if st.recorded > 0 && st.completed >= st.recorded => Ok(at),
                 _ => Err(Error::InvalidArgument {
@@ -609,10 +672,10 @@ impl Device for HostDevice {
     ) -> Result<()> {
         check_range("destination", dst_offset, src.len(), dst.len())?;
         let (from, to, len, keep) = (SendPtr(src.as_ptr() as *mut u8), target(dst, dst_offset), src.len(), dst.owner());
-        stream.enqueue(move || {
-            let (from, to, _keep) = (from, to, keep);
+        stream.enqueue(NodeKind::Copy, move || {
+            let (from, to, _keep) = (&from, &to, &keep);
             // SAFETY: the caller keeps `src` and `dst` alive until the stream
-            // passes this point (`_keep` also holds reference-counted
+            // passes this point (`keep` also holds reference-counted
             // memory); the range was checked; `copy` tolerates overlap.
             unsafe { std::ptr::copy(from.0, to.0, len) }
         })
@@ -627,8 +690,8 @@ impl Device for HostDevice {
     ) -> Result<()> {
         check_range("source", src_offset, dst.len(), src.len())?;
         let (from, to, len, keep) = (target(src, src_offset), SendPtr(dst.as_mut_ptr()), dst.len(), src.owner());
-        stream.enqueue(move || {
-            let (from, to, _keep) = (from, to, keep);
+        stream.enqueue(NodeKind::Copy, move || {
+            let (from, to, _keep) = (&from, &to, &keep);
             // SAFETY: as in `copy_to_device_async`; the caller leaves `dst`
             // untouched until the stream passes this point.
             unsafe { std::ptr::copy(from.0, to.0, len) }
@@ -647,8 +710,8 @@ impl Device for HostDevice {
         check_range("source", src_offset, len, src.len())?;
         check_range("destination", dst_offset, len, dst.len())?;
         let (from, to, keep) = (target(src, src_offset), target(dst, dst_offset), (src.owner(), dst.owner()));
-        stream.enqueue(move || {
-            let (from, to, _keep) = (from, to, keep);
+        stream.enqueue(NodeKind::Copy, move || {
+            let (from, to, _keep) = (&from, &to, &keep);
             // SAFETY: as in `copy_to_device_async`, for both buffers.
             unsafe { std::ptr::copy(from.0, to.0, len) }
         })
@@ -664,8 +727,8 @@ impl Device for HostDevice {
     ) -> Result<()> {
         check_range("destination", offset, len, dst.len())?;
         let (to, keep) = (target(dst, offset), dst.owner());
-        stream.enqueue(move || {
-            let (to, _keep) = (to, keep);
+        stream.enqueue(NodeKind::Memset, move || {
+            let (to, _keep) = (&to, &keep);
             // SAFETY: as in `copy_to_device_async`.
             unsafe { std::ptr::write_bytes(to.0, value, len) }
         })
@@ -716,7 +779,7 @@ impl Device for HostDevice {
         check_kernel_args(kernel.name, kernel.def.params, args)?;
         config.validate(&self.info.limits)?;
         let (func, name, args) = (kernel.def.func, kernel.name, args.clone());
-        stream.enqueue(move || {
+        stream.enqueue(NodeKind::Kernel(name), move || {
             if let Err(msg) = func(&args, config) {
                 // Reported by the stream's next synchronize, like a GPU fault.
                 panic!("kernel {name}: {msg}");

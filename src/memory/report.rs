@@ -1,5 +1,9 @@
-//! What a [`CachingPool`](super::CachingPool) reports: [`PoolReport`] with
-//! its [`PoolCounters`] and a map of every segment's blocks.
+//! What a resource reports of itself: a pool's usage and fragmentation
+//! ([`PoolReport`], with its [`PoolCounters`] and a map of every segment's
+//! blocks; [`MemoryResource::report`](super::MemoryResource::report)), and the
+//! counts of a [`StatisticsResource`](super::StatisticsResource)
+//! ([`Statistics`]; [`MemoryResource::statistics`](super::MemoryResource::statistics)).
+//! Plain data, below the resources that fill it in and the trait that returns it.
 
 use std::fmt;
 
@@ -140,4 +144,21 @@ impl fmt::Display for PoolReport {
         }
         Ok(())
     }
+}
+
+/// Counts of a [`StatisticsResource`](super::StatisticsResource) (bytes as requested).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Statistics {
+    /// Bytes allocated and not yet freed.
+    pub current_bytes: usize,
+    /// Highest `current_bytes` seen.
+    pub peak_bytes: usize,
+    /// Bytes allocated over the adaptor's life.
+    pub total_bytes: usize,
+    /// Allocations not yet freed.
+    pub current_count: usize,
+    /// Highest `current_count` seen.
+    pub peak_count: usize,
+    /// Allocations over the adaptor's life.
+    pub total_count: usize,
 }

@@ -6,6 +6,10 @@
 
 use std::fmt;
 
+pub(crate) mod dlpack;
+
+use dlpack::DLPackError;
+
 /// Which backend an object or error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BackendKind {
@@ -220,11 +224,61 @@ pub enum Error {
 
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
-    DLPack(#[from] crate::dlpack::DLPackError),
+    DLPack(#[from] DLPackError),
 
     /// A memory resource refused a block, or broke its contract.
     #[error(transparent)]
     Memory(#[from] crate::memory::MemoryError),
+
+    /// A rule of stream capture or graphs was broken (see
+    /// [`crate::backend::graph`]); `kind` says which. The stream, the
+    /// capture (unless `kind` is [`GraphErrorKind::Invalidated`]) and the
+    /// graph stay usable.
+    #[error("{backend}: {op}: {reason}")]
+    Graph {
+        /// The backend.
+        backend: BackendKind,
+        /// The operation refused, e.g. `"synchronize"`.
+        op: &'static str,
+        /// Which rule.
+        kind: GraphErrorKind,
+        /// What happened and what to do instead.
+        reason: String,
+    },
+}
+
+/// Which rule of stream capture or graphs an [`Error::Graph`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GraphErrorKind {
+    /// A call that waits for the device (a synchronize, a blocking copy, a
+    /// stream query) was made on a capturing stream, or on the default
+    /// stream or the whole device while a capture forbids it. Refused
+    /// before the driver saw it: the capture is still valid.
+    SynchronousCall,
+    /// `begin_capture` on a stream that is already capturing.
+    AlreadyCapturing,
+    /// The default stream cannot be captured (CUDA and HIP refuse its
+    /// legacy form); capture a stream from `create_stream`.
+    DefaultStream,
+    /// The capture was invalidated by an earlier error; ending it returns
+    /// this and leaves the stream usable, not capturing.
+    Invalidated,
+    /// A dependency across the capture's boundary: waiting inside a capture
+    /// for an event recorded outside it (this invalidates the capture, as
+    /// on CUDA), or on another stream for an event recorded inside it.
+    Isolation,
+    /// An event last recorded inside a capture was waited for or queried
+    /// on the host: it is recorded only when the graph runs.
+    CapturedEvent,
+    /// `GraphExec::update` with a graph of another shape; the executable
+    /// graph is unchanged.
+    UpdateRefused,
+    /// An allocation from the caching pool on a capturing stream (the pool
+    /// refuses; see `docs/design.md#graphs`).
+    PoolAllocation,
+    /// A graph launched into a capturing stream of the host backend.
+    NestedLaunch,
 }
 
 impl Error {
@@ -250,6 +304,7 @@ impl Error {
             Error::Residency(_) => "Residency",
             Error::DLPack(_) => "DLPack",
             Error::Memory(_) => "Memory",
+            Error::Graph { .. } => "Graph",
         }
     }
 }

@@ -1,0 +1,209 @@
+//! Stream capture and graphs of a GPU device, over the vendor's
+//! [`GraphCalls`]: [`GpuGraph`] and [`GpuGraphExec`], and capture on a
+//! [`GpuStream`].
+//!
+//! The driver records the work; gpuport records, beside it, the owners of
+//! what the work references (the stream's recorder, filled by the device's
+//! operations while `in_capture`), and, per executable graph, an event
+//! after its latest launch on each stream, so dropping it can wait for its
+//! launches before what they use is released.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use super::driver::{Driver, GraphCalls};
+use super::stream::GpuStream;
+use super::Gpu;
+use crate::backend::graph::{graph_error, CaptureMode, CaptureStatus, CaptureStream, RawGraph, RawGraphExec, Recorder};
+use crate::error::{Error, GraphErrorKind, Result};
+
+type G<D> = <D as Driver>::Graphs;
+
+impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
+    fn capture_ordinal(&self) -> usize {
+        self.ordinal()
+    }
+
+    fn begin_capture(&self, mode: CaptureMode, recorder: Arc<Recorder>) -> Result<()> {
+        let d = self.driver();
+        d.bind()?;
+        if self.capture_status()?.is_capturing() {
+            return Err(graph_error(
+                D::KIND,
+                "begin_capture",
+                GraphErrorKind::AlreadyCapturing,
+                "the stream is already capturing; end that capture first".into(),
+            ));
+        }
+        self.set_recorder(Some(recorder));
+        // SAFETY: the device is current; the stream is alive (we hold it) and not capturing.
+        let begun = unsafe { G::<D>::begin_capture(d, self.as_raw(), mode) };
+        if begun.is_err() {
+            self.set_recorder(None);
+        }
+        begun
+    }
+
+    fn end_capture(&self) -> Result<GpuGraph<D>> {
+        let d = self.driver();
+        self.set_recorder(None);
+        d.bind()?;
+        // SAFETY: the device is current; the stream is alive and was capturing.
+        match unsafe { G::<D>::end_capture(d, self.as_raw()) } {
+            Ok(raw) => Ok(GpuGraph { raw, driver: d.clone() }),
+            Err(Error::Driver(e)) if e.code == D::code(G::<D>::CAPTURE_INVALIDATED) => Err(graph_error(
+                D::KIND,
+                "end_capture",
+                GraphErrorKind::Invalidated,
+                format!("the capture was invalidated by an earlier error, and is discarded ({e})"),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn capture_status(&self) -> Result<CaptureStatus> {
+        let d = self.driver();
+        d.bind()?;
+        // SAFETY: the device is current; the stream is alive.
+        unsafe { G::<D>::capture_status(d, self.as_raw()) }
+    }
+}
+
+/// A captured graph of a GPU device; destroyed on drop.
+pub struct GpuGraph<D: Driver> {
+    raw: <G<D> as GraphCalls<D>>::Graph,
+    driver: Arc<D>,
+}
+
+// SAFETY: the driver's contract: its handles may be used from any thread;
+// graph objects are used only through `&self` calls the driver serializes
+// (instantiate, node count) and destroyed once.
+unsafe impl<D: Driver> Send for GpuGraph<D> {}
+// SAFETY: as above.
+unsafe impl<D: Driver> Sync for GpuGraph<D> {}
+
+impl<D: Driver> fmt::Debug for GpuGraph<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}Graph({}:{}, {:p})", D::NAME, D::KIND, self.driver.ordinal(), self.raw)
+    }
+}
+
+impl<D: Driver> Drop for GpuGraph<D> {
+    fn drop(&mut self) {
+        if self.driver.bind().is_ok() {
+            // SAFETY: made by `end_capture` of this driver, destroyed once.
+            let _ = unsafe { G::<D>::destroy_graph(&self.driver, self.raw) };
+        }
+    }
+}
+
+impl<D: Driver> RawGraph<Gpu<D>> for GpuGraph<D> {
+    fn node_count(&self) -> Result<usize> {
+        self.driver.bind()?;
+        // SAFETY: the device is current; the graph is alive.
+        unsafe { G::<D>::node_count(&self.driver, self.raw) }
+    }
+
+    fn instantiate(&self) -> Result<GpuGraphExec<D>> {
+        self.driver.bind()?;
+        // SAFETY: the device is current; the graph is alive.
+        let raw = unsafe { G::<D>::instantiate(&self.driver, self.raw) }?;
+        Ok(GpuGraphExec { raw, driver: self.driver.clone(), launched: Mutex::new(Vec::new()) })
+    }
+}
+
+/// An executable graph of a GPU device; destroyed on drop.
+pub struct GpuGraphExec<D: Driver> {
+    raw: <G<D> as GraphCalls<D>>::Exec,
+    driver: Arc<D>,
+    /// Per stream launched on (by stream id): an event recorded after the
+    /// latest launch there.
+    launched: Mutex<Vec<(u64, D::Event)>>,
+}
+
+// SAFETY: the driver's contract: its handles may be used from any thread;
+// `launched` is under a lock, and `update` takes `&mut self`.
+unsafe impl<D: Driver> Send for GpuGraphExec<D> {}
+// SAFETY: as above.
+unsafe impl<D: Driver> Sync for GpuGraphExec<D> {}
+
+impl<D: Driver> fmt::Debug for GpuGraphExec<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}GraphExec({}:{}, {:p})", D::NAME, D::KIND, self.driver.ordinal(), self.raw)
+    }
+}
+
+impl<D: Driver> Drop for GpuGraphExec<D> {
+    fn drop(&mut self) {
+        if self.driver.bind().is_err() {
+            return;
+        }
+        for (_, event) in self.launched.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            // SAFETY: made by `event_create` of this driver, destroyed once.
+            let _ = unsafe { self.driver.event_destroy(event) };
+        }
+        // SAFETY: made by `instantiate` of this driver, destroyed once;
+        // launches in flight complete first (the driver's rule).
+        let _ = unsafe { G::<D>::destroy_exec(&self.driver, self.raw) };
+    }
+}
+
+impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
+    fn launch(&self, stream: &GpuStream<D>) -> Result<()> {
+        let d = &self.driver;
+        d.bind()?;
+        // SAFETY: the device is current; the stream belongs to it (checked
+        // by the caller) and is alive; what the graph references is alive
+        // (kept by the `GraphExec`, or promised at capture).
+        unsafe { G::<D>::launch(d, self.raw, stream.as_raw()) }?;
+        let mut launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        let event = match launched.iter().find(|(id, _)| *id == stream.id()) {
+            Some(&(_, event)) => event,
+            None => {
+                let event = d.event_create()?;
+                launched.push((stream.id(), event));
+                event
+            }
+        };
+        // SAFETY: the device is current; both handles are alive and of this device.
+        unsafe { d.event_record(event, stream.as_raw()) }
+    }
+
+    fn update(&mut self, graph: &GpuGraph<D>) -> Result<()> {
+        let d = &self.driver;
+        d.bind()?;
+        // SAFETY: the device is current; both objects are alive and of this device.
+        match unsafe { G::<D>::update(d, self.raw, graph.raw) }? {
+            None => Ok(()),
+            Some(why) => Err(graph_error(
+                D::KIND,
+                "update",
+                GraphErrorKind::UpdateRefused,
+                format!("the driver refused the update ({why}); the executable graph is unchanged"),
+            )),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        if self.driver.bind().is_err() {
+            return false;
+        }
+        let launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the device is current; the events are alive (owned here).
+        launched.iter().all(|&(_, e)| unsafe { self.driver.event_query(e) }.unwrap_or(false))
+    }
+
+    fn wait_idle(&self) {
+        if self.driver.bind().is_err() {
+            return;
+        }
+        let launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        for &(_, event) in launched.iter() {
+            // SAFETY: as in `is_idle`.
+            if unsafe { self.driver.event_synchronize(event) }.is_err() {
+                // The device failed; nothing will run any more.
+                let _ = self.driver.synchronize_device();
+            }
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! Graphs: stream capture, executable graphs, replay and update, on every
+//! backend (design and rules: `docs/design.md#graphs`).
+//!
+//! Work enqueued on a stream between [`Device::begin_capture`] and
+//! [`Capture::end`] is not run but recorded into a [`Graph`]: kernels,
+//! copies, memsets, event records and waits (`cuStreamBeginCapture` /
+//! `hipStreamBeginCapture` on the GPUs; on the host backend the stream keeps
+//! the closures it would have run). [`Graph::instantiate`] makes a
+//! [`GraphExec`], which [`GraphExec::launch`] replays on any stream of the
+//! device, as often as wanted, and [`GraphExec::update`] refits from a
+//! re-captured graph of the same shape.
+//!
+//! ```
+//! use gpuport::{builtin, CaptureMode, Device, DeviceMemory, HostDevice, KernelArgs, ModuleSource};
+//!
+//! let d = HostDevice::open(0)?;
+//! let stream = d.create_stream()?;
+//! let buf = d.alloc(4 * 64)?;
+//! let fill = d.kernel(&d.load_module(ModuleSource::Builtin)?, builtin::FILL_U32)?;
+//!
+//! let capture = d.begin_capture(&stream, CaptureMode::Global)?;
+//! let mut args = KernelArgs::new();
+//! args.push_buffer(&buf).push(&64u64).push(&7u32); // keeps `buf` alive for the graph
+//! // SAFETY: the arguments match `fill_u32`; the graph keeps `buf` alive.
+//! unsafe { d.launch(&fill, d.default_launch_config(&fill, 64)?, &args, capture.stream())? };
+//! let graph = capture.end()?;
+//! let exec = graph.instantiate()?;
+//! drop(buf); // the graph still holds the memory
+//! exec.launch(&stream)?;
+//! exec.launch(&stream)?;
+//! d.synchronize(&stream)?;
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+//!
+//! ## Lifetimes
+//! A graph keeps alive everything it references that has an owner to hold:
+//! each buffer a captured copy or memset names ([`DeviceMemory::owner`]:
+//! every backend's buffers have one), each buffer pushed into launch
+//! arguments with [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer), each kernel's module (GPU),
+//! and whatever [`Capture::keep_alive`] or [`KernelArgs::keep_alive`](crate::KernelArgs::keep_alive) was
+//! given. They live until the graph and the last [`GraphExec`] made from it
+//! are dropped, and a `GraphExec`'s drop first waits for its launches.
+//!
+//! What has no owner (host slices given to copies, pool allocations,
+//! addresses pushed as plain integers) the caller keeps alive: the `unsafe`
+//! enqueue calls' contract "until the stream has passed the operation"
+//! means, for an operation enqueued in a capture, until the last
+//! executable graph made from the capture has been dropped. That promise,
+//! made at capture time, is what makes [`GraphExec::launch`] safe.
+//!
+//! ## Errors
+//! Calls that would wait for a capturing stream are refused with
+//! [`Error::Graph`] before the driver sees them, so the capture survives
+//! them; see [`GraphErrorKind`] for every rule. A [`Capture`] dropped
+//! without [`Capture::end`] ends the capture and discards the graph.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{Backend, Device, DeviceMemory, Stream};
+use crate::error::{BackendKind, Error, GraphErrorKind, Result};
+
+pub(crate) use ops::{CaptureStream, RawGraph, RawGraphExec, Recorder};
+
+/// Something that keeps memory (or a module) alive while it is held.
+pub type Owner = Arc<dyn Any + Send + Sync>;
+
+/// How a capture restricts calls made elsewhere while it runs (CUDA's
+/// `CUstreamCaptureMode`, HIP's `hipStreamCaptureMode`). gpuport applies the
+/// same rule on every backend to the calls that wait for the whole device
+/// or the default stream ([`GraphErrorKind::SynchronousCall`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CaptureMode {
+    /// Such calls are refused on every thread while the capture runs.
+    #[default]
+    Global,
+    /// Such calls are refused on the thread that began the capture.
+    ThreadLocal,
+    /// No call elsewhere is refused (the capturing stream's own rules stay).
+    Relaxed,
+}
+
+/// Whether a stream is capturing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CaptureStatus {
+    /// Not capturing: work runs.
+    None,
+    /// Capturing: work is recorded.
+    Active,
+    /// Capturing, but an error invalidated the capture: ending it fails.
+    Invalidated,
+}
+
+impl CaptureStatus {
+    /// Whether the stream is in capture mode (active or invalidated).
+    pub fn is_capturing(self) -> bool {
+        self != CaptureStatus::None
+    }
+}
+
+/// The backend side of graphs. The traits are public in name only (a
+/// private module): [`Backend`] requires them of its types, and only this
+/// crate's backends implement them.
+mod ops {
+    use super::*;
+
+    /// The owners one capture collects, shared with its stream while it runs.
+    #[derive(Default)]
+    pub struct Recorder {
+        owners: Mutex<Vec<Owner>>,
+    }
+
+    impl Recorder {
+        /// Keeps `owner` for the graph.
+        pub(crate) fn keep(&self, owner: Owner) {
+            self.owners.lock().unwrap_or_else(|p| p.into_inner()).push(owner);
+        }
+
+        pub(super) fn take(&self) -> Vec<Owner> {
+            std::mem::take(&mut *self.owners.lock().unwrap_or_else(|p| p.into_inner()))
+        }
+    }
+
+    impl fmt::Debug for Recorder {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "Recorder({} owners)", self.owners.lock().unwrap_or_else(|p| p.into_inner()).len())
+        }
+    }
+
+    /// Capture on a backend's stream.
+    pub trait CaptureStream<B: Backend> {
+        /// The ordinal of the stream's device.
+        fn capture_ordinal(&self) -> usize;
+        /// Starts capturing; the stream's operations give `recorder` the
+        /// owners of what they reference until the capture ends. A stream
+        /// already capturing is [`GraphErrorKind::AlreadyCapturing`].
+        fn begin_capture(&self, mode: CaptureMode, recorder: Arc<Recorder>) -> Result<()>;
+        /// Ends the capture, whatever happens: the graph, or why there is
+        /// none ([`GraphErrorKind::Invalidated`]).
+        fn end_capture(&self) -> Result<B::RawGraph>;
+        /// Whether the stream is capturing (the driver's answer on GPUs).
+        fn capture_status(&self) -> Result<CaptureStatus>;
+    }
+
+    /// A captured graph.
+    pub trait RawGraph<B: Backend>: Send + Sync + fmt::Debug + Sized {
+        /// Number of nodes.
+        fn node_count(&self) -> Result<usize>;
+        /// An executable graph of it.
+        fn instantiate(&self) -> Result<B::RawGraphExec>;
+    }
+
+    /// An executable graph.
+    pub trait RawGraphExec<B: Backend>: Send + Sync + fmt::Debug + Sized {
+        /// Enqueues one replay on `stream` (of the graph's device: checked by the caller).
+        fn launch(&self, stream: &B::Stream) -> Result<()>;
+        /// Takes `graph`'s parameters; [`GraphErrorKind::UpdateRefused`]
+        /// (and no change) for a graph of another shape.
+        fn update(&mut self, graph: &B::RawGraph) -> Result<()>;
+        /// Whether every launch so far has completed.
+        fn is_idle(&self) -> bool;
+        /// Waits for every launch so far.
+        fn wait_idle(&self);
+    }
+}
+
+/// An [`Error::Graph`].
+pub(crate) fn graph_error(backend: BackendKind, op: &'static str, kind: GraphErrorKind, reason: String) -> Error {
+    Error::Graph { backend, op, kind, reason }
+}
+
+// ---- the captures running now, for the capture modes' rules ---------------------------
+
+struct Active {
+    id: u64,
+    backend: BackendKind,
+    ordinal: usize,
+    mode: CaptureMode,
+    thread: std::thread::ThreadId,
+}
+
+static ACTIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
+static ACTIVE: Mutex<Vec<Active>> = Mutex::new(Vec::new());
+
+fn register(backend: BackendKind, ordinal: usize, mode: CaptureMode) -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let thread = std::thread::current().id();
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).push(Active { id, backend, ordinal, mode, thread });
+    ACTIVE_COUNT.fetch_add(1, Ordering::AcqRel);
+    id
+}
+
+fn unregister(id: u64) {
+    let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = active.iter().position(|a| a.id == id) {
+        active.swap_remove(i);
+        ACTIVE_COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Refuses `op`, a call that waits for the whole device or its default
+/// stream, where a capture on the device forbids it: one in
+/// [`CaptureMode::Global`] (any thread) or [`CaptureMode::ThreadLocal`]
+/// begun on this thread. On CUDA such a call would invalidate the capture.
+pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
+    if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    let thread = std::thread::current().id();
+    let active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let forbidding = active.iter().find(|a| {
+        a.backend == backend
+            && a.ordinal == ordinal
+            && match a.mode {
+                CaptureMode::Global => true,
+                CaptureMode::ThreadLocal => a.thread == thread,
+                CaptureMode::Relaxed => false,
+            }
+    });
+    match forbidding {
+        Some(a) => Err(graph_error(
+            backend,
+            op,
+            GraphErrorKind::SynchronousCall,
+            format!(
+                "a capture in {:?} mode is running on {backend}:{ordinal}, and this call would wait for work \
+                 the capture forbids waiting for; end the capture first, or capture in CaptureMode::Relaxed",
+                a.mode
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Refuses `op`, a call that waits for `stream`, where `stream` is capturing.
+pub(crate) fn check_not_capturing(backend: BackendKind, op: &'static str, status: Result<CaptureStatus>) -> Result<()> {
+    match status? {
+        CaptureStatus::None => Ok(()),
+        status => Err(graph_error(
+            backend,
+            op,
+            GraphErrorKind::SynchronousCall,
+            format!(
+                "the stream is capturing ({status:?}): its work has not run and will run only when the graph \
+                 is launched, so nothing can wait for it; end the capture first"
+            ),
+        )),
+    }
+}
+
+// ---- capture ------------------------------------------------------------------------
+
+/// A capture running on a stream; [`end`](Self::end) returns the graph.
+/// Dropped without `end`, it ends the capture and discards what was
+/// captured, leaving the stream usable. Not `Send`: CUDA requires a capture
+/// in [`CaptureMode::Global`] or [`CaptureMode::ThreadLocal`] to end on the
+/// thread that began it.
+#[must_use = "dropping a capture discards it"]
+pub struct Capture<B: Backend> {
+    stream: B::Stream,
+    recorder: Arc<Recorder>,
+    ordinal: usize,
+    id: u64,
+    ended: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<B: Backend> fmt::Debug for Capture<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Capture({:?} on {}:{}, {:?})", self.stream, B::KIND, self.ordinal, self.recorder)
+    }
+}
+
+impl<B: Backend> Capture<B> {
+    /// Starts capturing `stream` of `device` (what [`Device::begin_capture`] does).
+    pub(crate) fn begin<D: Device<B = B>>(device: &D, stream: &Stream<B>, mode: CaptureMode) -> Result<Self> {
+        let ordinal = device.info().ordinal;
+        super::check_same_device("stream", B::KIND, ordinal, stream.capture_ordinal())?;
+        let default = device.default_stream();
+        if device.stream_id(stream).is_some() && device.stream_id(stream) == device.stream_id(default) {
+            return Err(graph_error(
+                B::KIND,
+                "begin_capture",
+                GraphErrorKind::DefaultStream,
+                "the default stream cannot be captured (CUDA and HIP refuse their legacy default stream); \
+                 capture a stream made by create_stream"
+                    .into(),
+            ));
+        }
+        let recorder = Arc::new(Recorder::default());
+        stream.begin_capture(mode, recorder.clone())?;
+        let id = register(B::KIND, ordinal, mode);
+        Ok(Capture { stream: stream.clone(), recorder, ordinal, id, ended: false, _not_send: PhantomData })
+    }
+
+    /// The capturing stream: enqueue the work to record on it.
+    pub fn stream(&self) -> &Stream<B> {
+        &self.stream
+    }
+
+    /// Whether the capture is still valid ([`CaptureStatus::Active`]) or was
+    /// invalidated by an error ([`CaptureStatus::Invalidated`]).
+    pub fn status(&self) -> Result<CaptureStatus> {
+        self.stream.capture_status()
+    }
+
+    /// Keeps `owner` alive as long as the graph (and every executable graph
+    /// made from it): for memory whose address went into launch arguments
+    /// without [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer),
+    /// or anything else the captured work needs.
+    pub fn keep_alive(&self, owner: Owner) {
+        self.recorder.keep(owner);
+    }
+
+    /// Keeps `memory` alive as long as the graph, through its
+    /// [`owner`](DeviceMemory::owner). Memory without an owner (a pool
+    /// allocation, a view) is an [`Error::InvalidArgument`]: keep it alive
+    /// yourself until the last executable graph is dropped.
+    pub fn keep<M: DeviceMemory<B = B> + ?Sized>(&self, memory: &M) -> Result<()> {
+        match memory.owner() {
+            Some(owner) => {
+                self.recorder.keep(owner);
+                Ok(())
+            }
+            None => Err(Error::InvalidArgument {
+                name: "memory",
+                reason: format!(
+                    "{memory:?} has no owner the graph could hold; keep it alive until the last executable \
+                     graph made from this capture is dropped"
+                ),
+            }),
+        }
+    }
+
+    /// Ends the capture: the graph, or [`GraphErrorKind::Invalidated`] if an
+    /// error invalidated the capture (the stream is usable again either way).
+    pub fn end(mut self) -> Result<Graph<B>> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<Graph<B>> {
+        self.ended = true;
+        let raw = self.stream.end_capture();
+        unregister(self.id);
+        let owners: Arc<[Owner]> = self.recorder.take().into();
+        Ok(Graph { raw: raw?, owners, ordinal: self.ordinal })
+    }
+}
+
+impl<B: Backend> Drop for Capture<B> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.finish();
+        }
+    }
+}
+
+// ---- graphs -------------------------------------------------------------------------
+
+/// A captured graph: instantiate it to run it. Holds every owner the
+/// capture recorded (see the [module docs](self)).
+pub struct Graph<B: Backend> {
+    // Declared before `owners`: the graph is destroyed before what it references goes.
+    raw: B::RawGraph,
+    owners: Arc<[Owner]>,
+    ordinal: usize,
+}
+
+impl<B: Backend> fmt::Debug for Graph<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Graph({}:{}, {:?}, {} owners)", B::KIND, self.ordinal, self.raw, self.owners.len())
+    }
+}
+
+impl<B: Backend> Graph<B> {
+    /// An executable graph, to launch.
+    pub fn instantiate(&self) -> Result<GraphExec<B>> {
+        let raw = self.raw.instantiate()?;
+        Ok(GraphExec { raw, owners: self.owners.clone(), retired: Vec::new(), ordinal: self.ordinal })
+    }
+
+    /// Number of nodes (operations) captured.
+    pub fn node_count(&self) -> Result<usize> {
+        self.raw.node_count()
+    }
+
+    /// Number of owners the graph keeps alive.
+    pub fn kept_alive(&self) -> usize {
+        self.owners.len()
+    }
+
+    /// The backend's graph object.
+    pub fn raw(&self) -> &B::RawGraph {
+        &self.raw
+    }
+}
+
+/// An executable graph: launch it on streams of its device. Its drop waits
+/// for its launches before releasing what the graph kept alive.
+pub struct GraphExec<B: Backend> {
+    raw: B::RawGraphExec,
+    owners: Arc<[Owner]>,
+    /// Owners of graphs this one was updated from, while launches may still use them.
+    retired: Vec<Arc<[Owner]>>,
+    ordinal: usize,
+}
+
+impl<B: Backend> fmt::Debug for GraphExec<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GraphExec({}:{}, {:?}, {} owners)", B::KIND, self.ordinal, self.raw, self.owners.len())
+    }
+}
+
+impl<B: Backend> GraphExec<B> {
+    /// Enqueues one replay of the graph on `stream`, which must belong to
+    /// the graph's device ([`Error::DeviceMismatch`] otherwise). Safe: what
+    /// the graph references is kept alive by it, or was promised alive by
+    /// the `unsafe` calls that captured it (see the [module docs](self)).
+    pub fn launch(&self, stream: &Stream<B>) -> Result<()> {
+        super::check_same_device("stream", B::KIND, self.ordinal, stream.capture_ordinal())?;
+        self.raw.launch(stream)
+    }
+
+    /// Takes the parameters of `graph` (kernel arguments, copy addresses,
+    /// memset values), a re-capture of the same work, without
+    /// re-instantiating (`cuGraphExecUpdate`, `hipGraphExecUpdate`). A graph
+    /// of another shape is [`GraphErrorKind::UpdateRefused`], and this one
+    /// is unchanged. Launches already enqueued run with the old parameters;
+    /// the old graph's owners are kept until they have completed.
+    pub fn update(&mut self, graph: &Graph<B>) -> Result<()> {
+        super::check_same_device("graph", B::KIND, self.ordinal, graph.ordinal)?;
+        self.raw.update(&graph.raw)?;
+        let old = std::mem::replace(&mut self.owners, graph.owners.clone());
+        if self.raw.is_idle() {
+            self.retired.clear();
+        } else {
+            self.retired.push(old);
+        }
+        Ok(())
+    }
+
+    /// Waits until every launch so far has completed.
+    pub fn wait(&self) {
+        self.raw.wait_idle();
+    }
+
+    /// The backend's executable graph object.
+    pub fn raw(&self) -> &B::RawGraphExec {
+        &self.raw
+    }
+}
+
+impl<B: Backend> Drop for GraphExec<B> {
+    fn drop(&mut self) {
+        // The raw graph goes with the fields, first; the owners after it.
+        self.raw.wait_idle();
+    }
+}

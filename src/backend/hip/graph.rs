@@ -1,0 +1,108 @@
+//! HIP's stream-capture and graph calls ([`GraphCalls`]): `hipStreamBeginCapture`,
+//! `hipStreamEndCapture`, `hipStreamIsCapturing`, `hipGraphGetNodes`,
+//! `hipGraphInstantiateWithFlags`, `hipGraphLaunch`, `hipGraphExecUpdate`,
+//! `hipGraphDestroy`, `hipGraphExecDestroy`. Optional symbols: a runtime
+//! without one fails graphs alone, with [`Error::Unsupported`](crate::Error::Unsupported).
+//! HIP's enums share CUDA's numbering (modes, statuses, update results).
+
+use super::sys::{self, hipError_t};
+use super::{check, HipDriver};
+use crate::backend::gpu::GraphCalls;
+use crate::backend::graph::{CaptureMode, CaptureStatus};
+use crate::error::Result;
+
+/// HIP's graph calls.
+pub struct HipGraphs;
+
+/// The optional function `$f` of `$d`'s runtime, or `Unsupported` naming it.
+macro_rules! graph_fn {
+    ($d:expr, $f:ident) => {
+        $d.api().$f.ok_or_else(|| $d.missing_function(stringify!($f), "stream capture and graphs"))?
+    };
+}
+
+// SAFETY: each method makes the HIP call its name says and reports failure
+// as an error; handles come only from those calls.
+unsafe impl GraphCalls<HipDriver> for HipGraphs {
+    type Graph = sys::hipGraph_t;
+    type Exec = sys::hipGraphExec_t;
+
+    const CAPTURE_INVALIDATED: hipError_t = sys::hipErrorStreamCaptureInvalidated;
+
+    unsafe fn begin_capture(d: &HipDriver, stream: sys::hipStream_t, mode: CaptureMode) -> Result<()> {
+        let begin = graph_fn!(d, hipStreamBeginCapture);
+        let mode = match mode {
+            CaptureMode::Global => 0,
+            CaptureMode::ThreadLocal => 1,
+            CaptureMode::Relaxed => 2,
+        };
+        // SAFETY: the caller's contract: a live stream of the current device.
+        check("hipStreamBeginCapture", unsafe { begin(stream, mode) })
+    }
+
+    unsafe fn end_capture(d: &HipDriver, stream: sys::hipStream_t) -> Result<sys::hipGraph_t> {
+        let end = graph_fn!(d, hipStreamEndCapture);
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: the caller's contract; writes one graph handle.
+        check("hipStreamEndCapture", unsafe { end(stream, &mut graph) })?;
+        Ok(graph)
+    }
+
+    unsafe fn capture_status(d: &HipDriver, stream: sys::hipStream_t) -> Result<CaptureStatus> {
+        let is_capturing = graph_fn!(d, hipStreamIsCapturing);
+        let mut s = 0;
+        // SAFETY: the caller's contract; writes one status.
+        check("hipStreamIsCapturing", unsafe { is_capturing(stream, &mut s) })?;
+        Ok(match s {
+            0 => CaptureStatus::None,
+            1 => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        })
+    }
+
+    unsafe fn node_count(d: &HipDriver, graph: sys::hipGraph_t) -> Result<usize> {
+        let get_nodes = graph_fn!(d, hipGraphGetNodes);
+        let mut n = 0;
+        // SAFETY: the caller's contract; with a null array the call writes the count only.
+        check("hipGraphGetNodes", unsafe { get_nodes(graph, std::ptr::null_mut(), &mut n) })?;
+        Ok(n)
+    }
+
+    unsafe fn instantiate(d: &HipDriver, graph: sys::hipGraph_t) -> Result<sys::hipGraphExec_t> {
+        let instantiate = graph_fn!(d, hipGraphInstantiateWithFlags);
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: the caller's contract; writes one handle; no flags.
+        check("hipGraphInstantiateWithFlags", unsafe { instantiate(&mut exec, graph, 0) })?;
+        Ok(exec)
+    }
+
+    unsafe fn launch(d: &HipDriver, exec: sys::hipGraphExec_t, stream: sys::hipStream_t) -> Result<()> {
+        let launch = graph_fn!(d, hipGraphLaunch);
+        // SAFETY: the caller's contract: live handles of the current device.
+        check("hipGraphLaunch", unsafe { launch(exec, stream) })
+    }
+
+    unsafe fn update(d: &HipDriver, exec: sys::hipGraphExec_t, graph: sys::hipGraph_t) -> Result<Option<String>> {
+        let update = graph_fn!(d, hipGraphExecUpdate);
+        let (mut node, mut result) = (std::ptr::null_mut(), 0);
+        // SAFETY: the caller's contract; writes one node handle and one result.
+        let s = unsafe { update(exec, graph, &mut node, &mut result) };
+        if s == sys::hipErrorGraphExecUpdateFailure {
+            return Ok(Some(format!("hipGraphExecUpdate: hipGraphExecUpdateResult {result}")));
+        }
+        check("hipGraphExecUpdate", s)?;
+        Ok(None)
+    }
+
+    unsafe fn destroy_graph(d: &HipDriver, graph: sys::hipGraph_t) -> Result<()> {
+        let destroy = graph_fn!(d, hipGraphDestroy);
+        // SAFETY: the caller's contract: destroyed once.
+        check("hipGraphDestroy", unsafe { destroy(graph) })
+    }
+
+    unsafe fn destroy_exec(d: &HipDriver, exec: sys::hipGraphExec_t) -> Result<()> {
+        let destroy = graph_fn!(d, hipGraphExecDestroy);
+        // SAFETY: the caller's contract: destroyed once.
+        check("hipGraphExecDestroy", unsafe { destroy(exec) })
+    }
+}

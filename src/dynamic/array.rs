@@ -1,0 +1,540 @@
+//! Arrays whose element type, rank and backend are known only at run time.
+//!
+//! [`AnyArray`] is an owned gpuport `MemArray<T, N, D>` behind the
+//! object-safe [`DynArray`] trait, or another library's memory imported
+//! without a copy ([`ImportedArray`]). Dispatch: `with_device!` over the
+//! compiled-in backends, `with_dtype!` over every scalar element type and
+//! `with_rank!` over ranks 0..=8 (the kernels' `MAX_RANK`) pick one
+//! `MemArray<T, N, D>`; nothing else is a table of instantiations.
+//!
+//! ```
+//! use gpuport::dynamic::{new_owned, AnyStream, DType};
+//! let dev = gpuport::open("host")?;
+//! let mut a = new_owned(&dev, DType::Float32, &[2, 3])?;
+//! a.add_index(&AnyStream::default_for(&dev), None)?;
+//! assert_eq!(a.shape(), vec![2, 3]);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::sync::Arc;
+
+use super::any::DynDevice;
+use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
+use super::stream::AnyStream;
+use crate::array::{Element, Location, LockError, LockId, MemArray, Residency, Transfer};
+use crate::backend::registry::AnyDevice;
+use crate::backend::{Backend, Device, Stream as BackendStream};
+use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
+use crate::error::{BackendKind, Error, Result};
+use crate::with_device;
+
+// ---- elements ------------------------------------------------------------------
+
+/// The element types the Python layer stores, with their kernels where the
+/// built-ins have one.
+pub trait Stored: Element {
+    /// `MemArray::add_index`, or `Unsupported` for types without the kernel.
+    fn add_index<const N: usize, D: Device>(
+        a: &mut MemArray<Self, N, D>,
+        s: &BackendStream<D::B>,
+        lock: Option<LockId>,
+    ) -> Result<()>;
+
+    /// `kernels::add_index_async` on raw memory.
+    ///
+    /// # Safety
+    /// As for `crate::kernels::add_index_async`.
+    unsafe fn add_index_raw<const N: usize, D: Device>(
+        d: &D,
+        data: u64,
+        shape: [i64; N],
+        s: &BackendStream<D::B>,
+    ) -> Result<()>;
+}
+
+macro_rules! kernel_elements {
+    ($($t:ty),*) => { $(
+        impl Stored for $t {
+            fn add_index<const N: usize, D: Device>(
+                a: &mut MemArray<Self, N, D>,
+                s: &BackendStream<D::B>,
+                lock: Option<LockId>,
+            ) -> Result<()> {
+                a.add_index(s, lock)
+            }
+            unsafe fn add_index_raw<const N: usize, D: Device>(
+                d: &D,
+                data: u64,
+                shape: [i64; N],
+                s: &BackendStream<D::B>,
+            ) -> Result<()> {
+                // SAFETY: forwarded contract.
+                unsafe { crate::kernels::add_index_async::<D, $t, N>(d, data, shape, s) }
+            }
+        }
+    )* };
+}
+kernel_elements!(i8, i16, i32, i64, u8, u16, u32, u64, half::f16, half::bf16, f32, f64);
+
+macro_rules! storage_elements {
+    ($($t:ty),*) => { $(
+        impl Stored for $t {
+            fn add_index<const N: usize, D: Device>(
+                _: &mut MemArray<Self, N, D>,
+                _: &BackendStream<D::B>,
+                _: Option<LockId>,
+            ) -> Result<()> {
+                Err(no_kernel::<D>())
+            }
+            unsafe fn add_index_raw<const N: usize, D: Device>(
+                _: &D,
+                _: u64,
+                _: [i64; N],
+                _: &BackendStream<D::B>,
+            ) -> Result<()> {
+                Err(no_kernel::<D>())
+            }
+        }
+    )* };
+}
+storage_elements!(bool, num_complex::Complex<half::f16>, num_complex::Complex<f32>, num_complex::Complex<f64>);
+
+fn no_kernel<D: Device>() -> Error {
+    Error::Unsupported {
+        op: "add_index",
+        backend: <D::B as Backend>::KIND,
+        hint: Some("the built-in kernels exist for integer and real floating-point dtypes".into()),
+    }
+}
+
+// ---- owned arrays ------------------------------------------------------------------
+
+/// One `MemArray<T, N, D>` behind a run-time interface.
+pub trait DynArray: Send + Sync {
+    /// The element type.
+    fn dtype(&self) -> DType;
+    /// The extents.
+    fn shape(&self) -> Vec<usize>;
+    /// The device.
+    fn device(&self) -> AnyDevice;
+    /// Which copies are current.
+    fn residency(&self) -> Residency;
+    /// The id of the lock held on the array, if any.
+    fn lock_id(&self) -> Option<u64>;
+    /// Takes the array's lock with `id` (see `MemArray::enter`).
+    fn enter(&mut self, id: u64) -> Result<()>;
+    /// Releases the lock.
+    fn exit(&mut self);
+    /// Makes the copy at `to` current (see `MemArray::move_to`).
+    fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> Result<()>;
+    /// Waits for the array's pending work.
+    fn synchronize(&mut self) -> Result<()>;
+    /// Whether an asynchronous move is still running.
+    fn transfer_pending(&self) -> Result<bool>;
+    /// Address of the copy at `loc` and an owner keeping it alive.
+    fn parts(&self, loc: Location, lock: Option<LockId>) -> Result<(u64, Arc<dyn Send + Sync>)>;
+    /// The DLPack device of the copy at `loc`.
+    fn dl_device(&self, loc: Location) -> DLDevice;
+    /// Makes `consumer` wait for the array's pending work (no host wait).
+    fn order_on(&self, consumer: &AnyStream) -> Result<()>;
+    /// A new array with the same contents.
+    fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>>;
+    /// Copies the elements of `t` (same shape and dtype) into the array.
+    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()>;
+    /// Runs the built-in `add_index` kernel on the array.
+    fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
+    /// Exports of the array still alive.
+    fn live_exports(&self) -> usize;
+    /// Marks the copy at `loc` as the only current one (a writable export may change it).
+    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> Result<()>;
+}
+
+struct Typed<T: Element, const N: usize, D: Device> {
+    a: MemArray<T, N, D>,
+    dtype: DType,
+}
+
+impl<T: Stored, const N: usize, D: DynDevice> Typed<T, N, D> {
+    fn stream<'s>(&self, s: &'s AnyStream) -> Result<&'s BackendStream<D::B>> {
+        s.of(self.a.device())
+    }
+}
+
+impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.a.shape().to_vec()
+    }
+    fn device(&self) -> AnyDevice {
+        D::any_device(self.a.device())
+    }
+    fn residency(&self) -> Residency {
+        self.a.residency()
+    }
+    fn lock_id(&self) -> Option<u64> {
+        self.a.lock_id().map(|l| l.0)
+    }
+    fn enter(&mut self, id: u64) -> Result<()> {
+        self.a.enter(LockId(id))
+    }
+    fn exit(&mut self) {
+        self.a.exit()
+    }
+    fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> Result<()> {
+        let s = self.stream(s)?;
+        self.a.move_to(to, s, mode, lock)
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        self.a.synchronize()
+    }
+    fn transfer_pending(&self) -> Result<bool> {
+        self.a.is_transfer_pending()
+    }
+    fn parts(&self, loc: Location, lock: Option<LockId>) -> Result<(u64, Arc<dyn Send + Sync>)> {
+        let (p, keep) = match loc {
+            Location::Host => self.a.host_parts(lock)?,
+            Location::Device => self.a.device_parts(lock)?,
+        };
+        Ok((p as usize as u64, keep))
+    }
+    fn dl_device(&self, loc: Location) -> DLDevice {
+        self.a.dl_device(loc)
+    }
+    fn order_on(&self, consumer: &AnyStream) -> Result<()> {
+        match self.a.pending_event() {
+            Some(ev) => self.a.device().wait_event(self.stream(consumer)?, ev),
+            None => Ok(()),
+        }
+    }
+    fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>> {
+        Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))
+    }
+    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()> {
+        // A tensor exported from this very array (`a.read_numpy_array(a)`)
+        // would alias the host copy being written: any live export may be
+        // it, so copy the source out first then.
+        if t.is_contiguous() && self.a.live_exports() == 0 {
+            self.a.copy_from_slice(t.as_slice::<T>()?, lock)
+        } else {
+            let v = t.to_vec::<T>()?;
+            self.a.copy_from_slice(&v, lock)
+        }
+    }
+    fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        let s = s.of(self.a.device())?;
+        T::add_index(&mut self.a, s, lock)
+    }
+    fn live_exports(&self) -> usize {
+        self.a.live_exports()
+    }
+    fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> Result<()> {
+        match loc {
+            Location::Host => self.a.host_ptr_mut(lock).map(drop),
+            Location::Device => self.a.device_ptr_mut(lock).map(drop),
+        }
+    }
+}
+
+fn new_typed<T: Stored, const N: usize, D: DynDevice>(
+    d: &Arc<D>,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<Box<dyn DynArray>> {
+    let mut s = [0usize; N];
+    s.copy_from_slice(shape);
+    Ok(Box::new(Typed { a: MemArray::<T, N, D>::zeros(d, s)?, dtype }))
+}
+
+/// The error for an array of `n` dimensions (more than `MAX_RANK`).
+pub fn rank_error(n: usize) -> Error {
+    Error::InvalidArgument {
+        name: "shape",
+        reason: format!("{n} dimensions; MemArray has 0 to {MAX_RANK} dimensions (the built-in kernels' MAX_RANK)"),
+    }
+}
+
+/// A zero-filled array of any dtype, rank (0..=8) and device.
+pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
+    with_device!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
+        else => Err(rank_error(shape.len())))))
+}
+
+// ---- imported arrays ---------------------------------------------------------------
+
+/// Another library's memory, imported without a copy and kept alive by `keep`
+/// (the producer's DLPack tensor, or the Python object of a CUDA Array
+/// Interface import).
+pub struct ImportedArray {
+    /// The element type.
+    pub dtype: DType,
+    /// The extents.
+    pub shape: Vec<usize>,
+    /// Strides in elements.
+    pub strides: Vec<i64>,
+    /// Address of the element at index 0.
+    pub data: u64,
+    /// Where the memory is, as DLPack says.
+    pub dl: DLDevice,
+    /// The producer marked the memory read-only.
+    pub read_only: bool,
+    /// Keeps the memory alive (the producer's tensor, or its owner).
+    pub keep: Arc<dyn Send + Sync>,
+    /// The gpuport device whose kernels can reach the memory.
+    pub device: AnyDevice,
+    /// The id of the lock held on the import, if any.
+    pub lock: Option<u64>,
+}
+
+impl ImportedArray {
+    /// Checks the lock id `given` against the lock held on the import.
+    pub fn check_lock(&self, op: &'static str, given: Option<u64>) -> Result<()> {
+        match (self.lock, given) {
+            (None, _) => Ok(()),
+            (Some(held), None) => Err(LockError::Locked { op, held }.into()),
+            (Some(held), Some(g)) if g == held => Ok(()),
+            (Some(held), Some(given)) => Err(LockError::WrongId { op, held, given }.into()),
+        }
+    }
+
+    /// Which copy the imported memory stands for: host memory of the host backend, else the device copy.
+    pub fn location(&self) -> Location {
+        if is_host_accessible(self.dl.device_type) && self.device.backend() == BackendKind::Host {
+            Location::Host
+        } else {
+            Location::Device
+        }
+    }
+
+    /// Whether the strides are compact row-major.
+    pub fn is_row_major(&self) -> bool {
+        let mut expect = 1i64;
+        for axis in (0..self.shape.len()).rev() {
+            if self.shape[axis] > 1 && self.strides[axis] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(self.shape[axis] as i64);
+        }
+        true
+    }
+
+    fn add_index_imported(&self, s: &AnyStream) -> Result<()> {
+        if self.read_only {
+            return Err(DLPackError::ReadOnly.into());
+        }
+        if !self.is_row_major() {
+            return Err(Error::InvalidArgument {
+                name: "array",
+                reason: format!(
+                    "add_index needs compact row-major memory; the imported array has strides {:?}",
+                    self.strides
+                ),
+            });
+        }
+        let n = self.shape.len();
+        with_device!(self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
+            foreign_add_index::<T, N, _>(d, self.data, &self.shape, s), else => Err(rank_error(n)))))
+    }
+}
+
+fn foreign_add_index<T: Stored, const N: usize, D: DynDevice>(
+    d: &Arc<D>,
+    data: u64,
+    shape: &[usize],
+    s: &AnyStream,
+) -> Result<()> {
+    let st = s.of(d)?;
+    let mut sh = [0i64; N];
+    for (o, &e) in sh.iter_mut().zip(shape) {
+        *o = e as i64; // fits: validated against isize::MAX bytes on import
+    }
+    // SAFETY: `data` addresses the imported array's `shape.product()`
+    // elements of `T` (validated on import, row-major checked by the
+    // caller) on `d`, kept alive by the `ImportedArray` that calls this, and we
+    // wait for the stream before returning.
+    unsafe { T::add_index_raw::<N, D>(d, data, sh, st)? };
+    d.synchronize(st)
+}
+
+// ---- storage -----------------------------------------------------------------------
+
+/// What a Python `MemArray` holds.
+pub enum AnyArray {
+    /// A gpuport `MemArray`.
+    Owned(Box<dyn DynArray>),
+    /// Another library's memory.
+    Imported(ImportedArray),
+}
+
+impl AnyArray {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            AnyArray::Owned(a) => a.dtype(),
+            AnyArray::Imported(f) => f.dtype,
+        }
+    }
+    /// The extents.
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            AnyArray::Owned(a) => a.shape(),
+            AnyArray::Imported(f) => f.shape.clone(),
+        }
+    }
+    /// The device whose kernels reach the memory.
+    pub fn device(&self) -> AnyDevice {
+        match self {
+            AnyArray::Owned(a) => a.device(),
+            AnyArray::Imported(f) => f.device.clone(),
+        }
+    }
+    /// The id of the lock held, if any.
+    pub fn lock_id(&self) -> Option<u64> {
+        match self {
+            AnyArray::Owned(a) => a.lock_id(),
+            AnyArray::Imported(f) => f.lock,
+        }
+    }
+    /// Takes the lock with `id`.
+    pub fn enter(&mut self, id: u64) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.enter(id),
+            AnyArray::Imported(f) => match f.lock {
+                Some(held) => Err(LockError::AlreadyLocked { held, requested: id }.into()),
+                None => {
+                    f.lock = Some(id);
+                    Ok(())
+                }
+            },
+        }
+    }
+    /// Releases the lock.
+    pub fn exit(&mut self) {
+        match self {
+            AnyArray::Owned(a) => a.exit(),
+            AnyArray::Imported(f) => f.lock = None,
+        }
+    }
+
+    /// Where an export goes when the consumer does not say: the device copy
+    /// of a GPU array when it is current, else the current copy.
+    pub fn natural(&self) -> Location {
+        match self {
+            AnyArray::Owned(a) => natural_of(a.as_ref()),
+            AnyArray::Imported(f) => f.location(),
+        }
+    }
+
+    /// The DLPack device of the copy at `loc` (an import has one place).
+    pub fn dl(&self, loc: Location) -> DLDevice {
+        match self {
+            AnyArray::Owned(a) => a.dl_device(loc),
+            AnyArray::Imported(f) => f.dl,
+        }
+    }
+}
+
+/// Where an export of `a` goes when the consumer does not say: the device
+/// copy of a GPU array when it is current, else the current copy.
+pub fn natural_of(a: &dyn DynArray) -> Location {
+    match a.residency() {
+        Residency::Host => Location::Host,
+        Residency::Device => Location::Device,
+        Residency::Both if a.device().backend() != BackendKind::Host => Location::Device,
+        Residency::Both => Location::Host,
+    }
+}
+
+/// The gpuport device whose kernels reach memory of DLPack device `dl`.
+pub fn device_for_dl(dl: DLDevice) -> Result<AnyDevice> {
+    let ordinal = dl.device_id.max(0);
+    let spec = match dl.device_type {
+        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => "host".to_string(),
+        DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => format!("cuda:{ordinal}"),
+        DLDeviceType::ROCM => format!("rocm:{ordinal}"),
+        other => {
+            return Err(DLPackError::UnsupportedDevice { device_type: other.0, device_id: dl.device_id }.into());
+        }
+    };
+    crate::open(&spec)
+}
+
+impl ImportedArray {
+    /// Describes the validated tensor `t`, whose memory `keep` keeps alive
+    /// (the producer's tensor itself, or an object that owns it).
+    pub fn from_tensor(t: &ImportedTensor, keep: Arc<dyn Send + Sync>) -> Result<ImportedArray> {
+        let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
+            let dt = t.dtype();
+            Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
+        })?;
+        if t.ndim() > MAX_RANK {
+            return Err(rank_error(t.ndim()));
+        }
+        let shape = t.shape().iter().map(|&e| usize::try_from(e)).collect::<std::result::Result<Vec<_>, _>>();
+        // Extents are validated non-negative on import.
+        let shape = shape.map_err(|_| {
+            Error::from(DLPackError::RankMismatch { expected: "non-negative extents".into(), found: -1 })
+        })?;
+        Ok(ImportedArray {
+            dtype,
+            shape,
+            strides: t.strides().to_vec(),
+            data: t.data_ptr() as usize as u64,
+            dl: t.device(),
+            read_only: t.is_read_only(),
+            device: device_for_dl(t.device())?,
+            lock: None,
+            keep,
+        })
+    }
+}
+
+impl AnyArray {
+    /// Runs the built-in `add_index` kernel (each element plus its flat
+    /// index) on `s`; for an import, waits for it.
+    pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        let dtype = self.dtype();
+        if !dtype.has_kernels() {
+            return Err(Error::Unsupported {
+                op: "add_index",
+                backend: self.device().backend(),
+                hint: Some(format!(
+                    "add_index has no kernel for {}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64",
+                    dtype.name()
+                )),
+            });
+        }
+        match self {
+            AnyArray::Owned(a) => a.add_index(s, lock),
+            AnyArray::Imported(f) => {
+                f.check_lock("add_index", lock.map(|l| l.0))?;
+                f.add_index_imported(s)
+            }
+        }
+    }
+
+    /// Whether an asynchronous move is still running (never, for an import).
+    pub fn transfer_pending(&self) -> Result<bool> {
+        match self {
+            AnyArray::Owned(a) => a.transfer_pending(),
+            AnyArray::Imported(_) => Ok(false),
+        }
+    }
+
+    /// Waits for the array's pending work (an import has none of gpuport's).
+    pub fn synchronize(&mut self) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.synchronize(),
+            AnyArray::Imported(_) => Ok(()),
+        }
+    }
+
+    /// Exports (or other holders) of the array's memory still alive.
+    pub fn live_exports(&self) -> usize {
+        match self {
+            AnyArray::Owned(a) => a.live_exports(),
+            AnyArray::Imported(f) => Arc::strong_count(&f.keep) - 1,
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! DLPack exchange of an [`AnyArray`]: export negotiation as `__dlpack__`
+//! receives it (the consumer's stream, `max_version`, `dl_device`, `copy`),
+//! and the stream a consumer passes to a producer's `__dlpack__`.
+//!
+//! A writable export hands out the address of one copy (host or device) and
+//! makes that copy the only current one, so whatever the consumer writes
+//! there is what the array's next read sees (the other copy is refreshed
+//! from it). Read-only exports leave both copies current.
+//!
+//! Streams follow the array API standard, per device type:
+//! - CUDA (`kDLCUDA`, `kDLCUDAManaged`): `None` is the legacy default stream
+//!   (1), 1 and 2 are the legacy and per-thread default streams, `-1` asks
+//!   for no synchronization, and 0 is refused as ambiguous.
+//! - ROCm (`kDLROCM`): `None` and 0 are the default (null) stream, there are
+//!   no 1/2 sentinels, and `-1` asks for no synchronization.
+//! - Host memory: `None` or `-1`.
+//!
+//! ```
+//! use gpuport::dynamic::exchange::{export, ExportRequest};
+//! use gpuport::dynamic::{new_owned, AnyArray, DType};
+//! let dev = gpuport::open("host")?;
+//! let mut a = AnyArray::Owned(new_owned(&dev, DType::Int32, &[4])?);
+//! let e = export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() })?;
+//! assert_eq!(e.shape, vec![4]);
+//! let tensor = e.into_versioned();
+//! assert_eq!(tensor.dl_tensor().ndim, 1);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::array::{natural_of, AnyArray};
+use super::dtype::DType;
+use super::stream::AnyStream;
+use crate::array::{Location, LockId, Transfer};
+use crate::backend::registry::AnyDevice;
+use crate::dlpack::ffi::{DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MINOR_VERSION};
+use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ExportSource};
+use crate::dlpack::{ManagedTensor, ManagedTensorVersioned};
+use crate::error::{Error, Result};
+
+/// A DLPack export request, as `__dlpack__` receives it.
+#[derive(Debug, Clone, Default)]
+pub struct ExportRequest {
+    /// The consumer's stream, as the standard's integer (see the module docs).
+    pub stream: Option<i64>,
+    /// The highest DLPack version the consumer understands; `None` for a
+    /// consumer older than DLPack 1.0 (a legacy capsule).
+    pub max_version: Option<(u32, u32)>,
+    /// The `(device_type, device_id)` the consumer wants the data on.
+    pub dl_device: Option<(i32, i32)>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+    /// The consumer will only read (the export is flagged read-only).
+    pub read_only: bool,
+    /// The lock id of the `get_dlpack` block the request comes from.
+    pub lock: Option<LockId>,
+    /// The copy to export (host or device), when the caller chose one.
+    pub prefer: Option<Location>,
+}
+
+/// What an export describes: memory, layout, and how to package it.
+pub struct Export {
+    /// Address of the element at index 0.
+    pub data: u64,
+    /// Where the memory is.
+    pub device: DLDevice,
+    /// The element type.
+    pub dtype: DType,
+    /// Extents.
+    pub shape: Vec<usize>,
+    /// Strides in elements; `None` for compact row-major.
+    pub strides: Option<Vec<i64>>,
+    /// Keeps the memory alive.
+    pub keep: Arc<dyn Send + Sync>,
+    /// `Some(minor)` for a versioned tensor of version `1.minor`; `None` for a legacy one.
+    pub versioned_minor: Option<u32>,
+    /// Flag the export read-only.
+    pub read_only: bool,
+    /// The export is a copy (DLPack's `IS_COPIED` flag).
+    pub copied: bool,
+}
+
+impl std::fmt::Debug for Export {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("data", &format_args!("{:#x}", self.data))
+            .field("device", &self.device)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .field("versioned_minor", &self.versioned_minor)
+            .finish()
+    }
+}
+
+/// `(device_type, device_id)` of a DLPack device, as `__dlpack_device__` returns it.
+pub fn dl_pair(d: DLDevice) -> (i32, i32) {
+    (i32::try_from(d.device_type.0).unwrap_or(i32::MAX), d.device_id)
+}
+
+/// Whether DLPack device type `t` is CUDA device memory (streams with 1/2 sentinels).
+pub fn is_cuda_type(t: i32) -> bool {
+    t == DLDeviceType::CUDA.0 as i32 || t == DLDeviceType::CUDA_MANAGED.0 as i32
+}
+
+fn bad_stream(reason: String) -> Error {
+    DLPackError::BadStream { reason }.into()
+}
+
+fn refused(reason: String) -> Error {
+    DLPackError::Refused { reason }.into()
+}
+
+/// The consumer stream a `__dlpack__(stream=...)` names for memory of
+/// DLPack device type `dl_type` on `dev`: `None` for no synchronization.
+pub fn consumer_stream(dev: &AnyDevice, dl_type: i32, stream: Option<i64>) -> Result<Option<AnyStream>> {
+    let borrow = |h: i64| -> Result<Option<AnyStream>> {
+        let h = usize::try_from(h).map_err(|_| bad_stream(format!("stream={h} is not a stream handle")))?;
+        // SAFETY: the consumer names a live stream of the memory's device,
+        // or a sentinel of the vendor, as the DLPack standard requires of it.
+        unsafe { AnyStream::borrow(dev, h) }.map(Some)
+    };
+    if is_cuda_type(dl_type) {
+        match stream {
+            // The standard: None means the legacy default stream on CUDA.
+            None => borrow(1),
+            Some(-1) => Ok(None),
+            Some(0) => Err(bad_stream(
+                "stream=0 is ambiguous on CUDA and disallowed by the DLPack standard; use 1 (legacy default), 2 (per-thread default), a stream handle, or -1".into(),
+            )),
+            Some(h) if h < -1 => Err(bad_stream(format!("stream={h} is not a CUDA stream"))),
+            Some(h) => borrow(h),
+        }
+    } else if dl_type == DLDeviceType::ROCM.0 as i32 {
+        match stream {
+            // ROCm has no sentinels: None and 0 are the default stream.
+            None | Some(0) => borrow(0),
+            Some(-1) => Ok(None),
+            Some(h) if h < -1 => Err(bad_stream(format!("stream={h} is not a ROCm stream"))),
+            Some(h) => borrow(h),
+        }
+    } else {
+        match stream {
+            None | Some(-1) => Ok(None),
+            Some(h) => Err(bad_stream(format!(
+                "stream={h} was given for memory on DLPack device type {dl_type}; host memory takes stream=None"
+            ))),
+        }
+    }
+}
+
+/// The `stream` a consumer working on `ours` passes to a producer's
+/// `__dlpack__` for memory of DLPack device type `dl_type`.
+pub fn stream_for_producer(dl_type: i32, ours: &AnyStream) -> Option<i64> {
+    let handle = i64::try_from(ours.handle()).unwrap_or(-1);
+    if is_cuda_type(dl_type) {
+        // Our default stream is the legacy (null) stream, which DLPack spells 1.
+        Some(if handle == 0 { 1 } else { handle })
+    } else if dl_type == DLDeviceType::ROCM.0 as i32 {
+        Some(handle)
+    } else {
+        None
+    }
+}
+
+fn other(loc: Location) -> Location {
+    match loc {
+        Location::Host => Location::Device,
+        Location::Device => Location::Host,
+    }
+}
+
+/// Serves a `__dlpack__` request on `array`: picks the copy, makes the
+/// consumer's stream wait for pending work (or the host, for host memory),
+/// copies where asked or needed, and marks the exported copy written unless
+/// the export is read-only.
+pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
+    let versioned_minor = match req.max_version {
+        Some((major, minor)) if major >= 1 => Some(if major > 1 { DLPACK_MINOR_VERSION } else { minor }),
+        _ => None,
+    };
+    let lock = req.lock;
+    let mut e = match array {
+        AnyArray::Owned(a) => {
+            if let Some(p) = req.prefer.filter(|&p| !a.residency().includes(p)) {
+                // The copy get_dlpack(device_type) named went stale since (another call moved or wrote the array).
+                let s = AnyStream::default_for(&a.device());
+                a.move_to(p, &s, Transfer::Sync, lock)?;
+            }
+            let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
+            let mut to_host = false;
+            if let Some(want) = req.dl_device {
+                if want != dl_pair(a.dl_device(loc)) {
+                    if a.residency().includes(other(loc)) && dl_pair(a.dl_device(other(loc))) == want {
+                        loc = other(loc);
+                    } else if want.0 == DLDeviceType::CPU.0 as i32 {
+                        if req.copy == Some(false) {
+                            return Err(refused(format!(
+                                "dl_device={want:?} needs a copy to host memory, but copy=False; the array's current copy is on {}",
+                                a.device().info().spec()
+                            )));
+                        }
+                        to_host = true;
+                    } else {
+                        return Err(refused(format!(
+                            "cannot export to dl_device={want:?}: the array lives on {} (DLPack device {:?})",
+                            a.device().info().spec(),
+                            dl_pair(a.dl_device(loc))
+                        )));
+                    }
+                }
+            }
+            let copied = to_host || req.copy == Some(true);
+            let final_dl =
+                if to_host { DLDevice { device_type: DLDeviceType::CPU, device_id: 0 } } else { a.dl_device(loc) };
+            let consumer = consumer_stream(&a.device(), dl_pair(final_dl).0, req.stream)?;
+            let (data, keep, device) = if copied {
+                let mut c = a.try_clone(lock)?;
+                let target = if to_host { Location::Host } else { loc };
+                c.move_to(target, &AnyStream::default_for(&c.device()), Transfer::Sync, None)?;
+                let (p, k) = c.parts(target, None)?;
+                (p, k, c.dl_device(target))
+            } else {
+                if let Some(s) = &consumer {
+                    a.order_on(s)?;
+                } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
+                    // The host itself is the consumer (host-backend device
+                    // copies, managed memory): wait for pending kernels.
+                    a.synchronize()?;
+                }
+                let (p, k) = a.parts(loc, lock)?;
+                if !req.read_only {
+                    // The consumer may write: the other copy is stale from now on.
+                    a.mark_written(loc, lock)?;
+                }
+                (p, k, a.dl_device(loc))
+            };
+            Export {
+                data,
+                device,
+                dtype: a.dtype(),
+                shape: a.shape(),
+                strides: None,
+                keep,
+                versioned_minor,
+                read_only: req.read_only,
+                copied,
+            }
+        }
+        AnyArray::Imported(f) => {
+            f.check_lock("__dlpack__", req.lock.map(|l| l.0))?;
+            if let Some(want) = req.dl_device {
+                if want != dl_pair(f.dl) {
+                    return Err(refused(format!(
+                        "cannot export an imported array to dl_device={want:?}; it lives on DLPack device {:?}",
+                        dl_pair(f.dl)
+                    )));
+                }
+            }
+            if req.copy == Some(true) {
+                return Err(refused(
+                    "copy=True is not supported for an imported array; copy it in its producer library".into(),
+                ));
+            }
+            consumer_stream(&f.device, dl_pair(f.dl).0, req.stream)?;
+            Export {
+                data: f.data,
+                device: f.dl,
+                dtype: f.dtype,
+                shape: f.shape.clone(),
+                strides: Some(f.strides.clone()),
+                keep: f.keep.clone(),
+                versioned_minor,
+                read_only: req.read_only || f.read_only,
+                copied: false,
+            }
+        }
+    };
+    if e.read_only && e.versioned_minor.is_none() {
+        return Err(refused(
+            "a read-only export needs a versioned DLPack capsule, and the consumer did not pass max_version >= (1, 0)"
+                .into(),
+        ));
+    }
+    e.versioned_minor = e.versioned_minor.map(|m| m.min(DLPACK_MINOR_VERSION));
+    Ok(e)
+}
+
+impl Export {
+    fn source(self) -> (ExportSource, Option<u32>, u64) {
+        let shape: Vec<i64> = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
+        let strides = self.strides.unwrap_or_else(|| row_major_strides(&shape));
+        let data = if self.shape.contains(&0) { std::ptr::null_mut() } else { self.data as usize as *mut c_void };
+        let mut flags = 0;
+        if self.read_only {
+            flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+        }
+        if self.copied {
+            flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+        }
+        // SAFETY: `data` addresses every element the row-major (or given)
+        // strides reach in memory that `keep` owns, on `device`: `export`
+        // takes it from a MemArray's `parts` or a validated import, whose
+        // extents fit in i64 (checked when the array was made) and whose rank
+        // is at most MAX_RANK, which fits in i32.
+        let source = unsafe { ExportSource::new(data, self.device, self.dtype.dlpack(), shape, strides, 0, self.keep) };
+        (source, self.versioned_minor, flags)
+    }
+
+    /// A versioned managed tensor (the consumer passed `max_version >= (1, 0)`).
+    pub fn into_versioned(self) -> ManagedTensorVersioned {
+        let (source, minor, flags) = self.source();
+        source.into_versioned_minor(flags, minor.unwrap_or(DLPACK_MINOR_VERSION))
+    }
+
+    /// A legacy managed tensor (for consumers older than DLPack 1.0).
+    pub fn into_legacy(self) -> ManagedTensor {
+        self.source().0.into_legacy()
+    }
+}
+
+/// Compact row-major strides of `shape`, in elements.
+fn row_major_strides(shape: &[i64]) -> Vec<i64> {
+    let mut s = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for axis in (0..shape.len()).rev() {
+        s[axis] = acc;
+        acc = acc.saturating_mul(shape[axis].max(1));
+    }
+    s
+}

@@ -1,0 +1,56 @@
+//! Operands of asynchronous work, kept alive until the work has run.
+//!
+//! A binding that enqueues a copy or a launch on memory its caller owns
+//! parks the owners here with [`keep_until_done`]; [`prune`] drops those
+//! whose work is complete. The caller decides when to prune (the Python
+//! package does it at each runtime call, with the interpreter lock held, so
+//! the owners it drops are Python objects released under that lock).
+//!
+//! ```
+//! use gpuport::dynamic::{keep, AnyStream};
+//! let dev = gpuport::open("host")?;
+//! let s = AnyStream::default_for(&dev);
+//! keep::keep_until_done(&s, Box::new(vec![0u8; 16]))?;
+//! s.synchronize()?;
+//! keep::prune();
+//! assert_eq!(keep::pending(), 0);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::sync::Mutex;
+
+use super::stream::{AnyEvent, AnyStream};
+use crate::error::Result;
+
+struct Parked {
+    done: AnyEvent,
+    _owners: Box<dyn Send>,
+}
+
+static PARKED: Mutex<Vec<Parked>> = Mutex::new(Vec::new());
+
+/// Keeps `owners` alive until the work enqueued on `stream` so far has run.
+pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> {
+    let done = stream.record()?;
+    PARKED.lock().unwrap_or_else(|e| e.into_inner()).push(Parked { done, _owners: owners });
+    Ok(())
+}
+
+/// Drops the owners of completed work (an event that cannot be queried
+/// counts as complete: its device failed, and nothing will run).
+pub fn prune() {
+    let done: Vec<Parked> = {
+        let mut p = PARKED.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, keep): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut *p).into_iter().partition(|x| x.done.is_complete().unwrap_or(true));
+        *p = keep;
+        done
+    };
+    // Dropped outside the lock: an owner's drop may park more work.
+    drop(done);
+}
+
+/// Number of parked operations, completed or not.
+pub fn pending() -> usize {
+    PARKED.lock().unwrap_or_else(|e| e.into_inner()).len()
+}

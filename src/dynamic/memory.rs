@@ -1,0 +1,371 @@
+//! Memory of any backend: each device's observed current resource, and
+//! allocations, pinned memory, registrations and deferred frees of any
+//! backend.
+//!
+//! The first use of a device here installs an [`ObservedResource`] as the
+//! device's current resource (the caching pool wrapped in statistics, with a
+//! CSV log switched in while enabled), so every allocation a binding makes
+//! for a device, arrays included, shows in [`statistics`].
+//!
+//! ```
+//! use gpuport::dynamic::{memory, AnyStream};
+//! let dev = gpuport::open("host")?;
+//! let a = memory::alloc(&dev, 1024, &AnyStream::default_for(&dev))?;
+//! assert!(memory::statistics(&dev)?.0.current_bytes >= 1024);
+//! drop(a);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::any::Any as StdAny;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use super::any::{on_backend, Any, DynDevice, PerBackend};
+use super::stream::AnyStream;
+use crate::backend::registry::AnyDevice;
+use crate::backend::{Backend, Device, DeviceMemory, Event, HostMemory, MemoryInfo, Stream};
+use crate::error::{BackendKind, Result};
+use crate::memory::pool::PoolReport;
+use crate::memory::{
+    current_resource, set_current_resource, Allocator, Block, CachingPool, DeferCleanup, DeviceAllocation, IpcHandle,
+    LoggingResource, MemoryBackend, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics,
+    StatisticsResource,
+};
+use crate::with_device;
+
+/// The current resource the run-time layer installs on a device: statistics
+/// over the caching pool, with a CSV log (like RMM's `csv_log`) switched in
+/// while enabled.
+pub struct ObservedResource<B: MemoryBackend> {
+    stats: Arc<StatisticsResource<B>>,
+    log: RwLock<Option<(Arc<LoggingResource<B>>, PathBuf)>>,
+}
+
+impl<B: MemoryBackend> fmt::Debug for ObservedResource<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObservedResource({:?})", self.stats)
+    }
+}
+
+impl<B: MemoryBackend> ObservedResource<B> {
+    fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
+        ObservedResource { stats: Arc::new(StatisticsResource::new(inner)), log: RwLock::new(None) }
+    }
+
+    /// Where allocations and frees go now: the log while enabled, else the statistics.
+    fn front(&self) -> Arc<dyn MemoryResource<B>> {
+        match &*self.log.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((log, _)) => log.clone(),
+            None => self.stats.clone(),
+        }
+    }
+
+    /// Starts the CSV log at `path` (truncated).
+    pub fn enable_log(&self, path: PathBuf, with_memory_info: bool) -> Result<()> {
+        let log = LoggingResource::to_file(self.stats.clone(), &path, with_memory_info)?;
+        let old = self.log.write().unwrap_or_else(|p| p.into_inner()).replace((Arc::new(log), path));
+        if let Some((old, _)) = old {
+            old.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Stops the CSV log, flushing it.
+    pub fn disable_log(&self) -> Result<()> {
+        let old = self.log.write().unwrap_or_else(|p| p.into_inner()).take();
+        match old {
+            Some((old, _)) => old.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes the log; its path, if enabled.
+    pub fn log_path(&self) -> Result<Option<PathBuf>> {
+        match &*self.log.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((log, path)) => {
+                log.flush()?;
+                Ok(Some(path.clone()))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+// SAFETY: blocks pass between the caller and the statistics adaptor (or the
+// log over it) unchanged; switching the log in or out never changes which
+// resource a block goes back to, since both end in the same inner resource.
+unsafe impl<B: MemoryBackend> MemoryResource<B> for ObservedResource<B> {
+    fn device(&self) -> &Arc<B::Device> {
+        self.stats.device()
+    }
+    fn name(&self) -> &'static str {
+        "gpuport-observed"
+    }
+    fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
+        self.front().allocate(bytes, stream)
+    }
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        self.front().deallocate(block, stream, after)
+    }
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.stats.memory_info()
+    }
+    fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
+        self.stats.alloc_pinned(bytes, flags)
+    }
+    unsafe fn pin(&self, ptr: *mut u8, len: usize, mapped: bool) -> Result<crate::backend::HostRegistration<B>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.stats.pin(ptr, len, mapped) }
+    }
+    fn ipc_export(&self, block: &Block<B>) -> Result<IpcHandle> {
+        self.stats.ipc_export(block)
+    }
+    fn reset(&self) -> Result<()> {
+        self.stats.reset()
+    }
+    fn release_cached(&self, patience: std::time::Duration) -> Result<()> {
+        self.stats.release_cached(patience)
+    }
+    fn report(&self) -> Option<PoolReport> {
+        self.stats.report()
+    }
+    fn statistics(&self) -> Option<Statistics> {
+        Some(self.stats.get())
+    }
+}
+
+/// A device's allocator and the observed resource behind it.
+pub struct Resources<B: MemoryBackend> {
+    /// The device's current resource, as an allocator.
+    pub allocator: Allocator<B>,
+    /// The observed resource behind it.
+    pub resource: Arc<ObservedResource<B>>,
+}
+
+impl<B: MemoryBackend> Clone for Resources<B> {
+    fn clone(&self) -> Self {
+        Resources { allocator: self.allocator.clone(), resource: self.resource.clone() }
+    }
+}
+
+/// The device's resources, installing the observed resource as its current
+/// resource on first use. If Rust code already took the device's current
+/// resource, that resource is observed instead.
+pub fn resources<D: Device>(device: &Arc<D>) -> Result<Resources<D::B>> {
+    resources_of::<D::B>(device)
+}
+
+fn resources_of<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Resources<B>> {
+    type Entries = Mutex<HashMap<(BackendKind, usize), Box<dyn StdAny + Send + Sync>>>;
+    static ENTRIES: OnceLock<Entries> = OnceLock::new();
+    let key = (B::KIND, device.info().ordinal);
+    let mut map = ENTRIES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = map.get(&key).and_then(|e| e.downcast_ref::<Resources<B>>()) {
+        return Ok(e.clone());
+    }
+    let pool: Arc<dyn MemoryResource<B>> = Arc::new(CachingPool::new(device.clone(), PoolConfig::default()));
+    let resource = Arc::new(ObservedResource::new(pool));
+    let mut allocator = Allocator::from_arc(resource.clone());
+    let resource = match set_current_resource(allocator.clone()) {
+        Ok(()) => {
+            // Marks it used, so nobody replaces it under us.
+            allocator = current_resource::<B>(device)?;
+            resource
+        }
+        Err(_) => {
+            // Rust code already allocates through the current resource: count on top of it.
+            let existing = current_resource::<B>(device)?;
+            let resource = Arc::new(ObservedResource::new(existing.resource().clone()));
+            allocator = Allocator::from_arc(resource.clone());
+            resource
+        }
+    };
+    let e = Resources { allocator, resource };
+    map.insert(key, Box::new(e.clone()));
+    Ok(e)
+}
+
+/// `with_resources!(dev, r => body)`: `body` (a `Result`) with `r` the
+/// device's [`Resources`], for any backend.
+macro_rules! with_resources {
+    ($dev:expr, $r:ident => $body:expr) => {
+        with_device!($dev, d => match resources(d) {
+            Ok($r) => $body,
+            Err(e) => Err(e),
+        })
+    };
+}
+
+/// Installs the observed resource on `dev` if it is not yet.
+pub fn install(dev: &AnyDevice) -> Result<()> {
+    with_resources!(dev, _r => Ok(()))
+}
+
+/// The statistics of `dev`'s current resource, and its pool's report.
+pub fn statistics(dev: &AnyDevice) -> Result<(Statistics, Option<PoolReport>)> {
+    with_resources!(dev, r => Ok((r.allocator.statistics().unwrap_or_default(), r.allocator.report())))
+}
+
+/// Starts a CSV log of every allocation and free on `dev` at `path` (truncated).
+pub fn enable_log(dev: &AnyDevice, path: PathBuf, with_memory_info: bool) -> Result<()> {
+    with_resources!(dev, r => r.resource.enable_log(path, with_memory_info))
+}
+
+/// Stops `dev`'s CSV log, flushing it.
+pub fn disable_log(dev: &AnyDevice) -> Result<()> {
+    with_resources!(dev, r => r.resource.disable_log())
+}
+
+/// Flushes `dev`'s CSV log; its path, if logging is on.
+pub fn log_path(dev: &AnyDevice) -> Result<Option<PathBuf>> {
+    with_resources!(dev, r => r.resource.log_path())
+}
+
+/// Free and total memory of `dev`.
+pub fn memory_info(dev: &AnyDevice) -> Result<MemoryInfo> {
+    with_resources!(dev, r => r.allocator.memory_info())
+}
+
+/// Returns `dev`'s cached pool memory to the driver (live allocations stay valid).
+pub fn reset(dev: &AnyDevice) -> Result<()> {
+    with_resources!(dev, r => r.allocator.reset())
+}
+
+/// `v`, a value of `d`'s backend, as an [`Any`].
+fn wrap<D: DynDevice, F: PerBackend>(_d: &Arc<D>, v: F::Of<D::B>) -> Any<F> {
+    D::wrap::<F>(v)
+}
+
+/// What [`AnyAllocation`] holds per backend.
+#[derive(Debug)]
+pub struct Allocations;
+impl PerBackend for Allocations {
+    type Of<B: Backend> = DeviceAllocation<B>;
+}
+
+/// Device memory of any backend from its device's current resource; goes
+/// back to it (in the order of the stream it was allocated on) when dropped.
+pub type AnyAllocation = Any<Allocations>;
+
+impl AnyAllocation {
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        on_backend!(self, a => a.device_ptr())
+    }
+
+    /// The driver IPC handle of the allocation (through its resource).
+    pub fn ipc_handle(&self) -> Result<IpcHandle> {
+        on_backend!(self, a => ipc_handle_of(a))
+    }
+}
+
+fn ipc_handle_of<B: MemoryBackend>(a: &DeviceAllocation<B>) -> Result<IpcHandle> {
+    let d = <B::Device as Device>::open(a.ordinal())?;
+    resources_of::<B>(&d)?.allocator.ipc_handle(a)
+}
+
+/// Allocates `size` bytes (at least 1 is reserved) from `dev`'s current
+/// resource, in the order of `stream` (a stream of `dev`).
+pub fn alloc(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
+    with_device!(dev, d => alloc_on(d, size.max(1), stream))
+}
+
+fn alloc_on<D: DynDevice>(d: &Arc<D>, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
+    let s = stream.of(d)?;
+    Ok(D::wrap::<Allocations>(resources(d)?.allocator.alloc(size, s)?))
+}
+
+/// What [`AnyDeferCleanup`] holds per backend.
+#[derive(Debug)]
+pub struct Deferrals;
+impl PerBackend for Deferrals {
+    type Of<B: Backend> = DeferCleanup<B>;
+}
+
+/// Holds every free on a device back until dropped (see [`DeferCleanup`]).
+pub type AnyDeferCleanup = Any<Deferrals>;
+
+impl AnyDeferCleanup {
+    /// Frees held back so far.
+    pub fn held_back(&self) -> usize {
+        on_backend!(self, g => g.held_back())
+    }
+}
+
+/// Holds back every free on `dev` until the guard is dropped.
+pub fn defer_cleanup(dev: &AnyDevice) -> Result<AnyDeferCleanup> {
+    with_device!(dev, d => Ok(wrap::<_, Deferrals>(d, resources(d)?.allocator.defer_cleanup())))
+}
+
+/// What [`AnyPinned`] holds per backend.
+#[derive(Debug)]
+pub struct Pinned;
+impl PerBackend for Pinned {
+    type Of<B: Backend> = PinnedMemory<B>;
+}
+
+/// Pinned host memory of any backend from its device's current resource.
+pub type AnyPinned = Any<Pinned>;
+
+impl AnyPinned {
+    /// The host address.
+    pub fn host_ptr(&mut self) -> usize {
+        on_backend!(self, m => m.as_mut_slice().as_mut_ptr() as usize)
+    }
+    /// The device address of mapped memory.
+    pub fn mapped_ptr(&self) -> Option<u64> {
+        on_backend!(self, m => m.mapped_ptr())
+    }
+}
+
+/// Allocates `size` bytes (at least 1) of pinned host memory for `dev`.
+pub fn alloc_pinned(dev: &AnyDevice, size: usize, flags: PinnedFlags) -> Result<AnyPinned> {
+    with_device!(dev, d => Ok(wrap::<_, Pinned>(d, resources(d)?.allocator.alloc_pinned(size.max(1), flags)?)))
+}
+
+/// What [`AnyRegistration`] holds per backend.
+#[derive(Debug)]
+pub struct Registrations;
+impl PerBackend for Registrations {
+    type Of<B: Backend> = crate::backend::HostRegistration<B>;
+}
+
+/// Host memory page-locked for a device of any backend until dropped.
+pub type AnyRegistration = Any<Registrations>;
+
+/// Page-locks `len` bytes at `ptr` for `dev`.
+///
+/// # Safety
+/// `ptr..ptr + len` is live host memory that outlives the registration and
+/// is not moved while registered.
+pub unsafe fn pin(dev: &AnyDevice, ptr: *mut u8, len: usize, mapped: bool) -> Result<AnyRegistration> {
+    // SAFETY: forwarded caller contract.
+    with_device!(dev, d => Ok(wrap::<_, Registrations>(d, unsafe { resources(d)?.allocator.pin(ptr, len, mapped) }?)))
+}
+
+/// Allocations held by address until released, for C interfaces that free
+/// by pointer (PyTorch's `CUDAPluggableAllocator`).
+fn held() -> &'static Mutex<HashMap<u64, AnyAllocation>> {
+    static HELD: OnceLock<Mutex<HashMap<u64, AnyAllocation>>> = OnceLock::new();
+    HELD.get_or_init(Default::default)
+}
+
+/// Keeps `a` until [`release_held`] is called with its address; returns it.
+pub fn hold(a: AnyAllocation) -> u64 {
+    let ptr = a.ptr();
+    held().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, a);
+    ptr
+}
+
+/// Frees the allocation [`hold`] keeps at `ptr`; false if there is none.
+pub fn release_held(ptr: u64) -> bool {
+    let a = held().lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+    a.is_some()
+}
+
+/// Number of allocations [`hold`] keeps.
+pub fn held_count() -> usize {
+    held().lock().unwrap_or_else(|p| p.into_inner()).len()
+}

@@ -1,0 +1,33 @@
+//! The run-time layer: devices, streams, events, element types, modules,
+//! memory and arrays whose backend, element type and rank are chosen at run
+//! time, as wgpu's dynamic layer stands over wgpu-hal.
+//!
+//! A binding (the Python package today, a C API tomorrow) converts its
+//! objects to these and calls them. The choice of backend, the DLPack
+//! export negotiation and import, the keep-alive of operands and the
+//! per-device memory resources live here, once, for every backend; a
+//! binding holds no backend dispatch of its own.
+//!
+//! - [`any`]: [`Any`], the closed enum every type here is made of.
+//! - [`stream`]: [`AnyStream`], [`AnyEvent`].
+//! - [`dtype`]: [`DType`], the run-time element type.
+//! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
+//! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
+//! - [`memory`]: each device's observed resource, allocations of any backend.
+//! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
+//! - [`keep`]: operands kept alive until their work has run.
+
+pub mod any;
+pub mod array;
+pub mod dtype;
+pub mod exchange;
+pub mod keep;
+pub mod memory;
+pub mod module;
+pub mod stream;
+
+pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
+pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray};
+pub use dtype::{DType, MAX_RANK};
+pub use module::{AnyKernel, AnyModule, Code};
+pub use stream::{AnyEvent, AnyStream};

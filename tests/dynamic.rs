@@ -1,0 +1,108 @@
+//! The run-time layer (`gpuport::dynamic`): the DLPack stream rules per
+//! device type, device checks of streams, and arrays of run-time dtype.
+
+use gpuport::dlpack::{DLDeviceType, DLPackError};
+use gpuport::dynamic::exchange::{consumer_stream, export, stream_for_producer, ExportRequest};
+use gpuport::dynamic::{keep, new_owned, AnyArray, AnyModule, AnyStream, Code, DType};
+use gpuport::Error;
+use gpuport::{builtin, KernelArgs, LaunchConfig};
+
+const CUDA: i32 = DLDeviceType::CUDA.0 as i32;
+const ROCM: i32 = DLDeviceType::ROCM.0 as i32;
+const CPU: i32 = DLDeviceType::CPU.0 as i32;
+
+fn host() -> gpuport::AnyDevice {
+    gpuport::open("host").unwrap()
+}
+
+#[test]
+fn cuda_memory_refuses_stream_zero_and_rocm_takes_it() {
+    let dev = host();
+    let e = consumer_stream(&dev, CUDA, Some(0)).unwrap_err();
+    assert!(matches!(e, Error::DLPack(DLPackError::BadStream { .. })), "{e}");
+    assert!(e.to_string().contains("ambiguous"), "{e}");
+    // ROCm has no 1/2 sentinels: 0 is its default stream.
+    let zero = consumer_stream(&dev, ROCM, Some(0)).unwrap().expect("stream=0 on ROCm synchronizes");
+    assert_eq!(zero.handle(), 0);
+    assert!(consumer_stream(&dev, ROCM, None).unwrap().is_some());
+    assert!(consumer_stream(&dev, ROCM, Some(-1)).unwrap().is_none());
+    assert!(consumer_stream(&dev, CUDA, Some(-1)).unwrap().is_none());
+    let e = consumer_stream(&dev, ROCM, Some(-7)).unwrap_err();
+    assert!(matches!(e, Error::DLPack(DLPackError::BadStream { .. })), "{e}");
+}
+
+#[test]
+fn host_memory_takes_no_stream() {
+    let dev = host();
+    assert!(consumer_stream(&dev, CPU, None).unwrap().is_none());
+    let e = consumer_stream(&dev, CPU, Some(1)).unwrap_err();
+    assert!(e.to_string().contains("host memory takes stream=None"), "{e}");
+}
+
+#[test]
+fn producer_stream_follows_the_device_type() {
+    let s = AnyStream::default_for(&host());
+    // Our default stream is the null stream: CUDA spells it 1, ROCm 0.
+    assert_eq!(stream_for_producer(CUDA, &s), Some(1));
+    assert_eq!(stream_for_producer(ROCM, &s), Some(0));
+    assert_eq!(stream_for_producer(CPU, &s), None);
+}
+
+#[test]
+fn host_streams_have_no_integer_handles() {
+    // SAFETY: 0 names the default stream; 7 is refused before any use.
+    assert!(unsafe { AnyStream::borrow(&host(), 0) }.is_ok());
+    let e = unsafe { AnyStream::borrow(&host(), 7) }.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "stream", .. }), "{e}");
+}
+
+#[test]
+fn export_refuses_read_only_without_a_versioned_capsule() {
+    let dev = host();
+    let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[3]).unwrap());
+    let e = export(&mut a, ExportRequest { read_only: true, ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
+    let ok = export(&mut a, ExportRequest { read_only: true, max_version: Some((1, 0)), ..Default::default() });
+    let tensor = ok.unwrap().into_versioned();
+    assert_eq!(tensor.dl_tensor().ndim, 1);
+}
+
+#[test]
+fn export_to_another_device_type_is_refused() {
+    let dev = host();
+    let mut a = AnyArray::Owned(new_owned(&dev, DType::Int16, &[2, 2]).unwrap());
+    let e = export(&mut a, ExportRequest { dl_device: Some((CUDA, 0)), ..Default::default() }).unwrap_err();
+    assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
+}
+
+#[test]
+fn add_index_runs_on_every_dtype_with_a_kernel_and_refuses_the_others() {
+    let dev = host();
+    let s = AnyStream::default_for(&dev);
+    for dt in DType::ALL {
+        let mut a = AnyArray::Owned(new_owned(&dev, dt, &[2, 3]).unwrap());
+        let r = a.add_index(&s, None);
+        assert_eq!(r.is_ok(), dt.has_kernels(), "{dt:?}: {r:?}");
+    }
+    let e = new_owned(&dev, DType::Float32, &[1; 9]).err().unwrap();
+    assert!(e.to_string().contains("9 dimensions"), "{e}");
+}
+
+#[test]
+fn parked_operands_live_until_their_work_is_done() {
+    let dev = host();
+    let s = AnyStream::create(&dev).unwrap();
+    // Work that takes a while: the host backend's sleep kernel, 300 ms.
+    let sleep = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&300_000_000u64);
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { sleep.launch(LaunchConfig::linear(1, 1), &args, &s) }.unwrap();
+    let owner = std::sync::Arc::new(());
+    keep::keep_until_done(&s, Box::new(owner.clone())).unwrap();
+    keep::prune();
+    assert_eq!(std::sync::Arc::strong_count(&owner), 2, "prune must keep the operands of unfinished work");
+    s.synchronize().unwrap();
+    keep::prune();
+    assert_eq!(std::sync::Arc::strong_count(&owner), 1, "prune drops the operands of finished work");
+}
