@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gpuport::backend::host::HostBuffer;
@@ -353,4 +354,34 @@ fn a_buffer_block_refused_by_a_pool_is_leaked_not_freed() {
     let before = Arc::strong_count(&owner);
     refused(pool.deallocate(block, s, Vec::new()), "caching-pool");
     assert_eq!(Arc::strong_count(&owner), before, "the buffer was not dropped: leaked, so never freed under a user");
+}
+
+/// Storage that counts what it is asked for and has nothing to give.
+#[derive(Debug)]
+struct CountingStorage(Arc<HostDevice>, Arc<AtomicUsize>);
+
+// SAFETY: hands out no segment at all.
+unsafe impl Storage<Host> for CountingStorage {
+    type Segment = HostBuffer;
+    fn device(&self) -> &Arc<HostDevice> {
+        &self.0
+    }
+    fn alloc(&self, bytes: usize) -> gpuport::Result<HostBuffer> {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        Err(Error::OutOfMemory { backend: gpuport::BackendKind::Host, ordinal: 0, bytes })
+    }
+}
+
+/// A pool indexes its blocks with u32s, so it holds at most 2 TiB: a request
+/// past that is out of memory before the storage is asked (not a wrapped index).
+#[test]
+fn a_pool_refuses_to_grow_past_what_its_indices_can_count() {
+    let d = HostDevice::open(0).unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let pool = CachingPool::with_storage(CountingStorage(d.clone(), asked.clone()), PoolConfig::default());
+    match pool.allocate(3 << 40, d.default_stream()) {
+        Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 3 << 40),
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    assert_eq!(asked.load(Ordering::Relaxed), 0, "the storage was not asked");
 }

@@ -94,6 +94,7 @@ unsafe impl Scalar for bool {}
 // when zero and for every pattern valid for each lane, and stores its lanes
 // consecutively as DLPack's vector types do.
 unsafe impl<T: Scalar, const L: usize> Element for [T; L] {
+    #[allow(clippy::cast_possible_truncation)] // L <= u16::MAX: asserted first
     const DTYPE: DLDataType = {
         assert!(L >= 1 && L <= u16::MAX as usize, "vector elements need 1..=65535 lanes");
         DLDataType { code: T::DTYPE.code, bits: T::DTYPE.bits, lanes: L as u16 }

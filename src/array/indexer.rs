@@ -130,6 +130,6 @@ impl<T, const N: usize> ArrayIndexer<T, N> {
     /// address space the data lives in (host or device).
     pub fn address_of(&self, indices: [i64; N]) -> Option<*mut T> {
         let linear = self.linear(indices)?;
-        Some(self.data.wrapping_add(linear as usize))
+        Some(self.data.wrapping_add(usize::try_from(linear).ok()?))
     }
 }

@@ -33,7 +33,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
-use crate::backend::{Backend, Device, DeviceMemory, Event, HostMemory, Stream};
+use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
@@ -262,7 +262,7 @@ impl<T: Element> HostStorage<T> {
     }
 
     fn bytes_ptr(&self) -> *mut u8 {
-        self.ptr() as *mut u8
+        self.ptr().cast::<u8>()
     }
 }
 
@@ -827,7 +827,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn indexer(&mut self, loc: Location, lock: Option<LockId>) -> Result<ArrayIndexer<T, N>> {
         let data = match loc {
             Location::Host => self.host_ptr_mut(lock)?,
-            Location::Device => self.device_ptr_mut(lock)? as usize as *mut T,
+            Location::Device => address_to_usize(self.device_ptr_mut(lock)?) as *mut T,
         };
         ArrayIndexer::new(data, self.shape_i64()).ok_or_else(|| {
             Error::from(ShapeError::TooLarge { shape: self.shape.to_vec(), elem_size: std::mem::size_of::<T>() })
@@ -838,8 +838,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     fn shape_i64(&self) -> [i64; N] {
         let mut shape = [0i64; N];
         for (s, &e) in shape.iter_mut().zip(&self.shape) {
-            // Fits: the total size is at most isize::MAX bytes (invariant).
-            *s = e as i64;
+            *s = super::extent_i64(e);
         }
         shape
     }
@@ -910,21 +909,21 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
                 (self.host.ptr(), self.host.clone())
             }
             Location::Device if copy => match self.copy_device_copy(true)? {
-                Some(dst) => (dst.device_ptr() as usize as *mut T, Arc::new(dst)),
+                Some(dst) => (address_to_usize(dst.device_ptr()) as *mut T, Arc::new(dst)),
                 None => (std::ptr::null_mut(), Arc::new(())),
             },
             Location::Device => match &self.buffer {
-                Some(b) => (b.export() as usize as *mut T, b.clone()),
+                Some(b) => (address_to_usize(b.export()) as *mut T, b.clone()),
                 None => (std::ptr::null_mut(), Arc::new(())),
             },
         };
         let data = if self.len == 0 { std::ptr::null_mut() } else { data };
-        let shape: Vec<i64> = self.shape.iter().map(|&e| e as i64).collect();
+        let shape: Vec<i64> = self.shape.iter().map(|&e| super::extent_i64(e)).collect();
         let strides: Vec<i64> = self.strides().iter().map(|&s| s as i64).collect();
         // SAFETY: `data` addresses `len` elements laid out by `shape` and
         // `strides` in the memory `keep` owns (or is null for an empty array),
         // in the device `dl_device(loc)` describes.
-        Ok(unsafe { ExportSource::new(data as *mut _, self.dl_device(loc), T::DTYPE, shape, strides, 0, keep) })
+        Ok(unsafe { ExportSource::new(data.cast(), self.dl_device(loc), T::DTYPE, shape, strides, 0, keep) })
     }
 
     /// How many DLPack exports and views still share this array's host or
@@ -955,7 +954,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// counts as exported from then on (see the [module docs](self)).
     pub fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
         Ok(match self.device_copy("device_view", lock)? {
-            Some(b) => (b.export() as usize as *mut T, b.clone() as Arc<dyn Send + Sync>),
+            Some(b) => (address_to_usize(b.export()) as *mut T, b.clone() as Arc<dyn Send + Sync>),
             None => (std::ptr::null_mut(), Arc::new(()) as Arc<dyn Send + Sync>),
         })
     }

@@ -6,6 +6,17 @@
 //! describe strided windows of memory (host, device or managed) and convert
 //! to DLPack without heap allocation; [`crate::dlpack`] exports and imports
 //! owning DLPack tensors.
+//!
+//! Integer conversions are checked, lossless or allowed with a reason on the
+//! smallest item, as in the backends; these lints keep them so.
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless,
+    clippy::cast_precision_loss,
+    clippy::ptr_as_ptr
+)]
 
 use std::fmt;
 
@@ -168,7 +179,7 @@ pub(crate) fn checked_len(shape: &[usize], elem_size: usize) -> Result<usize, Sh
     let too_large = || ShapeError::TooLarge { shape: shape.to_vec(), elem_size };
     // DLPack and the indexer carry extents as i64: a larger one, even in an
     // empty shape, would be exported negative.
-    if shape.iter().any(|&e| e > i64::MAX as usize) {
+    if shape.iter().any(|&e| i64::try_from(e).is_err()) {
         return Err(too_large());
     }
     let len = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e)).ok_or_else(too_large)?;
@@ -187,7 +198,25 @@ pub(crate) fn row_major_strides<const N: usize>(shape: &[usize; N]) -> [isize; N
         strides[axis] = s;
         // Callers have checked the total size fits isize; wrapping only ever
         // happens after the last use for a zero-size shape.
-        s = s.wrapping_mul(shape[axis] as isize);
+        s = s.wrapping_mul(to_isize(shape[axis]));
     }
     strides
+}
+
+/// An index or extent of an array or view as an `isize`, wrapping as `as`
+/// does. Shapes were checked to fit `isize` bytes ([`checked_len`]) and
+/// views' reachable offsets to fit `isize` when made, so an index below its
+/// extent fits; a stride product past an empty axis may wrap, and is never
+/// used to reach memory.
+#[allow(clippy::cast_possible_wrap)]
+#[inline]
+pub(crate) fn to_isize(i: usize) -> isize {
+    i as isize
+}
+
+/// An extent as the `i64` that kernels and DLPack take: [`checked_len`]
+/// refused extents past `i64::MAX`, even in an empty shape.
+#[allow(clippy::cast_possible_wrap)]
+pub(crate) fn extent_i64(e: usize) -> i64 {
+    e as i64
 }

@@ -28,8 +28,8 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{checked_len, row_major_strides, Element, LockId, MemArray, ShapeError};
-use crate::backend::{Device, DeviceMemory, MemoryKind};
+use super::{checked_len, row_major_strides, to_isize, Element, LockId, MemArray, ShapeError};
+use crate::backend::{address_to_usize, Device, DeviceMemory, MemoryKind};
 use crate::dlpack::ffi::{DLDataType, DLDevice, DLDeviceType, DLTensor};
 use crate::dlpack::{dl_device, DLPackError, ExportSource, ManagedTensor, ManagedTensorVersioned};
 use crate::error::{BackendKind, Result};
@@ -193,7 +193,7 @@ impl<'a, T: Element, const N: usize> View<'a, T, N, HostSpace> {
         let mut s: isize = 1;
         for axis in 0..N {
             strides[axis] = s;
-            s = s.wrapping_mul(extents[axis] as isize);
+            s = s.wrapping_mul(to_isize(extents[axis]));
         }
         Self::from_slice_strided(data, extents, strides)
     }
@@ -202,7 +202,7 @@ impl<'a, T: Element, const N: usize> View<'a, T, N, HostSpace> {
     /// element must lie inside `data`.
     pub fn from_slice_strided(data: &'a [T], extents: [usize; N], strides: [isize; N]) -> Result<Self> {
         if let Some((lo, hi)) = span(&extents, &strides, std::mem::size_of::<T>())? {
-            if lo < 0 || hi as usize >= data.len() {
+            if lo < 0 || usize::try_from(hi).map_or(true, |hi| hi >= data.len()) {
                 return Err(ShapeError::OutOfRange {
                     extents: extents.to_vec(),
                     strides: strides.to_vec(),
@@ -277,7 +277,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         }
         let elems = buffer.len() / std::mem::size_of::<T>().max(1);
         if let Some((lo, hi)) = span(&extents, &strides, std::mem::size_of::<T>())? {
-            if lo < 0 || hi as usize >= elems {
+            if lo < 0 || usize::try_from(hi).map_or(true, |hi| hi >= elems) {
                 return Err(ShapeError::OutOfRange {
                     extents: extents.to_vec(),
                     strides: strides.to_vec(),
@@ -287,7 +287,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
             }
         }
         Ok(View {
-            ptr: buffer.device_ptr() as usize as *const T,
+            ptr: address_to_usize(buffer.device_ptr()) as *const T,
             extents,
             strides,
             device: dl_device(backend, buffer.kind(), buffer.ordinal()),
@@ -338,7 +338,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
             if self.extents[axis] > 1 && self.strides[axis] != expect {
                 return false;
             }
-            expect = expect.wrapping_mul(self.extents[axis] as isize);
+            expect = expect.wrapping_mul(to_isize(self.extents[axis]));
         }
         true
     }
@@ -350,7 +350,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
             if self.extents[axis] > 1 && self.strides[axis] != expect {
                 return false;
             }
-            expect = expect.wrapping_mul(self.extents[axis] as isize);
+            expect = expect.wrapping_mul(to_isize(self.extents[axis]));
         }
         true
     }
@@ -363,7 +363,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
                 return None;
             }
             // No overflow: the span check bounds every reachable offset.
-            off += i as isize * stride;
+            off += to_isize(i) * stride;
         }
         Some(off)
     }
@@ -375,7 +375,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         }
         let mut idx = [0usize; N];
         loop {
-            let off: isize = (0..N).map(|a| idx[a] as isize * self.strides[a]).sum();
+            let off: isize = (0..N).map(|a| to_isize(idx[a]) * self.strides[a]).sum();
             f(off);
             let mut axis = N;
             loop {
@@ -417,7 +417,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
             }
             out.extents[axis] = r.end - r.start;
             if r.start < self.extents[axis] {
-                off += r.start as isize * self.strides[axis];
+                off += to_isize(r.start) * self.strides[axis];
             }
         }
         if !out.is_empty() {
@@ -478,7 +478,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         Self::check_axis("flip", axis)?;
         let mut out = self.clone();
         if self.extents[axis] > 0 {
-            out.ptr = self.ptr.wrapping_offset((self.extents[axis] as isize - 1) * self.strides[axis]);
+            out.ptr = self.ptr.wrapping_offset((to_isize(self.extents[axis]) - 1) * self.strides[axis]);
         }
         out.strides[axis] = -self.strides[axis];
         Ok(out)
@@ -492,7 +492,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
             // SAFETY: called for host-accessible views only, where every
             // reachable element is readable; read as bytes, not as `T`.
             let bytes =
-                unsafe { std::slice::from_raw_parts(self.ptr.offset(off) as *const u8, std::mem::size_of::<T>()) };
+                unsafe { std::slice::from_raw_parts(self.ptr.offset(off).cast::<u8>(), std::mem::size_of::<T>()) };
             ok &= T::valid_bytes(bytes);
         });
         ok
@@ -600,6 +600,7 @@ impl<const N: usize> DLPackTensor<'_, N> {
                 data: self.data,
                 device: self.device,
                 // N is a small const rank; DLPack ranks are `int`.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
                 ndim: N as i32,
                 dtype: self.dtype,
                 shape: ptr_or_null(&self.shape),
@@ -658,7 +659,7 @@ impl<'w> DLTensorRef<'w> {
         }
         // SAFETY: `shape` points to `ndim` extents inside the wrapper, which
         // is borrowed for `'w`.
-        unsafe { std::slice::from_raw_parts(self.raw.shape, self.raw.ndim as usize) }
+        unsafe { std::slice::from_raw_parts(self.raw.shape, usize::try_from(self.raw.ndim).unwrap_or(0)) }
     }
 
     /// The strides, borrowed from the wrapper.
@@ -667,7 +668,7 @@ impl<'w> DLTensorRef<'w> {
             return &[];
         }
         // SAFETY: as in `shape`.
-        unsafe { std::slice::from_raw_parts(self.raw.strides, self.raw.ndim as usize) }
+        unsafe { std::slice::from_raw_parts(self.raw.strides, usize::try_from(self.raw.ndim).unwrap_or(0)) }
     }
 
     /// The byte offset (always 0 for views).

@@ -7,16 +7,6 @@
 //! compile them from `kernels/common/array_ops.h` one at a time. Their public
 //! path is `gpuport::kernels`, whose launchers call them on any backend.
 
-// These kernels do what the GPU built-ins do: integer add_index wraps modulo
-// 2^bits (`as` on purpose), and device addresses are 64-bit integers that
-// are `usize` on the 64-bit targets the GPU vendors support.
-#![allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_precision_loss
-)]
-
 use std::fmt::Debug;
 
 use bytemuck::Pod;
@@ -47,6 +37,8 @@ macro_rules! scalar_int {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = $t;
+            // Modular, as the C kernels' `(T)sum` is: the wrap is the point.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
             fn add_index(self, sum: i64) -> Self { self.wrapping_add(sum as $t) }
             fn scale(self, alpha: $t) -> Self { self.wrapping_mul(alpha) }
             fn axpy(self, x: Self, alpha: $t) -> Self { alpha.wrapping_mul(x).wrapping_add(self) }
@@ -60,6 +52,8 @@ macro_rules! scalar_float {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = $t;
+            // Rounded, as the C kernels' `(T)sum` is.
+            #[allow(clippy::cast_precision_loss)]
             fn add_index(self, sum: i64) -> Self { self + sum as $t }
             fn scale(self, alpha: $t) -> Self { self * alpha }
             fn axpy(self, x: Self, alpha: $t) -> Self { alpha.mul_add(x, self) }
@@ -73,6 +67,8 @@ macro_rules! scalar_half {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             type Compute = f32;
+            // Rounded, as the C kernels' `(float)sum` is.
+            #[allow(clippy::cast_precision_loss)]
             fn add_index(self, sum: i64) -> Self { <$t>::from_f32(self.to_f32() + sum as f32) }
             fn scale(self, alpha: f32) -> Self { <$t>::from_f32(self.to_f32() * alpha) }
             fn axpy(self, x: Self, alpha: f32) -> Self { <$t>::from_f32(alpha.mul_add(x.to_f32(), self.to_f32())) }
@@ -142,7 +138,7 @@ impl<const N: usize> StridedArg<N> {
                 hi = hi.checked_add(reach)?;
             }
         }
-        let e = elem as i64;
+        let e = i64::try_from(elem).ok()?;
         Some((lo.checked_mul(e)?, hi.checked_add(1)?.checked_mul(e)?))
     }
 }
@@ -244,5 +240,7 @@ mod tests {
         assert_eq!(v.byte_extent(8), Some((-24, 72)));
         assert_eq!(StridedArg::row_major(0, [2, 0]).byte_extent(4), None);
         assert_eq!(StridedArg::row_major(0, [2, 3]).strides, [3, 1]);
+        // An element size past i64 is no extent, not a wrapped (negative) one.
+        assert_eq!(StridedArg::row_major(0, [1]).byte_extent(usize::MAX), None);
     }
 }

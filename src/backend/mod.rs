@@ -13,10 +13,9 @@
 //! must keep every operand alive and untouched until the stream has passed
 //! the operation. Each has a safe synchronous twin that waits for completion.
 //!
-//! Integer conversions here are checked (`try_from`, with a typed error
-//! where a caller's value could overflow), lossless (`From`), or an `as`
-//! allowed on the smallest item with the reason it cannot overflow; the
-//! lints below keep it so (CI's clippy denies warnings).
+//! Integer conversions are checked (`try_from`, a typed error where a caller's
+//! value could overflow), lossless (`From`), or an `as` allowed on the smallest
+//! item with why it cannot overflow; the lints below keep them so.
 #![warn(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
@@ -528,11 +527,13 @@ impl fmt::Debug for KernelArgs {
     }
 }
 
-/// The host address that a host-backend device pointer (or a mapped
-/// pointer) stands for: such a `device_ptr` is a host pointer widened to
-/// `u64`, so narrowing it back to `usize` loses nothing.
-#[allow(clippy::cast_possible_truncation)] // the u64 came from a usize address
-pub(crate) fn host_address(device_ptr: u64) -> usize {
+/// A `device_ptr` (a device, managed or mapped address, or a host-backend
+/// buffer's host address) as a `usize`, to make a raw pointer of. Every
+/// backend's addresses are of the host's pointer width: the host backend's
+/// are host pointers widened to `u64`, and CUDA and ROCm run on 64-bit hosts
+/// only, so narrowing loses nothing.
+#[allow(clippy::cast_possible_truncation)] // see above: a pointer-wide address in a u64
+pub(crate) fn address_to_usize(device_ptr: u64) -> usize {
     device_ptr as usize
 }
 

@@ -71,6 +71,7 @@ impl ExportSource {
             data: self.data,
             device: self.device,
             // Fits: guaranteed by `new`'s contract (ranks are const generics).
+            #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
             ndim: self.shape.len() as i32,
             dtype: self.dtype,
             shape: if self.shape.is_empty() { std::ptr::null_mut() } else { self.shape.as_mut_ptr() },
@@ -89,7 +90,7 @@ impl ExportSource {
         // go into the `Vec`s the block owns, which never move or reallocate.
         unsafe {
             (*ctx).managed.dl_tensor = (*ctx).source.tensor();
-            (*ctx).managed.manager_ctx = ctx as *mut c_void;
+            (*ctx).managed.manager_ctx = ctx.cast::<c_void>();
             (*ctx).managed.deleter = Some(legacy_deleter);
             ManagedTensor { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
         }
@@ -121,7 +122,7 @@ impl ExportSource {
         // SAFETY: as in `into_legacy`.
         unsafe {
             (*ctx).managed.dl_tensor = (*ctx).source.tensor();
-            (*ctx).managed.manager_ctx = ctx as *mut c_void;
+            (*ctx).managed.manager_ctx = ctx.cast::<c_void>();
             (*ctx).managed.deleter = Some(versioned_deleter);
             ManagedTensorVersioned { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
         }
@@ -162,7 +163,7 @@ unsafe extern "C" fn legacy_deleter(t: *mut DLManagedTensor) {
     // SAFETY: `t` is the `managed` field of a `LegacyCtx` from `into_legacy`
     // (only those carry this deleter), still live because the deleter runs
     // at most once; `manager_ctx` is that block's `Box` pointer.
-    let ctx = unsafe { (*t).manager_ctx } as *mut LegacyCtx;
+    let ctx = unsafe { (*t).manager_ctx }.cast::<LegacyCtx>();
     // Dropping the storage runs backend code (a device free) that could
     // panic; unwinding out of an `extern "C"` function is not allowed, so a
     // panic is caught and the rest of the context is leaked instead.
@@ -178,7 +179,7 @@ unsafe extern "C" fn versioned_deleter(t: *mut DLManagedTensorVersioned) {
         return;
     }
     // SAFETY: as in `legacy_deleter`, for `VersionedCtx`.
-    let ctx = unsafe { (*t).manager_ctx } as *mut VersionedCtx;
+    let ctx = unsafe { (*t).manager_ctx }.cast::<VersionedCtx>();
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the block came from `Box::into_raw` and is freed only here.
         drop(unsafe { Box::from_raw(ctx) });

@@ -208,9 +208,9 @@ impl ImportedTensor {
         let mut count: i128 = 1;
         let (mut lo, mut hi) = (0i128, 0i128);
         for axis in 0..ndim {
-            count = count.saturating_mul(shape[axis] as i128);
+            count = count.saturating_mul(i128::from(shape[axis]));
             if shape[axis] > 0 {
-                let reach = (shape[axis] as i128 - 1) * strides[axis] as i128;
+                let reach = (i128::from(shape[axis]) - 1) * i128::from(strides[axis]);
                 if reach < 0 {
                     lo += reach;
                 } else {
@@ -219,7 +219,7 @@ impl ImportedTensor {
             }
         }
         if count > 0 {
-            let base = t.byte_offset as i128;
+            let base = i128::from(t.byte_offset);
             let first = base + lo * elem;
             let end = base + (hi + 1) * elem;
             let max = isize::MAX as i128;
@@ -267,7 +267,9 @@ impl ImportedTensor {
             return 0;
         }
         // Fits: checked against isize::MAX bytes on import.
-        self.shape.iter().product::<i64>() as usize
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let len = self.shape.iter().product::<i64>() as usize;
+        len
     }
 
     /// Whether the tensor has no elements.
@@ -297,8 +299,11 @@ impl ImportedTensor {
 
     /// The address of the element at index 0 (`data + byte_offset`), in the
     /// tensor's address space; null for an empty tensor without data.
+    // Where there are elements the offset was checked to fit isize on import;
+    // an empty tensor's address is never dereferenced.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn data_ptr(&self) -> *mut c_void {
-        (self.data as *mut u8).wrapping_add(self.byte_offset as usize) as *mut c_void
+        self.data.cast::<u8>().wrapping_add(self.byte_offset as usize).cast::<c_void>()
     }
 
     /// Whether the strides are compact row-major (extents of 1 or 0 ignored).
@@ -362,7 +367,7 @@ impl ImportedTensor {
         // memory and that nobody writes it while borrowed).
         let s = unsafe { std::slice::from_raw_parts(self.data_ptr() as *const T, self.len()) };
         // SAFETY: the same bytes, viewed as bytes for validation.
-        let bytes = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) };
+        let bytes = unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) };
         if !T::valid_bytes(bytes) {
             return Err(DLPackError::InvalidValues { dtype: dtype_name(T::DTYPE) }.into());
         }
@@ -389,14 +394,23 @@ impl ImportedTensor {
     fn view_parts<T: Element, const N: usize>(&self) -> Result<([usize; N], [isize; N])> {
         self.check_dtype::<T>()?;
         if self.shape.len() != N {
-            return Err(DLPackError::RankMismatch { expected: N.to_string(), found: self.shape.len() as i32 }.into());
+            return Err(DLPackError::RankMismatch {
+                expected: N.to_string(),
+                found: i32::try_from(self.shape.len()).unwrap_or(i32::MAX),
+            }
+            .into());
         }
         let mut extents = [0usize; N];
         let mut strides = [0isize; N];
+        let overflow = || DLPackError::Overflow {
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            byte_offset: self.byte_offset,
+        };
         for axis in 0..N {
-            // Fit: validated against isize::MAX on import.
-            extents[axis] = self.shape[axis] as usize;
-            strides[axis] = self.strides[axis] as isize;
+            // Fit where there are elements: validated against isize::MAX on import.
+            extents[axis] = usize::try_from(self.shape[axis]).map_err(|_| overflow())?;
+            strides[axis] = isize::try_from(self.strides[axis]).map_err(|_| overflow())?;
         }
         Ok((extents, strides))
     }
@@ -448,9 +462,9 @@ impl ImportedTensor {
             let off: i64 = idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum();
             // SAFETY: `idx` is in bounds, so the element is reachable and was
             // validated to lie in the producer's memory (offsets fit isize).
-            let p = unsafe { base.offset(off as isize) };
+            let p = unsafe { base.offset(element_offset(off)) };
             // SAFETY: the element's bytes, read as bytes before as a `T`.
-            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, std::mem::size_of::<T>()) };
+            let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), std::mem::size_of::<T>()) };
             if !T::valid_bytes(bytes) {
                 return Err(DLPackError::InvalidValues { dtype: dtype_name(T::DTYPE) }.into());
             }
@@ -466,4 +480,11 @@ impl ImportedTensor {
         }
         Ok(out)
     }
+}
+
+/// An element offset of an imported tensor as an `isize`: import checked
+/// that every reachable byte offset fits one.
+#[allow(clippy::cast_possible_truncation)] // |off| * element size <= isize::MAX
+fn element_offset(off: i64) -> isize {
+    off as isize
 }

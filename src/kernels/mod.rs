@@ -18,6 +18,17 @@
 //!
 //! Integer arithmetic wraps on overflow, on every backend. Half-precision
 //! types compute in `f32` and round to nearest even.
+//!
+//! Integer conversions are checked, lossless or allowed with a reason on the
+//! smallest item, as in the backends; these lints keep them so.
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless,
+    clippy::cast_precision_loss,
+    clippy::ptr_as_ptr
+)]
 
 use bytemuck::Pod;
 
@@ -61,6 +72,15 @@ fn check_rank(n: usize) -> Result<()> {
     }
 }
 
+/// A checked, non-negative element count as a `usize`, or the error for a
+/// shape of more elements than this machine addresses.
+fn elements(size: i64) -> Result<usize> {
+    usize::try_from(size).map_err(|_| Error::InvalidArgument {
+        name: "shape",
+        reason: format!("{size} elements are more than this machine addresses"),
+    })
+}
+
 /// A grid-stride launch over `work` items: never more blocks than fit on the device at once.
 fn launch_config<D: Device>(d: &D, kernel: &Kernel<D::B>, work: usize) -> Result<LaunchConfig> {
     d.resident_launch_config(kernel, work.max(1))
@@ -98,7 +118,7 @@ pub unsafe fn add_index_async<D: Device, T: Scalar, const N: usize>(
     // copy, against 93-95% for a resident-sized grid-stride launch (block
     // scheduling balances the tail better; docs/gpu-runs/*variants.log).
     let lanes = (16 / std::mem::size_of::<T>()).max(1);
-    let cfg = LaunchConfig::for_elements((size as usize).div_ceil(lanes * 4), 256)?;
+    let cfg = LaunchConfig::for_elements(elements(size)?.div_ceil(lanes * 4), 256)?;
     let mut args = KernelArgs::new();
     args.push(&IndexerArg { data, shape });
     // SAFETY: the argument matches the kernel's `ArrayIndexer<T, N>`; the
@@ -215,7 +235,7 @@ pub unsafe fn copy_strided_async<D: Device, const N: usize>(
         return Ok(());
     }
     let kernel = find_kernel(d, &kernel_name("copy_strided", &elem_bytes.to_string(), Some(N)))?;
-    let cfg = launch_config(d, &kernel, size as usize)?;
+    let cfg = launch_config(d, &kernel, elements(size)?)?;
     let mut args = KernelArgs::new();
     args.push(&dst).push(&src);
     // SAFETY: the arguments match `gpuport_copy_strided_<bytes>_<N>`; the

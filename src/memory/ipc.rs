@@ -155,6 +155,15 @@ impl<B: MemoryBackend> Drop for ShareablePool<B> {
 /// A descriptor this process owns; closed on drop.
 struct Descriptor(i32);
 
+impl Descriptor {
+    /// The descriptor a successful (non-negative) `syscall` returned.
+    #[cfg(target_os = "linux")]
+    #[allow(clippy::cast_possible_truncation)] // a descriptor is a C int, widened to c_long by syscall
+    fn from_syscall(fd: libc::c_long) -> Self {
+        Descriptor(fd as i32)
+    }
+}
+
 impl Drop for Descriptor {
     fn drop(&mut self) {
         // SAFETY: the descriptor is ours (from pidfd_open/pidfd_getfd or a
@@ -204,7 +213,7 @@ pub fn allow_pool_importers(who: PoolImporters) -> Result<()> {
         const PR_SET_PTRACER_ANY: libc::c_ulong = libc::c_ulong::MAX;
         let arg: libc::c_ulong = match who {
             PoolImporters::Any => PR_SET_PTRACER_ANY,
-            PoolImporters::Process(pid) => pid as libc::c_ulong,
+            PoolImporters::Process(pid) => libc::c_ulong::from(pid),
             PoolImporters::AncestorsOnly => 0,
         };
         // SAFETY: PR_SET_PTRACER takes one integer argument and touches no memory of ours.
@@ -232,8 +241,12 @@ fn cannot_take(backend: BackendKind, why: String) -> Error {
 fn take_descriptor(backend: BackendKind, pid: u32, fd: i32) -> Result<Descriptor> {
     use std::io::Error as OsError;
     let errno = |e: &OsError| e.raw_os_error().unwrap_or(0);
+    let pid_t = libc::pid_t::try_from(pid).map_err(|_| Error::InvalidArgument {
+        name: "IPC handle",
+        reason: format!("pid {pid} is past the largest process id ({})", libc::pid_t::MAX),
+    })?;
     // SAFETY: pidfd_open takes a pid and flags (0) and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid_t, 0 as libc::c_uint) };
     if pidfd < 0 {
         let e = OsError::last_os_error();
         return Err(cannot_take(
@@ -248,7 +261,7 @@ fn take_descriptor(backend: BackendKind, pid: u32, fd: i32) -> Result<Descriptor
             },
         ));
     }
-    let pidfd = Descriptor(pidfd as i32);
+    let pidfd = Descriptor::from_syscall(pidfd);
     // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that process
     // and flags (0), and returns a new descriptor of ours or -1.
     let local = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.0, fd, 0 as libc::c_uint) };
@@ -273,7 +286,7 @@ fn take_descriptor(backend: BackendKind, pid: u32, fd: i32) -> Result<Descriptor
             },
         ));
     }
-    Ok(Descriptor(local as i32))
+    Ok(Descriptor::from_syscall(local))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -409,6 +422,13 @@ mod tests {
         // Above the largest pid_max (2^22): no such process.
         match take_descriptor(BackendKind::Cuda, 1 << 30, 3) {
             Err(Error::Unsupported { hint: Some(h), .. }) => assert!(h.contains("has exited"), "{h}"),
+            other => panic!("{:?}", other.map(|d| d.0)),
+        }
+        // Past pid_t: refused as such, not wrapped to a negative pid.
+        match take_descriptor(BackendKind::Cuda, u32::MAX, 3) {
+            Err(Error::InvalidArgument { name: "IPC handle", reason }) => {
+                assert!(reason.contains("past the largest"), "{reason}")
+            }
             other => panic!("{:?}", other.map(|d| d.0)),
         }
     }

@@ -80,6 +80,7 @@ impl IpcHandle {
         let backend =
             BackendKind::ALL.into_iter().find(|b| b.name() == backend).ok_or_else(|| bad("unknown backend name"))?;
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad("offset, ordinal and length must be integers"));
+        let size = |s: &str| usize::try_from(num(s)?).map_err(|_| bad("the ordinal and length must fit a usize here"));
         if hex.len() != 128 || !hex.is_ascii() {
             return Err(bad("the handle must be 128 hex digits"));
         }
@@ -95,13 +96,6 @@ impl IpcHandle {
                 pool: pool.parse().map_err(|_| bad("the pool id must be an integer"))?,
             },
         };
-        Ok(IpcHandle {
-            backend,
-            ordinal: num(ordinal)? as usize,
-            kind,
-            handle,
-            offset: num(offset)?,
-            len: num(len)? as usize,
-        })
+        Ok(IpcHandle { backend, ordinal: size(ordinal)?, kind, handle, offset: num(offset)?, len: size(len)? })
     }
 }

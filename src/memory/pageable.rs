@@ -408,6 +408,7 @@ mod tests {
 
     #[test]
     fn host_copy_matches_copy_from_slice_at_every_alignment_and_length() {
+        #[allow(clippy::cast_possible_truncation)] // wrapping to a byte pattern is the point
         let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
         for streaming in [false, true] {
             for offset in 0..17 {

@@ -107,7 +107,9 @@ pub struct PoolReport {
 
 impl fmt::Display for PoolReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        // For display: f64 rounding of a byte count is fine.
+        #[allow(clippy::cast_precision_loss)]
+        let mib = |b: usize| b as f64 / f64::from(1u32 << 20);
         writeln!(
             f,
             "pool: {:.2} MiB reserved in {} segments; {:.2} MiB in use ({:.2} MiB requested); {:.2} MiB free in {} blocks (largest {:.2} MiB, fragmentation {:.1}%); {:.2} MiB pending",

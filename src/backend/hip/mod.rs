@@ -147,11 +147,9 @@ fn hip_pool(pool: RawPool) -> sys::hipMemPool_t {
     pool.0 as sys::hipMemPool_t
 }
 
-/// A device address as HIP's `hipDeviceptr_t`: the runtime handed it out
-/// as a pointer (widened to u64), so it fits a usize on this host.
-#[allow(clippy::cast_possible_truncation)]
+/// A device address as HIP's `hipDeviceptr_t`.
 fn dptr(addr: u64) -> sys::hipDeviceptr_t {
-    addr as usize as sys::hipDeviceptr_t
+    super::address_to_usize(addr) as sys::hipDeviceptr_t
 }
 
 // SAFETY: every method makes the HIP call its name says on this device and

@@ -4,21 +4,11 @@
 //! [`KernelArgs`]) and produces the same result; the work is split over
 //! the machine's cores with scoped threads.
 
-// These kernels do what the GPU built-ins do: integer add_index wraps modulo
-// 2^bits (`as` on purpose), and device addresses are 64-bit integers that
-// are `usize` on the 64-bit targets the GPU vendors support.
-#![allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_precision_loss
-)]
-
 use std::ops::Range;
 
 use super::HostKernelDef;
 use crate::backend::array_kernels::{IndexerArg, Scalar, StridedArg, MAX_RANK};
-use crate::backend::{KernelArg, KernelArgs, LaunchConfig};
+use crate::backend::{address_to_usize, KernelArg, KernelArgs, LaunchConfig};
 
 type KResult = std::result::Result<(), String>;
 
@@ -27,6 +17,32 @@ const MIN_CHUNK: usize = 1 << 16;
 
 fn arg<T: KernelArg>(args: &KernelArgs, index: usize) -> std::result::Result<T, String> {
     args.get::<T>(index).ok_or_else(|| format!("argument {index} must be a {}", std::any::type_name::<T>()))
+}
+
+/// Argument `index`, a host address (a host buffer's `device_ptr`).
+fn address(args: &KernelArgs, index: usize) -> std::result::Result<usize, String> {
+    arg::<u64>(args, index).map(address_to_usize)
+}
+
+/// Argument `index`, an element count, as a `usize`.
+fn count(args: &KernelArgs, index: usize) -> std::result::Result<usize, String> {
+    let n = arg::<u64>(args, index)?;
+    usize::try_from(n).map_err(|_| format!("argument {index} is {n} elements, more than this host addresses"))
+}
+
+/// Linear index `i` as an `i64`: `i` is below a size that
+/// `size_of_shape` computed as an `i64`.
+#[allow(clippy::cast_possible_wrap)] // i < size <= i64::MAX
+fn linear(i: usize) -> i64 {
+    i as i64
+}
+
+/// Element `at` of `base`, `at` being an element offset of a view whose
+/// elements all lie in one allocation, so it fits an `isize`.
+#[allow(clippy::cast_possible_truncation)] // a view's offsets stay inside one allocation (< isize::MAX bytes)
+#[inline]
+fn element<const BYTES: usize>(base: usize, at: i64) -> *mut [u8; BYTES] {
+    (base as *mut [u8; BYTES]).wrapping_offset(at as isize)
 }
 
 /// Runs `f` over `0..n` split into one contiguous range per core.
@@ -77,9 +93,9 @@ fn size_of_shape<const N: usize>(shape: &[i64; N]) -> std::result::Result<usize,
 fn add_index<T: Scalar, const N: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
     let ix: IndexerArg<N> = arg(args, 0)?;
     let size = size_of_shape(&ix.shape)?;
-    let base = ix.data as usize;
+    let base = address_to_usize(ix.data);
     parallel_for(size, |range| {
-        let mut idx = unravel(&ix.shape, range.start as i64);
+        let mut idx = unravel(&ix.shape, linear(range.start));
         for i in range {
             let sum: i64 = idx.iter().sum();
             let p = (base as *mut T).wrapping_add(i);
@@ -93,7 +109,7 @@ fn add_index<T: Scalar, const N: usize>(args: &KernelArgs, _: LaunchConfig) -> K
 }
 
 fn scale<T: Scalar>(args: &KernelArgs, _: LaunchConfig) -> KResult {
-    let (base, n, alpha) = (arg::<u64>(args, 0)? as usize, arg::<u64>(args, 1)? as usize, arg::<T::Compute>(args, 2)?);
+    let (base, n, alpha) = (address(args, 0)?, count(args, 1)?, arg::<T::Compute>(args, 2)?);
     parallel_for(n, |range| {
         for i in range {
             let p = (base as *mut T).wrapping_add(i);
@@ -105,8 +121,8 @@ fn scale<T: Scalar>(args: &KernelArgs, _: LaunchConfig) -> KResult {
 }
 
 fn axpy<T: Scalar>(args: &KernelArgs, _: LaunchConfig) -> KResult {
-    let (y, x) = (arg::<u64>(args, 0)? as usize, arg::<u64>(args, 1)? as usize);
-    let (n, alpha) = (arg::<u64>(args, 2)? as usize, arg::<T::Compute>(args, 3)?);
+    let (y, x) = (address(args, 0)?, address(args, 1)?);
+    let (n, alpha) = (count(args, 2)?, arg::<T::Compute>(args, 3)?);
     parallel_for(n, |range| {
         for i in range {
             let (py, px) = ((y as *mut T).wrapping_add(i), (x as *const T).wrapping_add(i));
@@ -118,7 +134,7 @@ fn axpy<T: Scalar>(args: &KernelArgs, _: LaunchConfig) -> KResult {
 }
 
 fn fill<const BYTES: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
-    let (base, n) = (arg::<u64>(args, 0)? as usize, arg::<u64>(args, 1)? as usize);
+    let (base, n) = (address(args, 0)?, count(args, 1)?);
     let value: [u8; BYTES] =
         args.bytes(2).and_then(|b| b.try_into().ok()).ok_or_else(|| format!("argument 2 must be {BYTES} bytes"))?;
     parallel_for(n, |range| {
@@ -133,13 +149,13 @@ fn fill<const BYTES: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
 fn copy_strided<const BYTES: usize, const N: usize>(args: &KernelArgs, _: LaunchConfig) -> KResult {
     let (dst, src): (StridedArg<N>, StridedArg<N>) = (arg(args, 0)?, arg(args, 1)?);
     let size = size_of_shape(&dst.shape)?;
+    let (dst_base, src_base) = (address_to_usize(dst.data), address_to_usize(src.data));
     parallel_for(size, |range| {
-        let mut idx = unravel(&dst.shape, range.start as i64);
+        let mut idx = unravel(&dst.shape, linear(range.start));
         for _ in range {
             let offset = |strides: &[i64; N]| idx.iter().zip(strides).map(|(i, s)| i * s).sum::<i64>();
             let (d, s) = (offset(&dst.strides), offset(&src.strides));
-            let to = (dst.data as *mut u8).wrapping_offset(d as isize * BYTES as isize).cast::<[u8; BYTES]>();
-            let from = (src.data as *const u8).wrapping_offset(s as isize * BYTES as isize).cast::<[u8; BYTES]>();
+            let (to, from) = (element::<BYTES>(dst_base, d), element::<BYTES>(src_base, s).cast_const());
             // SAFETY: the launch contract: both views address live memory for
             // every index, and `dst` maps distinct indices to distinct elements.
             unsafe { to.write_unaligned(from.read_unaligned()) };

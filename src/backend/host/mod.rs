@@ -455,7 +455,7 @@ unsafe impl Sync for SendPtr {}
 
 /// The host address `offset` bytes into `memory` (range-checked by the caller).
 fn target<M: DeviceMemory + ?Sized>(memory: &M, offset: usize) -> SendPtr {
-    SendPtr((super::host_address(memory.device_ptr()) + offset) as *mut u8)
+    SendPtr((super::address_to_usize(memory.device_ptr()) + offset) as *mut u8)
 }
 
 fn host_memory_info() -> MemoryInfo {

@@ -82,8 +82,8 @@ use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
 use state::{
-    st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT, NONE,
-    ROUND, SMALL_MAX, SMALL_SEGMENT,
+    index, st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT,
+    MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
 };
 
 /// Where a pool gets its memory: allocate a segment; dropping it frees it.
@@ -306,6 +306,11 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
                 }
             }
         }
+        // Node and segment indices are u32s below NONE while the pool holds
+        // at most MAX_RESERVED bytes (checked here, once per segment).
+        if st.reserved.saturating_add(seg_size) > MAX_RESERVED {
+            return Err(oom());
+        }
         let seg = self.storage.alloc(seg_size)?;
         // Blocks are cut from `seg_size` bytes: a shorter segment (or one of
         // another device) would hand out memory the segment does not own.
@@ -325,7 +330,7 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
             Some(i) => i,
             None => {
                 st.segments.push(None);
-                (st.segments.len() - 1) as u32
+                index(st.segments.len() - 1)
             }
         };
         let node = st.new_node(Node {
@@ -349,7 +354,7 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
         // just marked allocated: no other block covers it until this one
         // comes back through `deallocate`, which checks the serial recorded
         // below, and segments are released only when wholly free.
-        let block = unsafe { Block::new(self.id, st_ordinal(self.dev()), ptr, bytes, n as u64) };
+        let block = unsafe { Block::new(self.id, st_ordinal(self.dev()), ptr, bytes, u64::from(n)) };
         st.set_serial(n, block.serial());
         block
     }

@@ -20,6 +20,17 @@ const RECENT_MAX: usize = 8;
 /// Tag of blocks free for any stream.
 pub(super) const ANY: u64 = u64::MAX;
 pub(super) const NONE: u32 = u32::MAX;
+/// Most bytes a pool reserves at once (2 TiB; `grow` checks it): every node
+/// covers at least [`ROUND`] bytes of a segment, so below this there are
+/// fewer than [`NONE`] nodes and segments, and [`index`] cannot wrap.
+pub(super) const MAX_RESERVED: usize = (NONE as usize).saturating_mul(ROUND);
+
+/// Position `i` of the node or segment table as its `u32` index.
+#[allow(clippy::cast_possible_truncation)] // i < NONE: the tables stay under MAX_RESERVED / ROUND
+pub(super) fn index(i: usize) -> u32 {
+    debug_assert!(i < NONE as usize, "pool index {i} past u32");
+    i as u32
+}
 
 /// Stream lists a pool keeps before it retires lists of streams that may be
 /// gone (unused for [`IDLE_OPS`] pool operations) when it makes a new one.
@@ -165,7 +176,7 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             }
             None => {
                 self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
+                index(self.nodes.len() - 1)
             }
         }
     }
@@ -516,7 +527,7 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                     self.unlink_free(seg.first);
                     self.vacate(seg.first);
                     self.reserved -= seg.size;
-                    self.vacant_segments.push(s as u32);
+                    self.vacant_segments.push(index(s));
                     self.counters.segments_released += 1;
                     drop(seg); // frees the memory
                 }
@@ -595,6 +606,8 @@ impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             segments: segment_map.len(),
             free_blocks,
             largest_free_block: largest,
+            // A ratio for the report: f64 rounding of byte counts is fine.
+            #[allow(clippy::cast_precision_loss)]
             fragmentation: if free == 0 { 0.0 } else { 1.0 - largest as f64 / free as f64 },
             counters: self.counters,
             segment_map,
