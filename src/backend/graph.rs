@@ -36,8 +36,8 @@
 //! A graph keeps alive everything it references that has an owner to hold:
 //! each buffer a captured copy or memset names ([`DeviceMemory::owner`]:
 //! every backend's buffers have one), each buffer pushed into launch
-//! arguments with [`KernelArgs::push_buffer`], each kernel's module (GPU),
-//! and whatever [`Capture::keep_alive`] or [`KernelArgs::keep_alive`] was
+//! arguments with [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer), each kernel's module (GPU),
+//! and whatever [`Capture::keep_alive`] or [`KernelArgs::keep_alive`](crate::KernelArgs::keep_alive) was
 //! given. They live until the graph and the last [`GraphExec`] made from it
 //! are dropped, and a `GraphExec`'s drop first waits for its launches.
 //!
@@ -310,7 +310,7 @@ impl<B: Backend> Capture<B> {
 
     /// Keeps `owner` alive as long as the graph (and every executable graph
     /// made from it): for memory whose address went into launch arguments
-    /// without [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer),
+    /// without [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer)(crate::KernelArgs::push_buffer),
     /// or anything else the captured work needs.
     pub fn keep_alive(&self, owner: Owner) {
         self.recorder.keep(owner);
