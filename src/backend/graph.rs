@@ -310,7 +310,7 @@ impl<B: Backend> Capture<B> {
 
     /// Keeps `owner` alive as long as the graph (and every executable graph
     /// made from it): for memory whose address went into launch arguments
-    /// without [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer),
+    /// without [`KernelArgs::push_buffer`](crate::KernelArgs::push_buffer)(crate::KernelArgs::push_buffer),
     /// or anything else the captured work needs.
     pub fn keep_alive(&self, owner: Owner) {
         self.recorder.keep(owner);

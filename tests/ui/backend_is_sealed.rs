@@ -15,6 +15,8 @@ impl Backend for Mine {
     type HostRegistration = ();
     type Module = ();
     type Kernel = ();
+    type RawGraph = ();
+    type RawGraphExec = ();
 }
 
 fn main() {}

@@ -61,11 +61,17 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
         }
     }
 
+    /// A runtime without capture support (an old HIP without
+    /// `hipStreamIsCapturing`) has no capture running: `None`, so that
+    /// every wait, which asks first, still works there.
     fn capture_status(&self) -> Result<CaptureStatus> {
         let d = self.driver();
         d.bind()?;
         // SAFETY: the device is current; the stream is alive.
-        unsafe { G::<D>::capture_status(d, self.as_raw()) }
+        match unsafe { G::<D>::capture_status(d, self.as_raw()) } {
+            Err(Error::Unsupported { .. }) => Ok(CaptureStatus::None),
+            status => status,
+        }
     }
 }
 

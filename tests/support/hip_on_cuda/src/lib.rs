@@ -40,6 +40,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::{self as cu, CUdevice_attribute as A, CUmemPool_attribute as P, CUresult};
 
+mod graph;
 mod rtc;
 
 /// `hipError_t`.
@@ -77,6 +78,7 @@ macro_rules! try_hip {
         }
     }};
 }
+pub(crate) use try_hip;
 
 // ---- initialization and the current device -----------------------------------------
 
