@@ -106,3 +106,67 @@ fn parked_operands_live_until_their_work_is_done() {
     keep::prune();
     assert_eq!(std::sync::Arc::strong_count(&owner), 1, "prune drops the operands of finished work");
 }
+
+/// A range over a Rust slice, held and kept alive by the test for the call.
+fn held(bytes: &[u8]) -> gpuport::dynamic::raw::RawRange {
+    use gpuport::dynamic::raw::{Place, RawRange};
+    // SAFETY: the slice outlives every synchronous call the tests make with
+    // the range, which is read-only.
+    unsafe { RawRange::new(bytes.as_ptr() as u64, Place::Host, Some(bytes.len()), None, false) }
+}
+
+/// A writable range over a Rust slice.
+fn held_mut(bytes: &mut [u8]) -> gpuport::dynamic::raw::RawRange {
+    use gpuport::dynamic::raw::{Place, RawRange};
+    // SAFETY: the address comes from a `&mut` slice that outlives every
+    // synchronous call the tests make with the range, and that the test
+    // reads only after those calls have returned.
+    unsafe { RawRange::new(bytes.as_mut_ptr() as u64, Place::Host, Some(bytes.len()), None, true) }
+}
+
+#[test]
+fn raw_copies_check_every_operand_before_touching_memory() {
+    use gpuport::dynamic::raw::{self, Place, RawRange, Side};
+    let dev = host();
+    let s = AnyStream::default_for(&dev);
+    let src = vec![5u8; 32];
+    let mut dst = vec![0u8; 16];
+    let d = held_mut(&mut dst);
+    let r = held(&src);
+    // Past the destination's 16 bytes: refused, nothing written.
+    let e = raw::copy(&dev, &s, &d, &r, 32, None, true).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{e}");
+    assert!(e.to_string().contains("32 bytes exceed the 16 bytes"), "{e}");
+    // A read-only destination.
+    let e = raw::copy(&dev, &s, &r, &d, 16, Some((Side::Host, Side::Host)), true).unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    // A bare host address is never dereferenced.
+    // SAFETY: not held: the core must refuse to read it on the host.
+    let bare = unsafe { RawRange::new(src.as_ptr() as u64, Place::Host, None, None, false) };
+    let e = raw::copy(&dev, &s, &d, &bare, 16, None, true).unwrap_err();
+    assert!(e.to_string().contains("raw host address"), "{e}");
+    // NULL.
+    // SAFETY: the NULL range is refused before any use.
+    let null = unsafe { RawRange::new(0, Place::Null, None, None, true) };
+    assert!(raw::memset(&dev, &s, &null, 1, 4).unwrap_err().to_string().contains("NULL"));
+    assert!(dst.iter().all(|&b| b == 0));
+    raw::copy(&dev, &s, &d, &r, 16, None, true).unwrap();
+    raw::memset(&dev, &s, &d, 9, 4).unwrap();
+    s.synchronize().unwrap();
+    drop(d);
+    assert_eq!(&dst[..4], &[9; 4]);
+    assert_eq!(&dst[4..], &[5; 12]);
+}
+
+#[test]
+fn raw_allocations_are_device_memory_of_the_current_resource() {
+    use gpuport::dynamic::{memory, raw};
+    let dev = host();
+    // Cumulative totals: other tests may free memory meanwhile, never un-allocate it.
+    let before = memory::statistics(&dev).unwrap().0.total_bytes;
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 4096).unwrap();
+    assert_eq!(a.kind, gpuport::MemoryKind::Device);
+    let after = memory::statistics(&dev).unwrap().0.total_bytes;
+    assert!(after >= before + 4096, "total bytes {before} -> {after}");
+    drop(a);
+}

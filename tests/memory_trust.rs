@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gpuport::backend::host::HostBuffer;
+use gpuport::backend::Backend;
 use gpuport::memory::{
-    open_ipc, Allocator, Block, CachingPool, IpcHandle, LoggingResource, MemoryBackend, MemoryDevice, MemoryError,
-    MemoryResource, PlainResource, PoolConfig, ResourceId, StatisticsResource, Storage,
+    open_ipc, Allocator, Block, CachingPool, IpcHandle, LoggingResource, MemoryDevice, MemoryError, MemoryResource,
+    PlainResource, PoolConfig, ResourceId, StatisticsResource, Storage,
 };
 use gpuport::{Device, DeviceMemory, Error, Event, Host, HostDevice, Stream};
 
@@ -72,7 +73,7 @@ fn a_block_of_another_resource_is_refused_and_nothing_is_freed<D: MemoryDevice>(
 }
 
 /// A copy of `block` under another serial: what only a forger can make.
-fn forge<B: MemoryBackend>(block: &Block<B>) -> Block<B> {
+fn forge<B: Backend>(block: &Block<B>) -> Block<B> {
     // SAFETY: deliberately breaks `Block::new`'s contract (this is not the
     // resource) to show that the pool refuses the forgery: the copy gets a
     // serial number of its own, which no live block of the pool has, and
@@ -138,13 +139,13 @@ fn a_double_free_or_a_forged_copy_is_refused_and_the_live_block_survives_trim<D:
 
 /// Hands out 16-byte blocks whatever is asked: the lie `Allocator::alloc` must catch.
 #[derive(Debug)]
-struct ShortChanger<B: MemoryBackend>(CachingPool<B>);
+struct ShortChanger<B: Backend>(CachingPool<B>);
 
 // SAFETY: a deliberately lying test resource (its blocks are shorter than
 // asked). It is used only through `Allocator`, whose length check under test
 // refuses every block before anything can write it; the blocks themselves
 // are the inner pool's, given back to it unchanged.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for ShortChanger<B> {
+unsafe impl<B: Backend> MemoryResource<B> for ShortChanger<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.0.device()
     }
@@ -161,7 +162,7 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for ShortChanger<B> {
 
 /// Hands out the inner pool's blocks labelled as memory of the next device.
 #[derive(Debug)]
-struct WrongDevice<B: MemoryBackend> {
+struct WrongDevice<B: Backend> {
     inner: CachingPool<B>,
     id: ResourceId,
     real: Mutex<Vec<Block<B>>>,
@@ -170,7 +171,7 @@ struct WrongDevice<B: MemoryBackend> {
 // SAFETY: a deliberately lying test resource (its blocks name another
 // device). Used only through `Allocator`, whose device check under test
 // refuses every block; the real blocks go back to the inner pool unchanged.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for WrongDevice<B> {
+unsafe impl<B: Backend> MemoryResource<B> for WrongDevice<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.inner.device()
     }
@@ -217,11 +218,11 @@ fn a_block_shorter_than_asked_or_of_another_device_is_refused_by_the_allocator<D
 
 /// Refuses every free, as a broken resource that lost track of its blocks would.
 #[derive(Debug)]
-struct Forgetful<B: MemoryBackend>(CachingPool<B>);
+struct Forgetful<B: Backend>(CachingPool<B>);
 
 // SAFETY: blocks are the inner pool's, unchanged; refusing a free frees
 // nothing (the contract's point 5, taken to the extreme).
-unsafe impl<B: MemoryBackend> MemoryResource<B> for Forgetful<B> {
+unsafe impl<B: Backend> MemoryResource<B> for Forgetful<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.0.device()
     }

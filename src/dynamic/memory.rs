@@ -30,26 +30,25 @@ use crate::error::{BackendKind, Result};
 use crate::memory::pool::PoolReport;
 use crate::memory::{
     current_resource, set_current_resource, Allocator, Block, CachingPool, DeferCleanup, DeviceAllocation, IpcHandle,
-    LoggingResource, MemoryBackend, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics,
-    StatisticsResource,
+    LoggingResource, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics, StatisticsResource,
 };
 use crate::with_device;
 
 /// The current resource the run-time layer installs on a device: statistics
 /// over the caching pool, with a CSV log (like RMM's `csv_log`) switched in
 /// while enabled.
-pub struct ObservedResource<B: MemoryBackend> {
+pub struct ObservedResource<B: Backend> {
     stats: Arc<StatisticsResource<B>>,
     log: RwLock<Option<(Arc<LoggingResource<B>>, PathBuf)>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for ObservedResource<B> {
+impl<B: Backend> fmt::Debug for ObservedResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ObservedResource({:?})", self.stats)
     }
 }
 
-impl<B: MemoryBackend> ObservedResource<B> {
+impl<B: Backend> ObservedResource<B> {
     fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
         ObservedResource { stats: Arc::new(StatisticsResource::new(inner)), log: RwLock::new(None) }
     }
@@ -96,7 +95,7 @@ impl<B: MemoryBackend> ObservedResource<B> {
 // SAFETY: blocks pass between the caller and the statistics adaptor (or the
 // log over it) unchanged; switching the log in or out never changes which
 // resource a block goes back to, since both end in the same inner resource.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for ObservedResource<B> {
+unsafe impl<B: Backend> MemoryResource<B> for ObservedResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.stats.device()
     }
@@ -137,14 +136,14 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for ObservedResource<B> {
 }
 
 /// A device's allocator and the observed resource behind it.
-pub struct Resources<B: MemoryBackend> {
+pub struct Resources<B: Backend> {
     /// The device's current resource, as an allocator.
     pub allocator: Allocator<B>,
     /// The observed resource behind it.
     pub resource: Arc<ObservedResource<B>>,
 }
 
-impl<B: MemoryBackend> Clone for Resources<B> {
+impl<B: Backend> Clone for Resources<B> {
     fn clone(&self) -> Self {
         Resources { allocator: self.allocator.clone(), resource: self.resource.clone() }
     }
@@ -157,7 +156,7 @@ pub fn resources<D: Device>(device: &Arc<D>) -> Result<Resources<D::B>> {
     resources_of::<D::B>(device)
 }
 
-fn resources_of<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Resources<B>> {
+fn resources_of<B: Backend>(device: &Arc<B::Device>) -> Result<Resources<B>> {
     type Entries = Mutex<HashMap<(BackendKind, usize), Box<dyn StdAny + Send + Sync>>>;
     static ENTRIES: OnceLock<Entries> = OnceLock::new();
     let key = (B::KIND, device.info().ordinal);
@@ -261,7 +260,7 @@ impl AnyAllocation {
     }
 }
 
-fn ipc_handle_of<B: MemoryBackend>(a: &DeviceAllocation<B>) -> Result<IpcHandle> {
+fn ipc_handle_of<B: Backend>(a: &DeviceAllocation<B>) -> Result<IpcHandle> {
     let d = <B::Device as Device>::open(a.ordinal())?;
     resources_of::<B>(&d)?.allocator.ipc_handle(a)
 }

@@ -15,6 +15,7 @@
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
+//! - [`raw`]: copies, memsets and allocations on address ranges (`gpuport.runtime`).
 //! - [`keep`]: operands kept alive until their work has run.
 
 pub mod any;
@@ -24,6 +25,7 @@ pub mod exchange;
 pub mod keep;
 pub mod memory;
 pub mod module;
+pub mod raw;
 pub mod stream;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};

@@ -16,19 +16,19 @@ use crate::backend::{Device, DeviceMemory, DeviceMemoryMut, Event, HostRegistrat
 use crate::error::{Error, Result};
 
 use super::block::{Block, MemoryError};
-use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::report::{PoolReport, Statistics};
 use super::resource::MemoryResource;
+use crate::backend::Backend;
 
-struct Deferred<B: MemoryBackend> {
+struct Deferred<B: Backend> {
     block: Block<B>,
     stream: Stream<B>,
     after: Vec<Event<B>>,
 }
 
-struct AllocatorInner<B: MemoryBackend> {
+struct AllocatorInner<B: Backend> {
     resource: Arc<dyn MemoryResource<B>>,
     /// Live [`DeferCleanup`] guards.
     defer_depth: AtomicUsize,
@@ -38,7 +38,7 @@ struct AllocatorInner<B: MemoryBackend> {
     last_refusal: Mutex<Option<String>>,
 }
 
-impl<B: MemoryBackend> AllocatorInner<B> {
+impl<B: Backend> AllocatorInner<B> {
     fn release(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         if self.defer_depth.load(Ordering::Acquire) > 0 {
             let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
@@ -81,23 +81,23 @@ impl<B: MemoryBackend> AllocatorInner<B> {
 /// drop(block); // back to the pool, reusable on this stream at once
 /// # Ok::<(), gpuport::Error>(())
 /// ```
-pub struct Allocator<B: MemoryBackend> {
+pub struct Allocator<B: Backend> {
     inner: Arc<AllocatorInner<B>>,
 }
 
-impl<B: MemoryBackend> Clone for Allocator<B> {
+impl<B: Backend> Clone for Allocator<B> {
     fn clone(&self) -> Self {
         Allocator { inner: self.inner.clone() }
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for Allocator<B> {
+impl<B: Backend> fmt::Debug for Allocator<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Allocator({:?})", self.inner.resource)
     }
 }
 
-impl<B: MemoryBackend> Allocator<B> {
+impl<B: Backend> Allocator<B> {
     /// Wraps a resource.
     pub fn new(resource: impl MemoryResource<B>) -> Self {
         Self::from_arc(Arc::new(resource))
@@ -243,24 +243,24 @@ impl<B: MemoryBackend> Allocator<B> {
 
 /// Holds frees back while alive; see [`Allocator::defer_cleanup`].
 #[must_use = "frees are held back only while the guard lives"]
-pub struct DeferCleanup<B: MemoryBackend> {
+pub struct DeferCleanup<B: Backend> {
     inner: Arc<AllocatorInner<B>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for DeferCleanup<B> {
+impl<B: Backend> fmt::Debug for DeferCleanup<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DeferCleanup(depth {})", self.inner.defer_depth.load(Ordering::Relaxed))
     }
 }
 
-impl<B: MemoryBackend> DeferCleanup<B> {
+impl<B: Backend> DeferCleanup<B> {
     /// Number of frees held back so far.
     pub fn held_back(&self) -> usize {
         self.inner.deferred.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
-impl<B: MemoryBackend> Drop for DeferCleanup<B> {
+impl<B: Backend> Drop for DeferCleanup<B> {
     fn drop(&mut self) {
         if self.inner.defer_depth.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
@@ -281,7 +281,7 @@ impl<B: MemoryBackend> Drop for DeferCleanup<B> {
 /// to work on that stream. For work on another stream, borrow it through
 /// [`use_on`](Self::use_on), which records that use so the memory is not
 /// reused before it completes.
-pub struct DeviceAllocation<B: MemoryBackend> {
+pub struct DeviceAllocation<B: Backend> {
     ptr: u64,
     len: usize,
     ordinal: usize,
@@ -294,13 +294,13 @@ pub struct DeviceAllocation<B: MemoryBackend> {
     owner: Arc<AllocatorInner<B>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for DeviceAllocation<B> {
+impl<B: Backend> fmt::Debug for DeviceAllocation<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DeviceAllocation({:#x}, {} bytes, {:?})", self.ptr, self.len, self.stream)
     }
 }
 
-impl<B: MemoryBackend> DeviceAllocation<B> {
+impl<B: Backend> DeviceAllocation<B> {
     /// The stream the memory was allocated on (and is freed on).
     pub fn stream(&self) -> &Stream<B> {
         &self.stream
@@ -343,7 +343,7 @@ impl<B: MemoryBackend> DeviceAllocation<B> {
 // SAFETY: `ptr..ptr+len` is the resource's block (checked against the request
 // in `Allocator::alloc`), which goes back to the resource only when this
 // allocation is dropped.
-unsafe impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
+unsafe impl<B: Backend> DeviceMemory for DeviceAllocation<B> {
     type B = B;
     fn len(&self) -> usize {
         self.len
@@ -364,9 +364,9 @@ unsafe impl<B: MemoryBackend> DeviceMemory for DeviceAllocation<B> {
 
 // SAFETY: a `DeviceAllocation` is not `Clone`; its block is handed to no one
 // else until it is dropped, and `use_on` borrows it.
-unsafe impl<B: MemoryBackend> DeviceMemoryMut for DeviceAllocation<B> {}
+unsafe impl<B: Backend> DeviceMemoryMut for DeviceAllocation<B> {}
 
-impl<B: MemoryBackend> Drop for DeviceAllocation<B> {
+impl<B: Backend> Drop for DeviceAllocation<B> {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
@@ -377,20 +377,20 @@ impl<B: MemoryBackend> Drop for DeviceAllocation<B> {
 }
 
 /// An allocation borrowed for work on one stream; see [`DeviceAllocation::use_on`].
-pub struct StreamUse<'a, B: MemoryBackend> {
+pub struct StreamUse<'a, B: Backend> {
     allocation: &'a DeviceAllocation<B>,
     stream: Stream<B>,
     event: Option<Event<B>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for StreamUse<'_, B> {
+impl<B: Backend> fmt::Debug for StreamUse<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "StreamUse({:?} on {:?})", self.allocation, self.stream)
     }
 }
 
 // SAFETY: forwards the borrowed allocation's answers; the borrow keeps it alive.
-unsafe impl<B: MemoryBackend> DeviceMemory for StreamUse<'_, B> {
+unsafe impl<B: Backend> DeviceMemory for StreamUse<'_, B> {
     type B = B;
     fn len(&self) -> usize {
         self.allocation.len
@@ -409,7 +409,7 @@ unsafe impl<B: MemoryBackend> DeviceMemory for StreamUse<'_, B> {
     }
 }
 
-impl<B: MemoryBackend> Drop for StreamUse<'_, B> {
+impl<B: Backend> Drop for StreamUse<'_, B> {
     fn drop(&mut self) {
         let Some(event) = self.event.take() else { return };
         let device = self.allocation.owner.resource.device();

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::backend::{Buffer, DeviceMemory};
 use crate::error::Result;
 
-use super::ext::MemoryBackend;
+use crate::backend::Backend;
 
 /// The identity of one memory resource, unique in the process: resources
 /// stamp it on the blocks they hand out and refuse blocks stamped otherwise.
@@ -71,7 +71,7 @@ pub enum MemoryError {
 /// Dropping a block anywhere but in its resource frees nothing: a buffer it
 /// carries is leaked (queued work may still use it), so a refused or lost
 /// block can never turn into a double free or a free under a user.
-pub struct Block<B: MemoryBackend> {
+pub struct Block<B: Backend> {
     ptr: u64,
     len: usize,
     ordinal: usize,
@@ -87,7 +87,7 @@ fn next_serial() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-impl<B: MemoryBackend> Block<B> {
+impl<B: Backend> Block<B> {
     /// A block of `len` bytes at device address `ptr` of device `ordinal`,
     /// handed out by the resource `owner`, with a resource-private `token`
     /// (the caching pool's block index). The block gets a new serial number.
@@ -188,7 +188,7 @@ impl<B: MemoryBackend> Block<B> {
     }
 }
 
-impl<B: MemoryBackend> Drop for Block<B> {
+impl<B: Backend> Drop for Block<B> {
     fn drop(&mut self) {
         // Only a resource frees a block's buffer (through `into_buffer`). A
         // block dropped anywhere else was refused or lost, and queued work
@@ -199,7 +199,7 @@ impl<B: MemoryBackend> Drop for Block<B> {
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for Block<B> {
+impl<B: Backend> fmt::Debug for Block<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,

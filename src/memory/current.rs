@@ -14,7 +14,6 @@ use std::time::Duration;
 use crate::backend::{Backend, Device};
 use crate::error::{BackendKind, Error, Result};
 
-use super::ext::MemoryBackend;
 use super::pool::{CachingPool, PoolConfig};
 use super::Allocator;
 #[cfg(doc)]
@@ -37,7 +36,7 @@ struct Slot {
 }
 
 impl Slot {
-    fn new<B: MemoryBackend>(allocator: Allocator<B>) -> Self {
+    fn new<B: Backend>(allocator: Allocator<B>) -> Self {
         let handle = allocator.clone();
         let release = move |patience: Option<Duration>| match patience {
             None => handle.reset(),
@@ -79,7 +78,7 @@ fn mismatch(spec: String) -> Error {
 ///
 /// The first call of the process also arranges for [`release_all`] to run
 /// at process exit (see there).
-pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Allocator<B>> {
+pub fn current_resource<B: Backend>(device: &Arc<B::Device>) -> Result<Allocator<B>> {
     release_at_exit(B::KIND);
     let key = (B::KIND, device.info().ordinal);
     let mut slots = slots().lock().unwrap_or_else(|p| p.into_inner());
@@ -93,7 +92,7 @@ pub fn current_resource<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<All
 /// Replaces the device's current resource. Refused with
 /// [`Error::InvalidArgument`] once [`current_resource`] has handed the old
 /// one out, since memory of two resources would then be mixed.
-pub fn set_current_resource<B: MemoryBackend>(allocator: Allocator<B>) -> Result<()> {
+pub fn set_current_resource<B: Backend>(allocator: Allocator<B>) -> Result<()> {
     release_at_exit(<B as Backend>::KIND);
     let device = allocator.device().clone();
     let key = (<B as Backend>::KIND, device.info().ordinal);

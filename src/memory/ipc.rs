@@ -49,7 +49,7 @@ use crate::backend::{Backend, Buffer, Device, Stream};
 use crate::error::{BackendKind, Error, Result};
 
 use super::block::Block;
-use super::ext::{ExportedPoolFd, MemoryBackend, MemoryDevice, RawPool};
+use super::ext::{ExportedPoolFd, MemoryDevice, RawPool};
 use super::ipc_handle::{IpcHandle, IpcKind};
 
 /// What to do instead when a pool descriptor cannot be taken.
@@ -63,7 +63,7 @@ static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A stream-ordered pool of the memory layer's own whose blocks other
 /// processes can import; destroyed on drop.
-pub(crate) struct ShareablePool<B: MemoryBackend> {
+pub(crate) struct ShareablePool<B: Backend> {
     device: Arc<B::Device>,
     raw: RawPool,
     id: u64,
@@ -71,13 +71,13 @@ pub(crate) struct ShareablePool<B: MemoryBackend> {
     exported: Mutex<Option<ExportedPoolFd>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for ShareablePool<B> {
+impl<B: Backend> fmt::Debug for ShareablePool<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "shareable pool #{}", self.id)
     }
 }
 
-impl<B: MemoryBackend> ShareablePool<B> {
+impl<B: Backend> ShareablePool<B> {
     /// Creates the pool, with `release_threshold` set where given.
     pub(crate) fn new(device: Arc<B::Device>, release_threshold: Option<u64>) -> Result<Self> {
         let raw = device.create_shareable_pool()?;
@@ -134,7 +134,7 @@ impl<B: MemoryBackend> ShareablePool<B> {
     }
 }
 
-impl<B: MemoryBackend> Drop for ShareablePool<B> {
+impl<B: Backend> Drop for ShareablePool<B> {
     fn drop(&mut self) {
         // Frees still queued on other streams complete first (the driver
         // would also defer the release until they do).

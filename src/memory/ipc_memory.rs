@@ -3,18 +3,19 @@
 //! handle it is (a driver IPC memory handle, or a block of a shareable pool
 //! through [`crate::memory::ipc`]).
 
+use crate::backend::Backend;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::{Device, DeviceMemory, DeviceMemoryMut, MemoryKind};
 use crate::error::{Error, Result};
 
-use super::ext::{MemoryBackend, MemoryDevice};
+use super::ext::MemoryDevice;
 use super::ipc::{close_pool_block, open_pool_block, PoolKey};
 use super::ipc_handle::{IpcHandle, IpcKind};
 
 /// Device memory of another process, opened from an [`IpcHandle`]; closed on drop.
-pub struct IpcMemory<B: MemoryBackend> {
+pub struct IpcMemory<B: Backend> {
     device: Arc<B::Device>,
     ptr: u64,
     len: usize,
@@ -29,7 +30,7 @@ enum Opened {
     PoolBlock { key: PoolKey, ptr: u64 },
 }
 
-impl<B: MemoryBackend> fmt::Debug for IpcMemory<B> {
+impl<B: Backend> fmt::Debug for IpcMemory<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "IpcMemory({:#x}, {} bytes)", self.ptr, self.len)
     }
@@ -56,7 +57,7 @@ impl<B: MemoryBackend> fmt::Debug for IpcMemory<B> {
 /// unmodified, for an allocation the exporter keeps alive until the
 /// returned memory is dropped here. Text from an untrusted source must not
 /// reach this call.
-pub unsafe fn open_ipc<B: MemoryBackend>(device: &Arc<B::Device>, handle: &IpcHandle) -> Result<IpcMemory<B>> {
+pub unsafe fn open_ipc<B: Backend>(device: &Arc<B::Device>, handle: &IpcHandle) -> Result<IpcMemory<B>> {
     let info = device.info();
     if handle.backend != info.backend || handle.ordinal != info.ordinal {
         return Err(Error::DeviceMismatch {
@@ -103,7 +104,7 @@ pub unsafe fn open_ipc<B: MemoryBackend>(device: &Arc<B::Device>, handle: &IpcHa
 
 // SAFETY: `ptr..ptr+len` lies in the mapping `opened` keeps open until drop
 // (`open_ipc`'s contract and its range checks).
-unsafe impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
+unsafe impl<B: Backend> DeviceMemory for IpcMemory<B> {
     type B = B;
     fn len(&self) -> usize {
         self.len
@@ -123,9 +124,9 @@ unsafe impl<B: MemoryBackend> DeviceMemory for IpcMemory<B> {
 // host backend has no IPC), which safe code reaches only through driver
 // copies, never through Rust references, so another opening of the same
 // handle cannot alias a reference.
-unsafe impl<B: MemoryBackend> DeviceMemoryMut for IpcMemory<B> {}
+unsafe impl<B: Backend> DeviceMemoryMut for IpcMemory<B> {}
 
-impl<B: MemoryBackend> Drop for IpcMemory<B> {
+impl<B: Backend> Drop for IpcMemory<B> {
     fn drop(&mut self) {
         let _ = match self.opened {
             // SAFETY: `base` came from `ipc_import` on this device and is closed

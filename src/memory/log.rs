@@ -18,17 +18,17 @@ use crate::backend::{Device, Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::{Error, Result};
 
 use super::block::Block;
-use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::report::{PoolReport, Statistics};
 use super::resource::{forward_to_inner, MemoryResource};
+use crate::backend::Backend;
 
 /// The CSV header line [`LoggingResource`] writes first.
 pub const CSV_HEADER: &str = "timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total";
 
 /// Logs what passes through to `inner` as CSV.
-pub struct LoggingResource<B: MemoryBackend> {
+pub struct LoggingResource<B: Backend> {
     inner: Arc<dyn MemoryResource<B>>,
     sink: Mutex<Box<dyn Write + Send>>,
     device: String,
@@ -36,7 +36,7 @@ pub struct LoggingResource<B: MemoryBackend> {
     with_memory_info: bool,
 }
 
-impl<B: MemoryBackend> LoggingResource<B> {
+impl<B: Backend> LoggingResource<B> {
     /// Logs to `sink`, writing the header now. With `with_memory_info`, each
     /// line carries the device's free and total memory (one driver query per
     /// event: slower).
@@ -82,13 +82,13 @@ fn io_error(e: std::io::Error) -> Error {
     Error::InvalidArgument { name: "log sink", reason: e.to_string() }
 }
 
-impl<B: MemoryBackend> Drop for LoggingResource<B> {
+impl<B: Backend> Drop for LoggingResource<B> {
     fn drop(&mut self) {
         let _ = self.sink.get_mut().unwrap_or_else(|p| p.into_inner()).flush();
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for LoggingResource<B> {
+impl<B: Backend> fmt::Debug for LoggingResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "LoggingResource({:?})", self.inner)
     }
@@ -96,7 +96,7 @@ impl<B: MemoryBackend> fmt::Debug for LoggingResource<B> {
 
 // SAFETY: blocks pass between the caller and `inner` unchanged; the log
 // lines are all this adaptor adds.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for LoggingResource<B> {
+unsafe impl<B: Backend> MemoryResource<B> for LoggingResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.inner.device()
     }

@@ -111,7 +111,7 @@ pub mod stats;
 pub use allocation::{Allocator, DeferCleanup, DeviceAllocation, StreamUse};
 pub use block::{Block, MemoryError, ResourceId};
 pub use current::{current_resource, release_all, set_current_resource};
-pub use ext::{MemoryBackend, MemoryDevice};
+pub use ext::MemoryDevice;
 pub use held::Held;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
 pub use ipc_handle::{IpcHandle, IpcKind};

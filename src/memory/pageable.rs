@@ -24,8 +24,8 @@ use crate::backend::{check_range, Device, DeviceMemory, DeviceMemoryMut, Event, 
 use crate::error::{BackendKind, Error, Result};
 
 use super::current::{current_resource, release_first};
-use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory};
+use crate::backend::Backend;
 
 /// Settings of a [`PageableCopier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ fn pipelines(kind: BackendKind) -> bool {
     kind != BackendKind::Host
 }
 
-struct Lane<B: MemoryBackend> {
+struct Lane<B: Backend> {
     /// One of the copier's streams, shared with other lanes.
     stream: Stream<B>,
     /// From the device's current resource; back to its pinned pool when the
@@ -97,7 +97,7 @@ struct Lane<B: MemoryBackend> {
 /// Calls are synchronous (they return when the data has arrived) and
 /// serialised with each other. On the host backend there are none, and every
 /// copy is the device's own plain copy.
-pub struct PageableCopier<B: MemoryBackend> {
+pub struct PageableCopier<B: Backend> {
     device: Arc<B::Device>,
     config: PipelineConfig,
     /// Empty where the backend is not pipelined.
@@ -106,13 +106,13 @@ pub struct PageableCopier<B: MemoryBackend> {
     staged_chunks: AtomicUsize,
 }
 
-impl<B: MemoryBackend> fmt::Debug for PageableCopier<B> {
+impl<B: Backend> fmt::Debug for PageableCopier<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PageableCopier({}, {:?})", self.device.info().spec(), self.config)
     }
 }
 
-impl<B: MemoryBackend> PageableCopier<B> {
+impl<B: Backend> PageableCopier<B> {
     /// Creates the lanes: `streams` streams and `2 * lanes` pinned buffers
     /// of `chunk_bytes`, taken from the device's current resource. None on
     /// the host backend, whose copies all go direct.
@@ -245,7 +245,7 @@ fn deal<W>(lanes: usize, pieces: impl Iterator<Item = W>) -> Vec<Vec<W>> {
 /// copier.copy_to_device(&vec![7u8; 3 << 20], &mut buf, 0)?;
 /// # Ok::<(), gpuport::Error>(())
 /// ```
-pub fn pageable_copier<B: MemoryBackend>(device: &Arc<B::Device>) -> Result<Arc<PageableCopier<B>>> {
+pub fn pageable_copier<B: Backend>(device: &Arc<B::Device>) -> Result<Arc<PageableCopier<B>>> {
     let key = (B::KIND, device.info().ordinal);
     let mut copiers = copiers().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(copier) = copiers.get(&key).and_then(|c| c.downcast_ref::<Arc<PageableCopier<B>>>()) {
@@ -279,7 +279,7 @@ fn release_copiers() {
 
 /// One lane of a host-to-device copy: fill staging buffer `i % 2` while the
 /// other one's DMA runs. `pieces` are (device offset, source bytes).
-fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
+fn lane_to_device<B: Backend, M: DeviceMemory<B = B> + ?Sized>(
     d: &B::Device,
     lane: &mut Lane<B>,
     pieces: &[(usize, &[u8])],
@@ -310,7 +310,7 @@ fn lane_to_device<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
 
 /// One lane of a device-to-host copy: DMA into staging `i % 2` while the host
 /// copies the other one out. `pieces` are (device offset, destination bytes).
-fn lane_to_host<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
+fn lane_to_host<B: Backend, M: DeviceMemory<B = B> + ?Sized>(
     d: &B::Device,
     lane: &mut Lane<B>,
     src: &M,
@@ -352,7 +352,7 @@ fn lane_to_host<B: MemoryBackend, M: DeviceMemory<B = B> + ?Sized>(
 /// lanes still working may share), or, after an error, when an event may
 /// not have been recorded behind a queued copy, through the whole stream.
 /// Either way no copy into or out of staging is left running.
-fn drain<B: MemoryBackend>(d: &B::Device, lane: &Lane<B>, busy: [bool; 2], failed: bool) -> Result<()> {
+fn drain<B: Backend>(d: &B::Device, lane: &Lane<B>, busy: [bool; 2], failed: bool) -> Result<()> {
     if failed {
         return d.synchronize(&lane.stream);
     }

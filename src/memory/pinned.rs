@@ -1,5 +1,6 @@
 //! Pinned (page-locked) host memory with options, and a pool of it.
 
+use crate::backend::Backend;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::backend::{Device, HostMemory, PinnedBuffer};
 use crate::error::Result;
 
-use super::ext::{MemoryBackend, MemoryDevice};
+use super::ext::MemoryDevice;
 
 // The options live in the backend layer, whose `MemoryDevice` takes them.
 pub use crate::backend::PinnedFlags;
@@ -16,7 +17,7 @@ pub use crate::backend::PinnedFlags;
 /// Pinned host memory; goes back to its [`PinnedPool`] (if any) when dropped.
 ///
 /// Invariant: `buffer` is `Some` until drop and holds at least `len` bytes.
-pub struct PinnedMemory<B: MemoryBackend> {
+pub struct PinnedMemory<B: Backend> {
     buffer: Option<PinnedBuffer<B>>,
     len: usize,
     flags: PinnedFlags,
@@ -24,13 +25,13 @@ pub struct PinnedMemory<B: MemoryBackend> {
     home: Option<Arc<PoolInner<B>>>,
 }
 
-impl<B: MemoryBackend> fmt::Debug for PinnedMemory<B> {
+impl<B: Backend> fmt::Debug for PinnedMemory<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PinnedMemory({} bytes, {:?}, pooled {})", self.len, self.flags, self.home.is_some())
     }
 }
 
-impl<B: MemoryBackend> PinnedMemory<B> {
+impl<B: Backend> PinnedMemory<B> {
     /// Allocates straight from the device, outside any pool.
     pub fn unpooled(device: &Arc<B::Device>, bytes: usize, flags: PinnedFlags) -> Result<Self> {
         let mut buffer = device.alloc_pinned_with(bytes, flags)?;
@@ -55,7 +56,7 @@ impl<B: MemoryBackend> PinnedMemory<B> {
     }
 }
 
-impl<B: MemoryBackend> HostMemory for PinnedMemory<B> {
+impl<B: Backend> HostMemory for PinnedMemory<B> {
     fn as_slice(&self) -> &[u8] {
         match &self.buffer {
             Some(b) => &b.as_slice()[..self.len],
@@ -70,7 +71,7 @@ impl<B: MemoryBackend> HostMemory for PinnedMemory<B> {
     }
 }
 
-impl<B: MemoryBackend> Drop for PinnedMemory<B> {
+impl<B: Backend> Drop for PinnedMemory<B> {
     fn drop(&mut self) {
         if let (Some(home), Some(buffer)) = (self.home.take(), self.buffer.take()) {
             home.give_back(self.flags, self.mapped_ptr, buffer);
@@ -85,7 +86,7 @@ type Cached<B> = (Option<u64>, PinnedBuffer<B>);
 /// Idle buffers by (flags, capacity), and the bytes they hold.
 type Cache<B> = (HashMap<(PinnedFlags, usize), Vec<Cached<B>>>, usize);
 
-struct PoolInner<B: MemoryBackend> {
+struct PoolInner<B: Backend> {
     device: Arc<B::Device>,
     max_cached: usize,
     /// Cached buffers by (flags, capacity) and the bytes they hold.
@@ -94,7 +95,7 @@ struct PoolInner<B: MemoryBackend> {
     in_use: AtomicUsize,
 }
 
-impl<B: MemoryBackend> PoolInner<B> {
+impl<B: Backend> PoolInner<B> {
     fn give_back(&self, flags: PinnedFlags, mapped_ptr: Option<u64>, buffer: PinnedBuffer<B>) {
         let capacity = buffer.as_slice().len();
         self.in_use.fetch_sub(capacity, Ordering::Relaxed);
@@ -113,23 +114,23 @@ impl<B: MemoryBackend> PoolInner<B> {
 /// Reused buffers are not cleared. A buffer is reused only after its
 /// [`PinnedMemory`] was dropped, which the async-copy contracts allow only
 /// once the copies using it have completed.
-pub struct PinnedPool<B: MemoryBackend> {
+pub struct PinnedPool<B: Backend> {
     inner: Arc<PoolInner<B>>,
 }
 
-impl<B: MemoryBackend> Clone for PinnedPool<B> {
+impl<B: Backend> Clone for PinnedPool<B> {
     fn clone(&self) -> Self {
         PinnedPool { inner: self.inner.clone() }
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for PinnedPool<B> {
+impl<B: Backend> fmt::Debug for PinnedPool<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PinnedPool({}, {} bytes cached)", self.inner.device.info().spec(), self.cached_bytes())
     }
 }
 
-impl<B: MemoryBackend> PinnedPool<B> {
+impl<B: Backend> PinnedPool<B> {
     /// A pool that keeps at most `max_cached` bytes of idle buffers.
     pub fn new(device: Arc<B::Device>, max_cached: usize) -> Self {
         let cache = Mutex::new((HashMap::new(), 0));

@@ -3,6 +3,7 @@
 //! users hold is in `allocation.rs`, the [`Block`] resources hand out in
 //! `block.rs`, IPC handles in `ipc_handle.rs`.
 
+use crate::backend::Backend;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 #[cfg(doc)]
 use super::block::MemoryError;
 use super::block::{Block, ResourceId};
-use super::ext::{MemoryBackend, MemoryDevice};
+use super::ext::MemoryDevice;
 use super::ipc::ShareablePool;
 use super::ipc_handle::{IpcHandle, IpcKind};
 use super::pinned::{PinnedFlags, PinnedMemory};
@@ -22,7 +23,7 @@ use super::INTERFACE_VERSION;
 
 /// The [`MemoryResource`] methods an adaptor passes straight to its `inner`
 /// resource (statistics and logging adaptors only watch allocate/deallocate).
-/// Expands inside `unsafe impl<B: MemoryBackend> MemoryResource<B> for Adaptor<B>`.
+/// Expands inside `unsafe impl<B: Backend> MemoryResource<B> for Adaptor<B>`.
 macro_rules! forward_to_inner {
     () => {
         fn memory_info(&self) -> Result<MemoryInfo> {
@@ -85,7 +86,7 @@ pub(crate) use forward_to_inner;
 ///
 /// An adaptor that passes blocks between its caller and an inner resource
 /// unchanged keeps these promises by forwarding them.
-pub unsafe trait MemoryResource<B: MemoryBackend>: Send + Sync + fmt::Debug + 'static {
+pub unsafe trait MemoryResource<B: Backend>: Send + Sync + fmt::Debug + 'static {
     /// The device whose memory this is.
     fn device(&self) -> &Arc<B::Device>;
 
@@ -174,19 +175,19 @@ pub unsafe trait MemoryResource<B: MemoryBackend>: Send + Sync + fmt::Debug + 's
 // ---- driver-backed resources ----------------------------------------------------------
 
 /// The backend's plain allocator (`cuMemAlloc`/`cuMemFree`): no caching.
-pub struct PlainResource<B: MemoryBackend> {
+pub struct PlainResource<B: Backend> {
     device: Arc<B::Device>,
     id: ResourceId,
 }
 
-impl<B: MemoryBackend> PlainResource<B> {
+impl<B: Backend> PlainResource<B> {
     /// A resource allocating straight from `device`.
     pub fn new(device: Arc<B::Device>) -> Self {
         PlainResource { device, id: ResourceId::new() }
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for PlainResource<B> {
+impl<B: Backend> fmt::Debug for PlainResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PlainResource({})", self.device.info().spec())
     }
@@ -197,7 +198,7 @@ impl<B: MemoryBackend> fmt::Debug for PlainResource<B> {
 // after the free's stream and the `after` events (a synchronous free waits
 // for them); blocks of other resources, and blocks without a buffer, are
 // refused before anything is freed.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for PlainResource<B> {
+unsafe impl<B: Backend> MemoryResource<B> for PlainResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         &self.device
     }
@@ -230,14 +231,14 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for PlainResource<B> {
 /// [`ipc_export`](MemoryResource::ipc_export) says so with
 /// [`Error::Unsupported`] on every backend. A shareable pool exports its
 /// blocks as [`IpcKind::PoolBlock`] handles (see [`crate::memory::ipc`]).
-pub struct NativePoolResource<B: MemoryBackend> {
+pub struct NativePoolResource<B: Backend> {
     device: Arc<B::Device>,
     id: ResourceId,
     /// The pool of [`shareable`](Self::shareable); `None`: the default pool.
     own: Option<ShareablePool<B>>,
 }
 
-impl<B: MemoryBackend> NativePoolResource<B> {
+impl<B: Backend> NativePoolResource<B> {
     /// Uses `device`'s default stream-ordered pool. `release_threshold`
     /// (bytes kept cached across synchronizations; the driver's default is 0,
     /// which returns everything at every sync) is set when given.
@@ -265,7 +266,7 @@ impl<B: MemoryBackend> NativePoolResource<B> {
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for NativePoolResource<B> {
+impl<B: Backend> fmt::Debug for NativePoolResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.own {
             None => write!(f, "NativePoolResource({})", self.device.info().spec()),
@@ -280,7 +281,7 @@ impl<B: MemoryBackend> fmt::Debug for NativePoolResource<B> {
 // reuses it for no work that could run before them); foreign and bufferless
 // blocks are refused before anything is freed. The pool outlives the blocks
 // (they hold the resource through their `Allocator`).
-unsafe impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
+unsafe impl<B: Backend> MemoryResource<B> for NativePoolResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         &self.device
     }
@@ -340,7 +341,7 @@ unsafe impl<B: MemoryBackend> MemoryResource<B> for NativePoolResource<B> {
 
 /// The buffer of a block that resource `id` (named `name`) made with
 /// [`Block::from_buffer`]; [`MemoryError::ForeignBlock`] for any other block.
-fn take_own_buffer<B: MemoryBackend>(block: Block<B>, id: ResourceId, name: &'static str) -> Result<B::Buffer> {
+fn take_own_buffer<B: Backend>(block: Block<B>, id: ResourceId, name: &'static str) -> Result<B::Buffer> {
     block.check_owner(id, name)?;
     if block.buffer().is_none() {
         return Err(block.refused(name, "it carries no buffer, so this resource did not hand it out"));

@@ -9,16 +9,16 @@ use crate::backend::{Event, HostRegistration, MemoryInfo, Stream};
 use crate::error::Result;
 
 use super::block::Block;
-use super::ext::MemoryBackend;
 use super::ipc_handle::IpcHandle;
 use super::pinned::{PinnedFlags, PinnedMemory};
 use super::report::PoolReport;
 use super::resource::{forward_to_inner, MemoryResource};
+use crate::backend::Backend;
 
 pub use super::report::Statistics;
 
 /// Counts what passes through to `inner`; lock-free.
-pub struct StatisticsResource<B: MemoryBackend> {
+pub struct StatisticsResource<B: Backend> {
     inner: Arc<dyn MemoryResource<B>>,
     current_bytes: AtomicUsize,
     peak_bytes: AtomicUsize,
@@ -28,7 +28,7 @@ pub struct StatisticsResource<B: MemoryBackend> {
     total_count: AtomicUsize,
 }
 
-impl<B: MemoryBackend> StatisticsResource<B> {
+impl<B: Backend> StatisticsResource<B> {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
         StatisticsResource {
@@ -56,7 +56,7 @@ impl<B: MemoryBackend> StatisticsResource<B> {
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for StatisticsResource<B> {
+impl<B: Backend> fmt::Debug for StatisticsResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "StatisticsResource({:?}, {:?})", self.inner, self.get())
     }
@@ -64,7 +64,7 @@ impl<B: MemoryBackend> fmt::Debug for StatisticsResource<B> {
 
 // SAFETY: blocks pass between the caller and `inner` unchanged; the
 // counters are all this adaptor adds.
-unsafe impl<B: MemoryBackend> MemoryResource<B> for StatisticsResource<B> {
+unsafe impl<B: Backend> MemoryResource<B> for StatisticsResource<B> {
     fn device(&self) -> &Arc<B::Device> {
         self.inner.device()
     }

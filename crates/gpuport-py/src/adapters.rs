@@ -35,6 +35,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use gpuport::dlpack::DLDeviceType;
+pub use gpuport::dynamic::raw::Place;
+use gpuport::dynamic::raw::RawRange;
 use gpuport::{AnyDevice, BackendKind, MemoryKind};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -85,23 +87,6 @@ impl Drop for Alloc {
 
 // ---- what a pointer argument resolved to -----------------------------------------
 
-/// Where an address points.
-#[derive(Clone)]
-pub enum Space {
-    /// NULL.
-    Null,
-    /// A raw address nothing is known about.
-    Unknown,
-    /// Host memory (a buffer, a host DLPack tensor, a `ListOf*` array).
-    Host,
-    /// Device memory, of this device where known.
-    Device(Option<AnyDevice>),
-    /// Managed memory.
-    Managed(AnyDevice),
-    /// Pinned host memory of this device.
-    Pinned(AnyDevice),
-}
-
 /// Something a `Ptr` keeps alive.
 pub enum Keep {
     Obj(#[allow(dead_code)] Py<PyAny>),
@@ -113,7 +98,7 @@ pub enum Keep {
 /// A resolved pointer: the address, what is known about it, and what keeps it alive.
 pub struct Ptr {
     pub addr: u64,
-    pub space: Space,
+    pub space: Place,
     /// Bytes from `addr` that are known to be valid; `Some` only when held
     /// (kept alive by this `Ptr`, so gpuport may touch them from the host side).
     pub len: Option<usize>,
@@ -129,7 +114,7 @@ pub struct Ptr {
 
 impl Ptr {
     pub fn null() -> Ptr {
-        Ptr { addr: 0, space: Space::Null, len: None, size: None, strided: None, writable: false, keep: Vec::new() }
+        Ptr { addr: 0, space: Place::Null, len: None, size: None, strided: None, writable: false, keep: Vec::new() }
     }
 
     /// A raw address: recognized when it lies inside a live allocation.
@@ -139,7 +124,7 @@ impl Ptr {
         }
         match Alloc::find(addr) {
             Some(a) => Ptr::in_alloc(addr, a),
-            None => Ptr { space: Space::Unknown, writable: true, ..Ptr::null_at(addr) },
+            None => Ptr { space: Place::Unknown, writable: true, ..Ptr::null_at(addr) },
         }
     }
 
@@ -156,7 +141,7 @@ impl Ptr {
     }
 
     /// Held memory of `len` bytes (a buffer, a DLPack tensor, a C array).
-    pub fn held_at(addr: u64, space: Space, len: usize, writable: bool, keep: Vec<Keep>) -> Ptr {
+    pub fn held_at(addr: u64, space: Place, len: usize, writable: bool, keep: Vec<Keep>) -> Ptr {
         Ptr { space, len: Some(len), size: Some(len), writable, keep, ..Ptr::null_at(addr) }
     }
 
@@ -165,32 +150,30 @@ impl Ptr {
         self.len.is_some()
     }
 
-    /// The bytes a copy may reach from the address: the least of what is
-    /// held and what the object states; `None` for a raw address.
-    pub fn known_size(&self) -> Option<usize> {
-        match (self.len, self.size) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// The range for the core's copies and memsets ([`gpuport::dynamic::raw`]).
+    pub fn range(&self) -> RawRange {
+        // SAFETY: `len` is `Some` only for memory this `Ptr` keeps alive
+        // through `keep` (a buffer export, a DLPack tensor, an allocation),
+        // writable only where the object allows writes; a caller keeps the
+        // `Ptr` until its work has run (a synchronous call waits, an async
+        // one parks it with `keep::keep_until_done`). A range not held is a
+        // bare address taken at the caller's word, as in HIP Python.
+        unsafe { RawRange::new(self.addr, self.space.clone(), self.len, self.size, self.writable) }
     }
 
-    /// Whether the host may read and write the memory (host, pinned or
-    /// managed memory, or the host backend's "device" memory).
+    /// The bytes a copy may reach from the address (see [`RawRange::known_size`]).
+    pub fn known_size(&self) -> Option<usize> {
+        self.range().known_size()
+    }
+
+    /// Whether the host may read and write the memory.
     pub fn host_accessible(&self) -> bool {
-        match &self.space {
-            Space::Host | Space::Pinned(_) | Space::Managed(_) => true,
-            Space::Device(Some(d)) => d.backend() == BackendKind::Host,
-            _ => false,
-        }
+        self.range().host_accessible()
     }
 
     /// The device of the memory, where known.
     pub fn device(&self) -> Option<AnyDevice> {
-        match &self.space {
-            Space::Device(d) => d.clone(),
-            Space::Managed(d) | Space::Pinned(d) => Some(d.clone()),
-            _ => None,
-        }
+        self.space.device()
     }
 
     /// Another `Ptr` to the same memory (buffers are kept through `obj`).
@@ -213,11 +196,11 @@ impl Ptr {
     }
 }
 
-fn space_of(a: &Alloc) -> Space {
+fn space_of(a: &Alloc) -> Place {
     match a.kind {
-        MemoryKind::Device | MemoryKind::Host => Space::Device(Some(a.dev.clone())),
-        MemoryKind::Managed => Space::Managed(a.dev.clone()),
-        MemoryKind::Pinned => Space::Pinned(a.dev.clone()),
+        MemoryKind::Device | MemoryKind::Host => Place::Device(Some(a.dev.clone())),
+        MemoryKind::Managed => Place::Managed(a.dev.clone()),
+        MemoryKind::Pinned => Place::Pinned(a.dev.clone()),
     }
 }
 
@@ -316,7 +299,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let addr = desc.data;
         let mut p = match Alloc::find(addr) {
             Some(a) => Ptr::in_alloc(addr, a),
-            None => Ptr { space: Space::Device(None), ..Ptr::null_at(addr) },
+            None => Ptr { space: Place::Device(None), ..Ptr::null_at(addr) },
         };
         if addr == 0 {
             p = Ptr::null();
@@ -341,7 +324,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             let (addr, len, writable) = (b.addr(), b.byte_len(), b.writable());
             return Ok(Ptr::held_at(
                 addr,
-                Space::Host,
+                Place::Host,
                 len,
                 writable,
                 vec![Keep::Buf(b), Keep::Obj(obj.clone().unbind())],
@@ -381,23 +364,23 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let writable = !t.is_read_only();
         let open = |spec: String| gpuport::open(&spec).ok();
         let space = match dl.device_type {
-            DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => Space::Host,
+            DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => Place::Host,
             // Device memory of a known size, kept alive by the producer's tensor.
-            DLDeviceType::CUDA => Space::Device(open(format!("cuda:{}", dl.device_id.max(0)))),
-            DLDeviceType::ROCM => Space::Device(open(format!("rocm:{}", dl.device_id.max(0)))),
+            DLDeviceType::CUDA => Place::Device(open(format!("cuda:{}", dl.device_id.max(0)))),
+            DLDeviceType::ROCM => Place::Device(open(format!("rocm:{}", dl.device_id.max(0)))),
             DLDeviceType::CUDA_MANAGED => match open(format!("cuda:{}", dl.device_id.max(0))) {
-                Some(d) => Space::Managed(d),
-                None => Space::Device(None),
+                Some(d) => Place::Managed(d),
+                None => Place::Device(None),
             },
             other => return Err(PyValueError::new_err(format!("DLPack device type {} is not supported", other.0))),
         };
         let keep = vec![Keep::Dl(prod), Keep::Obj(obj.clone().unbind())];
         let mut p = Ptr::held_at(addr, space, nbytes, writable, keep);
-        if matches!(p.space, Space::Device(None)) {
+        if matches!(p.space, Place::Device(None)) {
             p.len = None; // managed memory of a device we cannot open: size known, not held
         }
         if addr == 0 {
-            p.space = Space::Null;
+            p.space = Place::Null;
         }
         return Ok(p);
     }
@@ -468,29 +451,19 @@ impl PyPointer {
     /// Where the memory is: "null", "unknown", "host", "device", "managed" or "pinned".
     #[getter]
     fn memory_kind(&self) -> PyResult<&'static str> {
-        Ok(kind_name(&state(&self.p)?.space))
+        Ok(Place::name(&state(&self.p)?.space))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let name = slf.get_type().name()?;
         let (addr, kind) = {
             let p = state(&slf.get().p)?;
-            (p.addr, kind_name(&p.space))
+            (p.addr, Place::name(&p.space))
         };
         Ok(format!("<{name} {addr:#x} ({kind})>"))
     }
 }
 
-fn kind_name(s: &Space) -> &'static str {
-    match s {
-        Space::Null => "null",
-        Space::Unknown => "unknown",
-        Space::Host => "host",
-        Space::Device(_) => "device",
-        Space::Managed(_) => "managed",
-        Space::Pinned(_) => "pinned",
-    }
-}
 
 // ---- DeviceArray -----------------------------------------------------------------
 
@@ -725,11 +698,11 @@ impl PyDeviceArray {
         let (cuda, kind, addr, writable) = {
             let p = state(&slf.as_super().get().p)?;
             let cuda = match &p.space {
-                Space::Device(Some(d)) | Space::Managed(d) => d.backend() == BackendKind::Cuda,
-                Space::Device(None) => true, // from a CUDA Array Interface or a CUDA DLPack tensor
+                Place::Device(Some(d)) | Place::Managed(d) => d.backend() == BackendKind::Cuda,
+                Place::Device(None) => true, // from a CUDA Array Interface or a CUDA DLPack tensor
                 _ => false,
             };
-            (cuda, kind_name(&p.space), p.addr, p.writable)
+            (cuda, Place::name(&p.space), p.addr, p.writable)
         };
         if !cuda {
             return Err(PyAttributeError::new_err(format!(

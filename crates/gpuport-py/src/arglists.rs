@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::adapters::{to_ptr, Ptr, PyPointer, Space, ACCEPTED};
+use crate::adapters::{to_ptr, Place, Ptr, PyPointer, ACCEPTED};
 
 // ---- lists -------------------------------------------------------------------------
 
@@ -29,7 +29,7 @@ fn host_array<T: Copy>(v: &[T]) -> Ptr {
     if v.is_empty() {
         return Ptr::null();
     }
-    Ptr::held_at(v.as_ptr() as usize as u64, Space::Host, std::mem::size_of_val(v), false, Vec::new())
+    Ptr::held_at(v.as_ptr() as usize as u64, Place::Host, std::mem::size_of_val(v), false, Vec::new())
 }
 
 macro_rules! list_of_numbers {

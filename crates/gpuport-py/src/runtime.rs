@@ -6,57 +6,18 @@
 //! recorded and the operands (held buffers, allocations, Python objects) are
 //! parked until the event completes; every runtime call prunes completed ones.
 
-use std::marker::PhantomData;
-use std::sync::Arc;
-
-use gpuport::backend::{builtin, Backend, DeviceMemory, DeviceMemoryMut, HostMemory};
-use gpuport::memory::Held;
-use gpuport::{with_device, AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
+use gpuport::dynamic::raw::{self, Side};
+use gpuport::backend::builtin;
+use gpuport::{AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray, Space};
+use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray};
 use crate::arglists::{Arg, PyKernelArgs, PyListOfBytes};
-use crate::device::{resolve_device, resolve_stream, same_device, spec, AnyStream};
+use crate::device::{resolve_device, resolve_stream, AnyStream};
 use crate::errors::{self, IntoPyResult};
-use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code, DynDevice};
-
-// ---- raw memory as `DeviceMemory` ------------------------------------------------------
-
-/// An address range handed to a backend's copy or memset.
-#[derive(Debug)]
-struct RawMem<B> {
-    ptr: u64,
-    len: usize,
-    ordinal: usize,
-    kind: MemoryKind,
-    _b: PhantomData<fn() -> B>,
-}
-
-// SAFETY: this module builds `RawMem` only from an address range the Python
-// caller handed to `gpuport.runtime` as memory of that device, as HIP Python's
-// runtime calls take it; where the object states its extent, the range was
-// checked against it. A bare integer address is the caller's word alone, as
-// the package README says.
-unsafe impl<B: Backend> DeviceMemory for RawMem<B> {
-    type B = B;
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn device_ptr(&self) -> u64 {
-        self.ptr
-    }
-    fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-    fn kind(&self) -> MemoryKind {
-        self.kind
-    }
-}
-
-// SAFETY: a `RawMem` is built for one call and handed out to no one else.
-unsafe impl<B: Backend> DeviceMemoryMut for RawMem<B> {}
+use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
 
 // ---- pending asynchronous work --------------------------------------------------------
 
@@ -79,32 +40,6 @@ pub fn _pending_operations() -> usize {
 }
 
 // ---- malloc / free --------------------------------------------------------------------
-
-fn alloc_on<D: DynDevice>(d: &Arc<D>, dev: &AnyDevice, kind: MemoryKind, size: usize) -> gpuport::Result<Alloc> {
-    let current = || gpuport::memory::current_resource::<D::B>(d);
-    Ok(match kind {
-        // Pinned and device memory come from the current resource (the
-        // caching pool, and the statistics and log gpuport.memory installs).
-        // Their raw address is handed out, so, as with cudaFree, their
-        // release waits for the whole device (`Held`, exported from the start).
-        MemoryKind::Pinned => {
-            let b = current()?.alloc_pinned(size, gpuport::memory::PinnedFlags::PORTABLE)?;
-            let ptr = b.as_slice().as_ptr() as usize as u64;
-            let mem = Box::new(Held::new(b, d, true));
-            Alloc { dev: dev.clone(), kind, ptr, len: size, mem }
-        }
-        MemoryKind::Managed => {
-            let b = d.alloc_managed(size)?;
-            Alloc { dev: dev.clone(), kind, ptr: b.device_ptr(), len: size, mem: Box::new(b) }
-        }
-        MemoryKind::Device | MemoryKind::Host => {
-            let a = current()?.alloc(size, d.default_stream())?;
-            let ptr = a.device_ptr();
-            let mem = Box::new(Held::new(a, d, true));
-            Alloc { dev: dev.clone(), kind: MemoryKind::Device, ptr, len: size, mem }
-        }
-    })
-}
 
 fn parse_kind(kind: &str) -> PyResult<MemoryKind> {
     match kind {
@@ -133,7 +68,8 @@ pub fn malloc(
     prune();
     let kind = parse_kind(kind)?;
     let dev = resolve_device(py, device)?;
-    let a = py.detach(|| with_device!(&dev, d => alloc_on(d, &dev, kind, size))).py_err(py)?;
+    let a = py.detach(|| raw::alloc(&dev, kind, size)).py_err(py)?;
+    let a = Alloc { dev, kind: a.kind, ptr: a.ptr, len: size, mem: a.owner };
     Py::new(py, PyDeviceArray::from_alloc(Alloc::register(a)))
 }
 
@@ -175,12 +111,6 @@ pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
 
 // ---- copies ---------------------------------------------------------------------------
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Side {
-    Host,
-    Device,
-}
-
 fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Side, Side)>> {
     let Some(k) = kind.filter(|k| !k.is_none()) else { return Ok(None) };
     use Side::*;
@@ -212,161 +142,6 @@ fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Side, Si
     })
 }
 
-fn side_of(p: &Ptr, dev_is_host: bool, what: &str) -> PyResult<Side> {
-    Ok(match &p.space {
-        Space::Host | Space::Pinned(_) => Side::Host,
-        Space::Device(_) | Space::Managed(_) => Side::Device,
-        Space::Null => return Err(PyValueError::new_err(format!("{what} is NULL"))),
-        Space::Unknown if dev_is_host => Side::Device,
-        Space::Unknown => {
-            return Err(PyValueError::new_err(format!(
-                "cannot infer the memcpy direction: {what} is a raw address of unknown memory; pass kind="
-            )))
-        }
-    })
-}
-
-/// Checks a copy of `size` bytes against everything known about `p`: the
-/// memory gpuport holds and the extent the object states. Only raw
-/// addresses (ints, `ctypes.c_void_p`) outside gpuport's allocations pass
-/// unchecked, as in HIP Python.
-fn check_size(p: &Ptr, size: usize, what: &str) -> PyResult<()> {
-    if p.addr == 0 && size > 0 {
-        return Err(PyValueError::new_err(format!("{what} is NULL")));
-    }
-    match p.known_size() {
-        Some(l) if size > l => {
-            Err(PyValueError::new_err(format!("{what}: {size} bytes exceed the {l} bytes of the memory")))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// The address of a held host range of `size` bytes (raw addresses are refused).
-fn host_range(p: &Ptr, size: usize, what: &str, write: bool) -> PyResult<*mut u8> {
-    if !p.held() {
-        return Err(PyValueError::new_err(format!(
-            "{what}: a raw host address is not dereferenced by gpuport; pass the buffer or array object instead"
-        )));
-    }
-    if !p.host_accessible() {
-        return Err(PyValueError::new_err(format!(
-            "{what} is device memory, which the host cannot read or write; use a device-side copy direction"
-        )));
-    }
-    if write && !p.writable {
-        return Err(PyValueError::new_err(format!("{what} is read-only")));
-    }
-    check_size(p, size, what)?;
-    Ok(p.addr as usize as *mut u8)
-}
-
-fn device_mem<B: Backend>(p: &Ptr, size: usize, dev: &AnyDevice, what: &str) -> PyResult<RawMem<B>> {
-    if dev.backend() == BackendKind::Host && !(p.held() && p.host_accessible()) {
-        return Err(PyValueError::new_err(format!(
-            "{what}: the host backend dereferences device addresses on the host, so it takes only memory gpuport holds (malloc arrays, buffers, DLPack tensors), not raw address {:#x}",
-            p.addr
-        )));
-    }
-    if matches!(p.space, Space::Host) && dev.backend() != BackendKind::Host {
-        return Err(PyValueError::new_err(format!(
-            "{what} is pageable host memory, not memory of {}; use a host-side copy direction (or pinned memory from malloc_pinned)",
-            spec(dev)
-        )));
-    }
-    if let Some(d) = p.device() {
-        if !same_device(&d, dev) {
-            return Err(PyValueError::new_err(format!("{what} is memory of {}, not of {}", spec(&d), spec(dev))));
-        }
-    }
-    Ok(RawMem {
-        ptr: p.addr,
-        len: p.known_size().unwrap_or(size),
-        ordinal: dev.info().ordinal,
-        kind: MemoryKind::Device,
-        _b: PhantomData,
-    })
-}
-
-/// The device's pipelined copier, for a synchronous copy of `size` bytes
-/// whose host side is `host` on `dev`: only pageable memory (pinned memory
-/// goes at full speed directly), a GPU backend, and at least 1 MiB. `None`
-/// (the driver's own copy) also when the copier cannot be made.
-fn pipelined_copier<D: DynDevice>(
-    d: &Arc<D>,
-    dev: &AnyDevice,
-    host: &Ptr,
-    size: usize,
-    sync: bool,
-) -> Option<Arc<gpuport::memory::PageableCopier<D::B>>> {
-    let pageable = matches!(host.space, Space::Host);
-    let wanted = sync && pageable && dev.backend() != BackendKind::Host && size >= 1 << 20;
-    wanted.then(|| gpuport::memory::pageable_copier::<D::B>(d).ok()).flatten()
-}
-
-/// Copies `size` bytes on stream `s`; `sync` says the caller waits for the
-/// copy, so a pageable host side may go through the pipelined copier (after
-/// the stream's earlier work, which keeps the copy in stream order).
-#[allow(clippy::too_many_arguments)]
-fn copy_on<D: DynDevice>(
-    py: Python<'_>,
-    d: &Arc<D>,
-    dev: &AnyDevice,
-    s: &AnyStream,
-    dst: &Ptr,
-    src: &Ptr,
-    size: usize,
-    dir: (Side, Side),
-    sync: bool,
-) -> PyResult<()> {
-    let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
-    let st = s.of(d).map_err(py_err)?;
-    match dir {
-        (Side::Host, Side::Host) => {
-            let from = host_range(src, size, "src", false)?;
-            let to = host_range(dst, size, "dst", true)?;
-            d.synchronize(st).map_err(py_err)?;
-            // SAFETY: both ranges are held (buffer exports, DLPack tensors or
-            // allocations kept alive by the `Ptr`s) with at least `size`
-            // bytes (`host_range` checked), `dst` is writable; `copy` allows overlap.
-            unsafe { std::ptr::copy(from, to, size) };
-            Ok(())
-        }
-        (Side::Host, Side::Device) => {
-            let from = host_range(src, size, "src", false)?;
-            // SAFETY: held memory of at least `size` bytes, alive as long as `src`.
-            let from = unsafe { std::slice::from_raw_parts(from as *const u8, size) };
-            let mut to = device_mem::<D::B>(dst, size, dev, "dst")?;
-            if let Some(copier) = pipelined_copier(d, dev, src, size, sync) {
-                return py
-                    .detach(|| d.synchronize(st).and_then(|()| copier.copy_to_device(from, &mut to, 0)))
-                    .py_err(py);
-            }
-            // SAFETY: `src` and `dst` are kept alive by the caller until the
-            // stream passes the copy (synchronous memcpy waits; async parks them).
-            unsafe { d.copy_to_device_async(from, &to, 0, st) }.map_err(py_err)
-        }
-        (Side::Device, Side::Host) => {
-            let from = device_mem::<D::B>(src, size, dev, "src")?;
-            let to = host_range(dst, size, "dst", true)?;
-            // SAFETY: held writable memory of at least `size` bytes, alive as
-            // long as `dst`; no other Rust reference to it exists.
-            let to = unsafe { std::slice::from_raw_parts_mut(to, size) };
-            if let Some(copier) = pipelined_copier(d, dev, dst, size, sync) {
-                return py.detach(|| d.synchronize(st).and_then(|()| copier.copy_to_host(&from, 0, to))).py_err(py);
-            }
-            // SAFETY: as above.
-            unsafe { d.copy_to_host_async(&from, 0, to, st) }.map_err(py_err)
-        }
-        (Side::Device, Side::Device) => {
-            let from = device_mem::<D::B>(src, size, dev, "src")?;
-            let to = device_mem::<D::B>(dst, size, dev, "dst")?;
-            // SAFETY: as above.
-            unsafe { d.copy_device_async(&from, 0, &to, 0, size, st) }.map_err(py_err)
-        }
-    }
-}
-
 fn pick_device(py: Python<'_>, ptrs: &[&Ptr], stream: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
     if let Some(s) = stream.filter(|s| !s.is_none()) {
         if let Ok(s) = s.cast::<crate::device::PyStream>() {
@@ -393,19 +168,16 @@ fn memcpy_impl(
     prune();
     let dst = to_range(dst, "dst")?;
     let src = to_range(src, "src")?;
-    check_size(&dst, size, "dst")?;
-    check_size(&src, size, "src")?;
+    let (to, from) = (dst.range(), src.range());
+    to.check_size(size, "dst").py_err(py)?;
+    from.check_size(size, "src").py_err(py)?;
     let dev = pick_device(py, &[&dst, &src], stream)?;
     let s = resolve_stream(py, &dev, stream)?;
     if size == 0 {
         return Ok(());
     }
-    let host = dev.backend() == BackendKind::Host;
-    let dir = match parse_direction(kind)? {
-        Some(d) => d,
-        None => (side_of(&src, host, "src")?, side_of(&dst, host, "dst")?),
-    };
-    with_device!(&dev, d => copy_on(py, d, &dev, &s, &dst, &src, size, dir, wait))?;
+    let dir = parse_direction(kind)?;
+    py.detach(|| raw::copy(&dev, &s, &to, &from, size, dir, wait)).py_err(py)?;
     if wait {
         py.detach(|| s.synchronize()).py_err(py)
     } else {
@@ -456,28 +228,6 @@ pub fn memcpy_async(
     memcpy_impl(py, dst, src, size, kind, stream, false)
 }
 
-fn memset_on<D: DynDevice>(
-    d: &Arc<D>,
-    dev: &AnyDevice,
-    s: &AnyStream,
-    dst: &Ptr,
-    value: u8,
-    size: usize,
-) -> PyResult<()> {
-    let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
-    let st = s.of(d).map_err(py_err)?;
-    if matches!(dst.space, Space::Host | Space::Pinned(_)) {
-        let to = host_range(dst, size, "dst", true)?;
-        d.synchronize(st).map_err(py_err)?;
-        // SAFETY: held writable memory of at least `size` bytes (`host_range`).
-        unsafe { std::ptr::write_bytes(to, value, size) };
-        return Ok(());
-    }
-    let to = device_mem::<D::B>(dst, size, dev, "dst")?;
-    // SAFETY: `dst` is kept alive by the caller until the stream passes this.
-    unsafe { d.memset_async(&to, 0, size, value, st) }.map_err(py_err)
-}
-
 fn memset_impl(
     py: Python<'_>,
     dst: &Bound<'_, PyAny>,
@@ -488,13 +238,14 @@ fn memset_impl(
 ) -> PyResult<()> {
     prune();
     let dst = to_range(dst, "dst")?;
-    check_size(&dst, size, "dst")?;
+    let to = dst.range();
+    to.check_size(size, "dst").py_err(py)?;
     let dev = pick_device(py, &[&dst], stream)?;
     let s = resolve_stream(py, &dev, stream)?;
     if size == 0 {
         return Ok(());
     }
-    with_device!(&dev, d => memset_on(d, &dev, &s, &dst, value, size))?;
+    py.detach(|| raw::memset(&dev, &s, &to, value, size)).py_err(py)?;
     if wait {
         py.detach(|| s.synchronize()).py_err(py)
     } else {

@@ -77,10 +77,10 @@ use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
-use super::ext::MemoryBackend;
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
+use crate::backend::Backend;
 use state::{
     index, st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT,
     MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
@@ -94,7 +94,7 @@ use state::{
 /// [`device`](Self::device) that nothing else uses (no other segment, no
 /// other owner) and that stays valid until the segment is dropped. (The
 /// pool checks a segment's length and device; it cannot check the rest.)
-pub unsafe trait Storage<B: MemoryBackend>: Send + Sync + fmt::Debug + 'static {
+pub unsafe trait Storage<B: Backend>: Send + Sync + fmt::Debug + 'static {
     /// A segment of device memory, freed when dropped.
     type Segment: DeviceMemory<B = B>;
     /// The device.
@@ -104,18 +104,18 @@ pub unsafe trait Storage<B: MemoryBackend>: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Segments from the device's plain allocator (`cuMemAlloc`).
-pub struct DeviceStorage<B: MemoryBackend> {
+pub struct DeviceStorage<B: Backend> {
     device: Arc<B::Device>,
 }
 
-impl<B: MemoryBackend> DeviceStorage<B> {
+impl<B: Backend> DeviceStorage<B> {
     /// Storage on `device`.
     pub fn new(device: Arc<B::Device>) -> Self {
         DeviceStorage { device }
     }
 }
 
-impl<B: MemoryBackend> fmt::Debug for DeviceStorage<B> {
+impl<B: Backend> fmt::Debug for DeviceStorage<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DeviceStorage({})", self.device.info().spec())
     }
@@ -123,7 +123,7 @@ impl<B: MemoryBackend> fmt::Debug for DeviceStorage<B> {
 
 // SAFETY: each segment is a buffer fresh from the device's allocator, owned
 // by the segment alone and freed when it is dropped.
-unsafe impl<B: MemoryBackend> Storage<B> for DeviceStorage<B> {
+unsafe impl<B: Backend> Storage<B> for DeviceStorage<B> {
     type Segment = crate::backend::Buffer<B>;
     fn device(&self) -> &Arc<B::Device> {
         &self.device
@@ -162,7 +162,7 @@ fn validate_env() -> bool {
 }
 
 /// A caching, stream-ordered pool; see the [module docs](self).
-pub struct CachingPool<B: MemoryBackend, S: Storage<B> = DeviceStorage<B>> {
+pub struct CachingPool<B: Backend, S: Storage<B> = DeviceStorage<B>> {
     storage: S,
     config: PoolConfig,
     id: ResourceId,
@@ -178,11 +178,11 @@ pub struct CachingPool<B: MemoryBackend, S: Storage<B> = DeviceStorage<B>> {
 type HeldBack<B> = (Block<B>, Stream<B>, Vec<Event<B>>);
 
 /// Whether `stream` is capturing (a failed query counts as not).
-fn capturing<B: MemoryBackend>(device: &B::Device, stream: &Stream<B>) -> bool {
+fn capturing<B: Backend>(device: &B::Device, stream: &Stream<B>) -> bool {
     device.capture_status(stream).map(|s| s.is_capturing()).unwrap_or(false)
 }
 
-impl<B: MemoryBackend> CachingPool<B> {
+impl<B: Backend> CachingPool<B> {
     /// A pool over `device`'s plain allocator.
     pub fn new(device: Arc<B::Device>, config: PoolConfig) -> Self {
         Self::with_storage(DeviceStorage::new(device), config)
@@ -193,24 +193,24 @@ impl<B: MemoryBackend> CachingPool<B> {
 /// dropped after the lock is: dropping a stream's last handle may wait for
 /// its queued work (a host stream joins its worker), which must not hold up
 /// other threads' allocations.
-struct Locked<'a, B: MemoryBackend, Seg> {
+struct Locked<'a, B: Backend, Seg> {
     guard: Option<MutexGuard<'a, State<B, Seg>>>,
 }
 
-impl<B: MemoryBackend, Seg> std::ops::Deref for Locked<'_, B, Seg> {
+impl<B: Backend, Seg> std::ops::Deref for Locked<'_, B, Seg> {
     type Target = State<B, Seg>;
     fn deref(&self) -> &State<B, Seg> {
         self.guard.as_ref().expect("the guard is taken only in drop")
     }
 }
 
-impl<B: MemoryBackend, Seg> std::ops::DerefMut for Locked<'_, B, Seg> {
+impl<B: Backend, Seg> std::ops::DerefMut for Locked<'_, B, Seg> {
     fn deref_mut(&mut self) -> &mut State<B, Seg> {
         self.guard.as_mut().expect("the guard is taken only in drop")
     }
 }
 
-impl<B: MemoryBackend, Seg> Drop for Locked<'_, B, Seg> {
+impl<B: Backend, Seg> Drop for Locked<'_, B, Seg> {
     fn drop(&mut self) {
         let released = self.guard.as_mut().map(|st| std::mem::take(&mut st.released));
         drop(self.guard.take());
@@ -218,7 +218,7 @@ impl<B: MemoryBackend, Seg> Drop for Locked<'_, B, Seg> {
     }
 }
 
-impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
+impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
         let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
@@ -451,7 +451,7 @@ impl<B: MemoryBackend, S: Storage<B>> CachingPool<B, S> {
     }
 }
 
-impl<B: MemoryBackend, S: Storage<B>> Drop for CachingPool<B, S> {
+impl<B: Backend, S: Storage<B>> Drop for CachingPool<B, S> {
     fn drop(&mut self) {
         // Blocks freed on a stream may still be in use by its queued work;
         // wait for it before the segments go (with the state, below).
@@ -462,7 +462,7 @@ impl<B: MemoryBackend, S: Storage<B>> Drop for CachingPool<B, S> {
     }
 }
 
-impl<B: MemoryBackend, S: Storage<B>> fmt::Debug for CachingPool<B, S> {
+impl<B: Backend, S: Storage<B>> fmt::Debug for CachingPool<B, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let st = self.lock();
         write!(f, "CachingPool({:?}, {} reserved, {} in use)", self.storage, st.reserved, st.in_use)
@@ -480,7 +480,7 @@ impl<B: MemoryBackend, S: Storage<B>> fmt::Debug for CachingPool<B, S> {
 // segments are released only when free in the shared list, so `reset` and
 // `trim` never free live memory; the pool outlives its blocks, and its drop
 // waits for pending fences before the segments go.
-unsafe impl<B: MemoryBackend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
+unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     fn device(&self) -> &Arc<B::Device> {
         self.storage.device()
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::backend::{Device, DeviceMemory, Event, Stream};
 
-use crate::memory::ext::MemoryBackend;
+use crate::backend::Backend;
 use crate::memory::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 
 pub(super) const ROUND: usize = 512;
@@ -86,7 +86,7 @@ pub(super) struct SegmentEntry<Seg> {
 /// thread) cannot go away. So a list lives only while it has blocks, and
 /// lists of streams that look gone are retired (fenced, then dropped with
 /// their handle) when new streams come; see [`State::make_list`].
-pub(super) struct FreeList<B: MemoryBackend> {
+pub(super) struct FreeList<B: Backend> {
     pub(super) tag: u64,
     /// The stream, kept to record fences on it (`None` for the shared list).
     stream: Option<Stream<B>>,
@@ -101,7 +101,7 @@ pub(super) struct FreeList<B: MemoryBackend> {
     last_used: u64,
 }
 
-impl<B: MemoryBackend> FreeList<B> {
+impl<B: Backend> FreeList<B> {
     pub(super) fn shared() -> Self {
         FreeList { tag: ANY, stream: None, set: BTreeSet::new(), recent: Vec::new(), last_used: 0 }
     }
@@ -111,12 +111,12 @@ impl<B: MemoryBackend> FreeList<B> {
     }
 }
 
-pub(super) struct Fence<B: MemoryBackend> {
+pub(super) struct Fence<B: Backend> {
     pub(super) events: Vec<Event<B>>,
     pub(super) nodes: Vec<u32>,
 }
 
-pub(super) struct State<B: MemoryBackend, Seg> {
+pub(super) struct State<B: Backend, Seg> {
     pub(super) segments: Vec<Option<SegmentEntry<Seg>>>,
     pub(super) vacant_segments: Vec<u32>,
     pub(super) nodes: Vec<Node>,
@@ -149,7 +149,7 @@ pub(super) fn st_ordinal<D: Device>(d: &D) -> usize {
     d.info().ordinal
 }
 
-impl<B: MemoryBackend, Seg: DeviceMemory<B = B>> State<B, Seg> {
+impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     pub(super) fn new() -> Self {
         State {
             segments: Vec::new(),

@@ -1,0 +1,475 @@
+//! Copies, memsets and allocations on address ranges, the shape of HIP
+//! Python's `hipMemcpy(dst, src, size, kind)`: what a binding's low-level
+//! runtime (`gpuport.runtime` in Python) hands down once it has turned its
+//! pointer-like objects into [`RawRange`]s.
+//!
+//! The checks live here, once for every backend: a size past what a range
+//! holds or states, a NULL range, host memory given as device memory (or
+//! the reverse), memory of another device, a read-only destination. Each
+//! is an [`Error::InvalidArgument`] naming the operand and what is accepted.
+//!
+//! ```
+//! use gpuport::dynamic::raw::{self, Place, RawRange};
+//! use gpuport::dynamic::AnyStream;
+//! let dev = gpuport::open("host")?;
+//! let s = AnyStream::default_for(&dev);
+//! let src = [7u8; 16];
+//! let mut dst = [0u8; 16];
+//! // SAFETY: both arrays outlive the synchronous copy and hold 16 bytes.
+//! let (d, r) = unsafe {
+//!     (
+//!         RawRange::new(dst.as_mut_ptr() as u64, Place::Host, Some(16), None, true),
+//!         RawRange::new(src.as_ptr() as u64, Place::Host, Some(16), None, false),
+//!     )
+//! };
+//! raw::copy(&dev, &s, &d, &r, 16, None, true)?;
+//! s.synchronize()?;
+//! assert_eq!(dst, [7u8; 16]);
+//! // A size past what the destination holds is refused, not copied.
+//! assert!(raw::copy(&dev, &s, &d, &r, 17, None, true).is_err());
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::any::{same_device, DynDevice};
+use super::memory::resources;
+use super::stream::AnyStream;
+use crate::backend::registry::AnyDevice;
+use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind};
+use crate::error::{BackendKind, Error, Result};
+use crate::memory::{pageable_copier, Held, PageableCopier, PinnedFlags};
+use crate::with_device;
+
+/// Where a range's memory lives, as far as the object that named it knows.
+#[derive(Clone, Debug)]
+pub enum Place {
+    /// The NULL address.
+    Null,
+    /// A bare address nothing is known about.
+    Unknown,
+    /// Pageable host memory (a buffer, a host DLPack tensor).
+    Host,
+    /// Device memory, of this device where known.
+    Device(Option<AnyDevice>),
+    /// Managed (unified) memory of this device.
+    Managed(AnyDevice),
+    /// Page-locked host memory of this device.
+    Pinned(AnyDevice),
+}
+
+impl Place {
+    /// The short name (`"host"`, `"device"`, …) bindings print.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Place::Null => "null",
+            Place::Unknown => "unknown",
+            Place::Host => "host",
+            Place::Device(_) => "device",
+            Place::Managed(_) => "managed",
+            Place::Pinned(_) => "pinned",
+        }
+    }
+
+    /// The device of the memory, where known.
+    pub fn device(&self) -> Option<AnyDevice> {
+        match self {
+            Place::Device(d) => d.clone(),
+            Place::Managed(d) | Place::Pinned(d) => Some(d.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Which side of a copy an operand is on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Side {
+    /// Memory the host reads and writes.
+    Host,
+    /// Memory a device's copy engine reads and writes.
+    Device,
+}
+
+/// A range of memory named by address, with what is known of it.
+#[derive(Clone, Debug)]
+pub struct RawRange {
+    addr: u64,
+    place: Place,
+    held: Option<usize>,
+    stated: Option<usize>,
+    writable: bool,
+}
+
+impl RawRange {
+    /// A range at `addr` in `place`. `held`: the bytes from `addr` that are
+    /// kept alive for the range's use (so gpuport may touch them from the
+    /// host); `stated`: the bytes the naming object says it spans, held or
+    /// not. Copies never exceed either.
+    ///
+    /// # Safety
+    /// - With `held = Some(n)`, `[addr, addr + n)` is memory of `place`, and
+    ///   stays valid (and, with `writable`, writable with no other live Rust
+    ///   reference to it) until every copy or memset given this range has
+    ///   run: a synchronous call has returned and its stream was
+    ///   synchronized, or the owner is kept until the stream passes the
+    ///   work (see [`super::keep`]).
+    /// - With `held = None`, the address is taken at the caller's word, as
+    ///   HIP Python takes it: device memory of the device the call runs on,
+    ///   valid for the size the call is given. gpuport never dereferences
+    ///   such a range on the host.
+    pub unsafe fn new(addr: u64, place: Place, held: Option<usize>, stated: Option<usize>, writable: bool) -> Self {
+        RawRange { addr, place, held, stated, writable }
+    }
+
+    /// The address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Where the memory lives.
+    pub fn place(&self) -> &Place {
+        &self.place
+    }
+
+    /// Whether the memory is known and kept alive.
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Whether a write may go there.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The bytes a copy may reach: the least of what is held and what is
+    /// stated; `None` for a bare address.
+    pub fn known_size(&self) -> Option<usize> {
+        match (self.held, self.stated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether the host may read and write the memory (host, pinned or
+    /// managed memory, or the host backend's "device" memory).
+    pub fn host_accessible(&self) -> bool {
+        match &self.place {
+            Place::Host | Place::Pinned(_) | Place::Managed(_) => true,
+            Place::Device(Some(d)) => d.backend() == BackendKind::Host,
+            _ => false,
+        }
+    }
+
+    /// The side a copy on `dev` reads or writes this range from, inferred
+    /// from its place; `what` names the operand in the error.
+    pub fn side(&self, dev: &AnyDevice, what: &'static str) -> Result<Side> {
+        Ok(match &self.place {
+            Place::Host | Place::Pinned(_) => Side::Host,
+            Place::Device(_) | Place::Managed(_) => Side::Device,
+            Place::Null => return Err(invalid(what, "is NULL".into())),
+            Place::Unknown if dev.backend() == BackendKind::Host => Side::Device,
+            Place::Unknown => {
+                return Err(invalid(
+                    what,
+                    "is a raw address of unknown memory, so the copy direction cannot be inferred; give the direction"
+                        .into(),
+                ))
+            }
+        })
+    }
+
+    /// Checks `size` bytes against everything known of the range. Only bare
+    /// addresses pass unchecked.
+    pub fn check_size(&self, size: usize, what: &'static str) -> Result<()> {
+        if self.addr == 0 && size > 0 {
+            return Err(invalid(what, "is NULL".into()));
+        }
+        match self.known_size() {
+            Some(l) if size > l => Err(invalid(what, format!("{size} bytes exceed the {l} bytes of the memory"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The host address of `size` held bytes (bare addresses are refused).
+    fn host_ptr(&self, size: usize, what: &'static str, write: bool) -> Result<*mut u8> {
+        if !self.is_held() {
+            return Err(invalid(
+                what,
+                "a raw host address is not dereferenced by gpuport; pass the buffer or array object instead".into(),
+            ));
+        }
+        if !self.host_accessible() {
+            return Err(invalid(
+                what,
+                "is device memory, which the host cannot read or write; use a device-side copy direction".into(),
+            ));
+        }
+        if write && !self.writable {
+            return Err(invalid(what, "is read-only".into()));
+        }
+        self.check_size(size, what)?;
+        usize::try_from(self.addr)
+            .map(|a| a as *mut u8)
+            .map_err(|_| invalid(what, format!("address {:#x} is outside this host's address space", self.addr)))
+    }
+
+    /// The range as device memory of `dev`, for `size` bytes.
+    fn device_mem<B: Backend>(&self, size: usize, dev: &AnyDevice, what: &'static str) -> Result<RawMem<B>> {
+        if dev.backend() == BackendKind::Host && !(self.is_held() && self.host_accessible()) {
+            return Err(invalid(
+                what,
+                format!(
+                    "the host backend dereferences device addresses on the host, so it takes only memory gpuport \
+                     holds (malloc arrays, buffers, DLPack tensors), not raw address {:#x}",
+                    self.addr
+                ),
+            ));
+        }
+        if matches!(self.place, Place::Host) && dev.backend() != BackendKind::Host {
+            return Err(invalid(
+                what,
+                format!(
+                    "is pageable host memory, not memory of {}; use a host-side copy direction (or pinned memory from \
+                     malloc_pinned)",
+                    dev.info().spec()
+                ),
+            ));
+        }
+        if let Some(d) = self.place.device() {
+            if !same_device(&d, dev) {
+                return Err(invalid(what, format!("is memory of {}, not of {}", d.info().spec(), dev.info().spec())));
+            }
+        }
+        self.check_size(size, what)?;
+        Ok(RawMem {
+            ptr: self.addr,
+            len: self.known_size().unwrap_or(size),
+            ordinal: dev.info().ordinal,
+            _b: PhantomData,
+        })
+    }
+}
+
+fn invalid(name: &'static str, reason: String) -> Error {
+    Error::InvalidArgument { name, reason }
+}
+
+/// A [`RawRange`] handed to a backend's copy or memset as device memory.
+#[derive(Debug)]
+struct RawMem<B> {
+    ptr: u64,
+    len: usize,
+    ordinal: usize,
+    _b: PhantomData<fn() -> B>,
+}
+
+// SAFETY: a `RawMem` is built only by `RawRange::device_mem`, from a range
+// whose constructor's contract says `[ptr, ptr + len)` is device memory of
+// that device, valid until the work enqueued with it has run (a bare
+// address: at the caller's word, for the size the call was given).
+unsafe impl<B: Backend> DeviceMemory for RawMem<B> {
+    type B = B;
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+}
+
+// SAFETY: a `RawMem` lives for one call and is handed out to no one else;
+// writes through it are allowed by `RawRange::new`'s contract.
+unsafe impl<B: Backend> DeviceMemoryMut for RawMem<B> {}
+
+/// The device's pipelined copier for a synchronous copy of `size` bytes
+/// whose host side is `host`: pageable memory only (pinned memory goes at
+/// full speed directly), a GPU backend, at least 1 MiB. `None` (the
+/// driver's own copy) also when the copier cannot be made.
+fn pipelined_copier<D: DynDevice>(
+    d: &Arc<D>,
+    host: &RawRange,
+    size: usize,
+    sync: bool,
+) -> Option<Arc<PageableCopier<D::B>>> {
+    let pageable = matches!(host.place, Place::Host);
+    let wanted = sync && pageable && D::B::KIND != BackendKind::Host && size >= 1 << 20;
+    wanted.then(|| pageable_copier::<D::B>(d).ok()).flatten()
+}
+
+/// Copies `size` bytes from `src` to `dst` on `stream` of `dev`. `dir`
+/// gives the sides (`None`: inferred from each range's place). `sync` says
+/// the caller waits for the copy, so a pageable host side of 1 MiB or more
+/// may go through the pipelined copier, after the stream's earlier work.
+/// Without `sync` the caller keeps both ranges' owners until the stream
+/// has passed the copy.
+pub fn copy(
+    dev: &AnyDevice,
+    stream: &AnyStream,
+    dst: &RawRange,
+    src: &RawRange,
+    size: usize,
+    dir: Option<(Side, Side)>,
+    sync: bool,
+) -> Result<()> {
+    dst.check_size(size, "dst")?;
+    src.check_size(size, "src")?;
+    if size == 0 {
+        return Ok(());
+    }
+    let dir = match dir {
+        Some(d) => d,
+        None => (src.side(dev, "src")?, dst.side(dev, "dst")?),
+    };
+    with_device!(dev, d => copy_on(d, dev, stream, dst, src, size, dir, sync))
+}
+
+#[allow(clippy::too_many_arguments)] // the arguments of `copy`, with its device resolved
+fn copy_on<D: DynDevice>(
+    d: &Arc<D>,
+    dev: &AnyDevice,
+    s: &AnyStream,
+    dst: &RawRange,
+    src: &RawRange,
+    size: usize,
+    dir: (Side, Side),
+    sync: bool,
+) -> Result<()> {
+    let st = s.of(d)?;
+    match dir {
+        (Side::Host, Side::Host) => {
+            let from = src.host_ptr(size, "src", false)?;
+            let to = dst.host_ptr(size, "dst", true)?;
+            d.synchronize(st)?;
+            // SAFETY: both ranges are held with at least `size` bytes
+            // (`host_ptr` checked; `RawRange::new`'s contract), `dst` is
+            // writable; `ptr::copy` allows overlap.
+            unsafe { std::ptr::copy(from, to, size) };
+            Ok(())
+        }
+        (Side::Host, Side::Device) => {
+            let from = src.host_ptr(size, "src", false)?;
+            // SAFETY: held memory of at least `size` bytes, alive for this call.
+            let from = unsafe { std::slice::from_raw_parts(from as *const u8, size) };
+            let mut to = dst.device_mem::<D::B>(size, dev, "dst")?;
+            if let Some(copier) = pipelined_copier(d, src, size, sync) {
+                d.synchronize(st)?;
+                return copier.copy_to_device(from, &mut to, 0);
+            }
+            // SAFETY: both ranges stay valid until the stream passes the
+            // copy (`RawRange::new`'s contract).
+            unsafe { d.copy_to_device_async(from, &to, 0, st) }
+        }
+        (Side::Device, Side::Host) => {
+            let from = src.device_mem::<D::B>(size, dev, "src")?;
+            let to = dst.host_ptr(size, "dst", true)?;
+            // SAFETY: held writable memory of at least `size` bytes with no
+            // other live Rust reference (`RawRange::new`'s contract).
+            let to = unsafe { std::slice::from_raw_parts_mut(to, size) };
+            if let Some(copier) = pipelined_copier(d, dst, size, sync) {
+                d.synchronize(st)?;
+                return copier.copy_to_host(&from, 0, to);
+            }
+            // SAFETY: as above.
+            unsafe { d.copy_to_host_async(&from, 0, to, st) }
+        }
+        (Side::Device, Side::Device) => {
+            let from = src.device_mem::<D::B>(size, dev, "src")?;
+            let to = dst.device_mem::<D::B>(size, dev, "dst")?;
+            // SAFETY: as above.
+            unsafe { d.copy_device_async(&from, 0, &to, 0, size, st) }
+        }
+    }
+}
+
+/// Sets `size` bytes of `dst` to `value` on `stream` of `dev` (host memory
+/// after the stream's earlier work, on the calling thread). Without waiting
+/// for the stream, the caller keeps `dst`'s owner until the stream has
+/// passed the memset.
+pub fn memset(dev: &AnyDevice, stream: &AnyStream, dst: &RawRange, value: u8, size: usize) -> Result<()> {
+    dst.check_size(size, "dst")?;
+    if size == 0 {
+        return Ok(());
+    }
+    with_device!(dev, d => memset_on(d, dev, stream, dst, value, size))
+}
+
+fn memset_on<D: DynDevice>(
+    d: &Arc<D>,
+    dev: &AnyDevice,
+    s: &AnyStream,
+    dst: &RawRange,
+    value: u8,
+    size: usize,
+) -> Result<()> {
+    let st = s.of(d)?;
+    if matches!(dst.place, Place::Host | Place::Pinned(_)) {
+        let to = dst.host_ptr(size, "dst", true)?;
+        d.synchronize(st)?;
+        // SAFETY: held writable memory of at least `size` bytes (`host_ptr`).
+        unsafe { std::ptr::write_bytes(to, value, size) };
+        return Ok(());
+    }
+    let to = dst.device_mem::<D::B>(size, dev, "dst")?;
+    // SAFETY: `dst` stays valid until the stream passes this (`RawRange::new`).
+    unsafe { d.memset_async(&to, 0, size, value, st) }
+}
+
+/// Memory allocated for a raw address: its address, and what owns it
+/// (dropping the owner frees the memory).
+pub struct RawAllocation {
+    /// The address handed out (the host address of pinned memory).
+    pub ptr: u64,
+    /// What was allocated: `Device` (the host backend's included), `Pinned` or `Managed`.
+    pub kind: MemoryKind,
+    /// The owner of the memory.
+    pub owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for RawAllocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawAllocation({:?} at {:#x})", self.kind, self.ptr)
+    }
+}
+
+/// Allocates `size` bytes of `kind` on `dev`, whose address is handed out
+/// as a bare number (as `cudaMalloc` does). Device and pinned memory come
+/// from the device's observed resource ([`super::memory::resources`], so
+/// [`super::memory::statistics`] counts them); as with `cudaFree`, their release
+/// waits for the whole device, since any stream may still use the address.
+///
+/// ```
+/// use gpuport::{dynamic::raw, MemoryKind};
+/// let dev = gpuport::open("host")?;
+/// let a = raw::alloc(&dev, MemoryKind::Device, 256)?;
+/// assert_ne!(a.ptr, 0);
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn alloc(dev: &AnyDevice, kind: MemoryKind, size: usize) -> Result<RawAllocation> {
+    with_device!(dev, d => alloc_on(d, kind, size))
+}
+
+fn alloc_on<D: DynDevice>(d: &Arc<D>, kind: MemoryKind, size: usize) -> Result<RawAllocation> {
+    Ok(match kind {
+        MemoryKind::Pinned => {
+            let b = resources(d)?.allocator.alloc_pinned(size, PinnedFlags::PORTABLE)?;
+            let ptr = b.as_slice().as_ptr() as usize as u64;
+            RawAllocation { ptr, kind, owner: Box::new(Held::new(b, d, true)) }
+        }
+        MemoryKind::Managed => {
+            let b = d.alloc_managed(size)?;
+            RawAllocation { ptr: b.device_ptr(), kind, owner: Box::new(b) }
+        }
+        MemoryKind::Device | MemoryKind::Host => {
+            let a = resources(d)?.allocator.alloc(size, d.default_stream())?;
+            let ptr = a.device_ptr();
+            RawAllocation { ptr, kind: MemoryKind::Device, owner: Box::new(Held::new(a, d, true)) }
+        }
+    })
+}
