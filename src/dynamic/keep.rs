@@ -29,8 +29,22 @@ struct Parked {
 
 static PARKED: Mutex<Vec<Parked>> = Mutex::new(Vec::new());
 
-/// Keeps `owners` alive until the work enqueued on `stream` so far has run.
+/// Owners of work captured into graphs gpuport cannot see (see the module docs).
+static FOREIGN: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
+
+/// Keeps `owners` alive until the work enqueued on `stream` so far has run,
+/// or, on a capturing stream, as long as the graph (see the module docs).
 pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> {
+    let owners = match super::graph::keep_for_capture(stream, owners) {
+        Ok(()) => return Ok(()),
+        Err(owners) => owners,
+    };
+    // A stream whose state cannot be asked (CUDA's legacy default stream
+    // while another blocking stream captures) is not capturing itself.
+    if stream.capture_status().is_ok_and(|s| s.is_capturing()) {
+        FOREIGN.lock().unwrap_or_else(|e| e.into_inner()).push(owners);
+        return Ok(());
+    }
     let done = stream.record()?;
     PARKED.lock().unwrap_or_else(|e| e.into_inner()).push(Parked { done, _owners: owners });
     Ok(())
@@ -53,4 +67,9 @@ pub fn prune() {
 /// Number of parked operations, completed or not.
 pub fn pending() -> usize {
     PARKED.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Number of operations whose owners are kept for captures gpuport did not begin.
+pub fn kept_for_foreign_captures() -> usize {
+    FOREIGN.lock().unwrap_or_else(|e| e.into_inner()).len()
 }

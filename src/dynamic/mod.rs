@@ -16,11 +16,13 @@
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
 //! - [`keep`]: operands kept alive until their work has run.
+//! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 
 pub mod any;
 pub mod array;
 pub mod dtype;
 pub mod exchange;
+pub mod graph;
 pub mod keep;
 pub mod memory;
 pub mod module;
@@ -29,5 +31,6 @@ pub mod stream;
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
 pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray};
 pub use dtype::{DType, MAX_RANK};
+pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};
 pub use stream::{AnyEvent, AnyStream};
