@@ -50,13 +50,23 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
     Ok(())
 }
 
+/// Whether an event of `dev` may be queried now: not while a capture on the
+/// device forbids waits (CUDA and HIP count an event query among the calls
+/// that invalidate a capture in Global mode, from any thread, or in
+/// ThreadLocal mode, from its thread); such owners wait for the next prune.
+fn may_query(dev: &crate::AnyDevice) -> bool {
+    crate::backend::graph::check_device_wide_wait(dev.backend(), dev.info().ordinal, "prune").is_ok()
+}
+
 /// Drops the owners of completed work (an event that cannot be queried
-/// counts as complete: its device failed, and nothing will run).
+/// counts as complete: its device failed, and nothing will run). Work on a
+/// device where a capture forbids event queries is left for a later prune.
 pub fn prune() {
     let done: Vec<Parked> = {
         let mut p = PARKED.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, keep): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut *p).into_iter().partition(|x| x.done.is_complete().unwrap_or(true));
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *p)
+            .into_iter()
+            .partition(|x| may_query(&x.done.device()) && x.done.is_complete().unwrap_or(true));
         *p = keep;
         done
     };

@@ -304,6 +304,11 @@ fn pipelined_copier<D: DynDevice>(
     wanted.then(|| gpuport::memory::pageable_copier::<D::B>(d).ok()).flatten()
 }
 
+/// Why host-side copies and memsets refuse a capturing stream.
+const HOST_SIDE: &str = "copies between two host buffers and memsets of host memory are made by the host at once \
+    (after the stream's earlier work), not enqueued, so they cannot be captured; capture copies and memsets that \
+    have device memory (malloc) on one side";
+
 /// Copies `size` bytes on stream `s`; `sync` says the caller waits for the
 /// copy, so a pageable host side may go through the pipelined copier (after
 /// the stream's earlier work, which keeps the copy in stream order).
@@ -319,12 +324,14 @@ fn copy_on<D: DynDevice>(
     dir: (Side, Side),
     sync: bool,
 ) -> PyResult<()> {
-    let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
+    let call = if sync { "memcpy" } else { "memcpy_async" };
+    let py_err = |e: Error| Python::attach(|py| errors::to_py_in(py, e, Some(call)));
     let st = s.of(d).map_err(py_err)?;
     match dir {
         (Side::Host, Side::Host) => {
             let from = host_range(src, size, "src", false)?;
             let to = host_range(dst, size, "dst", true)?;
+            s.refuse_in_capture(call, HOST_SIDE).map_err(py_err)?;
             d.synchronize(st).map_err(py_err)?;
             // SAFETY: both ranges are held (buffer exports, DLPack tensors or
             // allocations kept alive by the `Ptr`s) with at least `size`
@@ -405,9 +412,14 @@ fn memcpy_impl(
         Some(d) => d,
         None => (side_of(&src, host, "src")?, side_of(&dst, host, "dst")?),
     };
+    if wait {
+        // Refused before anything is enqueued: a capture would otherwise
+        // record the copy that the wait after it then refuses.
+        s.check_can_wait("memcpy").py_err_in(py, "memcpy")?;
+    }
     with_device!(&dev, d => copy_on(py, d, &dev, &s, &dst, &src, size, dir, wait))?;
     if wait {
-        py.detach(|| s.synchronize()).py_err(py)
+        py.detach(|| s.synchronize()).py_err_in(py, "memcpy")
     } else {
         park(py, &s, vec![dst, src])
     }
@@ -463,11 +475,13 @@ fn memset_on<D: DynDevice>(
     dst: &Ptr,
     value: u8,
     size: usize,
+    call: &'static str,
 ) -> PyResult<()> {
-    let py_err = |e: Error| Python::attach(|py| errors::to_py(py, e));
+    let py_err = |e: Error| Python::attach(|py| errors::to_py_in(py, e, Some(call)));
     let st = s.of(d).map_err(py_err)?;
     if matches!(dst.space, Space::Host | Space::Pinned(_)) {
         let to = host_range(dst, size, "dst", true)?;
+        s.refuse_in_capture(call, HOST_SIDE).map_err(py_err)?;
         d.synchronize(st).map_err(py_err)?;
         // SAFETY: held writable memory of at least `size` bytes (`host_range`).
         unsafe { std::ptr::write_bytes(to, value, size) };
@@ -494,9 +508,14 @@ fn memset_impl(
     if size == 0 {
         return Ok(());
     }
-    with_device!(&dev, d => memset_on(d, &dev, &s, &dst, value, size))?;
+    let call = if wait { "memset" } else { "memset_async" };
     if wait {
-        py.detach(|| s.synchronize()).py_err(py)
+        // As in `memcpy_impl`: refused before anything is enqueued.
+        s.check_can_wait(call).py_err_in(py, call)?;
+    }
+    with_device!(&dev, d => memset_on(d, &dev, &s, &dst, value, size, call))?;
+    if wait {
+        py.detach(|| s.synchronize()).py_err_in(py, call)
     } else {
         park(py, &s, vec![dst])
     }
@@ -769,7 +788,7 @@ pub fn launch_kernel(
     // size); on GPUs the arguments are the caller's contract, as with HIP's
     // hipModuleLaunchKernel (documented). Pointer operands gpuport holds are
     // parked until the launch has run.
-    unsafe { f.inner.launch(config, &kargs, &s) }.py_err(py)?;
+    unsafe { f.inner.launch(config, &kargs, &s) }.py_err_in(py, "launch_kernel")?;
     let mut keep = vec![to_ptr(args_obj.as_any())?];
     keep.extend(extra);
     park(py, &s, keep)
@@ -782,7 +801,7 @@ pub fn launch_kernel(
 pub fn device_synchronize(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let dev = resolve_device(py, device)?;
     let s = AnyStream::default_for(&dev);
-    py.detach(|| s.synchronize()).py_err(py)?;
+    py.detach(|| s.synchronize()).py_err_in(py, "device_synchronize")?;
     prune();
     Ok(())
 }
