@@ -155,8 +155,9 @@ def test_an_exception_in_the_block_ends_the_capture_and_discards_it(device):
     a = buffer(device, value=0)
     before = current_bytes(device)
     b = buffer(device)
+    ctx = s.capture()  # held: its drop cannot be what ends the capture
     with pytest.raises(Boom):
-        with s.capture() as g:
+        with ctx as g:
             fill(f, a, 9, s)
             rt.memset_async(b, 1, 4 * N, stream=s)
             raise Boom("inside the capture")
