@@ -237,8 +237,9 @@ def main() -> int:
             cs = cp.cuda.Stream(non_blocking=True)
 
             def launch_only() -> None:
-                for _ in range(n):
-                    k((1,), (1,), (), stream=cs)
+                with cs:  # RawKernel launches on the current stream
+                    for _ in range(n):
+                        k((1,), (1,), ())
 
             def launches() -> None:
                 launch_only()
@@ -247,10 +248,9 @@ def main() -> int:
             launches()  # compiles the kernel before capture
 
             def cap() -> Any:
-                with cs:
-                    cs.begin_capture()
-                    launch_only()
-                    return cs.end_capture()
+                cs.begin_capture()
+                launch_only()
+                return cs.end_capture()
 
             g, capture_ms = timed_ms(cap)
 
