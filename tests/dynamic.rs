@@ -148,10 +148,10 @@ fn raw_copies_check_every_operand_before_touching_memory() {
     // NULL.
     // SAFETY: the NULL range is refused before any use.
     let null = unsafe { RawRange::new(0, Place::Null, None, None, true) };
-    assert!(raw::memset(&dev, &s, &null, 1, 4).unwrap_err().to_string().contains("NULL"));
+    assert!(raw::memset(&dev, &s, &null, 1, 4, true).unwrap_err().to_string().contains("NULL"));
     assert!(dst.iter().all(|&b| b == 0));
     raw::copy(&dev, &s, &d, &r, 16, None, true).unwrap();
-    raw::memset(&dev, &s, &d, 9, 4).unwrap();
+    raw::memset(&dev, &s, &d, 9, 4, true).unwrap();
     s.synchronize().unwrap();
     drop(d);
     assert_eq!(&dst[..4], &[9; 4]);

@@ -149,6 +149,12 @@ pub trait DynArray: Send + Sync {
     fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> Result<()>;
 }
 
+/// Why `MemArray` operations refuse a capturing stream (`docs/design.md#graphs`).
+const NOT_CAPTURED: &str =
+    "MemArray operations are not captured into graphs: their device copy comes from the caching \
+    pool, which refuses captures, and their host accesses wait for events a capture would only record; run them \
+    before or after the capture, and capture launches, copies and memsets on memory allocated before it";
+
 struct Typed<T: Element, const N: usize, D: Device> {
     a: MemArray<T, N, D>,
     dtype: DType,
@@ -183,6 +189,7 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         self.a.exit()
     }
     fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> Result<()> {
+        s.refuse_in_capture("move_to", NOT_CAPTURED)?;
         let s = self.stream(s)?;
         self.a.move_to(to, s, mode, lock)
     }
@@ -496,6 +503,7 @@ impl AnyArray {
     /// Runs the built-in `add_index` kernel (each element plus its flat
     /// index) on `s`; for an import, waits for it.
     pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        s.refuse_in_capture("add_index", NOT_CAPTURED)?;
         let dtype = self.dtype();
         if !dtype.has_kernels() {
             return Err(Error::Unsupported {

@@ -17,11 +17,13 @@
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
 //! - [`raw`]: copies, memsets and allocations on address ranges (`gpuport.runtime`).
 //! - [`keep`]: operands kept alive until their work has run.
+//! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 
 pub mod any;
 pub mod array;
 pub mod dtype;
 pub mod exchange;
+pub mod graph;
 pub mod keep;
 pub mod memory;
 pub mod module;
@@ -31,5 +33,6 @@ pub mod stream;
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
 pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray};
 pub use dtype::{DType, MAX_RANK};
+pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};
 pub use stream::{AnyEvent, AnyStream};

@@ -251,6 +251,11 @@ impl RawRange {
     }
 }
 
+/// Why host-side copies and memsets refuse a capturing stream.
+const HOST_SIDE: &str = "copies between two host buffers and memsets of host memory are made by the host at once \
+    (after the stream's earlier work), not enqueued, so they cannot be captured; capture copies and memsets that \
+    have device memory (malloc) on one side";
+
 fn invalid(name: &'static str, reason: String) -> Error {
     Error::InvalidArgument { name, reason }
 }
@@ -346,6 +351,7 @@ fn copy_on<D: DynDevice>(
         (Side::Host, Side::Host) => {
             let from = src.host_ptr(size, "src", false)?;
             let to = dst.host_ptr(size, "dst", true)?;
+            s.refuse_in_capture(if sync { "memcpy" } else { "memcpy_async" }, HOST_SIDE)?;
             d.synchronize(st)?;
             // SAFETY: both ranges are held with at least `size` bytes
             // (`host_ptr` checked; `RawRange::new`'s contract), `dst` is
@@ -389,15 +395,16 @@ fn copy_on<D: DynDevice>(
 }
 
 /// Sets `size` bytes of `dst` to `value` on `stream` of `dev` (host memory
-/// after the stream's earlier work, on the calling thread). Without waiting
-/// for the stream, the caller keeps `dst`'s owner until the stream has
-/// passed the memset.
-pub fn memset(dev: &AnyDevice, stream: &AnyStream, dst: &RawRange, value: u8, size: usize) -> Result<()> {
+/// after the stream's earlier work, on the calling thread, and never in a
+/// capture). `sync` says the caller waits for the stream; without it, the
+/// caller keeps `dst`'s owner until the stream has passed the memset.
+pub fn memset(dev: &AnyDevice, stream: &AnyStream, dst: &RawRange, value: u8, size: usize, sync: bool) -> Result<()> {
     dst.check_size(size, "dst")?;
     if size == 0 {
         return Ok(());
     }
-    with_device!(dev, d => memset_on(d, dev, stream, dst, value, size))
+    let op = if sync { "memset" } else { "memset_async" };
+    with_device!(dev, d => memset_on(d, dev, stream, dst, value, size, op))
 }
 
 fn memset_on<D: DynDevice>(
@@ -407,10 +414,12 @@ fn memset_on<D: DynDevice>(
     dst: &RawRange,
     value: u8,
     size: usize,
+    op: &'static str,
 ) -> Result<()> {
     let st = s.of(d)?;
     if matches!(dst.place, Place::Host | Place::Pinned(_)) {
         let to = dst.host_ptr(size, "dst", true)?;
+        s.refuse_in_capture(op, HOST_SIDE)?;
         d.synchronize(st)?;
         // SAFETY: held writable memory of at least `size` bytes (`host_ptr`).
         unsafe { std::ptr::write_bytes(to, value, size) };

@@ -279,6 +279,17 @@ pub enum GraphErrorKind {
     PoolAllocation,
     /// A graph launched into a capturing stream of the host backend.
     NestedLaunch,
+    /// An operation that is not captured into graphs (a `MemArray`
+    /// operation: see `docs/design.md#graphs`) was given a capturing
+    /// stream. Refused before it enqueued anything: the capture is still valid.
+    NotCapturable,
+    /// A capture in [`CaptureMode::Global`](crate::CaptureMode::Global) or
+    /// [`CaptureMode::ThreadLocal`](crate::CaptureMode::ThreadLocal) ended
+    /// from a thread other than the one that began it (CUDA's rule, applied
+    /// on every backend by the run-time layer's
+    /// [`AnyCapture`](crate::dynamic::graph::AnyCapture)); the capture keeps
+    /// running and can be ended on its own thread.
+    WrongThread,
 }
 
 impl Error {

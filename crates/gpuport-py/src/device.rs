@@ -213,7 +213,7 @@ impl PyDevice {
     /// Blocks until the default stream's work is done.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let s = AnyStream::default_for(&self.0);
-        py.detach(|| s.synchronize()).py_err(py)
+        py.detach(|| s.synchronize()).py_err_in(py, "Device.synchronize")
     }
 
     fn __repr__(&self) -> String {
@@ -228,6 +228,18 @@ pub struct PyStream {
     pub inner: AnyStream,
     /// The foreign stream object, kept alive while this handle is.
     owner: Option<Py<PyAny>>,
+}
+
+impl PyStream {
+    /// A new stream of gpuport's on `dev`.
+    pub fn create(py: Python<'_>, dev: &AnyDevice) -> PyResult<Self> {
+        Ok(PyStream { inner: AnyStream::create(dev).py_err(py)?, owner: None })
+    }
+
+    /// `inner`, keeping `owner` (a foreign stream object) alive with it.
+    pub fn wrap(inner: AnyStream, owner: Option<Py<PyAny>>) -> Self {
+        PyStream { inner, owner }
+    }
 }
 
 #[pymethods]
@@ -284,7 +296,23 @@ impl PyStream {
 
     /// Blocks until the stream's work is done.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.inner.synchronize()).py_err(py)
+        py.detach(|| self.inner.synchronize()).py_err_in(py, "Stream.synchronize")
+    }
+
+    /// A context manager that captures the work enqueued on this stream
+    /// into a new `Graph`: `with s.capture() as g: ...`, then `g.replay()`.
+    /// `mode` as for `Graph.capture`.
+    #[pyo3(signature = (mode="global"))]
+    fn capture(slf: &Bound<'_, Self>, mode: &str) -> PyResult<crate::graph::PyGraphCapture> {
+        let py = slf.py();
+        crate::graph::graph_capture(py, Some(slf.as_any()), mode, None)
+    }
+
+    /// Whether the stream is capturing into a graph (gpuport's capture or,
+    /// for a foreign stream, another library's).
+    #[getter]
+    fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
+        self.inner.capture_status().map(|s| s.is_capturing()).py_err(py)
     }
 
     /// Records an event at the current end of the stream.
@@ -310,12 +338,12 @@ pub struct PyEvent(pub AnyEvent);
 impl PyEvent {
     /// Blocks until the event has completed.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.0.synchronize()).py_err(py)
+        py.detach(|| self.0.synchronize()).py_err_in(py, "Event.synchronize")
     }
 
     /// Whether the event has completed.
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
-        self.0.is_complete().py_err(py)
+        self.0.is_complete().py_err_in(py, "Event.query")
     }
 
     /// Milliseconds from this event to `end` (both completed).

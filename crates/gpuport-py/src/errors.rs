@@ -5,7 +5,7 @@
 //! are made once at import with `type(name, bases, namespace)` and kept in
 //! a `PyOnceLock`.
 
-use gpuport::Error;
+use gpuport::{BackendKind, Error, GraphErrorKind};
 use pyo3::exceptions::{
     PyBufferError, PyMemoryError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError,
 };
@@ -29,6 +29,7 @@ pub struct Classes {
     pub invalid_argument: Py<PyType>,
     pub driver: Py<PyType>,
     pub kernel: Py<PyType>,
+    pub graph: Py<PyType>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -43,6 +44,13 @@ fn make(py: Python<'_>, name: &str, bases: Vec<Bound<'_, PyType>>, doc: &str) ->
 }
 
 fn build(py: Python<'_>) -> PyResult<Classes> {
+    let classes = build_classes(py)?;
+    // Each GraphError sets its own `kind`; the class has one for type checkers.
+    classes.graph.bind(py).setattr("kind", "")?;
+    Ok(classes)
+}
+
+fn build_classes(py: Python<'_>) -> PyResult<Classes> {
     let gpu = make(
         py,
         "GpuError",
@@ -120,6 +128,16 @@ fn build(py: Python<'_>) -> PyResult<Classes> {
         )?,
         driver: make(py, "DriverError", vec![g()], "A vendor driver or runtime call failed.")?,
         kernel: make(py, "KernelError", vec![g()], "Compiling, finding or launching a kernel failed.")?,
+        graph: make(
+            py,
+            "GraphError",
+            vec![g()],
+            "A rule of graph capture or replay was broken (a waiting call during a capture, a stream that cannot \
+             be captured, an update with a graph of another shape...). `kind` names the rule: \"synchronous_call\", \
+             \"already_capturing\", \"default_stream\", \"invalidated\", \"isolation\", \"captured_event\", \
+             \"update_refused\", \"pool_allocation\", \"nested_launch\", \"wrong_thread\", \"not_capturable\", \
+             \"capturing\" or \"not_captured\". The stream stays usable.",
+        )?,
         gpu,
     })
 }
@@ -147,6 +165,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &c.invalid_argument,
         &c.driver,
         &c.kernel,
+        &c.graph,
     ] {
         let ty = ty.bind(m.py());
         m.add(ty.name()?, ty)?;
@@ -181,6 +200,9 @@ pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
         _ => {}
     }
     let msg = message(&e, call);
+    if let Error::Graph { kind, .. } = &e {
+        return graph_error(py, graph_kind_name(*kind), msg);
+    }
     let pick: fn(&Classes) -> &Py<PyType> = match &e {
         Error::OutOfMemory { .. } => |c| &c.out_of_memory,
         Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => |c| &c.unavailable,
@@ -197,6 +219,96 @@ pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
         _ => |c| &c.gpu,
     };
     raise(py, pick, msg)
+}
+
+/// The `kind` a `GraphError` carries for a core graph rule.
+pub fn graph_kind_name(kind: GraphErrorKind) -> &'static str {
+    match kind {
+        GraphErrorKind::SynchronousCall => "synchronous_call",
+        GraphErrorKind::AlreadyCapturing => "already_capturing",
+        GraphErrorKind::DefaultStream => "default_stream",
+        GraphErrorKind::Invalidated => "invalidated",
+        GraphErrorKind::Isolation => "isolation",
+        GraphErrorKind::CapturedEvent => "captured_event",
+        GraphErrorKind::UpdateRefused => "update_refused",
+        GraphErrorKind::PoolAllocation => "pool_allocation",
+        GraphErrorKind::NestedLaunch => "nested_launch",
+        GraphErrorKind::WrongThread => "wrong_thread",
+        GraphErrorKind::NotCapturable => "not_capturable",
+        _ => "other",
+    }
+}
+
+/// A `GraphError` with `kind` set (the binding's own kinds: "capturing",
+/// "not_captured"; the core's through [`graph_kind_name`]).
+pub fn graph_error(py: Python<'_>, kind: &str, msg: String) -> PyErr {
+    let err = raise(py, |c| &c.graph, msg);
+    if let Err(e) = err.value(py).setattr("kind", kind) {
+        return e;
+    }
+    err
+}
+
+/// The Python text of a graph rule broken by `call` (the core's `op` where
+/// no call is named): what was wrong and what is accepted instead.
+fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &str, call: Option<&str>) -> String {
+    let call = call.unwrap_or(op);
+    let leave = "leave the `with ... capture()` block first";
+    match kind {
+        GraphErrorKind::SynchronousCall if reason.starts_with("the stream is capturing") => format!(
+            "{call}: the stream is capturing a graph, so its work has not run (it runs at each Graph.replay()) and \
+             nothing can wait for it; {leave}, and enqueue only asynchronous work (launch_kernel, memcpy_async, \
+             memset_async) on a capturing stream"
+        ),
+        GraphErrorKind::SynchronousCall => {
+            let mode = if reason.contains("ThreadLocal") { "thread_local" } else { "global" };
+            format!(
+                "{call}: a graph capture in mode=\"{mode}\" is running on {backend}, and this call would wait for the \
+                 device or its default stream, which such a capture forbids{}; {leave}, or capture with \
+                 mode=\"relaxed\" to allow waits outside the capturing stream",
+                if mode == "thread_local" { " on the thread that began it" } else { " on every thread" }
+            )
+        }
+        GraphErrorKind::AlreadyCapturing => format!(
+            "{call}: the stream is already capturing into another graph; a stream captures one graph at a time: \
+             {leave}, or capture on another gpuport.Stream"
+        ),
+        GraphErrorKind::DefaultStream => format!(
+            "{call}: the device's default stream cannot be captured (CUDA and HIP refuse it); capture on a stream \
+             made by gpuport.Stream(device), or pass stream=None to Graph.capture() to have one made"
+        ),
+        GraphErrorKind::Invalidated => format!(
+            "{call}: the capture was invalidated ({reason}) and what it recorded is discarded; the stream is usable \
+             again: capture again"
+        ),
+        GraphErrorKind::Isolation => {
+            format!("{call}: {reason}; inside a capture, wait only for events recorded inside the same capture")
+        }
+        GraphErrorKind::CapturedEvent => format!(
+            "{call}: the event was recorded inside a graph capture, so it is recorded only when the graph replays; \
+             wait for it after Graph.replay(), or wait for the stream the graph replays on"
+        ),
+        GraphErrorKind::UpdateRefused => format!(
+            "{call}: the graphs differ in shape ({reason}); update takes a re-capture of the same work (the same \
+             kernels, copies and memsets in the same order) with new arguments; capture a new Graph for other work"
+        ),
+        GraphErrorKind::PoolAllocation => format!(
+            "{call}: the caching pool does not allocate on a capturing stream (the graph would keep writing a \
+             block the pool hands out again); allocate before the capture (gpuport.runtime.malloc) and keep the \
+             memory as long as the graph"
+        ),
+        GraphErrorKind::NestedLaunch => format!(
+            "{call}: on the {backend} backend a graph cannot be replayed into a capturing stream; replay it after \
+             the capture ends, or on another stream"
+        ),
+        GraphErrorKind::WrongThread => format!(
+            "{call}: the capture was begun on another thread, and a capture in mode \"global\" or \"thread_local\" \
+             ends on the thread that began it (it keeps running until then); capture with mode=\"relaxed\" to end \
+             it from any thread"
+        ),
+        GraphErrorKind::NotCapturable => format!("{call}: {reason}"),
+        _ => format!("{call}: {reason}"),
+    }
 }
 
 /// A shape as Python writes a tuple: `(2, 3)`, `(5,)`, `()`.
@@ -298,6 +410,7 @@ pub fn message(e: &Error, call: Option<&str>) -> String {
             tuple(shape),
             tuple(strides)
         ),
+        Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
         other => other.to_string(),
     }
 }
@@ -309,7 +422,6 @@ pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
     use gpuport::array::Location;
     use gpuport::array::{LockError, ResidencyError, ShapeError};
     use gpuport::dlpack::DLPackError;
-    use gpuport::BackendKind;
     let samples: Vec<Error> = vec![
         LockError::Locked { op: "move_to", held: 7 }.into(),
         LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
@@ -337,6 +449,31 @@ pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
         Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
         Error::HostTask("a kernel panicked".into()),
     ];
+    let mut samples = samples;
+    for (kind, op, reason) in [
+        (
+            GraphErrorKind::SynchronousCall,
+            "synchronize",
+            "the stream is capturing (Active): its work has not run and will run only when the graph is launched",
+        ),
+        (
+            GraphErrorKind::SynchronousCall,
+            "synchronize_device",
+            "a capture in ThreadLocal mode is running on host:0; end the capture first, or capture in CaptureMode::Relaxed",
+        ),
+        (GraphErrorKind::AlreadyCapturing, "begin_capture", "the stream is already capturing"),
+        (GraphErrorKind::DefaultStream, "begin_capture", "capture a stream made by create_stream"),
+        (GraphErrorKind::Invalidated, "end_capture", "the capture was invalidated: an earlier error"),
+        (GraphErrorKind::Isolation, "wait_event", "waiting inside a capture for an event recorded outside it"),
+        (GraphErrorKind::CapturedEvent, "synchronize_event", "recorded only when the graph runs"),
+        (GraphErrorKind::UpdateRefused, "update", "the graph has 3 nodes, this one 2"),
+        (GraphErrorKind::PoolAllocation, "alloc", "allocate before the capture"),
+        (GraphErrorKind::NestedLaunch, "launch", "not captured"),
+        (GraphErrorKind::WrongThread, "end_capture", "CaptureMode::Global"),
+        (GraphErrorKind::NotCapturable, "add_index", "MemArray operations are not captured"),
+    ] {
+        samples.push(Error::Graph { backend: BackendKind::Host, op, kind, reason: reason.into() });
+    }
     samples
         .into_iter()
         .map(|e| {
@@ -382,6 +519,11 @@ pub fn dlpack(py: Python<'_>, msg: String) -> PyErr {
 /// A `DeviceUnavailableError`.
 pub fn unavailable(py: Python<'_>, msg: String) -> PyErr {
     raise(py, |c| &c.unavailable, msg)
+}
+
+/// A `DeviceMismatchError`.
+pub fn device_mismatch(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, |c| &c.device_mismatch, msg)
 }
 
 /// A `LockError`.

@@ -8,6 +8,7 @@
 //! threads share one object), [`dlpack`] (capsules), [`cai`] (CUDA Array
 //! Interface; the layout of CAI, DLPack and buffer objects),
 //! [`errors`] (the exception classes and the one error mapping), [`dtype`],
+//! [`graph`] (Graph and its capture context, over the core's run-time graphs),
 //! [`memory`] (the current memory resource from Python; the C-ABI
 //! allocation functions for PyTorch's `CUDAPluggableAllocator`).
 //!
@@ -33,6 +34,7 @@ pub mod dtype;
 pub mod errors;
 pub mod exchange;
 pub mod exclusive;
+pub mod graph;
 pub mod memory;
 pub mod runtime;
 
@@ -45,6 +47,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyEvent>()?;
     m.add_class::<array::PyMemArray>()?;
     m.add_class::<context::DLPackContext>()?;
+    m.add_class::<graph::PyGraph>()?;
+    m.add_class::<graph::PyGraphCapture>()?;
+    m.add_function(wrap_pyfunction!(graph::graph_capture, m)?)?;
     memory::register(m)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;

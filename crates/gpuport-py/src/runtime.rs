@@ -177,9 +177,15 @@ fn memcpy_impl(
         return Ok(());
     }
     let dir = parse_direction(kind)?;
-    py.detach(|| raw::copy(&dev, &s, &to, &from, size, dir, wait)).py_err(py)?;
+    let call = if wait { "memcpy" } else { "memcpy_async" };
     if wait {
-        py.detach(|| s.synchronize()).py_err(py)
+        // Refused before anything is enqueued: a capture would otherwise
+        // record the copy that the wait after it then refuses.
+        s.check_can_wait(call).py_err_in(py, call)?;
+    }
+    py.detach(|| raw::copy(&dev, &s, &to, &from, size, dir, wait)).py_err_in(py, call)?;
+    if wait {
+        py.detach(|| s.synchronize()).py_err_in(py, "memcpy")
     } else {
         park(py, &s, vec![dst, src])
     }
@@ -245,9 +251,14 @@ fn memset_impl(
     if size == 0 {
         return Ok(());
     }
-    py.detach(|| raw::memset(&dev, &s, &to, value, size)).py_err(py)?;
+    let call = if wait { "memset" } else { "memset_async" };
     if wait {
-        py.detach(|| s.synchronize()).py_err(py)
+        // As in `memcpy_impl`: refused before anything is enqueued.
+        s.check_can_wait(call).py_err_in(py, call)?;
+    }
+    py.detach(|| raw::memset(&dev, &s, &to, value, size, wait)).py_err_in(py, call)?;
+    if wait {
+        py.detach(|| s.synchronize()).py_err_in(py, call)
     } else {
         park(py, &s, vec![dst])
     }
@@ -520,7 +531,7 @@ pub fn launch_kernel(
     // size); on GPUs the arguments are the caller's contract, as with HIP's
     // hipModuleLaunchKernel (documented). Pointer operands gpuport holds are
     // parked until the launch has run.
-    unsafe { f.inner.launch(config, &kargs, &s) }.py_err(py)?;
+    unsafe { f.inner.launch(config, &kargs, &s) }.py_err_in(py, "launch_kernel")?;
     let mut keep = vec![to_ptr(args_obj.as_any())?];
     keep.extend(extra);
     park(py, &s, keep)
@@ -533,7 +544,7 @@ pub fn launch_kernel(
 pub fn device_synchronize(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let dev = resolve_device(py, device)?;
     let s = AnyStream::default_for(&dev);
-    py.detach(|| s.synchronize()).py_err(py)?;
+    py.detach(|| s.synchronize()).py_err_in(py, "device_synchronize")?;
     prune();
     Ok(())
 }

@@ -28,6 +28,9 @@ from ._core import (
     DLPackError,
     DriverError,
     GpuError,
+    Graph,
+    GraphCapture,
+    GraphError,
     InvalidArgumentError,
     InvalidDeviceError,
     KernelError,
@@ -47,6 +50,7 @@ from ._core import (
     devices,
     from_cuda_array_interface,
     from_dlpack,
+    graph_capture,
 )
 
 
@@ -148,6 +152,9 @@ __all__ = [
     "DriverError",
     "Event",
     "GpuError",
+    "Graph",
+    "GraphCapture",
+    "GraphError",
     "InvalidArgumentError",
     "InvalidDeviceError",
     "KernelError",
@@ -167,6 +174,7 @@ __all__ = [
     "dlpack",
     "from_cuda_array_interface",
     "from_dlpack",
+    "graph_capture",
     "is_available",
     "runtime",
     "show_config",

@@ -1,0 +1,490 @@
+//! `Graph` and its capture context `GraphCapture` (`Stream.capture()`,
+//! `Graph.capture()`, `graph_capture()`): conversions to the core's run-time
+//! graphs (`gpuport::dynamic::graph`), which hold every rule and every
+//! backend.
+//!
+//! While a capture runs, the operands that `gpuport.runtime` calls keep
+//! alive (`keep::keep_until_done`) go to the graph, so arrays used in a
+//! capture live as long as the `Graph`. `GraphCapture.__exit__` ends the
+//! capture whatever the body did; with an exception, what was captured is
+//! discarded and the exception goes on.
+
+use std::sync::Mutex;
+
+use gpuport::dynamic::{keep, AnyCapture, AnyGraph, AnyGraphExec, AnyStream};
+use gpuport::{CaptureMode, Error, GraphErrorKind};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::device::{resolve_device, resolve_stream, spec, PyDevice, PyStream};
+use crate::errors::{self, graph_error, IntoPyResult};
+use crate::exclusive::Exclusive;
+
+/// A capture mode from its Python name (torch's `capture_error_mode` names).
+pub fn parse_mode(mode: &str) -> PyResult<CaptureMode> {
+    match mode {
+        "global" => Ok(CaptureMode::Global),
+        "thread_local" => Ok(CaptureMode::ThreadLocal),
+        "relaxed" => Ok(CaptureMode::Relaxed),
+        other => Err(PyValueError::new_err(format!(
+            "capture mode {other:?}: use \"global\" (waits for the device are refused on every thread while the \
+             capture runs), \"thread_local\" (refused on the capturing thread) or \"relaxed\" (not refused)"
+        ))),
+    }
+}
+
+fn mode_name(mode: CaptureMode) -> &'static str {
+    match mode {
+        CaptureMode::Global => "global",
+        CaptureMode::ThreadLocal => "thread_local",
+        CaptureMode::Relaxed => "relaxed",
+    }
+}
+
+/// What a `Graph` holds.
+#[derive(Default)]
+struct State {
+    /// A `GraphCapture` of this graph is between `__enter__` and `__exit__`.
+    capturing: bool,
+    /// The captured graph (the template `update` refits from) and its executable.
+    graph: Option<(AnyGraph, AnyGraphExec)>,
+    /// The stream the capture ran on.
+    stream: Option<Py<PyStream>>,
+    /// Operands the capture kept for the graph.
+    kept: usize,
+}
+
+/// A graph of captured work: `with g.capture(stream):` records the kernels,
+/// copies and memsets enqueued on `stream`, and `g.replay()` runs them all again.
+#[pyclass(module = "gpuport._core", name = "Graph", frozen)]
+pub struct PyGraph {
+    state: Exclusive<State>,
+}
+
+impl PyGraph {
+    fn new_empty() -> Self {
+        PyGraph { state: Exclusive::new(State::default(), "Graph") }
+    }
+}
+
+fn capturing_error(py: Python<'_>, call: &str) -> PyErr {
+    graph_error(
+        py,
+        "capturing",
+        format!("{call}: the graph is still capturing; leave its `with ... capture()` block first"),
+    )
+}
+
+fn not_captured_error(py: Python<'_>, call: &str) -> PyErr {
+    graph_error(
+        py,
+        "not_captured",
+        format!(
+            "{call}: the graph holds no captured work; capture first with `with g.capture(stream):` (a capture whose \
+             block raised holds nothing)"
+        ),
+    )
+}
+
+/// The stream a capture runs on: a new one on `device` for None, else what
+/// `Stream.external` accepts (a `Stream`, a foreign stream object, a handle).
+fn capture_stream(
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyStream>> {
+    match stream.filter(|s| !s.is_none()) {
+        None => {
+            let dev = resolve_device(py, device)?;
+            Py::new(py, PyStream::create(py, &dev)?)
+        }
+        Some(s) => match s.cast::<PyStream>() {
+            Ok(ps) => Ok(ps.clone().unbind()),
+            Err(_) => {
+                let dev = resolve_device(py, device)?;
+                let inner = resolve_stream(py, &dev, Some(s))?;
+                Py::new(py, PyStream::wrap(inner, Some(s.clone().unbind())))
+            }
+        },
+    }
+}
+
+/// A `GraphCapture` that captures `stream` into `graph`.
+pub fn capture_into(graph: Py<PyGraph>, stream: Py<PyStream>, mode: &str) -> PyResult<PyGraphCapture> {
+    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, running: Mutex::new(None) })
+}
+
+#[pymethods]
+impl PyGraph {
+    /// An empty graph; capture into it with `with g.capture(stream):`.
+    #[new]
+    fn new() -> Self {
+        Self::new_empty()
+    }
+
+    /// A context manager that captures the work enqueued on `stream` into
+    /// this graph: `with g.capture(s): ...`. `stream`: a `Stream`, a foreign
+    /// stream (a torch or CuPy stream, an object with `__cuda_stream__`, an
+    /// int handle) of `device`, or None for a new stream on `device` (the
+    /// default device when None), which `g.stream` gives. `mode`: "global"
+    /// (default; calls that wait for the device or its default stream are
+    /// refused on every thread during the capture), "thread_local" (refused
+    /// on this thread) or "relaxed" (not refused).
+    #[pyo3(signature = (stream=None, *, mode="global", device=None))]
+    fn capture(
+        slf: &Bound<'_, Self>,
+        stream: Option<&Bound<'_, PyAny>>,
+        mode: &str,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyGraphCapture> {
+        let py = slf.py();
+        parse_mode(mode)?;
+        let stream = capture_stream(py, stream, device)?;
+        capture_into(slf.clone().unbind(), stream, mode)
+    }
+
+    /// Enqueues one replay of the captured work on `stream` (None: the
+    /// device's default stream; a `Stream` or foreign stream of the graph's
+    /// device), without waiting. Replays on one stream run in order.
+    #[pyo3(signature = (stream=None))]
+    fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.launch_as(py, stream, "Graph.replay")
+    }
+
+    /// `replay` under CuPy's name.
+    #[pyo3(signature = (stream=None))]
+    fn launch(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.launch_as(py, stream, "Graph.launch")
+    }
+
+    /// Takes the arguments of `other`, a re-capture of the same work (the
+    /// same kernels, copies and memsets in the same order), without
+    /// re-instantiating (`cuGraphExecUpdate`). Replays already enqueued
+    /// run with the old arguments, and keep their operands alive; later
+    /// replays use `other`'s, and this graph keeps `other`'s operands alive.
+    /// A graph of another shape raises `GraphError` (kind "update_refused")
+    /// and changes nothing.
+    fn update(&self, py: Python<'_>, other: &Bound<'_, PyGraph>) -> PyResult<()> {
+        keep::prune();
+        let call = "Graph.update";
+        if std::ptr::eq(self, other.get()) {
+            return Ok(());
+        }
+        // Both locks, always in address order, so two threads updating two
+        // graphs from each other cannot deadlock.
+        let me_first = (self as *const Self) < (other.get() as *const Self);
+        let (mut st, o) = if me_first {
+            let st = self.state.lock(py)?;
+            (st, other.get().state.lock(py)?)
+        } else {
+            let o = other.get().state.lock(py)?;
+            (self.state.lock(py)?, o)
+        };
+        if st.capturing {
+            return Err(capturing_error(py, call));
+        }
+        if o.capturing {
+            return Err(capturing_error(py, "Graph.update (the other graph)"));
+        }
+        let Some((template, _)) = o.graph.as_ref() else {
+            return Err(not_captured_error(py, "Graph.update (the other graph)"));
+        };
+        let Some((_, exec)) = st.graph.as_mut() else {
+            return Err(not_captured_error(py, call));
+        };
+        exec.update(template).map_err(|e| graph_call_error(py, e, call))
+    }
+
+    /// Waits until every replay enqueued so far has completed.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let st = self.state.lock(py)?;
+        if let Some((_, exec)) = st.graph.as_ref() {
+            check_wait(py, exec, "Graph.synchronize")?;
+            py.detach(|| exec.wait());
+        }
+        Ok(())
+    }
+
+    /// Drops the captured work (after its replays have completed) and the
+    /// operands it kept alive; the graph can capture again.
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = {
+            let mut st = self.state.lock(py)?;
+            if st.capturing {
+                return Err(capturing_error(py, "Graph.reset"));
+            }
+            if let Some((_, exec)) = st.graph.as_ref() {
+                check_wait(py, exec, "Graph.reset")?;
+            }
+            st.stream = None;
+            st.kept = 0;
+            st.graph.take()
+        };
+        if let Some((graph, exec)) = taken {
+            py.detach(|| exec.wait());
+            // Dropped with the interpreter lock: the operands include Python objects.
+            drop(exec);
+            drop(graph);
+        }
+        keep::prune();
+        Ok(())
+    }
+
+    /// Whether the graph holds captured work (replay is possible).
+    #[getter]
+    fn is_captured(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.lock(py)?.graph.is_some())
+    }
+
+    /// Whether a capture into this graph is running.
+    #[getter]
+    fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state.lock(py)?.capturing)
+    }
+
+    /// Number of operations captured (0 before a capture).
+    #[getter]
+    fn node_count(&self, py: Python<'_>) -> PyResult<usize> {
+        let st = self.state.lock(py)?;
+        match st.graph.as_ref() {
+            Some((g, _)) => g.node_count().py_err(py),
+            None => Ok(0),
+        }
+    }
+
+    /// Number of operand sets (the arrays, buffers and arguments of one
+    /// runtime call each) the graph keeps alive from its capture.
+    #[getter]
+    fn kept_alive(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state.lock(py)?.kept)
+    }
+
+    /// The device of the captured work (None before a capture).
+    #[getter]
+    fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
+        let st = self.state.lock(py)?;
+        Ok(st.graph.as_ref().map(|(g, _)| PyDevice(g.device())))
+    }
+
+    /// The stream the capture ran on (None before a capture).
+    #[getter]
+    fn stream(&self, py: Python<'_>) -> PyResult<Option<Py<PyStream>>> {
+        let st = self.state.lock(py)?;
+        Ok(st.stream.as_ref().map(|s| s.clone_ref(py)))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let st = self.state.lock(py)?;
+        Ok(match (&st.graph, st.capturing) {
+            (_, true) => "Graph(capturing)".into(),
+            (None, false) => "Graph(empty)".into(),
+            (Some((g, _)), false) => format!(
+                "Graph({}, nodes={}, kept_alive={})",
+                spec(&g.device()),
+                g.node_count().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()),
+                st.kept
+            ),
+        })
+    }
+}
+
+/// Refuses `call`, which waits for the graph's replays, where a capture on
+/// the device forbids waiting (the drivers' event waits would invalidate it).
+fn check_wait(py: Python<'_>, exec: &AnyGraphExec, call: &'static str) -> PyResult<()> {
+    AnyStream::default_for(&exec.device()).check_can_wait(call).py_err_in(py, call)
+}
+
+/// A graph error of `call`, with a device mismatch said in the graph's terms.
+fn graph_call_error(py: Python<'_>, e: Error, call: &str) -> PyErr {
+    match e {
+        Error::DeviceMismatch { what, expected, found } => errors::device_mismatch(
+            py,
+            format!(
+                "{call}: the {what} belongs to {found}, but this graph was captured on {expected}; pass a {what} of \
+                 {expected}{}",
+                if what == "stream" { " (None: its default stream)" } else { "" }
+            ),
+        ),
+        e => errors::to_py_in(py, e, Some(call)),
+    }
+}
+
+impl PyGraph {
+    fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
+        keep::prune();
+        let st = self.state.lock(py)?;
+        if st.capturing {
+            return Err(capturing_error(py, call));
+        }
+        let Some((_, exec)) = st.graph.as_ref() else {
+            return Err(not_captured_error(py, call));
+        };
+        let dev = exec.device();
+        let s = match stream.filter(|s| !s.is_none()) {
+            Some(s) => match s.cast::<PyStream>() {
+                Ok(ps) => ps.get().inner.clone(),
+                Err(_) => resolve_stream(py, &dev, Some(s))?,
+            },
+            None => resolve_stream(py, &dev, None)?,
+        };
+        exec.launch(&s).map_err(|e| graph_call_error(py, e, call))
+    }
+}
+
+/// A running (or ready) capture of a stream into a `Graph`: a context
+/// manager whose `__enter__` begins the capture and returns the graph, and
+/// whose `__exit__` ends it, even when the block raised.
+#[pyclass(module = "gpuport._core", name = "GraphCapture", frozen)]
+pub struct PyGraphCapture {
+    graph: Py<PyGraph>,
+    stream: Py<PyStream>,
+    mode: CaptureMode,
+    running: Mutex<Option<AnyCapture>>,
+}
+
+impl PyGraphCapture {
+    fn running(&self) -> std::sync::MutexGuard<'_, Option<AnyCapture>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyGraphCapture {
+    /// Begins the capture; returns the `Graph`.
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyGraph>> {
+        keep::prune();
+        let call = "Graph.capture";
+        let mut st = self.graph.get().state.lock(py)?;
+        if st.capturing {
+            return Err(graph_error(
+                py,
+                "capturing",
+                format!("{call}: the graph is already capturing; a graph captures one stream at a time"),
+            ));
+        }
+        if st.graph.is_some() {
+            return Err(graph_error(
+                py,
+                "capturing",
+                format!(
+                    "{call}: the graph already holds captured work; call reset() first, capture into a new Graph, \
+                     or capture a new Graph and pass it to update() to change the arguments"
+                ),
+            ));
+        }
+        let mut running = self.running();
+        if running.is_some() {
+            return Err(graph_error(py, "capturing", format!("{call}: this capture context is already entered")));
+        }
+        let capture = self.stream.get().inner.begin_capture(self.mode).py_err_in(py, call)?;
+        *running = Some(capture);
+        st.capturing = true;
+        st.stream = Some(self.stream.clone_ref(py));
+        Ok(self.graph.clone_ref(py))
+    }
+
+    /// Ends the capture. Without an exception in the block, the graph gets
+    /// the captured work (instantiated, ready to replay); with one, what was
+    /// captured is discarded and the exception goes on (returns False).
+    #[pyo3(signature = (exc_type=None, exc_value=None, traceback=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc_value: Option<&Bound<'_, PyAny>>,
+        traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let _ = (exc_value, traceback);
+        let call = "Graph.capture";
+        let raised = exc_type.is_some_and(|t| !t.is_none());
+        let Some(mut capture) = self.running().take() else {
+            return Err(graph_error(py, "not_captured", format!("{call}: __exit__ without a running capture")));
+        };
+        let kept = capture.kept();
+        let ended = match capture.end() {
+            Err(e @ Error::Graph { kind: GraphErrorKind::WrongThread, .. }) => {
+                // Still running: it can be ended on its own thread.
+                *self.running() = Some(capture);
+                return Err(errors::to_py_in(py, e, Some(call)));
+            }
+            other => other,
+        };
+        drop(capture);
+        let result = ended.and_then(|g| Ok((g.instantiate()?, g))).map(|(exec, g)| (g, exec));
+        let mut st = self.graph.get().state.lock(py)?;
+        st.capturing = false;
+        if raised {
+            st.stream = None;
+            drop(st);
+            drop(result);
+            keep::prune();
+            return Ok(false);
+        }
+        match result {
+            Ok(pair) => {
+                st.graph = Some(pair);
+                st.kept = kept;
+                Ok(false)
+            }
+            Err(e) => {
+                st.stream = None;
+                Err(errors::to_py_in(py, e, Some(call)))
+            }
+        }
+    }
+
+    /// The stream being captured.
+    #[getter]
+    fn stream(&self, py: Python<'_>) -> Py<PyStream> {
+        self.stream.clone_ref(py)
+    }
+
+    /// The graph captured into.
+    #[getter]
+    fn graph(&self, py: Python<'_>) -> Py<PyGraph> {
+        self.graph.clone_ref(py)
+    }
+
+    /// The capture mode ("global", "thread_local" or "relaxed").
+    #[getter]
+    fn mode(&self) -> &'static str {
+        mode_name(self.mode)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.running().is_some() { "running" } else { "not running" };
+        format!("GraphCapture({}, mode={:?}, {state})", spec(&self.stream.get().inner.device()), mode_name(self.mode))
+    }
+}
+
+impl Drop for PyGraphCapture {
+    /// A capture entered and never exited (a manual `__enter__`): the
+    /// capture ends as it drops, and the graph stops capturing.
+    fn drop(&mut self) {
+        let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(capture) = running {
+            drop(capture);
+            Python::attach(|py| {
+                if let Ok(mut st) = self.graph.get().state.lock(py) {
+                    st.capturing = false;
+                    st.stream = None;
+                }
+            });
+        }
+    }
+}
+
+/// `with gpuport.graph_capture(stream) as g:` captures into a new `Graph`
+/// (`Graph().capture(stream, mode=mode, device=device)`).
+#[pyfunction]
+#[pyo3(signature = (stream=None, *, mode="global", device=None))]
+pub fn graph_capture(
+    py: Python<'_>,
+    stream: Option<&Bound<'_, PyAny>>,
+    mode: &str,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyGraphCapture> {
+    parse_mode(mode)?;
+    let stream = capture_stream(py, stream, device)?;
+    capture_into(Py::new(py, PyGraph::new_empty())?, stream, mode)
+}
