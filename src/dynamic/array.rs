@@ -280,7 +280,11 @@ fn element_from_bytes<T: Element>(value: &[u8], dtype: DType) -> Result<T> {
     if !T::valid_bytes(value) {
         return Err(Error::InvalidArgument {
             name: "value",
-            reason: format!("bytes {value:02x?} are not a valid {} value", dtype.name()),
+            reason: format!(
+                "bytes [{}] are not a valid {} value",
+                value.iter().map(|b| format!("{b:#04x}")).collect::<Vec<_>>().join(", "),
+                dtype.name()
+            ),
         });
     }
     // SAFETY: `value` holds exactly `size_of::<T>()` bytes that
