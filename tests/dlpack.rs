@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::open_or_skip;
+use gpuport::array::element::{
+    Float8E3M4, Float8E4M3, Float8E4M3B11Fnuz, Float8E4M3Fnuz, Float8E5M2Fnuz, Float8E8M0Fnu, F8E4M3, F8E5M2,
+};
 use gpuport::array::{Element, ExportOptions};
 use gpuport::dlpack::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -48,6 +51,11 @@ impl Sample for bf16 {
         bf16::from_f32(i as f32 * 0.25)
     }
 }
+macro_rules! sample_bits {
+    ($($t:ty),*) => { $(impl Sample for $t { fn sample(i: usize) -> Self { <$t>::from_bits((i * 37 % 256) as u8) } })* };
+}
+sample_bits!(F8E4M3, F8E5M2, Float8E3M4, Float8E4M3, Float8E4M3B11Fnuz, Float8E4M3Fnuz, Float8E5M2Fnuz, Float8E8M0Fnu);
+
 impl<T: Sample> Sample for Complex<T>
 where
     Complex<T>: Element,
@@ -118,6 +126,17 @@ fn every_dtype<D: Device>(dev: &Arc<D>) {
     export_import_compare::<[f16; 2], D>(dev);
     export_import_compare::<[i8; 16], D>(dev);
     export_import_compare::<[u32; 3], D>(dev);
+    // DLPack 1.1 fp8 types (PartialEq of the float8 crate's types is a
+    // float comparison: the samples avoid NaN bit patterns for them).
+    export_import_compare::<Float8E3M4, D>(dev);
+    export_import_compare::<Float8E4M3, D>(dev);
+    export_import_compare::<Float8E4M3B11Fnuz, D>(dev);
+    export_import_compare::<F8E4M3, D>(dev);
+    export_import_compare::<Float8E4M3Fnuz, D>(dev);
+    export_import_compare::<F8E5M2, D>(dev);
+    export_import_compare::<Float8E5M2Fnuz, D>(dev);
+    export_import_compare::<Float8E8M0Fnu, D>(dev);
+    export_import_compare::<[F8E4M3; 4], D>(dev);
 }
 
 #[rstest]
@@ -205,7 +224,7 @@ fn export_deleters_free_their_owner_exactly_once() {
     let mut data = [1.0f32, 2.0, 3.0, 4.0];
     let count = Arc::new(AtomicUsize::new(0));
     // Dropped unconsumed: the deleter runs once.
-    drop(counted_source(&count, &mut data).into_legacy());
+    drop(counted_source(&count, &mut data).into_legacy().unwrap());
     assert_eq!(count.load(Ordering::SeqCst), 1);
     // Handed to a consumer that calls the deleter once.
     let raw = counted_source(&count, &mut data).into_versioned(DLPACK_FLAG_BITMASK_READ_ONLY).into_raw();
@@ -214,7 +233,7 @@ fn export_deleters_free_their_owner_exactly_once() {
     unsafe { ((*raw).deleter.unwrap())(raw) };
     assert_eq!(count.load(Ordering::SeqCst), 2);
     // Imported back: dropping the import is the one call.
-    let raw = counted_source(&count, &mut data).into_legacy().into_raw();
+    let raw = counted_source(&count, &mut data).into_legacy().unwrap().into_raw();
     // SAFETY: handed over once.
     let imp = unsafe { ImportedTensor::from_legacy(raw) }.unwrap();
     assert_eq!(imp.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
@@ -426,10 +445,18 @@ fn rejected(spec: Spec, versioned: bool) -> DLPackError {
 #[test]
 fn unknown_dtypes_are_rejected_with_a_typed_error() {
     let mut spec = spec_f32(&[1.0]);
-    spec.dtype = DLDataType { code: DLDataTypeCode(8), bits: 8, lanes: 1 }; // float8_e4m3
+    spec.dtype = DLDataType { code: DLDataTypeCode(18), bits: 8, lanes: 1 }; // past kDLFloat4_e2m1fn
     let e = rejected(spec, false);
-    assert!(matches!(e, DLPackError::UnknownDType { code: 8, .. }));
+    assert!(matches!(e, DLPackError::UnknownDType { code: 18, .. }));
     assert!(e.to_string().contains("accepted"));
+    // kDLFloat with 8 bits is no fp8 type (NumPy exports ml_dtypes' float8_e5m2 so).
+    let mut spec = spec_f32(&[1.0]);
+    spec.dtype = DLDataType { code: DLDataTypeCode::FLOAT, bits: 8, lanes: 4 };
+    assert!(matches!(rejected(spec, true), DLPackError::UnknownDType { code: 2, bits: 8, .. }));
+    // kDLFloat8_e4m3fn has 8 bits, not 16.
+    let mut spec = spec_f32(&[1.0]);
+    spec.dtype = DLDataType { code: DLDataTypeCode(10), bits: 16, lanes: 1 };
+    assert!(matches!(rejected(spec, true), DLPackError::UnknownDType { code: 10, bits: 16, .. }));
     let mut spec = spec_f32(&[1.0]);
     spec.dtype = DLDataType { code: DLDataTypeCode::FLOAT, bits: 32, lanes: 0 };
     assert!(matches!(rejected(spec, true), DLPackError::UnknownDType { lanes: 0, .. }));

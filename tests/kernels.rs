@@ -188,6 +188,38 @@ fn strided_copies_gather_and_scatter<D: Device>(d: &D) {
     }
 }
 
+/// The DLPack 1.1 low-precision floats are moved by byte width: fill and
+/// strided copies take them as 1-byte elements (bit patterns, NaNs included).
+fn low_precision_floats_fill_and_copy_by_byte_width<D: Device>(d: &D) {
+    use gpuport::array::element::{Float4E2M1Fn, Float8E4M3Fnuz, Float8E8M0Fnu, F8E4M3, F8E5M2};
+    fill_on(d, F8E4M3::from_f32(-1.5));
+    fill_on(d, F8E5M2::from_f32(57344.0));
+    fill_on(d, Float8E4M3Fnuz::from_bits(0x80)); // NaN of e4m3fnuz: compared as bits
+    fill_on(d, Float8E8M0Fnu::from_bits(0x7f));
+    fill_on(d, Float4E2M1Fn::from_bits(0x0b).unwrap());
+    fill_on(d, [F8E5M2::from_f32(1.0), F8E5M2::from_f32(-2.0)]); // a 2-byte vector element
+
+    // Transpose a 13 x 29 matrix of fp8 bit patterns (a gather of 1-byte elements).
+    let (rows, cols) = (13i64, 29i64);
+    let n = (rows * cols) as usize;
+    let src: Vec<Float8E4M3Fnuz> = (0..n).map(|i| Float8E4M3Fnuz::from_bits((i * 7 % 256) as u8)).collect();
+    let a = upload(d, &src);
+    let b = upload(d, &vec![Float8E4M3Fnuz::from_bits(0); n]);
+    let read_t = StridedArg { data: a.device_ptr(), shape: [cols, rows], strides: [1, cols] };
+    let write = StridedArg::row_major(b.device_ptr(), [cols, rows]);
+    let elem = std::mem::size_of::<Float8E4M3Fnuz>();
+    assert_eq!(elem, 1);
+    // SAFETY: both views lie inside their buffers, which outlive the sync; no overlap.
+    unsafe { kernels::copy_strided_async(d, elem, write, read_t, d.default_stream()).unwrap() };
+    d.synchronize(d.default_stream()).unwrap();
+    let got: Vec<Float8E4M3Fnuz> = download(d, &b, n);
+    for c in 0..cols {
+        for r in 0..rows {
+            assert_eq!(got[(c * rows + r) as usize], src[(r * cols + c) as usize]);
+        }
+    }
+}
+
 fn bad_kernel_requests_are_typed_errors<D: Device>(d: &D) {
     let buf = d.alloc(64).unwrap();
     let s = d.default_stream();
@@ -264,6 +296,7 @@ mod per_backend {
         every_arithmetic_kernel_matches_the_reference_for_every_dtype,
         fill_writes_every_element_of_every_size,
         strided_copies_gather_and_scatter,
+        low_precision_floats_fill_and_copy_by_byte_width,
         bad_kernel_requests_are_typed_errors,
         memarray_add_index_gives_two_plus_the_index_sum,
         memarray_scale_and_axpy_run_on_the_device,

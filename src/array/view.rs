@@ -533,8 +533,10 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
     /// Exports the view as an owning legacy managed tensor that keeps the
     /// `MemArray`'s memory alive until the consumer's deleter call. Views of
     /// slices or raw memory have no owner to keep: [`DLPackError::NoOwner`].
+    /// Sub-byte element types (fp6, fp4) need a versioned tensor to say
+    /// they are padded ([`DLPackError::SubByteLayout`]).
     pub fn to_managed(&self) -> Result<ManagedTensor> {
-        Ok(self.export_source()?.into_legacy())
+        self.export_source()?.into_legacy()
     }
 
     /// As [`to_managed`](Self::to_managed), versioned, optionally marked read-only.

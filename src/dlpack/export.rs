@@ -13,8 +13,11 @@ use std::sync::Arc;
 
 use super::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
-    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
 };
+use super::DLPackError;
+use crate::array::element::{dtype_is_subbyte, dtype_name};
 use crate::array::{Element, ExportOptions, Location, LockId, MemArray};
 use crate::backend::Device;
 use crate::error::Result;
@@ -80,8 +83,23 @@ impl ExportSource {
         }
     }
 
-    /// Packs this into a legacy managed tensor.
-    pub fn into_legacy(self) -> ManagedTensor {
+    /// The error of a legacy export of a sub-byte `dtype`.
+    pub(crate) fn refuse_legacy<R>(dtype: DLDataType) -> Result<R> {
+        Err(DLPackError::SubByteLayout {
+            dtype: dtype_name(dtype),
+            problem: "a legacy (unversioned) DLPack tensor has no flag to say its elements are padded",
+        }
+        .into())
+    }
+
+    /// Packs this into a legacy managed tensor. Refused for sub-byte element
+    /// types (fp6, fp4): a legacy tensor has no flags, so a consumer would
+    /// read gpuport's padded elements as packed
+    /// ([`DLPackError::SubByteLayout`]).
+    pub fn into_legacy(self) -> Result<ManagedTensor> {
+        if dtype_is_subbyte(self.dtype) {
+            return Self::refuse_legacy(self.dtype);
+        }
         let ctx = Box::into_raw(Box::new(LegacyCtx {
             managed: DLManagedTensor { dl_tensor: null_tensor(), manager_ctx: std::ptr::null_mut(), deleter: None },
             source: self,
@@ -92,23 +110,33 @@ impl ExportSource {
             (*ctx).managed.dl_tensor = (*ctx).source.tensor();
             (*ctx).managed.manager_ctx = ctx.cast::<c_void>();
             (*ctx).managed.deleter = Some(legacy_deleter);
-            ManagedTensor { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
+            Ok(ManagedTensor { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) })
         }
     }
 
     /// Packs this into a versioned managed tensor with `flags` that states
     /// version `1.minor` (at most the version gpuport speaks), for a
-    /// consumer whose `max_version` is older than gpuport's.
+    /// consumer whose `max_version` is older than gpuport's. A dtype code
+    /// newer than `1.minor` (the fp8/fp6/fp4 codes of DLPack 1.1) raises the
+    /// stated minor version to the one that defines it: minor versions share
+    /// one ABI and a consumer checks the codes it reads, so a 1.0 consumer
+    /// (PyTorch asks with `max_version=(1, 0)`) that knows the code reads
+    /// it, and one that does not refuses it, as it should.
     pub fn into_versioned_minor(self, flags: u64, minor: u32) -> ManagedTensorVersioned {
+        let needed = self.dtype.code.since_minor();
         let t = self.into_versioned(flags);
-        // SAFETY: `t` is our live tensor, not yet handed to anyone; a lower
-        // minor version only names enum values gpuport never sets above 1.0's.
-        unsafe { (*t.ptr.as_ptr()).version.minor = minor.min(DLPACK_MINOR_VERSION) };
+        // SAFETY: `t` is our live tensor, not yet handed to anyone; the
+        // version names no enum value gpuport sets that it does not define.
+        unsafe { (*t.ptr.as_ptr()).version.minor = minor.max(needed).min(DLPACK_MINOR_VERSION) };
         t
     }
 
-    /// Packs this into a versioned managed tensor with `flags`.
+    /// Packs this into a versioned managed tensor with `flags`; a sub-byte
+    /// element type (fp6, fp4) also gets `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`,
+    /// since gpuport holds those elements one per byte.
     pub fn into_versioned(self, flags: u64) -> ManagedTensorVersioned {
+        let flags =
+            if dtype_is_subbyte(self.dtype) { flags | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED } else { flags };
         let ctx = Box::into_raw(Box::new(VersionedCtx {
             managed: DLManagedTensorVersioned {
                 version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
@@ -278,13 +306,20 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// unless `copy`). The memory stays alive until the consumer calls the
     /// deleter, even if this array is dropped first.
     ///
-    /// Errors: locked without the id, or the copy at `loc` not current.
+    /// Errors: locked without the id, the copy at `loc` not current, or a
+    /// sub-byte element type (fp6, fp4), which needs a versioned tensor
+    /// ([`to_dlpack_versioned`](Self::to_dlpack_versioned)) to say it is padded.
     pub fn to_dlpack(&self, loc: Location, copy: bool, lock: Option<LockId>) -> Result<ManagedTensor> {
-        Ok(self.export_source(loc, copy, lock)?.into_legacy())
+        if dtype_is_subbyte(T::DTYPE) {
+            // Refused before any copy is made; `into_legacy` would refuse too.
+            return ExportSource::refuse_legacy(T::DTYPE);
+        }
+        self.export_source(loc, copy, lock)?.into_legacy()
     }
 
     /// Exports the copy at `loc` as a versioned managed tensor with the
-    /// `READ_ONLY`/`IS_COPIED` flags of `opts`.
+    /// `READ_ONLY`/`IS_COPIED` flags of `opts` (and `IS_SUBBYTE_TYPE_PADDED`
+    /// for fp6/fp4 elements).
     pub fn to_dlpack_versioned(
         &self,
         loc: Location,

@@ -24,6 +24,12 @@ pub const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1 << 0;
 /// Bit in [`DLManagedTensorVersioned::flags`]: the producer made a copy for
 /// this export, so the consumer may write without affecting the producer.
 pub const DLPACK_FLAG_BITMASK_IS_COPIED: u64 = 1 << 1;
+/// Bit in [`DLManagedTensorVersioned::flags`] (DLPack 1.1): the tensor's
+/// sub-byte elements (fp6, fp4) are padded, one element in the low bits of
+/// each byte, rather than packed (the default). gpuport holds sub-byte
+/// elements padded, sets this bit on every such export, and imports only
+/// tensors that carry it.
+pub const DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED: u64 = 1 << 2;
 
 /// A DLPack version (major changes the ABI; minor only adds enum values).
 #[repr(C)]
@@ -128,6 +134,64 @@ impl DLDataTypeCode {
     pub const COMPLEX: Self = Self(5);
     /// Boolean (8 bits per element).
     pub const BOOL: Self = Self(6);
+    /// `kDLFloat8_e3m4` (DLPack 1.1): 3 exponent, 4 mantissa bits, IEEE-style infinities and NaNs.
+    pub const FLOAT8_E3M4: Self = Self(7);
+    /// `kDLFloat8_e4m3` (DLPack 1.1): 4 exponent, 3 mantissa bits, IEEE-style infinities and NaNs.
+    pub const FLOAT8_E4M3: Self = Self(8);
+    /// `kDLFloat8_e4m3b11fnuz` (DLPack 1.1): e4m3 with exponent bias 11, finite, unsigned zero.
+    pub const FLOAT8_E4M3B11FNUZ: Self = Self(9);
+    /// `kDLFloat8_e4m3fn` (DLPack 1.1): the OCP/NVIDIA e4m3: finite (no infinities), NaN = S.1111.111.
+    pub const FLOAT8_E4M3FN: Self = Self(10);
+    /// `kDLFloat8_e4m3fnuz` (DLPack 1.1): e4m3, finite, unsigned zero (the 0x80 pattern is NaN).
+    pub const FLOAT8_E4M3FNUZ: Self = Self(11);
+    /// `kDLFloat8_e5m2` (DLPack 1.1): 5 exponent, 2 mantissa bits, IEEE-style.
+    pub const FLOAT8_E5M2: Self = Self(12);
+    /// `kDLFloat8_e5m2fnuz` (DLPack 1.1): e5m2, finite, unsigned zero.
+    pub const FLOAT8_E5M2FNUZ: Self = Self(13);
+    /// `kDLFloat8_e8m0fnu` (DLPack 1.1): an 8-bit power of two (the MX scale type), unsigned, no zero.
+    pub const FLOAT8_E8M0FNU: Self = Self(14);
+    /// `kDLFloat6_e2m3fn` (DLPack 1.1): 6 bits, 2 exponent, 3 mantissa, finite.
+    pub const FLOAT6_E2M3FN: Self = Self(15);
+    /// `kDLFloat6_e3m2fn` (DLPack 1.1): 6 bits, 3 exponent, 2 mantissa, finite.
+    pub const FLOAT6_E3M2FN: Self = Self(16);
+    /// `kDLFloat4_e2m1fn` (DLPack 1.1): 4 bits, 2 exponent, 1 mantissa, finite.
+    pub const FLOAT4_E2M1FN: Self = Self(17);
+
+    /// The header's name for this code (`kDLFloat8_e4m3fn`), or `None` for
+    /// a code it does not define.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0 => "kDLInt",
+            1 => "kDLUInt",
+            2 => "kDLFloat",
+            3 => "kDLOpaqueHandle",
+            4 => "kDLBfloat",
+            5 => "kDLComplex",
+            6 => "kDLBool",
+            7 => "kDLFloat8_e3m4",
+            8 => "kDLFloat8_e4m3",
+            9 => "kDLFloat8_e4m3b11fnuz",
+            10 => "kDLFloat8_e4m3fn",
+            11 => "kDLFloat8_e4m3fnuz",
+            12 => "kDLFloat8_e5m2",
+            13 => "kDLFloat8_e5m2fnuz",
+            14 => "kDLFloat8_e8m0fnu",
+            15 => "kDLFloat6_e2m3fn",
+            16 => "kDLFloat6_e3m2fn",
+            17 => "kDLFloat4_e2m1fn",
+            _ => return None,
+        })
+    }
+
+    /// The oldest DLPack minor version (of major 1) whose header defines this
+    /// code: 1 for the fp8/fp6/fp4 codes (7 to 17), 0 for the others.
+    pub fn since_minor(self) -> u32 {
+        if (7..=17).contains(&self.0) {
+            1
+        } else {
+            0
+        }
+    }
 }
 
 /// An element type: code, bits per lane, lanes (e.g. float4 = FLOAT, 32, 4).

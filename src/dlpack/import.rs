@@ -5,10 +5,11 @@ use std::ptr::NonNull;
 
 use super::ffi::{
     DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
-    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION,
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLPACK_MAJOR_VERSION,
 };
 use super::{is_host_accessible, DLPackError};
-use crate::array::element::{dtype_is_supported, dtype_name, dtype_size};
+use crate::array::element::{dtype_is_subbyte, dtype_is_supported, dtype_name, dtype_size};
 use crate::array::{DeviceSpace, Element, HostSpace, ManagedSpace, Space, View};
 use crate::error::Result;
 
@@ -48,7 +49,8 @@ impl Owner {
 /// # Invariants
 /// `shape` and `strides` have `ndim` entries, extents are `>= 0`, every
 /// reachable element's byte offset from `data` fits in `isize`, the dtype
-/// is one gpuport supports, and the device type is one it knows.
+/// is one gpuport supports (a sub-byte one only when flagged padded), and
+/// the device type is one it knows.
 pub struct ImportedTensor {
     owner: Option<Owner>,
     data: *mut c_void,
@@ -133,7 +135,7 @@ impl ImportedTensor {
     /// As for `from_legacy`.
     unsafe fn validate(owner: Owner, t: &DLTensor, flags: u64, version: Option<DLPackVersion>) -> Result<Self> {
         // SAFETY: forwarded contract.
-        match unsafe { Self::parse(t) } {
+        match unsafe { Self::parse(t, flags) } {
             Ok((shape, strides)) => Ok(ImportedTensor {
                 owner: Some(owner),
                 data: t.data,
@@ -154,9 +156,17 @@ impl ImportedTensor {
 
     /// # Safety
     /// As for `from_legacy`.
-    unsafe fn parse(t: &DLTensor) -> std::result::Result<(Vec<i64>, Vec<i64>), DLPackError> {
+    unsafe fn parse(t: &DLTensor, flags: u64) -> std::result::Result<(Vec<i64>, Vec<i64>), DLPackError> {
         if !dtype_is_supported(t.dtype) {
             return Err(DLPackError::UnknownDType { code: t.dtype.code.0, bits: t.dtype.bits, lanes: t.dtype.lanes });
+        }
+        // Sub-byte elements are packed unless the producer flags them padded;
+        // a legacy tensor has no flags, so it is packed.
+        if dtype_is_subbyte(t.dtype) && flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED == 0 {
+            return Err(DLPackError::SubByteLayout {
+                dtype: dtype_name(t.dtype),
+                problem: "the tensor is packed (no DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED flag, or a legacy tensor, which has no flags)",
+            });
         }
         if !matches!(
             t.device.device_type,
@@ -285,6 +295,36 @@ impl ImportedTensor {
     /// Whether the producer marked the tensor read-only (versioned only).
     pub fn is_read_only(&self) -> bool {
         self.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
+    }
+
+    /// Whether the producer flagged sub-byte elements padded (versioned only).
+    pub fn is_subbyte_padded(&self) -> bool {
+        self.flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0
+    }
+
+    /// Reads the tensor's elements as `dtype` from now on: the same bytes,
+    /// another element type of the same size (e.g. the `uint8` view of an
+    /// ml_dtypes `float8_e4m3fn` array NumPy can only export as bytes). A
+    /// sub-byte `dtype` reads one padded element per byte. Refused (nothing
+    /// changes) when `dtype` is not one gpuport holds or its elements have
+    /// another size. Typed access still checks alignment and values.
+    pub fn reinterpret(&mut self, dtype: DLDataType) -> Result<()> {
+        if !dtype_is_supported(dtype) {
+            return Err(DLPackError::UnknownDType { code: dtype.code.0, bits: dtype.bits, lanes: dtype.lanes }.into());
+        }
+        if dtype_size(dtype) != dtype_size(self.dtype) || dtype_is_subbyte(self.dtype) {
+            return Err(DLPackError::DTypeMismatch {
+                expected: format!("an element type of {} byte(s) like {}", dtype_size(dtype), dtype_name(dtype)),
+                found: dtype_name(self.dtype),
+            }
+            .into());
+        }
+        if dtype_is_subbyte(dtype) {
+            // One byte per element: the padded layout, which the flag states.
+            self.flags |= DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+        }
+        self.dtype = dtype;
+        Ok(())
     }
 
     /// Whether the producer made a copy for this export (versioned only).

@@ -84,7 +84,7 @@ macro_rules! storage_elements {
                 _: &BackendStream<D::B>,
                 _: Option<LockId>,
             ) -> Result<()> {
-                Err(no_kernel::<D>())
+                Err(no_kernel::<Self, D>())
             }
             unsafe fn add_index_raw<const N: usize, D: Device>(
                 _: &D,
@@ -92,19 +92,43 @@ macro_rules! storage_elements {
                 _: [i64; N],
                 _: &BackendStream<D::B>,
             ) -> Result<()> {
-                Err(no_kernel::<D>())
+                Err(no_kernel::<Self, D>())
             }
         }
     )* };
 }
 storage_elements!(bool, num_complex::Complex<half::f16>, num_complex::Complex<f32>, num_complex::Complex<f64>);
+// The DLPack 1.1 low-precision floats: stored, copied, filled and exchanged
+// as bytes; no arithmetic kernel takes them.
+storage_elements!(
+    crate::array::element::Float8E3M4,
+    crate::array::element::Float8E4M3,
+    crate::array::element::Float8E4M3B11Fnuz,
+    crate::array::element::F8E4M3,
+    crate::array::element::Float8E4M3Fnuz,
+    crate::array::element::F8E5M2,
+    crate::array::element::Float8E5M2Fnuz,
+    crate::array::element::Float8E8M0Fnu,
+    crate::array::element::Float6E2M3Fn,
+    crate::array::element::Float6E3M2Fn,
+    crate::array::element::Float4E2M1Fn
+);
 
-fn no_kernel<D: Device>() -> Error {
+/// The error of an arithmetic kernel asked of an element type it has no
+/// instantiation for: names the kernel and the type.
+pub fn no_kernel_for(op: &'static str, dtype: &str, backend: BackendKind) -> Error {
     Error::Unsupported {
-        op: "add_index",
-        backend: <D::B as Backend>::KIND,
-        hint: Some("the built-in kernels exist for integer and real floating-point dtypes".into()),
+        op,
+        backend,
+        hint: Some(format!(
+            "{op} has no kernel for {dtype}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64 \
+             (fill and copies move any dtype)"
+        )),
     }
+}
+
+fn no_kernel<T: Element, D: Device>() -> Error {
+    no_kernel_for("add_index", &crate::array::element::dtype_name(T::DTYPE), <D::B as Backend>::KIND)
 }
 
 // ---- owned arrays ------------------------------------------------------------------
@@ -143,6 +167,10 @@ pub trait DynArray: Send + Sync {
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()>;
     /// Runs the built-in `add_index` kernel on the array.
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
+    /// Sets every element of the host copy (which becomes the only current
+    /// one) to the element whose bytes are `value` (`itemsize` bytes, a valid
+    /// value of the dtype).
+    fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()>;
     /// Exports of the array still alive.
     fn live_exports(&self) -> usize;
     /// Marks the copy at `loc` as the only current one (a writable export may change it).
@@ -233,6 +261,10 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         let s = s.of(self.a.device())?;
         T::add_index(&mut self.a, s, lock)
     }
+    fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()> {
+        let v = element_from_bytes::<T>(value, self.dtype)?;
+        self.a.fill(v, lock)
+    }
     fn live_exports(&self) -> usize {
         self.a.live_exports()
     }
@@ -242,6 +274,30 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
             Location::Device => self.a.device_ptr_mut(lock).map(drop),
         }
     }
+}
+
+/// The element of type `T` whose bytes are `value`, checked for size and validity.
+fn element_from_bytes<T: Element>(value: &[u8], dtype: DType) -> Result<T> {
+    if value.len() != std::mem::size_of::<T>() {
+        return Err(Error::InvalidArgument {
+            name: "value",
+            reason: format!("a {} element is {} bytes, not {}", dtype.name(), std::mem::size_of::<T>(), value.len()),
+        });
+    }
+    if !T::valid_bytes(value) {
+        return Err(Error::InvalidArgument {
+            name: "value",
+            reason: format!(
+                "bytes [{}] are not a valid {} value",
+                value.iter().map(|b| format!("{b:#04x}")).collect::<Vec<_>>().join(", "),
+                dtype.name()
+            ),
+        });
+    }
+    // SAFETY: `value` holds exactly `size_of::<T>()` bytes that
+    // `T::valid_bytes` accepts, which the `Element` contract makes a valid
+    // `T`; the read is unaligned.
+    Ok(unsafe { value.as_ptr().cast::<T>().read_unaligned() })
 }
 
 fn new_typed<T: Stored, const N: usize, D: DynDevice>(
@@ -506,14 +562,7 @@ impl AnyArray {
         s.refuse_in_capture("add_index", NOT_CAPTURED)?;
         let dtype = self.dtype();
         if !dtype.has_kernels() {
-            return Err(Error::Unsupported {
-                op: "add_index",
-                backend: self.device().backend(),
-                hint: Some(format!(
-                    "add_index has no kernel for {}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64",
-                    dtype.name()
-                )),
-            });
+            return Err(no_kernel_for("add_index", dtype.name(), self.device().backend()));
         }
         match self {
             AnyArray::Owned(a) => a.add_index(s, lock),
@@ -521,6 +570,20 @@ impl AnyArray {
                 f.check_lock("add_index", lock.map(|l| l.0))?;
                 f.add_index_imported(s)
             }
+        }
+    }
+
+    /// Sets every element to the one whose bytes are `value` (the dtype's
+    /// `itemsize` bytes, a valid value): the host copy of an owned array,
+    /// which becomes the only current one. An import is filled in its
+    /// producer library (a typed `InvalidArgument` here).
+    pub fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.fill_bytes(value, lock),
+            AnyArray::Imported(_) => Err(Error::InvalidArgument {
+                name: "array",
+                reason: "fill of an imported array: fill it in its producer library".into(),
+            }),
         }
     }
 

@@ -60,11 +60,33 @@ pub enum DType {
     Complex64,
     /// `Complex<f64>`.
     Complex128,
+    /// `kDLFloat8_e3m4` ([`Float8E3M4`](crate::array::element::Float8E3M4)).
+    Float8E3M4,
+    /// `kDLFloat8_e4m3` ([`Float8E4M3`](crate::array::element::Float8E4M3)).
+    Float8E4M3,
+    /// `kDLFloat8_e4m3b11fnuz` ([`Float8E4M3B11Fnuz`](crate::array::element::Float8E4M3B11Fnuz)).
+    Float8E4M3B11Fnuz,
+    /// `kDLFloat8_e4m3fn` (`float8::F8E4M3`).
+    Float8E4M3Fn,
+    /// `kDLFloat8_e4m3fnuz` ([`Float8E4M3Fnuz`](crate::array::element::Float8E4M3Fnuz)).
+    Float8E4M3Fnuz,
+    /// `kDLFloat8_e5m2` (`float8::F8E5M2`).
+    Float8E5M2,
+    /// `kDLFloat8_e5m2fnuz` ([`Float8E5M2Fnuz`](crate::array::element::Float8E5M2Fnuz)).
+    Float8E5M2Fnuz,
+    /// `kDLFloat8_e8m0fnu` ([`Float8E8M0Fnu`](crate::array::element::Float8E8M0Fnu)).
+    Float8E8M0Fnu,
+    /// `kDLFloat6_e2m3fn`, padded ([`Float6E2M3Fn`](crate::array::element::Float6E2M3Fn)).
+    Float6E2M3Fn,
+    /// `kDLFloat6_e3m2fn`, padded ([`Float6E3M2Fn`](crate::array::element::Float6E3M2Fn)).
+    Float6E3M2Fn,
+    /// `kDLFloat4_e2m1fn`, padded ([`Float4E2M1Fn`](crate::array::element::Float4E2M1Fn)).
+    Float4E2M1Fn,
 }
 
 impl DType {
     /// Every dtype, in the order error messages list them.
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 27] = [
         DType::Bool,
         DType::Int8,
         DType::Int16,
@@ -81,6 +103,17 @@ impl DType {
         DType::Complex32,
         DType::Complex64,
         DType::Complex128,
+        DType::Float8E3M4,
+        DType::Float8E4M3,
+        DType::Float8E4M3B11Fnuz,
+        DType::Float8E4M3Fn,
+        DType::Float8E4M3Fnuz,
+        DType::Float8E5M2,
+        DType::Float8E5M2Fnuz,
+        DType::Float8E8M0Fnu,
+        DType::Float6E2M3Fn,
+        DType::Float6E3M2Fn,
+        DType::Float4E2M1Fn,
     ];
 
     /// The NumPy-style name (`"float32"`, `"bfloat16"`, `"complex32"`).
@@ -102,7 +135,25 @@ impl DType {
             DType::Complex32 => "complex32",
             DType::Complex64 => "complex64",
             DType::Complex128 => "complex128",
+            DType::Float8E3M4 => "float8_e3m4",
+            DType::Float8E4M3 => "float8_e4m3",
+            DType::Float8E4M3B11Fnuz => "float8_e4m3b11fnuz",
+            DType::Float8E4M3Fn => "float8_e4m3fn",
+            DType::Float8E4M3Fnuz => "float8_e4m3fnuz",
+            DType::Float8E5M2 => "float8_e5m2",
+            DType::Float8E5M2Fnuz => "float8_e5m2fnuz",
+            DType::Float8E8M0Fnu => "float8_e8m0fnu",
+            DType::Float6E2M3Fn => "float6_e2m3fn",
+            DType::Float6E3M2Fn => "float6_e3m2fn",
+            DType::Float4E2M1Fn => "float4_e2m1fn",
         }
+    }
+
+    /// Whether this is a DLPack 1.1 low-precision float (fp8, fp6, fp4):
+    /// NumPy has no dtype for these (ml_dtypes registers them), and the
+    /// built-in arithmetic kernels do not take them.
+    pub fn is_low_precision_float(self) -> bool {
+        crate::array::element::minifloat_name(self.dlpack().code).is_some()
     }
 
     /// The DLPack data type (what `Element::DTYPE` says for the Rust type).
@@ -121,7 +172,7 @@ impl DType {
     }
 
     /// The array-interface type string (`"<f4"`), where NumPy defines one;
-    /// bfloat16 and complex32 have none.
+    /// bfloat16, complex32 and the fp8/fp6/fp4 types have none.
     pub fn typestr(self) -> Option<&'static str> {
         Some(match self {
             DType::Bool => "|b1",
@@ -138,7 +189,19 @@ impl DType {
             DType::Float64 => "<f8",
             DType::Complex64 => "<c8",
             DType::Complex128 => "<c16",
-            DType::BFloat16 | DType::Complex32 => return None,
+            DType::BFloat16
+            | DType::Complex32
+            | DType::Float8E3M4
+            | DType::Float8E4M3
+            | DType::Float8E4M3B11Fnuz
+            | DType::Float8E4M3Fn
+            | DType::Float8E4M3Fnuz
+            | DType::Float8E5M2
+            | DType::Float8E5M2Fnuz
+            | DType::Float8E8M0Fnu
+            | DType::Float6E2M3Fn
+            | DType::Float6E3M2Fn
+            | DType::Float4E2M1Fn => return None,
         })
     }
 
@@ -173,7 +236,11 @@ impl DType {
             "complex32" | "chalf" => DType::Complex32,
             "complex64" | "c8" | "F" | "cfloat" => DType::Complex64,
             "complex128" | "c16" | "D" | "cdouble" | "complex" => DType::Complex128,
-            other => return DType::from_typestr(other),
+            // ml_dtypes' and PyTorch's names (`torch.float8_e4m3fn`).
+            other => match DType::ALL.into_iter().find(|d| d.is_low_precision_float() && d.name() == other) {
+                Some(d) => d,
+                None => return DType::from_typestr(other),
+            },
         })
     }
 
@@ -182,9 +249,11 @@ impl DType {
         DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
     }
 
-    /// Whether the built-in kernels (add_index, ...) exist for this dtype.
+    /// Whether the built-in arithmetic kernels (add_index, ...) exist for
+    /// this dtype. The byte-moving ones (fill, copy_strided) take every dtype.
     pub fn has_kernels(self) -> bool {
         !matches!(self, DType::Bool | DType::Complex32 | DType::Complex64 | DType::Complex128)
+            && !self.is_low_precision_float()
     }
 }
 
@@ -286,6 +355,61 @@ macro_rules! with_dtype {
                 type $T = ::num_complex::Complex<f64>;
                 $body
             }
+            __D::Float8E3M4 => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E3M4;
+                $body
+            }
+            __D::Float8E4M3 => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E4M3;
+                $body
+            }
+            __D::Float8E4M3B11Fnuz => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E4M3B11Fnuz;
+                $body
+            }
+            __D::Float8E4M3Fn => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::F8E4M3;
+                $body
+            }
+            __D::Float8E4M3Fnuz => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E4M3Fnuz;
+                $body
+            }
+            __D::Float8E5M2 => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::F8E5M2;
+                $body
+            }
+            __D::Float8E5M2Fnuz => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E5M2Fnuz;
+                $body
+            }
+            __D::Float8E8M0Fnu => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float8E8M0Fnu;
+                $body
+            }
+            __D::Float6E2M3Fn => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float6E2M3Fn;
+                $body
+            }
+            __D::Float6E3M2Fn => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float6E3M2Fn;
+                $body
+            }
+            __D::Float4E2M1Fn => {
+                #[allow(dead_code)]
+                type $T = $crate::array::element::Float4E2M1Fn;
+                $body
+            }
         }
     }};
 }
@@ -353,3 +477,50 @@ const _: fn() = || {
     is_element::<bf16>();
     is_element::<Complex<f16>>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_maps_to_its_dlpack_type_and_back() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_dlpack(d.dlpack()), Some(d), "{}", d.name());
+            assert_eq!(DType::parse(d.name()), Some(d), "{}", d.name());
+        }
+    }
+
+    /// The DLPack 1.1 codes, written out from `dlpack.h` (not from the constants).
+    #[test]
+    fn low_precision_dtypes_have_the_dlpack_1_1_codes() {
+        let table = [
+            (DType::Float8E3M4, 7, 8),
+            (DType::Float8E4M3, 8, 8),
+            (DType::Float8E4M3B11Fnuz, 9, 8),
+            (DType::Float8E4M3Fn, 10, 8),
+            (DType::Float8E4M3Fnuz, 11, 8),
+            (DType::Float8E5M2, 12, 8),
+            (DType::Float8E5M2Fnuz, 13, 8),
+            (DType::Float8E8M0Fnu, 14, 8),
+            (DType::Float6E2M3Fn, 15, 6),
+            (DType::Float6E3M2Fn, 16, 6),
+            (DType::Float4E2M1Fn, 17, 4),
+        ];
+        for (d, code, bits) in table {
+            let dt = d.dlpack();
+            assert_eq!((dt.code.0, dt.bits, dt.lanes), (code, bits, 1), "{}", d.name());
+            assert_eq!(d.itemsize(), 1, "{}: one byte per element", d.name());
+            assert!(d.is_low_precision_float() && !d.has_kernels(), "{}", d.name());
+            assert_eq!(d.typestr(), None, "{}: NumPy has no type string for it", d.name());
+            assert_eq!(
+                DType::from_dlpack(DLDataType { code: crate::dlpack::DLDataTypeCode(code), bits, lanes: 1 }),
+                Some(d)
+            );
+        }
+        assert_eq!(DType::ALL.iter().filter(|d| d.is_low_precision_float()).count(), table.len());
+        assert_eq!(DType::parse("torch.float8_e4m3fn"), Some(DType::Float8E4M3Fn));
+        assert_eq!(DType::parse("float8_e5m2"), Some(DType::Float8E5M2));
+        assert_eq!(DType::parse("float8_e4m3fnz"), None);
+        assert!(!DType::Float32.is_low_precision_float() && !DType::BFloat16.is_low_precision_float());
+    }
+}

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use super::array::{natural_of, AnyArray};
 use super::dtype::DType;
 use super::stream::AnyStream;
+use crate::array::element::dtype_is_subbyte;
 use crate::array::{Location, LockId, Transfer};
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::ffi::{DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MINOR_VERSION};
@@ -181,6 +182,11 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
         Some((major, minor)) if major >= 1 => Some(if major > 1 { DLPACK_MINOR_VERSION } else { minor }),
         _ => None,
     };
+    let dtype = array.dtype().dlpack();
+    if versioned_minor.is_none() && dtype_is_subbyte(dtype) {
+        // Refused before anything moves or is marked written.
+        return ExportSource::refuse_legacy(dtype);
+    }
     let lock = req.lock;
     let mut e = match array {
         AnyArray::Owned(a) => {
@@ -284,7 +290,9 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
                 .into(),
         ));
     }
-    e.versioned_minor = e.versioned_minor.map(|m| m.min(DLPACK_MINOR_VERSION));
+    // A DLPack 1.1 dtype code is stated as version 1.1 whatever minor the
+    // consumer named (see `ExportSource::into_versioned_minor`).
+    e.versioned_minor = e.versioned_minor.map(|m| m.max(dtype.code.since_minor()).min(DLPACK_MINOR_VERSION));
     Ok(e)
 }
 
@@ -315,8 +323,9 @@ impl Export {
         source.into_versioned_minor(flags, minor.unwrap_or(DLPACK_MINOR_VERSION))
     }
 
-    /// A legacy managed tensor (for consumers older than DLPack 1.0).
-    pub fn into_legacy(self) -> ManagedTensor {
+    /// A legacy managed tensor (for consumers older than DLPack 1.0);
+    /// refused for sub-byte dtypes (see [`ExportSource::into_legacy`]).
+    pub fn into_legacy(self) -> Result<ManagedTensor> {
         self.source().0.into_legacy()
     }
 }

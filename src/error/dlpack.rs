@@ -24,7 +24,7 @@ pub enum DLPackError {
         minor: u32,
     },
     /// The data type is not one gpuport can hold.
-    #[error("DLPack dtype (code {code}, bits {bits}, lanes {lanes}) is not supported; accepted: bool, int/uint 8-64, float 16/32/64, bfloat16, complex 32/64/128, each with 1 or more lanes")]
+    #[error("DLPack dtype (code {code}, bits {bits}, lanes {lanes}) is not supported; accepted: bool, int/uint 8-64, float 16/32/64, bfloat16, complex 32/64/128, the DLPack 1.1 float8 types (codes 7-14, 8 bits), each with 1 or more lanes, and float6_e2m3fn/float6_e3m2fn (codes 15-16, 6 bits) and float4_e2m1fn (code 17, 4 bits) with 1 lane")]
     UnknownDType {
         /// Type code.
         code: u8,
@@ -32,6 +32,15 @@ pub enum DLPackError {
         bits: u8,
         /// Lanes.
         lanes: u16,
+    },
+    /// A sub-byte (fp6, fp4) tensor in a layout gpuport does not hold, or an
+    /// export that could not say its layout.
+    #[error("{dtype}: {problem}; gpuport accepts sub-byte types padded only: one element in the low bits of each byte, in a versioned tensor flagged DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED")]
+    SubByteLayout {
+        /// The element type's name (`float4_e2m1fn`).
+        dtype: String,
+        /// What was wrong (`the tensor is packed, ...`).
+        problem: &'static str,
     },
     /// The tensor holds a different element type than requested.
     #[error("DLPack tensor holds {found}, but {expected} was requested")]

@@ -247,6 +247,36 @@ impl PyMemArray {
         Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))
     }
 
+    /// `to_numpy` of an fp8/fp6/fp4 array: its host bytes exported as
+    /// `uint8` (NumPy reads no DLPack 1.1 type code) and viewed as the
+    /// ml_dtypes dtype, zero-copy as for the other dtypes.
+    fn low_precision_to_numpy<'py>(
+        &self,
+        py: Python<'py>,
+        np: &Bound<'py, PyModule>,
+        dtype: DType,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let Some(ml) = crate::dtype::ml_dtype(py, dtype) else {
+            return Err(errors::unsupported_dtype(
+                py,
+                format!(
+                    "to_numpy: NumPy has no dtype {}; install ml_dtypes (pip install ml_dtypes), which registers it, or read the bytes with tobytes()",
+                    dtype.name()
+                ),
+            ));
+        };
+        let req = ExportRequest { max_version: Some((1, 1)), dl_device: Some((1, 0)), ..ExportRequest::default() };
+        let mut e = {
+            let mut guard = self.state(py)?;
+            let st: &mut AnyArray = &mut guard;
+            py.detach(|| gpuport::dynamic::exchange::export(st, req)).py_err_in(py, "to_numpy")?
+        };
+        // The same bytes, one per element (sub-byte dtypes are held padded).
+        e.dtype = DType::UInt8;
+        let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
+        np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
+    }
+
     pub fn dlpack_impl<'py>(&self, py: Python<'py>, req: ExportRequest) -> PyResult<Bound<'py, PyAny>> {
         let mut st = self.state(py)?;
         export(py, &mut st, req)
@@ -481,10 +511,16 @@ impl PyMemArray {
 
     /// The array as a NumPy array: zero-copy for a current host copy (the
     /// host copy then becomes the only current one: NumPy may write it), a
-    /// copy (DLPack `IS_COPIED`) for device-only data.
+    /// copy (DLPack `IS_COPIED`) for device-only data. The fp8/fp6/fp4
+    /// dtypes need ml_dtypes (NumPy has no such dtype; ml_dtypes registers
+    /// them), else `UnsupportedDTypeError`.
     fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let np = py.import("numpy")?;
+        let dtype = slf.get().meta.dtype;
+        if dtype.is_low_precision_float() {
+            return slf.get().low_precision_to_numpy(py, &np, dtype);
+        }
         // Always asked for on the CPU: which copy is current can change
         // between asking and exporting when threads share the array.
         let kw = PyDict::new(py);
@@ -496,6 +532,46 @@ impl PyMemArray {
             }
             other => other,
         }
+    }
+
+    /// Sets every element to `value`: a Python number or NumPy scalar,
+    /// converted by NumPy to the dtype (by ml_dtypes for bfloat16 and the
+    /// fp8/fp6/fp4 dtypes, when it is installed), or `bytes` holding one
+    /// element (`itemsize` bytes, e.g. `b"\x38"`, the bits of 1.0 in
+    /// float8_e4m3fn). Writes the host copy, which becomes the only current
+    /// one. An imported array is filled in its producer library.
+    fn fill(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let dtype = self.meta.dtype;
+        let bytes: Vec<u8> = if let Ok(b) = value.cast::<PyBytes>() {
+            b.as_bytes().to_vec()
+        } else {
+            let np = py.import("numpy")?;
+            let Some(nd) = crate::dtype::value_dtype(&np, dtype) else {
+                let hint = if dtype.is_low_precision_float() || dtype == DType::BFloat16 {
+                    " (install ml_dtypes to fill it from numbers)"
+                } else {
+                    ""
+                };
+                return Err(errors::unsupported_dtype(
+                    py,
+                    format!(
+                        "fill: NumPy has no dtype {}{hint}; pass one element's {} byte(s) as bytes",
+                        dtype.name(),
+                        dtype.itemsize()
+                    ),
+                ));
+            };
+            let arr = np.call_method1("asarray", (value, nd))?;
+            if arr.getattr("ndim")?.extract::<usize>()? != 0 {
+                return Err(PyValueError::new_err(format!(
+                    "fill takes one value, not an array of shape {}",
+                    arr.getattr("shape")?.repr()?
+                )));
+            }
+            arr.call_method0("tobytes")?.extract()?
+        };
+        let mut st = self.state(py)?;
+        py.detach(|| st.fill_bytes(&bytes, None)).py_err_in(py, "fill")
     }
 
     /// Adds to every element the sum of its indices ("The test kernel" in

@@ -85,7 +85,16 @@ pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>>
         // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.
         unsafe { new_capsule(py, raw as *mut c_void, VERSIONED, versioned_destructor) }
     } else {
-        let raw = e.into_legacy().into_raw();
+        // Refused for sub-byte dtypes (no flag says they are padded); the
+        // core's `export` refuses those first, so this is a second guard.
+        let raw = match e.into_legacy() {
+            Ok(t) => t.into_raw(),
+            Err(err) => {
+                // Nothing was made: the export's `Tracked` owner is dropped already.
+                EXPORTS_MADE.fetch_sub(1, Ordering::SeqCst);
+                return Err(errors::to_py(py, err));
+            }
+        };
         // SAFETY: as above, for a legacy tensor.
         unsafe { new_capsule(py, raw as *mut c_void, LEGACY, legacy_destructor) }
     }

@@ -53,9 +53,46 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 /// NumPy's casting rules, least permissive first (`numpy.can_cast`).
 pub const CASTINGS: [&str; 5] = ["no", "equiv", "safe", "same_kind", "unsafe"];
 
-/// The NumPy dtype of `d`, where NumPy has one (not bfloat16 or complex32).
+/// The ml_dtypes scalar type of `d` (`ml_dtypes.float8_e4m3fn`) for the
+/// fp8/fp6/fp4 dtypes and bfloat16, when ml_dtypes is installed (and has it).
+pub fn ml_dtype<'py>(py: Python<'py>, d: DType) -> Option<Bound<'py, PyAny>> {
+    if !d.is_low_precision_float() && d != DType::BFloat16 {
+        return None;
+    }
+    py.import("ml_dtypes").ok()?.getattr(d.name()).ok()
+}
+
+/// The NumPy dtype of `d`, where NumPy has one (not bfloat16 or complex32);
+/// for the fp8/fp6/fp4 dtypes, the one ml_dtypes registers, when it is installed.
 fn numpy_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
+    if d.is_low_precision_float() {
+        let ml = ml_dtype(np.py(), d)?;
+        return np.getattr("dtype").ok()?.call1((ml,)).ok();
+    }
     np.getattr("dtype").ok()?.call1((d.name(),)).ok()
+}
+
+/// The NumPy dtype a Python value of `d` converts through: NumPy's own, or
+/// ml_dtypes' for bfloat16 and the fp8/fp6/fp4 dtypes; `None` where neither
+/// has one (complex32; ml_dtypes not installed).
+pub fn value_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
+    match ml_dtype(np.py(), d) {
+        Some(ml) => np.getattr("dtype").ok()?.call1((ml,)).ok(),
+        None if d == DType::BFloat16 => None,
+        None => numpy_dtype(np, d),
+    }
+}
+
+/// The low-precision dtype of a NumPy array (an ml_dtypes dtype such as
+/// `float8_e4m3fn`), which NumPy cannot export through DLPack.
+pub fn low_precision_numpy_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+    let py = obj.py();
+    let Ok(np) = py.import("numpy") else { return Ok(None) };
+    if !obj.is_instance(&np.getattr("ndarray")?)? {
+        return Ok(None);
+    }
+    let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
+    Ok(DType::parse(&name).filter(|d| d.is_low_precision_float()))
 }
 
 /// How a NumPy dtype reads in a message: `float32`, or `>f4` when not native.
@@ -68,7 +105,8 @@ fn shown(dt: &Bound<'_, PyAny>) -> String {
 /// `array` ready to be read into a MemArray of dtype `to`: itself when the
 /// dtypes agree, else cast by NumPy (`astype`) if the NumPy rule `casting`
 /// allows it (`numpy.can_cast`), else a `TypeError` naming the rule that
-/// would. Dtypes NumPy lacks (bfloat16, complex32) are read only as they are.
+/// would. Dtypes NumPy lacks (bfloat16, complex32; the fp8/fp6/fp4 dtypes
+/// unless ml_dtypes is installed) are read only as they are.
 pub fn cast_for_read<'py>(array: &Bound<'py, PyAny>, to: DType, casting: &str) -> PyResult<Bound<'py, PyAny>> {
     use pyo3::exceptions::{PyTypeError, PyValueError};
     let py = array.py();

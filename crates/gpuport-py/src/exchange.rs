@@ -56,6 +56,15 @@ pub fn import_producer(
     if obj.is_instance_of::<pyo3::types::PyCapsule>() {
         return take_capsule(py, obj);
     }
+    if let Some(dt) = crate::dtype::low_precision_numpy_dtype(obj)? {
+        // NumPy exports no ml_dtypes dtype through DLPack (BufferError; or
+        // float8_e5m2 as an 8-bit kDLFloat, which is no DLPack type): import
+        // the same memory as bytes and read them as the dtype.
+        let bytes = obj.call_method1("view", (py.import("numpy")?.getattr("uint8")?,))?;
+        let mut p = import_producer(py, &bytes, stream, copy)?;
+        p.0.reinterpret(dt.dlpack()).py_err(py)?;
+        return Ok(p);
+    }
     if !obj.hasattr("__dlpack__")? {
         return Err(PyTypeError::new_err(format!(
             "{} does not support DLPack (no __dlpack__ method)",
@@ -104,6 +113,51 @@ pub fn parse_dl_device(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(i32, i3
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
         Some(v) => Ok(Some(v.extract()?)),
+    }
+}
+
+/// A one-shot DLPack producer of an export already negotiated (the bytes of
+/// a low-precision array, as `uint8`, for `to_numpy`): `numpy.from_dlpack`
+/// takes objects with `__dlpack__`, not capsules.
+#[pyclass(module = "gpuport._core", name = "_PreparedExport", frozen)]
+pub struct PreparedExport {
+    export: std::sync::Mutex<Option<core_exchange::Export>>,
+    device: (i32, i32),
+}
+
+impl PreparedExport {
+    pub fn new(e: core_exchange::Export) -> Self {
+        let device = dl_pair(e.device);
+        PreparedExport { export: std::sync::Mutex::new(Some(e)), device }
+    }
+}
+
+#[pymethods]
+impl PreparedExport {
+    /// The capsule, once: versioned when `max_version >= (1, 0)`, else legacy.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = (stream, dl_device, copy); // negotiated when the export was made
+        let taken = self.export.lock().ok().and_then(|mut e| e.take());
+        let mut e = taken.ok_or_else(|| PyBufferError::new_err("this prepared export was already consumed"))?;
+        e.versioned_minor = match parse_version(max_version)? {
+            Some((major, minor)) if major >= 1 => {
+                Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
+            }
+            _ => None,
+        };
+        make_capsule(py, e)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        self.device
     }
 }
 

@@ -87,6 +87,38 @@ class dlpack:  # noqa: N801 - a namespace: gpuport.dlpack.kDLCPU (docs/design.md
 
 from . import runtime  # noqa: E402 - the low-level runtime and its pointer adapters (gpuport.runtime)
 
+# The DLPack 1.1 low-precision float dtypes (type codes 7 to 17), by the names
+# ml_dtypes and PyTorch give them. NumPy has no dtype for them, so they are
+# names here: ``MemArray(shape, gpuport.float8_e4m3fn)``. With ml_dtypes
+# installed, ``to_numpy()``, ``read_numpy_array`` and ``fill`` with numbers
+# use its dtypes, and ``from_dlpack``/``asarray`` take its arrays; PyTorch's
+# ``torch.float8_e4m3fn`` tensors travel through DLPack. gpuport holds the
+# 6- and 4-bit types padded, one element per byte.
+float8_e3m4 = "float8_e3m4"
+float8_e4m3 = "float8_e4m3"
+float8_e4m3b11fnuz = "float8_e4m3b11fnuz"
+float8_e4m3fn = "float8_e4m3fn"
+float8_e4m3fnuz = "float8_e4m3fnuz"
+float8_e5m2 = "float8_e5m2"
+float8_e5m2fnuz = "float8_e5m2fnuz"
+float8_e8m0fnu = "float8_e8m0fnu"
+float6_e2m3fn = "float6_e2m3fn"
+float6_e3m2fn = "float6_e3m2fn"
+float4_e2m1fn = "float4_e2m1fn"
+LOW_PRECISION_DTYPES = (
+    float8_e3m4,
+    float8_e4m3,
+    float8_e4m3b11fnuz,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float4_e2m1fn,
+)
+
 
 _BACKENDS = ("host", "cuda", "rocm")
 
@@ -142,6 +174,7 @@ __all__ = [
     "CUDA_COMPILED",
     "ROCM_COMPILED",
     "DTYPES",
+    "LOW_PRECISION_DTYPES",
     "MAX_RANK",
     "DLDeviceType",
     "DLPackContext",
@@ -179,5 +212,16 @@ __all__ = [
     "runtime",
     "show_config",
     "memory",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
 ]
 __version__ = "0.1.0"
