@@ -70,7 +70,7 @@ fn stream_device(dl: DLDevice) -> Result<Option<AnyDevice>> {
 
 /// Whether memory of DLPack device type `t` is ordered by a GPU's streams:
 /// CUDA device and managed memory, ROCm device memory.
-fn is_ordered_by_streams(t: DLDeviceType) -> bool {
+pub fn is_ordered_by_streams(t: DLDeviceType) -> bool {
     matches!(t, DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED | DLDeviceType::ROCM)
 }
 
@@ -171,10 +171,8 @@ struct Allocation {
 pub unsafe fn allocate(prototype: *const DLTensor) -> Result<Export> {
     // SAFETY: per the contract, null or a readable DLTensor.
     let p = unsafe { prototype.as_ref() }.ok_or(DLPackError::NullPointer { what: "prototype DLTensor" })?;
-    let ndim = usize::try_from(p.ndim).map_err(|_| DLPackError::RankMismatch {
-        expected: "a non-negative value".into(),
-        found: p.ndim,
-    })?;
+    let ndim = usize::try_from(p.ndim)
+        .map_err(|_| DLPackError::RankMismatch { expected: "a non-negative value".into(), found: p.ndim })?;
     if ndim > MAX_RANK {
         return Err(rank_error(ndim));
     }
