@@ -75,16 +75,20 @@ void Py_DecRef(PyObject *o);
 
 /* The table of type(obj), as a consumer finds it: the class attribute,
  * a capsule named "dlpack_exchange_api", major version 1. The header lets a
- * consumer cache the table per type; this one remembers the last type (a
- * reference to it is kept, so its address cannot be reused). */
-static PyObject *cached_type;
-static const DLPackExchangeAPI *cached_api;
+ * consumer cache the table per type; this one remembers the last few types
+ * (keeping a reference to each, so that its address cannot be reused). */
+#define CACHED 4
+static PyObject *cached_type[CACHED];
+static const DLPackExchangeAPI *cached_api[CACHED];
+static int cache_next;
 
 static const DLPackExchangeAPI *table_of(PyObject *obj) {
     PyObject *type = PyObject_Type(obj);
-    if (type == cached_type) {
-        Py_DecRef(type);
-        return cached_api;
+    for (int i = 0; i < CACHED; i++) {
+        if (cached_type[i] == type) {
+            Py_DecRef(type);
+            return cached_api[i];
+        }
     }
     PyObject *cap = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
     if (cap == NULL) {
@@ -102,9 +106,10 @@ static const DLPackExchangeAPI *table_of(PyObject *obj) {
         PyErr_SetString(PyExc_RuntimeError, "exchange API table of an unknown major version");
         return NULL;
     }
-    if (cached_type != NULL) Py_DecRef(cached_type);
-    cached_type = type; /* the reference PyObject_Type gave */
-    cached_api = api;
+    if (cached_type[cache_next] != NULL) Py_DecRef(cached_type[cache_next]);
+    cached_type[cache_next] = type; /* the reference PyObject_Type gave */
+    cached_api[cache_next] = api;
+    cache_next = (cache_next + 1) % CACHED;
     return api;
 }
 
@@ -319,6 +324,17 @@ int xc_failing_current_work_stream(int32_t device_type, int32_t device_id, void 
 int xc_take_many(PyObject *obj, long n, int protocol, int64_t *info) {
     for (long i = 0; i < n; i++) {
         if ((protocol ? xc_take_protocol(obj, info) : xc_take(obj, info)) != 0) return -1;
+    }
+    return 0;
+}
+
+/* For benchmarks: `n` exchanges obj -> object of type(like) (xc_exchange),
+ * each result released at once. Returns 0, or -1 with a Python exception. */
+int xc_exchange_many(PyObject *obj, PyObject *like, long n) {
+    for (long i = 0; i < n; i++) {
+        PyObject *o = xc_exchange(obj, like);
+        if (o == NULL) return -1;
+        Py_DecRef(o);
     }
     return 0;
 }
