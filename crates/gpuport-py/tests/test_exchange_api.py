@@ -279,7 +279,8 @@ def test_c_consumer_takes_a_memarray_through_the_table(consumer, device):
     assert consumer.xc_take(a, info) == 0
     assert info[0] == a.data_ptr and info[1] == 2 and info[5] == 6
     assert info[2] == dl_device_type(device)
-    assert info[3] == 0  # gpuport's current work stream: the default (NULL) stream, or none for host memory
+    # gpuport's current work stream: the device's default stream (NULL), none for host memory.
+    assert info[3] == (device.default_stream.handle if device.backend != "host" else 0)
     assert info[4] == 1001  # tensors state DLPack 1.1, as gpuport's __dlpack__ exports do
     proto = (ctypes.c_int64 * 8)()
     assert consumer.xc_take_protocol(a, proto) == 0
@@ -311,6 +312,7 @@ def test_c_consumer_allocates_through_gpuport_s_table(consumer, device):
     a = new_reference(consumer.xc_allocate(like(), 3, shape, 2, 32, dl_type, device.ordinal, kind, msg))
     assert type(a) is gpuport.MemArray and a.shape == (2, 3, 4) and a.dtype == "float32"
     assert a.__dlpack_device__() == (dl_type, device.ordinal) and a.device == device
+    device.synchronize()  # filling the device copy was enqueued on the default stream
     np.testing.assert_array_equal(read(a, (2, 3, 4), np.float32), np.zeros((2, 3, 4), np.float32))
     a.add_index()
     np.testing.assert_array_equal(read(a, (2, 3, 4), np.float32), np.indices((2, 3, 4)).sum(axis=0))
@@ -563,18 +565,38 @@ def _torch_with_table():
     return torch
 
 
+def _torch_place(on, request):
+    """(gpuport device, torch device string) for a torch test on "cpu" or "cuda"."""
+    if on == "cuda":
+        dev = request.getfixturevalue("cuda_device")
+        return dev, f"cuda:{dev.ordinal}"
+    return gpuport.Device("host"), "cpu"
+
+
 @pytest.mark.parametrize("on", ["cpu", "cuda"])
-def test_torch_and_gpuport_exchange_through_their_tables(on, consumer, request):
+def test_gpuport_from_dlpack_takes_torch_tensors_through_torch_s_table(on, request):
     torch = _torch_with_table()
-    dev = request.getfixturevalue("cuda_device") if on == "cuda" else gpuport.Device("host")
-    tdev = f"cuda:{dev.ordinal}" if on == "cuda" else "cpu"
+    dev, tdev = _torch_place(on, request)
     t = torch.arange(12, dtype=torch.float32, device=tdev).reshape(3, 4)
-    n = through_table()
-    m = gpuport.from_dlpack(t)  # gpuport consumes torch's table
-    assert through_table() == n + 1
-    assert m.data_ptr == t.data_ptr() and m.shape == (3, 4) and m.device == dev
+    collect()
+    before = stats()
+    m = gpuport.from_dlpack(t)
+    assert stats()["imports_through_table"] == before["imports_through_table"] + 1
+    assert m.data_ptr == t.data_ptr() and m.shape == (3, 4) and m.dtype == "float32" and m.device == dev
     np.testing.assert_array_equal(read(m, (3, 4), np.float32), np.arange(12).reshape(3, 4))
-    # A C consumer takes gpuport's tensor and gives it to torch's to_py_object, and back.
+    m.add_index()  # gpuport writes torch's memory
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(12).reshape(3, 4) + np.indices((3, 4)).sum(axis=0))
+    del m
+    collect()
+    assert stats()["imports_live"] == before["imports_live"]  # torch's deleter ran
+
+
+@pytest.mark.parametrize("on", ["cpu", "cuda"])
+def test_a_c_consumer_exchanges_between_torch_and_gpuport_through_both_tables(on, consumer, request):
+    torch = _torch_with_table()
+    dev, tdev = _torch_place(on, request)
+    t = torch.arange(12, dtype=torch.float32, device=tdev).reshape(3, 4)
+    # gpuport's tensor to torch's to_py_object, and torch's to gpuport's.
     a = filled((2, 3), "float32", dev)
     a.move_memory("device")
     u = new_reference(consumer.xc_exchange(a, t))
@@ -584,12 +606,12 @@ def test_torch_and_gpuport_exchange_through_their_tables(on, consumer, request):
         torch.cuda.synchronize()
     np.testing.assert_array_equal(a.to_numpy(), init_array((2, 3), "float32") + 1)
     w = new_reference(consumer.xc_exchange(t, a))
-    assert type(w) is gpuport.MemArray and w.data_ptr == t.data_ptr()
-    # torch's allocator, read back by gpuport.
+    assert type(w) is gpuport.MemArray and w.data_ptr == t.data_ptr() and w.shape == (3, 4)
+    # torch's allocator, through a C consumer.
     k, msg = ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)
     dl_type = kDLCUDA if on == "cuda" else kDLCPU
     shape = (ctypes.c_int64 * 2)(4, 2)
-    z = new_reference(consumer.xc_allocate(t, 2, shape, 2, 32, dl_type, dev.ordinal if on == "cuda" else 0, k, msg))
-    assert isinstance(z, torch.Tensor) and tuple(z.shape) == (4, 2)
-    del m, u, w, z, a
+    z = new_reference(consumer.xc_allocate(t, 2, shape, 2, 32, dl_type, dev.ordinal, k, msg))
+    assert isinstance(z, torch.Tensor) and tuple(z.shape) == (4, 2) and z.device == t.device
+    del u, w, z, a
     gc.collect()
