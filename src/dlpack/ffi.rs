@@ -278,3 +278,146 @@ const _: () = {
     assert!(offset_of!(DLManagedTensorVersioned, flags) == 24);
     assert!(offset_of!(DLManagedTensorVersioned, dl_tensor) == 32);
 };
+
+// ---- the C exchange API (DLPack 1.3) ------------------------------------------------
+//
+// From the "DLPack `__dlpack_c_exchange_api__` fast exchange protocol
+// definitions" section of dlpack/dlpack.h at version 1.3 (dmlc/dlpack
+// PRs #174 and #180): a producer type offers, as the class attribute
+// `__dlpack_c_exchange_api__`, a `PyCapsule` named "dlpack_exchange_api"
+// whose pointer is a `DLPackExchangeAPI` that lives for the whole process.
+// Every function returns 0 on success and -1 on failure; the `PyObject`
+// functions and `current_work_stream` leave a Python exception set on
+// failure, the allocator reports through its `SetError` callback instead.
+
+/// The name of the `PyCapsule` that holds a [`DLPackExchangeAPI`].
+pub const DLPACK_EXCHANGE_API_CAPSULE_NAME: &std::ffi::CStr = c"dlpack_exchange_api";
+
+/// The class attribute that holds the capsule (looked up on the type).
+pub const DLPACK_EXCHANGE_API_ATTRIBUTE: &str = "__dlpack_c_exchange_api__";
+
+/// The minor version gpuport's table states in its header: 1.3 is the
+/// header version that defines `DLPackExchangeAPI` with this layout (the
+/// tensors the table produces state [`DLPACK_MINOR_VERSION`], as every
+/// gpuport export does).
+pub const DLPACK_EXCHANGE_API_MINOR_VERSION: u32 = 3;
+
+/// `SetError(error_ctx, kind, message)`: how `DLPackManagedTensorAllocator`
+/// reports a failure (`kind` names the error, e.g. a Python exception class).
+pub type DLPackSetError =
+    unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const std::ffi::c_char, message: *const std::ffi::c_char);
+
+/// `DLPackManagedTensorAllocator`: a new tensor of the `prototype`'s dtype,
+/// ndim, shape and device (its other fields are not read) into `*out`;
+/// calls `SetError` exactly when it fails.
+pub type DLPackManagedTensorAllocator = unsafe extern "C" fn(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<DLPackSetError>,
+) -> std::ffi::c_int;
+
+/// `DLPackManagedTensorFromPyObjectNoSync`: an owning tensor of
+/// `py_object` (a `PyObject*` of the type the table came from) into
+/// `*out`, without stream synchronization.
+pub type DLPackManagedTensorFromPyObjectNoSync =
+    unsafe extern "C" fn(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> std::ffi::c_int;
+
+/// `DLPackManagedTensorToPyObjectNoSync`: the producer's Python object over
+/// `tensor`, whose ownership is stolen (on failure too), into `*out_py_object`.
+pub type DLPackManagedTensorToPyObjectNoSync =
+    unsafe extern "C" fn(tensor: *mut DLManagedTensorVersioned, out_py_object: *mut *mut c_void) -> std::ffi::c_int;
+
+/// `DLPackDLTensorFromPyObjectNoSync`: a non-owning description of
+/// `py_object` into `*out`, valid until control returns to the producer.
+pub type DLPackDLTensorFromPyObjectNoSync =
+    unsafe extern "C" fn(py_object: *mut c_void, out: *mut DLTensor) -> std::ffi::c_int;
+
+/// `DLPackCurrentWorkStream`: the stream the producer works on for the
+/// device, into `*out_current_stream` (NULL for host memory, and CUDA's
+/// legacy default stream).
+pub type DLPackCurrentWorkStream = unsafe extern "C" fn(
+    device_type: DLDeviceType,
+    device_id: i32,
+    out_current_stream: *mut *mut c_void,
+) -> std::ffi::c_int;
+
+/// `DLPackExchangeAPIHeader`: the part of the table that stays the same in
+/// every version.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPIHeader {
+    /// `version`: a consumer checks the major version before reading further.
+    pub version: DLPackVersion,
+    /// `prev_api`: a table of an older version, or null; a consumer that
+    /// does not know `version.major` may walk this chain.
+    pub prev_api: *mut DLPackExchangeAPIHeader,
+}
+
+/// `DLPackExchangeAPI`: the function table of a producer type.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPI {
+    /// `header`.
+    pub header: DLPackExchangeAPIHeader,
+    /// `managed_tensor_allocator` (the header: must not be NULL).
+    pub managed_tensor_allocator: Option<DLPackManagedTensorAllocator>,
+    /// `managed_tensor_from_py_object_no_sync` (must not be NULL).
+    pub managed_tensor_from_py_object_no_sync: Option<DLPackManagedTensorFromPyObjectNoSync>,
+    /// `managed_tensor_to_py_object_no_sync` (must not be NULL).
+    pub managed_tensor_to_py_object_no_sync: Option<DLPackManagedTensorToPyObjectNoSync>,
+    /// `dltensor_from_py_object_no_sync` (may be NULL).
+    pub dltensor_from_py_object_no_sync: Option<DLPackDLTensorFromPyObjectNoSync>,
+    /// `current_work_stream` (must not be NULL).
+    pub current_work_stream: Option<DLPackCurrentWorkStream>,
+}
+
+// SAFETY: a table is immutable plain data (function pointers and a pointer
+// to another table) that the header requires to stay alive, unchanged, for
+// the whole process; reading it from any thread is sound.
+unsafe impl Sync for DLPackExchangeAPI {}
+// SAFETY: as above.
+unsafe impl Send for DLPackExchangeAPI {}
+
+impl DLPackExchangeAPI {
+    /// The table of major version [`DLPACK_MAJOR_VERSION`] that `header`
+    /// leads to: the table itself, or the first one down its `prev_api`
+    /// chain (at most 64 links are followed), or `None`.
+    ///
+    /// # Safety
+    /// `header` is null or the header of a live `DLPackExchangeAPI` (as a
+    /// `__dlpack_c_exchange_api__` capsule holds), every `prev_api` link is
+    /// null or such a header, and those tables stay alive and unchanged for
+    /// `'a` (the header requires the whole process).
+    pub unsafe fn find_major<'a>(header: *const DLPackExchangeAPIHeader) -> Option<&'a DLPackExchangeAPI> {
+        let mut h = header;
+        for _ in 0..64 {
+            if h.is_null() {
+                return None;
+            }
+            // SAFETY: per the contract, `h` is a live header.
+            let v = unsafe { &*h };
+            if v.version.major == DLPACK_MAJOR_VERSION {
+                // SAFETY: a table whose major version is ours has our layout,
+                // with the header as its first field (`#[repr(C)]`).
+                return Some(unsafe { &*h.cast::<DLPackExchangeAPI>() });
+            }
+            h = v.prev_api;
+        }
+        None
+    }
+}
+
+// Layout checks of the exchange table against the C header (64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<DLPackExchangeAPIHeader>() == 16);
+    assert!(offset_of!(DLPackExchangeAPIHeader, prev_api) == 8);
+    assert!(size_of::<DLPackExchangeAPI>() == 56);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_allocator) == 16);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_from_py_object_no_sync) == 24);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_to_py_object_no_sync) == 32);
+    assert!(offset_of!(DLPackExchangeAPI, dltensor_from_py_object_no_sync) == 40);
+    assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
+};

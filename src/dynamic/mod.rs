@@ -13,6 +13,7 @@
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
+//! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
 //! - [`raw`]: copies, memsets and allocations on address ranges (`gpuport.runtime`).
@@ -23,6 +24,7 @@ pub mod any;
 pub mod array;
 pub mod dtype;
 pub mod exchange;
+pub mod exchange_api;
 pub mod graph;
 pub mod keep;
 pub mod memory;

@@ -668,6 +668,14 @@ impl PyMemArray {
         self.dlpack_impl(py, req)
     }
 
+    /// DLPack 1.3's C exchange API: a `PyCapsule` named
+    /// "dlpack_exchange_api" holding gpuport's `DLPackExchangeAPI` table
+    /// (on every backend), for consumers that exchange without Python calls.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::exchange_api::capsule(py)
+    }
+
     /// `(device_type, device_id)` of the memory `__dlpack__` exports.
     fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
         self.dlpack_device_impl(py, None)

@@ -37,6 +37,21 @@ static CAPSULES_FREED_UNUSED: AtomicUsize = AtomicUsize::new(0);
 static IMPORTS_LIVE: AtomicUsize = AtomicUsize::new(0);
 /// Foreign tensors released to their producer (deleter called).
 static IMPORTS_RELEASED: AtomicUsize = AtomicUsize::new(0);
+/// Tensors handed out by gpuport's `__dlpack_c_exchange_api__` table
+/// (`managed_tensor_from_py_object_no_sync` and the allocator).
+static TABLE_EXPORTS: AtomicUsize = AtomicUsize::new(0);
+/// Tensors `from_dlpack` took through a producer's exchange table.
+static TABLE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a tensor handed out through gpuport's exchange table.
+pub fn count_table_export() {
+    TABLE_EXPORTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Counts a tensor taken through a producer's exchange table.
+pub fn count_table_import() {
+    TABLE_IMPORTS.fetch_add(1, Ordering::SeqCst);
+}
 
 /// The owner of an export's memory, counted while alive.
 struct Tracked {
@@ -75,11 +90,18 @@ impl Drop for Producer {
     }
 }
 
-/// Builds the capsule for an export the core negotiated.
-pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>> {
+/// Counts an export (made, and live until its memory's owner goes): every
+/// tensor gpuport hands out, through a capsule or the C exchange API.
+pub fn track(mut e: Export) -> Export {
     EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
     EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
     e.keep = Arc::new(Tracked { _keep: e.keep });
+    e
+}
+
+/// Builds the capsule for an export the core negotiated.
+pub fn make_capsule(py: Python<'_>, e: Export) -> PyResult<Bound<'_, PyAny>> {
+    let e = track(e);
     if e.versioned_minor.is_some() {
         let raw = e.into_versioned().into_raw();
         // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.
@@ -194,23 +216,17 @@ pub fn take_capsule(py: Python<'_>, cap: &Bound<'_, PyAny>) -> PyResult<Producer
         if unsafe { ffi::PyCapsule_SetName(p, used.as_ptr()) } != 0 {
             return Err(PyErr::fetch(py));
         }
-        IMPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
-        // SAFETY: a producer's live tensor whose deleter is now ours to call
-        // (once, by `ImportedTensor`); DLPack producers keep the memory and
-        // the shape/stride arrays alive until then.
-        let t = unsafe {
-            if versioned {
-                ImportedTensor::from_versioned(ptr as *mut DLManagedTensorVersioned)
-            } else {
-                ImportedTensor::from_legacy(ptr as *mut DLManagedTensor)
-            }
+        return if versioned {
+            // SAFETY: a producer's live tensor whose deleter is now ours to
+            // call (once, by `ImportedTensor`); DLPack producers keep the
+            // memory and the shape/stride arrays alive until then.
+            unsafe { take_versioned(py, ptr as *mut DLManagedTensorVersioned) }
+        } else {
+            take_tensor(py, || {
+                // SAFETY: as above, for a legacy tensor.
+                unsafe { ImportedTensor::from_legacy(ptr as *mut DLManagedTensor) }
+            })
         };
-        if t.is_err() {
-            // The deleter has run inside `from_*`.
-            IMPORTS_LIVE.fetch_sub(1, Ordering::SeqCst);
-            IMPORTS_RELEASED.fetch_add(1, Ordering::SeqCst);
-        }
-        return t.map(Producer).py_err(py);
     }
     Err(errors::dlpack(
         py,
@@ -220,8 +236,35 @@ pub fn take_capsule(py: Python<'_>, cap: &Bound<'_, PyAny>) -> PyResult<Producer
     ))
 }
 
+/// Takes a producer's tensor (counted as an import; `take` validates it and
+/// calls its deleter when it is refused).
+fn take_tensor(py: Python<'_>, take: impl FnOnce() -> gpuport::Result<ImportedTensor>) -> PyResult<Producer> {
+    IMPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
+    let t = take();
+    if t.is_err() {
+        // The deleter has run inside `from_*`.
+        IMPORTS_LIVE.fetch_sub(1, Ordering::SeqCst);
+        IMPORTS_RELEASED.fetch_add(1, Ordering::SeqCst);
+    }
+    t.map(Producer).py_err(py)
+}
+
+/// Takes ownership of a producer's versioned tensor (from a capsule or a
+/// `__dlpack_c_exchange_api__` table) and validates it; a refused tensor
+/// is released (its deleter called) before the error returns. A null
+/// pointer is an error with nothing to release.
+///
+/// # Safety
+/// `ptr` is null or a live `DLManagedTensorVersioned` whose deleter nobody
+/// else will call, whose shape and strides arrays and memory stay valid
+/// until then.
+pub unsafe fn take_versioned(py: Python<'_>, ptr: *mut DLManagedTensorVersioned) -> PyResult<Producer> {
+    // SAFETY: forwarded contract.
+    take_tensor(py, || unsafe { ImportedTensor::from_versioned(ptr) })
+}
+
 /// Counters for tests: exports made and live, unconsumed capsules freed,
-/// imports live and released.
+/// imports live and released, tensors through exchange tables (ours, others').
 #[pyfunction]
 pub fn _dlpack_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -230,5 +273,7 @@ pub fn _dlpack_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("capsules_freed_unused", CAPSULES_FREED_UNUSED.load(Ordering::SeqCst))?;
     d.set_item("imports_live", IMPORTS_LIVE.load(Ordering::SeqCst))?;
     d.set_item("imports_released", IMPORTS_RELEASED.load(Ordering::SeqCst))?;
+    d.set_item("exports_through_table", TABLE_EXPORTS.load(Ordering::SeqCst))?;
+    d.set_item("imports_through_table", TABLE_IMPORTS.load(Ordering::SeqCst))?;
     Ok(d)
 }

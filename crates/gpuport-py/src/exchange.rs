@@ -192,9 +192,42 @@ pub fn interface_dict<'py>(
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's
 /// memory alive; the producer's deleter runs once when it goes.
+///
+/// With `copy=None`, a producer whose type offers DLPack 1.3's C exchange
+/// API (`type(obj).__dlpack_c_exchange_api__`, a table of a known major
+/// version with the functions a consumer needs) is imported through it,
+/// with no Python call; any other producer through `__dlpack__`.
 #[pyfunction]
 #[pyo3(signature = (obj, /, *, stream=None, copy=None))]
 pub fn from_dlpack(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    if copy.is_none() && !obj.is_instance_of::<pyo3::types::PyCapsule>() {
+        if let Some(p) = crate::exchange_api::import_through_table(py, obj, stream)? {
+            return Ok(PyMemArray::from_imported(imported_from_producer(py, p)?));
+        }
+    }
+    from_dlpack_protocol(py, obj, stream, copy)
+}
+
+/// `from_dlpack` through the Python-level `__dlpack__` protocol only, even
+/// for a producer that offers the C exchange API (for tests and benchmarks
+/// that compare the two).
+#[pyfunction]
+#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
+pub fn _from_dlpack_protocol(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    from_dlpack_protocol(py, obj, stream, copy)
+}
+
+fn from_dlpack_protocol(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     stream: Option<&Bound<'_, PyAny>>,

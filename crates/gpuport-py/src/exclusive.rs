@@ -29,6 +29,10 @@ use crate::errors;
 #[derive(Default)]
 struct Holder {
     thread: Option<ThreadId>,
+    /// Threads waiting in `lock` for the holder to let go: only then does
+    /// a release notify (the futex behind `Condvar::notify_one` is a system
+    /// call even when nobody waits, which every call on an array paid).
+    waiting: usize,
 }
 
 /// A value that one thread at a time may use (see the module docs).
@@ -89,9 +93,11 @@ impl<T: Send> Exclusive<T> {
         // Another thread holds it, maybe waiting for the GIL: wait without it.
         py.detach(|| {
             let mut h = self.holder();
+            h.waiting += 1;
             while h.thread.is_some() {
                 h = self.released.wait(h).unwrap_or_else(|p| p.into_inner());
             }
+            h.waiting -= 1;
             h.thread = Some(me);
         });
         Ok(ExclusiveGuard { owner: self })
@@ -126,7 +132,16 @@ impl<T> DerefMut for ExclusiveGuard<'_, T> {
 
 impl<T> Drop for ExclusiveGuard<'_, T> {
     fn drop(&mut self) {
-        self.owner.holder().thread = None;
-        self.owner.released.notify_one();
+        let waiting = {
+            let mut h = self.owner.holder();
+            h.thread = None;
+            h.waiting
+        };
+        // A waiter counted itself under the mutex before waiting, so it is
+        // seen here, and the condvar does not lose a notification given
+        // after it released the mutex to wait.
+        if waiting > 0 {
+            self.owner.released.notify_one();
+        }
     }
 }

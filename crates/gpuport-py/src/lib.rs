@@ -3,7 +3,9 @@
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
 //! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
 //! (MemArray over every dtype, rank 0..=8 and device), [`exchange`] (its
-//! DLPack export and import, array-interface dicts), [`context`]
+//! DLPack export and import, array-interface dicts), [`exchange_api`]
+//! (DLPack 1.3's C exchange API: `MemArray.__dlpack_c_exchange_api__` and
+//! its use by `from_dlpack`), [`context`]
 //! (`get_dlpack`'s context manager), [`exclusive`] (the lock that lets
 //! threads share one object), [`dlpack`] (capsules), [`cai`] (CUDA Array
 //! Interface; the layout of CAI, DLPack and buffer objects),
@@ -33,6 +35,7 @@ pub mod dlpack;
 pub mod dtype;
 pub mod errors;
 pub mod exchange;
+pub mod exchange_api;
 pub mod exclusive;
 pub mod graph;
 pub mod memory;
@@ -55,6 +58,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;
     m.add_function(wrap_pyfunction!(exchange::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange::_from_dlpack_protocol, m)?)?;
     m.add_function(wrap_pyfunction!(exchange::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_stats, m)?)?;
