@@ -464,7 +464,6 @@ impl PyPointer {
     }
 }
 
-
 // ---- DeviceArray -----------------------------------------------------------------
 
 /// An array-interface type string from one (``"<f4"``) or from a dtype

@@ -6,8 +6,8 @@
 //! recorded and the operands (held buffers, allocations, Python objects) are
 //! parked until the event completes; every runtime call prunes completed ones.
 
-use gpuport::dynamic::raw::{self, Side};
 use gpuport::backend::builtin;
+use gpuport::dynamic::raw::{self, Side};
 use gpuport::{AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
