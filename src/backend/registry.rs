@@ -372,8 +372,11 @@ mod tests {
             Error::LibraryNotFound { backend: BackendKind::Cuda, library: "libcuda", tried: "libcuda.so.1".into() };
         assert_eq!(
             status(BackendKind::Cuda, Err(missing)),
-            "cuda: unavailable: could not load libcuda (tried libcuda.so.1)"
+            "cuda: unavailable: could not load libcuda (tried libcuda.so.1); it comes with the NVIDIA driver, and the \
+             loader searches LD_LIBRARY_PATH"
         );
+        let hip = Error::LibraryNotFound { backend: BackendKind::Rocm, library: "libamdhip64", tried: "x".into() };
+        assert!(hip.to_string().contains("GPUPORT_HIP_LIBRARY=") && hip.to_string().contains("ROCM_PATH="), "{hip}");
         let none = Error::NoDevice { backend: BackendKind::Rocm, reason: "ROCm loaded, no device".into() };
         assert_eq!(status(BackendKind::Rocm, Err(none)), "rocm: unavailable: ROCm loaded, no device");
         assert_eq!(

@@ -96,7 +96,7 @@ pub enum Error {
     },
 
     /// A vendor library could not be loaded; the backend is unavailable.
-    #[error("{backend} is unavailable: could not load {library} (tried {tried})")]
+    #[error("{backend} is unavailable: could not load {library} (tried {tried}){}", library_hint(*backend))]
     LibraryNotFound {
         /// The backend that needs the library.
         backend: BackendKind,
@@ -290,6 +290,18 @@ pub enum GraphErrorKind {
     /// [`AnyCapture`](crate::dynamic::graph::AnyCapture)); the capture keeps
     /// running and can be ended on its own thread.
     WrongThread,
+}
+
+/// How to point gpuport at a vendor library it did not find.
+fn library_hint(backend: BackendKind) -> &'static str {
+    match backend {
+        BackendKind::Rocm => {
+            "; point gpuport at it with GPUPORT_HIP_LIBRARY=/path/to/libamdhip64.so, or ROCM_PATH=/path/to/rocm \
+             (its lib/ is searched first)"
+        }
+        BackendKind::Cuda => "; it comes with the NVIDIA driver, and the loader searches LD_LIBRARY_PATH",
+        BackendKind::Host => "",
+    }
 }
 
 impl Error {

@@ -15,6 +15,7 @@ GPU counterparts (torch, CuPy, Numba) are in test_gpu.py.
 """
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -106,6 +107,31 @@ def test_unavailable_device_names_no_cargo_flag(backend):
         gpuport.MemArray(3, device=f"{backend}:0")
     assert_pythonic(str(e.value))
     assert backend in str(e.value)
+
+
+def test_missing_hip_library_says_how_to_point_gpuport_at_it(tmp_path):
+    """With no HIP runtime where GPUPORT_HIP_LIBRARY points, rocm:0 raises
+    DeviceUnavailableError naming the library, what was tried, and the two
+    settings that point gpuport at it (a fresh process: backends load once)."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "libamdhip64.so"
+    code = (
+        "import gpuport\n"
+        "try:\n"
+        "    gpuport.MemArray(3, device='rocm:0')\n"
+        "except gpuport.DeviceUnavailableError as e:\n"
+        "    print(e)\n"
+        "else:\n"
+        "    print('NO ERROR')\n"
+    )
+    env = dict(os.environ, GPUPORT_HIP_LIBRARY=str(missing))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    msg = out.stdout + out.stderr
+    assert "libamdhip64" in msg and str(missing) in msg, msg
+    assert "GPUPORT_HIP_LIBRARY=" in msg and "ROCM_PATH=" in msg, msg
+    assert_pythonic(msg)
 
 
 def test_too_large_shape_speaks_python(device):
