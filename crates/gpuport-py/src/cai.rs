@@ -18,7 +18,7 @@ use pyo3::types::PyDict;
 use crate::array::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 use crate::device::{resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
-use crate::errors::{self, py_shape, IntoPyResult};
+use crate::errors::{self, py_shape, py_tuple, IntoPyResult};
 use crate::exchange::interface_dict;
 
 // ---- layouts ----------------------------------------------------------------------
@@ -69,14 +69,6 @@ pub fn layout(shape: &[usize], strides: Option<&[i64]>, itemsize: usize) -> Resu
     let c_order = compact(&mut (0..shape.len()).rev());
     let f_order = compact(&mut (0..shape.len()));
     Ok(Layout { bytes, c_order, f_order })
-}
-
-/// `(1, 2)` for a slice of ints.
-pub fn py_tuple(v: &[i64]) -> String {
-    match v {
-        [x] => format!("({x},)"),
-        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
-    }
 }
 
 /// Bytes per element of an array-interface type string such as `"<f4"`.
