@@ -8,10 +8,10 @@ use gpuport::dynamic::new_owned;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 
-use crate::array::PyMemArray;
 use crate::dtype::{unsupported_dlpack_dtype, DType};
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{import_producer, imported_from_producer};
+use crate::memarray::PyMemArray;
 
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's

@@ -15,11 +15,11 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::array::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 use crate::device::{resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
 use crate::errors::{self, py_shape, py_tuple, IntoPyResult};
 use crate::exchange::interface_dict;
+use crate::memarray::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 
 // ---- layouts ----------------------------------------------------------------------
 
@@ -238,7 +238,7 @@ pub fn from_cuda_array_interface(
     })?;
     let item = dtype.itemsize() as i64;
     let layout = desc.layout()?.unwrap_or(Layout { bytes: 0, c_order: true, f_order: true });
-    crate::array::check_extents(py, &shape, dtype.itemsize())?;
+    crate::memarray::check_extents(py, &shape, dtype.itemsize())?;
     let strides: Vec<i64> = match &desc.strides {
         Some(bytes) => {
             if bytes.iter().any(|b| b % item != 0) {

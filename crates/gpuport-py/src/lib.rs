@@ -2,7 +2,8 @@
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
 //! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
-//! (MemArray over every dtype, rank 0..=8 and device), [`exchange`] (its
+//! (MemArray over every dtype, rank 0..=8 and device; the type and its
+//! state in [`memarray`]), [`exchange`] (its
 //! DLPack export and import, array-interface dicts), [`asarray`]
 //! (`from_dlpack`, `asarray`), [`exchange_api`]
 //! (DLPack 1.3's C exchange API: `MemArray.__dlpack_c_exchange_api__` and
@@ -40,6 +41,7 @@ pub mod exchange;
 pub mod exchange_api;
 pub mod exclusive;
 pub mod graph;
+pub mod memarray;
 pub mod memory;
 pub mod runtime;
 
@@ -50,7 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyDevice>()?;
     m.add_class::<device::PyStream>()?;
     m.add_class::<device::PyEvent>()?;
-    m.add_class::<array::PyMemArray>()?;
+    m.add_class::<memarray::PyMemArray>()?;
     m.add_class::<context::DLPackContext>()?;
     m.add_class::<graph::PyGraph>()?;
     m.add_class::<graph::PyGraphCapture>()?;
