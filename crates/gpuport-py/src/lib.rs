@@ -1,7 +1,8 @@
 //! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.9+).
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
-//! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
+//! Layout: [`device`] (Device, Stream, Event, stream arguments; Stream's
+//! methods in [`stream`]), [`array`]
 //! (MemArray over every dtype, rank 0..=8 and device; the type and its
 //! state in [`memarray`]), [`exchange`] (its
 //! DLPack export and import, array-interface dicts), [`asarray`]
@@ -44,6 +45,7 @@ pub mod graph;
 pub mod memarray;
 pub mod memory;
 pub mod runtime;
+pub mod stream;
 
 /// The extension module.
 #[pymodule]
