@@ -43,8 +43,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::buffer::{Acquired, HeldBuffer};
-use crate::cai::{itemsize_of, layout, py_tuple, CaiDesc};
+use crate::cai::{itemsize_of, layout, CaiDesc};
 use crate::dlpack::{take_capsule, Producer};
+use crate::errors::py_tuple;
 
 // ---- allocations and the registry of live ones -----------------------------------
 

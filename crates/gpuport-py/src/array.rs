@@ -1,5 +1,6 @@
-//! The Python `MemArray`: a run-time dtype, rank and device over the Rust
-//! `MemArray<T, N, D>`, or a zero-copy import of another library's array.
+//! The Python `MemArray`'s methods: a run-time dtype, rank and device over
+//! the Rust `MemArray<T, N, D>`, or a zero-copy import of another library's
+//! array. The type and its state are in [`crate::memarray`].
 //!
 //! Dispatch: [`with_device!`] over the compiled-in backends, [`with_dtype!`]
 //! over every scalar `Element` type and [`with_rank!`] over ranks 0..=8 (the
@@ -8,58 +9,21 @@
 
 use std::sync::Arc;
 
-use gpuport::array::{Location, LockId, Residency, Transfer};
+use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
-pub use gpuport::dynamic::array::natural_of;
 use gpuport::dynamic::array::rank_error;
-pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
-use gpuport::{AnyDevice, BackendKind, Error};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::context::DLPackContext;
-use crate::device::{resolve_device, resolve_stream, spec, AnyStream, PyDevice};
+use crate::device::{resolve_device, resolve_stream, spec, PyDevice};
 use crate::dtype::{dtype_from_py, DType, MAX_RANK};
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
 };
-use crate::exclusive::{Exclusive, ExclusiveGuard};
-
-fn loc_name(l: Location) -> &'static str {
-    match l {
-        Location::Host => "host",
-        Location::Device => "device",
-    }
-}
-
-// ---- the Python class ---------------------------------------------------------------
-
-/// What never changes about an array: read without its lock.
-struct Meta {
-    dtype: DType,
-    shape: Vec<usize>,
-    device: AnyDevice,
-    imported: bool,
-    read_only: bool,
-}
-
-/// An N-dimensional array with a host copy and a device copy (`MemArray` in
-/// `docs/design.md`), or a zero-copy import of another library's array.
-///
-/// `frozen`, with its mutable state in an [`Exclusive`]: calls from several
-/// threads take turns (a waiting call releases the GIL), so no PyO3 borrow
-/// error or panic can reach Python and no call sees another's half-done work.
-#[pyclass(module = "gpuport._core", name = "MemArray", weakref, frozen)]
-pub struct PyMemArray {
-    meta: Meta,
-    st: Exclusive<AnyArray>,
-}
-
-/// The largest extent, element count or byte size gpuport's Python arrays
-/// take: DLPack describes shapes and strides as signed 64-bit integers.
-pub const MAX_EXTENT: u64 = i64::MAX as u64;
+use crate::memarray::{check_extents, new_owned, AnyArray, PyMemArray, MAX_EXTENT};
 
 /// The extents of a `MemArray(shape)` argument: an int or a sequence of ints,
 /// each from 0 to [`MAX_EXTENT`].
@@ -89,159 +53,7 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     Ok(out)
 }
 
-/// Checks that `shape` of `itemsize`-byte elements spans at most
-/// [`MAX_EXTENT`] bytes, zero extents counted as one (the row-major
-/// strides DLPack exports must fit in 64 signed bits too).
-pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResult<()> {
-    let span = shape
-        .iter()
-        .try_fold(itemsize.max(1) as u64, |acc, &e| acc.checked_mul((e as u64).max(1)))
-        .filter(|&b| b <= MAX_EXTENT);
-    match span {
-        Some(_) => Ok(()),
-        None => Err(errors::shape(
-            py,
-            format!(
-                "shape {} of {itemsize}-byte elements is too large: the product of the extents (zero extents \
-                 counted as one) times the element size must be at most {MAX_EXTENT} bytes",
-                crate::errors::py_shape(shape)
-            ),
-        )),
-    }
-}
-
-/// Moves `st`'s data so that the copy at `to` is current (`lock`: the
-/// get_dlpack block's id, if the caller holds it).
-fn move_storage(
-    py: Python<'_>,
-    st: &mut AnyArray,
-    to: Location,
-    s: &AnyStream,
-    async_copy: bool,
-    lock: Option<u64>,
-    call: &str,
-) -> PyResult<()> {
-    match st {
-        AnyArray::Owned(a) => {
-            let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
-            py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
-        }
-        AnyArray::Imported(f) => {
-            f.check_lock("move_memory", lock).py_err_in(py, call)?;
-            if f.location() == to || is_host_accessible(f.dl.device_type) {
-                Ok(())
-            } else {
-                Err(errors::residency(
-                    py,
-                    format!(
-                        "an imported array stays where its producer put it ({}); move_memory({:?}) is not possible",
-                        spec(&f.device),
-                        loc_name(to)
-                    ),
-                ))
-            }
-        }
-    }
-}
-
 impl PyMemArray {
-    fn with_storage(st: AnyArray) -> Self {
-        let meta = Meta {
-            dtype: st.dtype(),
-            shape: st.shape(),
-            device: st.device(),
-            imported: matches!(st, AnyArray::Imported(_)),
-            read_only: matches!(&st, AnyArray::Imported(f) if f.read_only),
-        };
-        PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
-    }
-
-    /// An owned array.
-    pub fn from_owned(a: Box<dyn DynArray>) -> Self {
-        Self::with_storage(AnyArray::Owned(a))
-    }
-
-    /// An imported array.
-    pub fn from_imported(f: ImportedArray) -> Self {
-        Self::with_storage(AnyArray::Imported(f))
-    }
-
-    /// The array's state, waiting (GIL released) while another thread uses it.
-    pub fn state(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, AnyArray>> {
-        self.st.lock(py)
-    }
-
-    /// The array's device.
-    pub fn any_device(&self) -> &AnyDevice {
-        &self.meta.device
-    }
-
-    /// Which copy a `move_memory`/`get_dlpack` target names.
-    pub fn target(&self, py: Python<'_>, device_type: &Bound<'_, PyAny>) -> PyResult<Location> {
-        let dev = &self.meta.device;
-        if let Ok(s) = device_type.extract::<String>() {
-            return match s.to_ascii_lowercase().as_str() {
-                "host" | "cpu" => Ok(Location::Host),
-                "device" => Ok(Location::Device),
-                other if other.starts_with(dev.backend().name()) && dev.backend() != BackendKind::Host => {
-                    Ok(Location::Device)
-                }
-                other => Err(PyValueError::new_err(format!(
-                    "unknown target {other:?}; use \"host\", \"device\" or a DLPack device type (the array is on {})",
-                    spec(dev)
-                ))),
-            };
-        }
-        let t: i32 = device_type.extract().map_err(|_| {
-            PyTypeError::new_err("device_type must be a DLPack device type (int), \"host\" or \"device\"")
-        })?;
-        let own = crate::device::device_dl(dev).0;
-        if t == DLDeviceType::CPU.0 as i32 || t == DLDeviceType::CUDA_HOST.0 as i32 {
-            Ok(Location::Host)
-        } else if t == own && dev.backend() != BackendKind::Host {
-            Ok(Location::Device)
-        } else {
-            Err(errors::unavailable(
-                py,
-                format!(
-                    "DLPack device type {t} is not where this array can live: it is on {} (device copy: DLPack type {own}, host copy: 1); use \"device\" for the device copy",
-                    spec(dev)
-                ),
-            ))
-        }
-    }
-
-    /// Checks a `device_id` argument against the array's device.
-    pub fn check_device_id(&self, py: Python<'_>, to: Location, device_id: Option<usize>) -> PyResult<()> {
-        let dev = &self.meta.device;
-        match device_id {
-            Some(id) if to == Location::Device && id != dev.info().ordinal => Err(errors::to_py(
-                py,
-                Error::DeviceMismatch {
-                    what: "device_id",
-                    expected: spec(dev),
-                    found: format!("{}:{id}", dev.backend()),
-                },
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Moves with the lock id `lock` (a get_dlpack block's), under the array's lock.
-    #[allow(clippy::too_many_arguments)]
-    pub fn move_locked(
-        &self,
-        py: Python<'_>,
-        to: Location,
-        s: &AnyStream,
-        async_copy: bool,
-        lock: Option<u64>,
-        call: &str,
-    ) -> PyResult<()> {
-        let mut st = self.state(py)?;
-        move_storage(py, &mut st, to, s, async_copy, lock, call)
-    }
-
     fn dlpack_device_impl(&self, py: Python<'_>, prefer: Option<Location>) -> PyResult<(i32, i32)> {
         let st = self.state(py)?;
         Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))

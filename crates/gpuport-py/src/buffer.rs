@@ -131,8 +131,8 @@ fn strided_layout(obj: &Bound<'_, PyAny>) -> Option<String> {
     };
     let desc = format!(
         "shape {}, strides {} bytes",
-        crate::cai::py_tuple(&read(view.shape)),
-        crate::cai::py_tuple(&read(view.strides))
+        crate::errors::py_tuple(&read(view.shape)),
+        crate::errors::py_tuple(&read(view.strides))
     );
     // SAFETY: filled by the successful call above; released once.
     unsafe { PyBuffer_Release(&mut *view) };

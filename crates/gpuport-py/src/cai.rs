@@ -15,11 +15,11 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::array::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 use crate::device::{resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
-use crate::errors::{self, py_shape, IntoPyResult};
+use crate::errors::{self, py_shape, py_tuple, IntoPyResult};
 use crate::exchange::interface_dict;
+use crate::memarray::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 
 // ---- layouts ----------------------------------------------------------------------
 
@@ -69,14 +69,6 @@ pub fn layout(shape: &[usize], strides: Option<&[i64]>, itemsize: usize) -> Resu
     let c_order = compact(&mut (0..shape.len()).rev());
     let f_order = compact(&mut (0..shape.len()));
     Ok(Layout { bytes, c_order, f_order })
-}
-
-/// `(1, 2)` for a slice of ints.
-pub fn py_tuple(v: &[i64]) -> String {
-    match v {
-        [x] => format!("({x},)"),
-        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
-    }
 }
 
 /// Bytes per element of an array-interface type string such as `"<f4"`.
@@ -246,7 +238,7 @@ pub fn from_cuda_array_interface(
     })?;
     let item = dtype.itemsize() as i64;
     let layout = desc.layout()?.unwrap_or(Layout { bytes: 0, c_order: true, f_order: true });
-    crate::array::check_extents(py, &shape, dtype.itemsize())?;
+    crate::memarray::check_extents(py, &shape, dtype.itemsize())?;
     let strides: Vec<i64> = match &desc.strides {
         Some(bytes) => {
             if bytes.iter().any(|b| b % item != 0) {

@@ -16,10 +16,10 @@ use gpuport::array::Location;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::array::PyMemArray;
 use crate::device::AnyStream;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{parse_dl_device, parse_version, ExportRequest};
+use crate::memarray::PyMemArray;
 
 const FRESH: u8 = 0;
 const ENTERED: u8 = 1;
@@ -111,12 +111,12 @@ impl DLPackContext {
         if let Some((to, s)) = &me.prefer {
             // Another thread may have moved the array since get_dlpack(): move it again, now locked.
             let moved = match &mut *st {
-                crate::array::AnyArray::Owned(a) => py
+                crate::memarray::AnyArray::Owned(a) => py
                     .detach(|| {
                         a.move_to(*to, s, gpuport::array::Transfer::Sync, Some(gpuport::array::LockId(me.lock_id)))
                     })
                     .py_err_in(py, "get_dlpack"),
-                crate::array::AnyArray::Imported(_) => Ok(()),
+                crate::memarray::AnyArray::Imported(_) => Ok(()),
             };
             if let Err(e) = moved {
                 st.exit();

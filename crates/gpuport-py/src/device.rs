@@ -1,4 +1,5 @@
 //! `Device`, `Stream` and `Event`, and how Python objects name streams.
+//! `Stream`'s Python methods are in [`crate::stream`].
 
 use std::sync::OnceLock;
 
@@ -227,7 +228,7 @@ impl PyDevice {
 pub struct PyStream {
     pub inner: AnyStream,
     /// The foreign stream object, kept alive while this handle is.
-    owner: Option<Py<PyAny>>,
+    pub(crate) owner: Option<Py<PyAny>>,
 }
 
 impl PyStream {
@@ -239,94 +240,6 @@ impl PyStream {
     /// `inner`, keeping `owner` (a foreign stream object) alive with it.
     pub fn wrap(inner: AnyStream, owner: Option<Py<PyAny>>) -> Self {
         PyStream { inner, owner }
-    }
-}
-
-#[pymethods]
-impl PyStream {
-    /// A new stream on `device` (default: the default device).
-    #[new]
-    #[pyo3(signature = (device=None))]
-    fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let dev = resolve_device(py, device)?;
-        Ok(PyStream { inner: AnyStream::create(&dev).py_err(py)?, owner: None })
-    }
-
-    /// Wraps a stream another library owns (a PyTorch or CuPy stream, a
-    /// cuda-python stream, an object with `__cuda_stream__`, or an int
-    /// handle) without synchronizing; the object is kept alive.
-    #[staticmethod]
-    #[pyo3(signature = (stream, device=None))]
-    fn external(py: Python<'_>, stream: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let dev = resolve_device(py, device)?;
-        let handle = foreign_handle(stream)?;
-        let inner = stream_from_handle(py, &dev, handle)?;
-        Ok(PyStream { inner, owner: Some(stream.clone().unbind()) })
-    }
-
-    /// The stream's device.
-    #[getter]
-    fn device(&self) -> PyDevice {
-        PyDevice(self.inner.device())
-    }
-
-    /// The native handle (`CUstream` as an int; 0 on the host backend).
-    #[getter]
-    fn handle(&self) -> usize {
-        self.inner.handle()
-    }
-
-    /// Whether the stream is a foreign one wrapped by `Stream.external`.
-    #[getter]
-    fn is_external(&self) -> bool {
-        self.owner.is_some()
-    }
-
-    fn __int__(&self) -> usize {
-        self.inner.handle()
-    }
-
-    /// The cuda.core stream protocol: `(0, handle)` for CUDA streams.
-    fn __cuda_stream__(&self) -> PyResult<(i32, usize)> {
-        match self.inner.device().backend() {
-            BackendKind::Cuda => Ok((0, self.inner.handle())),
-            b => Err(PyTypeError::new_err(format!("a {b} stream is not a CUDA stream"))),
-        }
-    }
-
-    /// Blocks until the stream's work is done.
-    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.inner.synchronize()).py_err_in(py, "Stream.synchronize")
-    }
-
-    /// A context manager that captures the work enqueued on this stream
-    /// into a new `Graph`: `with s.capture() as g: ...`, then `g.replay()`.
-    /// `mode` as for `Graph.capture`.
-    #[pyo3(signature = (mode="global"))]
-    fn capture(slf: &Bound<'_, Self>, mode: &str) -> PyResult<crate::graph::PyGraphCapture> {
-        let py = slf.py();
-        crate::graph::graph_capture(py, Some(slf.as_any()), mode, None)
-    }
-
-    /// Whether the stream is capturing into a graph (gpuport's capture or,
-    /// for a foreign stream, another library's).
-    #[getter]
-    fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
-        self.inner.capture_status().map(|s| s.is_capturing()).py_err(py)
-    }
-
-    /// Records an event at the current end of the stream.
-    fn record_event(&self, py: Python<'_>) -> PyResult<PyEvent> {
-        Ok(PyEvent(self.inner.record().py_err(py)?))
-    }
-
-    /// Makes later work on this stream wait for `event`, without blocking the host.
-    fn wait_event(&self, py: Python<'_>, event: PyRef<'_, PyEvent>) -> PyResult<()> {
-        self.inner.wait(&event.0).py_err(py)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Stream({}, handle={:#x})", spec(&self.inner.device()), self.inner.handle())
     }
 }
 

@@ -319,6 +319,14 @@ pub fn py_shape(shape: &[usize]) -> String {
     }
 }
 
+/// `(1, 2)` for a slice of ints.
+pub fn py_tuple(v: &[i64]) -> String {
+    match v {
+        [x] => format!("({x},)"),
+        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
 /// The Python name of an array operation the Rust core names.
 fn py_op(op: &str) -> &str {
     match op {
@@ -342,7 +350,7 @@ pub fn message(e: &Error, call: Option<&str>) -> String {
     use gpuport::dlpack::DLPackError;
     const MAX: u64 = i64::MAX as u64;
     let py_op = |op: &'static str| call.unwrap_or(py_op(op)).to_string();
-    let tuple = |v: &[i64]| crate::cai::py_tuple(v);
+    let tuple = |v: &[i64]| py_tuple(v);
     match e {
         Error::Lock(LockError::Locked { op, held }) => format!(
             "{}: the array is locked by a `with array.get_dlpack()` block (lock id {held}), in this thread or \
@@ -394,7 +402,7 @@ pub fn message(e: &Error, call: Option<&str>) -> String {
             format!(
                 "strided layout with extents {} and strides {} {reason}",
                 py_shape(extents),
-                crate::cai::py_tuple(&strides)
+                py_tuple(&strides)
             )
         }
         Error::OutOfBounds { what, offset, len, capacity } => {

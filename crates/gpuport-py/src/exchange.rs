@@ -1,22 +1,22 @@
-//! DLPack and array interfaces of a [`PyMemArray`]'s storage: exporting
+//! DLPack and array interfaces of a `MemArray`'s storage: exporting
 //! (`__dlpack__` following the array API standard, the interface dicts) and
-//! importing (`from_dlpack`, `asarray`).
+//! importing (the producer's capsule; `from_dlpack` and `asarray` in
+//! [`crate::asarray`]).
 //!
 //! A writable export hands out the address of one copy (host or device) and
 //! makes that copy the only current one, so whatever the consumer writes
 //! there is what the array's next read sees (the other copy is refreshed
 //! from it). Read-only exports leave both copies current.
 
-use gpuport::dlpack::{is_host_accessible, DLDevice, DLDeviceType};
+use gpuport::dlpack::{DLDevice, DLDeviceType};
 pub use gpuport::dynamic::exchange::dl_pair;
 pub use gpuport::dynamic::exchange::ExportRequest;
 use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer};
-use gpuport::dynamic::{device_for_dl, new_owned, ImportedArray};
+use gpuport::dynamic::{device_for_dl, AnyArray, ImportedArray};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::array::{AnyArray, PyMemArray};
 use crate::device::{is_cuda_dl, resolve_stream};
 use crate::dlpack::{make_capsule, take_capsule, Producer};
 use crate::dtype::{unsupported_dlpack_dtype, DType};
@@ -187,86 +187,4 @@ pub fn interface_dict<'py>(
         d.set_item("stream", s)?;
     }
     Ok(d)
-}
-
-/// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
-/// MemArray, or a capsule) without a copy. The result keeps the producer's
-/// memory alive; the producer's deleter runs once when it goes.
-///
-/// With `copy=None`, a producer whose type offers DLPack 1.3's C exchange
-/// API (`type(obj).__dlpack_c_exchange_api__`, a table of a known major
-/// version with the functions a consumer needs) is imported through it,
-/// with no Python call; any other producer through `__dlpack__`.
-#[pyfunction]
-#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
-pub fn from_dlpack(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
-) -> PyResult<PyMemArray> {
-    if copy.is_none() && !obj.is_instance_of::<pyo3::types::PyCapsule>() {
-        if let Some(p) = crate::exchange_api::import_through_table(py, obj, stream)? {
-            return Ok(PyMemArray::from_imported(imported_from_producer(py, p)?));
-        }
-    }
-    from_dlpack_protocol(py, obj, stream, copy)
-}
-
-/// `from_dlpack` through the Python-level `__dlpack__` protocol only, even
-/// for a producer that offers the C exchange API (for tests and benchmarks
-/// that compare the two).
-#[pyfunction]
-#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
-pub fn _from_dlpack_protocol(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
-) -> PyResult<PyMemArray> {
-    from_dlpack_protocol(py, obj, stream, copy)
-}
-
-fn from_dlpack_protocol(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
-) -> PyResult<PyMemArray> {
-    if copy == Some(true) {
-        // An owned copy: import, then copy into a new host-backend array.
-        let p = import_producer(py, obj, stream, None)?;
-        let t = &p.0;
-        if !is_host_accessible(t.device().device_type) {
-            return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
-        }
-        let dtype =
-            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        let host = py.detach(|| gpuport::open("host")).py_err(py)?;
-        let mut a = py.detach(|| new_owned(&host, dtype, &shape)).py_err(py)?;
-        py.detach(|| a.read_imported(p.tensor(), None)).py_err(py)?;
-        return Ok(PyMemArray::from_owned(a));
-    }
-    let p = import_producer(py, obj, stream, copy)?;
-    Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
-}
-
-/// A MemArray from anything array-like: a MemArray (returned as is), a DLPack
-/// producer (zero-copy), a CUDA Array Interface producer (zero-copy), or any
-/// other object NumPy can convert (copied).
-#[pyfunction]
-#[pyo3(signature = (obj, /, *, device=None))]
-pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-    if obj.is_instance_of::<PyMemArray>() {
-        return Ok(obj.clone().unbind());
-    }
-    if obj.hasattr("__dlpack__")? {
-        return Ok(Bound::new(py, from_dlpack(py, obj, None, None)?)?.into_any().unbind());
-    }
-    if obj.hasattr("__cuda_array_interface__")? {
-        return Ok(Bound::new(py, crate::cai::from_cuda_array_interface(py, obj, device)?)?.into_any().unbind());
-    }
-    let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
-    Ok(Bound::new(py, from_dlpack(py, &arr, None, None)?)?.into_any().unbind())
 }

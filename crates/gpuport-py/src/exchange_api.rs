@@ -45,11 +45,11 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::array::{AnyArray, PyMemArray};
 use crate::device::resolve_stream;
 use crate::dlpack::{count_table_export, count_table_import, take_versioned, track, Producer};
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{device_of, imported_from_producer};
+use crate::memarray::{AnyArray, PyMemArray};
 
 /// gpuport's table, one for the whole process as the header requires.
 /// `header.version` is 1.3, the header version that defines this table.

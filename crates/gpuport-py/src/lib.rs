@@ -1,9 +1,12 @@
 //! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.9+).
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
-//! Layout: [`device`] (Device, Stream, Event, stream arguments), [`array`]
-//! (MemArray over every dtype, rank 0..=8 and device), [`exchange`] (its
-//! DLPack export and import, array-interface dicts), [`exchange_api`]
+//! Layout: [`device`] (Device, Stream, Event, stream arguments; Stream's
+//! methods in [`stream`]), [`array`]
+//! (MemArray over every dtype, rank 0..=8 and device; the type and its
+//! state in [`memarray`]), [`exchange`] (its
+//! DLPack export and import, array-interface dicts), [`asarray`]
+//! (`from_dlpack`, `asarray`), [`exchange_api`]
 //! (DLPack 1.3's C exchange API: `MemArray.__dlpack_c_exchange_api__` and
 //! its use by `from_dlpack`), [`context`]
 //! (`get_dlpack`'s context manager), [`exclusive`] (the lock that lets
@@ -27,6 +30,7 @@ use pyo3::prelude::*;
 pub mod adapters;
 pub mod arglists;
 pub mod array;
+pub mod asarray;
 pub mod buffer;
 pub mod cai;
 pub mod context;
@@ -38,8 +42,10 @@ pub mod exchange;
 pub mod exchange_api;
 pub mod exclusive;
 pub mod graph;
+pub mod memarray;
 pub mod memory;
 pub mod runtime;
+pub mod stream;
 
 /// The extension module.
 #[pymodule]
@@ -48,7 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyDevice>()?;
     m.add_class::<device::PyStream>()?;
     m.add_class::<device::PyEvent>()?;
-    m.add_class::<array::PyMemArray>()?;
+    m.add_class::<memarray::PyMemArray>()?;
     m.add_class::<context::DLPackContext>()?;
     m.add_class::<graph::PyGraph>()?;
     m.add_class::<graph::PyGraphCapture>()?;
@@ -57,9 +63,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;
-    m.add_function(wrap_pyfunction!(exchange::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(exchange::_from_dlpack_protocol, m)?)?;
-    m.add_function(wrap_pyfunction!(exchange::asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::_from_dlpack_protocol, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_stats, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_samples, m)?)?;

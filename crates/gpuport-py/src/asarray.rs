@@ -1,0 +1,96 @@
+//! `from_dlpack` and `asarray`: a MemArray from another library's array,
+//! through DLPack 1.3's C exchange API ([`crate::exchange_api`]), the
+//! `__dlpack__` protocol ([`crate::exchange`]) or the CUDA Array Interface
+//! ([`crate::cai`]).
+
+use gpuport::dlpack::is_host_accessible;
+use gpuport::dynamic::new_owned;
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+
+use crate::dtype::{unsupported_dlpack_dtype, DType};
+use crate::errors::{self, IntoPyResult};
+use crate::exchange::{import_producer, imported_from_producer};
+use crate::memarray::PyMemArray;
+
+/// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
+/// MemArray, or a capsule) without a copy. The result keeps the producer's
+/// memory alive; the producer's deleter runs once when it goes.
+///
+/// With `copy=None`, a producer whose type offers DLPack 1.3's C exchange
+/// API (`type(obj).__dlpack_c_exchange_api__`, a table of a known major
+/// version with the functions a consumer needs) is imported through it,
+/// with no Python call; any other producer through `__dlpack__`.
+#[pyfunction]
+#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
+pub fn from_dlpack(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    if copy.is_none() && !obj.is_instance_of::<pyo3::types::PyCapsule>() {
+        if let Some(p) = crate::exchange_api::import_through_table(py, obj, stream)? {
+            return Ok(PyMemArray::from_imported(imported_from_producer(py, p)?));
+        }
+    }
+    from_dlpack_protocol(py, obj, stream, copy)
+}
+
+/// `from_dlpack` through the Python-level `__dlpack__` protocol only, even
+/// for a producer that offers the C exchange API (for tests and benchmarks
+/// that compare the two).
+#[pyfunction]
+#[pyo3(signature = (obj, /, *, stream=None, copy=None))]
+pub fn _from_dlpack_protocol(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    from_dlpack_protocol(py, obj, stream, copy)
+}
+
+fn from_dlpack_protocol(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<PyMemArray> {
+    if copy == Some(true) {
+        // An owned copy: import, then copy into a new host-backend array.
+        let p = import_producer(py, obj, stream, None)?;
+        let t = &p.0;
+        if !is_host_accessible(t.device().device_type) {
+            return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
+        }
+        let dtype =
+            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
+        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
+        let host = py.detach(|| gpuport::open("host")).py_err(py)?;
+        let mut a = py.detach(|| new_owned(&host, dtype, &shape)).py_err(py)?;
+        py.detach(|| a.read_imported(p.tensor(), None)).py_err(py)?;
+        return Ok(PyMemArray::from_owned(a));
+    }
+    let p = import_producer(py, obj, stream, copy)?;
+    Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
+}
+
+/// A MemArray from anything array-like: a MemArray (returned as is), a DLPack
+/// producer (zero-copy), a CUDA Array Interface producer (zero-copy), or any
+/// other object NumPy can convert (copied).
+#[pyfunction]
+#[pyo3(signature = (obj, /, *, device=None))]
+pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    if obj.is_instance_of::<PyMemArray>() {
+        return Ok(obj.clone().unbind());
+    }
+    if obj.hasattr("__dlpack__")? {
+        return Ok(Bound::new(py, from_dlpack(py, obj, None, None)?)?.into_any().unbind());
+    }
+    if obj.hasattr("__cuda_array_interface__")? {
+        return Ok(Bound::new(py, crate::cai::from_cuda_array_interface(py, obj, device)?)?.into_any().unbind());
+    }
+    let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
+    Ok(Bound::new(py, from_dlpack(py, &arr, None, None)?)?.into_any().unbind())
+}
