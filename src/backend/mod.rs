@@ -399,7 +399,7 @@ impl_kernel_arg!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize, f32, f64);
 /// assert_eq!(args.len(), 2);
 /// assert_eq!(args.get::<u32>(0), Some(42));
 /// ```
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct KernelArgs {
     /// Argument bytes; each argument starts at a 16-byte aligned offset so a
     /// pointer into it is aligned for any kernel parameter type.
@@ -408,6 +408,24 @@ pub struct KernelArgs {
     spans: Vec<(usize, usize)>,
     /// Owners of the buffers the arguments name (see [`push_buffer`](Self::push_buffer)).
     owners: Vec<Owner>,
+}
+
+impl Clone for KernelArgs {
+    /// Every host launch clones its arguments into the queued task, and
+    /// most lists have no owners (nothing pushed with `push_buffer`), some
+    /// no arguments at all: an empty vector is made new, without
+    /// `Vec::clone`'s size arithmetic.
+    #[inline]
+    fn clone(&self) -> Self {
+        fn copy<T: Clone>(v: &[T]) -> Vec<T> {
+            if v.is_empty() {
+                Vec::new()
+            } else {
+                v.to_vec()
+            }
+        }
+        KernelArgs { words: copy(&self.words), spans: copy(&self.spans), owners: copy(&self.owners) }
+    }
 }
 
 impl KernelArgs {

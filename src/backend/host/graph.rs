@@ -131,11 +131,17 @@ impl CaptureStream<Host> for HostStream {
         }
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         *capture = Some(HostCapture { id, nodes: Vec::new(), invalidated: None });
+        // Under the lock, with the slot (see `HostStream::capture_slot`).
+        self.inner.capturing.store(true, Ordering::Release);
         Ok(())
     }
 
     fn end_capture(&self) -> Result<HostGraph> {
-        let capture = self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let capture = {
+            let mut slot = self.inner.capture.lock().unwrap_or_else(|p| p.into_inner());
+            self.inner.capturing.store(false, Ordering::Release);
+            slot.take()
+        };
         let Some(capture) = capture else {
             return Err(graph_error(
                 BackendKind::Host,
@@ -150,8 +156,10 @@ impl CaptureStream<Host> for HostStream {
         Ok(HostGraph { nodes: capture.nodes.into() })
     }
 
+    #[inline]
     fn capture_status(&self) -> Result<CaptureStatus> {
-        Ok(match self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let Some(slot) = self.capture_slot() else { return Ok(CaptureStatus::None) };
+        Ok(match slot.as_ref() {
             None => CaptureStatus::None,
             Some(c) if c.invalidated.is_some() => CaptureStatus::Invalidated,
             Some(_) => CaptureStatus::Active,

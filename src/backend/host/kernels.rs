@@ -169,7 +169,7 @@ fn copy_strided<const BYTES: usize, const N: usize>(args: &KernelArgs, _: Launch
 macro_rules! entry {
     ($name:expr, $func:expr, [$($param:expr),*]) => {{
         const PARAMS: &[usize] = &[$($param),*];
-        ($name, HostKernelDef { func: $func, params: PARAMS })
+        ($name, HostKernelDef { name: $name, func: $func, params: PARAMS })
     }};
 }
 

@@ -21,8 +21,9 @@ use std::alloc::Layout;
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -193,6 +194,8 @@ struct StreamInner {
     id: u64,
     /// The capture running on this stream, if any: enqueued work goes to it.
     capture: Mutex<Option<HostCapture>>,
+    /// Whether `capture` holds a capture; see [`HostStream::capture_slot`].
+    capturing: AtomicBool,
 }
 
 impl Drop for StreamInner {
@@ -252,6 +255,7 @@ impl HostStream {
                 worker: Mutex::new(Some(worker)),
                 id,
                 capture: Mutex::new(None),
+                capturing: AtomicBool::new(false),
             }),
         })
     }
@@ -259,8 +263,10 @@ impl HostStream {
     /// Queues `task` behind everything already on this stream, or, while
     /// the stream captures, adds it to the capture as a node of `kind`.
     fn enqueue(&self, kind: NodeKind, task: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        if let Some(capture) = self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            return capture.push(kind, Arc::new(task));
+        if let Some(mut slot) = self.capture_slot() {
+            if let Some(capture) = slot.as_mut() {
+                return capture.push(kind, Arc::new(task));
+            }
         }
         let pending = &self.inner.pending;
         pending.state.lock().unwrap_or_else(|p| p.into_inner()).queued += 1;
@@ -273,9 +279,32 @@ impl HostStream {
         Ok(())
     }
 
+    /// The stream's capture slot, locked; `None`, without taking the lock,
+    /// when no capture runs (every operation asks, so a stream that never
+    /// captures pays one atomic load, not a lock, per operation).
+    ///
+    /// `capturing` changes only under the slot's lock, with the slot
+    /// (`begin_capture` sets both, `end_capture` clears both), and is read
+    /// here without it. A read that sees `true` takes the lock and answers
+    /// from the slot itself. A read that sees `false` answers "no capture"
+    /// without looking: a `begin_capture` whose store it missed does not
+    /// happen before it (if it did, the read would see the store, or a later
+    /// one), so the two race, and the answer is the one the lock would give
+    /// had this call taken it first. So every caller gets an answer it
+    /// could have got with the lock, and a caller ordered after a
+    /// `begin_capture` (the same thread, or synchronized with it) always
+    /// sees that capture.
+    #[inline]
+    fn capture_slot(&self) -> Option<MutexGuard<'_, Option<HostCapture>>> {
+        if !self.inner.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Whether the stream is capturing, and if so the capture's id.
     fn capture_id(&self) -> Option<u64> {
-        self.inner.capture.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.id)
+        self.capture_slot()?.as_ref().map(|c| c.id)
     }
 
     /// [`GraphErrorKind::SynchronousCall`] for `op` while the stream captures.
@@ -340,9 +369,10 @@ impl HostEvent {
 /// A built-in kernel implemented in Rust: runs the whole grid on the worker.
 pub(crate) type HostKernelFn = fn(&KernelArgs, LaunchConfig) -> std::result::Result<(), String>;
 
-/// A built-in kernel: its implementation and parameter sizes in bytes.
+/// A built-in kernel: its name, implementation and parameter sizes in bytes.
 #[derive(Clone, Copy)]
 pub(crate) struct HostKernelDef {
+    pub(crate) name: &'static str,
     pub(crate) func: HostKernelFn,
     pub(crate) params: &'static [usize],
 }
@@ -361,13 +391,13 @@ impl fmt::Debug for HostModule {
 /// A host kernel.
 #[derive(Clone)]
 pub struct HostKernel {
-    name: &'static str,
-    def: HostKernelDef,
+    /// The built-in table's entry (which lives as long as the process).
+    def: &'static HostKernelDef,
 }
 
 impl fmt::Debug for HostKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "HostKernel({})", self.name)
+        write!(f, "HostKernel({})", self.def.name)
     }
 }
 
@@ -414,11 +444,11 @@ pub(crate) fn builtin_params(name: &str) -> Option<&'static [usize]> {
 fn builtin_table() -> &'static HashMap<&'static str, HostKernelDef> {
     static TABLE: OnceLock<HashMap<&'static str, HostKernelDef>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let def = |func, params| HostKernelDef { func, params };
+        let def = |name, func, params| (name, HostKernelDef { name, func, params });
         let runtime: [(&'static str, HostKernelDef); 3] = [
-            (builtin::EMPTY, def(kernel_empty, &[])),
-            (builtin::SLEEP_NS, def(kernel_sleep_ns, &[8])),
-            (builtin::FILL_U32, def(kernel_fill_u32, &[8, 8, 4])),
+            def(builtin::EMPTY, kernel_empty, &[]),
+            def(builtin::SLEEP_NS, kernel_sleep_ns, &[8]),
+            def(builtin::FILL_U32, kernel_fill_u32, &[8, 8, 4]),
         ];
         runtime.into_iter().chain(kernels::array_kernels()).collect()
     })
@@ -755,8 +785,8 @@ impl Device for HostDevice {
     }
 
     fn kernel(&self, module: &HostModule, name: &str) -> Result<HostKernel> {
-        match module.kernels.get_key_value(name) {
-            Some((&name, &def)) => Ok(HostKernel { name, def }),
+        match module.kernels.get(name) {
+            Some(def) => Ok(HostKernel { def }),
             None => {
                 let mut names: Vec<_> = module.kernels.keys().copied().collect();
                 names.sort_unstable();
@@ -776,15 +806,25 @@ impl Device for HostDevice {
         args: &KernelArgs,
         stream: &HostStream,
     ) -> Result<()> {
-        check_kernel_args(kernel.name, kernel.def.params, args)?;
+        let def = kernel.def;
+        check_kernel_args(def.name, def.params, args)?;
         config.validate(&self.info.limits)?;
-        let (func, name, args) = (kernel.def.func, kernel.name, args.clone());
-        stream.enqueue(NodeKind::Kernel(name), move || {
-            if let Err(msg) = func(&args, config) {
+        let args = args.clone();
+        let task = move || {
+            if let Err(msg) = (def.func)(&args, config) {
                 // Reported by the stream's next synchronize, like a GPU fault.
-                panic!("kernel {name}: {msg}");
+                panic!("kernel {}: {msg}", def.name);
             }
-        })
+        };
+        // Every launch boxes the closure for the worker, so its size is paid
+        // in malloc and free each time. It holds the table entry by
+        // reference (one pointer for name and function): 112 bytes, within
+        // glibc's fast bins (requests up to 120 bytes). Holding the name and
+        // the function apart made it 128 bytes, and cost about 100 more
+        // instructions per launch in malloc and 65 in the worker's free
+        // (callgrind, benches/runtime.rs launch_empty on the host).
+        debug_assert!(std::mem::size_of_val(&task) <= 120, "the launch closure outgrew malloc's fast bins");
+        stream.enqueue(NodeKind::Kernel(def.name), task)
     }
 }
 
