@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::io::Write;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +31,9 @@ struct Deferred<B: Backend> {
 
 struct AllocatorInner<B: Backend> {
     resource: Arc<dyn MemoryResource<B>>,
+    /// The ordinal of the resource's device (the same on every call: the
+    /// resource's contract), read once.
+    ordinal: usize,
     /// Live [`DeferCleanup`] guards.
     defer_depth: AtomicUsize,
     deferred: Mutex<Vec<Deferred<B>>>,
@@ -107,6 +111,7 @@ impl<B: Backend> Allocator<B> {
     pub fn from_arc(resource: Arc<dyn MemoryResource<B>>) -> Self {
         Allocator {
             inner: Arc::new(AllocatorInner {
+                ordinal: resource.device().info().ordinal,
                 resource,
                 defer_depth: AtomicUsize::new(0),
                 deferred: Mutex::new(Vec::new()),
@@ -135,32 +140,35 @@ impl<B: Backend> Allocator<B> {
     pub fn alloc(&self, bytes: usize, stream: &Stream<B>) -> Result<DeviceAllocation<B>> {
         let resource = &self.inner.resource;
         let block = resource.allocate(bytes, stream)?;
-        let device = self.device();
-        let ordinal = device.info().ordinal;
-        let problem = if block.len() < bytes {
-            Some(format!("asked for {bytes} bytes, it returned a block of {}", block.len()))
-        } else if block.ordinal() != ordinal {
-            Some(format!("asked for memory of device {ordinal}, it returned a block of device {}", block.ordinal()))
-        } else if block.ptr().checked_add(block.len() as u64).is_none() {
-            Some(format!("its block {:#x} + {} bytes wraps around the address space", block.ptr(), block.len()))
-        } else {
-            None
-        };
-        if let Some(reason) = problem {
-            let name = resource.name();
-            let _ = resource.deallocate(block, stream, Vec::new());
-            return Err(MemoryError::ContractViolation { resource: name, reason }.into());
+        let ordinal = self.inner.ordinal;
+        if block.len() < bytes || block.ordinal() != ordinal || block.ptr().checked_add(block.len() as u64).is_none() {
+            return Err(self.refuse_block(block, bytes, ordinal, stream));
         }
         Ok(DeviceAllocation {
-            ptr: block.ptr(),
+            block: ManuallyDrop::new(block),
             len: bytes,
-            ordinal,
-            stream_id: device.stream_id(stream),
-            block: Some(block),
             stream: stream.clone(),
             uses: Mutex::new(Vec::new()),
             owner: self.inner.clone(),
         })
+    }
+
+    /// [`alloc`](Self::alloc)'s answer to a block that breaks the resource's
+    /// contract: the block goes back, and the error says what was wrong.
+    #[cold]
+    #[inline(never)]
+    fn refuse_block(&self, block: Block<B>, bytes: usize, ordinal: usize, stream: &Stream<B>) -> Error {
+        let resource = &self.inner.resource;
+        let reason = if block.len() < bytes {
+            format!("asked for {bytes} bytes, it returned a block of {}", block.len())
+        } else if block.ordinal() != ordinal {
+            format!("asked for memory of device {ordinal}, it returned a block of device {}", block.ordinal())
+        } else {
+            format!("its block {:#x} + {} bytes wraps around the address space", block.ptr(), block.len())
+        };
+        let name = resource.name();
+        let _ = resource.deallocate(block, stream, Vec::new());
+        MemoryError::ContractViolation { resource: name, reason }.into()
     }
 
     /// Allocates pinned host memory (NBEP 7 `memhostalloc`).
@@ -192,10 +200,7 @@ impl<B: Backend> Allocator<B> {
                 reason: "it was allocated through another resource; export it through that one".into(),
             });
         }
-        match &allocation.block {
-            Some(block) => self.inner.resource.ipc_export(block),
-            None => Err(Error::InvalidArgument { name: "allocation", reason: "already freed".into() }),
-        }
+        self.inner.resource.ipc_export(&allocation.block)
     }
 
     /// Returns every cached byte to the driver (NBEP 7 `reset`); live
@@ -276,17 +281,18 @@ impl<B: Backend> Drop for DeferCleanup<B> {
 
 /// Device memory from an [`Allocator`]; goes back to its resource when dropped.
 ///
-/// Invariants: `block` is `Some` until drop; `ptr`/`len` are the block's.
+/// Invariants: `block` is there until drop; `len <= block.len()`.
 /// The allocation belongs to the stream it was allocated on: pass it directly
 /// to work on that stream. For work on another stream, borrow it through
 /// [`use_on`](Self::use_on), which records that use so the memory is not
 /// reused before it completes.
 pub struct DeviceAllocation<B: Backend> {
-    ptr: u64,
+    /// The resource's block: its address and device are the allocation's.
+    /// Taken out only in `drop`. (Not an `Option`, and nothing kept twice,
+    /// so that the allocation stays small enough to move without a call.)
+    block: ManuallyDrop<Block<B>>,
+    /// Bytes requested (the block may be longer).
     len: usize,
-    ordinal: usize,
-    stream_id: Option<u64>,
-    block: Option<Block<B>>,
     stream: Stream<B>,
     /// Events recorded after uses on other streams, with those streams' ids:
     /// at most one per stream that has an id.
@@ -296,7 +302,7 @@ pub struct DeviceAllocation<B: Backend> {
 
 impl<B: Backend> fmt::Debug for DeviceAllocation<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeviceAllocation({:#x}, {} bytes, {:?})", self.ptr, self.len, self.stream)
+        write!(f, "DeviceAllocation({:#x}, {} bytes, {:?})", self.block.ptr(), self.len, self.stream)
     }
 }
 
@@ -318,7 +324,7 @@ impl<B: Backend> DeviceAllocation<B> {
     /// allocation's stream so far.
     pub fn use_on(&self, stream: &Stream<B>) -> Result<StreamUse<'_, B>> {
         let device = self.owner.resource.device();
-        let same = matches!((self.stream_id, device.stream_id(stream)), (Some(a), Some(b)) if a == b);
+        let same = matches!((device.stream_id(&self.stream), device.stream_id(stream)), (Some(a), Some(b)) if a == b);
         if same {
             return Ok(StreamUse { allocation: self, stream: stream.clone(), event: None });
         }
@@ -349,16 +355,16 @@ unsafe impl<B: Backend> DeviceMemory for DeviceAllocation<B> {
         self.len
     }
     fn device_ptr(&self) -> u64 {
-        self.ptr
+        self.block.ptr()
     }
     fn ordinal(&self) -> usize {
-        self.ordinal
+        self.block.ordinal()
     }
     fn kind(&self) -> MemoryKind {
         MemoryKind::Device
     }
     fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        self.block.as_ref().and_then(|b| b.buffer()).and_then(|b| b.owner())
+        self.block.buffer().and_then(|b| b.owner())
     }
 }
 
@@ -368,11 +374,16 @@ unsafe impl<B: Backend> DeviceMemoryMut for DeviceAllocation<B> {}
 
 impl<B: Backend> Drop for DeviceAllocation<B> {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
-            let after = uses.into_iter().map(|(_, event)| event).collect();
-            self.owner.release(block, &self.stream, after);
-        }
+        // SAFETY: the block is taken out once, here, and not used afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.block) };
+        let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Most allocations were used on their own stream only: no events.
+        let after = if uses.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(uses).into_iter().map(|(_, event)| event).collect()
+        };
+        self.owner.release(block, &self.stream, after);
     }
 }
 
@@ -396,10 +407,10 @@ unsafe impl<B: Backend> DeviceMemory for StreamUse<'_, B> {
         self.allocation.len
     }
     fn device_ptr(&self) -> u64 {
-        self.allocation.ptr
+        self.allocation.device_ptr()
     }
     fn ordinal(&self) -> usize {
-        self.allocation.ordinal
+        self.allocation.ordinal()
     }
     fn kind(&self) -> MemoryKind {
         MemoryKind::Device

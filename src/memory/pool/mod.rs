@@ -189,35 +189,6 @@ impl<B: Backend> CachingPool<B> {
     }
 }
 
-/// The pool's state under its lock. Stream handles the pool let go of are
-/// dropped after the lock is: dropping a stream's last handle may wait for
-/// its queued work (a host stream joins its worker), which must not hold up
-/// other threads' allocations.
-struct Locked<'a, B: Backend, Seg> {
-    guard: Option<MutexGuard<'a, State<B, Seg>>>,
-}
-
-impl<B: Backend, Seg> std::ops::Deref for Locked<'_, B, Seg> {
-    type Target = State<B, Seg>;
-    fn deref(&self) -> &State<B, Seg> {
-        self.guard.as_ref().expect("the guard is taken only in drop")
-    }
-}
-
-impl<B: Backend, Seg> std::ops::DerefMut for Locked<'_, B, Seg> {
-    fn deref_mut(&mut self) -> &mut State<B, Seg> {
-        self.guard.as_mut().expect("the guard is taken only in drop")
-    }
-}
-
-impl<B: Backend, Seg> Drop for Locked<'_, B, Seg> {
-    fn drop(&mut self) {
-        let released = self.guard.as_mut().map(|st| std::mem::take(&mut st.released));
-        drop(self.guard.take());
-        drop(released);
-    }
-}
-
 impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
@@ -243,8 +214,30 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         &self.pinned
     }
 
-    fn lock(&self) -> Locked<'_, B, S::Segment> {
-        Locked { guard: Some(self.state.lock().unwrap_or_else(|p| p.into_inner())) }
+    /// Runs `f` on the state under the pool's lock. Stream handles the pool
+    /// let go of meanwhile (`State::released`) are dropped after the lock
+    /// is: dropping a stream's last handle may wait for its queued work (a
+    /// host stream joins its worker), which must not hold up other threads'
+    /// allocations. (If `f` panics they stay in `released`, for the next
+    /// call to drop.) A closure rather than a guard with a `Drop`: the
+    /// guard's drop was not inlined, and cost a call and two branches on
+    /// every allocation and free.
+    #[inline]
+    fn locked<R>(&self, f: impl FnOnce(&mut State<B, S::Segment>) -> R) -> R {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let r = f(&mut st);
+        if !st.released.is_empty() {
+            Self::unlock_then_release(st);
+        }
+        r
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unlock_then_release(mut st: MutexGuard<'_, State<B, S::Segment>>) {
+        let released = std::mem::take(&mut st.released);
+        drop(st);
+        drop(released);
     }
 
     fn dev(&self) -> &B::Device {
@@ -256,19 +249,25 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// segments until at most `keep` bytes stay reserved.
     pub fn trim(&self, keep: usize) -> Result<()> {
         self.free_held_back();
-        let mut st = self.lock();
-        st.fence_all(self.dev());
-        st.wait_pending(self.dev());
-        st.release_free_segments(keep);
+        self.locked(|st| {
+            st.fence_all(self.dev());
+            st.wait_pending(self.dev());
+            st.release_free_segments(keep);
+        });
         Ok(())
     }
 
     /// Does the frees held back on streams that no longer capture.
+    #[inline]
     fn free_held_back(&self) {
-        use std::sync::atomic::Ordering;
-        if self.held_back_count.load(Ordering::Acquire) == 0 {
-            return;
+        if self.held_back_count.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            self.free_held_back_now();
         }
+    }
+
+    #[cold]
+    fn free_held_back_now(&self) {
+        use std::sync::atomic::Ordering;
         let ready: Vec<HeldBack<B>> = {
             let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
             let (ready, still): (Vec<_>, Vec<_>) =
@@ -284,7 +283,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 
     /// A usage and fragmentation report.
     pub fn report(&self) -> PoolReport {
-        self.lock().report()
+        self.locked(|st| st.report())
     }
 
     fn grow(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
@@ -449,6 +448,63 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         };
         Ok(self.block(st, node, size, bytes, t))
     }
+
+    /// `deallocate` under the lock, on a stream that does not capture, of a
+    /// block stamped with this pool's id: frees it, or, if it is not a live
+    /// block of the pool, counts the refusal and returns false. Takes the
+    /// events of `after` that it keeps.
+    fn free_locked(
+        &self,
+        st: &mut State<B, S::Segment>,
+        block: &Block<B>,
+        stream: &Stream<B>,
+        after: &mut Vec<Event<B>>,
+    ) -> bool {
+        let device = self.dev();
+        let Some((n, size, requested)) = st.live_block(block.token(), block.serial(), block.ptr(), block.len()) else {
+            st.counters.refused_frees += 1;
+            return false;
+        };
+        st.clock += 1;
+        st.in_use -= size;
+        st.requested -= requested;
+        st.counters.frees += 1;
+        let tag = device.stream_id(stream);
+        match tag {
+            Some(t) if after.is_empty() => {
+                let l = st.list_for(device, t, stream);
+                st.touch(l);
+                st.free_recent(n, l);
+            }
+            _ => {
+                // Used on other streams (or streams without ids): wait for
+                // every use, including this stream's, before any reuse.
+                st.nodes[n as usize].state = NodeState::Pending;
+                let mut events = std::mem::take(after);
+                match st.take_event(device) {
+                    Some(event) if device.record_event(&event, stream).is_ok() => events.push(event),
+                    _ => {
+                        let _ = device.synchronize(stream);
+                    }
+                }
+                st.pending.push(Fence { events, nodes: vec![n] });
+            }
+        }
+        if self.config.validate {
+            st.validate();
+        }
+        if st.reserved > self.config.release_threshold {
+            st.poll_pending(device);
+            st.release_free_segments(self.config.release_threshold);
+            if st.reserved > self.config.release_threshold {
+                if let Some(l) = tag.and_then(|t| st.list_of(t)) {
+                    st.fence(device, l);
+                    st.prune_empty_lists();
+                }
+            }
+        }
+        true
+    }
 }
 
 impl<B: Backend, S: Storage<B>> Drop for CachingPool<B, S> {
@@ -464,8 +520,8 @@ impl<B: Backend, S: Storage<B>> Drop for CachingPool<B, S> {
 
 impl<B: Backend, S: Storage<B>> fmt::Debug for CachingPool<B, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let st = self.lock();
-        write!(f, "CachingPool({:?}, {} reserved, {} in use)", self.storage, st.reserved, st.in_use)
+        let (reserved, in_use) = self.locked(|st| (st.reserved, st.in_use));
+        write!(f, "CachingPool({:?}, {reserved} reserved, {in_use} in use)", self.storage)
     }
 }
 
@@ -507,8 +563,7 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
             name: "bytes",
             reason: format!("{bytes} bytes cannot be rounded up to {ROUND}"),
         })?;
-        let mut st = self.lock();
-        self.allocate_locked(&mut st, bytes, size, stream)
+        self.locked(|st| self.allocate_locked(st, bytes, size, stream))
     }
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
@@ -519,57 +574,17 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
             self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
             return Ok(());
         }
-        let mut st = self.lock();
-        let live = match block.check_owner(self.id, self.name()) {
-            Ok(()) => st.live_block(block.token(), block.serial(), block.ptr(), block.len()),
-            Err(e) => {
-                st.counters.refused_frees += 1;
-                return Err(e);
-            }
-        };
-        let Some((n, size, requested)) = live else {
-            st.counters.refused_frees += 1;
-            return Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"));
-        };
-        drop(block);
-        st.clock += 1;
-        st.in_use -= size;
-        st.requested -= requested;
-        st.counters.frees += 1;
-        let tag = device.stream_id(stream);
-        match tag {
-            Some(t) if after.is_empty() => {
-                let l = st.list_for(device, t, stream);
-                st.touch(l);
-                st.free_recent(n, l);
-            }
-            _ => {
-                // Used on other streams (or streams without ids): wait for
-                // every use, including this stream's, before any reuse.
-                st.nodes[n as usize].state = NodeState::Pending;
-                match st.take_event(device) {
-                    Some(event) if device.record_event(&event, stream).is_ok() => after.push(event),
-                    _ => {
-                        let _ = device.synchronize(stream);
-                    }
-                }
-                st.pending.push(Fence { events: after, nodes: vec![n] });
-            }
+        if let Err(e) = block.check_owner(self.id, self.name()) {
+            self.locked(|st| st.counters.refused_frees += 1);
+            return Err(e);
         }
-        if self.config.validate {
-            st.validate();
+        // Only the bookkeeping runs under the lock: a refusal's message is
+        // made, and the block and the events not kept are dropped, after it.
+        if self.locked(|st| self.free_locked(st, &block, stream, &mut after)) {
+            Ok(())
+        } else {
+            Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"))
         }
-        if st.reserved > self.config.release_threshold {
-            st.poll_pending(device);
-            st.release_free_segments(self.config.release_threshold);
-            if st.reserved > self.config.release_threshold {
-                if let Some(l) = tag.and_then(|t| st.list_of(t)) {
-                    st.fence(device, l);
-                    st.prune_empty_lists();
-                }
-            }
-        }
-        Ok(())
     }
 
     fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
@@ -588,15 +603,19 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     /// blocks whose work is still queued then stay cached.
     fn release_cached(&self, patience: Duration) -> Result<()> {
         let deadline = Instant::now() + patience;
-        self.lock().fence_all(self.dev());
+        self.locked(|st| st.fence_all(self.dev()));
         loop {
-            let mut st = self.lock();
-            st.poll_pending(self.dev());
-            if st.pending.is_empty() || Instant::now() >= deadline {
-                st.release_free_segments(0);
+            let done = self.locked(|st| {
+                st.poll_pending(self.dev());
+                let done = st.pending.is_empty() || Instant::now() >= deadline;
+                if done {
+                    st.release_free_segments(0);
+                }
+                done
+            });
+            if done {
                 break;
             }
-            drop(st);
             std::thread::sleep(Duration::from_millis(1));
         }
         self.pinned.release();

@@ -186,6 +186,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         self.vacant_nodes.push(n);
     }
 
+    #[inline]
     pub(super) fn list_of(&self, tag: u64) -> Option<usize> {
         if tag == ANY {
             return Some(0);
@@ -244,19 +245,27 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
 
     /// Takes a block of list `l`'s `recent` cache that [`hand_out`](Self::hand_out)
     /// would hand out whole for `size` bytes of the class, newest first.
+    #[inline]
     pub(super) fn take_recent(&mut self, l: usize, size: usize, small: bool) -> Option<u32> {
         let nodes = &self.nodes;
         let fits = |&n: &u32| {
             let node = &nodes[n as usize];
             node.small == small && node.size >= size && node.size - size < min_split(small)
         };
-        let i = self.lists[l].recent.iter().rposition(fits)?;
-        Some(self.lists[l].recent.remove(i))
+        let recent = &mut self.lists[l].recent;
+        let i = recent.iter().rposition(fits)?;
+        // Nearly always the newest: a pop, with nothing to shift.
+        if i + 1 == recent.len() {
+            recent.pop()
+        } else {
+            Some(recent.remove(i))
+        }
     }
 
     /// Frees `n`, just used on stream `tag` (list `l`), into that list's
     /// `recent` cache; the oldest cached block, if the cache is full, goes
     /// to the free set.
+    #[inline]
     pub(super) fn free_recent(&mut self, n: u32, l: usize) {
         let tag = self.lists[l].tag;
         if self.lists[l].recent.len() == RECENT_MAX {
@@ -289,6 +298,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
 
     /// Cuts `size` bytes off the front of free node `n` (tag `tag`), files the
     /// remainder, marks `n` allocated and returns its address.
+    #[inline]
     pub(super) fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> u64 {
         let node = self.nodes[n as usize];
         debug_assert!(
@@ -422,10 +432,17 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// alive loses only its same-stream fast path for those blocks: they
     /// reach it (and every stream) through the shared list once the fence's
     /// event completes, and its next free makes a new list.
+    #[inline]
     pub(super) fn list_for(&mut self, device: &B::Device, tag: u64, stream: &Stream<B>) -> usize {
-        if let Some(l) = self.list_of(tag) {
-            return l;
+        match self.list_of(tag) {
+            Some(l) => l,
+            None => self.make_list(device, tag, stream),
         }
+    }
+
+    /// [`list_for`](Self::list_for) of a stream without a list.
+    #[inline(never)]
+    fn make_list(&mut self, device: &B::Device, tag: u64, stream: &Stream<B>) -> usize {
         if self.lists.len() > SOFT_STREAM_LISTS {
             let mut l = 1;
             while l < self.lists.len() {
