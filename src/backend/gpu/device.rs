@@ -91,11 +91,12 @@ impl<D: Driver> GpuDevice<D> {
     /// Refuses `op`, which waits for `stream`, while `stream` captures, or,
     /// for the default stream, while a capture's mode forbids it (CUDA
     /// would invalidate the capture; see `graph::check_device_wide_wait`).
+    /// The caller has made the device current (`bind`).
     fn refuse_wait_in_capture(&self, stream: &GpuStream<D>, op: &'static str) -> Result<()> {
         if stream.id() == self.default_stream.id() {
             return graph::check_device_wide_wait(D::KIND, self.info.ordinal, op);
         }
-        graph::check_not_capturing(D::KIND, op, graph::CaptureStream::capture_status(stream))
+        graph::check_not_capturing(D::KIND, op, stream.capture_status_bound())
     }
 
     /// `e`, as [`Error::OutOfMemory`] where the driver found no memory for `bytes`.
@@ -310,8 +311,8 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn synchronize(&self, stream: &GpuStream<D>) -> Result<()> {
         self.check_stream(stream)?;
-        self.refuse_wait_in_capture(stream, "synchronize")?;
         self.driver.bind()?;
+        self.refuse_wait_in_capture(stream, "synchronize")?;
         // SAFETY: the device is current; the stream is alive (we hold it) and belongs to it.
         unsafe { self.driver.stream_synchronize(stream.as_raw()) }
     }
@@ -324,8 +325,8 @@ impl<D: Driver> Device for GpuDevice<D> {
 
     fn is_idle(&self, stream: &GpuStream<D>) -> Result<bool> {
         self.check_stream(stream)?;
-        self.refuse_wait_in_capture(stream, "is_idle")?;
         self.driver.bind()?;
+        self.refuse_wait_in_capture(stream, "is_idle")?;
         // SAFETY: the device is current; the stream is alive and belongs to it.
         unsafe { self.driver.stream_query(stream.as_raw()) }
     }

@@ -27,7 +27,7 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
     fn begin_capture(&self, mode: CaptureMode, recorder: Arc<Recorder>) -> Result<()> {
         let d = self.driver();
         d.bind()?;
-        if self.capture_status()?.is_capturing() {
+        if self.capture_status_bound()?.is_capturing() {
             return Err(graph_error(
                 D::KIND,
                 "begin_capture",
@@ -65,10 +65,18 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
     /// `hipStreamIsCapturing`) has no capture running: `None`, so that
     /// every wait, which asks first, still works there.
     fn capture_status(&self) -> Result<CaptureStatus> {
-        let d = self.driver();
-        d.bind()?;
-        // SAFETY: the device is current; the stream is alive.
-        match unsafe { G::<D>::capture_status(d, self.as_raw()) } {
+        self.driver().bind()?;
+        self.capture_status_bound()
+    }
+}
+
+impl<D: Driver> GpuStream<D> {
+    /// [`capture_status`](CaptureStream::capture_status) for a caller that
+    /// has just made the stream's device current on this thread (`bind`),
+    /// so that it is not asked again.
+    pub(super) fn capture_status_bound(&self) -> Result<CaptureStatus> {
+        // SAFETY: the device is current (the caller's contract); the stream is alive.
+        match unsafe { G::<D>::capture_status(self.driver(), self.as_raw()) } {
             Err(Error::Unsupported { .. }) => Ok(CaptureStatus::None),
             status => status,
         }
