@@ -273,3 +273,33 @@ impl RawGraphExec<Host> for HostGraphExec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::{CaptureMode, CaptureStatus, Device};
+    use crate::HostDevice;
+
+    /// `HostStream::capture_slot` reads the capture flag without the lock:
+    /// a thread ordered after `begin_capture` (here, spawned after it) must
+    /// still see the capture and enqueue into it, and one ordered after
+    /// `end_capture` must not.
+    #[test]
+    fn threads_ordered_after_begin_and_end_capture_see_them() {
+        let d = HostDevice::open(0).unwrap();
+        let s = d.create_stream().unwrap();
+        let buf = d.alloc(64).unwrap();
+        let capture = d.begin_capture(&s, CaptureMode::Relaxed).unwrap();
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                assert_eq!(d.capture_status(&s).unwrap(), CaptureStatus::Active);
+                // SAFETY: `buf` outlives the graph (both dropped at the end of the test).
+                unsafe { d.memset_async(&buf, 0, 64, 1, &s) }.unwrap();
+            });
+        });
+        let graph = capture.end().unwrap();
+        assert_eq!(graph.node_count().unwrap(), 1, "the other thread's memset went past the capture");
+        std::thread::scope(|t| {
+            t.spawn(|| assert_eq!(d.capture_status(&s).unwrap(), CaptureStatus::None));
+        });
+    }
+}
