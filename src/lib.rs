@@ -32,6 +32,18 @@
 //!   `# Safety`; each has a safe synchronous twin.
 #![warn(missing_docs, rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![deny(unused_must_use)]
+// Integer conversions are checked (`try_from`, a typed error where a caller's
+// value could overflow), lossless (`From`), or an `as` allowed on the
+// smallest item with why it cannot overflow; these lints keep them so in
+// every layer.
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless,
+    clippy::cast_precision_loss,
+    clippy::ptr_as_ptr
+)]
 
 pub mod array;
 pub mod backend;

@@ -6,17 +6,6 @@
 //! describe strided windows of memory (host, device or managed) and convert
 //! to DLPack without heap allocation; [`crate::dlpack`] exports and imports
 //! owning DLPack tensors.
-//!
-//! Integer conversions are checked, lossless or allowed with a reason on the
-//! smallest item, as in the backends; these lints keep them so.
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_lossless,
-    clippy::cast_precision_loss,
-    clippy::ptr_as_ptr
-)]
 
 use std::fmt;
 

@@ -12,18 +12,6 @@
 //! thread) reads and writes the memory after the call returns, so the caller
 //! must keep every operand alive and untouched until the stream has passed
 //! the operation. Each has a safe synchronous twin that waits for completion.
-//!
-//! Integer conversions are checked (`try_from`, a typed error where a caller's
-//! value could overflow), lossless (`From`), or an `as` allowed on the smallest
-//! item with why it cannot overflow; the lints below keep them so.
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_lossless,
-    clippy::cast_precision_loss,
-    clippy::ptr_as_ptr
-)]
 
 use std::fmt;
 use std::sync::Arc;

@@ -7,17 +7,6 @@
 //! and still owns until [`into_raw`](ManagedTensor::into_raw) hands them to
 //! a consumer; an [`ImportedTensor`] is a foreign tensor, validated field by
 //! field, whose producer's deleter runs exactly once when it is dropped.
-//!
-//! Integer conversions are checked, lossless or allowed with a reason on the
-//! smallest item, as in the backends; these lints keep them so.
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_lossless,
-    clippy::cast_precision_loss,
-    clippy::ptr_as_ptr
-)]
 
 use crate::backend::MemoryKind;
 use crate::error::BackendKind;

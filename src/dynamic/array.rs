@@ -377,7 +377,7 @@ impl ImportedArray {
             if self.shape[axis] > 1 && self.strides[axis] != expect {
                 return false;
             }
-            expect = expect.saturating_mul(self.shape[axis] as i64);
+            expect = expect.saturating_mul(i64::try_from(self.shape[axis]).unwrap_or(i64::MAX));
         }
         true
     }
@@ -410,7 +410,11 @@ fn foreign_add_index<T: Stored, const N: usize, D: DynDevice>(
     let st = s.of(d)?;
     let mut sh = [0i64; N];
     for (o, &e) in sh.iter_mut().zip(shape) {
-        *o = e as i64; // fits: validated against isize::MAX bytes on import
+        // Fits: the extents were validated against isize::MAX bytes on import.
+        #[allow(clippy::cast_possible_wrap)]
+        {
+            *o = e as i64;
+        }
     }
     // SAFETY: `data` addresses the imported array's `shape.product()`
     // elements of `T` (validated on import, row-major checked by the

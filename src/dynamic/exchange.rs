@@ -101,9 +101,14 @@ pub fn dl_pair(d: DLDevice) -> (i32, i32) {
     (i32::try_from(d.device_type.0).unwrap_or(i32::MAX), d.device_id)
 }
 
+/// Whether `t`, a device type as `__dlpack__`'s arguments carry it, is `ty`.
+fn is_type(t: i32, ty: DLDeviceType) -> bool {
+    u32::try_from(t) == Ok(ty.0)
+}
+
 /// Whether DLPack device type `t` is CUDA device memory (streams with 1/2 sentinels).
 pub fn is_cuda_type(t: i32) -> bool {
-    t == DLDeviceType::CUDA.0 as i32 || t == DLDeviceType::CUDA_MANAGED.0 as i32
+    is_type(t, DLDeviceType::CUDA) || is_type(t, DLDeviceType::CUDA_MANAGED)
 }
 
 fn bad_stream(reason: String) -> Error {
@@ -134,7 +139,7 @@ pub fn consumer_stream(dev: &AnyDevice, dl_type: i32, stream: Option<i64>) -> Re
             Some(h) if h < -1 => Err(bad_stream(format!("stream={h} is not a CUDA stream"))),
             Some(h) => borrow(h),
         }
-    } else if dl_type == DLDeviceType::ROCM.0 as i32 {
+    } else if is_type(dl_type, DLDeviceType::ROCM) {
         match stream {
             // ROCm has no sentinels: None and 0 are the default stream.
             None | Some(0) => borrow(0),
@@ -159,7 +164,7 @@ pub fn stream_for_producer(dl_type: i32, ours: &AnyStream) -> Option<i64> {
     if is_cuda_type(dl_type) {
         // Our default stream is the legacy (null) stream, which DLPack spells 1.
         Some(if handle == 0 { 1 } else { handle })
-    } else if dl_type == DLDeviceType::ROCM.0 as i32 {
+    } else if is_type(dl_type, DLDeviceType::ROCM) {
         Some(handle)
     } else {
         None
@@ -201,7 +206,7 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
                 if want != dl_pair(a.dl_device(loc)) {
                     if a.residency().includes(other(loc)) && dl_pair(a.dl_device(other(loc))) == want {
                         loc = other(loc);
-                    } else if want.0 == DLDeviceType::CPU.0 as i32 {
+                    } else if is_type(want.0, DLDeviceType::CPU) {
                         if req.copy == Some(false) {
                             return Err(refused(format!(
                                 "dl_device={want:?} needs a copy to host memory, but copy=False; the array's current copy is on {}",
@@ -300,6 +305,9 @@ impl Export {
     fn source(self) -> (ExportSource, Option<u32>, u64) {
         let shape: Vec<i64> = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
         let strides = self.strides.unwrap_or_else(|| row_major_strides(&shape));
+        // An address of this process's memory (a host pointer or a device
+        // address the driver gave it), which fits a pointer.
+        #[allow(clippy::cast_possible_truncation)]
         let data = if self.shape.contains(&0) { std::ptr::null_mut() } else { self.data as usize as *mut c_void };
         let mut flags = 0;
         if self.read_only {

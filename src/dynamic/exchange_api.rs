@@ -275,7 +275,7 @@ mod tests {
         DLTensor {
             data: std::ptr::null_mut(),
             device,
-            ndim: shape.len() as i32,
+            ndim: i32::try_from(shape.len()).expect("a test shape has few dimensions"),
             dtype,
             shape: if shape.is_empty() { std::ptr::null_mut() } else { shape.as_mut_ptr() },
             strides: std::ptr::null_mut(),

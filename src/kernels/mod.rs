@@ -18,17 +18,6 @@
 //!
 //! Integer arithmetic wraps on overflow, on every backend. Half-precision
 //! types compute in `f32` and round to nearest even.
-//!
-//! Integer conversions are checked, lossless or allowed with a reason on the
-//! smallest item, as in the backends; these lints keep them so.
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_lossless,
-    clippy::cast_precision_loss,
-    clippy::ptr_as_ptr
-)]
 
 use bytemuck::Pod;
 

@@ -80,17 +80,6 @@
 //! synchronizes the whole device (`Device::synchronize_device`, what a
 //! synchronous `cudaFree` implies) before returning it to the resource; see
 //! [`Held`], which the Python `runtime.malloc` uses too.
-//!
-//! Integer conversions are checked, lossless or allowed with a reason on the
-//! smallest item, as in the backends; these lints keep them so.
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap,
-    clippy::cast_lossless,
-    clippy::cast_precision_loss,
-    clippy::ptr_as_ptr
-)]
 
 mod allocation;
 mod block;
