@@ -481,3 +481,60 @@ def test_update_keeps_the_new_operands_alive(device):
     del a
     collect()
     assert current_bytes(device) == base
+
+
+# ---- captures begun by torch on gpuport's streams ----------------------------------------
+# The pool asks the driver whether a stream captures only once a stream handle
+# has left gpuport (or gpuport itself captures): these prove it sees torch's
+# captures in both directions. The second runs in a fresh process, where
+# nothing but ``Stream.handle`` shares a handle, so a handle handed out
+# without telling the pool fails it.
+
+
+def torch_cuda_or_skip():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here")
+    return torch
+
+
+def test_the_pool_refuses_a_stream_torch_captures(cuda_device):
+    torch = torch_cuda_or_skip()
+    theirs = torch.cuda.Stream()
+    ours = gpuport.Stream.external(theirs, device=cuda_device)
+    x = torch.zeros(4, device="cuda:0")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=theirs, capture_error_mode="relaxed"):
+        x += 1
+        with pytest.raises(gpuport.GraphError) as e:
+            gm.alloc(4096, stream=ours, device=cuda_device)
+    assert e.value.kind == "pool_allocation"
+    g.replay()
+    torch.cuda.synchronize()
+    assert x.tolist() == [1.0] * 4
+
+
+OWN_STREAM_CAPTURED_BY_TORCH = """
+import torch, gpuport, gpuport.memory as gm
+ours = gpuport.Stream("cuda:0")
+theirs = torch.cuda.ExternalStream(ours.handle)
+x = torch.zeros(4, device="cuda:0")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g, stream=theirs, capture_error_mode="relaxed"):
+    x += 1
+    try:
+        gm.alloc(4096, stream=ours, device="cuda:0")
+        print("served")
+    except gpuport.GraphError as e:
+        print("refused", e.kind)
+"""
+
+
+def test_the_pool_refuses_its_own_stream_once_torch_captures_it(cuda_device):
+    torch_cuda_or_skip()
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", OWN_STREAM_CAPTURED_BY_TORCH], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["refused", "pool_allocation"], r.stdout + r.stderr

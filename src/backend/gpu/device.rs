@@ -266,7 +266,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         // allocation; the stream belongs to it (checked), and the buffer
         // keeps the stream alive to free on it.
         let ptr =
-            unsafe { self.driver.alloc_async(bytes, stream.as_raw()) }.map_err(|e| self.out_of_memory(e, bytes))?;
+            unsafe { self.driver.alloc_async(bytes, stream.raw()) }.map_err(|e| self.out_of_memory(e, bytes))?;
         Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
     }
 
@@ -314,7 +314,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         self.driver.bind()?;
         self.refuse_wait_in_capture(stream, "synchronize")?;
         // SAFETY: the device is current; the stream is alive (we hold it) and belongs to it.
-        unsafe { self.driver.stream_synchronize(stream.as_raw()) }
+        unsafe { self.driver.stream_synchronize(stream.raw()) }
     }
 
     fn synchronize_device(&self) -> Result<()> {
@@ -328,7 +328,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         self.driver.bind()?;
         self.refuse_wait_in_capture(stream, "is_idle")?;
         // SAFETY: the device is current; the stream is alive and belongs to it.
-        unsafe { self.driver.stream_query(stream.as_raw()) }
+        unsafe { self.driver.stream_query(stream.raw()) }
     }
 
     fn create_event(&self) -> Result<GpuEvent<D>> {
@@ -342,7 +342,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         check_same_device("event", D::KIND, self.info.ordinal, event.driver().ordinal())?;
         self.driver.bind()?;
         // SAFETY: the device is current; both handles are alive and belong to it.
-        unsafe { self.driver.event_record(event.raw(), stream.as_raw()) }
+        unsafe { self.driver.event_record(event.raw(), stream.raw()) }
     }
 
     fn wait_event(&self, stream: &GpuStream<D>, event: &GpuEvent<D>) -> Result<()> {
@@ -350,7 +350,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         self.driver.bind()?;
         // SAFETY: the device is current; both handles are alive (an event of
         // another device is allowed by both vendors).
-        unsafe { self.driver.stream_wait_event(stream.as_raw(), event.raw()) }
+        unsafe { self.driver.stream_wait_event(stream.raw(), event.raw()) }
     }
 
     fn synchronize_event(&self, event: &GpuEvent<D>) -> Result<()> {
@@ -391,7 +391,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         }
         // SAFETY: the device is current; range checked; the caller keeps
         // `src` and `dst` alive until the stream passes the copy.
-        unsafe { self.driver.copy_htod_async(dst.device_ptr() + dst_offset as u64, src, stream.as_raw()) }
+        unsafe { self.driver.copy_htod_async(dst.device_ptr() + dst_offset as u64, src, stream.raw()) }
     }
 
     unsafe fn copy_to_host_async<M: DeviceMemory<B = Gpu<D>> + ?Sized>(
@@ -413,7 +413,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         }
         // SAFETY: the device is current; range checked; the caller keeps both
         // alive until the stream passes the copy.
-        unsafe { self.driver.copy_dtoh_async(dst, src.device_ptr() + src_offset as u64, stream.as_raw()) }
+        unsafe { self.driver.copy_dtoh_async(dst, src.device_ptr() + src_offset as u64, stream.raw()) }
     }
 
     unsafe fn copy_device_async<S: DeviceMemory<B = Gpu<D>> + ?Sized, M: DeviceMemory<B = Gpu<D>> + ?Sized>(
@@ -444,7 +444,7 @@ impl<D: Driver> Device for GpuDevice<D> {
                 dst.device_ptr() + dst_offset as u64,
                 src.device_ptr() + src_offset as u64,
                 len,
-                stream.as_raw(),
+                stream.raw(),
             )
         }
     }
@@ -469,7 +469,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         }
         // SAFETY: the device is current; range checked; the caller keeps
         // `dst` alive until the stream passes the memset.
-        unsafe { self.driver.memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.as_raw()) }
+        unsafe { self.driver.memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.raw()) }
     }
 
     fn load_module(&self, source: ModuleSource<'_>) -> Result<GpuModule<D>> {
@@ -575,6 +575,6 @@ impl<D: Driver> Device for GpuDevice<D> {
         // `pointers` point into `args`, which outlives this call (the driver
         // copies parameters at launch); the caller guarantees argument types
         // and buffer lifetimes.
-        unsafe { self.driver.launch(kernel.func(), &config, stream.as_raw(), pointers) }
+        unsafe { self.driver.launch(kernel.func(), &config, stream.raw(), pointers) }
     }
 }

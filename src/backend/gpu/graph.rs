@@ -35,9 +35,11 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
                 "the stream is already capturing; end that capture first".into(),
             ));
         }
+        // The recorder goes in first, so that no moment exists where the
+        // driver captures and gpuport's count of captures does not know.
         self.set_recorder(Some(recorder));
         // SAFETY: the device is current; the stream is alive (we hold it) and not capturing.
-        let begun = unsafe { G::<D>::begin_capture(d, self.as_raw(), mode) };
+        let begun = unsafe { G::<D>::begin_capture(d, self.raw(), mode) };
         if begun.is_err() {
             self.set_recorder(None);
         }
@@ -46,10 +48,16 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
 
     fn end_capture(&self) -> Result<GpuGraph<D>> {
         let d = self.driver();
-        self.set_recorder(None);
-        d.bind()?;
         // SAFETY: the device is current; the stream is alive and was capturing.
-        match unsafe { G::<D>::end_capture(d, self.as_raw()) } {
+        let ended = d.bind().and_then(|()| unsafe { G::<D>::end_capture(d, self.raw()) });
+        // The recorder (and gpuport's count of captures) goes only once the
+        // driver no longer captures: not after a refused end (ended from
+        // the wrong thread), where the capture goes on.
+        let still = ended.is_err() && self.capture_status_asked().is_ok_and(|s| s.is_capturing());
+        if !still {
+            self.set_recorder(None);
+        }
+        match ended {
             Ok(raw) => Ok(GpuGraph { raw, driver: d.clone() }),
             Err(Error::Driver(e)) if e.code == D::code(G::<D>::CAPTURE_INVALIDATED) => Err(graph_error(
                 D::KIND,
@@ -65,6 +73,9 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
     /// `hipStreamIsCapturing`) has no capture running: `None`, so that
     /// every wait, which asks first, still works there.
     fn capture_status(&self) -> Result<CaptureStatus> {
+        if super::stream::surely_not_capturing() {
+            return Ok(CaptureStatus::None);
+        }
         self.driver().bind()?;
         self.capture_status_bound()
     }
@@ -75,8 +86,16 @@ impl<D: Driver> GpuStream<D> {
     /// has just made the stream's device current on this thread (`bind`),
     /// so that it is not asked again.
     pub(super) fn capture_status_bound(&self) -> Result<CaptureStatus> {
+        if super::stream::surely_not_capturing() {
+            return Ok(CaptureStatus::None);
+        }
+        self.capture_status_asked()
+    }
+
+    /// The driver's answer, always asked (the device is current).
+    fn capture_status_asked(&self) -> Result<CaptureStatus> {
         // SAFETY: the device is current (the caller's contract); the stream is alive.
-        match unsafe { G::<D>::capture_status(self.driver(), self.as_raw()) } {
+        match unsafe { G::<D>::capture_status(self.driver(), self.raw()) } {
             Err(Error::Unsupported { .. }) => Ok(CaptureStatus::None),
             status => status,
         }
@@ -169,7 +188,7 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
         // SAFETY: the device is current; the stream belongs to it (checked
         // by the caller) and is alive; what the graph references is alive
         // (kept by the `GraphExec`, or promised at capture).
-        unsafe { G::<D>::launch(d, self.raw, stream.as_raw()) }?;
+        unsafe { G::<D>::launch(d, self.raw, stream.raw()) }?;
         let mut launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
         let event = match launched.iter().find(|(id, _)| *id == stream.id()) {
             Some(&(_, event)) => event,
@@ -180,7 +199,7 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
             }
         };
         // SAFETY: the device is current; both handles are alive and of this device.
-        unsafe { d.event_record(event, stream.as_raw()) }
+        unsafe { d.event_record(event, stream.raw()) }
     }
 
     fn update(&mut self, graph: &GpuGraph<D>) -> Result<()> {

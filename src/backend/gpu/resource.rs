@@ -117,7 +117,7 @@ impl<D: Driver> MemoryDevice for GpuDevice<D> {
         // SAFETY: the device is current; a live pool of this device (the
         // caller's contract) and a stream of it (checked); the buffer keeps
         // the stream alive to free on it.
-        let ptr = unsafe { self.driver().pool_alloc_async(pool, bytes, stream.as_raw()) }
+        let ptr = unsafe { self.driver().pool_alloc_async(pool, bytes, stream.raw()) }
             .map_err(|e| self.out_of_memory(e, bytes))?;
         Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
     }

@@ -1,11 +1,33 @@
 //! Streams and events of a GPU device.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::driver::Driver;
 use crate::backend::graph::{Owner, Recorder};
+
+/// GPU streams on which gpuport runs a capture: those whose `capturing`
+/// flag is set.
+static CAPTURES_RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Whether a stream other than the null stream could have been captured by
+/// someone else: set, for good, once a raw handle leaves gpuport
+/// ([`GpuStream::as_raw`], [`GpuStream::address`]) or a foreign stream is
+/// wrapped.
+static HANDLES_SHARED: AtomicBool = AtomicBool::new(false);
+
+/// Whether no GPU stream can be capturing, known without asking the driver:
+/// gpuport runs no capture, and no stream handle but the null stream's
+/// (which CUDA and HIP never capture) was ever in other hands. Another
+/// library's capture needs a handle; and a stream joins a capture only by
+/// waiting on an event recorded inside one, which needs a capturing stream
+/// first. Allocation and free in the caching pool ask on every call, and
+/// the driver's answer (`cuStreamIsCapturing`) is most of their cost.
+/// PyTorch's caching allocator makes the same shortcut with its own
+/// captures only; this one also covers captures begun by others.
+pub(crate) fn surely_not_capturing() -> bool {
+    CAPTURES_RUNNING.load(Ordering::Acquire) == 0 && !HANDLES_SHARED.load(Ordering::Acquire)
+}
 
 struct StreamInner<D: Driver> {
     raw: D::Stream,
@@ -28,6 +50,10 @@ unsafe impl<D: Driver> Sync for StreamInner<D> {}
 
 impl<D: Driver> Drop for StreamInner<D> {
     fn drop(&mut self) {
+        if *self.capturing.get_mut() {
+            // Destroying the stream ends its capture.
+            CAPTURES_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        }
         if self.owned && self.driver.bind().is_ok() {
             // SAFETY: created by `stream_create` of this driver, destroyed
             // once, after the last clone of the handle is gone. Pending work
@@ -58,6 +84,9 @@ impl<D: Driver> GpuStream<D> {
     /// Wraps `raw`, a stream of `driver`'s device; `owned` streams are
     /// destroyed with their last handle.
     pub(crate) fn new(driver: Arc<D>, raw: D::Stream, owned: bool) -> Self {
+        if !owned && super::driver::RawAddress::address(raw) != 0 {
+            HANDLES_SHARED.store(true, Ordering::Release);
+        }
         GpuStream {
             inner: Arc::new(StreamInner {
                 raw,
@@ -71,15 +100,24 @@ impl<D: Driver> GpuStream<D> {
     }
 
     /// The raw handle (`CUstream`, `hipStream_t`), for interop with other
-    /// libraries of the same vendor.
+    /// libraries of the same vendor. From then on, every capture check asks
+    /// the driver, since the other library may capture the stream.
     pub fn as_raw(&self) -> D::Stream {
+        HANDLES_SHARED.store(true, Ordering::Release);
         self.inner.raw
     }
 
     /// The raw handle as an integer, as other libraries pass it (a
-    /// `CUstream` or `hipStream_t`; 0 for the null stream).
+    /// `CUstream` or `hipStream_t`; 0 for the null stream). As
+    /// [`as_raw`](Self::as_raw), it makes every capture check ask the driver.
     pub fn address(&self) -> usize {
+        HANDLES_SHARED.store(true, Ordering::Release);
         super::driver::RawAddress::address(self.inner.raw)
+    }
+
+    /// The raw handle, for gpuport's own driver calls (it does not leave gpuport).
+    pub(crate) fn raw(&self) -> D::Stream {
+        self.inner.raw
     }
 
     /// The number that tells this stream apart (see `Device::stream_id`).
@@ -117,7 +155,16 @@ impl<D: Driver> GpuStream<D> {
     /// Installs (`Some`) or removes (`None`) the running capture's recorder.
     pub(crate) fn set_recorder(&self, recorder: Option<Arc<Recorder>>) {
         let mut slot = self.inner.recorder.lock().unwrap_or_else(|p| p.into_inner());
-        self.inner.capturing.store(recorder.is_some(), Ordering::Release);
+        // Under the lock, so that the count is the number of streams whose
+        // flag is set (two threads ending one capture count it once).
+        let now = recorder.is_some();
+        if self.inner.capturing.swap(now, Ordering::AcqRel) != now {
+            if now {
+                CAPTURES_RUNNING.fetch_add(1, Ordering::AcqRel);
+            } else {
+                CAPTURES_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         *slot = recorder;
     }
 }

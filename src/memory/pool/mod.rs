@@ -57,6 +57,9 @@
 //! graph instead of on the stream. Fencing likewise skips a capturing
 //! stream's list. So a capture never sees the pool's events, and the
 //! pool's bookkeeping never sees a captured one. (`docs/design.md#graphs`)
+//! Asking a GPU driver whether a stream captures costs more than a cached
+//! allocation; it is skipped while gpuport runs no capture and no stream
+//! handle has left gpuport (`backend/gpu/stream.rs`, `surely_not_capturing`).
 //!
 //! ## Trust
 //! Every block goes back only to the pool that handed it out: blocks carry
