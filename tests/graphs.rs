@@ -406,6 +406,50 @@ fn the_caching_pool_refuses_capturing_streams_and_keeps_its_events_out_of_graphs
     assert_eq!(pool.report().in_use, 0);
 }
 
+// ---- MemArray kernels ----------------------------------------------------------------
+
+/// A `MemArray`'s kernel methods on a capturing stream are captured: the
+/// graph keeps the device copy it writes after the array is dropped, and
+/// `before_replay`/`after_replay` order replays with the array's own work.
+fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(dev: &Arc<D>) {
+    use gpuport::array::{Location, MemArray, Transfer};
+    let _serial = shared();
+    let d = dev.as_ref();
+    let s = d.create_stream().unwrap();
+    let mut a = MemArray::<f32, 1, D>::from_vec(dev, [N], vec![0.0; N]).unwrap();
+    let refused = |e: Error| matches!(e, Error::Graph { kind: GraphErrorKind::NotCapturable, .. });
+
+    // Host-resident data: refused (the copy to the device would be captured).
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    assert!(refused(a.add_index(capture.stream(), None).unwrap_err()));
+    assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "the refusal left the capture valid");
+    drop(capture);
+
+    a.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    a.add_index(capture.stream(), None).unwrap();
+    assert!(refused(a.move_to(Location::Host, capture.stream(), Transfer::Async, None).unwrap_err()));
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    let written = a.device_copy_owner().unwrap();
+    for _ in 0..3 {
+        a.before_replay(&s).unwrap();
+        exec.launch(&s).unwrap();
+        a.after_replay(&s, &written).unwrap();
+    }
+    a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
+    assert_eq!(a.get([N - 1], None).unwrap(), 3.0 * (N - 1) as f32, "three replays, each one add_index");
+
+    // Dropped array: the graph keeps its device copy until the last executable goes.
+    let weak = Arc::downgrade(&written);
+    drop(written);
+    drop(a);
+    assert!(weak.upgrade().is_some(), "the graph let the dropped array's device copy go");
+    exec.launch(&s).unwrap();
+    d.synchronize(&s).unwrap();
+    drop(exec);
+    assert!(weak.upgrade().is_none(), "the device copy outlived the last executable graph");
+}
+
 // ---- instantiation ------------------------------------------------------------------
 
 mod cases {
@@ -425,6 +469,16 @@ mod cases {
         update_takes_new_parameters_and_refuses_another_shape,
         a_graph_launched_on_another_device_is_refused,
     );
+
+    #[rstest::rstest]
+    #[case::host("host")]
+    #[case::cuda("cuda:0")]
+    #[case::rocm("rocm:0")]
+    fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy(#[case] spec: &str) {
+        if let Some(dev) = common::open_or_skip(spec) {
+            gpuport::with_device!(dev, d => super::memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy(d));
+        }
+    }
 
     #[rstest::rstest]
     #[case::host("host")]

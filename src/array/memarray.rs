@@ -33,6 +33,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
+use crate::backend::graph::Owner;
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
@@ -108,6 +109,16 @@ trait Exportable: Send + Sync {
 impl<M: Send + Sync + 'static, D: Device> Exportable for Held<M, D> {
     fn mark_exported(&self) {
         Held::mark_exported(self);
+    }
+}
+
+/// [`GraphErrorKind::NotCapturable`](crate::GraphErrorKind::NotCapturable) for `op` on a capturing stream.
+fn not_capturable<B: Backend>(op: &'static str, why: &str) -> Error {
+    Error::Graph {
+        backend: B::KIND,
+        op,
+        kind: crate::error::GraphErrorKind::NotCapturable,
+        reason: format!("the stream is capturing a graph, and {why}"),
     }
 }
 
@@ -579,6 +590,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             self.residency = Residency::Both;
             return Ok(());
         }
+        if self.device.capture_status(stream)?.is_capturing() {
+            return Err(not_capturable::<D::B>(
+                "move_to",
+                "a copy between the array's host and device copies cannot be captured (a replay would copy \
+                 whatever the host copy holds then, and the array could not tell which copy is current); move \
+                 the array before the capture",
+            ));
+        }
         if mode == Transfer::Sync {
             self.device.synchronize(stream)?;
         }
@@ -1006,28 +1025,40 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let copy = self.prepare_kernel(stream, lock)?;
+        let (copy, captured) = self.prepare_kernel(stream, lock)?;
         let shape = self.shape_i64();
         {
-            let on = copy.as_ref().map(|c| c.use_on(stream)).transpose()?;
-            let data = on.as_ref().map_or(0, |u| u.device_ptr());
+            let on = if captured { None } else { copy.as_ref().map(|c| c.use_on(stream)).transpose()? };
+            let data = match (&on, &copy) {
+                (Some(u), _) => u.device_ptr(),
+                (None, Some(c)) => c.device_ptr(),
+                (None, None) => 0,
+            };
             // SAFETY: `data` is the device copy of `len` elements (0 for an
-            // empty array); the copy lives in `self`, whose drop and host
-            // accesses wait for the event `record_pending` records after the
-            // launch, and `on` records the use for the resource.
+            // empty array). Run now: the copy lives in `self`, whose drop and
+            // host accesses wait for the event `record_pending` records after
+            // the launch, and `on` records the use for the resource.
+            // Captured: the graph keeps the copy (`prepare_captured_kernel`)
+            // and its drop waits for its replays.
             unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
         }
-        self.record_pending(stream)
+        self.finish_kernel(stream, captured)
     }
 
     /// Multiplies every element by `alpha`.
     pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        if let Some(copy) = self.prepare_kernel(stream, lock)? {
-            let on = copy.use_on(stream)?;
+        let (copy, captured) = self.prepare_kernel(stream, lock)?;
+        match copy {
             // SAFETY: as in `add_index`.
-            unsafe { kernels::scale_async::<D, T, _>(&self.device, &on, alpha, stream)? };
+            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &*copy, alpha, stream)? },
+            Some(copy) => {
+                let on = copy.use_on(stream)?;
+                // SAFETY: as in `add_index`.
+                unsafe { kernels::scale_async::<D, T, _>(&self.device, &on, alpha, stream)? };
+            }
+            None => {}
         }
-        self.record_pending(stream)
+        self.finish_kernel(stream, captured)
     }
 
     /// `self += alpha * x`, element by element; `x` (same shape, same device)
@@ -1054,9 +1085,19 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
                 found: x.device.info().spec(),
             });
         }
+        if self.device.capture_status(stream)?.is_capturing() {
+            // `x` is only read: captured as `self` is, but its residency stays.
+            x.check_capturable(stream, None)?;
+            let (y, _) = self.prepare_kernel(stream, lock)?;
+            if let (Some(y), Some(xb)) = (y, x.buffer.clone()) {
+                // SAFETY: as in `add_index`, captured: the graph keeps both copies.
+                unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &*y, &*xb, alpha, stream)? };
+            }
+            return Ok(());
+        }
         x.move_to(Location::Device, stream, Transfer::Async, None)?;
         x.order_after_pending(stream)?;
-        if let (Some(y), Some(xb)) = (self.prepare_kernel(stream, lock)?, x.buffer.clone()) {
+        if let ((Some(y), _), Some(xb)) = (self.prepare_kernel(stream, lock)?, x.buffer.clone()) {
             let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
             // SAFETY: as in `add_index`; `x` also records the kernel as pending.
             unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y_on, &x_on, alpha, stream)? };
@@ -1067,12 +1108,124 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Moves the data to the device if needed, orders `stream` after the
     /// array's pending work, makes the device copy the only current one, and
-    /// returns it (`None` for an empty array).
-    fn prepare_kernel(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<Option<Arc<DeviceCopy<D>>>> {
+    /// returns it (`None` for an empty array), with whether `stream` is
+    /// capturing (then see [`prepare_captured_kernel`](Self::prepare_captured_kernel)).
+    fn prepare_kernel(
+        &mut self,
+        stream: &Stream<D::B>,
+        lock: Option<LockId>,
+    ) -> Result<(Option<Arc<DeviceCopy<D>>>, bool)> {
+        if self.device.capture_status(stream)?.is_capturing() {
+            return Ok((self.prepare_captured_kernel(stream, lock)?, true));
+        }
         self.move_to(Location::Device, stream, Transfer::Async, lock)?;
         self.order_after_pending(stream)?;
         let copy = self.device_copy("kernel", lock)?.cloned();
         self.residency = Residency::Device;
-        Ok(copy)
+        Ok((copy, false))
+    }
+
+    /// A kernel method on a capturing stream is captured, to run at each
+    /// replay, on the device copy the array has now: it must be current
+    /// (a copy to the device, or an allocation, cannot be captured
+    /// correctly), and the array's pending work must be on the capturing
+    /// stream or complete (a capture cannot wait for another stream). The
+    /// graph keeps that copy alive; `pending` stays as it is, since an
+    /// event recorded inside a capture only means something once the graph
+    /// runs. Order replays with [`before_replay`](Self::before_replay) and
+    /// [`after_replay`](Self::after_replay).
+    fn prepare_captured_kernel(
+        &mut self,
+        stream: &Stream<D::B>,
+        lock: Option<LockId>,
+    ) -> Result<Option<Arc<DeviceCopy<D>>>> {
+        self.check_capturable(stream, lock)?;
+        self.residency = Residency::Device;
+        Ok(self.buffer.clone())
+    }
+
+    /// The checks of [`prepare_captured_kernel`](Self::prepare_captured_kernel);
+    /// gives the device copy to the capture's graph.
+    fn check_capturable(&self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        self.check_lock("kernel", lock)?;
+        let refuse = |why: &str| not_capturable::<D::B>("kernel", why);
+        if self.len > 0 && (!self.residency.includes(Location::Device) || self.buffer.is_none()) {
+            return Err(refuse(
+                "the array's current data is on the host: a copy to the device cannot be captured (it would \
+                 copy whatever the host copy holds at each replay, into memory allocated now); move the array to \
+                 the device before the capture",
+            ));
+        }
+        if let Some(ev) = &self.pending {
+            let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
+            if !same && !self.device.event_is_complete(ev)? {
+                return Err(refuse(
+                    "the array has work pending on another stream, which a capture cannot wait for; synchronize \
+                     the array before the capture",
+                ));
+            }
+        }
+        if let Some(copy) = &self.buffer {
+            self.device.keep_for_graph(stream, copy.clone());
+        }
+        Ok(())
+    }
+
+    /// Records the kernel just enqueued as pending work, unless it was captured.
+    fn finish_kernel(&mut self, stream: &Stream<D::B>, captured: bool) -> Result<()> {
+        if captured {
+            return Ok(());
+        }
+        self.record_pending(stream)
+    }
+}
+
+/// Graph replays of captured kernel methods (see `add_index`).
+impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// The device copy, as the token [`after_replay`](Self::after_replay)
+    /// takes: a graph captured now writes this copy. `None` for an empty array.
+    pub fn device_copy_owner(&self) -> Option<Owner> {
+        self.buffer.clone().map(|c| c as Owner)
+    }
+
+    /// Orders `stream` after the array's pending work, before a replay on
+    /// `stream` of a graph that captured kernel methods of the array.
+    pub fn before_replay(&self, stream: &Stream<D::B>) -> Result<()> {
+        self.order_after_pending(stream)
+    }
+
+    /// After a replay on `stream` of a graph that captured kernel methods of
+    /// the array while its device copy was `written`
+    /// ([`device_copy_owner`](Self::device_copy_owner)): the replay's end
+    /// becomes the array's pending work, and the device copy the only
+    /// current one. Nothing changes if the array no longer has that copy
+    /// (the replay wrote memory the graph keeps, no longer the array's).
+    ///
+    /// ```
+    /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let s = dev.create_stream()?;
+    /// let mut a = MemArray::<i32, 1, _>::from_vec(&dev, [3], vec![0; 3])?;
+    /// a.move_to(Location::Device, &s, Transfer::Sync, None)?;
+    /// let capture = dev.begin_capture(&s, gpuport::CaptureMode::Global)?;
+    /// a.add_index(&s, None)?; // captured, not run
+    /// let exec = capture.end()?.instantiate()?;
+    /// let written = a.device_copy_owner().unwrap();
+    /// for _ in 0..2 {
+    ///     a.before_replay(&s)?;
+    ///     exec.launch(&s)?;
+    ///     a.after_replay(&s, &written)?;
+    /// }
+    /// a.move_to(Location::Host, &s, Transfer::Sync, None)?;
+    /// assert_eq!(a.get([2], None)?, 4);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &Owner) -> Result<()> {
+        let Some(copy) = &self.buffer else { return Ok(()) };
+        if !std::ptr::addr_eq(Arc::as_ptr(copy), Arc::as_ptr(written)) {
+            return Ok(());
+        }
+        self.residency = Residency::Device;
+        self.record_pending(stream)
     }
 }

@@ -143,6 +143,10 @@ mod ops {
         fn end_capture(&self) -> Result<B::RawGraph>;
         /// Whether the stream is capturing (the driver's answer on GPUs).
         fn capture_status(&self) -> Result<CaptureStatus>;
+        /// While a gpuport capture runs on this stream, gives `owner` to its
+        /// graph (kept as long as the graph and its executables); otherwise
+        /// drops it.
+        fn keep_for_graph(&self, owner: Owner);
     }
 
     /// A captured graph.
@@ -416,6 +420,11 @@ impl<B: Backend> fmt::Debug for GraphExec<B> {
 }
 
 impl<B: Backend> GraphExec<B> {
+    /// What the graph keeps alive (the current graph's, after an update).
+    pub(crate) fn owners(&self) -> &[Owner] {
+        &self.owners
+    }
+
     /// Enqueues one replay of the graph on `stream`, which must belong to
     /// the graph's device ([`Error::DeviceMismatch`] otherwise). Safe: what
     /// the graph references is kept alive by it, or was promised alive by

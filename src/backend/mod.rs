@@ -640,6 +640,13 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
         graph::CaptureStream::capture_status(stream)
     }
 
+    /// While a gpuport capture runs on `stream`, gives `owner` to its graph,
+    /// which keeps it as long as the graph and every executable graph made
+    /// from it; otherwise drops it.
+    fn keep_for_graph(&self, stream: &Stream<Self::B>, owner: graph::Owner) {
+        graph::CaptureStream::keep_for_graph(stream, owner)
+    }
+
     // ---- copies ----------------------------------------------------------
 
     /// Enqueues a copy of `src` into `dst[dst_offset..]` on `stream`.

@@ -22,6 +22,7 @@ use super::any::DynDevice;
 use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use super::stream::AnyStream;
 use crate::array::{Element, Location, LockError, LockId, MemArray, Residency, Transfer};
+use crate::backend::graph::Owner;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
@@ -165,8 +166,15 @@ pub trait DynArray: Send + Sync {
     fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>>;
     /// Copies the elements of `t` (same shape and dtype) into the array.
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()>;
-    /// Runs the built-in `add_index` kernel on the array.
+    /// Runs the built-in `add_index` kernel on the array (captured on a
+    /// capturing stream; see `MemArray::after_replay`).
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
+    /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_owner`).
+    fn device_copy_owner(&self) -> Option<Owner>;
+    /// Orders `s` after the array's pending work, before a replay on `s`.
+    fn before_replay(&self, s: &AnyStream) -> Result<()>;
+    /// After a replay on `s` of a graph that wrote `written` (see `MemArray::after_replay`).
+    fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()>;
     /// Sets every element of the host copy (which becomes the only current
     /// one) to the element whose bytes are `value` (`itemsize` bytes, a valid
     /// value of the dtype).
@@ -177,11 +185,10 @@ pub trait DynArray: Send + Sync {
     fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> Result<()>;
 }
 
-/// Why `MemArray` operations refuse a capturing stream (`docs/design.md#graphs`).
-const NOT_CAPTURED: &str =
-    "MemArray operations are not captured into graphs: their device copy comes from the caching \
-    pool, which refuses captures, and their host accesses wait for events a capture would only record; run them \
-    before or after the capture, and capture launches, copies and memsets on memory allocated before it";
+/// Why an imported array's `add_index` refuses a capturing stream.
+const IMPORT_NOT_CAPTURED: &str =
+    "add_index on an imported array waits for the kernel before returning, which a capture cannot do; capture \
+    it on a gpuport array, or launch the kernel through gpuport.runtime on the import's memory";
 
 struct Typed<T: Element, const N: usize, D: Device> {
     a: MemArray<T, N, D>,
@@ -217,7 +224,6 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         self.a.exit()
     }
     fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> Result<()> {
-        s.refuse_in_capture("move_to", NOT_CAPTURED)?;
         let s = self.stream(s)?;
         self.a.move_to(to, s, mode, lock)
     }
@@ -260,6 +266,16 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
         let s = s.of(self.a.device())?;
         T::add_index(&mut self.a, s, lock)
+    }
+    fn device_copy_owner(&self) -> Option<Owner> {
+        self.a.device_copy_owner()
+    }
+    fn before_replay(&self, s: &AnyStream) -> Result<()> {
+        self.a.before_replay(self.stream(s)?)
+    }
+    fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()> {
+        let s = s.of(self.a.device())?;
+        self.a.after_replay(s, written)
     }
     fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()> {
         let v = element_from_bytes::<T>(value, self.dtype)?;
@@ -562,18 +578,48 @@ impl ImportedArray {
 impl AnyArray {
     /// Runs the built-in `add_index` kernel (each element plus its flat
     /// index) on `s`; for an import, waits for it.
-    pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
-        s.refuse_in_capture("add_index", NOT_CAPTURED)?;
+    ///
+    /// On a stream that is capturing a graph, the kernel is captured (an
+    /// owned array only, whose device copy is current; see
+    /// `MemArray::add_index`), and the result is the device copy the graph
+    /// writes: give it to [`after_replay`](Self::after_replay) after each
+    /// replay, and call [`before_replay`](Self::before_replay) before it
+    /// (`graph::use_in_replays` does both for a binding). `None` otherwise.
+    pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<Option<Owner>> {
         let dtype = self.dtype();
         if !dtype.has_kernels() {
             return Err(no_kernel_for("add_index", dtype.name(), self.device().backend()));
         }
         match self {
-            AnyArray::Owned(a) => a.add_index(s, lock),
-            AnyArray::Imported(f) => {
-                f.check_lock("add_index", lock.map(|l| l.0))?;
-                f.add_index_imported(s)
+            AnyArray::Owned(a) => {
+                a.add_index(s, lock)?;
+                let captured = s.capture_status().is_ok_and(|c| c.is_capturing());
+                Ok(if captured { a.device_copy_owner() } else { None })
             }
+            AnyArray::Imported(f) => {
+                s.refuse_in_capture("add_index", IMPORT_NOT_CAPTURED)?;
+                f.check_lock("add_index", lock.map(|l| l.0))?;
+                f.add_index_imported(s).map(|()| None)
+            }
+        }
+    }
+
+    /// Orders `s` after the array's pending work, before a replay on `s` of
+    /// a graph that captured work on the array (nothing for an import).
+    pub fn before_replay(&self, s: &AnyStream) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.before_replay(s),
+            AnyArray::Imported(_) => Ok(()),
+        }
+    }
+
+    /// After a replay on `s` of a graph that wrote `written` (the result of
+    /// a captured [`add_index`](Self::add_index)): the replay becomes the
+    /// array's pending work, and its device copy the current one.
+    pub fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.after_replay(s, written),
+            AnyArray::Imported(_) => Ok(()),
         }
     }
 

@@ -105,14 +105,48 @@ pub type AnyGraphExec = Any<GraphExecs>;
 /// Owners a binding handed over while a capture ran; one owner of its graph.
 type Bag = Arc<Mutex<Vec<Box<dyn Send>>>>;
 
+/// What a binding does around each replay of a graph for an object whose
+/// work the graph captured (a `MemArray` whose `add_index` it captured:
+/// order the replay after the array's pending work, and make the replay
+/// the array's pending work after it). Registered with [`use_in_replays`].
+pub trait ReplayUse: Send + Sync {
+    /// Before the replay is enqueued on `stream`.
+    fn before(&self, stream: &AnyStream) -> Result<()>;
+    /// After the replay was enqueued on `stream`.
+    fn after(&self, stream: &AnyStream) -> Result<()>;
+}
+
+/// The [`ReplayUse`]s of one capture; its graph keeps them as an owner, and
+/// [`AnyGraphExec::launch`] finds them there.
+#[derive(Default)]
+struct ReplayUses(Mutex<Vec<Arc<dyn ReplayUse>>>);
+
 /// A stream, named across clones: backend, device ordinal, `Device::stream_id`.
 type StreamKey = (BackendKind, usize, u64);
 
 static RUNNING_COUNT: AtomicUsize = AtomicUsize::new(0);
-static RUNNING: Mutex<Vec<(StreamKey, Bag)>> = Mutex::new(Vec::new());
+static RUNNING: Mutex<Vec<(StreamKey, Bag, Arc<ReplayUses>)>> = Mutex::new(Vec::new());
 
-fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag)>> {
+fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag, Arc<ReplayUses>)>> {
     RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Has every replay of the graph that the [`AnyCapture`] running on
+/// `stream` makes call `user` before and after it. Hands `user` back when
+/// no capture runs there.
+pub fn use_in_replays(stream: &AnyStream, user: Arc<dyn ReplayUse>) -> std::result::Result<(), Arc<dyn ReplayUse>> {
+    if RUNNING_COUNT.load(Ordering::Acquire) == 0 {
+        return Err(user);
+    }
+    let Some(key) = stream.key() else { return Err(user) };
+    let uses = running().iter().find(|(k, _, _)| *k == key).map(|(_, _, u)| u.clone());
+    match uses {
+        Some(uses) => {
+            uses.0.lock().unwrap_or_else(|p| p.into_inner()).push(user);
+            Ok(())
+        }
+        None => Err(user),
+    }
 }
 
 /// Gives `owners` to the [`AnyCapture`] running on `stream`, if there is
@@ -122,7 +156,7 @@ pub(crate) fn keep_for_capture(stream: &AnyStream, owners: Box<dyn Send>) -> std
         return Err(owners);
     }
     let Some(key) = stream.key() else { return Err(owners) };
-    let bag = running().iter().find(|(k, _)| *k == key).map(|(_, b)| b.clone());
+    let bag = running().iter().find(|(k, _, _)| *k == key).map(|(_, b, _)| b.clone());
     match bag {
         Some(bag) => {
             bag.lock().unwrap_or_else(|p| p.into_inner()).push(owners);
@@ -202,10 +236,13 @@ impl AnyStream {
             item: Running(v.device.begin_capture(&v.item, mode)?),
         });
         let bag: Bag = Arc::default();
+        let uses: Arc<ReplayUses> = Arc::default();
+        // `uses` first: `AnyGraphExec::launch` looks for it among the owners.
+        on_backend!(&inner, v => v.item.0.keep_alive(uses.clone()));
         on_backend!(&inner, v => v.item.0.keep_alive(bag.clone()));
         let key = self.key();
         if let Some(k) = key {
-            running().push((k, bag.clone()));
+            running().push((k, bag.clone(), uses));
             RUNNING_COUNT.fetch_add(1, Ordering::AcqRel);
         }
         Ok(AnyCapture {
@@ -289,7 +326,7 @@ impl AnyCapture {
     fn unregister(&mut self) {
         if std::mem::take(&mut self.registered) {
             let mut r = running();
-            if let Some(i) = r.iter().position(|(_, b)| Arc::ptr_eq(b, &self.bag)) {
+            if let Some(i) = r.iter().position(|(_, b, _)| Arc::ptr_eq(b, &self.bag)) {
                 r.swap_remove(i);
                 RUNNING_COUNT.fetch_sub(1, Ordering::AcqRel);
             }
@@ -366,10 +403,25 @@ impl AnyGraphExec {
     }
 
     /// Enqueues one replay on `stream`, a stream of the graph's device
-    /// ([`Error::DeviceMismatch`] otherwise).
+    /// ([`Error::DeviceMismatch`] otherwise), between the
+    /// [`ReplayUse`]s registered during the capture.
     pub fn launch(&self, stream: &AnyStream) -> Result<()> {
+        let uses = self.replay_uses();
+        for u in &uses {
+            u.before(stream)?;
+        }
         on_backends!((self, stream), (g, s) => g.item.launch(&s.item),
-            else => Err(mismatch("stream", &self.device(), &stream.device())))
+            else => Err(mismatch("stream", &self.device(), &stream.device())))?;
+        uses.iter().try_for_each(|u| u.after(stream))
+    }
+
+    /// The graph's [`ReplayUse`]s (the first owner `begin_capture` gave it).
+    fn replay_uses(&self) -> Vec<Arc<dyn ReplayUse>> {
+        let owners = on_backend!(self, v => v.item.owners());
+        match owners.first().and_then(|o| o.downcast_ref::<ReplayUses>()) {
+            Some(u) => u.0.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            None => Vec::new(),
+        }
     }
 
     /// Takes the parameters of `graph`, a re-capture of the same work
@@ -392,6 +444,8 @@ mod tests {
     use std::sync::Weak;
 
     use super::*;
+    use crate::array::{Location, Transfer};
+    use crate::backend::Owner;
     use crate::dynamic::{keep, new_owned, AnyArray, DType};
 
     fn host() -> AnyDevice {
@@ -469,18 +523,70 @@ mod tests {
         AnyStream::default_for(&dev).check_can_wait("memcpy").unwrap();
     }
 
+    /// A binding's `ReplayUse` for an array whose `add_index` a graph captured.
+    struct ArrayUse(Arc<Mutex<AnyArray>>, Owner);
+
+    impl ReplayUse for ArrayUse {
+        fn before(&self, s: &AnyStream) -> Result<()> {
+            self.0.lock().unwrap().before_replay(s)
+        }
+        fn after(&self, s: &AnyStream) -> Result<()> {
+            self.0.lock().unwrap().after_replay(s, &self.1)
+        }
+    }
+
+    fn host_f32(a: &Mutex<AnyArray>, s: &AnyStream) -> Vec<f32> {
+        let AnyArray::Owned(a) = &mut *a.lock().unwrap() else { unreachable!() };
+        a.move_to(Location::Host, s, Transfer::Sync, None).unwrap();
+        let (ptr, _keep) = a.parts(Location::Host, None).unwrap();
+        let ptr = usize::try_from(ptr).unwrap();
+        // SAFETY: the host copy of 4 f32, current and idle (moved synchronously), kept by `_keep`.
+        unsafe { std::slice::from_raw_parts(ptr as *const f32, 4) }.to_vec()
+    }
+
     #[test]
-    fn memarray_operations_refuse_a_capturing_stream_and_leave_the_capture_valid() {
+    fn memarray_kernels_are_captured_and_replays_are_ordered_with_the_array() {
         let dev = host();
         let s = AnyStream::create(&dev).unwrap();
-        let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap());
+        let a = Arc::new(Mutex::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap())));
+        // Host-resident data cannot be captured (the copy to the device would be).
         let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
-        match a.add_index(&s, None) {
+        match a.lock().unwrap().add_index(&s, None) {
             Err(Error::Graph { kind: GraphErrorKind::NotCapturable, .. }) => {}
             other => panic!("expected NotCapturable, got {other:?}"),
         }
-        assert_eq!(capture.status().unwrap(), CaptureStatus::Active);
+        assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "the refusal leaves the capture valid");
         assert_eq!(capture.end().unwrap().node_count().unwrap(), 0);
-        a.add_index(&s, None).unwrap();
+
+        {
+            let AnyArray::Owned(o) = &mut *a.lock().unwrap() else { unreachable!() };
+            o.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+        }
+        let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
+        let written = a.lock().unwrap().add_index(&s, None).unwrap().expect("captured: the copy the graph writes");
+        {
+            // Moves inside the capture are refused, the capture stays valid.
+            let AnyArray::Owned(o) = &mut *a.lock().unwrap() else { unreachable!() };
+            match o.move_to(Location::Host, &s, Transfer::Async, None) {
+                Err(Error::Graph { kind: GraphErrorKind::NotCapturable, .. }) => {}
+                other => panic!("expected NotCapturable, got {other:?}"),
+            }
+        }
+        let weak = Arc::downgrade(&written);
+        assert!(use_in_replays(&s, Arc::new(ArrayUse(a.clone(), written))).is_ok());
+        let graph = capture.end().unwrap();
+        assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        assert_eq!(host_f32(&a, &s), [0.0; 4], "captured, not run");
+        // The host read made the host copy current; a replay makes the device copy current again.
+        exec.launch(&s).unwrap();
+        exec.launch(&s).unwrap();
+        assert_eq!(host_f32(&a, &s), [0.0, 2.0, 4.0, 6.0], "two replays, each one add_index");
+        // The graph, not the array, keeps the copy it writes.
+        drop(a);
+        assert!(weak.upgrade().is_some());
+        drop(exec);
+        assert!(weak.upgrade().is_none());
     }
 }

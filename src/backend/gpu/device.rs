@@ -265,8 +265,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         // SAFETY: the device is current and supports stream-ordered
         // allocation; the stream belongs to it (checked), and the buffer
         // keeps the stream alive to free on it.
-        let ptr =
-            unsafe { self.driver.alloc_async(bytes, stream.raw()) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        let ptr = unsafe { self.driver.alloc_async(bytes, stream.raw()) }.map_err(|e| self.out_of_memory(e, bytes))?;
         Ok(self.buffer(ptr, bytes, MemoryKind::Device, Some(stream.clone())))
     }
 

@@ -69,6 +69,10 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
         }
     }
 
+    fn keep_for_graph(&self, owner: crate::backend::graph::Owner) {
+        self.keep(std::iter::once(owner));
+    }
+
     /// A runtime without capture support (an old HIP without
     /// `hipStreamIsCapturing`) has no capture running: `None`, so that
     /// every wait, which asks first, still works there.

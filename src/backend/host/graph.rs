@@ -15,7 +15,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::{EventState, Host, HostEvent, HostStream};
-use crate::backend::graph::{graph_error, CaptureMode, CaptureStatus, CaptureStream, RawGraph, RawGraphExec, Recorder};
+use crate::backend::graph::{
+    graph_error, CaptureMode, CaptureStatus, CaptureStream, Owner, RawGraph, RawGraphExec, Recorder,
+};
 use crate::error::{BackendKind, Error, GraphErrorKind, Result};
 
 /// What a node does, for [`GraphExec::update`](crate::GraphExec::update)'s shape check.
@@ -39,6 +41,8 @@ pub(super) struct HostCapture {
     nodes: Vec<(NodeKind, NodeFn)>,
     /// Why the capture was invalidated, if it was.
     invalidated: Option<String>,
+    /// The generic layer's recorder, for owners that no node holds.
+    recorder: Arc<Recorder>,
 }
 
 impl HostCapture {
@@ -117,8 +121,8 @@ impl CaptureStream<Host> for HostStream {
 
     /// Every mode behaves alike on one stream; the modes' rules for other
     /// calls are the generic layer's (`check_device_wide_wait`). Nodes keep
-    /// their owners themselves, so the recorder is the generic layer's alone.
-    fn begin_capture(&self, _mode: CaptureMode, _recorder: Arc<Recorder>) -> Result<()> {
+    /// their owners themselves; the recorder takes those of `keep_for_graph`.
+    fn begin_capture(&self, _mode: CaptureMode, recorder: Arc<Recorder>) -> Result<()> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let mut capture = self.inner.capture.lock().unwrap_or_else(|p| p.into_inner());
         if capture.is_some() {
@@ -130,7 +134,7 @@ impl CaptureStream<Host> for HostStream {
             ));
         }
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        *capture = Some(HostCapture { id, nodes: Vec::new(), invalidated: None });
+        *capture = Some(HostCapture { id, nodes: Vec::new(), invalidated: None, recorder });
         // Under the lock, with the slot (see `HostStream::capture_slot`).
         self.inner.capturing.store(true, Ordering::Release);
         Ok(())
@@ -154,6 +158,14 @@ impl CaptureStream<Host> for HostStream {
             return Err(invalidated("end_capture", &why));
         }
         Ok(HostGraph { nodes: capture.nodes.into() })
+    }
+
+    fn keep_for_graph(&self, owner: Owner) {
+        if let Some(slot) = self.capture_slot() {
+            if let Some(c) = slot.as_ref() {
+                c.recorder.keep(owner);
+            }
+        }
     }
 
     #[inline]
