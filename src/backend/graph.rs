@@ -144,8 +144,9 @@ mod ops {
         /// Whether the stream is capturing (the driver's answer on GPUs).
         fn capture_status(&self) -> Result<CaptureStatus>;
         /// While a gpuport capture runs on this stream, gives `owner` to its
-        /// graph (kept as long as the graph and its executables); otherwise
-        /// drops it.
+        /// graph (kept as long as the graph and its executables); while
+        /// another library's capture runs (GPUs), keeps it for the rest of
+        /// the process; otherwise drops it.
         fn keep_for_graph(&self, owner: Owner);
     }
 

@@ -642,7 +642,9 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
 
     /// While a gpuport capture runs on `stream`, gives `owner` to its graph,
     /// which keeps it as long as the graph and every executable graph made
-    /// from it; otherwise drops it.
+    /// from it. While another library's capture runs there (a foreign
+    /// stream that library captures), keeps it for the rest of the process,
+    /// since gpuport cannot see when that graph goes. Otherwise drops it.
     fn keep_for_graph(&self, stream: &Stream<Self::B>, owner: graph::Owner) {
         graph::CaptureStream::keep_for_graph(stream, owner)
     }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
+use gpuport::dynamic::AnyStream;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -390,8 +391,9 @@ impl PyMemArray {
     /// `docs/design.md`), on the device, on `stream`; the device copy becomes current.
     /// A 0-d array is one element whose index sum is 0.
     #[pyo3(signature = (stream=None))]
-    fn add_index(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let dtype = self.meta.dtype;
+    fn add_index(slf: &Bound<'_, Self>, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let this = slf.get();
+        let dtype = this.meta.dtype;
         if !dtype.has_kernels() {
             return Err(errors::unsupported_dtype(
                 py,
@@ -401,9 +403,17 @@ impl PyMemArray {
                 ),
             ));
         }
-        let s = resolve_stream(py, &self.meta.device, stream)?;
-        let mut st = self.state(py)?;
-        py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")
+        let s = resolve_stream(py, &this.meta.device, stream)?;
+        let mut st = this.state(py)?;
+        let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
+        drop(st);
+        if let Some(written) = written {
+            let user = Arc::new(ReplayedArray { array: slf.clone().unbind(), written });
+            // Refused where another library (torch, CuPy) captures the
+            // stream: its replays are not seen (README: Graphs).
+            let _ = gpuport::dynamic::graph::use_in_replays(&s, user);
+        }
+        Ok(())
     }
 
     /// The current host copy's bytes in row-major order (for dtypes NumPy
@@ -551,5 +561,34 @@ impl PyMemArray {
             spec(&self.meta.device),
             self.residency(py).unwrap_or("busy")
         )
+    }
+}
+
+/// A `MemArray` whose `add_index` a gpuport graph captured: each replay
+/// is ordered after the array's pending work, and becomes its pending work.
+struct ReplayedArray {
+    array: Py<PyMemArray>,
+    /// The device copy the graph writes.
+    written: gpuport::backend::Owner,
+}
+
+impl ReplayedArray {
+    fn with_state(&self, f: impl FnOnce(&mut AnyArray) -> gpuport::Result<()> + Send) -> gpuport::Result<()> {
+        Python::attach(|py| {
+            let mut st = self.array.get().state(py).map_err(|e| gpuport::Error::InvalidArgument {
+                name: "array",
+                reason: format!("a graph replay could not reach an array it writes: {e}"),
+            })?;
+            py.detach(|| f(&mut st))
+        })
+    }
+}
+
+impl gpuport::dynamic::graph::ReplayUse for ReplayedArray {
+    fn before(&self, stream: &AnyStream) -> gpuport::Result<()> {
+        self.with_state(|a| a.before_replay(stream))
+    }
+    fn after(&self, stream: &AnyStream) -> gpuport::Result<()> {
+        self.with_state(|a| a.after_replay(stream, &self.written))
     }
 }

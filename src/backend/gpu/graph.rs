@@ -69,8 +69,15 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
         }
     }
 
+    /// A capture another library began on the stream (the driver says it
+    /// captures, gpuport runs none) gets `owner` kept for the rest of the
+    /// process: gpuport cannot see when that library's graph goes.
     fn keep_for_graph(&self, owner: crate::backend::graph::Owner) {
-        self.keep(std::iter::once(owner));
+        if self.in_capture() {
+            self.keep(std::iter::once(owner));
+        } else if self.capture_status().is_ok_and(|s| s.is_capturing()) {
+            std::mem::forget(owner);
+        }
     }
 
     /// A runtime without capture support (an old HIP without
