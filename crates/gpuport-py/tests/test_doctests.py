@@ -7,7 +7,8 @@ The public names: what ``gpuport``, ``gpuport.runtime``, ``gpuport.memory``,
 that each of those classes defines itself (``vars(cls)``: an inherited
 member is checked on the class that defines it). An object exported under
 two names (``gpuport.Stream`` and ``gpuport.runtime.Stream``) is checked
-once, under its first name.
+once, under its first name. ``gpuport.numba`` imports Numba, so it is read
+from its source instead: this process imports no peer library.
 
 ``test_example_runs`` runs each docstring's examples with :mod:`doctest`
 (one test per object, so a failure names it), in fresh globals (an example
@@ -48,6 +49,9 @@ MODULES = ("gpuport", "gpuport.runtime", "gpuport.memory", "gpuport.torch", "gpu
 PEERS = {"gpuport.torch": "torch", "gpuport.cupy": "cupy", "gpuport.numba": "numba"}
 # Examples of peer modules that need only the peer, not a CUDA device.
 RUN_WITHOUT_CUDA = {"gpuport.numba.cuda_spec", "gpuport.numba.ipc_handle_bytes"}
+# Modules that import their peer when imported: read from their source, so
+# that this process imports no peer (its examples run in their own).
+READ_FROM_SOURCE = {"gpuport.numba"}
 OPTIONFLAGS = doctest.ELLIPSIS
 
 
@@ -102,8 +106,9 @@ def _from_import(module_name: str, mod: Any) -> Iterator[Tuple[Any, Documented]]
 
 
 def _from_source(module_name: str) -> Iterator[Tuple[Any, Documented]]:
-    """The same as ``_from_import``, read from the module's source: for a
-    peer module whose peer is not installed (``gpuport.numba`` imports Numba)."""
+    """The same as ``_from_import``, read from the module's source (without
+    importing it): the functions and classes its ``__all__`` names, and the
+    methods and properties of those classes."""
     spec = importlib.util.find_spec(module_name)
     assert spec is not None and spec.origin is not None, module_name
     with open(spec.origin, encoding="utf-8") as f:
@@ -112,7 +117,10 @@ def _from_source(module_name: str) -> Iterator[Tuple[Any, Documented]]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
             exported = ast.literal_eval(node.value)
-    doc = lambda node: ast.get_docstring(node, clean=False) or ""  # noqa: E731
+
+    def doc(node: Any) -> str:
+        return ast.get_docstring(node, clean=False) or ""
+
     yield None, Documented(module_name, module_name, "module", doc(tree))
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     for name in exported:
@@ -131,30 +139,24 @@ def _from_source(module_name: str) -> Iterator[Tuple[Any, Documented]]:
             yield None, Documented(qual, module_name, "function", doc(node))
 
 
-def collect() -> Tuple[List[Documented], Dict[str, str]]:
-    """Every documented public object, and why a module was read from source."""
+def collect() -> List[Documented]:
+    """Every documented public object."""
     found: Dict[int, Documented] = {}
     by_source: List[Documented] = []
-    read_from_source: Dict[str, str] = {}
     for module_name in MODULES:
-        try:
-            items = list(_from_import(module_name, importlib.import_module(module_name)))
-        except ModuleNotFoundError as e:
-            if module_name not in PEERS or e.name != PEERS[module_name]:
-                raise
-            read_from_source[module_name] = f"{PEERS[module_name]} is not installed"
+        if module_name in READ_FROM_SOURCE:
             by_source.extend(d for _, d in _from_source(module_name))
             continue
-        for obj, d in items:
+        for obj, d in _from_import(module_name, importlib.import_module(module_name)):
             key = id(obj)
             if key in found:  # the same object under a second name
                 found[key].aliases += (d.name,)
             else:
                 found[key] = d
-    return list(found.values()) + by_source, read_from_source
+    return list(found.values()) + by_source
 
 
-DOCUMENTED, READ_FROM_SOURCE = collect()
+DOCUMENTED = collect()
 BY_NAME = {d.name: d for d in DOCUMENTED}
 
 
