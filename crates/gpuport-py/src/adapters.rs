@@ -403,6 +403,14 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
 /// unchecked: not owned and of unknown size, they are the caller's
 /// responsibility, as in HIP Python. gpuport never dereferences them on the
 /// host unless they lie inside memory it holds.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> p = rt.Pointer(bytearray(16))      # holds the buffer
+///     >>> p.nbytes, p.memory_kind, p.is_null
+///     (16, 'host', False)
+///     >>> null = rt.Pointer(None)
+///     >>> int(null), null.is_null, null.nbytes, null.memory_kind
+///     (0, True, None, 'null')
 #[pyclass(module = "gpuport._core", name = "Pointer", subclass, frozen)]
 pub struct PyPointer {
     /// Changes only when a DeviceArray is freed.
@@ -510,6 +518,17 @@ struct Dims {
 /// ``__cuda_array_interface__`` (C-contiguous; or another DeviceArray) the
 /// shape and type are copied, otherwise the array has no shape or type
 /// until ``configure``.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(16, device="host")
+///     >>> a.shape, a.typestr, a.itemsize, a.size_bytes, len(a), a.owns_memory
+///     ([16], '|u1', 1, 16, 16, True)
+///     >>> view = a[4:8]                      # a view of a, which owns the memory
+///     >>> view.shape, view.owns_memory
+///     ([4], False)
+///     >>> rt.free(a)
+///     >>> a.owns_memory, a.is_null
+///     (False, True)
 #[pyclass(module = "gpuport._core", name = "DeviceArray", extends = PyPointer, subclass, frozen)]
 pub struct PyDeviceArray {
     dims: Mutex<Dims>,
@@ -616,6 +635,16 @@ impl PyDeviceArray {
     /// memory (or any size when the memory is not known, e.g. a raw int)
     /// are refused unless ``_force=True`` (then accessing them is the
     /// caller's responsibility; gpuport's copies still check the real size).
+    ///
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> a = rt.malloc(16, device="host").configure(typestr="<u4")
+    ///     >>> a.shape, a.typestr, a.itemsize  # 16 bytes are 4 uint32
+    ///     ([4], '<u4', 4)
+    ///     >>> a.configure(shape=(2, 2)).shape
+    ///     [2, 2]
+    ///     >>> a.configure(shape=8)
+    ///     Traceback (most recent call last):
+    ///     ValueError: configure: 32 bytes ((8,) of <u4) exceed the 16 bytes of the memory; ...
     #[pyo3(signature = (*, shape=None, typestr=None, _force=false))]
     fn configure<'py>(
         slf: Bound<'py, Self>,

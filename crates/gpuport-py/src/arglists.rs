@@ -35,6 +35,13 @@ fn host_array<T: Copy>(v: &[T]) -> Ptr {
 macro_rules! list_of_numbers {
     ($rust:ident, $pyname:literal, $t:ty, $what:literal) => {
         #[doc = concat!("A C array of ", $what, " (owning, from a list or tuple) or anything Pointer accepts (non-owning).")]
+        ///
+        ///     >>> from gpuport import runtime as rt
+        #[doc = concat!("    >>> values = rt.", $pyname, "([1, 2, 3])")]
+        ///     >>> values.is_owner, len(values), values.memory_kind
+        ///     (True, 3, 'host')
+        #[doc = concat!("    >>> rt.", $pyname, "(values).is_owner          # wraps the same array")]
+        ///     False
         #[pyclass(module = "gpuport._core", name = $pyname, extends = PyPointer, subclass, frozen)]
         pub struct $rust {
             values: Option<Vec<$t>>,
@@ -83,6 +90,12 @@ macro_rules! list_of_numbers {
             }
 
             /// The values of an owned array (None when not owned).
+            ///
+            ///     >>> from gpuport import runtime as rt
+            #[doc = concat!("    >>> rt.", $pyname, "((4, 5)).tolist()")]
+            ///     [4, 5]
+            #[doc = concat!("    >>> print(rt.", $pyname, "(None).tolist())")]
+            ///     None
             fn tolist(&self) -> Option<Vec<$t>> {
                 self.values.clone()
             }
@@ -102,7 +115,14 @@ list_of_numbers!(PyListOfUnsignedLong, "ListOfUnsignedLong", c_ulong, "C unsigne
 type OwnedStrings = (Vec<Box<[u8]>>, Vec<u64>);
 
 /// A C array of `const char*` (owning, from a list or tuple of bytes) or
-/// anything Pointer accepts (non-owning).
+/// anything Pointer accepts (non-owning): `module_load`'s options.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> options = rt.ListOfBytes([b"-default-device", b"-lineinfo"])
+///     >>> options.is_owner, len(options), options.nbytes   # two 8-byte addresses
+///     (True, 2, 16)
+///     >>> rt.ListOfBytes(options).is_owner       # wraps the same array
+///     False
 #[pyclass(module = "gpuport._core", name = "ListOfBytes", extends = PyPointer, subclass, frozen)]
 pub struct PyListOfBytes {
     /// The NUL-terminated strings and the array of their addresses.
@@ -169,6 +189,10 @@ impl PyListOfBytes {
     }
 
     /// The strings of an owned array (None when not owned).
+    ///
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> rt.ListOfBytes([b"-O3"]).tolist()
+    ///     [b'-O3']
     fn tolist<'py>(&self, py: Python<'py>) -> Option<Vec<Bound<'py, PyBytes>>> {
         self.strings.as_ref().map(|(s, _)| s.iter().map(|b| PyBytes::new(py, &b[..b.len() - 1])).collect())
     }
@@ -184,6 +208,12 @@ impl PyListOfBytes {
 /// A C array of pointers (owning, from a list or tuple of anything Pointer
 /// accepts; the elements' memory is kept alive) or anything Pointer accepts
 /// (non-owning).
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a, b = rt.malloc(8, device="host"), rt.malloc(8, device="host")
+///     >>> ptrs = rt.ListOfPointer([a, b, None])
+///     >>> ptrs.is_owner, len(ptrs), ptrs.nbytes
+///     (True, 3, 24)
 #[pyclass(module = "gpuport._core", name = "ListOfPointer", extends = PyPointer, subclass, frozen)]
 pub struct PyListOfPointer {
     items: Option<(Vec<Ptr>, Vec<u64>)>,
@@ -234,6 +264,11 @@ impl PyListOfPointer {
     }
 
     /// The addresses of an owned array (None when not owned).
+    ///
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> a = rt.malloc(8, device="host")
+    ///     >>> rt.ListOfPointer([a, None]).tolist() == [int(a), 0]
+    ///     True
     fn tolist(&self) -> Option<Vec<u64>> {
         self.items.as_ref().map(|(_, a)| a.clone())
     }
@@ -261,6 +296,17 @@ pub enum Arg {
 /// passed by value) or anything ``Pointer`` accepts (passed as an address;
 /// the memory is kept alive while the adapter is, and while a launch that
 /// uses it is pending). ``int(args)`` is the address of the packed bytes.
+///
+///     >>> import ctypes
+///     >>> from gpuport import runtime as rt
+///     >>> buf = rt.malloc(16, device="host")
+///     >>> args = rt.KernelArgs([buf, ctypes.c_uint64(4), ctypes.c_uint32(7)])
+///     >>> len(args), args.sizes()
+///     (3, [8, 8, 4])
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> rt.launch_kernel(f, 1, 4, args)    # fills 4 uint32 of buf with 7
+///     >>> out = bytearray(16); rt.memcpy(out, buf, 16); bytes(out[:8])
+///     b'\x07\x00\x00\x00\x07\x00\x00\x00'
 #[pyclass(module = "gpuport._core", name = "KernelArgs", extends = PyPointer, subclass, frozen)]
 pub struct PyKernelArgs {
     pub args: Vec<Arg>,
@@ -352,7 +398,12 @@ impl PyKernelArgs {
         self.args.len()
     }
 
-    /// The size in bytes of each argument.
+    /// The size in bytes of each argument (a pointer takes 8).
+    ///
+    ///     >>> import ctypes
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> rt.KernelArgs([ctypes.c_int8(1), ctypes.c_double(2.0), None]).sizes()
+    ///     [1, 8, 8]
     fn sizes(&self) -> Vec<usize> {
         self.args
             .iter()
@@ -363,7 +414,12 @@ impl PyKernelArgs {
             .collect()
     }
 
-    /// The packed argument bytes, back to back.
+    /// The packed argument bytes, back to back (no padding).
+    ///
+    ///     >>> import ctypes
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> rt.KernelArgs([ctypes.c_uint16(1), ctypes.c_uint8(2)]).packed()
+    ///     b'\x01\x00\x02'
     fn packed<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.packed)
     }

@@ -237,6 +237,15 @@ impl PyMemArray {
     /// copy), `"host"` or `"device"`. `stream` is None/0 (the device's
     /// default stream), a `Stream`, or a foreign stream; with `async_copy`
     /// the copy is only enqueued (host access waits for it).
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(3, "int32", device="host")
+    ///     >>> a.add_index()
+    ///     >>> a.residency
+    ///     'device'
+    ///     >>> a.move_memory("host")              # or gpuport.dlpack.kDLCPU
+    ///     >>> a.residency                        # the copies are the same now
+    ///     'both'
     #[pyo3(signature = (device_type, device_id=None, stream=None, async_copy=false))]
     fn move_memory(
         &self,
@@ -253,6 +262,13 @@ impl PyMemArray {
     }
 
     /// Waits for pending asynchronous copies and kernels.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(3, "int32", device="host")
+    ///     >>> a.add_index()
+    ///     >>> a.synchronize()
+    ///     >>> a.transfer_pending
+    ///     False
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let mut st = self.state(py)?;
         py.detach(|| st.synchronize()).py_err_in(py, "synchronize")
@@ -265,6 +281,15 @@ impl PyMemArray {
     /// `LockError`. Tensors taken from the context keep the memory alive
     /// after the block; once the block has ended the context exports nothing
     /// more (`DLPackError`), since the array may move or change its data.
+    ///
+    ///     >>> import gpuport, numpy as np
+    ///     >>> a = gpuport.MemArray(3, "float32", device="host")
+    ///     >>> with a.get_dlpack("host", readonly=True) as ctx:
+    ///     ...     x = np.from_dlpack(ctx)
+    ///     ...     a.lock_id == ctx.lock_id
+    ///     True
+    ///     >>> x, x.flags.writeable, a.lock_id
+    ///     (array([0., 0., 0.], dtype=float32), False, None)
     #[pyo3(signature = (device_type=None, device_id=None, stream=None, readonly=false))]
     fn get_dlpack(
         slf: &Bound<'_, Self>,
@@ -295,6 +320,16 @@ impl PyMemArray {
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
     /// complex to real needs casting="unsafe").
+    ///
+    ///     >>> import gpuport, numpy as np
+    ///     >>> a = gpuport.MemArray((2, 2), "float64", device="host")
+    ///     >>> a.read_numpy_array(np.arange(4).reshape(2, 2))   # int64 to float64
+    ///     >>> a.to_numpy()
+    ///     array([[0., 1.],
+    ///            [2., 3.]])
+    ///     >>> a.read_numpy_array(np.full((2, 2), 1j))
+    ///     Traceback (most recent call last):
+    ///     TypeError: read_numpy_array: cannot cast complex128 to float64 under casting='same_kind' ...
     #[pyo3(signature = (array, casting="same_kind"))]
     fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>, casting: &str) -> PyResult<()> {
         let src = crate::dtype::cast_for_read(array, self.meta.dtype, casting)?;
@@ -327,6 +362,13 @@ impl PyMemArray {
     /// copy (DLPack `IS_COPIED`) for device-only data. The fp8/fp6/fp4
     /// dtypes need ml_dtypes (NumPy has no such dtype; ml_dtypes registers
     /// them), else `UnsupportedDTypeError`.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray((2, 2), "int16", device="host")
+    ///     >>> a.add_index()
+    ///     >>> a.to_numpy()
+    ///     array([[0, 1],
+    ///            [1, 2]], dtype=int16)
     fn to_numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let np = py.import("numpy")?;
@@ -353,6 +395,16 @@ impl PyMemArray {
     /// element (`itemsize` bytes, e.g. `b"\x38"`, the bits of 1.0 in
     /// float8_e4m3fn). Writes the host copy, which becomes the only current
     /// one. An imported array is filled in its producer library.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(3, "float32", device="host")
+    ///     >>> a.fill(2.5)
+    ///     >>> a.to_numpy()
+    ///     array([2.5, 2.5, 2.5], dtype=float32)
+    ///     >>> b = gpuport.MemArray(2, "bfloat16", device="host")
+    ///     >>> b.fill(b"\x80\x3f")                 # the bits of 1.0 in bfloat16
+    ///     >>> b.tobytes()
+    ///     b'\x80?\x80?'
     fn fill(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let dtype = self.meta.dtype;
         let bytes: Vec<u8> = if let Ok(b) = value.cast::<PyBytes>() {
@@ -390,6 +442,14 @@ impl PyMemArray {
     /// Adds to every element the sum of its indices ("The test kernel" in
     /// `docs/design.md`), on the device, on `stream`; the device copy becomes current.
     /// A 0-d array is one element whose index sum is 0.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray((2, 3), "int32", device="host")
+    ///     >>> a.fill(10)
+    ///     >>> a.add_index()
+    ///     >>> a.to_numpy()
+    ///     array([[10, 11, 12],
+    ///            [11, 12, 13]], dtype=int32)
     #[pyo3(signature = (stream=None))]
     fn add_index(slf: &Bound<'_, Self>, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let this = slf.get();
@@ -417,7 +477,14 @@ impl PyMemArray {
     }
 
     /// The current host copy's bytes in row-major order (for dtypes NumPy
-    /// lacks: bfloat16, complex32). Raises `ResidencyError` for device-only data.
+    /// lacks: bfloat16, complex32). Raises `ResidencyError` when the data is
+    /// only in GPU memory (call `move_memory("host")` first).
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(2, "uint16", device="host")
+    ///     >>> a.fill(258)
+    ///     >>> a.tobytes()                        # little-endian 0x0102, twice
+    ///     b'\x02\x01\x02\x01'
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let n = self.nbytes();
         let mut st = self.state(py)?;
@@ -453,6 +520,13 @@ impl PyMemArray {
     }
 
     /// A deep copy (an owned array; imported arrays cannot be copied here).
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(3, "int32", device="host")
+    ///     >>> b = a.copy()
+    ///     >>> b.add_index()
+    ///     >>> a.to_numpy(), b.to_numpy()
+    ///     (array([0, 0, 0], dtype=int32), array([0, 1, 2], dtype=int32))
     fn copy(&self, py: Python<'_>) -> PyResult<PyMemArray> {
         let st = self.state(py)?;
         match &*st {

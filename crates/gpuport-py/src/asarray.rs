@@ -21,6 +21,15 @@ use crate::memarray::PyMemArray;
 /// API (`type(obj).__dlpack_c_exchange_api__`, a table of a known major
 /// version with the functions a consumer needs) is imported through it,
 /// with no Python call; any other producer through `__dlpack__`.
+///
+///     >>> import gpuport, numpy as np
+///     >>> x = np.arange(6, dtype=np.float32).reshape(2, 3)
+///     >>> a = gpuport.from_dlpack(x)          # shares x's memory
+///     >>> a.shape, a.dtype, a.is_imported, a.device.spec
+///     ((2, 3), 'float32', True, 'host')
+///     >>> x[0, 0] = 7
+///     >>> float(np.from_dlpack(a)[0, 0])
+///     7.0
 #[pyfunction]
 #[pyo3(signature = (obj, /, *, stream=None, copy=None))]
 pub fn from_dlpack(
@@ -78,7 +87,16 @@ fn from_dlpack_protocol(
 
 /// A MemArray from anything array-like: a MemArray (returned as is), a DLPack
 /// producer (zero-copy), a CUDA Array Interface producer (zero-copy), or any
-/// other object NumPy can convert (copied).
+/// other object NumPy can convert (copied). `device` names the CUDA device
+/// of a CUDA Array Interface producer's pointer (as for
+/// `from_cuda_array_interface`).
+///
+///     >>> import gpuport
+///     >>> a = gpuport.asarray([[1.0, 2.0], [3.0, 4.0]])   # copied by NumPy
+///     >>> a.shape, a.dtype, a.device.spec
+///     ((2, 2), 'float64', 'host')
+///     >>> gpuport.asarray(a) is a
+///     True
 #[pyfunction]
 #[pyo3(signature = (obj, /, *, device=None))]
 pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {

@@ -207,7 +207,16 @@ struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 /// without a copy; the object is kept alive while the result (or an export
 /// of it) is. With a `stream` in the interface, our default stream waits for
 /// it through an event. `device` names the CUDA device of the pointer
-/// (default cuda:0).
+/// (default cuda:0). CuPy, Numba and PyTorch CUDA arrays have the interface;
+/// so can any object:
+///
+///     >>> import gpuport
+///     >>> class Floats:
+///     ...     __cuda_array_interface__ = {
+///     ...         "version": 3, "shape": (4,), "typestr": "<f4", "data": (0, False)}
+///     >>> gpuport.from_cuda_array_interface(Floats(), device="host")
+///     Traceback (most recent call last):
+///     gpuport.DeviceUnavailableError: CUDA Array Interface memory needs a CUDA device, not host
 #[pyfunction]
 #[pyo3(signature = (obj, /, device=None))]
 pub fn from_cuda_array_interface(

@@ -40,6 +40,18 @@ fn next_lock_id() -> u64 {
 
 /// The object `MemArray.get_dlpack()` returns: a context manager that locks
 /// the array for its block and exports it through DLPack with the lock id.
+///
+///     >>> import gpuport, numpy as np
+///     >>> a = gpuport.MemArray(2, "int32", device="host")
+///     >>> ctx = a.get_dlpack()
+///     >>> ctx.array is a
+///     True
+///     >>> with ctx:
+///     ...     x = np.from_dlpack(ctx)              # `ctx.__dlpack__`, with the lock
+///     ...     a.lock_id == ctx.lock_id
+///     True
+///     >>> x
+///     array([0, 0], dtype=int32)
 #[pyclass(module = "gpuport._core", name = "DLPackContext", frozen)]
 pub struct DLPackContext {
     array: Py<PyMemArray>,

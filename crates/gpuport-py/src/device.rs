@@ -132,6 +132,17 @@ pub fn stream_from_handle(py: Python<'_>, dev: &AnyDevice, handle: isize) -> PyR
 // ---- Python classes ---------------------------------------------------------------
 
 /// A device: the host backend (`"host"`) or a GPU (`"cuda:0"`).
+///
+///     >>> import gpuport
+///     >>> d = gpuport.Device("host")
+///     >>> d.backend, d.spec, d.ordinal, d.dlpack_device
+///     ('host', 'host', 0, (1, 0))
+///     >>> d == gpuport.Device("host"), d.total_memory > 0
+///     (True, True)
+///     >>> d.name.startswith("host"), isinstance(d.arch, str)
+///     (True, True)
+///     >>> d.default_stream.handle                # the host backend's streams have no handle
+///     0
 #[pyclass(module = "gpuport._core", name = "Device", frozen, eq, hash)]
 #[derive(Clone)]
 pub struct PyDevice(pub AnyDevice);
@@ -207,11 +218,23 @@ impl PyDevice {
     }
 
     /// A new stream on this device.
+    ///
+    ///     >>> import gpuport
+    ///     >>> s = gpuport.Device("host").create_stream()
+    ///     >>> s.device.spec, s.is_external
+    ///     ('host', False)
     fn create_stream(&self, py: Python<'_>) -> PyResult<PyStream> {
         Ok(PyStream { inner: AnyStream::create(&self.0).py_err(py)?, owner: None })
     }
 
     /// Blocks until the default stream's work is done.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(4, "int32", device="host")
+    ///     >>> a.add_index()                      # enqueued on the default stream
+    ///     >>> a.device.synchronize()
+    ///     >>> a.transfer_pending
+    ///     False
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let s = AnyStream::default_for(&self.0);
         py.detach(|| s.synchronize()).py_err_in(py, "Device.synchronize")
@@ -224,6 +247,16 @@ impl PyDevice {
 
 /// An in-order queue of work on one device; gpuport's own or a foreign
 /// one (`Stream.external`).
+///
+///     >>> import gpuport
+///     >>> s = gpuport.Stream("host")
+///     >>> s.device.spec, s.handle, int(s), s.is_external, s.is_capturing
+///     ('host', 0, 0, False, False)
+///     >>> a = gpuport.MemArray(3, "float32", device="host")
+///     >>> a.add_index(stream=s)              # work in the stream's order
+///     >>> s.synchronize()
+///     >>> a.to_numpy()
+///     array([0., 1., 2.], dtype=float32)
 #[pyclass(module = "gpuport._core", name = "Stream", frozen)]
 pub struct PyStream {
     pub inner: AnyStream,
@@ -243,23 +276,54 @@ impl PyStream {
     }
 }
 
-/// A marker recorded on a stream.
+/// A marker recorded on a stream (`Stream.record_event`).
+///
+///     >>> import gpuport
+///     >>> s = gpuport.Stream("host")
+///     >>> start = s.record_event()
+///     >>> a = gpuport.MemArray(1000, device="host")
+///     >>> a.add_index(stream=s)
+///     >>> end = s.record_event()
+///     >>> end.synchronize()
+///     >>> start.query(), end.query(), start.elapsed_ms(end) >= 0
+///     (True, True, True)
 #[pyclass(module = "gpuport._core", name = "Event", frozen)]
 pub struct PyEvent(pub AnyEvent);
 
 #[pymethods]
 impl PyEvent {
     /// Blocks until the event has completed.
+    ///
+    ///     >>> import gpuport
+    ///     >>> e = gpuport.Stream("host").record_event()
+    ///     >>> e.synchronize()
+    ///     >>> e.query()
+    ///     True
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.0.synchronize()).py_err_in(py, "Event.synchronize")
     }
 
-    /// Whether the event has completed.
+    /// Whether the event has completed; does not wait.
+    ///
+    ///     >>> import gpuport
+    ///     >>> e = gpuport.Stream("host").record_event()
+    ///     >>> e.query() in (True, False)          # the stream may still be running
+    ///     True
+    ///     >>> e.synchronize(); e.query()
+    ///     True
     fn query(&self, py: Python<'_>) -> PyResult<bool> {
         self.0.is_complete().py_err_in(py, "Event.query")
     }
 
     /// Milliseconds from this event to `end` (both completed).
+    ///
+    ///     >>> import gpuport
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> start, end = s.record_event(), s.record_event()
+    ///     >>> end.synchronize()
+    ///     >>> ms = start.elapsed_ms(end)
+    ///     >>> isinstance(ms, float) and ms >= 0
+    ///     True
     fn elapsed_ms(&self, py: Python<'_>, end: PyRef<'_, PyEvent>) -> PyResult<f32> {
         self.0.elapsed_ms(&end.0).py_err(py)
     }
@@ -267,6 +331,13 @@ impl PyEvent {
 
 /// Every usable device: the host, then each GPU of each compiled-in
 /// backend that loads.
+///
+///     >>> import gpuport
+///     >>> devs = gpuport.devices()
+///     >>> devs[0].spec                        # the host comes first
+///     'host'
+///     >>> all(gpuport.is_available(d.backend) for d in devs)
+///     True
 #[pyfunction]
 pub fn devices(py: Python<'_>) -> PyResult<Vec<PyDevice>> {
     let specs: Vec<String> = py.detach(|| {
@@ -280,7 +351,16 @@ pub fn devices(py: Python<'_>) -> PyResult<Vec<PyDevice>> {
     Ok(out)
 }
 
-/// Why each GPU backend is unavailable, one line per backend (empty when all load).
+/// Each backend as `(name, available, note)`: the note gives the device
+/// count of a backend that loaded, else why it is unavailable (the library
+/// tried, and where). `gpuport.show_config()` prints it.
+///
+///     >>> import gpuport
+///     >>> status = {name: ok for name, ok, note in gpuport.backend_status()}
+///     >>> sorted(status), status["host"]
+///     (['cuda', 'host', 'rocm'], True)
+///     >>> [note for name, ok, note in gpuport.backend_status() if name == "host"]
+///     ['1 device(s)']
 #[pyfunction]
 pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
     py.detach(|| {
@@ -302,7 +382,13 @@ pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
     })
 }
 
-/// The default device (`GPUPORT_DEVICE`, else the first GPU, else the host).
+/// The default device (`GPUPORT_DEVICE`, else the first GPU, else the host),
+/// chosen once per process.
+///
+///     >>> import gpuport
+///     >>> d = gpuport.default_device()
+///     >>> d in gpuport.devices(), d == gpuport.Device()
+///     (True, True)
 #[pyfunction(name = "default_device")]
 pub fn py_default_device(py: Python<'_>) -> PyResult<PyDevice> {
     default_device(py).map(PyDevice)

@@ -34,13 +34,32 @@ pub struct Classes {
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 
-fn make(py: Python<'_>, name: &str, bases: Vec<Bound<'_, PyType>>, doc: &str) -> PyResult<Py<PyType>> {
+/// An exception class `name` of `bases` in module `gpuport`, whose docstring
+/// is `summary` and then `example` (doctest lines) indented as a code block.
+fn make(
+    py: Python<'_>,
+    name: &str,
+    bases: Vec<Bound<'_, PyType>>,
+    summary: &str,
+    example: &str,
+) -> PyResult<Py<PyType>> {
     let ns = PyDict::new(py);
     ns.set_item("__module__", "gpuport")?;
-    ns.set_item("__doc__", doc)?;
+    ns.set_item("__doc__", with_example(summary, example))?;
     let bases = PyTuple::new(py, bases)?;
     let ty = py.import("builtins")?.getattr("type")?.call1((name, bases, ns))?;
     Ok(ty.cast_into::<PyType>()?.unbind())
+}
+
+/// `summary`, a blank line, and each line of `example` indented by four spaces.
+fn with_example(summary: &str, example: &str) -> String {
+    let mut doc = format!("{summary}\n\n");
+    for line in example.trim_matches('\n').lines() {
+        doc.push_str("    ");
+        doc.push_str(line);
+        doc.push('\n');
+    }
+    doc
 }
 
 fn build(py: Python<'_>) -> PyResult<Classes> {
@@ -56,6 +75,14 @@ fn build_classes(py: Python<'_>) -> PyResult<Classes> {
         "GpuError",
         vec![py.get_type::<PyRuntimeError>()],
         "Base class of every error gpuport raises (a RuntimeError).",
+        r#"
+>>> import gpuport
+>>> try:
+...     gpuport.Device("tpu:0")
+... except gpuport.GpuError as e:
+...     print(type(e).__name__, isinstance(e, RuntimeError))
+InvalidDeviceError True
+"#,
     )?;
     let g = || gpu.bind(py).clone();
     Ok(Classes {
@@ -64,24 +91,54 @@ fn build_classes(py: Python<'_>) -> PyResult<Classes> {
             "OutOfMemoryError",
             vec![g(), py.get_type::<PyMemoryError>()],
             "The device (or host) has not enough free memory; freeing memory and retrying may help.",
+            r#"
+>>> import gpuport
+>>> try:
+...     gpuport.MemArray(1 << 50, "uint8", device="host")   # 1 PiB
+... except MemoryError as e:
+...     print(type(e).__name__)
+OutOfMemoryError
+"#,
         )?,
         unavailable: make(
             py,
             "DeviceUnavailableError",
             vec![g()],
             "A backend is not compiled in, its library could not be loaded, or it has no device.",
+            r#"
+>>> import gpuport
+>>> def cuda_or_host():
+...     try:
+...         return gpuport.Device("cuda:0")
+...     except gpuport.DeviceUnavailableError:   # no CUDA driver or GPU here
+...         return gpuport.Device("host")
+>>> cuda_or_host().backend in ("cuda", "host")
+True
+"#,
         )?,
         invalid_device: make(
             py,
             "InvalidDeviceError",
             vec![g(), py.get_type::<PyValueError>()],
             "A device spec could not be parsed or names a device that does not exist.",
+            r#"
+>>> import gpuport
+>>> gpuport.Device("tpu:0")
+Traceback (most recent call last):
+gpuport.InvalidDeviceError: invalid device spec "tpu:0": unknown backend "tpu"; accepted: "host", "cuda[:N]", "rocm[:N]"
+"#,
         )?,
         device_mismatch: make(
             py,
             "DeviceMismatchError",
             vec![g(), py.get_type::<PyValueError>()],
-            "Objects of two different devices were used together.",
+            "Objects of two different devices were used together (a stream of cuda:1 for an array on cuda:0, \
+             say).",
+            r#"
+>>> import gpuport
+>>> issubclass(gpuport.DeviceMismatchError, ValueError)
+True
+"#,
         )?,
         lock: make(
             py,
@@ -89,45 +146,113 @@ fn build_classes(py: Python<'_>) -> PyResult<Classes> {
             vec![g()],
             "A locked array (inside `with array.get_dlpack()`) was accessed without its lock, or an object was \
              called again from a callback of a call still running on it.",
+            r#"
+>>> import gpuport
+>>> a = gpuport.MemArray(2, device="host")
+>>> with a.get_dlpack() as ctx:
+...     a.to_numpy()                    # inside the block, use ctx instead
+Traceback (most recent call last):
+gpuport.LockError: __dlpack__: the array is locked by a `with array.get_dlpack()` block ...
+"#,
         )?,
         residency: make(
             py,
             "ResidencyError",
             vec![g()],
             "An operation needs the host or device copy of an array, and that copy is not current.",
+            r#"
+>>> import gpuport, numpy as np
+>>> gpuport.from_dlpack(np.zeros(3)).copy()      # imported memory stays with its producer
+Traceback (most recent call last):
+gpuport.ResidencyError: copy() of an imported array: copy it in its producer library
+"#,
         )?,
         shape: make(
             py,
             "ShapeError",
             vec![g(), py.get_type::<PyValueError>()],
             "A shape, index or rank was not accepted.",
+            r#"
+>>> import gpuport
+>>> gpuport.MemArray((2, -1), device="host")
+Traceback (most recent call last):
+gpuport.ShapeError: extent -1 is negative; extents must be non-negative
+"#,
         )?,
         dlpack: make(
             py,
             "DLPackError",
             vec![g(), py.get_type::<PyBufferError>()],
             "A DLPack tensor could not be imported or exported.",
+            r#"
+>>> import gpuport, numpy as np
+>>> a = gpuport.MemArray(2, device="host")
+>>> with a.get_dlpack() as ctx:
+...     pass
+>>> np.from_dlpack(ctx)                    # the block has ended
+Traceback (most recent call last):
+gpuport.DLPackError: __dlpack__: this get_dlpack block has ended ...
+"#,
         )?,
         unsupported_dtype: make(
             py,
             "UnsupportedDTypeError",
             vec![g(), py.get_type::<PyTypeError>()],
             "The dtype is not one gpuport holds, or the operation has no kernel for it.",
+            r#"
+>>> import gpuport
+>>> gpuport.MemArray(2, "bool", device="host").add_index()
+Traceback (most recent call last):
+gpuport.UnsupportedDTypeError: add_index has no kernel for bool; ...
+"#,
         )?,
         unsupported: make(
             py,
             "UnsupportedError",
             vec![g(), py.get_type::<PyNotImplementedError>()],
             "The backend does not implement the operation.",
+            r#"
+>>> import gpuport.memory as gm
+>>> gm.alloc(64, device="host").ipc_handle()     # IPC handles are a GPU driver's
+Traceback (most recent call last):
+gpuport.UnsupportedError: IPC memory handles is not supported by the host backend: ...
+"#,
         )?,
         invalid_argument: make(
             py,
             "InvalidArgumentError",
             vec![g(), py.get_type::<PyValueError>()],
             "An argument is outside what the operation accepts.",
+            r#"
+>>> from gpuport import runtime as rt
+>>> rt.malloc(0, device="host")
+Traceback (most recent call last):
+gpuport.InvalidArgumentError: invalid argument bytes: a zero-byte allocation was requested; sizes must be at least 1
+"#,
         )?,
-        driver: make(py, "DriverError", vec![g()], "A vendor driver or runtime call failed.")?,
-        kernel: make(py, "KernelError", vec![g()], "Compiling, finding or launching a kernel failed.")?,
+        driver: make(
+            py,
+            "DriverError",
+            vec![g()],
+            "A vendor driver or runtime call failed.",
+            r#"
+>>> import gpuport
+>>> issubclass(gpuport.DriverError, gpuport.GpuError)
+True
+"#,
+        )?,
+        kernel: make(
+            py,
+            "KernelError",
+            vec![g()],
+            "Compiling, finding or launching a kernel failed.",
+            r#"
+>>> from gpuport import runtime as rt
+>>> rt.module_get_function(rt.module_load(device="host"), "no_such_kernel")
+Traceback (most recent call last):
+gpuport.KernelError: kernel "no_such_kernel" not found in module; available: ...
+"#,
+        )?,
         graph: make(
             py,
             "GraphError",
@@ -137,6 +262,16 @@ fn build_classes(py: Python<'_>) -> PyResult<Classes> {
              \"already_capturing\", \"default_stream\", \"invalidated\", \"isolation\", \"captured_event\", \
              \"update_refused\", \"pool_allocation\", \"nested_launch\", \"wrong_thread\", \"not_capturable\", \
              \"capturing\" or \"not_captured\". The stream stays usable.",
+            r#"
+>>> import gpuport
+>>> s = gpuport.Stream("host")
+>>> with s.capture():
+...     try:
+...         s.synchronize()              # captured work runs only at replay
+...     except gpuport.GraphError as e:
+...         print(e.kind)
+synchronous_call
+"#,
         )?,
         gpu,
     })

@@ -56,6 +56,24 @@ struct State {
 
 /// A graph of captured work: `with g.capture(stream):` records the kernels,
 /// copies and memsets enqueued on `stream`, and `g.replay()` runs them all again.
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> g = gpuport.Graph()
+///     >>> g.is_captured, g.node_count, g.device, g.stream
+///     (False, 0, None, None)
+///     >>> buf = rt.malloc(8, device="host")
+///     >>> with g.capture(device="host") as same:       # a new stream on the host
+///     ...     g.is_capturing
+///     ...     rt.memset_async(buf, 2, 8, stream=g.stream)
+///     True
+///     >>> same is g, g.is_capturing, g.is_captured, g.node_count, g.kept_alive
+///     (True, False, True, 1, 1)
+///     >>> g.device.spec, g.stream.device.spec
+///     ('host', 'host')
+///     >>> g.replay(); g.synchronize()
+///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
+///     2
 #[pyclass(module = "gpuport._core", name = "Graph", frozen)]
 pub struct PyGraph {
     state: Exclusive<State>,
@@ -130,6 +148,16 @@ impl PyGraph {
     /// (default; calls that wait for the device or its default stream are
     /// refused on every thread during the capture), "thread_local" (refused
     /// on this thread) or "relaxed" (not refused).
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> g = gpuport.Graph()
+    ///     >>> with g.capture(s, mode="relaxed"):
+    ///     ...     rt.memset_async(buf, 3, 8, stream=s)
+    ///     >>> g.stream is s, g.node_count
+    ///     (True, 1)
     #[pyo3(signature = (stream=None, *, mode="global", device=None))]
     fn capture(
         slf: &Bound<'_, Self>,
@@ -146,12 +174,34 @@ impl PyGraph {
     /// Enqueues one replay of the captured work on `stream` (None: the
     /// device's default stream; a `Stream` or foreign stream of the graph's
     /// device), without waiting. Replays on one stream run in order.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> src, dst = rt.malloc(8, device="host"), rt.malloc(8, device="host")
+    ///     >>> with s.capture() as g:
+    ///     ...     rt.memcpy_async(dst, src, 8, stream=s)
+    ///     >>> for value in (1, 2, 3):
+    ///     ...     rt.memset(src, value, 8)
+    ///     ...     g.replay(s)
+    ///     ...     s.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, dst, 8); out[0]
+    ///     3
     #[pyo3(signature = (stream=None))]
     fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.launch_as(py, stream, "Graph.replay")
     }
 
     /// `replay` under CuPy's name.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> with gpuport.graph_capture(device="host") as g:
+    ///     ...     rt.memset_async(buf, 4, 8, stream=g.stream)
+    ///     >>> g.launch(g.stream); g.stream.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
+    ///     4
     #[pyo3(signature = (stream=None))]
     fn launch(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.launch_as(py, stream, "Graph.launch")
@@ -164,6 +214,20 @@ impl PyGraph {
     /// replays use `other`'s, and this graph keeps `other`'s operands alive.
     /// A graph of another shape raises `GraphError` (kind "update_refused")
     /// and changes nothing.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> def fill_graph(value):
+    ///     ...     with s.capture() as g:
+    ///     ...         rt.memset_async(buf, value, 8, stream=s)
+    ///     ...     return g
+    ///     >>> g = fill_graph(5)
+    ///     >>> g.update(fill_graph(6))           # same work, new arguments
+    ///     >>> g.replay(s); s.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
+    ///     6
     fn update(&self, py: Python<'_>, other: &Bound<'_, PyGraph>) -> PyResult<()> {
         keep::prune();
         let call = "Graph.update";
@@ -196,6 +260,17 @@ impl PyGraph {
     }
 
     /// Waits until every replay enqueued so far has completed.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> with gpuport.graph_capture(device="host") as g:
+    ///     ...     rt.memset_async(buf, 7, 8, stream=g.stream)
+    ///     >>> for _ in range(3):
+    ///     ...     g.replay()
+    ///     >>> g.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
+    ///     7
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let st = self.state.lock(py)?;
         if let Some((_, exec)) = st.graph.as_ref() {
@@ -207,6 +282,19 @@ impl PyGraph {
 
     /// Drops the captured work (after its replays have completed) and the
     /// operands it kept alive; the graph can capture again.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> with gpuport.graph_capture(device="host") as g:
+    ///     ...     rt.memset_async(buf, 1, 8, stream=g.stream)
+    ///     >>> g.reset()
+    ///     >>> g.is_captured, g.kept_alive, g.stream
+    ///     (False, 0, None)
+    ///     >>> with g.capture(device="host"):
+    ///     ...     rt.memset_async(buf, 2, 8, stream=g.stream)
+    ///     >>> g.is_captured
+    ///     True
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
         let taken = {
             let mut st = self.state.lock(py)?;
@@ -334,6 +422,17 @@ impl PyGraph {
 /// A running (or ready) capture of a stream into a `Graph`: a context
 /// manager whose `__enter__` begins the capture and returns the graph, and
 /// whose `__exit__` ends it, even when the block raised.
+///
+///     >>> import gpuport
+///     >>> s = gpuport.Stream("host")
+///     >>> capture = s.capture(mode="thread_local")
+///     >>> capture.mode, capture.stream is s, capture.graph.is_captured
+///     ('thread_local', True, False)
+///     >>> with capture as g:
+///     ...     s.is_capturing
+///     True
+///     >>> g is capture.graph, s.is_capturing
+///     (True, False)
 #[pyclass(module = "gpuport._core", name = "GraphCapture", frozen)]
 pub struct PyGraphCapture {
     graph: Py<PyGraph>,
@@ -476,6 +575,15 @@ impl Drop for PyGraphCapture {
 
 /// `with gpuport.graph_capture(stream) as g:` captures into a new `Graph`
 /// (`Graph().capture(stream, mode=mode, device=device)`).
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> buf = rt.malloc(8, device="host")
+///     >>> with gpuport.graph_capture(device="host") as g:   # on a new stream, g.stream
+///     ...     rt.memset_async(buf, 9, 8, stream=g.stream)
+///     >>> g.replay(); g.synchronize()
+///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
+///     9
 #[pyfunction]
 #[pyo3(signature = (stream=None, *, mode="global", device=None))]
 pub fn graph_capture(

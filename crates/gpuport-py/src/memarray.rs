@@ -39,6 +39,23 @@ pub(crate) struct Meta {
 /// An N-dimensional array with a host copy and a device copy (`MemArray` in
 /// `docs/design.md`), or a zero-copy import of another library's array.
 ///
+///     >>> import gpuport, numpy as np
+///     >>> a = gpuport.MemArray((2, 3), "float32", device="host")   # zero-filled
+///     >>> a.shape, a.ndim, a.size, len(a)
+///     ((2, 3), 2, 6, 2)
+///     >>> a.dtype, a.itemsize, a.nbytes
+///     ('float32', 4, 24)
+///     >>> a.device.spec, a.residency, a.is_imported, a.readonly
+///     ('host', 'host', False, False)
+///     >>> a.lock_id, a.transfer_pending, a.live_exports, a.data_ptr != 0
+///     (None, False, 0, True)
+///     >>> a.add_index()                      # on the device: the device copy is current
+///     >>> a.residency
+///     'device'
+///     >>> np.from_dlpack(a)                  # DLPack, zero-copy (`__dlpack__`)
+///     array([[0., 1., 2.],
+///            [1., 2., 3.]], dtype=float32)
+///
 /// `frozen`, with its mutable state in an [`Exclusive`]: calls from several
 /// threads take turns (a waiting call releases the GIL), so no PyO3 borrow
 /// error or panic can reach Python and no call sees another's half-done work.

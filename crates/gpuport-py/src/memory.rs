@@ -80,7 +80,15 @@ pub extern "C" fn gpuport_torch_live_count() -> usize {
 // ---- Python -----------------------------------------------------------------------
 
 /// Device memory from the device's current gpuport resource; goes back to it
-/// on `free()` or when this object is collected.
+/// on `free()` or when this object is collected (`gpuport.memory.alloc`).
+///
+///     >>> import gpuport.memory as gm
+///     >>> a = gm.alloc(256, device="host")
+///     >>> a.size, a.device, a.freed, a.ptr != 0, int(a) == a.ptr
+///     (256, 'host', False, True, True)
+///     >>> a.free()
+///     >>> a.freed
+///     True
 #[pyclass(module = "gpuport._core", name = "Allocation", frozen)]
 pub struct PyAllocation {
     inner: Mutex<Option<AnyAllocation>>,
@@ -112,12 +120,24 @@ impl PyAllocation {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
     }
     /// Returns the memory to the resource now (once; later calls do nothing).
+    ///
+    ///     >>> import gpuport.memory as gm
+    ///     >>> a = gm.alloc(64, device="host")
+    ///     >>> a.free(); a.free()
+    ///     >>> a.freed
+    ///     True
     fn free(&self, py: Python<'_>) {
         let a = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         py.detach(|| drop(a));
     }
     /// `(handle, offset)`: the 64-byte driver IPC handle of the allocation's
-    /// base and the allocation's offset from that base.
+    /// base and the allocation's offset from that base; another process
+    /// opens it with `cuIpcOpenMemHandle`. GPU memory only:
+    ///
+    ///     >>> import gpuport.memory as gm
+    ///     >>> gm.alloc(64, device="host").ipc_handle()
+    ///     Traceback (most recent call last):
+    ///     gpuport.UnsupportedError: IPC memory handles is not supported by the host backend: ...
     fn ipc_handle<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, u64)> {
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = guard.as_ref() else {
@@ -238,7 +258,16 @@ pub fn mem_reset(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<
     py.detach(|| core_memory::reset(&dev)).py_err(py)
 }
 
-/// Holds every free on the device back until `release()` (or `__exit__`).
+/// Holds every free on the device back until `release()` (or `__exit__`)
+/// (`gpuport.memory.defer_cleanup`).
+///
+///     >>> import gpuport.memory as gm
+///     >>> with gm.defer_cleanup("host") as guard:
+///     ...     gm.alloc(64, device="host").free()     # held back
+///     ...     guard.held_back
+///     1
+///     >>> guard.held_back                          # released at the end of the block
+///     0
 #[pyclass(module = "gpuport._core", name = "DeferCleanup", frozen)]
 pub struct PyDeferCleanup {
     inner: Mutex<Option<AnyDeferCleanup>>,
@@ -252,6 +281,13 @@ impl PyDeferCleanup {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |g| g.held_back())
     }
     /// Lets the held-back frees happen (once every guard is released).
+    ///
+    ///     >>> import gpuport.memory as gm
+    ///     >>> guard = gm.defer_cleanup("host")
+    ///     >>> gm.alloc(64, device="host").free()
+    ///     >>> guard.release()
+    ///     >>> guard.held_back
+    ///     0
     fn release(&self, py: Python<'_>) {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         py.detach(|| drop(g));
@@ -275,7 +311,15 @@ pub fn mem_defer_cleanup(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> P
     Ok(PyDeferCleanup { inner: Mutex::new(Some(g)) })
 }
 
-/// Pinned host memory from the device's current resource.
+/// Pinned host memory from the device's current resource
+/// (`gpuport.memory.alloc_pinned`).
+///
+///     >>> import gpuport.memory as gm
+///     >>> p = gm.alloc_pinned(64, device="host")
+///     >>> p.size, p.freed, p.ptr != 0, p.device_ptr
+///     (64, False, True, None)
+///     >>> p.free(); p.freed
+///     True
 #[pyclass(module = "gpuport._core", name = "PinnedAllocation", frozen)]
 pub struct PyPinned {
     inner: Mutex<Option<AnyPinned>>,
@@ -306,7 +350,13 @@ impl PyPinned {
     fn freed(&self) -> bool {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
     }
-    /// Returns the memory now (once).
+    /// Returns the memory now (once; later calls do nothing).
+    ///
+    ///     >>> import gpuport.memory as gm
+    ///     >>> p = gm.alloc_pinned(64, device="host")
+    ///     >>> p.free(); p.free()
+    ///     >>> p.freed
+    ///     True
     fn free(&self, py: Python<'_>) {
         let p = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         py.detach(|| drop(p));

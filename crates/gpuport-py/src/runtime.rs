@@ -57,6 +57,13 @@ fn parse_kind(kind: &str) -> PyResult<MemoryKind> {
 /// device's current resource (the caching pool that ``gpuport.memory``
 /// counts); as with ``cudaFree``, giving it back first waits for the device,
 /// since any stream may still use the raw address.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(64, device="host")
+///     >>> a.shape, a.typestr, a.memory_kind
+///     ([64], '|u1', 'device')
+///     >>> rt.malloc(64, device="host", kind="pinned").memory_kind
+///     'pinned'
 #[pyfunction]
 #[pyo3(signature = (size, device=None, kind="device"))]
 pub fn malloc(
@@ -74,6 +81,11 @@ pub fn malloc(
 }
 
 /// ``malloc(size, device, kind="pinned")``: page-locked host memory.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> staging = rt.malloc_pinned(64, device="host")
+///     >>> staging.memory_kind, staging.nbytes
+///     ('pinned', 64)
 #[pyfunction]
 #[pyo3(signature = (size, device=None))]
 pub fn malloc_pinned(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDeviceArray>> {
@@ -81,6 +93,11 @@ pub fn malloc_pinned(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyAn
 }
 
 /// ``malloc(size, device, kind="managed")``: unified memory.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> shared = rt.malloc_managed(64, device="host")
+///     >>> shared.memory_kind, shared.nbytes
+///     ('managed', 64)
 #[pyfunction]
 #[pyo3(signature = (size, device=None))]
 pub fn malloc_managed(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDeviceArray>> {
@@ -90,6 +107,14 @@ pub fn malloc_managed(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyA
 /// Frees an array returned by ``malloc``. ``free(None)`` (NULL) does
 /// nothing; freeing twice raises ``ValueError``, as does freeing memory
 /// gpuport does not own (raw addresses, views, buffers).
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(64, device="host")
+///     >>> rt.free(a)
+///     >>> rt.free(a)
+///     Traceback (most recent call last):
+///     ValueError: free: this DeviceArray was already freed (double free)
+///     >>> rt.free(None)
 #[pyfunction]
 pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
     prune();
@@ -206,6 +231,18 @@ fn memcpy_impl(
 /// or more between pageable host memory (NumPy arrays, buffers) and a GPU
 /// are pipelined through pinned staging on several host threads, several
 /// times faster than the driver's pageable copy.
+///
+///     >>> import numpy as np
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(16, device="host")
+///     >>> rt.memcpy(a, np.arange(4, dtype=np.uint32), 16)   # host to device
+///     >>> out = np.zeros(4, dtype=np.uint32)
+///     >>> rt.memcpy(out, a, 16, kind="device_to_host")
+///     >>> out
+///     array([0, 1, 2, 3], dtype=uint32)
+///     >>> rt.memcpy(out, a, 32)                              # past both ends
+///     Traceback (most recent call last):
+///     gpuport.InvalidArgumentError: invalid argument dst: 32 bytes exceed the 16 bytes of the memory
 #[pyfunction]
 #[pyo3(signature = (dst, src, size, kind=None, stream=None))]
 pub fn memcpy(
@@ -221,6 +258,17 @@ pub fn memcpy(
 
 /// As ``memcpy``, enqueued on ``stream`` without waiting; the operands are
 /// kept alive until the copy has run.
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> s = gpuport.Stream("host")
+///     >>> a = rt.malloc(4, device="host")
+///     >>> rt.memcpy_async(a, b"\x01\x02\x03\x04", 4, stream=s)
+///     >>> out = bytearray(4)
+///     >>> rt.memcpy_async(out, a, 4, stream=s)
+///     >>> s.synchronize()
+///     >>> bytes(out)
+///     b'\x01\x02\x03\x04'
 #[pyfunction]
 #[pyo3(signature = (dst, src, size, kind=None, stream=None))]
 pub fn memcpy_async(
@@ -267,6 +315,13 @@ fn memset_impl(
 /// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value``
 /// and waits. ``size`` is checked as for ``memcpy`` (raw addresses are
 /// unchecked); a ``dst`` that is not one contiguous range raises ValueError.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(8, device="host")
+///     >>> rt.memset(a, 0xAB, 4)
+///     >>> rt.memset(a[4:], 0x01, 4)          # a view: the last 4 bytes
+///     >>> out = bytearray(8); rt.memcpy(out, a, 8); bytes(out)
+///     b'\xab\xab\xab\xab\x01\x01\x01\x01'
 #[pyfunction]
 #[pyo3(signature = (dst, value, size, stream=None))]
 pub fn memset(
@@ -280,6 +335,17 @@ pub fn memset(
 }
 
 /// As ``memset``, enqueued on ``stream`` without waiting.
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> s = gpuport.Stream("host")
+///     >>> a = rt.malloc(4, device="host")
+///     >>> rt.memset_async(a, 1, 4, stream=s)
+///     >>> out = bytearray(4)
+///     >>> rt.memcpy_async(out, a, 4, stream=s)
+///     >>> s.synchronize()
+///     >>> bytes(out)
+///     b'\x01\x01\x01\x01'
 #[pyfunction]
 #[pyo3(signature = (dst, value, size, stream=None))]
 pub fn memset_async(
@@ -295,6 +361,11 @@ pub fn memset_async(
 // ---- modules and kernels --------------------------------------------------------------
 
 /// A loaded module (from ``module_load``).
+///
+///     >>> from gpuport import runtime as rt
+///     >>> m = rt.module_load(device="host", name="builtins")
+///     >>> m.name
+///     'builtins'
 #[pyclass(module = "gpuport._core", name = "Module", frozen)]
 pub struct PyModule_ {
     inner: AnyModule,
@@ -315,6 +386,11 @@ impl PyModule_ {
 }
 
 /// A kernel of a module (from ``module_get_function``); keeps the module alive.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> f.name
+///     'gpuport_fill_u32'
 #[pyclass(module = "gpuport._core", name = "Function", frozen)]
 pub struct PyFunction {
     inner: AnyKernel,
@@ -366,6 +442,14 @@ fn options_of(options: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
 /// is inferred when None: bytes starting with ELF or fatbin magic are a
 /// binary, text with ``.version`` and ``.target`` lines is PTX, other
 /// text is source. The host backend runs only the built-ins.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> m = rt.module_load(device="host")  # gpuport's built-in kernels
+///     >>> m.name
+///     'module'
+///     >>> rt.module_load('extern "C" __global__ void k() {}', device="host")
+///     Traceback (most recent call last):
+///     gpuport.UnsupportedError: compiling kernel source is not supported by the host backend: ...
 #[pyfunction]
 #[pyo3(signature = (code=None, options=None, kind=None, name="module", device=None))]
 pub fn module_load(
@@ -422,6 +506,11 @@ pub fn module_load(
 }
 
 /// The kernel ``name`` of ``module``.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> f
+///     <Function "gpuport_fill_u32">
 #[pyfunction]
 pub fn module_get_function(py: Python<'_>, module: &Bound<'_, PyModule_>, name: &str) -> PyResult<PyFunction> {
     let m = module.get();
@@ -500,6 +589,16 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
 /// arguments must match the kernel's parameters; pointer arguments are the
 /// caller's responsibility on GPUs (as in HIP), and are checked on the host
 /// backend. Their memory is kept alive until the launch has run.
+///
+///     >>> import ctypes, numpy as np
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> a = rt.malloc(4 * 256, device="host")
+///     >>> rt.launch_kernel(f, 1, 256, [a, ctypes.c_uint64(256), ctypes.c_uint32(9)])
+///     >>> out = np.zeros(256, dtype=np.uint32)
+///     >>> rt.memcpy(out, a, out.nbytes)      # on the same (default) stream
+///     >>> bool((out == 9).all())
+///     True
 #[pyfunction]
 #[pyo3(signature = (func, grid, block, args=None, shared_mem=0, stream=None))]
 pub fn launch_kernel(
@@ -539,6 +638,11 @@ pub fn launch_kernel(
 
 /// Blocks until all work on ``device``'s default stream is done, and drops
 /// the operands of completed asynchronous work.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(1024, device="host")
+///     >>> rt.memset_async(a, 0, 1024)        # the default stream, no wait
+///     >>> rt.device_synchronize("host")
 #[pyfunction]
 #[pyo3(signature = (device=None))]
 pub fn device_synchronize(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {

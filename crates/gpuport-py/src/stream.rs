@@ -24,6 +24,14 @@ impl PyStream {
     /// Wraps a stream another library owns (a PyTorch or CuPy stream, a
     /// cuda-python stream, an object with `__cuda_stream__`, or an int
     /// handle) without synchronizing; the object is kept alive.
+    ///
+    ///     >>> import gpuport
+    ///     >>> class TheirStream:                 # the cuda.core protocol: (version, handle)
+    ///     ...     def __cuda_stream__(self):
+    ///     ...         return (0, 0)                # 0: the default stream
+    ///     >>> s = gpuport.Stream.external(TheirStream(), device="host")
+    ///     >>> s.is_external, s.handle
+    ///     (True, 0)
     #[staticmethod]
     #[pyo3(signature = (stream, device=None))]
     fn external(py: Python<'_>, stream: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -64,6 +72,14 @@ impl PyStream {
     }
 
     /// Blocks until the stream's work is done.
+    ///
+    ///     >>> import gpuport
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> a = gpuport.MemArray(3, "int32", device="host")
+    ///     >>> a.add_index(stream=s)
+    ///     >>> s.synchronize()
+    ///     >>> a.transfer_pending
+    ///     False
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.synchronize()).py_err_in(py, "Stream.synchronize")
     }
@@ -71,6 +87,17 @@ impl PyStream {
     /// A context manager that captures the work enqueued on this stream
     /// into a new `Graph`: `with s.capture() as g: ...`, then `g.replay()`.
     /// `mode` as for `Graph.capture`.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> with s.capture() as g:
+    ///     ...     rt.memset_async(buf, 1, 8, stream=s)   # recorded, not run
+    ///     >>> g.replay(s)
+    ///     >>> s.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); bytes(out)
+    ///     b'\x01\x01\x01\x01\x01\x01\x01\x01'
     #[pyo3(signature = (mode="global"))]
     fn capture(slf: &Bound<'_, Self>, mode: &str) -> PyResult<PyGraphCapture> {
         let py = slf.py();
@@ -85,11 +112,26 @@ impl PyStream {
     }
 
     /// Records an event at the current end of the stream.
+    ///
+    ///     >>> import gpuport
+    ///     >>> e = gpuport.Stream("host").record_event()
+    ///     >>> e.synchronize(); e.query()
+    ///     True
     fn record_event(&self, py: Python<'_>) -> PyResult<PyEvent> {
         Ok(PyEvent(self.inner.record().py_err(py)?))
     }
 
     /// Makes later work on this stream wait for `event`, without blocking the host.
+    ///
+    ///     >>> import gpuport
+    ///     >>> producer, consumer = gpuport.Stream("host"), gpuport.Stream("host")
+    ///     >>> a = gpuport.MemArray(3, "int32", device="host")
+    ///     >>> a.add_index(stream=producer)
+    ///     >>> done = producer.record_event()
+    ///     >>> consumer.wait_event(done)
+    ///     >>> consumer.synchronize()               # so the producer's work is done too
+    ///     >>> done.query()
+    ///     True
     fn wait_event(&self, py: Python<'_>, event: PyRef<'_, PyEvent>) -> PyResult<()> {
         self.inner.wait(&event.0).py_err(py)
     }

@@ -55,7 +55,14 @@ from ._core import (
 
 
 class DLDeviceType(IntEnum):
-    """DLPack device type codes (``DLDeviceType`` in ``dlpack.h``)."""
+    """DLPack device type codes (``DLDeviceType`` in ``dlpack.h``).
+
+        >>> import gpuport
+        >>> gpuport.DLDeviceType(gpuport.Device("host").dlpack_device[0])
+        <DLDeviceType.kDLCPU: 1>
+        >>> int(gpuport.DLDeviceType.kDLCUDA)
+        2
+    """
 
     kDLCPU = 1
     kDLCUDA = 2
@@ -75,7 +82,14 @@ class DLDeviceType(IntEnum):
 
 
 class dlpack:  # noqa: N801 - a namespace: gpuport.dlpack.kDLCPU (docs/design.md#the-python-wrapper)
-    """DLPack device type constants: ``gpuport.dlpack.kDLCPU`` etc."""
+    """DLPack device type constants: ``gpuport.dlpack.kDLCPU`` etc.
+
+        >>> import gpuport
+        >>> a = gpuport.MemArray(2, device="host")
+        >>> a.move_memory(gpuport.dlpack.kDLCPU)     # the host copy
+        >>> a.__dlpack_device__()[0] == gpuport.dlpack.kDLCPU
+        True
+    """
 
     DLDeviceType = DLDeviceType
     kDLCPU = DLDeviceType.kDLCPU
@@ -166,7 +180,13 @@ def show_config(file=None) -> None:
 
 
 def cuda_devices() -> "list[Device]":
-    """The CUDA devices gpuport can use (empty without CUDA)."""
+    """The CUDA devices gpuport can use (empty without CUDA).
+
+        >>> import gpuport
+        >>> cuda = gpuport.cuda_devices()
+        >>> all(d.backend == "cuda" for d in cuda), bool(cuda) == gpuport.is_available("cuda")
+        (True, True)
+    """
     return [d for d in devices() if d.backend == "cuda"]
 
 

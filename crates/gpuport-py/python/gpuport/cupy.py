@@ -20,7 +20,17 @@ __all__ = ["allocator", "pinned_allocator", "use_gpuport_for_cupy"]
 
 
 def allocator(size: int) -> Any:
-    """``size`` bytes on CuPy's current device and stream, as a ``cupy.cuda.MemoryPointer``."""
+    """``size`` bytes on CuPy's current device and stream, as a ``cupy.cuda.MemoryPointer``.
+
+    Needs CuPy and a CUDA device.
+
+        >>> import cupy, gpuport.cupy, gpuport.memory as gm
+        >>> mem = gpuport.cupy.allocator(1024)
+        >>> isinstance(mem, cupy.cuda.MemoryPointer), mem.mem.size
+        (True, 1024)
+        >>> gm.stats("cuda:0")["current_bytes"] >= 1024
+        True
+    """
     import cupy
 
     dev = cupy.cuda.runtime.getDevice()
@@ -33,7 +43,15 @@ def allocator(size: int) -> Any:
 
 
 def pinned_allocator(size: int) -> Any:
-    """``size`` bytes of pinned host memory, as a ``cupy.cuda.PinnedMemoryPointer``."""
+    """``size`` bytes of pinned host memory, as a ``cupy.cuda.PinnedMemoryPointer``.
+
+    Needs CuPy and a CUDA device.
+
+        >>> import cupy, gpuport.cupy
+        >>> mem = gpuport.cupy.pinned_allocator(4096)
+        >>> isinstance(mem, cupy.cuda.PinnedMemoryPointer), mem.ptr != 0
+        (True, True)
+    """
     import cupy
 
     dev = cupy.cuda.runtime.getDevice()
@@ -44,7 +62,16 @@ def pinned_allocator(size: int) -> Any:
 
 
 def use_gpuport_for_cupy(pinned: bool = True) -> None:
-    """Routes CuPy's device (and, with ``pinned``, pinned host) allocations through gpuport."""
+    """Routes CuPy's device (and, with ``pinned``, pinned host) allocations through gpuport.
+
+    Needs CuPy and a CUDA device.
+
+        >>> import cupy, gpuport.cupy, gpuport.memory as gm
+        >>> gpuport.cupy.use_gpuport_for_cupy()
+        >>> x = cupy.ones(1 << 20, dtype=cupy.float32)   # 4 MiB from gpuport's pool
+        >>> gm.stats("cuda:0")["current_bytes"] >= x.nbytes
+        True
+    """
     import cupy
 
     cupy.cuda.set_allocator(allocator)

@@ -52,19 +52,39 @@ def alloc(size: int, stream: Any = None, device: Any = None) -> Allocation:
     Returns an :class:`Allocation`: ``.ptr`` is the device address; the
     memory goes back to the pool (in ``stream``'s order) on ``.free()`` or
     when the object is collected.
+
+        >>> import gpuport.memory as gm
+        >>> a = gm.alloc(1024, device="host")
+        >>> a.size, a.device
+        (1024, 'host')
+        >>> a.free()
     """
     return _core.mem_alloc(size, stream, device)
 
 
 def free(allocation: Allocation) -> None:
-    """Returns an allocation's memory now (the same as ``allocation.free()``)."""
+    """Returns an allocation's memory now (the same as ``allocation.free()``).
+
+        >>> import gpuport.memory as gm
+        >>> a = gm.alloc(1024, device="host")
+        >>> gm.free(a)
+        >>> a.freed
+        True
+    """
     allocation.free()
 
 
 def alloc_pinned(
     size: int, mapped: bool = False, portable: bool = False, write_combined: bool = False, device: Any = None
 ) -> PinnedAllocation:
-    """Allocates pinned host memory (``mapped``: with a device address, ``.device_ptr``)."""
+    """Allocates pinned host memory (``mapped``: with a device address, ``.device_ptr``).
+
+        >>> import gpuport.memory as gm
+        >>> p = gm.alloc_pinned(4096, mapped=True, device="host")
+        >>> p.size, p.device_ptr == p.ptr          # the host's "device" address is the host one
+        (4096, True)
+        >>> p.free()
+    """
     return _core.mem_alloc_pinned(size, mapped, portable, write_combined, device)
 
 
@@ -75,6 +95,16 @@ def stats(device: Any = None) -> Dict[str, int]:
     ``current_count``, ``peak_count``, ``total_count`` (bytes as
     requested), and for the caching pool ``pool_reserved``, ``pool_in_use``,
     ``pool_free``, ``pool_allocations``, ``pool_frees``.
+
+        >>> import gpuport.memory as gm
+        >>> before = gm.stats("host")
+        >>> a = gm.alloc(1 << 20, device="host")
+        >>> after = gm.stats("host")
+        >>> after["total_bytes"] - before["total_bytes"], after["total_count"] - before["total_count"]
+        (1048576, 1)
+        >>> after["current_bytes"] >= a.size
+        True
+        >>> a.free()
     """
     return dict(_core.mem_stats(device))
 
@@ -85,23 +115,63 @@ def enable_logging(path: "str | os.PathLike[str]", device: Any = None, memory_in
     Columns: ``timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total``
     (``event`` is ``allocate``, ``free`` or ``allocate_failure``; ``free`` and
     ``total`` are filled only with ``memory_info=True``, one driver query per line).
+
+        >>> import csv, io, os, tempfile, gpuport.memory as gm
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> gm.enable_logging(os.path.join(tmp.name, "host.csv"), device="host")
+        >>> a = gm.alloc(64, device="host")
+        >>> a.free()
+        >>> for row in csv.DictReader(io.StringIO(gm.csv_log("host"))):
+        ...     if row["address"] == hex(a.ptr):
+        ...         print(row["event"], row["device"], row["size"])
+        allocate host 64
+        free host 64
+        >>> gm.disable_logging("host"); tmp.cleanup()
     """
     _core.mem_enable_logging(os.fspath(path), device, memory_info)
 
 
 def disable_logging(device: Any = None) -> None:
-    """Stops the log (flushing it)."""
+    """Stops the log (flushing it).
+
+        >>> import os, tempfile, gpuport.memory as gm
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> gm.enable_logging(os.path.join(tmp.name, "host.csv"), device="host")
+        >>> gm.disable_logging("host")
+        >>> print(gm.log_path("host"))
+        None
+        >>> tmp.cleanup()
+    """
     _core.mem_disable_logging(device)
 
 
 def log_path(device: Any = None) -> Optional[str]:
-    """Flushes the log and returns its path (None when logging is off)."""
+    """Flushes the log and returns its path (None when logging is off).
+
+        >>> import os, tempfile, gpuport.memory as gm
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(tmp.name, "host.csv")
+        >>> gm.enable_logging(path, device="host")
+        >>> gm.log_path("host") == path
+        True
+        >>> gm.disable_logging("host"); tmp.cleanup()
+    """
     p = _core.mem_log_path(device)
     return None if p is None else os.fspath(p)
 
 
 def csv_log(device: Any = None) -> str:
-    """The CSV log so far (header included), flushed first; ``""`` when logging is off."""
+    """The CSV log so far (header included), flushed first; ``""`` when logging is off.
+
+        >>> import os, tempfile, gpuport.memory as gm
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> gm.enable_logging(os.path.join(tmp.name, "host.csv"), device="host")
+        >>> print(gm.csv_log("host"), end="")
+        timestamp_ns,elapsed_ns,thread,event,device,address,size,stream,free,total
+        >>> gm.disable_logging("host"); tmp.cleanup()
+        >>> gm.csv_log("host")
+        ''
+    """
     p = log_path(device)
     if p is None:
         return ""
@@ -110,17 +180,39 @@ def csv_log(device: Any = None) -> str:
 
 
 def memory_info(device: Any = None) -> Tuple[int, int]:
-    """``(free, total)`` device memory in bytes."""
+    """``(free, total)`` device memory in bytes.
+
+        >>> import gpuport.memory as gm
+        >>> free, total = gm.memory_info("host")  # the host's RAM
+        >>> 0 <= free <= total
+        True
+    """
     return _core.mem_info(device)
 
 
 def reset(device: Any = None) -> None:
-    """Returns the pool's cached memory to the driver; live allocations stay valid."""
+    """Returns the pool's cached memory to the driver; live allocations stay valid.
+
+        >>> import gpuport.memory as gm
+        >>> live = gm.alloc(1 << 20, device="host")
+        >>> gm.alloc(1 << 20, device="host").free()          # cached by the pool
+        >>> gm.reset("host")
+        >>> gm.stats("host")["pool_in_use"] >= live.size
+        True
+        >>> live.free()
+    """
     _core.mem_reset(device)
 
 
 def defer_cleanup(device: Any = None) -> DeferCleanup:
-    """A guard (also a context manager) holding every free on the device back until released."""
+    """A guard (also a context manager) holding every free on the device back until released.
+
+        >>> import gpuport.memory as gm
+        >>> with gm.defer_cleanup("host") as guard:
+        ...     gm.alloc(64, device="host").free()
+        ...     guard.held_back
+        1
+    """
     return _core.mem_defer_cleanup(device)
 
 
@@ -131,6 +223,14 @@ def torch_allocator_library() -> Tuple[str, str, str]:
     ``void* gpuport_torch_malloc(ssize_t size, int device, cudaStream_t stream)``
     and ``void gpuport_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)``.
     ``device`` -1 selects the host backend (for tests without a GPU).
+
+        >>> import gpuport.memory as gm
+        >>> path, alloc_fn, free_fn = gm.torch_allocator_library()
+        >>> alloc_fn, free_fn
+        ('gpuport_torch_malloc', 'gpuport_torch_free')
+        >>> import gpuport._core
+        >>> path == gpuport._core.__file__
+        True
     """
     alloc_fn, free_fn = _core._torch_allocator_symbols()
     path = _core.__file__

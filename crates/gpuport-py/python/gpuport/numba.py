@@ -46,7 +46,15 @@ def cuda_spec(device: Any = None) -> str:
     """The CUDA device spec (``"cuda:N"``) Numba's memory comes from for
     ``device``: None (cuda:0), a CUDA ordinal, a spec or a ``gpuport.Device``.
     A ROCm or host device is refused with ``gpuport.UnsupportedError``: Numba
-    has no ROCm target, so its arrays cannot live there."""
+    has no ROCm target, so its arrays cannot live there.
+
+        >>> import gpuport.numba as gn
+        >>> gn.cuda_spec(), gn.cuda_spec(1), gn.cuda_spec("cuda")
+        ('cuda:0', 'cuda:1', 'cuda:0')
+        >>> gn.cuda_spec("rocm:0")
+        Traceback (most recent call last):
+        gpuport.UnsupportedError: gpuport.numba: rocm:0 is a ROCm device, and Numba has no ROCm target ...
+    """
     if device is None:
         return "cuda:0"
     if isinstance(device, bool):
@@ -111,7 +119,13 @@ def _ipc_handle_from_bytes(raw: bytes) -> Any:
 
 
 def ipc_handle_bytes(handle: Any) -> bytes:
-    """The 64 bytes of a ``CUipcMemHandle`` (or of a ctypes byte array)."""
+    """The 64 bytes of a ``CUipcMemHandle`` (or of a ctypes byte array).
+
+        >>> import ctypes, gpuport.numba as gn
+        >>> handle = (ctypes.c_byte * 64)(*range(64))
+        >>> gn.ipc_handle_bytes(handle) == bytes(range(64))
+        True
+    """
     reserved = getattr(handle, "reserved", None)
     if reserved is not None:
         return bytes(bytearray(x & 0xFF for x in reserved)) if not isinstance(reserved, bytes) else reserved
@@ -176,9 +190,35 @@ def _device_ordinal(device: Any) -> int:
 
 
 class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore[misc]
-    """NBEP 7 plugin: Numba's memory from gpuport's current resource."""
+    """NBEP 7 plugin: Numba's memory from gpuport's current resource.
+
+    Numba calls its methods; the examples call them directly. Needs Numba
+    and a CUDA device.
+
+        >>> import numpy as np
+        >>> from numba import cuda
+        >>> import gpuport.numba, gpuport.memory as gm
+        >>> gpuport.numba.use_gpuport_for_numba()
+        >>> d = cuda.to_device(np.arange(256, dtype=np.float32))   # through gpuport
+        >>> gm.stats("cuda:0")["current_bytes"] >= d.nbytes
+        True
+        >>> mm = cuda.current_context().memory_manager
+        >>> type(mm).__name__, mm.interface_version
+        ('GpuportNumbaMemoryManager', 1)
+    """
 
     def initialize(self) -> None:
+        """Binds the manager to its context's CUDA device (Numba calls it
+        when it makes the context; again, it keeps what is live).
+
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> mm = cuda.current_context().memory_manager   # initialized
+            >>> mm.initialize()
+            >>> mm.get_memory_info().total > 0
+            True
+        """
         # May be called more than once: keep what is live.
         self._spec = cuda_spec(_device_ordinal(self.context.device))
         if not hasattr(self, "_live"):
@@ -186,11 +226,30 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
         _core.mem_stats(self._spec)  # installs the resource now
 
     def memalloc(self, size: int) -> Any:
+        """``size`` bytes of device memory (``cuda.device_array`` calls it).
+
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> mem = cuda.current_context().memory_manager.memalloc(1024)
+            >>> mem.size
+            1024
+        """
         a = _core.mem_alloc(size, None, self._spec)
         self._live[a.ptr] = a
         return _drv.MemoryPointer(self.context, _devptr(a.ptr), size, finalizer=_free_later(self._live, a))
 
     def memhostalloc(self, size: int, mapped: bool = False, portable: bool = False, wc: bool = False) -> Any:
+        """``size`` bytes of pinned (``mapped``: also device-mapped) host memory
+        from gpuport's pinned pool (``cuda.pinned_array``, ``cuda.mapped_array``).
+
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> mem = cuda.current_context().memory_manager.memhostalloc(4096, mapped=True)
+            >>> mem.size
+            4096
+        """
         p = _core.mem_alloc_pinned(size, mapped, portable, wc, self._spec)
         finalizer = _host_finalizer(self.allocations, p.ptr, p, mapped)
         ctx = weakref.proxy(self.context)
@@ -201,6 +260,18 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
         return _drv.PinnedMemory(ctx, _hostptr(p.ptr), size, finalizer=finalizer)
 
     def mempin(self, owner: Any, pointer: Any, size: int, mapped: bool = False) -> Any:
+        """Page-locks ``size`` bytes at ``pointer`` that ``owner`` holds
+        (``cuda.pinned``); unregistered when Numba finalizes the result.
+
+            >>> import numpy as np
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> host = np.zeros(4096, dtype=np.uint8)
+            >>> mm = cuda.current_context().memory_manager
+            >>> mm.mempin(host, host.ctypes.data, host.nbytes).size
+            4096
+        """
         ptr = int(getattr(pointer, "value", pointer) or 0)
         reg = _core._mem_pin(ptr, size, mapped, self._spec)
         finalizer = _host_finalizer(self.allocations, ptr, _Unpin(reg), mapped)
@@ -212,10 +283,30 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
         return _drv.PinnedMemory(ctx, _hostptr(ptr), size, owner=owner, finalizer=finalizer)
 
     def get_memory_info(self) -> Any:
+        """``(free, total)`` memory of the device (``Context.get_memory_info``).
+
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> free, total = cuda.current_context().memory_manager.get_memory_info()
+            >>> 0 < free <= total
+            True
+        """
         free, total = _core.mem_info(self._spec)
         return _drv.MemoryInfo(free=free, total=total)
 
     def get_ipc_handle(self, memory: Any) -> Any:
+        """An IPC handle to memory this manager allocated (``DeviceNDArray.get_ipc_handle``).
+
+            >>> import numpy as np
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> d = cuda.device_array(1024, dtype=np.uint8)
+            >>> handle = cuda.current_context().memory_manager.get_ipc_handle(d.gpu_data)
+            >>> handle.size
+            1024
+        """
         p = _ptr_value(memory)
         for base, a in list(self._live.items()):
             if base <= p < base + a.size:
@@ -234,7 +325,17 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
         """Frees everything this manager allocated (NBEP 7), then returns the
         pool's cached memory to the driver. Numba calls this from
         ``Context.reset`` (``cuda.close()``) just before it resets the primary
-        context, which would otherwise leave pool segments dangling."""
+        context, which would otherwise leave pool segments dangling.
+
+            >>> import numpy as np
+            >>> from numba import cuda
+            >>> import gpuport.numba, gpuport.memory as gm
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> d = cuda.device_array(1 << 20, dtype=np.uint8)
+            >>> cuda.close()                          # calls reset()
+            >>> gm.stats("cuda:0")["current_bytes"]
+            0
+        """
         super().reset()
         live = getattr(self, "_live", None)
         if live:
@@ -247,6 +348,16 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
 
     @contextlib.contextmanager
     def defer_cleanup(self) -> Iterator[None]:
+        """Holds back Numba's and gpuport's frees for the block (``cuda.defer_cleanup()``).
+
+            >>> import numpy as np
+            >>> from numba import cuda
+            >>> import gpuport.numba
+            >>> gpuport.numba.use_gpuport_for_numba()
+            >>> with cuda.current_context().memory_manager.defer_cleanup():
+            ...     d = cuda.device_array(1024, dtype=np.uint8)
+            ...     del d                                 # freed after the block
+        """
         with super().defer_cleanup():
             guard = _core.mem_defer_cleanup(getattr(self, "_spec", None))
             try:
@@ -269,6 +380,13 @@ def use_gpuport_for_numba(device: Any = None) -> None:
     ``device`` (optional) names the device the caller means Numba to use; it
     must be a CUDA one (see ``cuda_spec``): a ROCm device is refused with
     ``gpuport.UnsupportedError`` before anything changes, as Numba has no
-    ROCm target. The manager itself follows Numba's context device."""
+    ROCm target. The manager itself follows Numba's context device.
+
+        >>> from numba import cuda
+        >>> import gpuport.numba
+        >>> gpuport.numba.use_gpuport_for_numba()
+        >>> type(cuda.current_context().memory_manager).__name__
+        'GpuportNumbaMemoryManager'
+    """
     cuda_spec(device)
     cuda.set_memory_manager(GpuportNumbaMemoryManager)

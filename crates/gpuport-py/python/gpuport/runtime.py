@@ -104,27 +104,67 @@ __all__ = [
 
 
 def stream_create(device=None) -> Stream:
-    """A new stream on ``device`` (``gpuport.Stream(device)``)."""
+    """A new stream on ``device`` (``gpuport.Stream(device)``).
+
+        >>> from gpuport import runtime as rt
+        >>> rt.stream_create("host")
+        Stream(host, handle=0x0)
+    """
     return Stream(device)
 
 
 def stream_synchronize(stream: Stream) -> None:
-    """Blocks until ``stream``'s work is done."""
+    """Blocks until ``stream``'s work is done.
+
+        >>> from gpuport import runtime as rt
+        >>> s = rt.stream_create("host")
+        >>> a = rt.malloc(8, device="host")
+        >>> rt.memset_async(a, 5, 8, stream=s)
+        >>> rt.stream_synchronize(s)
+        >>> out = bytearray(8); rt.memcpy(out, a, 8); out[0]
+        5
+    """
     stream.synchronize()
 
 
 def event_record(stream: Stream) -> Event:
-    """An event recorded at the current end of ``stream``."""
+    """An event recorded at the current end of ``stream``.
+
+        >>> from gpuport import runtime as rt
+        >>> e = rt.event_record(rt.stream_create("host"))
+        >>> rt.event_synchronize(e); e.query()
+        True
+    """
     return stream.record_event()
 
 
 def event_synchronize(event: Event) -> None:
-    """Blocks until ``event`` has completed."""
+    """Blocks until ``event`` has completed.
+
+        >>> from gpuport import runtime as rt
+        >>> s = rt.stream_create("host")
+        >>> a = rt.malloc(1 << 20, device="host")
+        >>> rt.memset_async(a, 0, 1 << 20, stream=s)
+        >>> done = rt.event_record(s)
+        >>> rt.event_synchronize(done)
+        >>> done.query()
+        True
+    """
     event.synchronize()
 
 
 def event_elapsed_time(start: Event, end: Event) -> float:
-    """Milliseconds from ``start`` to ``end`` (both completed)."""
+    """Milliseconds from ``start`` to ``end`` (both completed).
+
+        >>> from gpuport import runtime as rt
+        >>> s = rt.stream_create("host")
+        >>> start = rt.event_record(s)
+        >>> rt.memset_async(rt.malloc(1 << 20, device="host"), 0, 1 << 20, stream=s)
+        >>> end = rt.event_record(s)
+        >>> rt.event_synchronize(end)
+        >>> rt.event_elapsed_time(start, end) >= 0
+        True
+    """
     return start.elapsed_ms(end)
 
 

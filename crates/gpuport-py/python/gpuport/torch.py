@@ -28,7 +28,16 @@ __all__ = ["torch_allocator_library", "use_gpuport_for_torch"]
 
 
 def use_gpuport_for_torch() -> Any:
-    """Makes gpuport PyTorch's CUDA allocator; returns the ``CUDAPluggableAllocator``."""
+    """Makes gpuport PyTorch's CUDA allocator; returns the ``CUDAPluggableAllocator``.
+
+    Needs PyTorch and a CUDA device; call it before PyTorch's first CUDA allocation.
+
+        >>> import torch, gpuport.torch, gpuport.memory as gm
+        >>> allocator = gpuport.torch.use_gpuport_for_torch()
+        >>> x = torch.ones(1 << 20, device="cuda:0")      # 4 MiB from gpuport's pool
+        >>> gm.stats("cuda:0")["current_bytes"] >= x.nbytes
+        True
+    """
     import torch
 
     path, alloc_fn, free_fn = torch_allocator_library()
