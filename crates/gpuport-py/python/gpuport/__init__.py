@@ -8,8 +8,7 @@ NumPy, PyTorch, CuPy, JAX and Numba without copies, through DLPack
     >>> import gpuport, numpy as np
     >>> a = gpuport.MemArray((2, 3), "float32")
     >>> a.add_index()                      # runs on the default device
-    >>> a.move_memory("host")
-    >>> np.from_dlpack(a)
+    >>> a.to_numpy()                       # a host copy, whatever the device
     array([[0., 1., 2.],
            [1., 2., 3.]], dtype=float32)
 """
