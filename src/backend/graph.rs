@@ -208,18 +208,27 @@ fn unregister(id: u64) {
 }
 
 /// Refuses `op`, a call that waits for the whole device or its default
-/// stream, where a capture on the device forbids it: one in
+/// stream, where a running capture forbids it: one in
 /// [`CaptureMode::Global`] (any thread) or [`CaptureMode::ThreadLocal`]
 /// begun on this thread. On CUDA such a call would invalidate the capture.
+///
+/// On the GPU backends the rule spans the process, not the device: CUDA
+/// forbids those calls on every device while a global capture runs on any
+/// (`cuStreamBeginCapture`'s modes), and under the HIP-on-CUDA shim a HIP
+/// capture is a CUDA one. Seen on the H100: an event query on `cuda:0`
+/// invalidated a global capture on `rocm:0` (the shim). The host backend's
+/// captures are gpuport's own and bind only the host device.
 pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
     if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
     }
     let thread = std::thread::current().id();
     let active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let host = BackendKind::Host;
     let forbidding = active.iter().find(|a| {
-        a.backend == backend
-            && a.ordinal == ordinal
+        let binds =
+            if backend == host || a.backend == host { a.backend == backend && a.ordinal == ordinal } else { true };
+        binds
             && match a.mode {
                 CaptureMode::Global => true,
                 CaptureMode::ThreadLocal => a.thread == thread,
@@ -232,9 +241,9 @@ pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &
             op,
             GraphErrorKind::SynchronousCall,
             format!(
-                "a capture in {:?} mode is running on {backend}:{ordinal}, and this call would wait for work \
-                 the capture forbids waiting for; end the capture first, or capture in CaptureMode::Relaxed",
-                a.mode
+                "a capture in {:?} mode is running on {}:{}, and this call would wait for work the capture \
+                 forbids waiting for; end the capture first, or capture in CaptureMode::Relaxed",
+                a.mode, a.backend, a.ordinal
             ),
         )),
         None => Ok(()),
@@ -468,5 +477,30 @@ impl<B: Backend> Drop for GraphExec<B> {
     fn drop(&mut self) {
         // The raw graph goes with the fields, first; the owners after it.
         self.raw.wait_idle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CUDA's global capture mode binds every GPU of the process (and HIP
+    /// through the shim shares it); the host backend's captures bind only
+    /// the host. Registrations are process-wide, so this test owns the
+    /// ordinals it registers on (7 and 9, which no other test uses).
+    #[test]
+    fn a_global_gpu_capture_forbids_device_waits_on_every_gpu_and_not_on_the_host() {
+        let refused = |b, o| check_device_wide_wait(b, o, "test").is_err();
+        let id = register(BackendKind::Cuda, 7, CaptureMode::Global);
+        assert!(refused(BackendKind::Cuda, 7));
+        assert!(refused(BackendKind::Cuda, 9), "another CUDA device");
+        assert!(refused(BackendKind::Rocm, 9), "a HIP device (the shim shares CUDA's rule)");
+        assert!(!refused(BackendKind::Host, 9), "the host device");
+        unregister(id);
+        let id = register(BackendKind::Host, 9, CaptureMode::Global);
+        assert!(refused(BackendKind::Host, 9));
+        assert!(!refused(BackendKind::Host, 7), "another host device");
+        assert!(!refused(BackendKind::Cuda, 9), "a host capture binds no GPU");
+        unregister(id);
     }
 }

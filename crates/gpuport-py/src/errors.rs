@@ -398,9 +398,10 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
         GraphErrorKind::SynchronousCall => {
             let mode = if reason.contains("ThreadLocal") { "thread_local" } else { "global" };
             format!(
-                "{call}: a graph capture in mode=\"{mode}\" is running on {backend}, and this call would wait for the \
+                "{call}: a graph capture in mode=\"{mode}\" is running ({}), and this call would wait for the \
                  device or its default stream, which such a capture forbids{}; {leave}, or capture with \
                  mode=\"relaxed\" to allow waits outside the capturing stream",
+                if backend == BackendKind::Host { "on the host device" } else { "on a GPU: the rule spans every GPU" },
                 if mode == "thread_local" { " on the thread that began it" } else { " on every thread" }
             )
         }
