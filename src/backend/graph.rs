@@ -215,9 +215,8 @@ fn unregister(id: u64) {
 /// On the GPU backends the rule spans the process, not the device: CUDA
 /// forbids those calls on every device while a global capture runs on any
 /// (`cuStreamBeginCapture`'s modes), and under the HIP-on-CUDA shim a HIP
-/// capture is a CUDA one. Seen on the H100: an event query on `cuda:0`
-/// invalidated a global capture on `rocm:0` (the shim). The host backend's
-/// captures are gpuport's own and bind only the host device.
+/// capture is a CUDA one. The host backend's captures are gpuport's own
+/// and bind only the host device.
 pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
     if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
