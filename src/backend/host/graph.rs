@@ -244,13 +244,21 @@ impl RawGraphExec<Host> for HostGraphExec {
                 "the host backend does not capture a graph launch into another graph".into(),
             ));
         }
-        let (nodes, flight) = (self.nodes.clone(), self.flight.clone());
+        // The replay's hold on the graph (and so on its owners) is taken
+        // out and dropped before the replay counts as landed, so a drop of
+        // the executable that waited for it releases the owners itself: a
+        // closure's captures would outlive the landing (seen as a flaky
+        // `dropping_an_executable_graph_waits_for_its_launches` on 2 cores).
+        let (nodes, flight) = (Mutex::new(Some(self.nodes.clone())), self.flight.clone());
         *flight.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let launched = stream.enqueue(NodeKind::Replay, move || {
-            let _landing = Landing(&flight);
-            for (_, node) in nodes.iter() {
+            let landing = Landing(&flight);
+            let nodes = nodes.lock().unwrap_or_else(|p| p.into_inner()).take();
+            for (_, node) in nodes.iter().flat_map(|n| n.iter()) {
                 node();
             }
+            drop(nodes);
+            drop(landing);
         });
         if launched.is_err() {
             // Never queued: the closure (and its landing) will not run.
