@@ -47,6 +47,7 @@
 
 pub mod array;
 pub mod backend;
+pub mod collective;
 pub mod dlpack;
 pub mod dynamic;
 pub mod error;
@@ -62,7 +63,7 @@ pub use backend::{
     ModuleSource, PinnedBuffer, Stream,
 };
 pub use backend::{Graph, GraphExec};
-pub use error::{BackendKind, DriverError, Error, GraphErrorKind, Result};
+pub use error::{BackendKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{Cuda, CudaDevice};

@@ -245,6 +245,36 @@ pub enum Error {
         /// What happened and what to do instead.
         reason: String,
     },
+
+    /// The store through which the ranks of a job meet
+    /// ([`crate::collective::TcpStore`]) failed; `kind` says how.
+    #[error("gpuport store at {addr}: {reason}")]
+    Store {
+        /// Rank 0's address (`GPUPORT_MASTER_ADDR:GPUPORT_MASTER_PORT`).
+        addr: String,
+        /// How it failed.
+        kind: StoreErrorKind,
+        /// What happened and what to check.
+        reason: String,
+    },
+}
+
+/// How a [`TcpStore`](crate::collective::TcpStore) call failed ([`Error::Store`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// Nobody answered in time: no rank 0 listening, or a key nobody set
+    /// (a rank may have died).
+    Timeout,
+    /// Rank 0 could not listen on the address (taken, or not this host's).
+    Bind,
+    /// The connection to rank 0 broke (rank 0 stopped).
+    Closed,
+    /// An answer or a use that breaks the store's rules.
+    Protocol,
+    /// `GPUPORT_MASTER_ADDR`, `GPUPORT_MASTER_PORT` or
+    /// `GPUPORT_STORE_TIMEOUT` missing or malformed.
+    Config,
 }
 
 /// Which rule of stream capture or graphs an [`Error::Graph`] reports.
@@ -328,6 +358,7 @@ impl Error {
             Error::DLPack(_) => "DLPack",
             Error::Memory(_) => "Memory",
             Error::Graph { .. } => "Graph",
+            Error::Store { .. } => "Store",
         }
     }
 }
