@@ -1,5 +1,9 @@
 //! [`MemArray`]: an `N`-dimensional array with a host copy and a device copy.
 //!
+//! (Over 800 lines: the state rules below, residency, pending work, locks
+//! and exports, are checked by every method here and are read best in one
+//! place. Capture and graph replays are in `capture.rs`.)
+//!
 //! ## Memory and streams
 //! Every allocation of an array goes through its device's current resource
 //! ([`current_resource`]): the device copy is a [`DeviceAllocation`], and on
@@ -33,7 +37,6 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
-use crate::backend::graph::Owner;
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, HostMemory, Stream};
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
@@ -41,6 +44,9 @@ use crate::error::{BackendKind, Error, Result};
 use crate::kernels::{self, Scalar};
 use crate::memory::{current_resource, DeviceAllocation, Held, PinnedFlags, StreamUse};
 use crate::HostDevice;
+
+mod capture;
+use capture::not_capturable;
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).
 ///
@@ -109,16 +115,6 @@ trait Exportable: Send + Sync {
 impl<M: Send + Sync + 'static, D: Device> Exportable for Held<M, D> {
     fn mark_exported(&self) {
         Held::mark_exported(self);
-    }
-}
-
-/// [`GraphErrorKind::NotCapturable`](crate::GraphErrorKind::NotCapturable) for `op` on a capturing stream.
-fn not_capturable<B: Backend>(op: &'static str, why: &str) -> Error {
-    Error::Graph {
-        backend: B::KIND,
-        op,
-        kind: crate::error::GraphErrorKind::NotCapturable,
-        reason: format!("the stream is capturing a graph, and {why}"),
     }
 }
 
@@ -1144,88 +1140,11 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         Ok(self.buffer.clone())
     }
 
-    /// The checks of [`prepare_captured_kernel`](Self::prepare_captured_kernel);
-    /// gives the device copy to the capture's graph.
-    fn check_capturable(&self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        self.check_lock("kernel", lock)?;
-        let refuse = |why: &str| not_capturable::<D::B>("kernel", why);
-        if self.len > 0 && (!self.residency.includes(Location::Device) || self.buffer.is_none()) {
-            return Err(refuse(
-                "the array's current data is on the host: a copy to the device cannot be captured (it would \
-                 copy whatever the host copy holds at each replay, into memory allocated now); move the array to \
-                 the device before the capture",
-            ));
-        }
-        if let Some(ev) = &self.pending {
-            let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
-            if !same && !self.device.event_is_complete(ev)? {
-                return Err(refuse(
-                    "the array has work pending on another stream, which a capture cannot wait for; synchronize \
-                     the array before the capture",
-                ));
-            }
-        }
-        if let Some(copy) = &self.buffer {
-            self.device.keep_for_graph(stream, copy.clone());
-        }
-        Ok(())
-    }
-
     /// Records the kernel just enqueued as pending work, unless it was captured.
     fn finish_kernel(&mut self, stream: &Stream<D::B>, captured: bool) -> Result<()> {
         if captured {
             return Ok(());
         }
-        self.record_pending(stream)
-    }
-}
-
-/// Graph replays of captured kernel methods (see `add_index`).
-impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
-    /// The device copy, as the token [`after_replay`](Self::after_replay)
-    /// takes: a graph captured now writes this copy. `None` for an empty array.
-    pub fn device_copy_owner(&self) -> Option<Owner> {
-        self.buffer.clone().map(|c| c as Owner)
-    }
-
-    /// Orders `stream` after the array's pending work, before a replay on
-    /// `stream` of a graph that captured kernel methods of the array.
-    pub fn before_replay(&self, stream: &Stream<D::B>) -> Result<()> {
-        self.order_after_pending(stream)
-    }
-
-    /// After a replay on `stream` of a graph that captured kernel methods of
-    /// the array while its device copy was `written`
-    /// ([`device_copy_owner`](Self::device_copy_owner)): the replay's end
-    /// becomes the array's pending work, and the device copy the only
-    /// current one. Nothing changes if the array no longer has that copy
-    /// (the replay wrote memory the graph keeps, no longer the array's).
-    ///
-    /// ```
-    /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
-    /// let dev = gpuport::HostDevice::open(0)?;
-    /// let s = dev.create_stream()?;
-    /// let mut a = MemArray::<i32, 1, _>::from_vec(&dev, [3], vec![0; 3])?;
-    /// a.move_to(Location::Device, &s, Transfer::Sync, None)?;
-    /// let capture = dev.begin_capture(&s, gpuport::CaptureMode::Global)?;
-    /// a.add_index(&s, None)?; // captured, not run
-    /// let exec = capture.end()?.instantiate()?;
-    /// let written = a.device_copy_owner().unwrap();
-    /// for _ in 0..2 {
-    ///     a.before_replay(&s)?;
-    ///     exec.launch(&s)?;
-    ///     a.after_replay(&s, &written)?;
-    /// }
-    /// a.move_to(Location::Host, &s, Transfer::Sync, None)?;
-    /// assert_eq!(a.get([2], None)?, 4);
-    /// # Ok::<(), gpuport::Error>(())
-    /// ```
-    pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &Owner) -> Result<()> {
-        let Some(copy) = &self.buffer else { return Ok(()) };
-        if !std::ptr::addr_eq(Arc::as_ptr(copy), Arc::as_ptr(written)) {
-            return Ok(());
-        }
-        self.residency = Residency::Device;
         self.record_pending(stream)
     }
 }
