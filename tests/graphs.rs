@@ -439,6 +439,21 @@ fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(
     a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
     assert_eq!(a.get([N - 1], None).unwrap(), 3.0 * (N - 1) as f32, "three replays, each one add_index");
 
+    // scale and axpy (which reads `b`) are captured too: a = 2a + b per replay.
+    let mut b = MemArray::<f32, 1, D>::from_vec(dev, [N], vec![1.0; N]).unwrap();
+    b.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    a.scale(2.0, capture.stream(), None).unwrap();
+    a.axpy(1.0, &mut b, capture.stream(), None).unwrap();
+    let both = capture.end().unwrap().instantiate().unwrap();
+    a.before_replay(&s).unwrap();
+    b.before_replay(&s).unwrap();
+    both.launch(&s).unwrap();
+    a.after_replay(&s, &written).unwrap();
+    a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
+    assert_eq!(a.get([N - 1], None).unwrap(), 6.0 * (N - 1) as f32 + 1.0, "one replay of scale and axpy");
+    drop(both);
+
     // Dropped array: the graph keeps its device copy until the last executable goes.
     let weak = Arc::downgrade(&written);
     drop(written);

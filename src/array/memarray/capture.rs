@@ -36,8 +36,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             ));
         }
         if let Some(ev) = &self.pending {
-            let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
-            if !same && !self.device.event_is_complete(ev)? {
+            if !self.pending_on(stream) && !self.device.event_is_complete(ev)? {
                 return Err(refuse(
                     "the array has work pending on another stream, which a capture cannot wait for; synchronize \
                      the array before the capture",

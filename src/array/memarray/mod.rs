@@ -465,11 +465,16 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// for the array's pending copy or kernel, unless that was enqueued on
     /// `stream` itself.
     fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
-        let same = matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b);
         match &self.pending {
-            Some(ev) if !same => self.device.wait_event(stream, ev),
+            Some(ev) if !self.pending_on(stream) => self.device.wait_event(stream, ev),
             _ => Ok(()),
         }
+    }
+
+    /// Whether the pending work was recorded on `stream` (so stream order
+    /// already puts new work on `stream` after it).
+    fn pending_on(&self, stream: &Stream<D::B>) -> bool {
+        matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b)
     }
 
     /// Records the end of the work just enqueued on `stream` as the array's pending work.
@@ -1084,8 +1089,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         if self.device.capture_status(stream)?.is_capturing() {
             // `x` is only read: captured as `self` is, but its residency stays.
             x.check_capturable(stream, None)?;
-            let (y, _) = self.prepare_kernel(stream, lock)?;
-            if let (Some(y), Some(xb)) = (y, x.buffer.clone()) {
+            if let (Some(y), Some(xb)) = (self.prepare_captured_kernel(stream, lock)?, x.buffer.clone()) {
                 // SAFETY: as in `add_index`, captured: the graph keeps both copies.
                 unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &*y, &*xb, alpha, stream)? };
             }

@@ -16,6 +16,14 @@ static CAPTURES_RUNNING: AtomicUsize = AtomicUsize::new(0);
 /// wrapped.
 static HANDLES_SHARED: AtomicBool = AtomicBool::new(false);
 
+/// Records that a stream handle left gpuport (a load first: this runs on
+/// every `address()`, and a store would contend for the cache line).
+fn share_handles() {
+    if !HANDLES_SHARED.load(Ordering::Relaxed) {
+        HANDLES_SHARED.store(true, Ordering::Release);
+    }
+}
+
 /// Whether no GPU stream can be capturing, known without asking the driver:
 /// gpuport runs no capture, and no stream handle but the null stream's
 /// (which CUDA and HIP never capture) was ever in other hands. Another
@@ -85,7 +93,7 @@ impl<D: Driver> GpuStream<D> {
     /// destroyed with their last handle.
     pub(crate) fn new(driver: Arc<D>, raw: D::Stream, owned: bool) -> Self {
         if !owned && super::driver::RawAddress::address(raw) != 0 {
-            HANDLES_SHARED.store(true, Ordering::Release);
+            share_handles();
         }
         GpuStream {
             inner: Arc::new(StreamInner {
@@ -103,7 +111,7 @@ impl<D: Driver> GpuStream<D> {
     /// libraries of the same vendor. From then on, every capture check asks
     /// the driver, since the other library may capture the stream.
     pub fn as_raw(&self) -> D::Stream {
-        HANDLES_SHARED.store(true, Ordering::Release);
+        share_handles();
         self.inner.raw
     }
 
@@ -111,7 +119,7 @@ impl<D: Driver> GpuStream<D> {
     /// `CUstream` or `hipStream_t`; 0 for the null stream). As
     /// [`as_raw`](Self::as_raw), it makes every capture check ask the driver.
     pub fn address(&self) -> usize {
-        HANDLES_SHARED.store(true, Ordering::Release);
+        share_handles();
         super::driver::RawAddress::address(self.inner.raw)
     }
 
