@@ -63,7 +63,7 @@ pub use backend::{
     ModuleSource, PinnedBuffer, Stream,
 };
 pub use backend::{Graph, GraphExec};
-pub use error::{BackendKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};
+pub use error::{BackendKind, CollectiveErrorKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};
 
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{Cuda, CudaDevice};

@@ -1,15 +1,59 @@
-//! Several processes or GPUs working together (issue "scale-out").
+//! Several processes or GPUs working together: communicators and
+//! collectives, written once for every backend.
 //!
-//! So far: [`TcpStore`], the key-value store through which the ranks of a
-//! multi-process job meet (rank 0 listens on `GPUPORT_MASTER_ADDR:PORT`,
-//! as `torch.distributed` does with `MASTER_ADDR`). It stands on nothing but
-//! the standard library, so the bootstrap of every communicator (NCCL's
-//! and RCCL's unique id, the host backend's) is written once, here.
+//! A [`Communicator`] joins one device to a group of ranks. Its collectives
+//! (all-reduce, broadcast, reduce, all-gather, reduce-scatter, send and
+//! receive) run on a stream, in order with the stream's other work, as
+//! kernels do; on `MemArray`s they are ordered with the arrays' pending work
+//! too ([`array`](mod@array)).
 //!
-//! Still to build on it: the NCCL/RCCL function table loaded at run time,
-//! communicators over it and over the host backend, collectives on
-//! `MemArray`s and buffers, and peer copies.
+//! The work is done by an engine per backend, never by gpuport itself on
+//! a GPU:
+//! - CUDA and ROCm: NCCL and RCCL, loaded at run time through one function
+//!   table ([`nccl`]): RCCL exports NCCL's C API;
+//! - the host backend: ranks exchange their data through the job's
+//!   [`TcpStore`] ([`host`]), so the whole API runs, and is tested, without
+//!   a GPU.
+//!
+//! Communicators are made in two ways:
+//! - one process driving several devices: [`Communicator::init_all`];
+//! - one process (or thread) per device: [`Communicator::init_rank`],
+//!   which meets the other ranks through a [`TcpStore`] (rank 0 listens on
+//!   `GPUPORT_MASTER_ADDR:GPUPORT_MASTER_PORT`).
+//!
+//! ```
+//! use gpuport::{Device, Host, HostDevice, Location, MemArray, Transfer};
+//! use gpuport::collective::{Communicator, ReduceOp};
+//! let dev = HostDevice::open(0)?;
+//! // Two ranks driven by one process (on the host backend, both on host:0).
+//! let comms = Communicator::<Host>::init_all(&[dev.clone(), dev.clone()])?;
+//! let mut a = MemArray::<f32, 1, _>::from_vec(&dev, [3], vec![1.0, 2.0, 3.0])?;
+//! let mut b = MemArray::<f32, 1, _>::from_vec(&dev, [3], vec![10.0, 20.0, 30.0])?;
+//! let s = dev.default_stream();
+//! Communicator::all_reduce_arrays(&comms, &mut [&mut a, &mut b], ReduceOp::Sum, &[s, s])?;
+//! a.move_to(Location::Host, s, Transfer::Sync, None)?;
+//! assert_eq!(a.to_vec(None)?, vec![11.0, 22.0, 33.0]);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+//!
+//! - `store.rs`: [`TcpStore`], the bootstrap;
+//! - `engine.rs`: what an engine does, the collectives' description ([`Op`]);
+//! - `communicator.rs`: [`Communicator`], its checks and its watchdog;
+//! - `array.rs`: collectives on `MemArray`s;
+//! - `nccl/`: the NCCL/RCCL table and the GPU engine;
+//! - `host.rs`: the host engine;
+//! - `any.rs`: [`AnyCommunicator`], a communicator of a backend chosen at run time.
 
+mod any;
+pub mod array;
+mod communicator;
+mod engine;
+pub mod host;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod nccl;
 pub mod store;
 
+pub use any::AnyCommunicator;
+pub use communicator::Communicator;
+pub use engine::{CollectiveBackend, Op, OpKind, ReduceOp};
 pub use store::TcpStore;

@@ -28,15 +28,16 @@
 //!
 //! ## The protocol
 //! Each request is one opcode byte, a key (u32 length, little-endian, then
-//! UTF-8 bytes) and, for `SET` and `ADD`, a value (u64 length, then bytes;
-//! `ADD`'s is an i64). The server answers `SET` with an empty value, `GET`
+//! UTF-8 bytes) and, for `SET`, `ADD` and `DELETE`, a value (u64 length,
+//! then bytes; `ADD`'s is an i64, `DELETE`'s empty). The server answers
+//! `SET` and `DELETE` with an empty value, `GET`
 //! (once the key exists) and `ADD` with the value. A connection that breaks
 //! the protocol is closed. Keys are at most 64 KiB and values 1 GiB.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,6 +47,7 @@ use crate::error::{Error, Result, StoreErrorKind};
 const SET: u8 = 1;
 const GET: u8 = 2;
 const ADD: u8 = 3;
+const DELETE: u8 = 4;
 const MAX_KEY: usize = 64 << 10;
 const MAX_VALUE: u64 = 1 << 30;
 
@@ -165,6 +167,10 @@ fn serve(mut conn: TcpStream, table: &Table) {
                 table.changed.notify_all();
                 now.to_le_bytes().to_vec()
             }
+            DELETE => {
+                table.lock().remove(&key);
+                Vec::new()
+            }
             _ => return,
         };
         if write_value(&mut conn, &reply).is_err() {
@@ -224,8 +230,11 @@ pub struct TcpStore {
     addr: SocketAddr,
     timeout: Duration,
     conn: Mutex<TcpStream>,
-    /// Declared after `conn`: rank 0's connection closes before its server stops.
-    _server: Option<Server>,
+    /// Communicators made on this store so far (their keys).
+    communicators: AtomicU64,
+    /// Declared after `conn`: rank 0's connection closes before its server
+    /// stops. Shared with the connections [`reconnect`](TcpStore::reconnect) makes.
+    _server: Option<Arc<Server>>,
 }
 
 impl std::fmt::Debug for TcpStore {
@@ -246,7 +255,13 @@ impl TcpStore {
     pub fn host(addr: SocketAddr, timeout: Duration) -> Result<TcpStore> {
         let server = Server::start(addr)?;
         let conn = connect(server.addr, timeout)?;
-        Ok(TcpStore { addr: server.addr, timeout, conn: Mutex::new(conn), _server: Some(server) })
+        Ok(TcpStore {
+            addr: server.addr,
+            timeout,
+            conn: Mutex::new(conn),
+            communicators: AtomicU64::new(0),
+            _server: Some(Arc::new(server)),
+        })
     }
 
     /// Any other rank: connects to rank 0's store at `addr`, retrying until
@@ -254,7 +269,27 @@ impl TcpStore {
     /// [`StoreErrorKind::Timeout`].
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStore> {
         let conn = connect(addr, timeout)?;
-        Ok(TcpStore { addr, timeout, conn: Mutex::new(conn), _server: None })
+        Ok(TcpStore { addr, timeout, conn: Mutex::new(conn), communicators: AtomicU64::new(0), _server: None })
+    }
+
+    /// A second connection to the same store, for a user that calls it
+    /// from its own thread; rank 0's server runs while any of them lives.
+    pub fn reconnect(&self) -> Result<TcpStore> {
+        let conn = connect(self.addr, self.timeout)?;
+        Ok(TcpStore {
+            addr: self.addr,
+            timeout: self.timeout,
+            conn: Mutex::new(conn),
+            communicators: AtomicU64::new(0),
+            _server: self._server.clone(),
+        })
+    }
+
+    /// The number of the next communicator made on this store (0, 1, …):
+    /// every rank makes its communicators in the same order, so the number
+    /// names the same communicator on every rank.
+    pub(crate) fn next_communicator(&self) -> u64 {
+        self.communicators.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The store of a job started with `GPUPORT_MASTER_ADDR` (default
@@ -332,6 +367,11 @@ impl TcpStore {
         })
     }
 
+    /// Removes `key` (nothing happens when it is unset).
+    pub fn delete(&self, key: &str) -> Result<()> {
+        self.call(DELETE, key, Some(&[])).map(|_| ())
+    }
+
     /// Waits until `world_size` ranks have called `barrier(name, world_size)`.
     pub fn barrier(&self, name: &str, world_size: usize) -> Result<()> {
         let n = i64::try_from(world_size).unwrap_or(i64::MAX);
@@ -385,6 +425,7 @@ impl TcpStore {
         let what = match op {
             SET => "set",
             GET => "get",
+            DELETE => "delete",
             _ => "add",
         };
         conn.write_all(&msg).map_err(|e| io(e, what))?;

@@ -257,6 +257,41 @@ pub enum Error {
         /// What happened and what to check.
         reason: String,
     },
+
+    /// A collective or a communicator ([`crate::collective::Communicator`])
+    /// failed; `kind` says how.
+    #[error("{engine} communicator{}: {reason}", rank.map(|r| format!(" (rank {r})")).unwrap_or_default())]
+    Collective {
+        /// The engine, e.g. `"NCCL 2.28.5"`, `"RCCL 2.20.5"` or `"host"`.
+        engine: String,
+        /// The calling rank, once the communicator exists.
+        rank: Option<usize>,
+        /// How it failed.
+        kind: CollectiveErrorKind,
+        /// What happened and what to check.
+        reason: String,
+    },
+}
+
+/// How a collective failed ([`Error::Collective`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CollectiveErrorKind {
+    /// NCCL or RCCL could not be loaded, or is older than gpuport needs.
+    Library,
+    /// A call of the engine returned an error status.
+    Engine,
+    /// The ranks called different collectives, or the same one with
+    /// different counts, element types or roots.
+    Mismatch,
+    /// A collective did not finish in time (a rank may have died or called
+    /// something else); the communicator was aborted.
+    Timeout,
+    /// The communicator was aborted; make a new one.
+    Aborted,
+    /// Another rank failed, or the engine reported an asynchronous error;
+    /// the communicator was aborted.
+    RemoteFailure,
 }
 
 /// How a [`TcpStore`](crate::collective::TcpStore) call failed ([`Error::Store`]).
@@ -359,6 +394,7 @@ impl Error {
             Error::Memory(_) => "Memory",
             Error::Graph { .. } => "Graph",
             Error::Store { .. } => "Store",
+            Error::Collective { .. } => "Collective",
         }
     }
 }

@@ -46,6 +46,7 @@ use crate::memory::{current_resource, DeviceAllocation, Held, PinnedFlags, Strea
 use crate::HostDevice;
 
 mod capture;
+mod external;
 use capture::not_capturable;
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).

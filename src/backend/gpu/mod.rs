@@ -49,7 +49,7 @@ mod stream;
 
 pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::{Driver, GraphCalls, Params};
+pub(crate) use driver::{Driver, GraphCalls, Params, RawAddress};
 pub(crate) use error::{check, driver_error, ready};
 pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};

@@ -1,0 +1,47 @@
+//! Work that another module enqueues on an array's device copy (the
+//! collectives of `crate::collective`), ordered as the kernel methods are.
+
+use super::{capture::not_capturable, Location, MemArray, Residency};
+use crate::array::{Element, LockId, Transfer};
+use crate::backend::{Device, DeviceMemory, Stream};
+use crate::error::Result;
+
+impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// Runs `enqueue` with the address of the array's device copy (0 for an
+    /// empty array), ordered on `stream` like a kernel method: the data is
+    /// moved to the device first, `stream` waits for the array's pending
+    /// work, and the enqueued work becomes the array's pending work, which
+    /// host access and drop wait for. `writes`: the device copy becomes the
+    /// only current one. Refused on a capturing stream (`what` names the
+    /// operation in the error).
+    ///
+    /// `enqueue` must only enqueue work on `stream` that uses the address
+    /// and must not keep it: the address is valid until that work has run.
+    pub(crate) fn with_device_data<R>(
+        &mut self,
+        what: &'static str,
+        writes: bool,
+        stream: &Stream<D::B>,
+        lock: Option<LockId>,
+        enqueue: impl FnOnce(u64) -> Result<R>,
+    ) -> Result<R> {
+        if self.device.capture_status(stream)?.is_capturing() {
+            return Err(not_capturable::<D::B>(what, "collectives are not captured into graphs"));
+        }
+        self.move_to(Location::Device, stream, Transfer::Async, lock)?;
+        self.order_after_pending(stream)?;
+        let copy = self.device_copy(what, lock)?.cloned();
+        if writes {
+            self.residency = Residency::Device;
+        }
+        let out = match &copy {
+            Some(c) => {
+                let on = c.use_on(stream)?;
+                enqueue(on.device_ptr())?
+            }
+            None => enqueue(0)?,
+        };
+        self.record_pending(stream)?;
+        Ok(out)
+    }
+}

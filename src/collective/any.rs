@@ -1,0 +1,180 @@
+//! [`AnyCommunicator`]: a communicator of a backend chosen at run time, for
+//! bindings (the Python package's `gpuport.distributed`), as
+//! [`crate::dynamic`] holds streams and arrays of any backend.
+
+use std::time::Duration;
+
+use crate::backend::registry::AnyDevice;
+use crate::backend::Device;
+use crate::dynamic::{AnyStream, DynDevice};
+use crate::error::{Error, Result};
+use crate::Host;
+
+use super::{Communicator, Op, TcpStore};
+
+#[cfg(feature = "cuda")]
+use crate::backend::cuda::Cuda;
+#[cfg(feature = "rocm")]
+use crate::backend::hip::Hip;
+
+/// A communicator of any compiled-in backend.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyCommunicator {
+    /// The host backend's.
+    Host(Communicator<Host>),
+    /// A CUDA device's (NCCL).
+    #[cfg(feature = "cuda")]
+    Cuda(Communicator<Cuda>),
+    /// A ROCm device's (RCCL).
+    #[cfg(feature = "rocm")]
+    Rocm(Communicator<Hip>),
+}
+
+/// `on_comm!(value, c => body)`: `body` with `c` bound to the variant's communicator.
+macro_rules! on_comm {
+    ($value:expr, $c:ident => $body:expr) => {
+        match $value {
+            AnyCommunicator::Host($c) => $body,
+            #[cfg(feature = "cuda")]
+            AnyCommunicator::Cuda($c) => $body,
+            #[cfg(feature = "rocm")]
+            AnyCommunicator::Rocm($c) => $body,
+        }
+    };
+}
+
+/// `on_device!(device, d, Variant => body)`: `body` with `d` the typed
+/// device and `Variant` the matching `AnyCommunicator` constructor.
+macro_rules! on_device {
+    ($dev:expr, $d:ident, $variant:ident, $get:ident => $body:expr) => {
+        match $dev {
+            AnyDevice::Host($d) => {
+                use AnyCommunicator::Host as $variant;
+                let $get = AnyDevice::as_host;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            AnyDevice::Cuda($d) => {
+                use AnyCommunicator::Cuda as $variant;
+                let $get = AnyDevice::as_cuda;
+                $body
+            }
+            #[cfg(feature = "rocm")]
+            AnyDevice::Rocm($d) => {
+                use AnyCommunicator::Rocm as $variant;
+                let $get = AnyDevice::as_rocm;
+                $body
+            }
+        }
+    };
+}
+
+impl AnyCommunicator {
+    /// [`Communicator::init_rank`] on a device of any backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpuport::collective::{AnyCommunicator, TcpStore};
+    /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
+    /// let comm = AnyCommunicator::init_rank(&gpuport::open("host")?, 0, 1, &store)?;
+    /// assert_eq!((comm.rank(), comm.size(), comm.engine().as_str()), (0, 1, "host"));
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_rank(device: &AnyDevice, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
+        on_device!(device, d, V, _get => Ok(V(Communicator::init_rank(d, rank, size, store)?)))
+    }
+
+    /// [`Communicator::init_all`] on devices of one backend.
+    pub fn init_all(devices: &[AnyDevice]) -> Result<Vec<Self>> {
+        let Some(first) = devices.first() else {
+            return Err(Error::InvalidArgument {
+                name: "devices",
+                reason: "a communicator needs at least one device".into(),
+            });
+        };
+        on_device!(first, d, V, get => {
+            let typed = devices
+                .iter()
+                .map(|x| {
+                    get(x).cloned().ok_or_else(|| Error::DeviceMismatch {
+                        what: "devices",
+                        expected: format!("a {} device", d.info().backend.name()),
+                        found: x.info().spec(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Communicator::init_all(&typed)?.into_iter().map(V).collect())
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        on_comm!(self, c => c.rank())
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        on_comm!(self, c => c.size())
+    }
+
+    /// This rank's device.
+    pub fn device(&self) -> AnyDevice {
+        on_comm!(self, c => DynDevice::any_device(c.device()))
+    }
+
+    /// The engine's name and version.
+    pub fn engine(&self) -> String {
+        on_comm!(self, c => c.engine())
+    }
+
+    /// See [`Communicator::set_checks`].
+    pub fn set_checks(&self, on: bool) -> Result<()> {
+        on_comm!(self, c => c.set_checks(on))
+    }
+
+    /// See [`Communicator::set_timeout`].
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        on_comm!(self, c => c.set_timeout(timeout))
+    }
+
+    /// See [`Communicator::timeout`].
+    pub fn timeout(&self) -> Duration {
+        on_comm!(self, c => c.timeout())
+    }
+
+    /// See [`Communicator::abort`].
+    pub fn abort(&self) -> Result<()> {
+        on_comm!(self, c => c.abort())
+    }
+
+    /// See [`Communicator::is_aborted`].
+    pub fn is_aborted(&self) -> bool {
+        on_comm!(self, c => c.is_aborted())
+    }
+
+    /// [`Communicator::enqueue_raw`] on a stream of the communicator's device.
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_raw`]'s.
+    pub unsafe fn enqueue_raw(&self, op: &Op, send: u64, recv: u64, stream: &AnyStream) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        on_comm!(self, c => unsafe { c.enqueue_raw(op, send, recv, stream.of(c.device())?) })
+    }
+
+    /// See [`Communicator::synchronize`].
+    pub fn synchronize(&self, stream: &AnyStream) -> Result<()> {
+        on_comm!(self, c => c.synchronize(stream.of(c.device())?))
+    }
+
+    /// Runs `f` as one group of the backend of `comms` (see [`Communicator::group`]).
+    pub fn group<R>(backend: crate::BackendKind, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        match backend {
+            #[cfg(feature = "cuda")]
+            crate::BackendKind::Cuda => Communicator::<Cuda>::group(f),
+            #[cfg(feature = "rocm")]
+            crate::BackendKind::Rocm => Communicator::<Hip>::group(f),
+            _ => Communicator::<Host>::group(f),
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! [`Communicator`]: one rank of a group, over its backend's engine; the
+//! checks every collective passes, the optional cross-rank check, and the
+//! watchdog that turns a hang into an error.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Device, DeviceMemory, Stream};
+use crate::error::{CollectiveErrorKind, Error, Result};
+
+use super::array::GROUP_DEPTH;
+use super::engine::{CollectiveBackend, Engine, Op, OpKind};
+use super::TcpStore;
+
+/// How long [`Communicator::synchronize`] waits by default:
+/// `GPUPORT_COLLECTIVE_TIMEOUT` (seconds), else 300 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One rank of a group of devices that run collectives together (see the
+/// [module docs](super)). Dropping it releases the engine's communicator.
+pub struct Communicator<B: CollectiveBackend> {
+    engine: B::Engine,
+    device: Arc<B::Device>,
+    rank: usize,
+    size: usize,
+    aborted: AtomicBool,
+    timeout: Duration,
+    /// Cross-rank checks of each collective, through the store (see
+    /// [`set_checks`](Self::set_checks)).
+    checks: Mutex<Option<Checks>>,
+    /// The store and key the communicator was made with, for checks.
+    store: Option<(TcpStore, String)>,
+}
+
+/// The state of the cross-rank check: how many collectives were checked.
+struct Checks {
+    seq: u64,
+}
+
+impl<B: CollectiveBackend> fmt::Debug for Communicator<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Communicator({}, rank {} of {}, {})",
+            self.engine.name(),
+            self.rank,
+            self.size,
+            self.device.info().spec()
+        )
+    }
+}
+
+pub(crate) fn timeout_from_env() -> Duration {
+    std::env::var("GPUPORT_COLLECTIVE_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
+}
+
+impl<B: CollectiveBackend> Communicator<B> {
+    fn new(
+        engine: B::Engine,
+        device: Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        store: Option<(TcpStore, String)>,
+    ) -> Self {
+        let checks = std::env::var("GPUPORT_COLLECTIVE_CHECKS").is_ok_and(|v| v == "1") && store.is_some();
+        Communicator {
+            engine,
+            device,
+            rank,
+            size,
+            aborted: AtomicBool::new(false),
+            timeout: timeout_from_env(),
+            checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
+            store,
+        }
+    }
+
+    /// One communicator per device, all driven by this process: rank `i`
+    /// runs on `devices[i]`. Call their collectives inside
+    /// [`group`](Self::group) when one thread drives them all.
+    pub fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>> {
+        if devices.is_empty() {
+            return Err(Error::InvalidArgument {
+                name: "devices",
+                reason: "a communicator needs at least one device".into(),
+            });
+        }
+        let engines = B::Engine::init_all(devices)?;
+        let size = devices.len();
+        Ok(engines
+            .into_iter()
+            .zip(devices)
+            .enumerate()
+            .map(|(rank, (e, d))| Self::new(e, d.clone(), rank, size, None))
+            .collect())
+    }
+
+    /// Joins `device` to a group of `size` ranks as `rank`, meeting the
+    /// other ranks through `store`. Every rank calls it; the ranks'
+    /// communicators made on one store pair up in the order they are made.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpuport::{Device, Host, HostDevice};
+    /// use gpuport::collective::{Communicator, TcpStore};
+    /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
+    /// let addr = store.addr();
+    /// let other = std::thread::spawn(move || -> gpuport::Result<usize> {
+    ///     let store = TcpStore::connect(addr, Duration::from_secs(30))?;
+    ///     let comm = Communicator::<Host>::init_rank(&HostDevice::open(0)?, 1, 2, &store)?;
+    ///     Ok(comm.rank())
+    /// });
+    /// let comm = Communicator::<Host>::init_rank(&HostDevice::open(0)?, 0, 2, &store)?;
+    /// assert_eq!((comm.rank(), comm.size()), (0, 2));
+    /// assert_eq!(other.join().unwrap()?, 1);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_rank(device: &Arc<B::Device>, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
+        if size == 0 || rank >= size {
+            return Err(Error::InvalidArgument {
+                name: "rank",
+                reason: format!("rank {rank} is not below the group's size {size}"),
+            });
+        }
+        let key = format!("gpuport/communicator/{}", store.next_communicator());
+        let engine = B::Engine::init_rank(device, rank, size, store, &key)?;
+        let own = store.reconnect()?;
+        Ok(Self::new(engine, device.clone(), rank, size, Some((own, key))))
+    }
+
+    /// [`init_rank`](Self::init_rank) with the rank, the size and the store
+    /// from the environment: `GPUPORT_RANK` and `GPUPORT_WORLD_SIZE` (or
+    /// torchrun's `RANK` and `WORLD_SIZE`, or Open MPI's
+    /// `OMPI_COMM_WORLD_RANK` and `OMPI_COMM_WORLD_SIZE`), and
+    /// [`TcpStore::from_env`].
+    pub fn from_env(device: &Arc<B::Device>) -> Result<Self> {
+        let (rank, size) = rank_and_size_from_env()?;
+        let store = TcpStore::from_env(rank)?;
+        Self::init_rank(device, rank, size, &store)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// This rank's device.
+    pub fn device(&self) -> &Arc<B::Device> {
+        &self.device
+    }
+
+    /// The engine's name and version (`"NCCL 2.28.5"`, `"host"`).
+    pub fn engine(&self) -> String {
+        self.engine.name()
+    }
+
+    /// How long [`synchronize`](Self::synchronize) waits before it aborts.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sets how long [`synchronize`](Self::synchronize) waits.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Turns the cross-rank check on or off: before each collective, the
+    /// ranks compare what they call (which collective, element type, count
+    /// and root) through the store, and a difference is a
+    /// [`CollectiveErrorKind::Mismatch`] on every rank instead of a hang or
+    /// wrong data. It costs a store round trip per collective. On by default
+    /// when `GPUPORT_COLLECTIVE_CHECKS=1`; the host engine always checks.
+    /// Only communicators made with a store ([`init_rank`](Self::init_rank))
+    /// can check; every rank must set the same.
+    pub fn set_checks(&self, on: bool) -> Result<()> {
+        if on && self.store.is_none() {
+            return Err(Error::InvalidArgument {
+                name: "checks",
+                reason: "only a communicator made with a store (init_rank) can compare calls across ranks".into(),
+            });
+        }
+        let mut checks = self.checks.lock().unwrap_or_else(|p| p.into_inner());
+        *checks = on.then_some(checks.take().unwrap_or(Checks { seq: 0 }));
+        Ok(())
+    }
+
+    /// Whether [`abort`](Self::abort) ran, or a failure aborted the communicator.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Stops every collective of this communicator; later calls give
+    /// [`CollectiveErrorKind::Aborted`].
+    pub fn abort(&self) -> Result<()> {
+        if self.aborted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.engine.abort()
+    }
+
+    pub(crate) fn error(&self, kind: CollectiveErrorKind, reason: String) -> Error {
+        Error::Collective { engine: self.engine.name(), rank: Some(self.rank), kind, reason }
+    }
+
+    /// Runs `f` as one group: calls of several communicators driven by one
+    /// thread (from [`init_all`](Self::init_all)), or several sends and
+    /// receives, are enqueued together at its end, as NCCL's
+    /// `ncclGroupStart`/`ncclGroupEnd` do.
+    pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+        struct Depth;
+        impl Drop for Depth {
+            fn drop(&mut self) {
+                GROUP_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+            }
+        }
+        GROUP_DEPTH.with(|d| d.set(d.get() + 1));
+        let _depth = Depth;
+        Self::group_unchecked(f)
+    }
+
+    /// [`group`](Self::group) for this crate's own grouped calls, which
+    /// array collectives may make.
+    pub(crate) fn group_unchecked<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+        B::Engine::group_start()?;
+        let out = f();
+        let end = B::Engine::group_end();
+        let out = out?;
+        end?;
+        Ok(out)
+    }
+
+    /// Checks `op` against this communicator before it is enqueued.
+    fn check_op(&self, op: &Op) -> Result<()> {
+        if self.is_aborted() {
+            return Err(self.error(
+                CollectiveErrorKind::Aborted,
+                format!("{op} on a communicator that was aborted; make a new one"),
+            ));
+        }
+        let (what, rank) = match op.kind {
+            OpKind::Broadcast { root } | OpKind::Reduce { root, .. } => ("root", root),
+            OpKind::Send { peer } | OpKind::Recv { peer } => ("peer", peer),
+            _ => ("root", 0),
+        };
+        if rank >= self.size {
+            return Err(Error::InvalidArgument {
+                name: what,
+                reason: format!("{op}: {what} {rank} is not a rank of this group of {}", self.size),
+            });
+        }
+        if matches!(op.kind, OpKind::Send { .. } | OpKind::Recv { .. }) && rank == self.rank {
+            return Err(Error::InvalidArgument {
+                name: what,
+                reason: format!("{op}: a rank cannot send to or receive from itself"),
+            });
+        }
+        self.engine.supports(op)?;
+        self.check_across_ranks(op)
+    }
+
+    /// The cross-rank check of [`set_checks`](Self::set_checks).
+    fn check_across_ranks(&self, op: &Op) -> Result<()> {
+        if matches!(op.kind, OpKind::Send { .. } | OpKind::Recv { .. }) {
+            return Ok(());
+        }
+        let mut checks = self.checks.lock().unwrap_or_else(|p| p.into_inner());
+        let (Some(checks), Some((store, key))) = (checks.as_mut(), &self.store) else { return Ok(()) };
+        let seq = checks.seq;
+        checks.seq += 1;
+        let prefix = format!("{key}/check/{seq}");
+        let mine = op.to_string();
+        store.set(&format!("{prefix}/{}", self.rank), mine.as_bytes())?;
+        let mut differ = Vec::new();
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            let theirs = store.get(&format!("{prefix}/{r}"))?;
+            if theirs != mine.as_bytes() {
+                differ.push(format!("rank {r} called {}", String::from_utf8_lossy(&theirs)));
+            }
+        }
+        if store.add(&format!("{prefix}/read"), 1)? == i64::try_from(self.size).unwrap_or(i64::MAX) {
+            for r in 0..self.size {
+                store.delete(&format!("{prefix}/{r}"))?;
+            }
+            store.delete(&format!("{prefix}/read"))?;
+        }
+        if differ.is_empty() {
+            Ok(())
+        } else {
+            Err(self.error(
+                CollectiveErrorKind::Mismatch,
+                format!(
+                    "this rank called {mine}, but {}; every rank must call the same collectives in the same order",
+                    differ.join(", ")
+                ),
+            ))
+        }
+    }
+
+    fn check_buffer<M: DeviceMemory<B = B> + ?Sized>(
+        &self,
+        what: &'static str,
+        m: &M,
+        elems: usize,
+        op: &Op,
+    ) -> Result<u64> {
+        if m.ordinal() != self.device.info().ordinal {
+            return Err(Error::DeviceMismatch {
+                what,
+                expected: self.device.info().spec(),
+                found: format!("{}:{}", B::KIND.name(), m.ordinal()),
+            });
+        }
+        let bytes = elems.checked_mul(op.dtype.itemsize()).ok_or_else(|| Error::InvalidArgument {
+            name: "count",
+            reason: format!("{op}: {elems} elements overflow the address space"),
+        })?;
+        if bytes > m.len() {
+            return Err(Error::OutOfBounds { what, offset: 0, len: bytes, capacity: m.len() });
+        }
+        Ok(m.device_ptr())
+    }
+
+    /// Enqueues `op` on `stream`, reading `send` and writing `recv`, after
+    /// checking the buffers' devices and sizes. `recv` may be `send` itself
+    /// (in place) where NCCL allows it. Returns at once.
+    ///
+    /// # Safety
+    /// `send` and `recv` stay alive, and nothing else writes `recv` or
+    /// `send`, until `stream` has passed this point
+    /// ([`synchronize`](Self::synchronize) waits for it).
+    pub unsafe fn enqueue<S, R>(&self, op: &Op, send: &S, recv: &R, stream: &Stream<B>) -> Result<()>
+    where
+        S: DeviceMemory<B = B> + ?Sized,
+        R: DeviceMemory<B = B> + ?Sized,
+    {
+        let send = self.check_buffer("send", send, op.send_len(self.size), op)?;
+        let recv = self.check_buffer("recv", recv, op.recv_len(self.size), op)?;
+        // SAFETY: both ranges were checked above against the buffers, which
+        // the caller keeps alive until the stream passes.
+        unsafe { self.enqueue_raw(op, send, recv, stream) }
+    }
+
+    /// [`enqueue`](Self::enqueue) on addresses, for bindings that hold
+    /// foreign memory (a torch tensor through DLPack).
+    ///
+    /// # Safety
+    /// `send` and `recv` address [`Op::send_len`] and [`Op::recv_len`]
+    /// elements on this communicator's device (0 where the length is 0),
+    /// alive and not written by anything else until `stream` has passed
+    /// this point.
+    pub unsafe fn enqueue_raw(&self, op: &Op, send: u64, recv: u64, stream: &Stream<B>) -> Result<()> {
+        self.check_op(op)?;
+        // SAFETY: `op` passed `supports` and the rank checks; the caller
+        // vouches for the addresses.
+        unsafe { self.engine.enqueue(op, send, recv, stream) }
+    }
+
+    /// Runs `op` on buffers and waits for it ([`synchronize`](Self::synchronize)).
+    ///
+    /// ```
+    /// use gpuport::{Device, Host, HostDevice};
+    /// use gpuport::collective::{Communicator, Op, OpKind, ReduceOp};
+    /// use gpuport::dynamic::DType;
+    /// let dev = HostDevice::open(0)?;
+    /// let comm = Communicator::<Host>::init_all(&[dev.clone()])?.remove(0);
+    /// let mut x = dev.alloc(16)?;
+    /// dev.copy_to_device(&[1.5f32.to_ne_bytes(); 4].concat(), &mut x, 0)?;
+    /// let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::Float32, count: 4 };
+    /// let mut y = dev.alloc(16)?;
+    /// comm.run(&op, &x, &mut y, dev.default_stream())?;
+    /// let mut out = [0u8; 16];
+    /// dev.copy_to_host(&y, 0, &mut out)?;
+    /// assert_eq!(out, x_bytes(&dev, &x)?);
+    /// # fn x_bytes(d: &std::sync::Arc<HostDevice>, x: &gpuport::Buffer<Host>) -> gpuport::Result<[u8; 16]> {
+    /// #     let mut b = [0u8; 16]; d.copy_to_host(x, 0, &mut b)?; Ok(b) }
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn run<S, R>(&self, op: &Op, send: &S, recv: &mut R, stream: &Stream<B>) -> Result<()>
+    where
+        S: DeviceMemory<B = B> + ?Sized,
+        R: crate::backend::DeviceMemoryMut<B = B> + ?Sized,
+    {
+        // SAFETY: `synchronize` below waits for the stream while both
+        // borrows hold; `recv` is borrowed mutably, so nothing else writes it.
+        unsafe { self.enqueue(op, send, &*recv, stream)? };
+        self.synchronize(stream)
+    }
+
+    /// Waits until `stream` has run everything enqueued on it, watching the
+    /// engine: an asynchronous error of the engine (a rank died, a network
+    /// failed) aborts the communicator and is a
+    /// [`CollectiveErrorKind::RemoteFailure`]; no progress within
+    /// [`timeout`](Self::timeout) aborts it and is a
+    /// [`CollectiveErrorKind::Timeout`]. Never hangs.
+    pub fn synchronize(&self, stream: &Stream<B>) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(1);
+        loop {
+            if self.device.is_idle(stream)? {
+                return self.engine.async_error();
+            }
+            if let Err(e) = self.engine.async_error() {
+                let _ = self.abort();
+                return Err(
+                    self.error(CollectiveErrorKind::RemoteFailure, format!("{e}; the communicator was aborted"))
+                );
+            }
+            if start.elapsed() > self.timeout {
+                let _ = self.abort();
+                return Err(self.error(
+                    CollectiveErrorKind::Timeout,
+                    format!(
+                        "the stream's collectives did not finish in {:?}: a rank may have died, or the ranks called \
+                         different collectives (turn on set_checks to compare them); the communicator was aborted \
+                         (set GPUPORT_COLLECTIVE_TIMEOUT to wait longer)",
+                        self.timeout
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// `(rank, size)` from `GPUPORT_RANK`/`GPUPORT_WORLD_SIZE`, torchrun's
+/// `RANK`/`WORLD_SIZE`, or Open MPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`.
+pub fn rank_and_size_from_env() -> Result<(usize, usize)> {
+    let pairs = [
+        ("GPUPORT_RANK", "GPUPORT_WORLD_SIZE"),
+        ("RANK", "WORLD_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ];
+    for (r, s) in pairs {
+        let (Ok(rank), Ok(size)) = (std::env::var(r), std::env::var(s)) else { continue };
+        let parse = |name: &'static str, v: &str| {
+            v.trim().parse::<usize>().map_err(|_| Error::Store {
+                addr: String::new(),
+                kind: crate::error::StoreErrorKind::Config,
+                reason: format!("{name}={v:?} is not a non-negative integer"),
+            })
+        };
+        return Ok((parse(r, &rank)?, parse(s, &size)?));
+    }
+    Err(Error::Store {
+        addr: String::new(),
+        kind: crate::error::StoreErrorKind::Config,
+        reason: "no rank in the environment: set GPUPORT_RANK and GPUPORT_WORLD_SIZE (or RANK and WORLD_SIZE, as \
+                 torchrun does; or run under mpirun)"
+            .into(),
+    })
+}

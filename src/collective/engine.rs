@@ -1,0 +1,220 @@
+//! What a backend's collective engine does, and the description of one
+//! collective ([`Op`]) that the layers above hand it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::{Backend, Stream};
+use crate::dynamic::DType;
+use crate::error::Result;
+
+use super::TcpStore;
+
+/// How a reduction combines the ranks' elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// The sum.
+    Sum,
+    /// The product.
+    Prod,
+    /// The largest.
+    Max,
+    /// The smallest.
+    Min,
+    /// The mean: the sum divided by the number of ranks (integers divide
+    /// toward zero, as NCCL does).
+    Avg,
+}
+
+impl ReduceOp {
+    /// Every operation, in NCCL's numbering (`ncclRedOp_t`).
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
+
+    /// The lower-case name (`"sum"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Avg => "avg",
+        }
+    }
+
+    /// The operation named `name` (`"sum"`, `"prod"`, `"max"`, `"min"`, `"avg"`).
+    pub fn from_name(name: &str) -> Option<ReduceOp> {
+        ReduceOp::ALL.into_iter().find(|op| op.name() == name)
+    }
+}
+
+/// Which collective, with its root, peer or reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// Every rank gets the reduction of every rank's buffer.
+    AllReduce(ReduceOp),
+    /// Every rank gets `root`'s buffer.
+    Broadcast {
+        /// The rank whose buffer is sent.
+        root: usize,
+    },
+    /// `root` gets the reduction of every rank's buffer.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// The rank that receives it.
+        root: usize,
+    },
+    /// Every rank gets every rank's buffer, in rank order.
+    AllGather,
+    /// Rank `r` gets block `r` of the reduction of every rank's buffer.
+    ReduceScatter(ReduceOp),
+    /// Sends the buffer to `peer`, which receives it.
+    Send {
+        /// The receiving rank.
+        peer: usize,
+    },
+    /// Receives a buffer that `peer` sends.
+    Recv {
+        /// The sending rank.
+        peer: usize,
+    },
+}
+
+impl OpKind {
+    /// The collective's name (`"all_reduce"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduce(_) => "all_reduce",
+            OpKind::Broadcast { .. } => "broadcast",
+            OpKind::Reduce { .. } => "reduce",
+            OpKind::AllGather => "all_gather",
+            OpKind::ReduceScatter(_) => "reduce_scatter",
+            OpKind::Send { .. } => "send",
+            OpKind::Recv { .. } => "recv",
+        }
+    }
+
+    /// The reduction, for the reducing collectives.
+    pub fn reduction(self) -> Option<ReduceOp> {
+        match self {
+            OpKind::AllReduce(op) | OpKind::Reduce { op, .. } | OpKind::ReduceScatter(op) => Some(op),
+            _ => None,
+        }
+    }
+}
+
+/// One collective as a rank calls it: which, of what element type, and how
+/// many elements (NCCL's `count`: per rank for all-gather's input and
+/// reduce-scatter's output, see [`send_len`](Self::send_len)).
+///
+/// ```
+/// use gpuport::collective::{Op, OpKind, ReduceOp};
+/// use gpuport::dynamic::DType;
+/// let gather = Op { kind: OpKind::AllGather, dtype: DType::Float32, count: 4 };
+/// assert_eq!((gather.send_len(2), gather.recv_len(2)), (4, 8));
+/// let sum = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::Int32, count: 4 };
+/// assert_eq!(sum.to_string(), "all_reduce(sum) of 4 int32");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Op {
+    /// Which collective.
+    pub kind: OpKind,
+    /// The element type.
+    pub dtype: DType,
+    /// The element count, as NCCL counts it.
+    pub count: usize,
+}
+
+impl Op {
+    /// Elements read from the send buffer, in a group of `size` ranks.
+    pub fn send_len(&self, size: usize) -> usize {
+        match self.kind {
+            OpKind::ReduceScatter(_) => self.count.saturating_mul(size),
+            OpKind::Recv { .. } => 0,
+            _ => self.count,
+        }
+    }
+
+    /// Elements written to the receive buffer, in a group of `size` ranks.
+    pub fn recv_len(&self, size: usize) -> usize {
+        match self.kind {
+            OpKind::AllGather => self.count.saturating_mul(size),
+            OpKind::Send { .. } => 0,
+            _ => self.count,
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.name())?;
+        match self.kind {
+            OpKind::AllReduce(op) | OpKind::ReduceScatter(op) => write!(f, "({})", op.name())?,
+            OpKind::Reduce { op, root } => write!(f, "({}, root {root})", op.name())?,
+            OpKind::Broadcast { root } => write!(f, "(root {root})")?,
+            OpKind::Send { peer } | OpKind::Recv { peer } => write!(f, "(peer {peer})")?,
+            OpKind::AllGather => {}
+        }
+        write!(f, " of {} {}", self.count, self.dtype.name())
+    }
+}
+
+/// A backend with a collective engine: the host backend, CUDA (NCCL) and
+/// ROCm (RCCL). Sealed: gpuport implements it for its backends.
+pub trait CollectiveBackend: Backend + sealed::Sealed {
+    /// The engine's communicator for one rank.
+    #[doc(hidden)]
+    type Engine: Engine<Self>;
+}
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// One rank's communicator of a backend's engine.
+///
+/// Public in name only: it lives in a private module, so no crate outside
+/// gpuport can name, implement or call it.
+///
+/// # Safety
+/// [`Communicator`](super::Communicator) trusts an engine to touch no
+/// memory but the element counts of [`Op::send_len`] and [`Op::recv_len`]
+/// at the addresses it is given, in the order of the stream it is given,
+/// and to report every failure as an `Err`.
+pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
+    /// The engine's name and version (`"NCCL 2.28.5"`).
+    fn name(&self) -> String;
+
+    /// Joins `device` to a group of `size` ranks as `rank`, meeting the
+    /// others through `store` under `key` (unique to this communicator).
+    fn init_rank(device: &Arc<B::Device>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self>;
+
+    /// One communicator per device of a group driven by this process; rank
+    /// `i` is `devices[i]`.
+    fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>>;
+
+    /// Whether the engine can run `op` (its element type and reduction).
+    fn supports(&self, op: &Op) -> Result<()>;
+
+    /// Enqueues `op` on `stream`.
+    ///
+    /// # Safety
+    /// `send` and `recv` hold [`Op::send_len`] and [`Op::recv_len`]
+    /// elements of `op.dtype` on this communicator's device (addresses of
+    /// host memory on the host backend) and stay valid until `stream` has
+    /// passed this point; `op` was checked with [`supports`](Self::supports)
+    /// and its root or peer is below the group's size.
+    unsafe fn enqueue(&self, op: &Op, send: u64, recv: u64, stream: &Stream<B>) -> Result<()>;
+
+    /// Begins a group of calls on this thread; they run at [`group_end`](Self::group_end).
+    fn group_start() -> Result<()>;
+
+    /// Ends the group: its calls are enqueued together.
+    fn group_end() -> Result<()>;
+
+    /// Stops every collective of this communicator; it cannot be used again.
+    fn abort(&self) -> Result<()>;
+
+    /// The engine's asynchronous error, if it reported one.
+    fn async_error(&self) -> Result<()>;
+}

@@ -1,0 +1,449 @@
+//! The host backend's collective engine: ranks (threads or processes)
+//! exchange their buffers through the job's [`TcpStore`] and each rank
+//! computes the result itself. It is meant for testing the API and
+//! programs without a GPU, not for speed: every byte goes through rank 0's
+//! store.
+//!
+//! Each collective is one round: rank `r` sets `KEY/SEQ/r` to its call's
+//! description and its data, reads every rank's entry, checks that the
+//! descriptions agree ([`CollectiveErrorKind::Mismatch`] otherwise, on every
+//! rank), and the last rank to finish reading deletes the round's keys.
+//! A send sets `KEY/p2p/FROM-TO/N`, which the receive reads and deletes.
+//!
+//! A call waits for the stream's earlier work, then runs on the calling
+//! thread; inside a group, calls are queued and run together, one thread
+//! each, when the group ends.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use half::{bf16, f16};
+
+use crate::backend::host::{Host, HostDevice};
+use crate::backend::{address_to_usize, Device, Stream};
+use crate::dynamic::DType;
+use crate::error::{CollectiveErrorKind, Error, Result};
+
+use super::engine::{sealed, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
+use super::TcpStore;
+
+impl sealed::Sealed for Host {}
+
+impl CollectiveBackend for Host {
+    type Engine = HostEngine;
+}
+
+/// One rank's host communicator.
+pub struct HostEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: TcpStore,
+    key: String,
+    rank: usize,
+    size: usize,
+    /// Rounds of collectives so far.
+    seq: Mutex<u64>,
+    /// Messages sent to and received from each peer so far.
+    sent: Mutex<HashMap<usize, u64>>,
+    received: Mutex<HashMap<usize, u64>>,
+    aborted: AtomicBool,
+}
+
+type Queued = Box<dyn FnOnce() -> Result<()> + Send>;
+
+thread_local! {
+    /// The calls of this thread's open group, and how deeply it is nested.
+    static GROUP: RefCell<(usize, Vec<Queued>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+fn error(rank: usize, kind: CollectiveErrorKind, reason: String) -> Error {
+    Error::Collective { engine: "host".into(), rank: Some(rank), kind, reason }
+}
+
+/// The element types a host reduction computes on: NCCL's.
+fn reducible(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Int8
+            | DType::UInt8
+            | DType::Int32
+            | DType::UInt32
+            | DType::Int64
+            | DType::UInt64
+            | DType::Float16
+            | DType::BFloat16
+            | DType::Float32
+            | DType::Float64
+    )
+}
+
+/// `acc = acc (op) x`, element by element, on native-endian bytes.
+fn combine(dtype: DType, op: ReduceOp, acc: &mut [u8], x: &[u8]) {
+    macro_rules! ints {
+        ($t:ty) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            for (a, b) in acc.chunks_exact_mut(W).zip(x.chunks_exact(W)) {
+                let (p, q) = (
+                    <$t>::from_ne_bytes(a.try_into().unwrap_or_default()),
+                    <$t>::from_ne_bytes(b.try_into().unwrap_or_default()),
+                );
+                let r = match op {
+                    ReduceOp::Sum | ReduceOp::Avg => p.wrapping_add(q),
+                    ReduceOp::Prod => p.wrapping_mul(q),
+                    ReduceOp::Max => p.max(q),
+                    ReduceOp::Min => p.min(q),
+                };
+                a.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    macro_rules! floats {
+        ($t:ty, $to:expr, $from:expr) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            for (a, b) in acc.chunks_exact_mut(W).zip(x.chunks_exact(W)) {
+                let p: f64 = $to(<$t>::from_ne_bytes(a.try_into().unwrap_or_default()));
+                let q: f64 = $to(<$t>::from_ne_bytes(b.try_into().unwrap_or_default()));
+                let r = match op {
+                    ReduceOp::Sum | ReduceOp::Avg => p + q,
+                    ReduceOp::Prod => p * q,
+                    ReduceOp::Max => p.max(q),
+                    ReduceOp::Min => p.min(q),
+                };
+                let r: $t = $from(r);
+                a.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    match dtype {
+        DType::Int8 => ints!(i8),
+        DType::UInt8 => ints!(u8),
+        DType::Int32 => ints!(i32),
+        DType::UInt32 => ints!(u32),
+        DType::Int64 => ints!(i64),
+        DType::UInt64 => ints!(u64),
+        DType::Float16 => floats!(f16, |v: f16| f64::from(v), f16::from_f64),
+        DType::BFloat16 => floats!(bf16, |v: bf16| f64::from(v), bf16::from_f64),
+        #[allow(clippy::cast_possible_truncation)]
+        DType::Float32 => floats!(f32, f64::from, |v: f64| v as f32),
+        DType::Float64 => floats!(f64, |v| v, |v| v),
+        _ => {}
+    }
+}
+
+/// Divides every element by `n` (the mean of [`ReduceOp::Avg`]).
+fn divide(dtype: DType, acc: &mut [u8], n: usize) {
+    macro_rules! by {
+        ($t:ty, $div:expr) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            for a in acc.chunks_exact_mut(W) {
+                let v = <$t>::from_ne_bytes(a.try_into().unwrap_or_default());
+                let r: $t = $div(v);
+                a.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    // The group's size fits every integer type's range where it matters:
+    // a group larger than a type's maximum divides by its maximum.
+    macro_rules! int_n {
+        ($t:ty) => {
+            <$t>::try_from(n).unwrap_or(<$t>::MAX)
+        };
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let nf = n as f64;
+    match dtype {
+        DType::Int8 => by!(i8, |v: i8| v / int_n!(i8)),
+        DType::UInt8 => by!(u8, |v: u8| v / int_n!(u8)),
+        DType::Int32 => by!(i32, |v: i32| v / int_n!(i32)),
+        DType::UInt32 => by!(u32, |v: u32| v / int_n!(u32)),
+        DType::Int64 => by!(i64, |v: i64| v / int_n!(i64)),
+        DType::UInt64 => by!(u64, |v: u64| v / int_n!(u64)),
+        DType::Float16 => by!(f16, |v: f16| f16::from_f64(f64::from(v) / nf)),
+        DType::BFloat16 => by!(bf16, |v: bf16| bf16::from_f64(f64::from(v) / nf)),
+        #[allow(clippy::cast_possible_truncation)]
+        DType::Float32 => by!(f32, |v: f32| (f64::from(v) / nf) as f32),
+        DType::Float64 => by!(f64, |v: f64| v / nf),
+        _ => {}
+    }
+}
+
+/// `[description length: u32][description][data]`.
+fn message(description: &str, data: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(description.len()).unwrap_or(u32::MAX);
+    let mut m = Vec::with_capacity(4 + description.len() + data.len());
+    m.extend_from_slice(&len.to_le_bytes());
+    m.extend_from_slice(description.as_bytes());
+    m.extend_from_slice(data);
+    m
+}
+
+/// The description and the data of a [`message`].
+fn parse(m: &[u8]) -> Option<(&str, &[u8])> {
+    let len = usize::try_from(u32::from_le_bytes(m.get(..4)?.try_into().ok()?)).ok()?;
+    let text = std::str::from_utf8(m.get(4..4 + len)?).ok()?;
+    Some((text, &m[4 + len..]))
+}
+
+impl Inner {
+    fn error(&self, kind: CollectiveErrorKind, reason: String) -> Error {
+        error(self.rank, kind, reason)
+    }
+
+    fn bad_message(&self, key: &str) -> Error {
+        self.error(CollectiveErrorKind::Engine, format!("the store's entry {key:?} is not a host collective's message"))
+    }
+
+    /// Runs `op`, reading `send` and writing `recv` (host addresses).
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue`]'s: the ranges are valid host memory.
+    unsafe fn run(&self, op: Op, send: u64, recv: u64) -> Result<()> {
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(self.error(CollectiveErrorKind::Aborted, format!("{op} on an aborted communicator")));
+        }
+        let item = op.dtype.itemsize();
+        let send_bytes = op.send_len(self.size) * item;
+        let recv_bytes = op.recv_len(self.size) * item;
+        let sends = match op.kind {
+            OpKind::Broadcast { root } => root == self.rank,
+            OpKind::Recv { .. } => false,
+            _ => true,
+        };
+        let data: &[u8] = if sends && send_bytes > 0 {
+            // SAFETY: `send` holds `send_len` elements (the caller's promise).
+            unsafe { std::slice::from_raw_parts(address_to_usize(send) as *const u8, send_bytes) }
+        } else {
+            &[]
+        };
+        let description = op.to_string();
+        let result: Option<Vec<u8>> = match op.kind {
+            OpKind::Send { peer } => {
+                let n = Self::next(&self.sent, peer);
+                let key = format!("{}/p2p/{}-{peer}/{n}", self.key, self.rank);
+                let what = format!("{} {}", op.count, op.dtype.name());
+                self.store.set(&key, &message(&what, data))?;
+                None
+            }
+            OpKind::Recv { peer } => {
+                let n = Self::next(&self.received, peer);
+                let key = format!("{}/p2p/{peer}-{}/{n}", self.key, self.rank);
+                let m = self.store.get(&key)?;
+                self.store.delete(&key)?;
+                let (what, payload) = parse(&m).ok_or_else(|| self.bad_message(&key))?;
+                let expected = format!("{} {}", op.count, op.dtype.name());
+                if what != expected {
+                    return Err(self.error(
+                        CollectiveErrorKind::Mismatch,
+                        format!("this rank receives {expected} from rank {peer}, which sent {what}"),
+                    ));
+                }
+                Some(payload.to_vec())
+            }
+            _ => Some(self.round(&op, &description, data)?).filter(|_| match op.kind {
+                OpKind::Reduce { root, .. } => root == self.rank,
+                _ => true,
+            }),
+        };
+        if let Some(out) = result {
+            debug_assert_eq!(out.len(), recv_bytes);
+            if recv_bytes > 0 && out.len() == recv_bytes {
+                // SAFETY: `recv` holds `recv_len` elements (the caller's
+                // promise); `out` is a separate vector, so the ranges may
+                // overlap `send` (in place).
+                unsafe { std::ptr::copy(out.as_ptr(), address_to_usize(recv) as *mut u8, recv_bytes) };
+            }
+        }
+        Ok(())
+    }
+
+    fn next(counters: &Mutex<HashMap<usize, u64>>, peer: usize) -> u64 {
+        let mut c = counters.lock().unwrap_or_else(|p| p.into_inner());
+        let n = c.entry(peer).or_insert(0);
+        *n += 1;
+        *n - 1
+    }
+
+    /// One round of a collective: every rank's message, checked and combined.
+    fn round(&self, op: &Op, description: &str, data: &[u8]) -> Result<Vec<u8>> {
+        let seq = {
+            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+            *s += 1;
+            *s - 1
+        };
+        let prefix = format!("{}/{seq}", self.key);
+        self.store.set(&format!("{prefix}/{}", self.rank), &message(description, data))?;
+        let mut messages = Vec::with_capacity(self.size);
+        for r in 0..self.size {
+            let key = format!("{prefix}/{r}");
+            messages
+                .push((key.clone(), if r == self.rank { message(description, data) } else { self.store.get(&key)? }));
+        }
+        if self.store.add(&format!("{prefix}/read"), 1)? == i64::try_from(self.size).unwrap_or(i64::MAX) {
+            for (key, _) in &messages {
+                self.store.delete(key)?;
+            }
+            self.store.delete(&format!("{prefix}/read"))?;
+        }
+        let mut parts = Vec::with_capacity(self.size);
+        let mut differ = Vec::new();
+        for (r, (key, m)) in messages.iter().enumerate() {
+            let (what, payload) = parse(m).ok_or_else(|| self.bad_message(key))?;
+            if what != description {
+                differ.push(format!("rank {r} called {what}"));
+            }
+            parts.push(payload);
+        }
+        if !differ.is_empty() {
+            return Err(self.error(
+                CollectiveErrorKind::Mismatch,
+                format!(
+                    "this rank called {description}, but {}; every rank must call the same collectives in the same order",
+                    differ.join(", ")
+                ),
+            ));
+        }
+        let block = op.count * op.dtype.itemsize();
+        Ok(match op.kind {
+            OpKind::Broadcast { root } => parts[root].to_vec(),
+            OpKind::AllGather => parts.concat(),
+            OpKind::AllReduce(how) | OpKind::Reduce { op: how, .. } | OpKind::ReduceScatter(how) => {
+                let mut acc = parts[0].to_vec();
+                for p in &parts[1..] {
+                    combine(op.dtype, how, &mut acc, p);
+                }
+                if how == ReduceOp::Avg {
+                    divide(op.dtype, &mut acc, self.size);
+                }
+                if matches!(op.kind, OpKind::ReduceScatter(_)) {
+                    acc[self.rank * block..(self.rank + 1) * block].to_vec()
+                } else {
+                    acc
+                }
+            }
+            OpKind::Send { .. } | OpKind::Recv { .. } => Vec::new(),
+        })
+    }
+}
+
+// SAFETY: `run` touches only `send_len`/`recv_len` elements at the given
+// addresses, after the stream's earlier work and before `enqueue` returns
+// (or, in a group, before `group_end` returns), and reports every failure
+// as an `Err`.
+unsafe impl Engine<Host> for HostEngine {
+    fn name(&self) -> String {
+        "host".into()
+    }
+
+    fn init_rank(_device: &Arc<HostDevice>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self> {
+        let store = store.reconnect()?;
+        // Every rank's arrival: the communicator exists once all have come.
+        store.barrier(&format!("{key}/init"), size)?;
+        Ok(HostEngine {
+            inner: Arc::new(Inner {
+                store,
+                key: key.to_string(),
+                rank,
+                size,
+                seq: Mutex::new(0),
+                sent: Mutex::default(),
+                received: Mutex::default(),
+                aborted: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    fn init_all(devices: &[Arc<HostDevice>]) -> Result<Vec<Self>> {
+        let timeout = super::communicator::timeout_from_env();
+        let store = TcpStore::host("127.0.0.1:0".parse().expect("a literal address"), timeout)?;
+        let size = devices.len();
+        (0..size)
+            .map(|rank| {
+                Ok(HostEngine {
+                    inner: Arc::new(Inner {
+                        store: store.reconnect()?,
+                        key: "gpuport/communicator/all".into(),
+                        rank,
+                        size,
+                        seq: Mutex::new(0),
+                        sent: Mutex::default(),
+                        received: Mutex::default(),
+                        aborted: AtomicBool::new(false),
+                    }),
+                })
+            })
+            .collect()
+    }
+
+    fn supports(&self, op: &Op) -> Result<()> {
+        match op.kind.reduction() {
+            Some(how) if !reducible(op.dtype) => Err(Error::InvalidArgument {
+                name: "dtype",
+                reason: format!(
+                    "{op}: {} reductions compute on int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, \
+                     float32 and float64 (NCCL's types); broadcast, all_gather, send and recv take any type",
+                    how.name()
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    unsafe fn enqueue(&self, op: &Op, send: u64, recv: u64, stream: &Stream<Host>) -> Result<()> {
+        HostDevice::open(0)?.synchronize(stream)?;
+        let inner = self.inner.clone();
+        let op = *op;
+        // SAFETY: the caller's promise, passed on; in a group the buffers
+        // stay valid until `group_end` ran the call.
+        let call = move || unsafe { inner.run(op, send, recv) };
+        let queued = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.0 == 0 {
+                return None;
+            }
+            g.1.push(Box::new(call.clone()));
+            Some(())
+        });
+        match queued {
+            Some(()) => Ok(()),
+            None => call(),
+        }
+    }
+
+    fn group_start() -> Result<()> {
+        GROUP.with(|g| g.borrow_mut().0 += 1);
+        Ok(())
+    }
+
+    fn group_end() -> Result<()> {
+        let calls = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            g.0 = g.0.saturating_sub(1);
+            if g.0 == 0 {
+                std::mem::take(&mut g.1)
+            } else {
+                Vec::new()
+            }
+        });
+        // The calls wait for each other's messages: one thread each.
+        std::thread::scope(|s| {
+            let handles: Vec<_> = calls.into_iter().map(|c| s.spawn(c)).collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(error(0, CollectiveErrorKind::Engine, "a grouped call panicked".into())))
+            })
+        })
+    }
+
+    fn abort(&self) -> Result<()> {
+        self.inner.aborted.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn async_error(&self) -> Result<()> {
+        Ok(())
+    }
+}

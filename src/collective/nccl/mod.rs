@@ -1,0 +1,424 @@
+//! The GPU backends' collective engine: NCCL for CUDA devices, RCCL for
+//! ROCm devices, through one function table ([`sys`]) loaded at run time.
+//! Written once over the vendor `Driver`, as the rest of the GPU core is.
+//!
+//! # Which library
+//! - CUDA: `GPUPORT_NCCL_LIBRARY` (a path) replaces the search; else
+//!   `libnccl.so.2` and `libnccl.so` through the dynamic loader, which also
+//!   finds a copy PyTorch or CuPy already loaded. The Python package points
+//!   `GPUPORT_NCCL_LIBRARY` at the `nvidia-nccl-cu*` wheel's
+//!   `nvidia/nccl/lib` when it is installed and the variable is unset.
+//! - ROCm: `GPUPORT_RCCL_LIBRARY`, else `librccl.so.1`, `librccl.so`,
+//!   `$ROCM_PATH/lib/librccl.so.1` and `/opt/rocm/lib/librccl.so.1`.
+//!
+//! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
+//! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
+//! broadcast, all-gather, send and receive move bytes, so they take any type.
+
+mod sys;
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::gpu::{Driver, Gpu, GpuDevice, RawAddress};
+use crate::backend::{address_to_usize, Device, Stream};
+use crate::dynamic::DType;
+use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
+
+use super::engine::{sealed, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
+use super::TcpStore;
+
+pub use sys::NCCL_UNIQUE_ID_BYTES;
+
+/// The oldest NCCL (or RCCL, which reports NCCL's numbering) gpuport
+/// accepts: 2.12, the first with `ncclAvg`, `ncclGetLastError` and
+/// `ncclCommGetAsyncError` as used here.
+pub const MIN_VERSION: i32 = 21200;
+
+/// NCCL's version code from which `ncclFloat8e4m3`/`ncclFloat8e5m2` exist.
+const FP8_VERSION: i32 = 22400;
+
+impl<D: Driver> sealed::Sealed for Gpu<D> {}
+
+impl<D: Driver> CollectiveBackend for Gpu<D> {
+    type Engine = NcclEngine<D>;
+}
+
+/// The library's name in messages and its search list, for a backend.
+fn library_for(kind: BackendKind) -> (&'static str, &'static str, Vec<String>) {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match kind {
+        BackendKind::Rocm => {
+            let env = "GPUPORT_RCCL_LIBRARY";
+            let list = var(env).map_or_else(
+                || {
+                    let mut l = vec!["librccl.so.1".to_string(), "librccl.so".to_string()];
+                    if let Some(root) = var("ROCM_PATH") {
+                        l.push(format!("{}/lib/librccl.so.1", root.trim_end_matches('/')));
+                    }
+                    l.push("/opt/rocm/lib/librccl.so.1".into());
+                    l
+                },
+                |p| vec![p],
+            );
+            ("RCCL", env, list)
+        }
+        _ => {
+            let env = "GPUPORT_NCCL_LIBRARY";
+            let list = var(env).map_or_else(|| vec!["libnccl.so.2".to_string(), "libnccl.so".to_string()], |p| vec![p]);
+            ("NCCL", env, list)
+        }
+    }
+}
+
+/// The library of backend `kind`, loaded once per process.
+fn library(kind: BackendKind) -> Result<&'static sys::Loaded> {
+    static NCCL: OnceLock<std::result::Result<sys::Loaded, String>> = OnceLock::new();
+    static RCCL: OnceLock<std::result::Result<sys::Loaded, String>> = OnceLock::new();
+    let (name, env, candidates) = library_for(kind);
+    let cell = if kind == BackendKind::Rocm { &RCCL } else { &NCCL };
+    let loaded = cell.get_or_init(|| {
+        let lib = sys::open(&candidates).map_err(|tried| {
+            format!("could not load {name} (tried {tried}); install it, or set {env}=/path/to/the/library")
+        })?;
+        if lib.version < MIN_VERSION {
+            return Err(format!(
+                "{} is {name} {}, older than the {} gpuport needs; set {env} to a newer one",
+                lib.path,
+                version_text(lib.version),
+                version_text(MIN_VERSION)
+            ));
+        }
+        Ok(lib)
+    });
+    loaded.as_ref().map_err(|reason| Error::Collective {
+        engine: name.into(),
+        rank: None,
+        kind: CollectiveErrorKind::Library,
+        reason: reason.clone(),
+    })
+}
+
+/// `22805` as `"2.28.5"`.
+fn version_text(code: i32) -> String {
+    format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100)
+}
+
+/// One rank's NCCL or RCCL communicator on a device of driver `D`.
+pub struct NcclEngine<D: Driver> {
+    /// `ncclComm_t`, as an address: the library allows its use from any
+    /// thread, one call at a time per communicator, which `Communicator`'s
+    /// callers already order on streams.
+    comm: usize,
+    device: Arc<GpuDevice<D>>,
+    lib: &'static sys::Loaded,
+    rank: usize,
+    /// Set once the communicator was aborted (and so freed).
+    released: AtomicBool,
+}
+
+fn engine_name(kind: BackendKind, lib: &sys::Loaded) -> String {
+    format!("{} {}", if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" }, version_text(lib.version))
+}
+
+/// An engine error for `call`'s `status`, with the library's own words.
+fn status_error(
+    kind: BackendKind,
+    lib: &sys::Loaded,
+    rank: Option<usize>,
+    comm: usize,
+    call: &str,
+    status: c_int,
+) -> Error {
+    // SAFETY: both return pointers to static or communicator-owned C strings
+    // (or null), which are read at once.
+    let text = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated string from the library (see above).
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    // SAFETY: `ncclGetErrorString` takes any status; `ncclGetLastError`
+    // takes a live communicator or null.
+    let (what, last) =
+        unsafe { (text((lib.api.ncclGetErrorString)(status)), text((lib.api.ncclGetLastError)(comm as *mut c_void))) };
+    let kind_of = if status == 6 { CollectiveErrorKind::RemoteFailure } else { CollectiveErrorKind::Engine };
+    let mut reason = format!("{call} failed: {what} (status {status})");
+    if !last.is_empty() {
+        reason.push_str(&format!("; {last}"));
+    }
+    Error::Collective { engine: engine_name(kind, lib), rank, kind: kind_of, reason }
+}
+
+impl<D: Driver> NcclEngine<D> {
+    fn check(&self, call: &str, status: c_int) -> Result<()> {
+        if status == sys::ncclSuccess {
+            return Ok(());
+        }
+        Err(status_error(D::KIND, self.lib, Some(self.rank), self.comm, call, status))
+    }
+
+    /// NCCL's element type for a reduction over `dtype`.
+    fn reduction_type(&self, dtype: DType) -> Option<c_int> {
+        Some(match dtype {
+            DType::Int8 => 0,
+            DType::UInt8 => 1,
+            DType::Int32 => 2,
+            DType::UInt32 => 3,
+            DType::Int64 => 4,
+            DType::UInt64 => 5,
+            DType::Float16 => 6,
+            DType::Float32 => 7,
+            DType::Float64 => 8,
+            DType::BFloat16 => 9,
+            DType::Float8E4M3Fn if D::KIND == BackendKind::Cuda && self.lib.version >= FP8_VERSION => 10,
+            DType::Float8E5M2 if D::KIND == BackendKind::Cuda && self.lib.version >= FP8_VERSION => 11,
+            _ => return None,
+        })
+    }
+}
+
+fn reduce_op(op: ReduceOp) -> c_int {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Avg => 4,
+    }
+}
+
+fn rank_int(what: &'static str, v: usize) -> Result<c_int> {
+    c_int::try_from(v)
+        .map_err(|_| Error::InvalidArgument { name: what, reason: format!("{v} does not fit NCCL's int") })
+}
+
+// SAFETY: every call passes the communicator this engine made, on its
+// device (bound first), with a stream of that device; `enqueue` passes the
+// caller's ranges with the element counts `Op` says (data movement as bytes:
+// `count * itemsize` of `ncclUint8`), so NCCL touches nothing else. Every
+// status is checked.
+unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
+    fn name(&self) -> String {
+        engine_name(D::KIND, self.lib)
+    }
+
+    fn init_rank(device: &Arc<GpuDevice<D>>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self> {
+        let lib = library(D::KIND)?;
+        device.driver().bind()?;
+        let id_key = format!("{key}/unique-id");
+        let mut id = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
+        if rank == 0 {
+            // SAFETY: writes the 128-byte id.
+            let status = unsafe { (lib.api.ncclGetUniqueId)(&mut id) };
+            if status != sys::ncclSuccess {
+                return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclGetUniqueId", status));
+            }
+            store.set(&id_key, &id.internal.map(|c| c.to_ne_bytes()[0]))?;
+        } else {
+            let bytes = store.get(&id_key)?;
+            if bytes.len() != sys::NCCL_UNIQUE_ID_BYTES {
+                return Err(Error::Collective {
+                    engine: engine_name(D::KIND, lib),
+                    rank: Some(rank),
+                    kind: CollectiveErrorKind::Engine,
+                    reason: format!(
+                        "the store's unique id has {} bytes, not {}",
+                        bytes.len(),
+                        sys::NCCL_UNIQUE_ID_BYTES
+                    ),
+                });
+            }
+            for (c, b) in id.internal.iter_mut().zip(bytes) {
+                *c = std::ffi::c_char::from_ne_bytes([b]);
+            }
+        }
+        // Every rank arrives before NCCL's blocking initialisation: a rank
+        // that never comes is the store's typed timeout, not a hang.
+        store.barrier(&format!("{key}/init"), size)?;
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: the device is current; `comm` receives the communicator.
+        let status =
+            unsafe { (lib.api.ncclCommInitRank)(&mut comm, rank_int("size", size)?, id, rank_int("rank", rank)?) };
+        if status != sys::ncclSuccess {
+            return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclCommInitRank", status));
+        }
+        Ok(NcclEngine { comm: comm as usize, device: device.clone(), lib, rank, released: AtomicBool::new(false) })
+    }
+
+    fn init_all(devices: &[Arc<GpuDevice<D>>]) -> Result<Vec<Self>> {
+        let lib = library(D::KIND)?;
+        let ordinals = devices.iter().map(|d| rank_int("device", d.info().ordinal)).collect::<Result<Vec<_>>>()?;
+        let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
+        devices[0].driver().bind()?;
+        // SAFETY: `comms` has one slot per ordinal.
+        let status = unsafe {
+            (lib.api.ncclCommInitAll)(comms.as_mut_ptr(), rank_int("devices", devices.len())?, ordinals.as_ptr())
+        };
+        if status != sys::ncclSuccess {
+            return Err(status_error(D::KIND, lib, None, 0, "ncclCommInitAll", status));
+        }
+        Ok(comms
+            .into_iter()
+            .zip(devices)
+            .enumerate()
+            .map(|(rank, (c, d))| NcclEngine {
+                comm: c as usize,
+                device: d.clone(),
+                lib,
+                rank,
+                released: AtomicBool::new(false),
+            })
+            .collect())
+    }
+
+    fn supports(&self, op: &Op) -> Result<()> {
+        if op.kind.reduction().is_some() && self.reduction_type(op.dtype).is_none() {
+            return Err(Error::InvalidArgument {
+                name: "dtype",
+                reason: format!(
+                    "{op}: {} reduces int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32 and \
+                     float64{}; broadcast, all_gather, send and recv take any type",
+                    self.name(),
+                    if D::KIND == BackendKind::Cuda { " (and float8_e4m3fn, float8_e5m2 from NCCL 2.24)" } else { "" }
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    unsafe fn enqueue(&self, op: &Op, send: u64, recv: u64, stream: &Stream<Gpu<D>>) -> Result<()> {
+        if stream.driver().ordinal() != self.device.info().ordinal {
+            return Err(Error::DeviceMismatch {
+                what: "stream",
+                expected: self.device.info().spec(),
+                found: format!("{}:{}", D::KIND.name(), stream.driver().ordinal()),
+            });
+        }
+        self.device.driver().bind()?;
+        let api = &self.lib.api;
+        let (comm, s) = (self.comm as sys::ncclComm_t, stream.raw().address() as *mut c_void);
+        let (sp, rp) = (address_to_usize(send) as *const c_void, address_to_usize(recv) as *mut c_void);
+        let bytes = op.count * op.dtype.itemsize();
+        let typed = self.reduction_type(op.dtype).unwrap_or(1);
+        // SAFETY: every call below gets the live communicator on the
+        // current device, `s`, a stream of that device, and ranges that
+        // hold what `Op` says (the caller's promise).
+        let (call, status) = unsafe {
+            match op.kind {
+                OpKind::AllReduce(how) => {
+                    ("ncclAllReduce", (api.ncclAllReduce)(sp, rp, op.count, typed, reduce_op(how), comm, s))
+                }
+                OpKind::Reduce { op: how, root } => (
+                    "ncclReduce",
+                    (api.ncclReduce)(sp, rp, op.count, typed, reduce_op(how), rank_int("root", root)?, comm, s),
+                ),
+                OpKind::ReduceScatter(how) => {
+                    ("ncclReduceScatter", (api.ncclReduceScatter)(sp, rp, op.count, typed, reduce_op(how), comm, s))
+                }
+                OpKind::Broadcast { root } => {
+                    ("ncclBroadcast", (api.ncclBroadcast)(sp, rp, bytes, 1, rank_int("root", root)?, comm, s))
+                }
+                OpKind::AllGather => ("ncclAllGather", (api.ncclAllGather)(sp, rp, bytes, 1, comm, s)),
+                OpKind::Send { peer } => ("ncclSend", (api.ncclSend)(sp, bytes, 1, rank_int("peer", peer)?, comm, s)),
+                OpKind::Recv { peer } => ("ncclRecv", (api.ncclRecv)(rp, bytes, 1, rank_int("peer", peer)?, comm, s)),
+            }
+        };
+        self.check(call, status)
+    }
+
+    fn group_start() -> Result<()> {
+        let lib = library(D::KIND)?;
+        // SAFETY: no arguments; per-thread state of the library.
+        let status = unsafe { (lib.api.ncclGroupStart)() };
+        if status == sys::ncclSuccess {
+            Ok(())
+        } else {
+            Err(status_error(D::KIND, lib, None, 0, "ncclGroupStart", status))
+        }
+    }
+
+    fn group_end() -> Result<()> {
+        let lib = library(D::KIND)?;
+        // SAFETY: as `group_start`.
+        let status = unsafe { (lib.api.ncclGroupEnd)() };
+        if status == sys::ncclSuccess {
+            Ok(())
+        } else {
+            Err(status_error(D::KIND, lib, None, 0, "ncclGroupEnd", status))
+        }
+    }
+
+    fn abort(&self) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.device.driver().bind()?;
+        // SAFETY: the communicator is live (not released before) and freed here once.
+        let status = unsafe { (self.lib.api.ncclCommAbort)(self.comm as sys::ncclComm_t) };
+        self.check("ncclCommAbort", status)
+    }
+
+    fn async_error(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut state: c_int = sys::ncclSuccess;
+        // SAFETY: a live communicator; writes one int.
+        let status = unsafe { (self.lib.api.ncclCommGetAsyncError)(self.comm as sys::ncclComm_t, &mut state) };
+        self.check("ncclCommGetAsyncError", status)?;
+        if state == sys::ncclSuccess || state == sys::ncclInProgress {
+            Ok(())
+        } else {
+            self.check("a collective (asynchronous error)", state)
+        }
+    }
+}
+
+impl<D: Driver> Drop for NcclEngine<D> {
+    fn drop(&mut self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.device.driver().bind().is_ok() {
+            // SAFETY: a live communicator, freed once; NCCL waits for its
+            // enqueued work. An error cannot be returned from a drop.
+            let _ = unsafe { (self.lib.api.ncclCommDestroy)(self.comm as sys::ncclComm_t) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_codes_read_as_nccl_writes_them() {
+        assert_eq!(version_text(22805), "2.28.5");
+        assert_eq!(version_text(MIN_VERSION), "2.12.0");
+    }
+
+    #[test]
+    fn a_missing_library_names_what_was_tried() {
+        let tried =
+            sys::open(&["/nonexistent/libnccl.so.2".into(), "libgpuport-no-such-nccl.so".into()]).err().unwrap();
+        assert!(tried.contains("/nonexistent/libnccl.so.2") && tried.contains("libgpuport-no-such-nccl.so"), "{tried}");
+    }
+
+    #[test]
+    fn the_library_variables_replace_the_search() {
+        let (name, env, list) = library_for(BackendKind::Rocm);
+        assert_eq!((name, env), ("RCCL", "GPUPORT_RCCL_LIBRARY"));
+        if std::env::var(env).is_err() {
+            assert_eq!(list[0], "librccl.so.1");
+        }
+        let (name, _, list) = library_for(BackendKind::Cuda);
+        assert_eq!(name, "NCCL");
+        if std::env::var("GPUPORT_NCCL_LIBRARY").is_err() {
+            assert_eq!(list[0], "libnccl.so.2");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Communicators and collectives (src/collective), two ranks per test:
+//! on the host backend (both ranks on host:0, in CI), and on cuda:0 +
+//! cuda:1 and rocm:0 + rocm:1 where two such devices exist (the ROCm pair
+//! through the HIP-on-CUDA shim, with `GPUPORT_RCCL_LIBRARY` pointing at
+//! NCCL). A GPU case without two devices skips with a printed reason.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuport::collective::{CollectiveBackend, Communicator, Op, OpKind, ReduceOp, TcpStore};
+use gpuport::dynamic::DType;
+use gpuport::{CollectiveErrorKind, Device, Error, MemArray, StoreErrorKind};
+
+mod common;
+
+/// Two devices of `spec0`'s backend, or a printed skip.
+fn pair(spec0: &str, spec1: &str) -> Option<[gpuport::AnyDevice; 2]> {
+    let a = common::open_or_skip(spec0)?;
+    let b = common::open_or_skip(spec1)?;
+    Some([a, b])
+}
+
+macro_rules! pair_tests {
+    ($($name:ident),* $(,)?) => { $(
+        #[rstest::rstest]
+        #[case::host("host", "host")]
+        #[case::cuda("cuda:0", "cuda:1")]
+        #[case::rocm("rocm:0", "rocm:1")]
+        fn $name(#[case] spec0: &str, #[case] spec1: &str) {
+            let Some([a, b]) = pair(spec0, spec1) else { return };
+            match (&a, &b) {
+                (gpuport::AnyDevice::Host(a), gpuport::AnyDevice::Host(b)) => super::$name([a.clone(), b.clone()]),
+                #[cfg(feature = "cuda")]
+                (gpuport::AnyDevice::Cuda(a), gpuport::AnyDevice::Cuda(b)) => super::$name([a.clone(), b.clone()]),
+                #[cfg(feature = "rocm")]
+                (gpuport::AnyDevice::Rocm(a), gpuport::AnyDevice::Rocm(b)) => super::$name([a.clone(), b.clone()]),
+                _ => unreachable!("a pair of one backend"),
+            }
+        }
+    )* };
+}
+
+/// Runs `body(rank, communicator)` on two threads, one rank each, joined
+/// through a store on a free loopback port; returns both results.
+fn two_ranks<D, R>(
+    devs: &[Arc<D>; 2],
+    store_timeout: Duration,
+    body: impl Fn(usize, Communicator<D::B>) -> R + Sync,
+) -> [R; 2]
+where
+    D: Device,
+    D::B: CollectiveBackend,
+    R: Send,
+{
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), store_timeout).unwrap();
+    let addr = host.addr();
+    std::thread::scope(|s| {
+        let body = &body;
+        let other = s.spawn(move || {
+            let store = TcpStore::connect(addr, store_timeout).unwrap();
+            let comm = Communicator::<D::B>::init_rank(&devs[1], 1, 2, &store).unwrap();
+            body(1, comm)
+        });
+        let comm = Communicator::<D::B>::init_rank(&devs[0], 0, 2, &host).unwrap();
+        let mine = body(0, comm);
+        [mine, other.join().unwrap()]
+    })
+}
+
+/// The array's elements, read on the host.
+fn read<T: gpuport::Element, const N: usize, D: Device>(a: &mut MemArray<T, N, D>) -> Vec<T> {
+    a.move_to(gpuport::Location::Host, a.device().clone().default_stream(), gpuport::Transfer::Sync, None).unwrap();
+    a.to_vec(None).unwrap()
+}
+
+fn is_collective(e: &Error, want: CollectiveErrorKind) -> bool {
+    matches!(e, Error::Collective { kind, .. } if *kind == want)
+}
+
+fn every_collective_gives_the_right_values<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+        let d = comm.device().clone();
+        let s = d.default_stream();
+        let r = rank as f32;
+        // all_reduce: sum, avg, max on f32; prod on i32.
+        let mut a = MemArray::<f32, 1, D>::from_vec(&d, [4], vec![1.0 + r, 2.0 + r, 3.0 + r, 4.0 + r]).unwrap();
+        comm.all_reduce_array(&mut a, ReduceOp::Sum, s).unwrap();
+        assert_eq!(read(&mut a), vec![3.0, 5.0, 7.0, 9.0], "sum on rank {rank}");
+        comm.all_reduce_array(&mut a, ReduceOp::Avg, s).unwrap();
+        assert_eq!(read(&mut a), vec![3.0, 5.0, 7.0, 9.0], "avg of equal values on rank {rank}");
+        let mut m = MemArray::<f32, 1, D>::from_vec(&d, [2], vec![r, -r]).unwrap();
+        comm.all_reduce_array(&mut m, ReduceOp::Max, s).unwrap();
+        assert_eq!(read(&mut m), vec![1.0, 0.0]);
+        let mut p = MemArray::<i32, 1, D>::from_vec(&d, [3], vec![2 + rank as i32, 3, -1]).unwrap();
+        comm.all_reduce_array(&mut p, ReduceOp::Prod, s).unwrap();
+        assert_eq!(read(&mut p), vec![6, 9, 1]);
+        // broadcast from rank 1; reduce to rank 0.
+        let mut b = MemArray::<u8, 1, D>::from_vec(&d, [3], vec![rank as u8 * 10; 3]).unwrap();
+        comm.broadcast_array(&mut b, 1, s).unwrap();
+        assert_eq!(read(&mut b), vec![10, 10, 10]);
+        let mut red = MemArray::<f64, 1, D>::from_vec(&d, [2], vec![1.5, rank as f64]).unwrap();
+        comm.reduce_array(&mut red, ReduceOp::Sum, 0, s).unwrap();
+        let want = if rank == 0 { vec![3.0, 1.0] } else { vec![1.5, 1.0] };
+        assert_eq!(read(&mut red), want, "reduce to rank 0, seen on rank {rank}");
+        // all_gather and reduce_scatter, of 2-D arrays.
+        let mut part = MemArray::<i64, 2, D>::from_vec(&d, [1, 2], vec![rank as i64, 100 + rank as i64]).unwrap();
+        let mut whole = MemArray::<i64, 2, D>::zeros(&d, [2, 2]).unwrap();
+        comm.all_gather_array(&mut part, &mut whole, s).unwrap();
+        assert_eq!(read(&mut whole), vec![0, 100, 1, 101]);
+        let mut mine = MemArray::<i64, 1, D>::zeros(&d, [2]).unwrap();
+        comm.reduce_scatter_array(&mut whole, &mut mine, ReduceOp::Sum, s).unwrap();
+        let want = if rank == 0 { vec![0, 200] } else { vec![2, 202] };
+        assert_eq!(read(&mut mine), want);
+        // a ring step: each sends its rank and receives the other's.
+        let mut out = MemArray::<u32, 1, D>::from_vec(&d, [5], vec![rank as u32; 5]).unwrap();
+        let mut got = MemArray::<u32, 1, D>::zeros(&d, [5]).unwrap();
+        let peer = 1 - rank;
+        comm.send_recv_array(&mut out, peer, &mut got, peer, s).unwrap();
+        assert_eq!(read(&mut got), vec![peer as u32; 5]);
+        // A type no engine reduces still moves.
+        let mut c =
+            MemArray::<num_complex::Complex<f32>, 1, D>::from_vec(&d, [1], vec![num_complex::Complex::new(r, 1.0)])
+                .unwrap();
+        let e = comm.all_reduce_array(&mut c, ReduceOp::Sum, s).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "dtype", .. }), "{e}");
+        comm.broadcast_array(&mut c, 0, s).unwrap();
+        assert_eq!(read(&mut c), vec![num_complex::Complex::new(0.0, 1.0)]);
+    });
+}
+
+fn one_process_drives_both_ranks_in_a_group<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let comms = Communicator::<D::B>::init_all(&devs).unwrap();
+    assert_eq!((comms[0].rank(), comms[1].rank(), comms[1].size()), (0, 1, 2));
+    let mut a = MemArray::<f32, 1, D>::from_vec(&devs[0], [1 << 16], vec![1.0; 1 << 16]).unwrap();
+    let mut b = MemArray::<f32, 1, D>::from_vec(&devs[1], [1 << 16], vec![2.0; 1 << 16]).unwrap();
+    let streams = [devs[0].default_stream(), devs[1].default_stream()];
+    Communicator::all_reduce_arrays(&comms, &mut [&mut a, &mut b], ReduceOp::Sum, &streams).unwrap();
+    assert!(read(&mut a).iter().chain(&read(&mut b)).all(|&x| x == 3.0));
+    // Array collectives refuse to run inside a user's group.
+    let e = Communicator::<D::B>::group(|| comms[0].all_reduce_array(&mut a, ReduceOp::Sum, streams[0])).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "group", .. }), "{e}");
+    // The unsafe buffer path, grouped by hand.
+    let mut bufs = [devs[0].alloc(16).unwrap(), devs[1].alloc(16).unwrap()];
+    for (i, (d, b)) in devs.iter().zip(&mut bufs).enumerate() {
+        d.copy_to_device(&[i as u8 + 1; 16], b, 0).unwrap();
+    }
+    let op = Op { kind: OpKind::AllReduce(ReduceOp::Max), dtype: DType::UInt8, count: 16 };
+    Communicator::<D::B>::group(|| {
+        for (i, c) in comms.iter().enumerate() {
+            // SAFETY: the buffers live to the end of the test, after the synchronize below.
+            unsafe { c.enqueue(&op, &bufs[i], &bufs[i], streams[i])? };
+        }
+        Ok(())
+    })
+    .unwrap();
+    for (i, c) in comms.iter().enumerate() {
+        c.synchronize(streams[i]).unwrap();
+        let mut out = [0u8; 16];
+        devs[i].copy_to_host(&bufs[i], 0, &mut out).unwrap();
+        assert_eq!(out, [2u8; 16], "rank {i}");
+    }
+}
+
+fn mismatched_calls_are_errors_on_every_rank<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let errors = two_ranks(&devs, Duration::from_secs(30), |rank, comm| {
+        comm.set_checks(true).unwrap();
+        let d = comm.device().clone();
+        let n = if rank == 0 { 4 } else { 8 };
+        let mut a = MemArray::<f32, 1, D>::zeros(&d, [n]).unwrap();
+        let counts = comm.all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream()).unwrap_err();
+        let mut i = MemArray::<i32, 1, D>::zeros(&d, [4]).unwrap();
+        let mut f = MemArray::<f32, 1, D>::zeros(&d, [4]).unwrap();
+        let types = if rank == 0 {
+            comm.all_reduce_array(&mut i, ReduceOp::Sum, d.default_stream()).unwrap_err()
+        } else {
+            comm.all_reduce_array(&mut f, ReduceOp::Sum, d.default_stream()).unwrap_err()
+        };
+        let roots = comm.broadcast_array(&mut f, rank, d.default_stream()).unwrap_err();
+        // After the errors, matching calls still work.
+        comm.all_reduce_array(&mut f, ReduceOp::Sum, d.default_stream()).unwrap();
+        [counts, types, roots]
+    });
+    for (rank, errs) in errors.iter().enumerate() {
+        for e in errs {
+            assert!(is_collective(e, CollectiveErrorKind::Mismatch), "rank {rank}: {e}");
+        }
+        assert!(errs[0].to_string().contains("all_reduce(sum) of 8 float32"), "rank {rank}: {}", errs[0]);
+        assert!(errs[1].to_string().contains("int32") && errs[1].to_string().contains("float32"), "{}", errs[1]);
+    }
+}
+
+fn an_aborted_communicator_refuses_work<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let comms = Communicator::<D::B>::init_all(&devs).unwrap();
+    comms[0].abort().unwrap();
+    assert!(comms[0].is_aborted() && !comms[1].is_aborted());
+    let mut a = MemArray::<f32, 1, D>::zeros(&devs[0], [4]).unwrap();
+    let e = comms[0].all_reduce_array(&mut a, ReduceOp::Sum, devs[0].default_stream()).unwrap_err();
+    assert!(is_collective(&e, CollectiveErrorKind::Aborted), "{e}");
+}
+
+fn a_rank_that_stops_calling_is_a_timeout_not_a_hang<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let results = two_ranks(&devs, Duration::from_secs(3), |rank, mut comm| {
+        comm.set_timeout(Duration::from_secs(3));
+        if rank == 1 {
+            return None; // rank 1 leaves without calling (its communicator is dropped)
+        }
+        let d = comm.device().clone();
+        let mut a = MemArray::<f32, 1, D>::zeros(&d, [1024]).unwrap();
+        let start = std::time::Instant::now();
+        let e = comm
+            .all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream())
+            .and_then(|()| comm.synchronize(d.default_stream()));
+        Some((e, start.elapsed(), comm.is_aborted()))
+    });
+    let (e, took, aborted) = results[0].as_ref().unwrap();
+    let e = e.as_ref().unwrap_err();
+    let typed = matches!(e, Error::Store { kind: StoreErrorKind::Timeout | StoreErrorKind::Closed, .. })
+        || is_collective(e, CollectiveErrorKind::Timeout)
+        || is_collective(e, CollectiveErrorKind::RemoteFailure);
+    assert!(typed, "{e}");
+    assert!(*took < Duration::from_secs(30), "took {took:?}");
+    let _ = writeln!(std::io::stderr(), "a rank that stopped: {e} (aborted: {aborted}, after {took:?})");
+}
+
+fn bad_ranks_and_devices_are_refused<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(5)).unwrap();
+    let e = Communicator::<D::B>::init_rank(&devs[0], 2, 2, &store).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "rank", .. }), "{e}");
+    let comms = Communicator::<D::B>::init_all(&devs).unwrap();
+    let mut a = MemArray::<f32, 1, D>::zeros(&devs[0], [4]).unwrap();
+    let e = comms[0].broadcast_array(&mut a, 5, devs[0].default_stream()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "root", .. }), "{e}");
+    let e = comms[0].send_array(&mut a, 0, devs[0].default_stream()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "peer", .. }), "{e}");
+    let mut whole = MemArray::<f32, 1, D>::zeros(&devs[0], [5]).unwrap();
+    let e = comms[0].all_gather_array(&mut a, &mut whole, devs[0].default_stream()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "recv", .. }), "{e}");
+    if devs[0].info().ordinal != devs[1].info().ordinal {
+        let mut other = MemArray::<f32, 1, D>::zeros(&devs[1], [4]).unwrap();
+        let e = comms[0].all_reduce_array(&mut other, ReduceOp::Sum, devs[0].default_stream()).unwrap_err();
+        assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    }
+}
+
+mod pairs {
+    use super::*;
+    pair_tests!(
+        every_collective_gives_the_right_values,
+        one_process_drives_both_ranks_in_a_group,
+        mismatched_calls_are_errors_on_every_rank,
+        an_aborted_communicator_refuses_work,
+        a_rank_that_stops_calling_is_a_timeout_not_a_hang,
+        bad_ranks_and_devices_are_refused,
+    );
+}
+
+#[test]
+fn a_rank_whose_peers_never_come_times_out_at_init() {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_millis(500)).unwrap();
+    let e = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &store).unwrap_err();
+    assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
+}
