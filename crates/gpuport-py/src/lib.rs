@@ -35,6 +35,7 @@ pub mod buffer;
 pub mod cai;
 pub mod context;
 pub mod device;
+pub mod distributed;
 pub mod dlpack;
 pub mod dtype;
 pub mod errors;
@@ -52,6 +53,8 @@ pub mod stream;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<device::PyDevice>()?;
+    m.add_class::<distributed::PyTcpStore>()?;
+    m.add_class::<distributed::PyCommunicator>()?;
     m.add_class::<device::PyStream>()?;
     m.add_class::<device::PyEvent>()?;
     m.add_class::<memarray::PyMemArray>()?;

@@ -44,7 +44,16 @@ import pytest
 import gpuport
 from gpuport import runtime as _rt
 
-MODULES = ("gpuport", "gpuport.runtime", "gpuport.memory", "gpuport.torch", "gpuport.cupy", "gpuport.numba")
+MODULES = (
+    "gpuport",
+    "gpuport.runtime",
+    "gpuport.memory",
+    "gpuport.torch",
+    "gpuport.cupy",
+    "gpuport.numba",
+    "gpuport.distributed",
+    "gpuport.distributed.run",
+)
 # The peer library each module's examples need.
 PEERS = {"gpuport.torch": "torch", "gpuport.cupy": "cupy", "gpuport.numba": "numba"}
 # Examples of peer modules that need only the peer, not a CUDA device.

@@ -1,0 +1,370 @@
+//! `gpuport.distributed`'s native half: the store and communicators of
+//! `gpuport::collective`, converted to and from Python objects. The Python
+//! module (`python/gpuport/distributed/__init__.py`) builds the API on these.
+//!
+//! A collective takes any pointer-like object (a gpuport array, a torch or
+//! CuPy tensor, an allocation) through the same adapters as
+//! `gpuport.runtime`, and parks the objects until the stream has run the
+//! collective, as `runtime.memcpy_async` does. Inside a group the parking
+//! waits until the group has ended (the engine enqueues the calls then).
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use gpuport::collective::{AnyCommunicator, Op, OpKind, ReduceOp, TcpStore};
+use gpuport::dynamic::{keep, AnyStream};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::adapters::{to_range, Ptr};
+use crate::device::{resolve_device, resolve_stream, PyDevice};
+use crate::dtype::dtype_from_py;
+use crate::errors::IntoPyResult;
+
+/// The key-value store through which the ranks of a job meet (rank 0
+/// hosts it), as ``torch.distributed.TCPStore``.
+///
+///     >>> from gpuport import distributed as dist
+///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True, timeout=10.0)
+///     >>> store.set("x", b"1"); store.get("x")
+///     b'1'
+///     >>> store.add("n", 2)
+///     2
+///     >>> store.port > 0
+///     True
+#[pyclass(module = "gpuport._core", name = "TcpStore", frozen)]
+pub struct PyTcpStore {
+    pub inner: Arc<TcpStore>,
+}
+
+fn socket_addr(host: &str, port: u16) -> PyResult<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| PyValueError::new_err(format!("{host}:{port} does not resolve to an address")))
+}
+
+fn seconds(timeout: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| PyValueError::new_err(format!("{what}={timeout}: give a positive number of seconds")))
+}
+
+#[pymethods]
+impl PyTcpStore {
+    #[new]
+    #[pyo3(signature = (host, port, is_host=false, timeout=300.0))]
+    fn new(py: Python<'_>, host: &str, port: u16, is_host: bool, timeout: f64) -> PyResult<Self> {
+        let addr = socket_addr(host, port)?;
+        let timeout = seconds(timeout, "timeout")?;
+        let store = py
+            .detach(|| if is_host { TcpStore::host(addr, timeout) } else { TcpStore::connect(addr, timeout) })
+            .py_err_in(py, "TcpStore")?;
+        Ok(PyTcpStore { inner: Arc::new(store) })
+    }
+
+    /// The store of ``GPUPORT_MASTER_ADDR``/``GPUPORT_MASTER_PORT``;
+    /// ``rank`` 0 hosts it.
+    ///
+    ///     >>> import os
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> os.environ["GPUPORT_MASTER_PORT"] = "0"
+    ///     >>> dist.TcpStore.from_env(0).port > 0
+    ///     True
+    #[staticmethod]
+    fn from_env(py: Python<'_>, rank: usize) -> PyResult<Self> {
+        let store = py.detach(|| TcpStore::from_env(rank)).py_err_in(py, "TcpStore.from_env")?;
+        Ok(PyTcpStore { inner: Arc::new(store) })
+    }
+
+    /// The port rank 0 listens on.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.inner.addr().port()
+    }
+
+    /// Sets ``key`` to ``value`` (bytes).
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> store.set("k", b"v")
+    fn set(&self, py: Python<'_>, key: &str, value: &[u8]) -> PyResult<()> {
+        py.detach(|| self.inner.set(key, value)).py_err_in(py, "set")
+    }
+
+    /// The value of ``key``, waiting until some rank sets it.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> store.set("k", b"v"); store.get("k")
+    ///     b'v'
+    fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let v = py.detach(|| self.inner.get(key)).py_err_in(py, "get")?;
+        Ok(PyBytes::new(py, &v))
+    }
+
+    /// Adds ``delta`` to the counter ``key`` and returns its new value.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> store.add("n", 1), store.add("n", 5)
+    ///     (1, 6)
+    fn add(&self, py: Python<'_>, key: &str, delta: i64) -> PyResult<i64> {
+        py.detach(|| self.inner.add(key, delta)).py_err_in(py, "add")
+    }
+
+    /// Waits until ``world_size`` ranks called ``barrier(name, world_size)``.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> store.barrier("start", 1)
+    fn barrier(&self, py: Python<'_>, name: &str, world_size: usize) -> PyResult<()> {
+        py.detach(|| self.inner.barrier(name, world_size)).py_err_in(py, "barrier")
+    }
+}
+
+/// One rank's communicator (see ``gpuport.distributed``).
+///
+///     >>> from gpuport import distributed as dist
+///     >>> (comm,) = dist.Communicator.init_all(["host"])
+///     >>> comm.rank, comm.size, comm.engine
+///     (0, 1, 'host')
+#[pyclass(module = "gpuport._core", name = "Communicator", frozen)]
+pub struct PyCommunicator {
+    inner: Mutex<AnyCommunicator>,
+}
+
+thread_local! {
+    /// Operands of collectives made inside this thread's open group, parked
+    /// once it ends.
+    static GROUP: RefCell<Option<Vec<(AnyStream, Vec<Ptr>)>>> = const { RefCell::new(None) };
+}
+
+fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    ReduceOp::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("op {name:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\"")))
+}
+
+fn op_kind(kind: &str, op: &str, root: usize, peer: usize) -> PyResult<OpKind> {
+    Ok(match kind {
+        "all_reduce" => OpKind::AllReduce(reduce_op(op)?),
+        "broadcast" => OpKind::Broadcast { root },
+        "reduce" => OpKind::Reduce { op: reduce_op(op)?, root },
+        "all_gather" => OpKind::AllGather,
+        "reduce_scatter" => OpKind::ReduceScatter(reduce_op(op)?),
+        "send" => OpKind::Send { peer },
+        "recv" => OpKind::Recv { peer },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "collective {other:?}: use all_reduce, broadcast, reduce, all_gather, reduce_scatter, send or recv"
+            )))
+        }
+    })
+}
+
+impl PyCommunicator {
+    fn lock(&self) -> MutexGuard<'_, AnyCommunicator> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyCommunicator {
+    /// Joins ``device`` to ``size`` ranks as ``rank`` through ``store``.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> dist.Communicator.init_rank("host", 0, 1, store).size
+    ///     1
+    #[staticmethod]
+    fn init_rank(py: Python<'_>, device: &Bound<'_, PyAny>, rank: usize, size: usize, store: &PyTcpStore) -> PyResult<Self> {
+        let dev = resolve_device(py, Some(device))?;
+        let store = store.inner.clone();
+        let comm = py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store)).py_err_in(py, "init_rank")?;
+        Ok(PyCommunicator { inner: Mutex::new(comm) })
+    }
+
+    /// One communicator per device, for one process driving them all.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> [c.rank for c in dist.Communicator.init_all(["host", "host"])]
+    ///     [0, 1]
+    #[staticmethod]
+    fn init_all(py: Python<'_>, devices: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<Self>> {
+        let devs = devices.iter().map(|d| resolve_device(py, Some(d))).collect::<PyResult<Vec<_>>>()?;
+        let comms = py.detach(|| AnyCommunicator::init_all(&devs)).py_err_in(py, "init_all")?;
+        Ok(comms.into_iter().map(|c| PyCommunicator { inner: Mutex::new(c) }).collect())
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.lock().rank()
+    }
+
+    /// The number of ranks.
+    #[getter]
+    fn size(&self) -> usize {
+        self.lock().size()
+    }
+
+    /// This rank's device.
+    #[getter]
+    fn device(&self) -> PyDevice {
+        PyDevice(self.lock().device())
+    }
+
+    /// The engine and its version ("NCCL 2.28.5", "host").
+    #[getter]
+    fn engine(&self) -> String {
+        self.lock().engine()
+    }
+
+    /// Seconds ``synchronize`` waits before it aborts the communicator.
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.lock().timeout().as_secs_f64()
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds_: f64) -> PyResult<()> {
+        let t = seconds(seconds_, "timeout")?;
+        self.lock().set_timeout(t);
+        Ok(())
+    }
+
+    /// Turns the cross-rank check of every collective on or off.
+    fn set_checks(&self, py: Python<'_>, on: bool) -> PyResult<()> {
+        self.lock().set_checks(on).py_err_in(py, "set_checks")
+    }
+
+    /// Stops this communicator's collectives; later calls raise.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.lock().abort().py_err_in(py, "abort")
+    }
+
+    /// Whether the communicator was aborted.
+    #[getter]
+    fn aborted(&self) -> bool {
+        self.lock().is_aborted()
+    }
+
+    /// Enqueues one collective (``kind``) reading ``send`` and writing
+    /// ``recv`` (pointer-like objects; ``None`` where the collective has no
+    /// such side) of ``count`` elements of ``dtype``, on ``stream``.
+    #[pyo3(signature = (kind, send, recv, dtype, count, op="sum", root=0, peer=0, stream=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        send: Option<&Bound<'_, PyAny>>,
+        recv: Option<&Bound<'_, PyAny>>,
+        dtype: &Bound<'_, PyAny>,
+        count: usize,
+        op: &str,
+        root: usize,
+        peer: usize,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        keep::prune();
+        let op = Op { kind: op_kind(kind, op, root, peer)?, dtype: dtype_from_py(dtype)?, count };
+        let comm = self.lock();
+        let size = comm.size();
+        let itemsize = op.dtype.itemsize();
+        let mut operands = Vec::new();
+        let mut address = |obj: Option<&Bound<'_, PyAny>>, what: &'static str, elems: usize, writes: bool| {
+            let Some(obj) = obj.filter(|o| !o.is_none()) else {
+                if elems > 0 {
+                    return Err(PyValueError::new_err(format!("{op}: {what} is needed ({elems} elements)")));
+                }
+                return Ok(0);
+            };
+            let ptr = to_range(obj, what)?;
+            let range = ptr.range();
+            range.check_size(elems * itemsize, what).py_err(py)?;
+            if writes && !range.is_writable() {
+                return Err(PyValueError::new_err(format!("{op}: {what} is read-only")));
+            }
+            let addr = range.addr();
+            operands.push(ptr);
+            Ok(addr)
+        };
+        let s_addr = address(send, "send", op.send_len(size), false)?;
+        let r_addr = address(recv, "recv", op.recv_len(size), true)?;
+        let dev = comm.device();
+        let s = resolve_stream(py, &dev, stream)?;
+        // SAFETY: each address was checked against the size its object
+        // holds (or is the caller's raw pointer, as in runtime.memcpy), and
+        // the objects are parked below until the stream has run the
+        // collective (after the group's end, inside a group).
+        let c: &AnyCommunicator = &comm;
+        py.detach(|| unsafe { c.enqueue_raw(&op, s_addr, r_addr, &s) }).py_err_in(py, op.kind.name())?;
+        let deferred = GROUP.with(|g| match g.borrow_mut().as_mut() {
+            Some(list) => {
+                list.push((s.clone(), std::mem::take(&mut operands)));
+                true
+            }
+            None => false,
+        });
+        if !deferred {
+            keep::keep_until_done(&s, Box::new(operands)).py_err(py)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for ``stream``'s collectives, raising if one failed or did not
+    /// finish within ``timeout`` (the communicator is then aborted).
+    #[pyo3(signature = (stream=None))]
+    fn synchronize(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let dev = self.lock().device();
+        let s = resolve_stream(py, &dev, stream)?;
+        let comm = self.lock();
+        let c: &AnyCommunicator = &comm;
+        py.detach(|| c.synchronize(&s)).py_err_in(py, "synchronize")?;
+        drop(comm);
+        keep::prune();
+        Ok(())
+    }
+
+    /// Runs ``fn()`` as one group of this communicator's backend.
+    fn group(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let backend = self.lock().device().backend();
+        let outer = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            let outer = g.is_some();
+            if !outer {
+                *g = Some(Vec::new());
+            }
+            outer
+        });
+        let mut result: Option<PyResult<Py<PyAny>>> = None;
+        let ended = AnyCommunicator::group(backend, || {
+            let r = f.call0().map(Bound::unbind);
+            let failed = r.is_err();
+            result = Some(r);
+            if failed {
+                Err(gpuport::Error::InvalidArgument { name: "group", reason: "the group's function raised".into() })
+            } else {
+                Ok(())
+            }
+        });
+        if !outer {
+            let parked = GROUP.with(|g| g.borrow_mut().take()).unwrap_or_default();
+            for (s, ptrs) in parked {
+                keep::keep_until_done(&s, Box::new(ptrs)).py_err(py)?;
+            }
+        }
+        match (result, ended) {
+            (Some(Err(e)), _) => Err(e),
+            (_, Err(e)) => Err(crate::errors::to_py_in(py, e, Some("group"))),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (None, Ok(())) => Ok(py.None()),
+        }
+    }
+}

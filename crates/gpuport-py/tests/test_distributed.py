@@ -1,0 +1,146 @@
+"""gpuport.distributed: two ranks in two processes started by the launcher
+(python -m gpuport.distributed.run), on the host backend here and on two
+CUDA devices where they exist (skipped with the reason otherwise)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import gpuport
+from gpuport import distributed as dist
+
+
+def launch(tmp_path, body: str, n: int = 2, timeout: float = 120) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run(
+        [sys.executable, "-m", "gpuport.distributed.run", "-n", str(n), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+EVERY_COLLECTIVE = """
+import numpy as np, gpuport
+from gpuport import distributed as dist
+DEVICE = {device!r}
+comm = dist.init(device=None if DEVICE is None else DEVICE)
+r, n = comm.rank, comm.size
+dev = comm.device
+def arr(x):
+    return gpuport.asarray(np.asarray(x), device=dev)
+a = arr(np.arange(4, dtype=np.float32) + r)
+comm.all_reduce(a); comm.synchronize()
+assert (a.to_numpy() == np.arange(4) * 2 + 1).all(), a.to_numpy()
+m = arr(np.array([r, -r], dtype=np.int64))
+comm.all_reduce(m, op="max"); comm.synchronize()
+assert m.to_numpy().tolist() == [1, 0], m.to_numpy()
+b = arr(np.full(3, 10 * r, dtype=np.uint8))
+comm.broadcast(b, root=1); comm.synchronize()
+assert b.to_numpy().tolist() == [10, 10, 10]
+g = arr(np.zeros(2 * n, dtype=np.int32))
+comm.all_gather(arr(np.array([r, 100 + r], dtype=np.int32)), g); comm.synchronize()
+assert g.to_numpy().tolist() == [0, 100, 1, 101], g.to_numpy()
+out = arr(np.zeros(2, dtype=np.int32))
+comm.reduce_scatter(g, out); comm.synchronize()
+assert out.to_numpy().tolist() == ([0, 200] if r == 0 else [2, 202]), out.to_numpy()
+x, y = arr(np.full(5, float(r))), arr(np.zeros(5))
+comm.group(lambda: (comm.send(x, 1 - r), comm.recv(y, 1 - r))); comm.synchronize()
+assert (y.to_numpy() == 1 - r).all()
+print("rank", r, "ok", comm.engine)
+"""
+
+
+def test_every_collective_across_two_host_processes(tmp_path):
+    p = launch(tmp_path, EVERY_COLLECTIVE.format(device="host"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rank 0 ok host" in p.stdout and "rank 1 ok host" in p.stdout
+
+
+def test_mismatched_counts_raise_on_every_rank(tmp_path):
+    p = launch(
+        tmp_path,
+        """
+        import numpy as np, gpuport
+        from gpuport import distributed as dist
+        comm = dist.init(device="host")
+        a = gpuport.asarray(np.zeros(4 + 4 * comm.rank, dtype=np.float32), device="host")
+        try:
+            comm.all_reduce(a)
+        except gpuport.GpuError as e:
+            assert "of 8 float32" in str(e) and "same collectives" in str(e), str(e)
+            print("rank", comm.rank, "raised")
+        """,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("raised") == 2, p.stdout
+
+
+def test_a_store_nobody_hosts_times_out_with_the_address():
+    port = __import__("gpuport.distributed.run", fromlist=["free_port"]).free_port()
+    with pytest.raises(gpuport.GpuError, match=f"127.0.0.1:{port}.*GPUPORT_MASTER"):
+        dist.TcpStore("127.0.0.1", port, is_host=False, timeout=0.5)
+
+
+def test_bad_arguments_raise_saying_what_is_accepted():
+    (comm,) = dist.init_all(["host"])
+    a = gpuport.asarray(__import__("numpy").zeros(2), device="host")
+    with pytest.raises(ValueError, match='use "sum", "prod", "max", "min" or "avg"'):
+        comm.all_reduce(a, op="mean")
+    with pytest.raises(gpuport.GpuError, match="root 3 is not a rank"):
+        comm.broadcast(a, root=3)
+    with pytest.raises(TypeError, match="has no dtype"):
+        comm.all_reduce(b"bytes")
+    comm.abort()
+    with pytest.raises(gpuport.GpuError, match="aborted"):
+        comm.all_reduce(a)
+
+
+def test_a_short_recv_buffer_is_refused():
+    import numpy as np
+
+    a, b = dist.init_all(["host", "host"])
+    x = gpuport.asarray(np.zeros(4), device="host")
+    small = gpuport.asarray(np.zeros(4), device="host")
+    with pytest.raises(gpuport.GpuError, match="recv"):
+        a.all_gather(x, small)
+
+
+def _two_cuda_devices() -> str | None:
+    try:
+        gpuport.Device("cuda:1")
+    except gpuport.GpuError as e:
+        return f"two CUDA devices are needed: {e}"
+    return None
+
+
+@pytest.mark.skipif(_two_cuda_devices() is not None, reason=str(_two_cuda_devices()))
+def test_every_collective_across_two_gpus(tmp_path):
+    p = launch(tmp_path, EVERY_COLLECTIVE.format(device=None))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("ok NCCL") == 2, p.stdout
+
+
+@pytest.mark.skipif(_two_cuda_devices() is not None, reason=str(_two_cuda_devices()))
+def test_torch_tensors_are_reduced_in_place(tmp_path):
+    pytest.importorskip("torch")
+    p = launch(
+        tmp_path,
+        """
+        import torch
+        from gpuport import distributed as dist
+        comm = dist.init()
+        t = torch.full((1 << 20,), float(comm.rank + 1), device=f"cuda:{comm.rank}")
+        comm.all_reduce(t, stream=torch.cuda.current_stream(t.device).cuda_stream)
+        torch.cuda.synchronize(t.device)
+        assert bool((t == 3.0).all()), t[:4]
+        print("rank", comm.rank, "torch ok")
+        """,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("torch ok") == 2
