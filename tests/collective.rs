@@ -261,6 +261,26 @@ where
     }
 }
 
+fn host_reads_wait_for_a_collective_on_another_stream<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+        let d = comm.device().clone();
+        let side = d.create_stream().unwrap();
+        // 64 MiB of f32 on a GPU: long enough that an unordered read sees old data
+        // (the host engine runs in the call and sends every byte through the store).
+        let n = if d.info().backend == gpuport::BackendKind::Host { 1 << 16 } else { 1 << 24 };
+        let mut a = MemArray::<f32, 1, D>::from_vec(&d, [n], vec![1.0 + rank as f32; n]).unwrap();
+        // The array's upload is pending on the default stream; the collective
+        // runs on `side`, and the read below is on the default stream again.
+        comm.all_reduce_array(&mut a, ReduceOp::Sum, &side).unwrap();
+        comm.all_reduce_array(&mut a, ReduceOp::Sum, &side).unwrap();
+        let v = read(&mut a);
+        assert!(v.iter().all(|&x| x == 6.0), "rank {rank}: first wrong value {:?}", v.iter().find(|&&x| x != 6.0));
+    });
+}
+
 mod pairs {
     use super::*;
     pair_tests!(
@@ -270,6 +290,7 @@ mod pairs {
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,
         bad_ranks_and_devices_are_refused,
+        host_reads_wait_for_a_collective_on_another_stream,
     );
 }
 
