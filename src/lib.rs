@@ -60,7 +60,7 @@ pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevic
 pub use backend::{
     builtin, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits, DeviceMemory,
     DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module,
-    ModuleSource, PinnedBuffer, Stream,
+    ModuleSource, PeerDevice, PinnedBuffer, Stream,
 };
 pub use backend::{Graph, GraphExec};
 pub use error::{BackendKind, CollectiveErrorKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};

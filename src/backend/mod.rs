@@ -20,12 +20,14 @@ use crate::error::{BackendKind, Error, Result};
 
 pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
+pub use peer::PeerDevice;
 
 pub(crate) mod array_kernels;
 pub mod graph;
 pub mod host;
 pub(crate) mod kernel_cache;
 mod memory_device;
+mod peer;
 pub mod registry;
 
 #[cfg(feature = "cuda")]
@@ -58,8 +60,9 @@ pub trait Backend: sealed::Sealed + 'static + Sized + Send + Sync + fmt::Debug {
     /// A device of this backend. Every device also implements
     /// [`MemoryDevice`], what the memory layer needs of it, so generic code
     /// over `D: Device` can allocate through the device's current resource
-    /// (`crate::memory::current_resource::<D::B>`).
-    type Device: Device<B = Self> + MemoryDevice;
+    /// (`crate::memory::current_resource::<D::B>`), and [`PeerDevice`], for
+    /// peer access and copies between two devices of the backend.
+    type Device: Device<B = Self> + MemoryDevice + PeerDevice;
     /// An in-order queue of work on one device; clones name the same queue.
     type Stream: Clone + Send + Sync + fmt::Debug + graph::CaptureStream<Self>;
     /// A marker recorded on a stream, to wait for or to time.

@@ -19,6 +19,7 @@
 //! - [`raw`]: copies, memsets and allocations on address ranges (`gpuport.runtime`).
 //! - [`keep`]: operands kept alive until their work has run.
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
+//! - [`peer`]: peer access between two devices of one backend.
 
 pub mod any;
 pub mod array;
@@ -29,6 +30,7 @@ pub mod graph;
 pub mod keep;
 pub mod memory;
 pub mod module;
+pub mod peer;
 pub mod raw;
 pub mod stream;
 

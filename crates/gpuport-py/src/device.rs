@@ -240,6 +240,33 @@ impl PyDevice {
         py.detach(|| s.synchronize()).py_err_in(py, "Device.synchronize")
     }
 
+    /// Whether this device can address ``peer``'s memory directly (peer
+    /// access: kernels reading its addresses, copies without a stop in host
+    /// memory). ``True`` for the device itself; a device of another backend
+    /// raises ``DeviceMismatchError``.
+    ///
+    ///     >>> import gpuport
+    ///     >>> d = gpuport.Device("host")
+    ///     >>> d.can_access_peer(d)
+    ///     True
+    fn can_access_peer(&self, py: Python<'_>, peer: PyRef<'_, PyDevice>) -> PyResult<bool> {
+        let (d, p) = (self.0.clone(), peer.0.clone());
+        py.detach(|| gpuport::dynamic::peer::can_access_peer(&d, &p)).py_err_in(py, "Device.can_access_peer")
+    }
+
+    /// Lets this device address ``peer``'s memory directly, in that direction
+    /// only. Idempotent; a no-op for the device itself; ``UnsupportedError``
+    /// where ``can_access_peer`` is ``False``.
+    ///
+    ///     >>> import gpuport
+    ///     >>> d = gpuport.Device("host")
+    ///     >>> d.enable_peer_access(d)
+    ///     >>> d.enable_peer_access(d)          # again: still fine
+    fn enable_peer_access(&self, py: Python<'_>, peer: PyRef<'_, PyDevice>) -> PyResult<()> {
+        let (d, p) = (self.0.clone(), peer.0.clone());
+        py.detach(|| gpuport::dynamic::peer::enable_peer_access(&d, &p)).py_err_in(py, "Device.enable_peer_access")
+    }
+
     fn __repr__(&self) -> String {
         format!("Device({:?}, name={:?})", spec(&self.0), self.0.info().name)
     }

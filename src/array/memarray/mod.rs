@@ -2,7 +2,8 @@
 //!
 //! (Over 800 lines: the state rules below, residency, pending work, locks
 //! and exports, are checked by every method here and are read best in one
-//! place. Capture and graph replays are in `capture.rs`.)
+//! place. Capture and graph replays are in `capture.rs`, moves to another
+//! device in `peer.rs`.)
 //!
 //! ## Memory and streams
 //! Every allocation of an array goes through its device's current resource
@@ -47,6 +48,7 @@ use crate::HostDevice;
 
 mod capture;
 mod external;
+mod peer;
 use capture::not_capturable;
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).

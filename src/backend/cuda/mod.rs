@@ -22,7 +22,8 @@
 //! - foreign streams can be borrowed ([`CudaDevice::borrow_stream`]).
 //!
 //! `mod.rs`: loading, errors and the [`CudaDriver`] table; `info.rs`: a
-//! device's properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs.
+//! device's properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs;
+//! `peer.rs`: peer access and peer copies.
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::OnceLock;
@@ -33,6 +34,7 @@ use cudarc::driver::sys;
 mod graph;
 mod info;
 mod nvrtc;
+mod peer;
 
 use info::{attribute, query_info};
 
@@ -695,6 +697,8 @@ unsafe impl Driver for CudaDriver {
     }
 
     type Graphs = graph::CudaGraphs;
+
+    type Peers = peer::CudaPeers;
 }
 
 /// A [`RawPool`] as the driver's handle.

@@ -53,7 +53,10 @@ impl<T> RawAddress for *mut T {
 ///   the memory kind its name says, on this device, valid until freed
 ///   through the matching method;
 /// - copies, memsets and launches touch no memory but what their arguments
-///   name, and a failure is an `Err`, never an invalid handle or address.
+///   name, and a failure is an `Err`, never an invalid handle or address;
+/// - its [`GraphCalls`] and [`PeerCalls`] keep their own contracts (the
+///   same promises, for capture and graphs, and for peer access and copies
+///   between two of its devices).
 ///
 /// Every `unsafe fn` below asks of its caller, beyond what its own `# Safety`
 /// says: this device is current on the calling thread ([`bind`](Self::bind)
@@ -485,6 +488,51 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// The vendor's stream-capture and graph calls, in a file of their own
     /// (`cuda/graph.rs`, `hip/graph.rs`).
     type Graphs: GraphCalls<Self>;
+
+    // ---- peers ----------------------------------------------------------------------
+
+    /// The vendor's peer-access and peer-copy calls, in a file of their own
+    /// (`cuda/peer.rs`, `hip/peer.rs`).
+    type Peers: PeerCalls<Self>;
+}
+
+/// The peer calls of vendor `D` (`cuDeviceCanAccessPeer`,
+/// `hipMemcpyPeerAsync`, ...), for the generic core's `peer.rs`.
+///
+/// # Safety
+/// As [`Driver`]'s: each call makes the vendor call its name says, between
+/// the two devices it is given, and reports failure as an error. A peer copy
+/// touches no memory but the two ranges it names. Every `unsafe fn` asks of
+/// its caller what `Driver`'s do, for `d`: `d`'s device is current and every
+/// handle passed was made by `d` and is alive.
+pub unsafe trait PeerCalls<D: Driver>: 'static {
+    /// Whether `d`'s device can address `peer`'s memory directly
+    /// (`cuDeviceCanAccessPeer`, `hipDeviceCanAccessPeer`). `d` and `peer`
+    /// are different devices.
+    fn can_access_peer(d: &D, peer: &D) -> Result<bool>;
+
+    /// Lets `d`'s device (current) address `peer`'s memory
+    /// (`cuCtxEnablePeerAccess`, `hipDeviceEnablePeerAccess`); the vendor's
+    /// "already enabled" status is success. `d` and `peer` are different devices.
+    fn enable_peer_access(d: &D, peer: &D) -> Result<()>;
+
+    /// Enqueues on `stream` (of `d`) copying `len` bytes from `src` of
+    /// device `src_dev` to `dst` of device `dst_dev` (`cuMemcpyPeerAsync`,
+    /// `hipMemcpyPeerAsync`); works without peer access.
+    ///
+    /// # Safety
+    /// As the trait's; `src..src+len` is live memory of `src_dev`'s device
+    /// and `dst..dst+len` of `dst_dev`'s, both alive and untouched by others
+    /// until `stream` passes the copy; `d` is `src_dev` or `dst_dev`.
+    unsafe fn copy_peer_async(
+        d: &D,
+        dst: u64,
+        dst_dev: &D,
+        src: u64,
+        src_dev: &D,
+        len: usize,
+        stream: D::Stream,
+    ) -> Result<()>;
 }
 
 /// The stream-capture and graph calls of vendor `D` (`cuStreamBeginCapture`,

@@ -29,7 +29,8 @@
 //! - `compile.rs`: what the run-time kernel compilers are given;
 //! - `module.rs`: [`GpuModule`], [`GpuKernel`] and its launch-argument check;
 //! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC);
-//! - `graph.rs`: stream capture, [`GpuGraph`], [`GpuGraphExec`].
+//! - `graph.rs`: stream capture, [`GpuGraph`], [`GpuGraphExec`];
+//! - `peer.rs`: peer access and peer copies ([`PeerDevice`](crate::PeerDevice)).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -44,12 +45,13 @@ mod error;
 mod graph;
 mod memory;
 mod module;
+mod peer;
 mod resource;
 mod stream;
 
 pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::{Driver, GraphCalls, Params, RawAddress};
+pub(crate) use driver::{Driver, GraphCalls, Params, PeerCalls, RawAddress};
 pub(crate) use error::{check, driver_error, ready};
 pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};

@@ -29,7 +29,7 @@
 //! the HIP-on-CUDA test shim in `tests/support/hip_on_cuda`.
 //!
 //! `mod.rs`: errors and the [`HipDriver`] table; `graph.rs`: capture and
-//! graphs; `runtime.rs`: loading the
+//! graphs; `peer.rs`: peer access and copies; `runtime.rs`: loading the
 //! runtime; `sys.rs`: the hand-declared library table; `info.rs`: a
 //! device's properties; `hiprtc.rs`: the compiler.
 
@@ -38,6 +38,7 @@ use std::ffi::{c_int, c_void, CStr, CString};
 mod graph;
 mod hiprtc;
 mod info;
+mod peer;
 mod runtime;
 pub mod sys;
 
@@ -736,6 +737,8 @@ unsafe impl Driver for HipDriver {
     }
 
     type Graphs = graph::HipGraphs;
+
+    type Peers = peer::HipPeers;
 }
 
 #[cfg(test)]

@@ -169,6 +169,8 @@ pub const hipErrorInvalidDevice: hipError_t = 101;
 pub const hipErrorNotFound: hipError_t = 500;
 /// `hipErrorNotReady`: queried work has not completed yet.
 pub const hipErrorNotReady: hipError_t = 600;
+/// `hipErrorPeerAccessAlreadyEnabled`: `hipDeviceEnablePeerAccess` had already run for the pair.
+pub const hipErrorPeerAccessAlreadyEnabled: hipError_t = 704;
 /// `hipErrorStreamCaptureInvalidated`: the capture was invalidated by an earlier error.
 pub const hipErrorStreamCaptureInvalidated: hipError_t = 901;
 /// `hipErrorGraphExecUpdateFailure`: `hipGraphExecUpdate` refused the graph.
@@ -489,6 +491,15 @@ function_table! {
         fn hipMemPoolGetAccess(*mut c_int, hipMemPool_t, *mut hipMemLocation) -> hipError_t;
         /// `hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list, size_t count);`
         fn hipMemPoolSetAccess(hipMemPool_t, *const hipMemAccessDesc, usize) -> hipError_t;
+        // Peer access and copies (every ROCm release has them), optional so
+        // that a runtime without them fails only peer operations.
+        /// `hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId);`
+        fn hipDeviceCanAccessPeer(*mut c_int, c_int, c_int) -> hipError_t;
+        /// `hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags);`
+        fn hipDeviceEnablePeerAccess(c_int, c_uint) -> hipError_t;
+        /// `hipError_t hipMemcpyPeerAsync(void* dst, int dstDeviceId, const void* src, int srcDevice,
+        /// size_t sizeBytes, hipStream_t stream);`
+        fn hipMemcpyPeerAsync(*mut c_void, c_int, *const c_void, c_int, usize, hipStream_t) -> hipError_t;
         // Stream capture and graphs (`crate::backend::graph`; ROCm 5.3+ has
         // them all): optional, so a runtime without them fails only graphs.
         /// `hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode);`

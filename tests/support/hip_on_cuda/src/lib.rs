@@ -41,6 +41,7 @@ use std::sync::{Mutex, OnceLock};
 use cudarc::driver::sys::{self as cu, CUdevice_attribute as A, CUmemPool_attribute as P, CUresult};
 
 mod graph;
+mod peer;
 mod rtc;
 
 /// `hipError_t`.
@@ -171,6 +172,8 @@ const ERRORS: &[(HipError, &CStr, &CStr)] = &[
     (600, c"hipErrorNotReady", c"device not ready"),
     (700, c"hipErrorIllegalAddress", c"an illegal memory access was encountered"),
     (701, c"hipErrorLaunchOutOfResources", c"too many resources requested for launch"),
+    (704, c"hipErrorPeerAccessAlreadyEnabled", c"peer access is already enabled"),
+    (705, c"hipErrorPeerAccessNotEnabled", c"peer access has not been enabled"),
     (719, c"hipErrorLaunchFailure", c"unspecified launch failure"),
     (801, c"hipErrorNotSupported", c"operation not supported"),
     (999, c"hipErrorUnknown", c"unknown error"),
