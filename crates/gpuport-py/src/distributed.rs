@@ -139,15 +139,19 @@ pub struct PyCommunicator {
     inner: Mutex<AnyCommunicator>,
 }
 
+/// A collective's operands and the stream they wait for.
+type Parked = (AnyStream, Vec<Ptr>);
+
 thread_local! {
     /// Operands of collectives made inside this thread's open group, parked
     /// once it ends.
-    static GROUP: RefCell<Option<Vec<(AnyStream, Vec<Ptr>)>>> = const { RefCell::new(None) };
+    static GROUP: RefCell<Option<Vec<Parked>>> = const { RefCell::new(None) };
 }
 
 fn reduce_op(name: &str) -> PyResult<ReduceOp> {
-    ReduceOp::from_name(name)
-        .ok_or_else(|| PyValueError::new_err(format!("op {name:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\"")))
+    ReduceOp::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!("op {name:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\""))
+    })
 }
 
 fn op_kind(kind: &str, op: &str, root: usize, peer: usize) -> PyResult<OpKind> {
@@ -182,7 +186,13 @@ impl PyCommunicator {
     ///     >>> dist.Communicator.init_rank("host", 0, 1, store).size
     ///     1
     #[staticmethod]
-    fn init_rank(py: Python<'_>, device: &Bound<'_, PyAny>, rank: usize, size: usize, store: &PyTcpStore) -> PyResult<Self> {
+    fn init_rank(
+        py: Python<'_>,
+        device: &Bound<'_, PyAny>,
+        rank: usize,
+        size: usize,
+        store: &PyTcpStore,
+    ) -> PyResult<Self> {
         let dev = resolve_device(py, Some(device))?;
         let store = store.inner.clone();
         let comm = py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store)).py_err_in(py, "init_rank")?;
@@ -299,12 +309,15 @@ impl PyCommunicator {
         let r_addr = address(recv, "recv", op.recv_len(size), true)?;
         let dev = comm.device();
         let s = resolve_stream(py, &dev, stream)?;
-        // SAFETY: each address was checked against the size its object
-        // holds (or is the caller's raw pointer, as in runtime.memcpy), and
-        // the objects are parked below until the stream has run the
-        // collective (after the group's end, inside a group).
         let c: &AnyCommunicator = &comm;
-        py.detach(|| unsafe { c.enqueue_raw(&op, s_addr, r_addr, &s) }).py_err_in(py, op.kind.name())?;
+        py.detach(|| {
+            // SAFETY: each address was checked against the size its object
+            // holds (or is the caller's raw pointer, as in runtime.memcpy),
+            // and the objects are parked below until the stream has run the
+            // collective (after the group's end, inside a group).
+            unsafe { c.enqueue_raw(&op, s_addr, r_addr, &s) }
+        })
+        .py_err_in(py, op.kind.name())?;
         let deferred = GROUP.with(|g| match g.borrow_mut().as_mut() {
             Some(list) => {
                 list.push((s.clone(), std::mem::take(&mut operands)));
