@@ -30,6 +30,7 @@ pub struct Classes {
     pub driver: Py<PyType>,
     pub kernel: Py<PyType>,
     pub graph: Py<PyType>,
+    pub collective: Py<PyType>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -66,6 +67,7 @@ fn build(py: Python<'_>) -> PyResult<Classes> {
     let classes = build_classes(py)?;
     // Each GraphError sets its own `kind`; the class has one for type checkers.
     classes.graph.bind(py).setattr("kind", "")?;
+    classes.collective.bind(py).setattr("kind", "")?;
     Ok(classes)
 }
 
@@ -273,6 +275,26 @@ gpuport.KernelError: kernel "no_such_kernel" not found in module; available: ...
 synchronous_call
 "#,
         )?,
+        collective: make(
+            py,
+            "CollectiveError",
+            vec![g()],
+            "A collective or a communicator of gpuport.distributed failed. `kind` says how: \"library\" (NCCL or \
+             RCCL missing or too old), \"engine\" (a call of the engine failed), \"mismatch\" (the ranks called \
+             different collectives, counts, types or roots), \"timeout\" (no progress in time; the communicator \
+             was aborted), \"aborted\" or \"remote_failure\" (another rank or the network failed).",
+            r#"
+>>> import gpuport
+>>> from gpuport import distributed as dist
+>>> (comm,) = dist.init_all(["host"])
+>>> comm.abort()
+>>> try:
+...     comm.synchronize(); comm.all_reduce(gpuport.asarray([1.0], device="host"))
+... except gpuport.CollectiveError as e:
+...     print(e.kind)
+aborted
+"#,
+        )?,
         gpu,
     })
 }
@@ -301,6 +323,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         &c.driver,
         &c.kernel,
         &c.graph,
+        &c.collective,
     ] {
         let ty = ty.bind(m.py());
         m.add(ty.name()?, ty)?;
@@ -338,6 +361,13 @@ pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
     if let Error::Graph { kind, .. } = &e {
         return graph_error(py, graph_kind_name(*kind), msg);
     }
+    if let Error::Collective { kind, .. } = &e {
+        let err = raise(py, |c| &c.collective, msg);
+        if let Err(e) = err.value(py).setattr("kind", collective_kind_name(*kind)) {
+            return e;
+        }
+        return err;
+    }
     let pick: fn(&Classes) -> &Py<PyType> = match &e {
         Error::OutOfMemory { .. } => |c| &c.out_of_memory,
         Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => |c| &c.unavailable,
@@ -354,6 +384,20 @@ pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
         _ => |c| &c.gpu,
     };
     raise(py, pick, msg)
+}
+
+/// The `kind` a `CollectiveError` carries.
+pub fn collective_kind_name(kind: gpuport::CollectiveErrorKind) -> &'static str {
+    use gpuport::CollectiveErrorKind as K;
+    match kind {
+        K::Library => "library",
+        K::Engine => "engine",
+        K::Mismatch => "mismatch",
+        K::Timeout => "timeout",
+        K::Aborted => "aborted",
+        K::RemoteFailure => "remote_failure",
+        _ => "other",
+    }
 }
 
 /// The `kind` a `GraphError` carries for a core graph rule.

@@ -36,6 +36,11 @@ class GraphError(GpuError):
 
     kind: str
 
+class CollectiveError(GpuError):
+    """A collective or communicator failed; ``kind`` says how."""
+
+    kind: str
+
 @final
 class Device:
     """A device: the host backend (``"host"``) or a GPU (``"cuda:0"``)."""
