@@ -216,7 +216,7 @@ where
     D::B: CollectiveBackend,
 {
     let results = two_ranks(&devs, Duration::from_secs(3), |rank, mut comm| {
-        comm.set_timeout(Duration::from_secs(3));
+        comm.set_timeout(Duration::from_secs(3)).unwrap();
         if rank == 1 {
             return None; // rank 1 leaves without calling (its communicator is dropped)
         }
@@ -245,6 +245,8 @@ where
     let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(5)).unwrap();
     let e = Communicator::<D::B>::init_rank(&devs[0], 2, 2, &store).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { name: "rank", .. }), "{e}");
+    let e = Communicator::<D::B>::init_with_id(&devs[0], 0, 1, b"not an id").unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "id", .. }), "{e}");
     let comms = Communicator::<D::B>::init_all(&devs).unwrap();
     let mut a = MemArray::<f32, 1, D>::zeros(&devs[0], [4]).unwrap();
     let e = comms[0].broadcast_array(&mut a, 5, devs[0].default_stream()).unwrap_err();

@@ -50,24 +50,35 @@ macro_rules! on_device {
     ($dev:expr, $d:ident, $variant:ident, $get:ident => $body:expr) => {
         match $dev {
             AnyDevice::Host($d) => {
+                #[allow(unused_imports)]
                 use AnyCommunicator::Host as $variant;
                 let $get = AnyDevice::as_host;
                 $body
             }
             #[cfg(feature = "cuda")]
             AnyDevice::Cuda($d) => {
+                #[allow(unused_imports)]
                 use AnyCommunicator::Cuda as $variant;
                 let $get = AnyDevice::as_cuda;
                 $body
             }
             #[cfg(feature = "rocm")]
             AnyDevice::Rocm($d) => {
+                #[allow(unused_imports)]
                 use AnyCommunicator::Rocm as $variant;
                 let $get = AnyDevice::as_rocm;
                 $body
             }
         }
     };
+}
+
+/// [`Communicator::new_id`] of device `d`'s backend.
+fn id_for<D: Device>(d: &std::sync::Arc<D>) -> Result<Vec<u8>>
+where
+    D::B: super::CollectiveBackend,
+{
+    Communicator::<D::B>::new_id(d)
 }
 
 impl AnyCommunicator {
@@ -83,6 +94,24 @@ impl AnyCommunicator {
     /// ```
     pub fn init_rank(device: &AnyDevice, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
         on_device!(device, d, V, _get => Ok(V(Communicator::init_rank(d, rank, size, store)?)))
+    }
+
+    /// [`Communicator::new_id`] for a device of any backend.
+    pub fn new_id(device: &AnyDevice) -> Result<Vec<u8>> {
+        on_device!(device, d, _V, _get => id_for(d))
+    }
+
+    /// [`Communicator::init_with_id`] on a device of any backend.
+    ///
+    /// ```
+    /// use gpuport::collective::AnyCommunicator;
+    /// let dev = gpuport::open("host")?;
+    /// let id = AnyCommunicator::new_id(&dev)?;
+    /// assert_eq!(AnyCommunicator::init_with_id(&dev, 0, 1, &id)?.size(), 1);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_with_id(device: &AnyDevice, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+        on_device!(device, d, V, _get => Ok(V(Communicator::init_with_id(d, rank, size, id)?)))
     }
 
     /// [`Communicator::init_all`] on devices of one backend.
@@ -134,7 +163,7 @@ impl AnyCommunicator {
     }
 
     /// See [`Communicator::set_timeout`].
-    pub fn set_timeout(&mut self, timeout: Duration) {
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         on_comm!(self, c => c.set_timeout(timeout))
     }
 

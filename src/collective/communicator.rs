@@ -69,13 +69,20 @@ impl<B: CollectiveBackend> Communicator<B> {
         store: Option<(TcpStore, String)>,
     ) -> Self {
         let checks = std::env::var("GPUPORT_COLLECTIVE_CHECKS").is_ok_and(|v| v == "1") && store.is_some();
+        let timeout = timeout_from_env();
+        // The engine and the store were made with this timeout or another
+        // (a user's store); a failure here leaves that one.
+        let _ = engine.set_timeout(timeout);
+        if let Some((s, _)) = &store {
+            let _ = s.set_timeout(timeout);
+        }
         Communicator {
             engine,
             device,
             rank,
             size,
             aborted: AtomicBool::new(false),
-            timeout: timeout_from_env(),
+            timeout,
             checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
             store,
         }
@@ -129,9 +136,56 @@ impl<B: CollectiveBackend> Communicator<B> {
             });
         }
         let key = format!("gpuport/communicator/{}", store.next_communicator());
-        let engine = B::Engine::init_rank(device, rank, size, store, &key)?;
+        let id_key = format!("{key}/id");
+        let id = if rank == 0 {
+            let id = B::Engine::new_id(device)?;
+            store.set(&id_key, &id)?;
+            id
+        } else {
+            store.get(&id_key)?
+        };
+        // Every rank arrives before the engine's initialisation, which
+        // blocks until all ranks join: a rank that never comes is the
+        // store's typed timeout, not a hang.
+        store.barrier(&format!("{key}/init"), size)?;
+        let engine = B::Engine::init_with_id(device, rank, size, &id)?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key))))
+    }
+
+    /// A new id naming one communicator, for ranks that meet through
+    /// something other than a [`TcpStore`] (an MPI broadcast, another
+    /// library's store): rank 0 makes it and sends it to every rank, and
+    /// each calls [`init_with_id`](Self::init_with_id).
+    ///
+    /// ```
+    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::collective::Communicator;
+    /// let dev = HostDevice::open(0)?;
+    /// let id = Communicator::<Host>::new_id(&dev)?;
+    /// let comm = Communicator::<Host>::init_with_id(&dev, 0, 1, &id)?;
+    /// assert_eq!(comm.size(), 1);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>> {
+        B::Engine::new_id(device)
+    }
+
+    /// Joins `device` to a group of `size` ranks as `rank`, with the id
+    /// rank 0 made by [`new_id`](Self::new_id). Every rank must call it:
+    /// the engine's initialisation waits for all of them (without a
+    /// timeout on NCCL and RCCL; [`init_rank`](Self::init_rank) waits
+    /// through its store first, with one). Cross-rank checks are not
+    /// available without a store.
+    pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+        if size == 0 || rank >= size {
+            return Err(Error::InvalidArgument {
+                name: "rank",
+                reason: format!("rank {rank} is not below the group's size {size}"),
+            });
+        }
+        let engine = B::Engine::init_with_id(device, rank, size, id)?;
+        Ok(Self::new(engine, device.clone(), rank, size, None))
     }
 
     /// [`init_rank`](Self::init_rank) with the rank, the size and the store
@@ -170,9 +224,15 @@ impl<B: CollectiveBackend> Communicator<B> {
         self.timeout
     }
 
-    /// Sets how long [`synchronize`](Self::synchronize) waits.
-    pub fn set_timeout(&mut self, timeout: Duration) {
+    /// Sets how long [`synchronize`](Self::synchronize) waits, and how
+    /// long the host engine and the cross-rank checks wait for other ranks.
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.timeout = timeout;
+        self.engine.set_timeout(timeout)?;
+        if let Some((store, _)) = &self.store {
+            store.set_timeout(timeout)?;
+        }
+        Ok(())
     }
 
     /// Turns the cross-rank check on or off: before each collective, the
@@ -363,7 +423,20 @@ impl<B: CollectiveBackend> Communicator<B> {
         self.check_op(op)?;
         // SAFETY: `op` passed `supports` and the rank checks; the caller
         // vouches for the addresses.
-        unsafe { self.engine.enqueue(op, send, recv, stream) }
+        match unsafe { self.engine.enqueue(op, send, recv, stream) } {
+            // The host engine waits for other ranks through the store: a
+            // rank that never answers, or a broken store, ends this
+            // communicator as `synchronize`'s watchdog does.
+            Err(Error::Store { kind, reason, addr }) => {
+                let _ = self.abort();
+                let kind = match kind {
+                    crate::error::StoreErrorKind::Timeout => CollectiveErrorKind::Timeout,
+                    _ => CollectiveErrorKind::RemoteFailure,
+                };
+                Err(self.error(kind, format!("{op}: {reason} (store at {addr}); the communicator was aborted")))
+            }
+            other => other,
+        }
     }
 
     /// Runs `op` on buffers and waits for it ([`synchronize`](Self::synchronize)).

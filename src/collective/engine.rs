@@ -8,8 +8,6 @@ use crate::backend::{Backend, Stream};
 use crate::dynamic::DType;
 use crate::error::Result;
 
-use super::TcpStore;
-
 /// How a reduction combines the ranks' elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
@@ -185,9 +183,13 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// The engine's name and version (`"NCCL 2.28.5"`).
     fn name(&self) -> String;
 
-    /// Joins `device` to a group of `size` ranks as `rank`, meeting the
-    /// others through `store` under `key` (unique to this communicator).
-    fn init_rank(device: &Arc<B::Device>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self>;
+    /// A new id naming one communicator: rank 0 makes it, every rank
+    /// passes it to [`init_with_id`](Self::init_with_id).
+    fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>>;
+
+    /// Joins `device` to a group of `size` ranks as `rank`, with the id
+    /// rank 0 made.
+    fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self>;
 
     /// One communicator per device of a group driven by this process; rank
     /// `i` is `devices[i]`.
@@ -211,6 +213,11 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
 
     /// Ends the group: its calls are enqueued together.
     fn group_end() -> Result<()>;
+
+    /// How long a blocking call of the engine may wait for other ranks
+    /// (the host engine's store reads); engines that never block on the
+    /// host ignore it.
+    fn set_timeout(&self, timeout: std::time::Duration) -> Result<()>;
 
     /// Stops every collective of this communicator; it cannot be used again.
     fn abort(&self) -> Result<()>;

@@ -16,6 +16,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -54,6 +55,12 @@ struct Inner {
 }
 
 type Queued = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Stores rank 0 hosts for ids from `new_id`, until its `init_with_id`.
+fn hosted() -> std::sync::MutexGuard<'static, HashMap<String, TcpStore>> {
+    static HOSTED: std::sync::OnceLock<Mutex<HashMap<String, TcpStore>>> = std::sync::OnceLock::new();
+    HOSTED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
 
 thread_local! {
     /// The calls of this thread's open group, and how deeply it is nested.
@@ -338,14 +345,49 @@ unsafe impl Engine<Host> for HostEngine {
         "host".into()
     }
 
-    fn init_rank(_device: &Arc<HostDevice>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self> {
-        let store = store.reconnect()?;
+    fn new_id(_device: &Arc<HostDevice>) -> Result<Vec<u8>> {
+        // Rank 0 hosts the group's own store; the id is its address (on
+        // `GPUPORT_MASTER_ADDR` when set, so that other machines reach it)
+        // and a name. The store waits in `HOSTED` for rank 0's init.
+        let host = std::env::var("GPUPORT_MASTER_ADDR").ok().filter(|a| !a.is_empty());
+        let ip = host.as_deref().unwrap_or("127.0.0.1");
+        let addr = (ip, 0).to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+            error(0, CollectiveErrorKind::Engine, format!("GPUPORT_MASTER_ADDR={ip:?} does not resolve"))
+        })?;
+        let store = TcpStore::host(addr, super::communicator::timeout_from_env())?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id =
+            format!("gpuport-host {} {}-{}", store.addr(), std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        hosted().insert(id.clone(), store);
+        Ok(id.into_bytes())
+    }
+
+    fn init_with_id(_device: &Arc<HostDevice>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+        let bad = || Error::InvalidArgument {
+            name: "id",
+            reason: "not a host communicator's id (from Communicator::new_id on the host device)".into(),
+        };
+        let text = std::str::from_utf8(id).map_err(|_| bad())?;
+        let mut parts = text.split(' ');
+        let (Some("gpuport-host"), Some(addr), Some(_name), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let addr: std::net::SocketAddr = addr.parse().map_err(|_| bad())?;
+        // Rank 0 made the id and owns the store: its connection keeps the
+        // server running (other ranks may be threads of the same process).
+        let own = if rank == 0 { hosted().remove(text) } else { None };
+        let store = match own {
+            Some(own) => own.reconnect()?,
+            None => TcpStore::connect(addr, super::communicator::timeout_from_env())?,
+        };
         // Every rank's arrival: the communicator exists once all have come.
-        store.barrier(&format!("{key}/init"), size)?;
+        store.barrier(&format!("{text}/init"), size)?;
         Ok(HostEngine {
             inner: Arc::new(Inner {
                 store,
-                key: key.to_string(),
+                key: text.to_string(),
                 rank,
                 size,
                 seq: Mutex::new(0),
@@ -436,6 +478,10 @@ unsafe impl Engine<Host> for HostEngine {
                     .unwrap_or_else(|_| Err(error(0, CollectiveErrorKind::Engine, "a grouped call panicked".into())))
             })
         })
+    }
+
+    fn set_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        self.inner.store.set_timeout(timeout)
     }
 
     fn abort(&self) -> Result<()> {

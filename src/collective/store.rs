@@ -228,7 +228,8 @@ fn write_value(conn: &mut TcpStream, value: &[u8]) -> std::io::Result<()> {
 /// [module docs](self)). Calls from several threads take turns.
 pub struct TcpStore {
     addr: SocketAddr,
-    timeout: Duration,
+    /// The read and connect timeout, in nanoseconds (see `set_timeout`).
+    timeout_ns: AtomicU64,
     conn: Mutex<TcpStream>,
     /// Communicators made on this store so far (their keys).
     communicators: AtomicU64,
@@ -244,7 +245,7 @@ impl std::fmt::Debug for TcpStore {
             "TcpStore({}, {}, timeout {:?})",
             self.addr,
             if self._server.is_some() { "host" } else { "client" },
-            self.timeout
+            self.timeout()
         )
     }
 }
@@ -257,7 +258,7 @@ impl TcpStore {
         let conn = connect(server.addr, timeout)?;
         Ok(TcpStore {
             addr: server.addr,
-            timeout,
+            timeout_ns: AtomicU64::new(nanos(timeout)),
             conn: Mutex::new(conn),
             communicators: AtomicU64::new(0),
             _server: Some(Arc::new(server)),
@@ -269,16 +270,22 @@ impl TcpStore {
     /// [`StoreErrorKind::Timeout`].
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStore> {
         let conn = connect(addr, timeout)?;
-        Ok(TcpStore { addr, timeout, conn: Mutex::new(conn), communicators: AtomicU64::new(0), _server: None })
+        Ok(TcpStore {
+            addr,
+            timeout_ns: AtomicU64::new(nanos(timeout)),
+            conn: Mutex::new(conn),
+            communicators: AtomicU64::new(0),
+            _server: None,
+        })
     }
 
     /// A second connection to the same store, for a user that calls it
     /// from its own thread; rank 0's server runs while any of them lives.
     pub fn reconnect(&self) -> Result<TcpStore> {
-        let conn = connect(self.addr, self.timeout)?;
+        let conn = connect(self.addr, self.timeout())?;
         Ok(TcpStore {
             addr: self.addr,
-            timeout: self.timeout,
+            timeout_ns: AtomicU64::new(nanos(self.timeout())),
             conn: Mutex::new(conn),
             communicators: AtomicU64::new(0),
             _server: self._server.clone(),
@@ -345,7 +352,18 @@ impl TcpStore {
 
     /// How long a read or connect waits.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    /// Sets how long this connection's reads wait.
+    pub fn set_timeout(&self, timeout: Duration) -> Result<()> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let t = Some(timeout.max(Duration::from_millis(1)));
+        conn.set_read_timeout(t)
+            .and_then(|()| conn.set_write_timeout(t))
+            .map_err(|e| store_error(self.addr, StoreErrorKind::Closed, format!("cannot set the timeout: {e}")))?;
+        self.timeout_ns.store(nanos(timeout), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sets `key` to `value` (replacing an earlier value) and wakes its readers.
@@ -413,7 +431,7 @@ impl TcpStore {
                 StoreErrorKind::Timeout,
                 format!(
                     "{what} {key:?}: no answer within {:?} (a rank may have died or wait for another key)",
-                    self.timeout
+                    self.timeout()
                 ),
             ),
             _ => store_error(
@@ -438,6 +456,11 @@ impl TcpStore {
             }
         }
     }
+}
+
+/// `d` in nanoseconds, saturating (a timeout of centuries is "forever").
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {

@@ -199,6 +199,33 @@ impl PyCommunicator {
         Ok(PyCommunicator { inner: Mutex::new(comm) })
     }
 
+    /// A new id naming one communicator (bytes): rank 0 makes it and sends
+    /// it to every rank (an MPI broadcast, another library's store), and
+    /// each calls ``init_with_id``.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> id_ = dist.Communicator.new_id("host")
+    ///     >>> dist.Communicator.init_with_id("host", 0, 1, id_).size
+    ///     1
+    #[staticmethod]
+    fn new_id<'py>(py: Python<'py>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let dev = resolve_device(py, Some(device))?;
+        let id = py.detach(|| AnyCommunicator::new_id(&dev)).py_err_in(py, "new_id")?;
+        Ok(PyBytes::new(py, &id))
+    }
+
+    /// Joins ``device`` to ``size`` ranks as ``rank`` with rank 0's ``new_id``.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> dist.Communicator.init_with_id("host", 0, 1, dist.Communicator.new_id("host")).rank
+    ///     0
+    #[staticmethod]
+    fn init_with_id(py: Python<'_>, device: &Bound<'_, PyAny>, rank: usize, size: usize, id: &[u8]) -> PyResult<Self> {
+        let dev = resolve_device(py, Some(device))?;
+        let comm = py.detach(|| AnyCommunicator::init_with_id(&dev, rank, size, id)).py_err_in(py, "init_with_id")?;
+        Ok(PyCommunicator { inner: Mutex::new(comm) })
+    }
+
     /// One communicator per device, for one process driving them all.
     ///
     ///     >>> from gpuport import distributed as dist
@@ -242,10 +269,9 @@ impl PyCommunicator {
     }
 
     #[setter]
-    fn set_timeout(&self, seconds_: f64) -> PyResult<()> {
+    fn set_timeout(&self, py: Python<'_>, seconds_: f64) -> PyResult<()> {
         let t = seconds(seconds_, "timeout")?;
-        self.lock().set_timeout(t);
-        Ok(())
+        self.lock().set_timeout(t).py_err_in(py, "timeout")
     }
 
     /// Turns the cross-rank check of every collective on or off.

@@ -146,3 +146,64 @@ def test_torch_tensors_are_reduced_in_place(tmp_path):
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("torch ok") == 2
+
+
+def test_ranks_meet_through_another_librarys_store(tmp_path):
+    # Any object with set/get/add (as torch.distributed.Store has) carries the id.
+    p = launch(
+        tmp_path,
+        """
+        import os, numpy as np, gpuport
+        from gpuport import distributed as dist
+        rank, size = dist.rank_and_size()
+        native = dist.TcpStore.from_env(rank)
+        class Foreign:  # set/get/add only, like torch.distributed.Store
+            def set(self, k, v): native.set(k, bytes(v))
+            def get(self, k): return native.get(k)
+            def add(self, k, d): return native.add(k, d)
+        comm = dist.init(device="host", store=Foreign())
+        a = gpuport.asarray(np.full(2, rank + 1.0), device="host")
+        comm.all_reduce(a); comm.synchronize()
+        assert a.to_numpy().tolist() == [3.0, 3.0], a.to_numpy()
+        print("rank", rank, "ok")
+        """,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("ok") == 2
+
+
+def _mpirun() -> str | None:
+    import shutil
+
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed"
+    return None if shutil.which("mpirun") else "mpirun is not on PATH"
+
+
+@pytest.mark.skipif(_mpirun() is not None, reason=str(_mpirun()))
+def test_ranks_meet_through_mpi4py(tmp_path):
+    script = tmp_path / "mpi_job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np, gpuport
+            from mpi4py import MPI
+            from gpuport import distributed as dist
+            comm = dist.init(device="host", mpi_comm=MPI.COMM_WORLD)
+            a = gpuport.asarray(np.full(2, comm.rank + 1.0), device="host")
+            comm.all_reduce(a); comm.synchronize()
+            assert a.to_numpy().tolist() == [3.0, 3.0], a.to_numpy()
+            print("rank", comm.rank, "mpi ok")
+            """
+        )
+    )
+    p = subprocess.run(
+        ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("mpi ok") == 2

@@ -27,7 +27,6 @@ use crate::dynamic::DType;
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
 use super::engine::{sealed, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
-use super::TcpStore;
 
 pub use sys::NCCL_UNIQUE_ID_BYTES;
 
@@ -206,43 +205,41 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         engine_name(D::KIND, self.lib)
     }
 
-    fn init_rank(device: &Arc<GpuDevice<D>>, rank: usize, size: usize, store: &TcpStore, key: &str) -> Result<Self> {
+    fn new_id(device: &Arc<GpuDevice<D>>) -> Result<Vec<u8>> {
         let lib = library(D::KIND)?;
         device.driver().bind()?;
-        let id_key = format!("{key}/unique-id");
         let mut id = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
-        if rank == 0 {
-            // SAFETY: writes the 128-byte id.
-            let status = unsafe { (lib.api.ncclGetUniqueId)(&mut id) };
-            if status != sys::ncclSuccess {
-                return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclGetUniqueId", status));
-            }
-            store.set(&id_key, &id.internal.map(|c| c.to_ne_bytes()[0]))?;
-        } else {
-            let bytes = store.get(&id_key)?;
-            if bytes.len() != sys::NCCL_UNIQUE_ID_BYTES {
-                return Err(Error::Collective {
-                    engine: engine_name(D::KIND, lib),
-                    rank: Some(rank),
-                    kind: CollectiveErrorKind::Engine,
-                    reason: format!(
-                        "the store's unique id has {} bytes, not {}",
-                        bytes.len(),
-                        sys::NCCL_UNIQUE_ID_BYTES
-                    ),
-                });
-            }
-            for (c, b) in id.internal.iter_mut().zip(bytes) {
-                *c = std::ffi::c_char::from_ne_bytes([b]);
-            }
+        // SAFETY: writes the 128-byte id.
+        let status = unsafe { (lib.api.ncclGetUniqueId)(&mut id) };
+        if status != sys::ncclSuccess {
+            return Err(status_error(D::KIND, lib, Some(0), 0, "ncclGetUniqueId", status));
         }
-        // Every rank arrives before NCCL's blocking initialisation: a rank
-        // that never comes is the store's typed timeout, not a hang.
-        store.barrier(&format!("{key}/init"), size)?;
+        Ok(id.internal.iter().map(|c| c.to_ne_bytes()[0]).collect())
+    }
+
+    fn init_with_id(device: &Arc<GpuDevice<D>>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+        let lib = library(D::KIND)?;
+        if id.len() != sys::NCCL_UNIQUE_ID_BYTES {
+            return Err(Error::InvalidArgument {
+                name: "id",
+                reason: format!(
+                    "{} bytes; an {} unique id has {} (from Communicator::new_id on a {} device)",
+                    id.len(),
+                    engine_name(D::KIND, lib),
+                    sys::NCCL_UNIQUE_ID_BYTES,
+                    D::KIND.name()
+                ),
+            });
+        }
+        let mut unique = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
+        for (c, b) in unique.internal.iter_mut().zip(id) {
+            *c = std::ffi::c_char::from_ne_bytes([*b]);
+        }
+        device.driver().bind()?;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
         // SAFETY: the device is current; `comm` receives the communicator.
         let status =
-            unsafe { (lib.api.ncclCommInitRank)(&mut comm, rank_int("size", size)?, id, rank_int("rank", rank)?) };
+            unsafe { (lib.api.ncclCommInitRank)(&mut comm, rank_int("size", size)?, unique, rank_int("rank", rank)?) };
         if status != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclCommInitRank", status));
         }
@@ -350,6 +347,11 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         } else {
             Err(status_error(D::KIND, lib, None, 0, "ncclGroupEnd", status))
         }
+    }
+
+    fn set_timeout(&self, _timeout: std::time::Duration) -> Result<()> {
+        // NCCL's calls return at once; `Communicator::synchronize` applies the timeout.
+        Ok(())
     }
 
     fn abort(&self) -> Result<()> {

@@ -302,19 +302,33 @@ class Communicator:
 
 
 def init(
-    device: Any = None, rank: int | None = None, world_size: int | None = None, store: TcpStore | None = None
+    device: Any = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    store: Any = None,
+    *,
+    mpi_comm: Any = None,
 ) -> Communicator:
-    """This process's communicator. ``rank`` and ``world_size`` default to
-    the environment (``rank_and_size``); ``device`` to the default
-    backend's device ``LOCAL_RANK``; ``store`` to
-    ``TcpStore.from_env(rank)`` (``GPUPORT_MASTER_ADDR``/``PORT``; under
-    torchrun, ``MASTER_ADDR`` and ``MASTER_PORT + 1``).
+    """This process's communicator.
+
+    - ``rank`` and ``world_size`` default to the environment
+      (``rank_and_size``), or to ``mpi_comm``'s;
+    - ``device`` to the default backend's device ``LOCAL_RANK``;
+    - the ranks meet through ``store``: a ``TcpStore`` (default:
+      ``TcpStore.from_env(rank)``, on ``GPUPORT_MASTER_ADDR``/``PORT``, or
+      under torchrun on ``MASTER_ADDR`` and ``MASTER_PORT + 1``), or
+      ``torch.distributed``'s store (anything with ``set`` and ``get``);
+      or through ``mpi_comm`` (an ``mpi4py`` communicator), which
+      broadcasts rank 0's id.
 
     >>> from gpuport import distributed as dist
     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
     >>> dist.init(device="host", rank=0, world_size=1, store=store).size
     1
     """
+    if mpi_comm is not None:
+        rank = mpi_comm.Get_rank() if rank is None else rank
+        world_size = mpi_comm.Get_size() if world_size is None else world_size
     if rank is None or world_size is None:
         env_rank, env_size = rank_and_size()
         rank = env_rank if rank is None else rank
@@ -324,12 +338,41 @@ def init(
 
         backend = gpuport.default_device().backend
         device = backend if backend == "host" else f"{backend}:{_local_rank(rank)}"
+    if mpi_comm is not None:
+        unique = _Communicator.new_id(device) if rank == 0 else None
+        unique = mpi_comm.bcast(unique, root=0)
+        mpi_comm.Barrier()
+        return Communicator(_Communicator.init_with_id(device, rank, world_size, unique))
+    if store is not None and not isinstance(store, TcpStore):
+        return _init_through(store, device, rank, world_size)
     if store is None:
         if "GPUPORT_MASTER_PORT" not in os.environ and "MASTER_PORT" in os.environ:
             os.environ["GPUPORT_MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
             os.environ.setdefault("GPUPORT_MASTER_ADDR", os.environ.get("MASTER_ADDR", "127.0.0.1"))
         store = TcpStore.from_env(rank)
     return Communicator(_Communicator.init_rank(device, rank, world_size, store))
+
+
+_THROUGH: dict[int, int] = {}
+
+
+def _init_through(store: Any, device: Any, rank: int, world_size: int) -> Communicator:
+    """``init`` through another library's store (``set``, ``get`` and ``add``,
+    as ``torch.distributed.Store`` has): rank 0 sets the id, every rank
+    reads it and counts itself in before the engine's blocking start."""
+    n = _THROUGH.get(id(store), 0)
+    _THROUGH[id(store)] = n + 1
+    key = f"gpuport/communicator/{n}"
+    if rank == 0:
+        store.set(f"{key}/id", _Communicator.new_id(device))
+    unique = bytes(store.get(f"{key}/id"))
+    store.add(f"{key}/arrived", 1)
+    if hasattr(store, "wait"):
+        while int(store.add(f"{key}/arrived", 0)) < world_size:
+            import time
+
+            time.sleep(0.001)
+    return Communicator(_Communicator.init_with_id(device, rank, world_size, unique))
 
 
 def init_all(devices: Sequence[Any]) -> list[Communicator]:
