@@ -37,7 +37,7 @@ use super::any::{same_device, DynDevice};
 use super::memory::resources;
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
-use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind};
+use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind, PeerDevice};
 use crate::error::{BackendKind, Error, Result};
 use crate::memory::{pageable_copier, Held, PageableCopier, PinnedFlags};
 use crate::with_device;
@@ -332,7 +332,103 @@ pub fn copy(
         Some(d) => d,
         None => (src.side(dev, "src")?, dst.side(dev, "dst")?),
     };
+    // Device memory of two devices: a peer copy, on the stream of `dev`
+    // (one of the two, else `copy_peer` says so).
+    if dir == (Side::Device, Side::Device) {
+        if let (Some(sd), Some(dd)) = (src.place.device(), dst.place.device()) {
+            if !same_device(&sd, &dd) {
+                return copy_peer(stream, dst, &dd, src, &sd, size);
+            }
+        }
+    }
     with_device!(dev, d => copy_on(d, dev, stream, dst, src, size, dir, sync))
+}
+
+/// Copies `size` bytes from `src`, device memory of `src_dev`, to `dst`,
+/// device memory of `dst_dev`: two devices of one backend (or one device
+/// twice), on `stream`, a stream of either. Works without peer access (the
+/// driver stages through the host), faster with it
+/// ([`super::peer::enable_peer_access`]). The caller keeps both ranges'
+/// owners until the stream has passed the copy. [`copy`] calls it for two
+/// device ranges whose places name two devices.
+///
+/// Errors ([`Error::InvalidArgument`]): devices of two backends, a stream
+/// of a third device, a range that is not device memory of its device, a
+/// size past either range.
+///
+/// ```
+/// use gpuport::dynamic::raw::{self, Place, RawRange};
+/// use gpuport::dynamic::AnyStream;
+/// let dev = gpuport::open("host")?;
+/// let s = AnyStream::default_for(&dev);
+/// let (a, b) = (raw::alloc(&dev, gpuport::MemoryKind::Device, 8)?, raw::alloc(&dev, gpuport::MemoryKind::Device, 8)?);
+/// // SAFETY: both allocations outlive the copy (the stream is synchronized
+/// // below) and hold 8 bytes.
+/// let (src, dst) = unsafe {
+///     (
+///         RawRange::new(a.ptr, Place::Device(Some(dev.clone())), Some(8), None, false),
+///         RawRange::new(b.ptr, Place::Device(Some(dev.clone())), Some(8), None, true),
+///     )
+/// };
+/// raw::copy_peer(&s, &dst, &dev, &src, &dev, 8)?; // on the host backend, every peer is host:0
+/// s.synchronize()?;
+/// assert!(raw::copy_peer(&s, &dst, &dev, &src, &dev, 9).is_err()); // past both ends
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn copy_peer(
+    stream: &AnyStream,
+    dst: &RawRange,
+    dst_dev: &AnyDevice,
+    src: &RawRange,
+    src_dev: &AnyDevice,
+    size: usize,
+) -> Result<()> {
+    if src_dev.backend() != dst_dev.backend() {
+        return Err(invalid(
+            "dst_device",
+            format!(
+                "{} and {} are devices of two backends; a peer copy is between two devices of one backend (copy                  through the host between backends)",
+                src_dev.info().spec(),
+                dst_dev.info().spec()
+            ),
+        ));
+    }
+    let on = stream.device();
+    if !same_device(&on, src_dev) && !same_device(&on, dst_dev) {
+        return Err(invalid(
+            "stream",
+            format!(
+                "is a stream of {}; a peer copy runs on a stream of its source ({}) or destination ({}) device",
+                on.info().spec(),
+                src_dev.info().spec(),
+                dst_dev.info().spec()
+            ),
+        ));
+    }
+    dst.check_size(size, "dst")?;
+    src.check_size(size, "src")?;
+    if size == 0 {
+        return Ok(());
+    }
+    with_device!(on, d => copy_peer_on(d, stream, dst, dst_dev, src, src_dev, size))
+}
+
+fn copy_peer_on<D: DynDevice + PeerDevice>(
+    d: &Arc<D>,
+    s: &AnyStream,
+    dst: &RawRange,
+    dst_dev: &AnyDevice,
+    src: &RawRange,
+    src_dev: &AnyDevice,
+    size: usize,
+) -> Result<()> {
+    let st = s.of(d)?;
+    let from = src.device_mem::<D::B>(size, src_dev, "src")?;
+    let to = dst.device_mem::<D::B>(size, dst_dev, "dst")?;
+    // SAFETY: both ranges stay valid until the stream passes the copy
+    // (`RawRange::new`'s contract), which the caller keeps; `device_mem`
+    // checked each is memory of its device, at least `size` bytes.
+    unsafe { d.copy_peer_async(&from, 0, &to, 0, size, st) }
 }
 
 #[allow(clippy::too_many_arguments)] // the arguments of `copy`, with its device resolved

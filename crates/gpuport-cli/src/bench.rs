@@ -22,6 +22,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::collective::CollectiveReport;
+
 use gpuport::memory::{
     current_resource, Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PipelineConfig,
     PoolConfig,
@@ -175,6 +177,10 @@ pub struct BenchReport {
     pub figures: Vec<Figure>,
     /// Figures this device cannot take.
     pub skipped: Vec<Skipped>,
+    /// The all-reduce sweep and peer copy of `gpuport bench --collective`;
+    /// absent from other runs (whose figures are the single-device ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<CollectiveReport>,
 }
 
 impl BenchReport {
@@ -189,7 +195,7 @@ pub const STEPS: [&str; 7] =
     ["d2d copy", "allocation", "pinned copies", "pageable copies", "launch", "add_index", "done"];
 
 /// Median, best and worst of per-repetition values in `unit`.
-fn summarize(mut values: Vec<f64>, higher_is_better: bool) -> (f64, f64, f64) {
+pub(crate) fn summarize(mut values: Vec<f64>, higher_is_better: bool) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     let median = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
     let (lo, hi) = (values.first().copied().unwrap_or(f64::NAN), values.last().copied().unwrap_or(f64::NAN));
@@ -200,17 +206,17 @@ fn summarize(mut values: Vec<f64>, higher_is_better: bool) -> (f64, f64, f64) {
     }
 }
 
-struct Spec<'a> {
-    name: &'a str,
-    category: &'a str,
-    bytes: usize,
-    iters: u32,
-    timing: &'a str,
+pub(crate) struct Spec<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) category: &'a str,
+    pub(crate) bytes: usize,
+    pub(crate) iters: u32,
+    pub(crate) timing: &'a str,
 }
 
 /// A bandwidth figure from per-repetition seconds for `iters` operations
 /// moving `moved` bytes each.
-fn bandwidth(spec: Spec<'_>, moved: usize, seconds: &[f64]) -> Figure {
+pub(crate) fn bandwidth(spec: Spec<'_>, moved: usize, seconds: &[f64]) -> Figure {
     let gbps: Vec<f64> = seconds.iter().map(|&t| moved as f64 * spec.iters as f64 / t.max(1e-12) / 1e9).collect();
     let (median, best, worst) = summarize(gbps, true);
     Figure {
@@ -261,7 +267,7 @@ fn compare(figure: &mut Figure, baseline: &Figure) {
 }
 
 /// Seconds of device time for `iters` calls of `work` on `stream`, from events.
-fn device_seconds<D: Device>(
+pub(crate) fn device_seconds<D: Device>(
     d: &D,
     stream: &Stream<D::B>,
     iters: u32,
@@ -287,19 +293,17 @@ fn host_seconds(iters: u32, mut work: impl FnMut() -> Result<()>) -> Result<f64>
 }
 
 /// `reps` repetitions of `one` (after one warm-up call, not counted).
-fn repeat(reps: u32, mut one: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
+pub(crate) fn repeat(reps: u32, mut one: impl FnMut() -> Result<f64>) -> Result<Vec<f64>> {
     one()?;
     (0..reps).map(|_| one()).collect()
 }
 
-/// Runs every figure on `d`. `progress` is called with each step's name
-/// (from [`STEPS`]) as it begins.
-pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl FnMut(&str)) -> Result<BenchReport> {
-    let unix_time = SystemTime::now().duration_since(UNIX_EPOCH).map(|t| t.as_secs()).unwrap_or(0);
+/// What `d` is, its free memory now and its current memory resource.
+pub(crate) fn device_report<D: MemoryDevice>(d: &Arc<D>) -> Result<DeviceReport> {
     let info = d.info().clone();
     let memory = d.memory_info()?;
     let resource = current_resource::<D::B>(d)?.resource().name().to_string();
-    let device = DeviceReport {
+    Ok(DeviceReport {
         spec: info.spec(),
         backend: info.backend.to_string(),
         name: info.name.clone(),
@@ -308,7 +312,14 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
         total_memory_bytes: memory.total as u64,
         free_memory_bytes: memory.free as u64,
         memory_resource: resource,
-    };
+    })
+}
+
+/// Runs every figure on `d`. `progress` is called with each step's name
+/// (from [`STEPS`]) as it begins.
+pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl FnMut(&str)) -> Result<BenchReport> {
+    let unix_time = SystemTime::now().duration_since(UNIX_EPOCH).map(|t| t.as_secs()).unwrap_or(0);
+    let device = device_report(d)?;
     let stream = d.create_stream()?;
     let s = &stream;
     let mut figures = Vec::new();
@@ -493,6 +504,7 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
         ceiling,
         figures,
         skipped,
+        collective: None,
     })
 }
 

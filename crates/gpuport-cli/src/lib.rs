@@ -7,7 +7,16 @@
 //! gpuport info                  every backend, whether it loaded and why not, each device
 //! gpuport demo [--device SPEC]  a small workload on the default (or given) device
 //! gpuport bench [--device SPEC] [--json FILE] [--quick] [--plot FILE.png]
+//! gpuport bench --collective [--device SPEC] [--devices N] [--json FILE] [--quick] [--plot FILE.png]
+//!                               all-reduce sweep over the backend's devices, and a peer copy
+//! gpuport plot REPORT.json FILE.png   the chart of a saved report
 //! ```
+//! `bench --collective` ([`collective`]) takes every device of `--device`'s
+//! backend (or the first `--devices N`, `--device` first) as one rank each,
+//! driven by this process; on the host backend it runs 2 ranks (or
+//! `--devices N`) on `host:0` with small sizes only, so CI covers the path.
+//! Its chart is bus bandwidth against size (log scale).
+//!
 //! Exit status: 0 on success, 1 when the work fails, 2 on bad usage
 //! (unknown flags, a bad or unavailable `--device`).
 
@@ -15,6 +24,7 @@
 #![deny(unused_must_use)]
 
 pub mod bench;
+pub mod collective;
 pub mod plot;
 
 use std::path::{Path, PathBuf};
@@ -50,7 +60,8 @@ pub enum Command {
         #[arg(long, value_name = "SPEC")]
         device: Option<String>,
     },
-    /// Measure allocation, copies, launch latency and kernel bandwidth against the device's own copy bandwidth.
+    /// Measure allocation, copies, launch latency and kernel bandwidth against the device's own copy bandwidth;
+    /// with --collective, all-reduce bus bandwidth across devices and a peer copy.
     Bench {
         /// host, cuda:N or rocm:N (N defaults to 0); default: $GPUPORT_DEVICE, else the first GPU, else host.
         #[arg(long, value_name = "SPEC")]
@@ -61,9 +72,19 @@ pub enum Command {
         /// Small sizes and few repetitions (seconds on the host backend; for CI).
         #[arg(long)]
         quick: bool,
-        /// Draw a bar chart of the figures against the ceiling to FILE.png (PNG only).
+        /// Draw a bar chart of the figures against the ceiling to FILE.png (PNG only); with --collective,
+        /// bus bandwidth against size.
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
+        /// Instead of the single-device figures: float32 sum all-reduce, in place, 8 B to 1 GiB (x8 steps plus
+        /// 64 and 256 MiB; --quick: 5 sizes to 64 MiB), one rank per device of --device's backend, with time,
+        /// algbw and busbw (nccl-tests' definitions) per size; then a 256 MiB peer copy from the first device to
+        /// the second against a copy within the first. On the host backend: 2 ranks on host:0, sizes to 256 KiB.
+        #[arg(long)]
+        collective: bool,
+        /// With --collective: how many ranks (devices); default every device of the backend (host: 2).
+        #[arg(long, value_name = "N", requires = "collective")]
+        devices: Option<usize>,
     },
     /// Draw the chart of a saved `bench --json` report (e.g. one from a machine without fonts).
     Plot {
@@ -100,7 +121,10 @@ where
         }
         Some(Command::Info) => info(),
         Some(Command::Demo { device }) => demo(device.as_deref(), Notes::Print),
-        Some(Command::Bench { device, json, quick, plot }) => bench(device.as_deref(), json, quick, plot),
+        Some(Command::Bench { device, json, quick, plot, collective, devices }) => {
+            let mode = if collective { Mode::Collective { ranks: devices } } else { Mode::Single };
+            bench(device.as_deref(), json, quick, plot, mode)
+        }
         Some(Command::Plot { report, out }) => plot_saved(&report, &out),
     }
 }
@@ -301,7 +325,36 @@ fn plot_saved(report: &Path, out: &Path) -> ExitCode {
     }
 }
 
-fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Option<PathBuf>) -> ExitCode {
+/// Which `bench`: the single-device figures, or `--collective`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Single,
+    Collective {
+        /// `--devices N`.
+        ranks: Option<usize>,
+    },
+}
+
+/// `bench --collective` on `d`'s backend: the ranks' devices (a usage error
+/// when there are too few), then the run.
+fn run_collective<D>(
+    d: &std::sync::Arc<D>,
+    ranks: Option<usize>,
+    quick: bool,
+    progress: &mut dyn FnMut(&str),
+    steps: &mut dyn FnMut(usize),
+) -> Result<gpuport::Result<BenchReport>, String>
+where
+    D: MemoryDevice + gpuport::PeerDevice,
+    D::B: gpuport::collective::CollectiveBackend + gpuport::Backend<Device = D>,
+{
+    let devices = collective::rank_devices(d, ranks)?;
+    let config = collective::CollectiveConfig::for_backend(d.info().backend, quick);
+    steps(config.steps());
+    Ok(collective::run(&devices, &config, quick, progress))
+}
+
+fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Option<PathBuf>, mode: Mode) -> ExitCode {
     // Bad output paths are usage errors, found before the run rather than after it.
     let outputs = [("--json", &json, false), ("--plot", &plot_file, true)];
     for (flag, path, chart) in outputs {
@@ -321,13 +374,26 @@ fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Opti
     bar.enable_steady_tick(std::time::Duration::from_millis(100));
     let spec_name = device.info().spec();
     let mut first = true;
-    let result = with_device!(device, d => bench::run(d, config, |step| {
+    let mut progress = |step: &str| {
         if !first {
             bar.inc(1);
         }
         first = false;
         bar.set_message(format!("{spec_name}: {step}"));
-    }));
+    };
+    let result = match mode {
+        Mode::Single => with_device!(device, d => bench::run(d, config, &mut progress)),
+        Mode::Collective { ranks } => {
+            let mut steps = |n: usize| bar.set_length(n.saturating_sub(1) as u64);
+            match with_device!(device, d => run_collective(d, ranks, quick, &mut progress, &mut steps)) {
+                Ok(result) => result,
+                Err(usage) => {
+                    bar.finish_and_clear();
+                    return usage_error(&usage);
+                }
+            }
+        }
+    };
     bar.finish_and_clear();
     let report = match result {
         Ok(r) => r,
@@ -379,12 +445,14 @@ pub fn table(r: &BenchReport) -> String {
         gib(d.total_memory_bytes as usize),
         d.memory_resource
     );
-    let _ = writeln!(
-        out,
-        "ceiling: device-to-device copy of {} MiB = {:.1} GB/s (bytes read + written)\n",
-        r.ceiling.bytes >> 20,
-        r.ceiling.gb_per_s
-    );
+    if r.ceiling.bytes > 0 {
+        let _ = writeln!(
+            out,
+            "ceiling: device-to-device copy of {} MiB = {:.1} GB/s (bytes read + written)\n",
+            r.ceiling.bytes >> 20,
+            r.ceiling.gb_per_s
+        );
+    }
     let _ = writeln!(
         out,
         "{:<30} {:>12} {:>6} {:>12} {:>12} {:>9}  {:<14} speedup",
@@ -404,6 +472,9 @@ pub fn table(r: &BenchReport) -> String {
     }
     for s in &r.skipped {
         let _ = writeln!(out, "{:<30} skipped: {}", s.name, s.reason);
+    }
+    if let Some(c) = &r.collective {
+        out += &collective::table(c);
     }
     out
 }

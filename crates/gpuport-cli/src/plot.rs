@@ -1,4 +1,6 @@
-//! `gpuport bench --plot FILE.png`: a bar chart of the figures against the ceiling.
+//! `gpuport bench --plot FILE.png`: a bar chart of the figures against the
+//! ceiling; for `bench --collective`, all-reduce bus bandwidth against size
+//! (log scale) with the peer copy's bandwidth as a dashed line.
 //!
 //! Drawn with plotters into an RGB buffer and encoded with the `png` crate,
 //! so nothing links a system library. Text is rasterized here with ab_glyph
@@ -16,6 +18,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::bench::BenchReport;
+use super::collective::{size_name, CollectiveReport};
 
 /// The environment variable naming a `.ttf` file for the chart's text.
 pub const FONT_ENV: &str = "GPUPORT_FONT";
@@ -86,6 +89,9 @@ const RIGHT: i32 = 200;
 /// Draws the chart of `report` to `path` (PNG). Returns a note when the
 /// chart had to leave something out.
 pub fn draw(report: &BenchReport, path: &Path) -> Result<Option<String>, String> {
+    if let Some(c) = &report.collective {
+        return draw_collective(report, c, path);
+    }
     let font = font();
     let bw: Vec<_> = report.figures.iter().filter(|f| f.unit == "GB/s").collect();
     let lat: Vec<_> = report.figures.iter().filter(|f| f.unit == "us").collect();
@@ -158,6 +164,129 @@ pub fn draw(report: &BenchReport, path: &Path) -> Result<Option<String>, String>
     Ok(font.is_none().then(|| format!("no font found (set {FONT_ENV} to a .ttf file): bars only, no text")))
 }
 
+/// The note [`draw`] returns when no font was found.
+fn font_note() -> Option<String> {
+    font().is_none().then(|| format!("no font found (set {FONT_ENV} to a .ttf file): lines only, no text"))
+}
+
+const CH: u32 = 620;
+
+/// `bench --collective`'s chart: bus bandwidth (median, and the best
+/// repetition lighter) against bytes per rank on a log2 axis.
+fn draw_collective(report: &BenchReport, c: &CollectiveReport, path: &Path) -> Result<Option<String>, String> {
+    let font = font();
+    let mut buf = vec![0u8; (W * CH * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (W, CH)).into_drawing_area();
+        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+        root.fill(&WHITE).map_err(e)?;
+        let put = |s: &str, x: i32, y: i32, size: f32| match font {
+            Some(f) => put_text(&root, f, s, (x, y), size),
+            None => Ok(()),
+        };
+        put(
+            &format!(
+                "gpuport {} bench --collective: {} of {}, in place, {} ranks ({}), {}",
+                report.gpuport_version,
+                c.collective,
+                c.dtype,
+                c.ranks,
+                c.devices.join(", "),
+                c.engine
+            ),
+            10,
+            10,
+            18.0,
+        )?;
+        put(
+            "bus bandwidth = bytes / time x 2(n-1)/n (nccl-tests); dots: medians, light: best repetition",
+            10,
+            36,
+            14.0,
+        )?;
+        let (x0, x1, y0, y1) = (90, W as i32 - 40, 90, CH as i32 - 70);
+        let lo = c.points.first().map_or(1.0, |p| (p.bytes.max(1) as f64).log2());
+        let hi = c.points.last().map_or(2.0, |p| (p.bytes.max(1) as f64).log2()).max(lo + 1.0);
+        let curve_top = c.points.iter().map(|p| p.busbw_gb_per_s_best.max(p.busbw_gb_per_s)).fold(0.0, f64::max);
+        // The peer copy's line, where it fits within 4 x the curve's scale.
+        let peer = c.peer_copy.as_ref().map(|p| (p, p.gb_per_s <= 4.0 * curve_top.max(1e-12)));
+        let top = match peer {
+            Some((p, true)) => curve_top.max(p.gb_per_s),
+            _ => curve_top,
+        }
+        .max(1e-9)
+            * 1.1;
+        let x_of = |bytes: u64| x0 + (((bytes.max(1) as f64).log2() - lo) / (hi - lo) * f64::from(x1 - x0)) as i32;
+        let y_of = |v: f64| y1 - ((v / top).clamp(0.0, 1.0) * f64::from(y1 - y0)) as i32;
+        let grey = RGBColor(225, 225, 225);
+        for i in 0..=5 {
+            let v = top * f64::from(i) / 5.0;
+            let y = y_of(v);
+            root.draw(&PathElement::new(vec![(x0, y), (x1, y)], grey.stroke_width(1))).map_err(e)?;
+            let label = if top >= 50.0 {
+                format!("{v:.0}")
+            } else if top >= 0.5 {
+                format!("{v:.2}")
+            } else {
+                format!("{v:.1e}")
+            };
+            put(&label, 10, y - 8, 13.0)?;
+        }
+        for p in &c.points {
+            let x = x_of(p.bytes);
+            root.draw(&PathElement::new(vec![(x, y0), (x, y1)], grey.stroke_width(1))).map_err(e)?;
+            put(&size_name(p.bytes as usize), x - 20, y1 + 8, 12.0)?;
+        }
+        root.draw(&PathElement::new(vec![(x0, y0), (x0, y1), (x1, y1)], BLACK.stroke_width(1))).map_err(e)?;
+        put("bytes per rank (log scale)", (x0 + x1) / 2 - 80, y1 + 32, 14.0)?;
+        put("GB/s", 10, y0 - 24, 14.0)?;
+        if let Some((p, fits)) = peer {
+            let text = format!(
+                "peer copy {} -> {} of {}: {:.1} GB/s copied; within {}: {:.1} GB/s",
+                p.src,
+                p.dst,
+                size_name(p.bytes as usize),
+                p.gb_per_s,
+                p.src,
+                p.local_gb_per_s
+            );
+            if fits {
+                let y = y_of(p.gb_per_s);
+                let mut x = x0;
+                while x < x1 {
+                    let end = (x + 10).min(x1);
+                    root.draw(&PathElement::new(vec![(x, y), (end, y)], RED.stroke_width(2))).map_err(e)?;
+                    x += 18;
+                }
+                put(&format!("dashed: {text}"), x0 + 10, 60, 14.0)?;
+            } else {
+                put(&format!("{text} (above the chart's scale)"), x0 + 10, 60, 14.0)?;
+            }
+        }
+        let best: Vec<(i32, i32)> = c.points.iter().map(|p| (x_of(p.bytes), y_of(p.busbw_gb_per_s_best))).collect();
+        root.draw(&PathElement::new(best, RGBColor(160, 190, 235).stroke_width(2))).map_err(e)?;
+        let median: Vec<(i32, i32)> = c.points.iter().map(|p| (x_of(p.bytes), y_of(p.busbw_gb_per_s))).collect();
+        root.draw(&PathElement::new(median.clone(), RGBColor(40, 110, 200).stroke_width(3))).map_err(e)?;
+        for (pt, p) in median.iter().zip(&c.points) {
+            root.draw(&Circle::new(*pt, 4, RGBColor(40, 110, 200).filled())).map_err(e)?;
+            if p.busbw_gb_per_s >= 0.05 * top {
+                let v = p.busbw_gb_per_s;
+                let label = if v >= 10.0 {
+                    format!("{v:.0}")
+                } else if v >= 1.0 {
+                    format!("{v:.1}")
+                } else {
+                    format!("{v:.3}")
+                };
+                put(&label, pt.0 - 14, pt.1 - 22, 12.0)?;
+            }
+        }
+        root.present().map_err(e)?;
+    }
+    write_png(path, &buf, W, CH)?;
+    Ok(font_note())
+}
+
 fn write_png(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), String> {
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
@@ -217,6 +346,7 @@ mod tests {
                 figure("alloc", "us", 0.001, None),
             ],
             skipped: vec![],
+            collective: None,
         };
         let path = std::env::temp_dir().join(format!("gpuport-plot-test-{}.png", std::process::id()));
         draw(&report, &path).expect("draw");

@@ -184,6 +184,48 @@ fn bench_quick_writes_json_with_every_field_and_a_png() {
 }
 
 #[test]
+fn bench_collective_on_the_host_runs_two_ranks() {
+    let (json, png) = (temp("collective.json"), temp("collective.png"));
+    let out = gpuport(&[
+        "bench",
+        "--collective",
+        "--quick",
+        "--device",
+        "host",
+        "--json",
+        json.to_str().expect("utf-8 temp path"),
+        "--plot",
+        png.to_str().expect("utf-8 temp path"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("busbw") && stdout.contains("peer copy host -> host"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON file")).expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    let c = &report["collective"];
+    assert_eq!(c["ranks"], 2);
+    assert_eq!(c["engine"], "host");
+    assert_eq!(c["dtype"], "float32");
+    let points = c["points"].as_array().expect("points");
+    assert!(points.len() >= 3, "{c}");
+    for p in points {
+        for key in ["time_us", "algbw_gb_per_s", "busbw_gb_per_s"] {
+            assert!(p[key].as_f64().is_some_and(|v| v > 0.0 && v.is_finite()), "{key}: {p}");
+        }
+    }
+    assert!(c["peer_copy"]["gb_per_s"].as_f64().is_some_and(|v| v > 0.0), "{c}");
+    assert_eq!(report["ceiling"]["name"], "d2d_copy");
+    let bytes = std::fs::read(&png).expect("PNG file");
+    let _ = std::fs::remove_file(&png);
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    // One rank is a usage error that says what is accepted.
+    let out = gpuport(&["bench", "--collective", "--device", "host", "--devices", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("accepted: --devices 2..="), "{}", text(&out));
+}
+
+#[test]
 fn bad_device_exits_2_naming_the_spec() {
     for cmd in ["bench", "demo"] {
         let out = gpuport(&[cmd, "--device", "tpu:0"]);

@@ -88,6 +88,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::free, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy_async, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memcpy_peer, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::memcpy_peer_async, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memset, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memset_async, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::module_load, m)?)?;

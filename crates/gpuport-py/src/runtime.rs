@@ -282,6 +282,114 @@ pub fn memcpy_async(
     memcpy_impl(py, dst, src, size, kind, stream, false)
 }
 
+/// The stream of a peer copy: a gpuport ``Stream`` as given (the
+/// dynamic layer checks it is of one of the two devices), else a foreign
+/// handle or the default stream of the source device.
+fn peer_stream(py: Python<'_>, src_dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
+    if let Some(s) = stream.filter(|s| !s.is_none()) {
+        if let Ok(s) = s.cast::<crate::device::PyStream>() {
+            return Ok(s.get().inner.clone());
+        }
+    }
+    resolve_stream(py, src_dev, stream)
+}
+
+#[allow(clippy::too_many_arguments)] // the Python signature, and whether to wait
+fn memcpy_peer_impl(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    dst_device: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    src_device: &Bound<'_, PyAny>,
+    size: usize,
+    stream: Option<&Bound<'_, PyAny>>,
+    wait: bool,
+) -> PyResult<()> {
+    prune();
+    let dst = to_range(dst, "dst")?;
+    let src = to_range(src, "src")?;
+    let dst_dev = resolve_device(py, Some(dst_device))?;
+    let src_dev = resolve_device(py, Some(src_device))?;
+    let s = peer_stream(py, &src_dev, stream)?;
+    let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
+    if wait {
+        // As in `memcpy_impl`: refused before anything is enqueued.
+        s.check_can_wait(call).py_err_in(py, call)?;
+    }
+    let (to, from) = (dst.range(), src.range());
+    py.detach(|| raw::copy_peer(&s, &to, &dst_dev, &from, &src_dev, size)).py_err_in(py, call)?;
+    if wait {
+        py.detach(|| s.synchronize()).py_err_in(py, call)
+    } else {
+        park(py, &s, vec![dst, src])
+    }
+}
+
+/// Copies ``size`` bytes from ``src``, device memory of ``src_device``, to
+/// ``dst``, device memory of ``dst_device`` (two devices of one backend, as
+/// ``cudaMemcpyPeer``), and waits. The pointers are anything ``Pointer``
+/// accepts; the devices anything ``Device`` accepts. It runs on ``stream``,
+/// a stream of either device (default: the source device's default
+/// stream). It works without peer access (the driver stages the copy
+/// through the host) and is faster after ``Device.enable_peer_access``.
+/// ``memcpy`` also copies between two devices when both operands say whose
+/// memory they are (``malloc`` arrays, DLPack and CUDA Array Interface
+/// tensors); this call also takes raw device addresses. Errors
+/// (InvalidArgumentError) name what was wrong: devices of two backends, a
+/// stream of a third device, memory of another device than the one given,
+/// host memory, a size past either operand.
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(4, device="host"); b = rt.malloc(4, device="host")
+///     >>> rt.memset(a, 7, 4)
+///     >>> rt.memcpy_peer(b, "host", a, "host", 4)   # on the host backend every peer is host:0
+///     >>> out = bytearray(4); rt.memcpy(out, b, 4); bytes(out)
+///     b'\x07\x07\x07\x07'
+///     >>> rt.memcpy_peer(b, "host", a, "host", 8)             # past both ends
+///     Traceback (most recent call last):
+///     gpuport.InvalidArgumentError: invalid argument dst: 8 bytes exceed the 4 bytes of the memory
+#[pyfunction]
+#[pyo3(signature = (dst, dst_device, src, src_device, size, stream=None))]
+pub fn memcpy_peer(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    dst_device: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    src_device: &Bound<'_, PyAny>,
+    size: usize,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    memcpy_peer_impl(py, dst, dst_device, src, src_device, size, stream, true)
+}
+
+/// As ``memcpy_peer``, enqueued on ``stream`` (a stream of either device;
+/// default: the source device's default stream) without waiting; the
+/// operands are kept alive until the copy has run.
+///
+///     >>> import gpuport
+///     >>> from gpuport import runtime as rt
+///     >>> s = gpuport.Stream("host")
+///     >>> a = rt.malloc(4, device="host"); b = rt.malloc(4, device="host")
+///     >>> rt.memset_async(a, 3, 4, stream=s)
+///     >>> rt.memcpy_peer_async(b, "host", a, "host", 4, stream=s)
+///     >>> s.synchronize()
+///     >>> out = bytearray(4); rt.memcpy(out, b, 4); bytes(out)
+///     b'\x03\x03\x03\x03'
+#[pyfunction]
+#[pyo3(signature = (dst, dst_device, src, src_device, size, stream=None))]
+pub fn memcpy_peer_async(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    dst_device: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    src_device: &Bound<'_, PyAny>,
+    size: usize,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    memcpy_peer_impl(py, dst, dst_device, src, src_device, size, stream, false)
+}
+
 fn memset_impl(
     py: Python<'_>,
     dst: &Bound<'_, PyAny>,

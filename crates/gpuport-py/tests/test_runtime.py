@@ -22,6 +22,8 @@ import pytest
 import gpuport
 from gpuport import runtime as rt
 
+from conftest import open_or_skip
+
 # ---- inputs in the design's order --------------------------------------------------
 
 
@@ -611,6 +613,73 @@ def test_memcpy_async_keeps_operands_alive(device):
     assert (out == 5).all()
     rt.device_synchronize(device)
     assert gpuport._core._pending_operations() == 0
+
+
+def test_memcpy_peer_on_one_device(device):
+    """A device is its own peer: memcpy_peer works with both ends on one device."""
+    spec = device.spec
+    a, b = rt.malloc(64, device=device), rt.malloc(64, device=device)
+    rt.memset(a, 9, 64)
+    rt.memcpy_peer(b, spec, a, device, 64)
+    out = bytearray(64)
+    rt.memcpy(out, b, 64)
+    assert out == b"\x09" * 64
+    s = gpuport.Stream(device)
+    rt.memset_async(a, 4, 64, stream=s)
+    rt.memcpy_peer_async(b, device, a, spec, 64, stream=s)
+    del a
+    gc.collect()  # the parked operands keep `a` alive
+    s.synchronize()
+    rt.memcpy(out, b, 64)
+    assert out == b"\x04" * 64
+    rt.device_synchronize(device)
+    assert gpuport._core._pending_operations() == 0
+    with pytest.raises(gpuport.InvalidArgumentError, match="65 bytes exceed the 64 bytes"):
+        rt.memcpy_peer(b, spec, b, spec, 65)
+    rt.memcpy_peer(b, spec, b, spec, 0)  # nothing to copy
+
+
+def test_memcpy_peer_refuses_two_backends(gpu_device):
+    host = gpuport.Device("host")
+    a, b = rt.malloc(8, device=host), rt.malloc(8, device=gpu_device)
+    with pytest.raises(gpuport.InvalidArgumentError, match="two backends"):
+        rt.memcpy_peer(b, gpu_device, a, host, 8)
+
+
+def two_cuda_devices():
+    """cuda:0 and cuda:1, or a skip saying why not."""
+    first = open_or_skip("cuda:0")
+    n = sum(1 for d in gpuport.devices() if d.spec.startswith("cuda:"))
+    if n < 2:
+        pytest.skip(f"needs 2 CUDA devices; this machine has {n}")
+    return first, gpuport.Device("cuda:1")
+
+
+def test_memcpy_peer_between_two_gpus():
+    d0, d1 = two_cuda_devices()
+    if d0.can_access_peer(d1):
+        d0.enable_peer_access(d1)
+    n = 1 << 20
+    a, b = rt.malloc(n, device=d0), rt.malloc(n, device=d1)
+    rt.memset(a, 3, n)
+    rt.memcpy_peer(b, d1, a, d0, n)
+    out = np.zeros(n, dtype=np.uint8)
+    rt.memcpy(out, b, n)
+    assert (out == 3).all()
+    # memcpy sees both devices and makes the same peer copy, on either device's stream.
+    rt.memset(a, 5, n)
+    rt.memcpy(b, a, n)
+    rt.memcpy(out, b, n)
+    assert (out == 5).all()
+    s1 = gpuport.Stream(d1)
+    rt.memset(a, 6, n)
+    rt.memcpy_peer_async(b, d1, a, d0, n, stream=s1)
+    s1.synchronize()
+    rt.memcpy(out, b, n)
+    assert (out == 6).all()
+    # Memory of another device than the one named.
+    with pytest.raises(gpuport.InvalidArgumentError, match="is memory of cuda:1, not of cuda:0"):
+        rt.memcpy_peer(b, d0, a, d0, n)
 
 
 def test_memset(device):
