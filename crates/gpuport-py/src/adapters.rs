@@ -179,7 +179,9 @@ impl Ptr {
 
     /// Another `Ptr` to the same memory (buffers are kept through `obj`).
     fn share(&self, obj: &Bound<'_, PyAny>) -> Ptr {
-        let mut keep: Vec<Keep> = vec![Keep::Obj(obj.clone().unbind())];
+        let allocs = self.keep.iter().filter(|k| matches!(k, Keep::Alloc(_))).count();
+        let mut keep: Vec<Keep> = Vec::with_capacity(1 + allocs);
+        keep.push(Keep::Obj(obj.clone().unbind()));
         for k in &self.keep {
             if let Keep::Alloc(a) = k {
                 keep.push(Keep::Alloc(a.clone()));
