@@ -193,3 +193,53 @@ pub fn pending() -> usize {
 pub fn kept_for_foreign_captures() -> usize {
     FOREIGN.lock().unwrap_or_else(|e| e.into_inner()).len()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::builtin;
+    use crate::dynamic::{AnyModule, Code};
+    use crate::{KernelArgs, LaunchConfig};
+
+    /// Counts its drops.
+    struct Owner(Arc<AtomicUsize>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn sleep_on(s: &AnyStream, ns: u64) {
+        let dev = s.device();
+        let m = AnyModule::load(&dev, &Code::Builtin, "keep-test", &[]).unwrap();
+        let k = m.kernel(builtin::SLEEP_NS).unwrap();
+        let mut args = KernelArgs::new();
+        args.push(&ns);
+        // SAFETY: the built-in sleep takes one u64 and touches no memory.
+        unsafe { k.launch(LaunchConfig::linear(1, 1), &args, s) }.unwrap();
+    }
+
+    #[test]
+    fn owners_go_only_after_their_work_and_in_stream_order() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        // Warm the pool: a marker seen complete is recorded again below.
+        keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+        s.synchronize().unwrap();
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        sleep_on(&s, 200_000_000);
+        for _ in 0..10 {
+            keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+        }
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "owners of pending work were dropped");
+        s.synchronize().unwrap();
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 11);
+    }
+}
