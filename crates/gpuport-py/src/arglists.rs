@@ -355,7 +355,7 @@ fn is_ctypes_value(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     if ct.metas.iter().any(|m| m.bind(py).is(&meta)) {
         return Ok(true);
     }
-    if meta.is(&py.get_type::<PyType>()) {
+    if meta.is(py.get_type::<PyType>()) {
         return Ok(false);
     }
     obj.is_instance(ct.bases.bind(py).as_any())

@@ -2,9 +2,12 @@
 //! memcpy (direction given or inferred), memset, modules and kernel launch,
 //! taking every pointer argument through the adapters of [`crate::adapters`].
 //!
-//! Asynchronous work keeps its operands alive: after enqueuing, an event is
-//! recorded and the operands (held buffers, allocations, Python objects) are
-//! parked until the event completes; every runtime call prunes completed ones.
+//! Asynchronous work keeps its operands alive: after enqueuing, the operands
+//! that hold memory (held buffers, allocations, Python objects) are parked
+//! behind a marker event recorded on the stream until it completes (see
+//! `gpuport::dynamic::keep`); every runtime call prunes completed ones. A
+//! launch whose arguments hold no memory parks nothing: the driver copies
+//! argument bytes during the launch call.
 
 use gpuport::backend::builtin;
 use gpuport::dynamic::raw::{self, Side};
