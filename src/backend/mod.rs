@@ -425,6 +425,12 @@ impl KernelArgs {
         Self::default()
     }
 
+    /// An empty list with room for `args` arguments of up to 16 bytes each
+    /// without reallocating (a launch from Python knows its count up front).
+    pub fn with_capacity(args: usize) -> Self {
+        KernelArgs { words: Vec::with_capacity(args), spans: Vec::with_capacity(args), owners: Vec::new() }
+    }
+
     /// Appends a by-value argument.
     pub fn push<T: KernelArg>(&mut self, value: &T) -> &mut Self {
         let size = std::mem::size_of::<T>();
@@ -616,6 +622,13 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     fn is_idle(&self, stream: &Stream<Self::B>) -> Result<bool>;
     /// Creates an event (with timing enabled).
     fn create_event(&self) -> Result<Event<Self::B>>;
+    /// Creates an event for ordering and completion queries only: no
+    /// timing ([`elapsed_ms`](Self::elapsed_ms) may refuse it), which makes
+    /// recording it cheaper on GPUs (`CU_EVENT_DISABLE_TIMING`). The
+    /// default is [`create_event`](Self::create_event).
+    fn create_marker_event(&self) -> Result<Event<Self::B>> {
+        self.create_event()
+    }
     /// Records `event` at the current end of `stream`.
     fn record_event(&self, event: &Event<Self::B>, stream: &Stream<Self::B>) -> Result<()>;
     /// Makes later work on `stream` wait until `event` completes (no host wait).

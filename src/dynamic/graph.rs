@@ -122,7 +122,7 @@ pub trait ReplayUse: Send + Sync {
 struct ReplayUses(Mutex<Vec<Arc<dyn ReplayUse>>>);
 
 /// A stream, named across clones: backend, device ordinal, `Device::stream_id`.
-type StreamKey = (BackendKind, usize, u64);
+pub(crate) type StreamKey = (BackendKind, usize, u64);
 
 static RUNNING_COUNT: AtomicUsize = AtomicUsize::new(0);
 static RUNNING: Mutex<Vec<(StreamKey, Bag, Arc<ReplayUses>)>> = Mutex::new(Vec::new());
@@ -185,9 +185,11 @@ impl AnyStream {
         on_backend!(self, v => v.device.stream_id(&v.item))
     }
 
-    fn key(&self) -> Option<StreamKey> {
-        let id = self.id()?;
-        Some((self.device().backend(), self.device().info().ordinal, id))
+    /// (backend, ordinal, stream id): names this stream and its clones
+    /// process-wide, or `None` where the backend cannot tell streams apart.
+    pub(crate) fn key(&self) -> Option<StreamKey> {
+        let backend = self.backend();
+        on_backend!(self, v => v.device.stream_id(&v.item).map(|id| (backend, v.device.info().ordinal, id)))
     }
 
     /// Whether the stream is capturing (the driver's answer on GPUs, so a

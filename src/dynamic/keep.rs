@@ -16,18 +16,73 @@
 //! assert_eq!(keep::pending(), 0);
 //! # Ok::<(), gpuport::Error>(())
 //! ```
+//!
+//! # Cost per parked operation
+//!
+//! This runs once per asynchronous call from Python (every launch with
+//! arguments to keep), so it is built to cost little:
+//!
+//! - The marker event recorded after the work is timing-free
+//!   ([`AnyStream::record_marker`]) and comes from a small pool of events
+//!   whose earlier record has completed and whose owners were dropped, so a
+//!   GPU records an event that exists instead of creating and destroying
+//!   one per call.
+//! - Parked operations sit in one queue per stream (a *lane*), oldest
+//!   first. A stream runs its work in order, so its markers complete in the
+//!   order they were recorded: [`prune`] asks the oldest marker of each lane
+//!   and stops at the first that is not complete, instead of asking every
+//!   parked operation's event (one query per busy stream, plus one per
+//!   operation it releases).
+//!
+//! # Soundness
+//!
+//! Owners are dropped only when *their own* marker reports complete (or
+//! cannot be asked at all because its device failed, when nothing will run
+//! any more). A marker is recorded on the stream after the work it guards
+//! was enqueued there, so it completes only once that work has. Stopping a
+//! lane's scan at the first incomplete marker only keeps owners longer: it
+//! never releases anything whose marker was not seen complete. An event
+//! returns to the pool only after its record was seen complete and its
+//! entry removed, so no parked operation refers to it any more when it is
+//! recorded again.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use super::graph::StreamKey;
 use super::stream::{AnyEvent, AnyStream};
-use crate::error::Result;
+use crate::error::{BackendKind, Result};
 
 struct Parked {
     done: AnyEvent,
     _owners: Box<dyn Send>,
 }
 
-static PARKED: Mutex<Vec<Parked>> = Mutex::new(Vec::new());
+/// The parked operations of one stream, oldest first.
+struct Lane {
+    /// `None` for streams the backend cannot tell apart: such a lane's
+    /// markers may come from several streams, so every one is asked.
+    key: Option<StreamKey>,
+    backend: BackendKind,
+    ordinal: usize,
+    queue: VecDeque<Parked>,
+}
+
+struct State {
+    lanes: Vec<Lane>,
+    /// Marker events whose last record has completed, free to record again:
+    /// (backend, ordinal, event).
+    pool: Vec<(BackendKind, usize, AnyEvent)>,
+}
+
+/// Events kept for reuse, at most (per process).
+const POOL_MAX: usize = 64;
+
+static STATE: Mutex<State> = Mutex::new(State { lanes: Vec::new(), pool: Vec::new() });
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Owners of work captured into graphs gpuport cannot see (see the module docs).
 static FOREIGN: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
@@ -45,8 +100,31 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
         FOREIGN.lock().unwrap_or_else(|e| e.into_inner()).push(owners);
         return Ok(());
     }
-    let done = stream.record()?;
-    PARKED.lock().unwrap_or_else(|e| e.into_inner()).push(Parked { done, _owners: owners });
+    let backend = stream.backend();
+    let ordinal = stream.device().info().ordinal;
+    let reuse = {
+        let mut st = state();
+        let at = st.pool.iter().rposition(|(b, o, _)| *b == backend && *o == ordinal);
+        at.map(|i| st.pool.swap_remove(i).2)
+    };
+    // Recorded outside the lock: a driver call (or the host worker's queue).
+    let done = stream.record_marker(reuse)?;
+    let key = stream.key();
+    let mut st = state();
+    let parked = Parked { done, _owners: owners };
+    match key.and_then(|k| st.lanes.iter_mut().find(|l| l.key == Some(k))) {
+        Some(lane) => lane.queue.push_back(parked),
+        None => {
+            let lane = match key {
+                Some(_) => None,
+                None => st.lanes.iter_mut().find(|l| l.key.is_none() && l.backend == backend && l.ordinal == ordinal),
+            };
+            match lane {
+                Some(lane) => lane.queue.push_back(parked),
+                None => st.lanes.push(Lane { key, backend, ordinal, queue: VecDeque::from([parked]) }),
+            }
+        }
+    }
     Ok(())
 }
 
@@ -54,32 +132,114 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
 /// device forbids waits (CUDA and HIP count an event query among the calls
 /// that invalidate a capture in Global mode, from any thread, or in
 /// ThreadLocal mode, from its thread); such owners wait for the next prune.
-fn may_query(dev: &crate::AnyDevice) -> bool {
-    crate::backend::graph::check_device_wide_wait(dev.backend(), dev.info().ordinal, "prune").is_ok()
+fn may_query(backend: BackendKind, ordinal: usize) -> bool {
+    crate::backend::graph::check_device_wide_wait(backend, ordinal, "prune").is_ok()
 }
 
 /// Drops the owners of completed work (an event that cannot be queried
 /// counts as complete: its device failed, and nothing will run). Work on a
 /// device where a capture forbids event queries is left for a later prune.
+///
+/// Asks the oldest marker of each stream with parked work, and the next
+/// ones only while they are complete (see the module docs).
 pub fn prune() {
-    let done: Vec<Parked> = {
-        let mut p = PARKED.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *p)
-            .into_iter()
-            .partition(|x| may_query(&x.done.device()) && x.done.is_complete().unwrap_or(true));
-        *p = keep;
-        done
-    };
+    let mut released: Vec<Parked> = Vec::new();
+    {
+        let mut st = state();
+        if st.lanes.is_empty() {
+            return;
+        }
+        let State { lanes, pool } = &mut *st;
+        lanes.retain_mut(|lane| {
+            if !may_query(lane.backend, lane.ordinal) {
+                return true;
+            }
+            if lane.key.is_none() {
+                // Markers of several streams: ask each.
+                let (done, keep): (VecDeque<_>, VecDeque<_>) =
+                    std::mem::take(&mut lane.queue).into_iter().partition(|p| p.done.is_complete().unwrap_or(true));
+                lane.queue = keep;
+                released.extend(done);
+                return !lane.queue.is_empty();
+            }
+            while let Some(front) = lane.queue.front() {
+                match front.done.is_complete() {
+                    Ok(false) => break,
+                    Ok(true) => {
+                        let Some(p) = lane.queue.pop_front() else { break };
+                        if pool.len() < POOL_MAX {
+                            // Its owners go below; the event is free to record again.
+                            pool.push((lane.backend, lane.ordinal, p.done.clone()));
+                        }
+                        released.push(p);
+                    }
+                    // Not to be recorded again: dropped with its owners.
+                    Err(_) => released.extend(lane.queue.pop_front()),
+                }
+            }
+            !lane.queue.is_empty()
+        });
+    }
     // Dropped outside the lock: an owner's drop may park more work.
-    drop(done);
+    drop(released);
 }
 
 /// Number of parked operations, completed or not.
 pub fn pending() -> usize {
-    PARKED.lock().unwrap_or_else(|e| e.into_inner()).len()
+    state().lanes.iter().map(|l| l.queue.len()).sum()
 }
 
 /// Number of operations whose owners are kept for captures gpuport did not begin.
 pub fn kept_for_foreign_captures() -> usize {
     FOREIGN.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::builtin;
+    use crate::dynamic::{AnyModule, Code};
+    use crate::{KernelArgs, LaunchConfig};
+
+    /// Counts its drops.
+    struct Owner(Arc<AtomicUsize>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn sleep_on(s: &AnyStream, ns: u64) {
+        let dev = s.device();
+        let m = AnyModule::load(&dev, &Code::Builtin, "keep-test", &[]).unwrap();
+        let k = m.kernel(builtin::SLEEP_NS).unwrap();
+        let mut args = KernelArgs::new();
+        args.push(&ns);
+        // SAFETY: the built-in sleep takes one u64 and touches no memory.
+        unsafe { k.launch(LaunchConfig::linear(1, 1), &args, s) }.unwrap();
+    }
+
+    #[test]
+    fn owners_go_only_after_their_work_and_in_stream_order() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        // Warm the pool: a marker seen complete is recorded again below.
+        keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+        s.synchronize().unwrap();
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        sleep_on(&s, 200_000_000);
+        for _ in 0..10 {
+            keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+        }
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "owners of pending work were dropped");
+        s.synchronize().unwrap();
+        prune();
+        assert_eq!(dropped.load(Ordering::SeqCst), 11);
+    }
 }

@@ -115,6 +115,32 @@ impl AnyStream {
         on_backend!(self, v => record_on(&v.device, &v.item))
     }
 
+    /// Records a marker at the end of the stream, for completion queries
+    /// and waits only (no timing: cheaper to record on GPUs). `reuse`, an
+    /// event of this stream's device that nobody waits for or queries any
+    /// more, is recorded again instead of creating one (an event's state is
+    /// that of its latest record); an event of another device is dropped
+    /// and a new one made.
+    pub fn record_marker(&self, reuse: Option<AnyEvent>) -> Result<AnyEvent> {
+        if let Some(ev) = reuse {
+            let recorded = on_backends!((self, &ev), (s, e) => {
+                if s.device.info().ordinal == e.device.info().ordinal {
+                    s.device.record_event(&e.item, &s.item).map(|()| true)
+                } else {
+                    Ok(false)
+                }
+            }, else => Ok(false))?;
+            if recorded {
+                return Ok(ev);
+            }
+        }
+        on_backend!(self, v => {
+            let ev = v.device.create_marker_event()?;
+            v.device.record_event(&ev, &v.item)?;
+            Ok(event_on(&v.device, ev))
+        })
+    }
+
     /// Makes later work on this stream wait for `event` (no host wait).
     pub fn wait(&self, event: &AnyEvent) -> Result<()> {
         on_backends!((self, event), (s, e) => s.device.wait_event(&s.item, &e.item),

@@ -40,7 +40,8 @@ use gpuport::dynamic::raw::RawRange;
 use gpuport::{AnyDevice, BackendKind, MemoryKind};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PySlice, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PySlice, PyTuple, PyType};
 
 use crate::buffer::{Acquired, HeldBuffer};
 use crate::cai::{itemsize_of, layout, CaiDesc};
@@ -179,7 +180,9 @@ impl Ptr {
 
     /// Another `Ptr` to the same memory (buffers are kept through `obj`).
     fn share(&self, obj: &Bound<'_, PyAny>) -> Ptr {
-        let mut keep: Vec<Keep> = vec![Keep::Obj(obj.clone().unbind())];
+        let allocs = self.keep.iter().filter(|k| matches!(k, Keep::Alloc(_))).count();
+        let mut keep: Vec<Keep> = Vec::with_capacity(1 + allocs);
+        keep.push(Keep::Obj(obj.clone().unbind()));
         for k in &self.keep {
             if let Keep::Alloc(a) = k {
                 keep.push(Keep::Alloc(a.clone()));
@@ -239,8 +242,51 @@ fn state<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
     }
 }
 
-fn ctypes_void_p<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-    py.import("ctypes")?.getattr("c_void_p")
+/// `ctypes.c_void_p`, looked up once.
+fn ctypes_void_p(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static C_VOID_P: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let t = C_VOID_P.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        Ok(py.import("ctypes")?.getattr("c_void_p")?.cast_into::<PyType>()?.unbind())
+    })?;
+    Ok(t.bind(py))
+}
+
+/// Static types (not heap types: built-ins, `numpy.ndarray`, `array.array`)
+/// whose instances were found without `__cuda_array_interface__` and have
+/// no instance `__dict__`: their attributes are fixed (a static type cannot
+/// be given attributes, nor can such an instance), so the next instance is
+/// not asked again. Asking raises an AttributeError, which costs more than
+/// the rest of the conversion of a buffer.
+static NO_CAI: Mutex<Vec<Py<PyType>>> = Mutex::new(Vec::new());
+
+/// Types remembered in `NO_CAI`, at most.
+const NO_CAI_MAX: usize = 32;
+
+/// `obj.__cuda_array_interface__`, or `None` where it has none (as
+/// `hasattr`: only an AttributeError counts as none).
+fn cuda_array_interface<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let py = obj.py();
+    let ty = obj.get_type();
+    let known = |t: &Py<PyType>| t.as_ptr() == ty.as_ptr();
+    if NO_CAI.lock().unwrap_or_else(|p| p.into_inner()).iter().any(known) {
+        return Ok(None);
+    }
+    match obj.getattr(pyo3::intern!(py, "__cuda_array_interface__")) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => {
+            // SAFETY: `ty` is a live type object (held by `obj`), and we hold the GIL.
+            let flags = unsafe { pyo3::ffi::PyType_GetFlags(ty.as_type_ptr()) };
+            let heap = flags & pyo3::ffi::Py_TPFLAGS_HEAPTYPE != 0;
+            if !heap && !obj.hasattr(pyo3::intern!(py, "__dict__"))? {
+                let mut no = NO_CAI.lock().unwrap_or_else(|p| p.into_inner());
+                if no.len() < NO_CAI_MAX && !no.iter().any(known) {
+                    no.push(ty.unbind());
+                }
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// What the caller needs of a pointer argument.
@@ -289,13 +335,13 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         return Ok(Ptr::raw(addr));
     }
     // 4. ctypes.c_void_p
-    if obj.is_instance(&ctypes_void_p(py)?)? {
+    if obj.is_instance(ctypes_void_p(py)?.as_any())? {
         let v = obj.getattr("value")?;
         return Ok(if v.is_none() { Ptr::null() } else { Ptr::raw(v.extract()?) });
     }
     // 5. the CUDA Array Interface: its shape, strides and type give the extent.
-    if obj.hasattr("__cuda_array_interface__")? {
-        let desc = CaiDesc::read(obj)?;
+    if let Some(cai) = cuda_array_interface(obj)? {
+        let desc = CaiDesc::from_value(&cai)?;
         let layout = desc.layout()?;
         let addr = desc.data;
         let mut p = match Alloc::find(addr) {

@@ -25,7 +25,11 @@ struct RawBuffer {
 
 impl RawBuffer {
     fn empty() -> Box<RawBuffer> {
-        Box::new(RawBuffer {
+        Box::new(RawBuffer::zeroed())
+    }
+
+    fn zeroed() -> RawBuffer {
+        RawBuffer {
             buf: std::ptr::null_mut(),
             obj: std::ptr::null_mut(),
             len: 0,
@@ -37,7 +41,7 @@ impl RawBuffer {
             strides: std::ptr::null_mut(),
             suboffsets: std::ptr::null_mut(),
             internal: std::ptr::null_mut(),
-        })
+        }
     }
 }
 
@@ -110,6 +114,31 @@ impl HeldBuffer {
     pub fn writable(&self) -> bool {
         self.view.readonly == 0
     }
+}
+
+/// A copy of the bytes of `obj`'s contiguous buffer export (a ctypes value:
+/// what `bytes(obj)` gives), or `None` when it exports no contiguous
+/// buffer. The export is released before returning; no Python code runs
+/// but the exporter's own buffer slots.
+pub fn copy_bytes(obj: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
+    let mut view = RawBuffer::zeroed();
+    // SAFETY: `obj` is a live object and we hold the GIL (its `Bound`);
+    // `view` is a writable `Py_buffer`, released below on success.
+    if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut view, PYBUF_ANY_CONTIGUOUS) } != 0 {
+        drop(PyErr::fetch(obj.py()));
+        return None;
+    }
+    let len = view.len.max(0) as usize;
+    let bytes = if len == 0 || view.buf.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: a successful contiguous request exposes `len` readable
+        // bytes at `buf` until the release below.
+        unsafe { std::slice::from_raw_parts(view.buf as *const u8, len) }.to_vec()
+    };
+    // SAFETY: filled by the successful call above; released once, with the GIL.
+    unsafe { PyBuffer_Release(&mut view) };
+    Some(bytes)
 }
 
 /// `"shape (4, 2), strides (16, 4) bytes"` when `obj` exports a strided

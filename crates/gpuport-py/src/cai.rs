@@ -103,7 +103,12 @@ impl CaiDesc {
     /// Reads `obj.__cuda_array_interface__`: `data` is required; a `version`
     /// present must be one the interface defines (0 to 3).
     pub fn read(obj: &Bound<'_, PyAny>) -> PyResult<CaiDesc> {
-        let cai = obj.getattr("__cuda_array_interface__")?;
+        Self::from_value(&obj.getattr("__cuda_array_interface__")?)
+    }
+
+    /// Reads the value of an object's `__cuda_array_interface__` attribute
+    /// (for a caller that already fetched it: a property may be costly).
+    pub fn from_value(cai: &Bound<'_, PyAny>) -> PyResult<CaiDesc> {
         let cai = cai.cast::<PyDict>().map_err(|_| PyTypeError::new_err("__cuda_array_interface__ must be a dict"))?;
         let item = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> { Ok(cai.get_item(k)?.filter(|v| !v.is_none())) };
         let bad =

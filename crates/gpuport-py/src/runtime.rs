@@ -2,19 +2,22 @@
 //! memcpy (direction given or inferred), memset, modules and kernel launch,
 //! taking every pointer argument through the adapters of [`crate::adapters`].
 //!
-//! Asynchronous work keeps its operands alive: after enqueuing, an event is
-//! recorded and the operands (held buffers, allocations, Python objects) are
-//! parked until the event completes; every runtime call prunes completed ones.
+//! Asynchronous work keeps its operands alive: after enqueuing, the operands
+//! that hold memory (held buffers, allocations, Python objects) are parked
+//! behind a marker event recorded on the stream until it completes (see
+//! `gpuport::dynamic::keep`); every runtime call prunes completed ones. A
+//! launch whose arguments hold no memory parks nothing: the driver copies
+//! argument bytes during the launch call.
 
 use gpuport::backend::builtin;
 use gpuport::dynamic::raw::{self, Side};
 use gpuport::{AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 
 use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray};
-use crate::arglists::{Arg, PyKernelArgs, PyListOfBytes};
+use crate::arglists::{holds_memory, kernel_args_of, pack_args, Arg, PyKernelArgs, PyListOfBytes};
 use crate::device::{resolve_device, resolve_stream, AnyStream};
 use crate::errors::{self, IntoPyResult};
 use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
@@ -28,7 +31,7 @@ fn prune() {
 }
 
 /// Keeps `owners` alive until the work enqueued on `s` so far has run.
-fn park(py: Python<'_>, s: &AnyStream, owners: Vec<Ptr>) -> PyResult<()> {
+fn park<T: Send + 'static>(py: Python<'_>, s: &AnyStream, owners: T) -> PyResult<()> {
     keep::keep_until_done(s, Box::new(owners)).py_err(py)
 }
 
@@ -628,6 +631,20 @@ pub fn module_get_function(py: Python<'_>, module: &Bound<'_, PyModule_>, name: 
 
 fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
     let err = || PyTypeError::new_err(format!("{what} is an int or a tuple of 1 to 3 ints (x, y, z)"));
+    // The common shapes first, without a failed conversion's exception.
+    if obj.is_instance_of::<PyInt>() {
+        return obj.extract::<u32>().map(|x| [x, 1, 1]).map_err(|_| err());
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        if t.is_empty() || t.len() > 3 {
+            return Err(err());
+        }
+        let mut out = [1u32; 3];
+        for (o, v) in out.iter_mut().zip(t.iter()) {
+            *o = v.extract().map_err(|_| err())?;
+        }
+        return Ok(out);
+    }
     if let Ok(x) = obj.extract::<u32>() {
         return Ok([x, 1, 1]);
     }
@@ -642,8 +659,7 @@ fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
 
 /// The host backend runs built-ins on the host, so pointer arguments must be
 /// memory gpuport holds, with room for what the kernel writes.
-fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResult<Option<Ptr>> {
-    let k = args.to_kernel_args();
+fn check_host_launch(py: Python<'_>, name: &str, args: &[Arg], k: &gpuport::KernelArgs) -> PyResult<Option<Ptr>> {
     match name {
         builtin::EMPTY | builtin::SLEEP_NS => Ok(None),
         builtin::FILL_U32 => {
@@ -656,7 +672,7 @@ fn check_host_launch(py: Python<'_>, name: &str, args: &PyKernelArgs) -> PyResul
             }
             // The target must be a pointer argument (or a live allocation) gpuport holds.
             let mut candidates: Vec<Ptr> = Vec::new();
-            if let Some(Arg::Pointer(p)) = args.args.first() {
+            if let Some(Arg::Pointer(p)) = args.first() {
                 if p.held() && p.host_accessible() && p.addr == ptr {
                     candidates.push(Ptr::held_at(p.addr, p.space.clone(), p.known_size().unwrap_or(0), p.writable, Vec::new()));
                 }
@@ -721,27 +737,62 @@ pub fn launch_kernel(
     prune();
     let f = func.get();
     let config = LaunchConfig { grid: dim3(grid, "grid")?, block: dim3(block, "block")?, shared_mem_bytes: shared_mem };
-    let args_obj: Bound<'_, PyKernelArgs> = match args.filter(|a| !a.is_none()) {
-        Some(a) => match a.cast::<PyKernelArgs>() {
-            Ok(k) => k.clone(),
-            Err(_) => Bound::new(py, PyKernelArgs::init(Some(a))?)?,
-        },
-        None => Bound::new(py, PyKernelArgs::init(None)?)?,
-    };
-    let ka = args_obj.get();
-    let kargs = ka.to_kernel_args();
     let dev = f.inner.device();
     let s = resolve_stream(py, &dev, stream)?;
-    let extra = if dev.backend() == BackendKind::Host { check_host_launch(py, &f.name, ka)? } else { None };
+    let host = dev.backend() == BackendKind::Host;
+    // The arguments: none, a KernelArgs (its pointer arguments' owners stay
+    // with it), or a list or tuple converted here, without a KernelArgs object.
+    enum Given<'a, 'py> {
+        Nothing,
+        Adapter(&'a Bound<'py, PyKernelArgs>),
+        List(Vec<Arg>),
+    }
+    let given = match args.filter(|a| !a.is_none()) {
+        None => Given::Nothing,
+        Some(a) => match a.cast::<PyKernelArgs>() {
+            Ok(k) => Given::Adapter(k),
+            Err(_) => Given::List(pack_args(a)?),
+        },
+    };
+    let (arg_list, kernel_args): (&[Arg], gpuport::KernelArgs) = match &given {
+        Given::Nothing => (&[], gpuport::KernelArgs::new()),
+        Given::Adapter(k) => (&k.get().args, k.get().to_kernel_args()),
+        Given::List(l) => (l, kernel_args_of(l)),
+    };
+    let extra = if host { check_host_launch(py, &f.name, arg_list, &kernel_args)? } else { None };
     // SAFETY: on the host backend the only kernels allowed are the checked
     // built-ins (their target range lies inside held memory of the right
     // size); on GPUs the arguments are the caller's contract, as with HIP's
-    // hipModuleLaunchKernel (documented). Pointer operands gpuport holds are
-    // parked until the launch has run.
-    unsafe { f.inner.launch(config, &kargs, &s) }.py_err_in(py, "launch_kernel")?;
-    let mut keep = vec![to_ptr(args_obj.as_any())?];
-    keep.extend(extra);
-    park(py, &s, keep)
+    // hipModuleLaunchKernel (documented). The memory behind pointer
+    // arguments gpuport holds is parked below until the launch has run.
+    unsafe { f.inner.launch(config, &kernel_args, &s) }.py_err_in(py, "launch_kernel")?;
+    // What must outlive the launch: the owners of its pointer arguments'
+    // memory (a DeviceArray, a held buffer or DLPack tensor, an allocation
+    // a raw address lies in), and the target `check_host_launch` found.
+    // Nothing else: the driver copies the argument bytes during the launch
+    // call (CUDA's and HIP's kernel parameters; the host backend clones them
+    // into its task), so a launch whose pointers hold nothing (no
+    // arguments, values only, NULL or raw device addresses, which are the
+    // caller's responsibility as in HIP) parks nothing and records no event.
+    if !holds_memory(arg_list) && extra.is_none() {
+        return Ok(());
+    }
+    match given {
+        // The adapter (frozen) keeps its pointer arguments' owners.
+        Given::Adapter(k) => park(py, &s, (k.clone().unbind(), extra)),
+        Given::List(list) => {
+            let owners: Vec<Ptr> = list
+                .into_iter()
+                .filter_map(|a| match a {
+                    Arg::Pointer(p) if !p.keep.is_empty() => Some(p),
+                    _ => None,
+                })
+                .chain(extra)
+                .collect();
+            park(py, &s, owners)
+        }
+        Given::Nothing => park(py, &s, extra),
+    }
 }
 
 /// Blocks until all work on ``device``'s default stream is done, and drops

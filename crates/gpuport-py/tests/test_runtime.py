@@ -1008,3 +1008,35 @@ def test_ctypes_scalar_as_in_out_argument(device):
     rt.memcpy(x, a, 8)
     assert x.value == -12345
     assert int(rt.Pointer(x)) == ctypes.addressof(x)
+
+
+def test_launch_parks_only_arguments_that_hold_memory():
+    f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+    s = gpuport.Stream("host")
+    s.synchronize()
+    assert gpuport._core._pending_operations() == 0
+    # Values and NULL: the launch copies the bytes, nothing is parked.
+    rt.launch_kernel(f, 1, 1, [None, ctypes.c_uint64(0), ctypes.c_uint32(1)], stream=s)
+    rt.launch_kernel(f, 1, 1, rt.KernelArgs([None, ctypes.c_uint64(0), ctypes.c_uint32(1)]), stream=s)
+    assert gpuport._core._pending_operations() == 0
+    # Memory gpuport holds is parked per launch (list, tuple and KernelArgs
+    # alike), kept while pending, and released once the stream passed it,
+    # with the marker events reused.
+    out = np.zeros(4, dtype=np.uint32)
+    for i in range(200):
+        a = rt.malloc(16, device="host")
+        args = [a, ctypes.c_uint64(4), ctypes.c_uint32(i)]
+        if i % 3 == 1:
+            args = tuple(args)
+        elif i % 3 == 2:
+            args = rt.KernelArgs(args)
+        rt.launch_kernel(f, 1, 4, args, stream=s)
+        rt.free(a)  # the pending launch still holds the allocation
+        del a, args
+    b = rt.malloc(16, device="host")
+    rt.launch_kernel(f, 1, 4, (b, ctypes.c_uint64(4), ctypes.c_uint32(7)), stream=s)
+    rt.memcpy_async(out, b, 16, stream=s)
+    s.synchronize()
+    assert (out == 7).all()
+    gc.collect()
+    assert gpuport._core._pending_operations() == 0

@@ -329,6 +329,10 @@ unsafe impl Driver for CudaDriver {
         check("cuEventCreate", cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT))
     }
 
+    fn event_create_untimed(&self) -> Result<sys::CUevent> {
+        check("cuEventCreate", cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+    }
+
     unsafe fn event_destroy(&self, event: sys::CUevent) -> Result<()> {
         // SAFETY: the caller's contract: created here, destroyed once.
         check("cuEventDestroy", unsafe { cu::event::destroy(event) })

@@ -336,6 +336,12 @@ impl<D: Driver> Device for GpuDevice<D> {
         Ok(GpuEvent::new(self.driver.clone(), raw))
     }
 
+    fn create_marker_event(&self) -> Result<GpuEvent<D>> {
+        self.driver.bind()?;
+        let raw = self.driver.event_create_untimed()?;
+        Ok(GpuEvent::new(self.driver.clone(), raw))
+    }
+
     fn record_event(&self, event: &GpuEvent<D>, stream: &GpuStream<D>) -> Result<()> {
         self.check_stream(stream)?;
         check_same_device("event", D::KIND, self.info.ordinal, event.driver().ordinal())?;

@@ -236,6 +236,10 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// Creates an event with timing enabled (the device is current).
     fn event_create(&self) -> Result<Self::Event>;
 
+    /// Creates an event with timing disabled, for ordering and completion
+    /// queries only (the device is current): cheaper to record.
+    fn event_create_untimed(&self) -> Result<Self::Event>;
+
     /// Destroys an event.
     ///
     /// # Safety

@@ -375,6 +375,15 @@ unsafe impl Driver for HipDriver {
         Ok(raw)
     }
 
+    fn event_create_untimed(&self) -> Result<sys::hipEvent_t> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the device is current; writes one handle.
+        check("hipEventCreateWithFlags", unsafe {
+            (self.api().hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming)
+        })?;
+        Ok(raw)
+    }
+
     unsafe fn event_destroy(&self, event: sys::hipEvent_t) -> Result<()> {
         // SAFETY: the caller's contract: created here, destroyed once.
         check("hipEventDestroy", unsafe { (self.api().hipEventDestroy)(event) })

@@ -196,6 +196,8 @@ pub const HIPRTC_ERROR_COMPILATION: hiprtcResult = 6;
 pub const hipStreamNonBlocking: c_uint = 0x1;
 /// `hipEventDefault`.
 pub const hipEventDefault: c_uint = 0x0;
+/// `hipEventDisableTiming`.
+pub const hipEventDisableTiming: c_uint = 0x2;
 /// `hipHostMallocPortable`: pinned for every device.
 pub const hipHostMallocPortable: c_uint = 0x1;
 /// `hipHostMallocMapped`: mapped into the device's address space (`hipHostGetDevicePointer`).
