@@ -218,7 +218,11 @@ where
     let results = two_ranks(&devs, Duration::from_secs(3), |rank, mut comm| {
         comm.set_timeout(Duration::from_secs(3)).unwrap();
         if rank == 1 {
-            return None; // rank 1 leaves without calling (its communicator is dropped)
+            // Rank 1 dies without calling: a dead process runs no clean-up,
+            // so its communicator is aborted (freed without waiting for
+            // peers), not destroyed.
+            comm.abort().unwrap();
+            return None;
         }
         let d = comm.device().clone();
         let mut a = MemArray::<f32, 1, D>::zeros(&d, [1024]).unwrap();

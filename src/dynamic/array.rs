@@ -169,6 +169,15 @@ pub trait DynArray: Send + Sync {
     /// Runs the built-in `add_index` kernel on the array (captured on a
     /// capturing stream; see `MemArray::after_replay`).
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
+    /// Runs `enqueue` with the address of the array's device copy, ordered
+    /// on `s` as a kernel method is (see `MemArray::with_device_data`).
+    fn with_device_data(
+        &mut self,
+        what: &'static str,
+        writes: bool,
+        s: &AnyStream,
+        enqueue: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()>;
     /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_owner`).
     fn device_copy_owner(&self) -> Option<Owner>;
     /// Orders `s` after the array's pending work, before a replay on `s`.
@@ -242,6 +251,16 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     }
     fn dl_device(&self, loc: Location) -> DLDevice {
         self.a.dl_device(loc)
+    }
+    fn with_device_data(
+        &mut self,
+        what: &'static str,
+        writes: bool,
+        s: &AnyStream,
+        enqueue: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        let st = self.stream(s)?.clone();
+        self.a.with_device_data(what, writes, &st, None, enqueue)
     }
     fn order_on(&self, consumer: &AnyStream) -> Result<()> {
         match self.a.pending_event() {
@@ -600,6 +619,55 @@ impl AnyArray {
                 s.refuse_in_capture("add_index", IMPORT_NOT_CAPTURED)?;
                 f.check_lock("add_index", lock.map(|l| l.0))?;
                 f.add_index_imported(s).map(|()| None)
+            }
+        }
+    }
+
+    /// Runs `enqueue` with the address of the array's data on its device,
+    /// for work another module enqueues on `s` (a collective): an owned
+    /// array moves to the device first and records the work as its pending
+    /// work, as its kernel methods do; an import gives its memory when it
+    /// is the device's own (the caller keeps the import alive until `s`
+    /// has run the work). `writes`: the work writes the data.
+    pub fn with_device_data(
+        &mut self,
+        what: &'static str,
+        writes: bool,
+        s: &AnyStream,
+        enqueue: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.with_device_data(what, writes, s, enqueue),
+            AnyArray::Imported(f) => {
+                if writes && f.read_only {
+                    return Err(DLPackError::ReadOnly.into());
+                }
+                if !f.is_row_major() {
+                    return Err(Error::InvalidArgument {
+                        name: "array",
+                        reason: format!(
+                            "{what} needs compact row-major memory; the import has strides {:?}",
+                            f.strides
+                        ),
+                    });
+                }
+                let own = match f.device.backend() {
+                    BackendKind::Host => f.dl.device_type == crate::dlpack::ffi::DLDeviceType::CPU,
+                    b => {
+                        f.dl == crate::dlpack::dl_device(b, crate::backend::MemoryKind::Device, f.device.info().ordinal)
+                    }
+                };
+                if !own {
+                    return Err(Error::InvalidArgument {
+                        name: "array",
+                        reason: format!(
+                            "{what} needs the memory of {}; the import's memory is DLPack device {:?}",
+                            f.device.info().spec(),
+                            f.dl
+                        ),
+                    });
+                }
+                enqueue(f.data)
             }
         }
     }

@@ -18,10 +18,15 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::adapters::{to_range, Ptr};
+use crate::adapters::{to_range, Keep, Ptr};
+use crate::device::spec;
 use crate::device::{resolve_device, resolve_stream, PyDevice};
 use crate::dtype::dtype_from_py;
+use crate::errors;
 use crate::errors::IntoPyResult;
+use crate::memarray::PyMemArray;
+use gpuport::dynamic::AnyArray;
+use gpuport::{AnyDevice, BackendKind};
 
 /// The key-value store through which the ranks of a job meet (rank 0
 /// hosts it), as ``torch.distributed.TCPStore``.
@@ -171,6 +176,112 @@ fn op_kind(kind: &str, op: &str, root: usize, peer: usize) -> PyResult<OpKind> {
     })
 }
 
+/// One side of a collective: a gpuport array (its device copy, ordered by
+/// the array itself), another object's memory, or nothing.
+enum Operand<'py> {
+    None,
+    Array(Bound<'py, PyMemArray>),
+    Raw(Ptr),
+}
+
+impl<'py> Operand<'py> {
+    /// Resolves `obj` as operand `what` of `elems` elements of `op`, on
+    /// the communicator's device `dev`.
+    fn resolve(
+        py: Python<'py>,
+        obj: Option<&Bound<'py, PyAny>>,
+        what: &'static str,
+        elems: usize,
+        writes: bool,
+        op: &Op,
+        dev: &AnyDevice,
+    ) -> PyResult<Self> {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else {
+            if elems > 0 {
+                return Err(PyValueError::new_err(format!("{op}: {what} is needed ({elems} elements)")));
+            }
+            return Ok(Operand::None);
+        };
+        let bytes = elems
+            .checked_mul(op.dtype.itemsize())
+            .ok_or_else(|| PyValueError::new_err(format!("{op}: too many elements")))?;
+        if let Ok(a) = obj.cast::<PyMemArray>() {
+            let m = &a.get().meta;
+            if !gpuport::dynamic::same_device(&m.device, dev) {
+                return Err(errors::to_py(
+                    py,
+                    gpuport::Error::DeviceMismatch { what, expected: spec(dev), found: spec(&m.device) },
+                ));
+            }
+            let have = m.shape.iter().product::<usize>().saturating_mul(m.dtype.itemsize());
+            if have < bytes {
+                return Err(PyValueError::new_err(format!(
+                    "{op}: {what} holds {have} bytes, and the collective needs {bytes}"
+                )));
+            }
+            return Ok(Operand::Array(a.clone()));
+        }
+        let ptr = to_range(obj, what)?;
+        let range = ptr.range();
+        range.check_size(bytes, what).py_err(py)?;
+        if writes && !range.is_writable() {
+            return Err(PyValueError::new_err(format!("{op}: {what} is read-only")));
+        }
+        if bytes > 0 {
+            check_place(py, &range, what, dev)?;
+        }
+        Ok(Operand::Raw(ptr))
+    }
+
+    fn address(&self) -> u64 {
+        match self {
+            Operand::Raw(p) => p.range().addr(),
+            _ => 0,
+        }
+    }
+
+    /// What must stay alive until the stream has run the collective.
+    fn into_kept(self) -> Option<Ptr> {
+        match self {
+            Operand::None => None,
+            Operand::Raw(p) => Some(p),
+            // An import's memory lives as long as its array object.
+            Operand::Array(a) => Some(Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() }),
+        }
+    }
+}
+
+/// Refuses memory the communicator's engine cannot use: a GPU engine's
+/// operands are its device's memory (host memory would be a fault on the
+/// device); the host engine reads and writes held host memory only.
+fn check_place(
+    py: Python<'_>,
+    range: &gpuport::dynamic::raw::RawRange,
+    what: &'static str,
+    dev: &AnyDevice,
+) -> PyResult<()> {
+    use gpuport::dynamic::raw::Place;
+    if dev.backend() == BackendKind::Host {
+        if range.host_accessible() && range.is_held() {
+            return Ok(());
+        }
+        return Err(PyValueError::new_err(format!(
+            "{what}: the host communicator reads and writes host memory it can check; pass the array or buffer \
+             object (a raw address is not dereferenced)"
+        )));
+    }
+    match range.place() {
+        Place::Host | Place::Pinned(_) | Place::Null => Err(PyValueError::new_err(format!(
+            "{what} is host memory; a {} communicator needs memory of its device: move the array there first",
+            spec(dev)
+        ))),
+        Place::Device(Some(d)) | Place::Managed(d) if !gpuport::dynamic::same_device(d, dev) => {
+            Err(errors::to_py(py, gpuport::Error::DeviceMismatch { what, expected: spec(dev), found: spec(d) }))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl PyCommunicator {
     fn lock(&self) -> MutexGuard<'_, AnyCommunicator> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -312,46 +423,57 @@ impl PyCommunicator {
         let op = Op { kind: op_kind(kind, op, root, peer)?, dtype: dtype_from_py(dtype)?, count };
         let comm = self.lock();
         let size = comm.size();
-        let itemsize = op.dtype.itemsize();
-        let mut operands = Vec::new();
-        let mut address = |obj: Option<&Bound<'_, PyAny>>, what: &'static str, elems: usize, writes: bool| {
-            let Some(obj) = obj.filter(|o| !o.is_none()) else {
-                if elems > 0 {
-                    return Err(PyValueError::new_err(format!("{op}: {what} is needed ({elems} elements)")));
-                }
-                return Ok(0);
-            };
-            let ptr = to_range(obj, what)?;
-            let range = ptr.range();
-            range.check_size(elems * itemsize, what).py_err(py)?;
-            if writes && !range.is_writable() {
-                return Err(PyValueError::new_err(format!("{op}: {what} is read-only")));
-            }
-            let addr = range.addr();
-            operands.push(ptr);
-            Ok(addr)
-        };
-        let s_addr = address(send, "send", op.send_len(size), false)?;
-        let r_addr = address(recv, "recv", op.recv_len(size), true)?;
         let dev = comm.device();
         let s = resolve_stream(py, &dev, stream)?;
+        let send = Operand::resolve(py, send, "send", op.send_len(size), false, &op, &dev)?;
+        let recv = Operand::resolve(py, recv, "recv", op.recv_len(size), true, &op, &dev)?;
+        // A gpuport array as both operands (in place) is entered once.
+        let same = matches!((&send, &recv), (Operand::Array(a), Operand::Array(b)) if a.is(b));
+        let mut send_state = match &send {
+            Operand::Array(a) => Some(a.get().state(py)?),
+            _ => None,
+        };
+        let mut recv_state = match &recv {
+            Operand::Array(a) if !same => Some(a.get().state(py)?),
+            _ => None,
+        };
+        let (send_addr, recv_addr) = (send.address(), recv.address());
         let c: &AnyCommunicator = &comm;
+        let name = op.kind.name();
+        let (sa, ra): (Option<&mut AnyArray>, Option<&mut AnyArray>) =
+            (send_state.as_deref_mut(), recv_state.as_deref_mut());
         py.detach(|| {
-            // SAFETY: each address was checked against the size its object
-            // holds (or is the caller's raw pointer, as in runtime.memcpy),
-            // and the objects are parked below until the stream has run the
-            // collective (after the group's end, inside a group).
-            unsafe { c.enqueue_raw(&op, s_addr, r_addr, &s) }
-        })
-        .py_err_in(py, op.kind.name())?;
-        let deferred = GROUP.with(|g| match g.borrow_mut().as_mut() {
-            Some(list) => {
-                list.push((s.clone(), std::mem::take(&mut operands)));
-                true
+            let run = |sp: u64, rp: u64| {
+                // SAFETY: raw operands were checked against the size their
+                // object holds (or are the caller's raw device pointer, as
+                // in runtime.memcpy) and are parked below until the stream
+                // has run the collective (after the group's end, inside a
+                // group); a gpuport array gives its device copy through
+                // `with_device_data`, which records the collective as the
+                // array's pending work.
+                unsafe { c.enqueue_raw(&op, sp, rp, &s) }
+            };
+            match (sa, ra) {
+                (None, None) => run(send_addr, recv_addr),
+                (Some(a), None) if same => a.with_device_data(name, true, &s, &mut |p| run(p, p)),
+                (Some(a), None) => a.with_device_data(name, false, &s, &mut |p| run(p, recv_addr)),
+                (None, Some(b)) => b.with_device_data(name, true, &s, &mut |p| run(send_addr, p)),
+                (Some(a), Some(b)) => a.with_device_data(name, false, &s, &mut |sp| {
+                    b.with_device_data(name, true, &s, &mut |rp| run(sp, rp))
+                }),
             }
-            None => false,
+        })
+        .py_err_in(py, name)?;
+        drop((send_state, recv_state));
+        let operands: Vec<Ptr> = [send, recv].into_iter().filter_map(Operand::into_kept).collect();
+        // Inside a group the engine enqueues at the group's end: park then.
+        let mut operands = Some(operands);
+        GROUP.with(|g| {
+            if let Some(list) = g.borrow_mut().as_mut() {
+                list.push((s.clone(), operands.take().unwrap_or_default()));
+            }
         });
-        if !deferred {
+        if let Some(operands) = operands {
             keep::keep_until_done(&s, Box::new(operands)).py_err(py)?;
         }
         Ok(())

@@ -52,7 +52,7 @@ assert out.to_numpy().tolist() == ([0, 200] if r == 0 else [2, 202]), out.to_num
 x, y = arr(np.full(5, float(r))), arr(np.zeros(5))
 comm.group(lambda: (comm.send(x, 1 - r), comm.recv(y, 1 - r))); comm.synchronize()
 assert (y.to_numpy() == 1 - r).all()
-print("rank", r, "ok", comm.engine)
+import sys; sys.stdout.write(f"rank {{r}} ok {{comm.engine}}\\n")
 """
 
 
@@ -75,7 +75,7 @@ def test_mismatched_counts_raise_on_every_rank(tmp_path):
         except gpuport.CollectiveError as e:
             assert e.kind == "mismatch", e.kind
             assert "of 8 float32" in str(e) and "same collectives" in str(e), str(e)
-            print("rank", comm.rank, "raised")
+            import sys; sys.stdout.write(f"rank {comm.rank} raised\\n")
         """,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -109,7 +109,7 @@ def test_a_short_recv_buffer_is_refused():
     a, b = dist.init_all(["host", "host"])
     x = gpuport.asarray(np.zeros(4), device="host")
     small = gpuport.asarray(np.zeros(4), device="host")
-    with pytest.raises(gpuport.GpuError, match="recv"):
+    with pytest.raises(ValueError, match="recv holds 32 bytes, and the collective needs 64"):
         a.all_gather(x, small)
 
 
@@ -141,7 +141,7 @@ def test_torch_tensors_are_reduced_in_place(tmp_path):
         comm.all_reduce(t, stream=torch.cuda.current_stream(t.device).cuda_stream)
         torch.cuda.synchronize(t.device)
         assert bool((t == 3.0).all()), t[:4]
-        print("rank", comm.rank, "torch ok")
+        import sys; sys.stdout.write(f"rank {comm.rank} torch ok\\n")
         """,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -165,7 +165,7 @@ def test_ranks_meet_through_another_librarys_store(tmp_path):
         a = gpuport.asarray(np.full(2, rank + 1.0), device="host")
         comm.all_reduce(a); comm.synchronize()
         assert a.to_numpy().tolist() == [3.0, 3.0], a.to_numpy()
-        print("rank", rank, "ok")
+        import sys; sys.stdout.write(f"rank {rank} ok\\n")
         """,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -195,7 +195,7 @@ def test_ranks_meet_through_mpi4py(tmp_path):
             a = gpuport.asarray(np.full(2, comm.rank + 1.0), device="host")
             comm.all_reduce(a); comm.synchronize()
             assert a.to_numpy().tolist() == [3.0, 3.0], a.to_numpy()
-            print("rank", comm.rank, "mpi ok")
+            import sys; sys.stdout.write(f"rank {comm.rank} mpi ok\\n")
             """
         )
     )
