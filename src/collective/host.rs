@@ -52,6 +52,31 @@ struct Inner {
     sent: Mutex<HashMap<usize, u64>>,
     received: Mutex<HashMap<usize, u64>>,
     aborted: AtomicBool,
+    /// Rank 0 of a group that met through an id: its connection keeps the
+    /// group's store running, so its drop waits for the others to leave.
+    hosts_store: bool,
+}
+
+impl Drop for Inner {
+    /// Leaving: every rank counts itself out; the rank that runs the store
+    /// waits (at most 10 s) for the others, which may still be reading its
+    /// last messages.
+    fn drop(&mut self) {
+        if self.aborted.load(Ordering::Acquire) {
+            return;
+        }
+        let key = format!("{}/departed", self.key);
+        let Ok(mut left) = self.store.add(&key, 1) else { return };
+        if !self.hosts_store {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while usize::try_from(left).unwrap_or(0) < self.size && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            let Ok(now) = self.store.add(&key, 0) else { return };
+            left = now;
+        }
+    }
 }
 
 type Queued = Box<dyn FnOnce() -> Result<()> + Send>;
@@ -378,6 +403,7 @@ unsafe impl Engine<Host> for HostEngine {
         // Rank 0 made the id and owns the store: its connection keeps the
         // server running (other ranks may be threads of the same process).
         let own = if rank == 0 { hosted().remove(text) } else { None };
+        let hosts_store = own.is_some();
         let store = match own {
             Some(own) => own.reconnect()?,
             None => TcpStore::connect(addr, super::communicator::timeout_from_env())?,
@@ -394,6 +420,7 @@ unsafe impl Engine<Host> for HostEngine {
                 sent: Mutex::default(),
                 received: Mutex::default(),
                 aborted: AtomicBool::new(false),
+                hosts_store,
             }),
         })
     }
@@ -414,6 +441,7 @@ unsafe impl Engine<Host> for HostEngine {
                         sent: Mutex::default(),
                         received: Mutex::default(),
                         aborted: AtomicBool::new(false),
+                        hosts_store: false,
                     }),
                 })
             })
