@@ -217,15 +217,17 @@ where
 {
     let results = two_ranks(&devs, Duration::from_secs(3), |rank, mut comm| {
         comm.set_timeout(Duration::from_secs(3)).unwrap();
+        let d = comm.device().clone();
+        let mut a = MemArray::<f32, 1, D>::zeros(&d, [1024]).unwrap();
+        // One collective together, then rank 1 dies: a dead process runs no
+        // clean-up, so its communicator is aborted (freed without waiting
+        // for peers), not destroyed.
+        comm.all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream()).unwrap();
+        comm.synchronize(d.default_stream()).unwrap();
         if rank == 1 {
-            // Rank 1 dies without calling: a dead process runs no clean-up,
-            // so its communicator is aborted (freed without waiting for
-            // peers), not destroyed.
             comm.abort().unwrap();
             return None;
         }
-        let d = comm.device().clone();
-        let mut a = MemArray::<f32, 1, D>::zeros(&d, [1024]).unwrap();
         let start = std::time::Instant::now();
         let e = comm
             .all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream())

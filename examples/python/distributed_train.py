@@ -18,6 +18,12 @@ import gpuport
 from gpuport import distributed as dist
 
 
+def on_device(x: np.ndarray, device) -> gpuport.MemArray:
+    a = gpuport.MemArray(x.shape, str(x.dtype), device=device)
+    a.read_numpy_array(x)
+    return a
+
+
 def train() -> None:
     comm = dist.init(device=os.environ["EXAMPLE_DEVICE"] or None)
     rank, size = comm.rank, comm.size
@@ -28,14 +34,14 @@ def train() -> None:
     w = np.zeros(3, dtype=np.float32)
     for _ in range(200):
         grad = 2 * x.T @ (x @ w - y) / len(x)
-        g = gpuport.asarray(grad.astype(np.float32), device=comm.device)
+        g = on_device(grad.astype(np.float32), comm.device)
         comm.all_reduce(g, op="avg")  # the mean gradient over every rank's shard
         comm.synchronize()
         w -= 0.1 * g.to_numpy()
     assert np.allclose(w, true_w, atol=1e-3), w
     # Every rank holds the same weights: check it with a max and a min.
-    hi = gpuport.asarray(w, device=comm.device)
-    lo = gpuport.asarray(w, device=comm.device)
+    hi = on_device(w, comm.device)
+    lo = on_device(w, comm.device)
     comm.all_reduce(hi, op="max")
     comm.all_reduce(lo, op="min")
     comm.synchronize()

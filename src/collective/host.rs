@@ -79,7 +79,13 @@ impl Drop for Inner {
     }
 }
 
-type Queued = Box<dyn FnOnce() -> Result<()> + Send>;
+/// A call queued in a group: its communicator (by address), whether it
+/// only sends (writes to the store without waiting), and the call.
+struct Queued {
+    comm: usize,
+    sends: bool,
+    call: Box<dyn FnOnce() -> Result<()> + Send>,
+}
 
 /// Stores rank 0 hosts for ids from `new_id`, until its `init_with_id`.
 fn hosted() -> std::sync::MutexGuard<'static, HashMap<String, TcpStore>> {
@@ -468,18 +474,21 @@ unsafe impl Engine<Host> for HostEngine {
         let op = *op;
         // SAFETY: the caller's promise, passed on; in a group the buffers
         // stay valid until `group_end` ran the call.
+        let comm = Arc::as_ptr(&inner) as usize;
         let call = move || unsafe { inner.run(op, send, recv) };
-        let queued = GROUP.with(|g| {
+        let mut call = Some(call);
+        GROUP.with(|g| {
             let mut g = g.borrow_mut();
-            if g.0 == 0 {
-                return None;
+            if g.0 > 0 {
+                if let Some(c) = call.take() {
+                    let sends = matches!(op.kind, OpKind::Send { .. });
+                    g.1.push(Queued { comm, sends, call: Box::new(c) });
+                }
             }
-            g.1.push(Box::new(call.clone()));
-            Some(())
         });
-        match queued {
-            Some(()) => Ok(()),
-            None => call(),
+        match call {
+            Some(c) => c(),
+            None => Ok(()),
         }
     }
 
@@ -498,9 +507,26 @@ unsafe impl Engine<Host> for HostEngine {
                 Vec::new()
             }
         });
-        // The calls wait for each other's messages: one thread each.
+        // Calls of different communicators (ranks driven by this thread)
+        // wait for each other's messages: one thread per communicator. One
+        // communicator's calls share its store connection, which a waiting
+        // read holds: they run in turn, sends first, so a receive never
+        // holds the connection that the matching send of this rank needs.
+        let mut per_comm: Vec<(usize, Vec<Queued>)> = Vec::new();
+        for q in calls {
+            match per_comm.iter_mut().find(|(c, _)| *c == q.comm) {
+                Some((_, list)) => list.push(q),
+                None => per_comm.push((q.comm, vec![q])),
+            }
+        }
         std::thread::scope(|s| {
-            let handles: Vec<_> = calls.into_iter().map(|c| s.spawn(c)).collect();
+            let handles: Vec<_> = per_comm
+                .into_iter()
+                .map(|(_, mut list)| {
+                    list.sort_by_key(|q| !q.sends);
+                    s.spawn(move || list.into_iter().try_for_each(|q| (q.call)()))
+                })
+                .collect();
             handles.into_iter().try_for_each(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(error(0, CollectiveErrorKind::Engine, "a grouped call panicked".into())))

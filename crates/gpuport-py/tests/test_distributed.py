@@ -33,7 +33,10 @@ comm = dist.init(device=None if DEVICE is None else DEVICE)
 r, n = comm.rank, comm.size
 dev = comm.device
 def arr(x):
-    return gpuport.asarray(np.asarray(x), device=dev)
+    x = np.asarray(x)
+    a = gpuport.MemArray(x.shape, str(x.dtype), device=dev)
+    a.read_numpy_array(x)
+    return a
 a = arr(np.arange(4, dtype=np.float32) + r)
 comm.all_reduce(a); comm.synchronize()
 assert (a.to_numpy() == np.arange(4) * 2 + 1).all(), a.to_numpy()

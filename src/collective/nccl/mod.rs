@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::backend::gpu::{Driver, Gpu, GpuDevice, RawAddress};
-use crate::backend::{address_to_usize, Device, Stream};
+use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
 use crate::dynamic::DType;
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
@@ -160,6 +160,24 @@ impl<D: Driver> NcclEngine<D> {
         Err(status_error(D::KIND, self.lib, Some(self.rank), self.comm, call, status))
     }
 
+    /// One all-reduce of one element while every rank is known to be
+    /// there (just after initialisation): NCCL connects its peers on a
+    /// communicator's first collective, and a peer that is gone by then
+    /// blocks that call on the host, where no watchdog can reach it. After
+    /// this, a rank that dies leaves the others' collectives waiting on the
+    /// device, which `Communicator::synchronize` times out and aborts.
+    /// (Collectives of other algorithms and sends may still connect later.)
+    fn connect(&self) -> Result<()> {
+        let buf = self.device.alloc(4)?;
+        let stream = self.device.default_stream();
+        let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::Float32, count: 1 };
+        let p = buf.device_ptr();
+        // SAFETY: `buf` holds one float32 and lives until the stream is
+        // synchronized below.
+        unsafe { self.enqueue(&op, p, p, stream)? };
+        self.device.synchronize(stream)
+    }
+
     /// NCCL's element type for a reduction over `dtype`.
     fn reduction_type(&self, dtype: DType) -> Option<c_int> {
         Some(match dtype {
@@ -243,7 +261,10 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         if status != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclCommInitRank", status));
         }
-        Ok(NcclEngine { comm: comm as usize, device: device.clone(), lib, rank, released: AtomicBool::new(false) })
+        let engine =
+            NcclEngine { comm: comm as usize, device: device.clone(), lib, rank, released: AtomicBool::new(false) };
+        engine.connect()?;
+        Ok(engine)
     }
 
     fn init_all(devices: &[Arc<GpuDevice<D>>]) -> Result<Vec<Self>> {
