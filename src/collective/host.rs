@@ -472,9 +472,9 @@ unsafe impl Engine<Host> for HostEngine {
         HostDevice::open(0)?.synchronize(stream)?;
         let inner = self.inner.clone();
         let op = *op;
+        let comm = Arc::as_ptr(&inner) as usize;
         // SAFETY: the caller's promise, passed on; in a group the buffers
         // stay valid until `group_end` ran the call.
-        let comm = Arc::as_ptr(&inner) as usize;
         let call = move || unsafe { inner.run(op, send, recv) };
         let mut call = Some(call);
         GROUP.with(|g| {
