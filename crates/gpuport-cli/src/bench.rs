@@ -22,7 +22,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::collective::CollectiveReport;
+use crate::collective_report::CollectiveReport;
 
 use gpuport::memory::{
     current_resource, Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PipelineConfig,

@@ -25,6 +25,7 @@
 
 pub mod bench;
 pub mod collective;
+pub mod collective_report;
 pub mod plot;
 
 use std::path::{Path, PathBuf};
