@@ -1,5 +1,5 @@
 //! Peer access between two [`AnyDevice`]s of one backend
-//! ([`PeerDevice`](crate::PeerDevice)), for bindings.
+//! ([`crate::PeerDevice`]), for bindings.
 
 use std::sync::Arc;
 

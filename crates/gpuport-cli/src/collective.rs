@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-
 use gpuport::collective::{CollectiveBackend, Communicator, Op, OpKind, ReduceOp};
 use gpuport::dynamic::DType;
 use gpuport::memory::MemoryDevice;

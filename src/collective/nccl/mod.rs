@@ -1,5 +1,5 @@
 //! The GPU backends' collective engine: NCCL for CUDA devices, RCCL for
-//! ROCm devices, through one function table ([`sys`]) loaded at run time.
+//! ROCm devices, through one function table (`sys.rs`) loaded at run time.
 //! Written once over the vendor `Driver`, as the rest of the GPU core is.
 //!
 //! # Which library
