@@ -159,7 +159,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// each calls [`init_with_id`](Self::init_with_id).
     ///
     /// ```
-    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::{Device, Host, HostDevice};
     /// use gpuport::collective::Communicator;
     /// let dev = HostDevice::open(0)?;
     /// let id = Communicator::<Host>::new_id(&dev)?;
