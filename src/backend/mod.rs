@@ -26,6 +26,8 @@ pub(crate) mod array_kernels;
 pub mod graph;
 pub mod host;
 pub(crate) mod kernel_cache;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) mod library;
 mod memory_device;
 mod peer;
 pub mod registry;

@@ -72,20 +72,20 @@ fn library_for(kind: BackendKind) -> (&'static str, &'static str, Vec<String>) {
 }
 
 /// The library of backend `kind`, loaded once per process.
-fn library(kind: BackendKind) -> Result<&'static sys::Loaded> {
-    static NCCL: OnceLock<std::result::Result<sys::Loaded, String>> = OnceLock::new();
-    static RCCL: OnceLock<std::result::Result<sys::Loaded, String>> = OnceLock::new();
+fn library(kind: BackendKind) -> Result<&'static sys::Nccl> {
+    static NCCL: OnceLock<std::result::Result<sys::Nccl, String>> = OnceLock::new();
+    static RCCL: OnceLock<std::result::Result<sys::Nccl, String>> = OnceLock::new();
     let (name, env, candidates) = library_for(kind);
     let cell = if kind == BackendKind::Rocm { &RCCL } else { &NCCL };
     let loaded = cell.get_or_init(|| {
         let lib = sys::open(&candidates).map_err(|tried| {
             format!("could not load {name} (tried {tried}); install it, or set {env}=/path/to/the/library")
         })?;
-        if lib.version < MIN_VERSION {
+        if lib.api.version < MIN_VERSION {
             return Err(format!(
                 "{} is {name} {}, older than the {} gpuport needs; set {env} to a newer one",
                 lib.path,
-                version_text(lib.version),
+                version_text(lib.api.version),
                 version_text(MIN_VERSION)
             ));
         }
@@ -111,20 +111,20 @@ pub struct NcclEngine<D: Driver> {
     /// callers already order on streams.
     comm: usize,
     device: Arc<GpuDevice<D>>,
-    lib: &'static sys::Loaded,
+    lib: &'static sys::Nccl,
     rank: usize,
     /// Set once the communicator was aborted (and so freed).
     released: AtomicBool,
 }
 
-fn engine_name(kind: BackendKind, lib: &sys::Loaded) -> String {
-    format!("{} {}", if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" }, version_text(lib.version))
+fn engine_name(kind: BackendKind, lib: &sys::Nccl) -> String {
+    format!("{} {}", if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" }, version_text(lib.api.version))
 }
 
 /// An engine error for `call`'s `status`, with the library's own words.
 fn status_error(
     kind: BackendKind,
-    lib: &sys::Loaded,
+    lib: &sys::Nccl,
     rank: Option<usize>,
     comm: usize,
     call: &str,
@@ -142,8 +142,9 @@ fn status_error(
     };
     // SAFETY: `ncclGetErrorString` takes any status; `ncclGetLastError`
     // takes a live communicator or null.
-    let (what, last) =
-        unsafe { (text((lib.api.ncclGetErrorString)(status)), text((lib.api.ncclGetLastError)(comm as *mut c_void))) };
+    let (what, last) = unsafe {
+        (text((lib.api.fns.ncclGetErrorString)(status)), text((lib.api.fns.ncclGetLastError)(comm as *mut c_void)))
+    };
     let kind_of = if status == 6 { CollectiveErrorKind::RemoteFailure } else { CollectiveErrorKind::Engine };
     let mut reason = format!("{call} failed: {what} (status {status})");
     if !last.is_empty() {
@@ -191,8 +192,8 @@ impl<D: Driver> NcclEngine<D> {
             DType::Float32 => 7,
             DType::Float64 => 8,
             DType::BFloat16 => 9,
-            DType::Float8E4M3Fn if D::KIND == BackendKind::Cuda && self.lib.version >= FP8_VERSION => 10,
-            DType::Float8E5M2 if D::KIND == BackendKind::Cuda && self.lib.version >= FP8_VERSION => 11,
+            DType::Float8E4M3Fn if D::KIND == BackendKind::Cuda && self.lib.api.version >= FP8_VERSION => 10,
+            DType::Float8E5M2 if D::KIND == BackendKind::Cuda && self.lib.api.version >= FP8_VERSION => 11,
             _ => return None,
         })
     }
@@ -228,7 +229,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         device.driver().bind()?;
         let mut id = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
         // SAFETY: writes the 128-byte id.
-        let status = unsafe { (lib.api.ncclGetUniqueId)(&mut id) };
+        let status = unsafe { (lib.api.fns.ncclGetUniqueId)(&mut id) };
         if status != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, Some(0), 0, "ncclGetUniqueId", status));
         }
@@ -256,8 +257,9 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         device.driver().bind()?;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
         // SAFETY: the device is current; `comm` receives the communicator.
-        let status =
-            unsafe { (lib.api.ncclCommInitRank)(&mut comm, rank_int("size", size)?, unique, rank_int("rank", rank)?) };
+        let status = unsafe {
+            (lib.api.fns.ncclCommInitRank)(&mut comm, rank_int("size", size)?, unique, rank_int("rank", rank)?)
+        };
         if status != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclCommInitRank", status));
         }
@@ -274,7 +276,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         devices[0].driver().bind()?;
         // SAFETY: `comms` has one slot per ordinal.
         let status = unsafe {
-            (lib.api.ncclCommInitAll)(comms.as_mut_ptr(), rank_int("devices", devices.len())?, ordinals.as_ptr())
+            (lib.api.fns.ncclCommInitAll)(comms.as_mut_ptr(), rank_int("devices", devices.len())?, ordinals.as_ptr())
         };
         if status != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, None, 0, "ncclCommInitAll", status));
@@ -317,7 +319,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
             });
         }
         self.device.driver().bind()?;
-        let api = &self.lib.api;
+        let api = &self.lib.api.fns;
         let (comm, s) = (self.comm as sys::ncclComm_t, stream.raw().address() as *mut c_void);
         let (sp, rp) = (address_to_usize(send) as *const c_void, address_to_usize(recv) as *mut c_void);
         let bytes = op.count * op.dtype.itemsize();
@@ -351,7 +353,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     fn group_start() -> Result<()> {
         let lib = library(D::KIND)?;
         // SAFETY: no arguments; per-thread state of the library.
-        let status = unsafe { (lib.api.ncclGroupStart)() };
+        let status = unsafe { (lib.api.fns.ncclGroupStart)() };
         if status == sys::ncclSuccess {
             Ok(())
         } else {
@@ -362,7 +364,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     fn group_end() -> Result<()> {
         let lib = library(D::KIND)?;
         // SAFETY: as `group_start`.
-        let status = unsafe { (lib.api.ncclGroupEnd)() };
+        let status = unsafe { (lib.api.fns.ncclGroupEnd)() };
         if status == sys::ncclSuccess {
             Ok(())
         } else {
@@ -381,7 +383,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         }
         self.device.driver().bind()?;
         // SAFETY: the communicator is live (not released before) and freed here once.
-        let status = unsafe { (self.lib.api.ncclCommAbort)(self.comm as sys::ncclComm_t) };
+        let status = unsafe { (self.lib.api.fns.ncclCommAbort)(self.comm as sys::ncclComm_t) };
         self.check("ncclCommAbort", status)
     }
 
@@ -391,7 +393,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         }
         let mut state: c_int = sys::ncclSuccess;
         // SAFETY: a live communicator; writes one int.
-        let status = unsafe { (self.lib.api.ncclCommGetAsyncError)(self.comm as sys::ncclComm_t, &mut state) };
+        let status = unsafe { (self.lib.api.fns.ncclCommGetAsyncError)(self.comm as sys::ncclComm_t, &mut state) };
         self.check("ncclCommGetAsyncError", status)?;
         if state == sys::ncclSuccess || state == sys::ncclInProgress {
             Ok(())
@@ -409,7 +411,7 @@ impl<D: Driver> Drop for NcclEngine<D> {
         if self.device.driver().bind().is_ok() {
             // SAFETY: a live communicator, freed once; NCCL waits for its
             // enqueued work. An error cannot be returned from a drop.
-            let _ = unsafe { (self.lib.api.ncclCommDestroy)(self.comm as sys::ncclComm_t) };
+            let _ = unsafe { (self.lib.api.fns.ncclCommDestroy)(self.comm as sys::ncclComm_t) };
         }
     }
 }

@@ -17,6 +17,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 use libloading::Library;
 
+use crate::backend::library::{open_first, Loaded};
+
 /// `ncclResult_t`: a C enum, `int`-sized.
 pub type ncclResult_t = c_int;
 /// `ncclSuccess`.
@@ -96,49 +98,39 @@ table! {
     ncclGroupEnd: fn() -> ncclResult_t;
 }
 
-/// An opened NCCL or RCCL library and its table; never unloaded (other
-/// libraries in the process, PyTorch's among them, may share it).
-pub struct Loaded {
-    /// The path or name that loaded.
-    pub path: String,
+/// A library's table and its version.
+pub struct Versioned {
     /// The functions.
-    pub api: Api,
+    pub fns: Api,
     /// `ncclGetVersion`'s code, e.g. 22805 for 2.28.5.
     pub version: i32,
-    _lib: Library,
 }
 
-/// Opens the first of `candidates` that loads and has every function of
-/// [`Api`]; else the list of what was tried and why each failed.
-pub fn open(candidates: &[String]) -> Result<Loaded, String> {
-    let mut tried = Vec::new();
-    for candidate in candidates {
-        // SAFETY: loading runs the library's initialisers; NCCL's and RCCL's
-        // only set up their own state.
-        match unsafe { Library::new(candidate.as_str()) } {
-            // SAFETY: an NCCL/RCCL library by its name; the table is stored next to it.
-            Ok(lib) => match unsafe { resolve(&lib) } {
-                Ok(api) => {
-                    let mut version: c_int = 0;
-                    // SAFETY: `ncclGetVersion` writes one int; it needs no initialisation.
-                    let status = unsafe { (api.ncclGetVersion)(&mut version) };
-                    if status != ncclSuccess {
-                        tried.push(format!("{candidate} (ncclGetVersion failed with {status})"));
-                        continue;
-                    }
-                    return Ok(Loaded { path: candidate.clone(), api, version, _lib: lib });
-                }
-                Err(missing) => tried.push(format!("{candidate} (loaded, but lacks {})", missing.join(", "))),
-            },
-            Err(e) => {
-                let msg = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-                if msg.contains("No such file or directory") {
-                    tried.push(candidate.clone());
-                } else {
-                    tried.push(format!("{candidate} ({msg})"));
-                }
-            }
-        }
+/// An opened NCCL or RCCL library with its table and version; never
+/// unloaded (other libraries in the process, PyTorch's among them, may share it).
+pub type Nccl = Loaded<Versioned>;
+
+/// [`resolve`], then the version: a library whose `ncclGetVersion` fails
+/// counts as one that lacks it, and the search goes on.
+///
+/// # Safety
+/// As [`resolve`]'s.
+unsafe fn resolve_versioned(lib: &Library) -> Result<Versioned, Vec<&'static str>> {
+    // SAFETY: the caller's promise, passed on.
+    let fns = unsafe { resolve(lib) }?;
+    let mut version: c_int = 0;
+    // SAFETY: `ncclGetVersion` writes one int; it needs no initialisation.
+    if unsafe { (fns.ncclGetVersion)(&mut version) } != ncclSuccess {
+        return Err(vec!["a working ncclGetVersion"]);
     }
-    Err(tried.join(", "))
+    Ok(Versioned { fns, version })
+}
+
+/// Opens the first of `candidates` that loads, has every function of
+/// [`Api`] and answers `ncclGetVersion`; else the list of what was tried
+/// and why each failed.
+pub fn open(candidates: &[String]) -> Result<Nccl, String> {
+    // SAFETY: loading runs the library's initialisers; NCCL's and RCCL's
+    // only set up their own state, and `resolve` declares their signatures.
+    unsafe { open_first(candidates, resolve_versioned) }
 }
