@@ -417,19 +417,26 @@ impl ImportedArray {
         true
     }
 
-    fn add_index_imported(&self, s: &AnyStream) -> Result<()> {
-        if self.read_only {
+    /// Refuses work `what` on the import unless its memory is compact
+    /// row-major (and writable, where the work `writes`).
+    fn check_usable(&self, what: &str, writes: bool) -> Result<()> {
+        if writes && self.read_only {
             return Err(DLPackError::ReadOnly.into());
         }
         if !self.is_row_major() {
             return Err(Error::InvalidArgument {
                 name: "array",
                 reason: format!(
-                    "add_index needs compact row-major memory; the imported array has strides {:?}",
+                    "{what} needs compact row-major memory; the imported array has strides {:?}",
                     self.strides
                 ),
             });
         }
+        Ok(())
+    }
+
+    fn add_index_imported(&self, s: &AnyStream) -> Result<()> {
+        self.check_usable("add_index", true)?;
         let n = self.shape.len();
         with_device!(self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
             foreign_add_index::<T, N, _>(d, self.data, &self.shape, s), else => Err(rank_error(n)))))
@@ -639,18 +646,7 @@ impl AnyArray {
         match self {
             AnyArray::Owned(a) => a.with_device_data(what, writes, s, enqueue),
             AnyArray::Imported(f) => {
-                if writes && f.read_only {
-                    return Err(DLPackError::ReadOnly.into());
-                }
-                if !f.is_row_major() {
-                    return Err(Error::InvalidArgument {
-                        name: "array",
-                        reason: format!(
-                            "{what} needs compact row-major memory; the import has strides {:?}",
-                            f.strides
-                        ),
-                    });
-                }
+                f.check_usable(what, writes)?;
                 let own = match f.device.backend() {
                     BackendKind::Host => f.dl.device_type == crate::dlpack::ffi::DLDeviceType::CPU,
                     b => {
