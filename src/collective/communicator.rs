@@ -129,12 +129,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn init_rank(device: &Arc<B::Device>, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
-        if size == 0 || rank >= size {
-            return Err(Error::InvalidArgument {
-                name: "rank",
-                reason: format!("rank {rank} is not below the group's size {size}"),
-            });
-        }
+        check_rank(rank, size)?;
         let key = format!("gpuport/communicator/{}", store.next_communicator());
         let id_key = format!("{key}/id");
         let id = if rank == 0 {
@@ -178,12 +173,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// through its store first, with one). Cross-rank checks are not
     /// available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
-        if size == 0 || rank >= size {
-            return Err(Error::InvalidArgument {
-                name: "rank",
-                reason: format!("rank {rank} is not below the group's size {size}"),
-            });
-        }
+        check_rank(rank, size)?;
         let engine = B::Engine::init_with_id(device, rank, size, id)?;
         Ok(Self::new(engine, device.clone(), rank, size, None))
     }
@@ -505,6 +495,17 @@ impl<B: CollectiveBackend> Communicator<B> {
             pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
+}
+
+/// Refuses a rank that is not below the group's size.
+fn check_rank(rank: usize, size: usize) -> Result<()> {
+    if size == 0 || rank >= size {
+        return Err(Error::InvalidArgument {
+            name: "rank",
+            reason: format!("rank {rank} is not below the group's size {size}"),
+        });
+    }
+    Ok(())
 }
 
 /// `(rank, size)` from `GPUPORT_RANK`/`GPUPORT_WORLD_SIZE`, torchrun's

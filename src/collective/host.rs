@@ -227,6 +227,23 @@ fn parse(m: &[u8]) -> Option<(&str, &[u8])> {
 }
 
 impl Inner {
+    /// A rank's engine over its own connection to the group's store.
+    fn engine(store: TcpStore, key: String, rank: usize, size: usize, hosts_store: bool) -> HostEngine {
+        HostEngine {
+            inner: Arc::new(Inner {
+                store,
+                key,
+                rank,
+                size,
+                seq: Mutex::new(0),
+                sent: Mutex::default(),
+                received: Mutex::default(),
+                aborted: AtomicBool::new(false),
+                hosts_store,
+            }),
+        }
+    }
+
     fn error(&self, kind: CollectiveErrorKind, reason: String) -> Error {
         error(self.rank, kind, reason)
     }
@@ -416,19 +433,7 @@ unsafe impl Engine<Host> for HostEngine {
         };
         // Every rank's arrival: the communicator exists once all have come.
         store.barrier(&format!("{text}/init"), size)?;
-        Ok(HostEngine {
-            inner: Arc::new(Inner {
-                store,
-                key: text.to_string(),
-                rank,
-                size,
-                seq: Mutex::new(0),
-                sent: Mutex::default(),
-                received: Mutex::default(),
-                aborted: AtomicBool::new(false),
-                hosts_store,
-            }),
-        })
+        Ok(Inner::engine(store, text.to_string(), rank, size, hosts_store))
     }
 
     fn init_all(devices: &[Arc<HostDevice>]) -> Result<Vec<Self>> {
@@ -436,21 +441,7 @@ unsafe impl Engine<Host> for HostEngine {
         let store = TcpStore::host("127.0.0.1:0".parse().expect("a literal address"), timeout)?;
         let size = devices.len();
         (0..size)
-            .map(|rank| {
-                Ok(HostEngine {
-                    inner: Arc::new(Inner {
-                        store: store.reconnect()?,
-                        key: "gpuport/communicator/all".into(),
-                        rank,
-                        size,
-                        seq: Mutex::new(0),
-                        sent: Mutex::default(),
-                        received: Mutex::default(),
-                        aborted: AtomicBool::new(false),
-                        hosts_store: false,
-                    }),
-                })
-            })
+            .map(|rank| Ok(Inner::engine(store.reconnect()?, "gpuport/communicator/all".into(), rank, size, false)))
             .collect()
     }
 

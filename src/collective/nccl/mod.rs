@@ -199,6 +199,17 @@ impl<D: Driver> NcclEngine<D> {
     }
 }
 
+/// `ncclGroupStart` or `ncclGroupEnd` (`call`) of backend `D`'s library.
+fn group_call<D: Driver>(name: &str, call: impl FnOnce(&sys::Api) -> c_int) -> Result<()> {
+    let lib = library(D::KIND)?;
+    let status = call(&lib.api.fns);
+    if status == sys::ncclSuccess {
+        Ok(())
+    } else {
+        Err(status_error(D::KIND, lib, None, 0, name, status))
+    }
+}
+
 fn reduce_op(op: ReduceOp) -> c_int {
     match op {
         ReduceOp::Sum => 0,
@@ -351,25 +362,13 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     }
 
     fn group_start() -> Result<()> {
-        let lib = library(D::KIND)?;
         // SAFETY: no arguments; per-thread state of the library.
-        let status = unsafe { (lib.api.fns.ncclGroupStart)() };
-        if status == sys::ncclSuccess {
-            Ok(())
-        } else {
-            Err(status_error(D::KIND, lib, None, 0, "ncclGroupStart", status))
-        }
+        group_call::<D>("ncclGroupStart", |api| unsafe { (api.ncclGroupStart)() })
     }
 
     fn group_end() -> Result<()> {
-        let lib = library(D::KIND)?;
         // SAFETY: as `group_start`.
-        let status = unsafe { (lib.api.fns.ncclGroupEnd)() };
-        if status == sys::ncclSuccess {
-            Ok(())
-        } else {
-            Err(status_error(D::KIND, lib, None, 0, "ncclGroupEnd", status))
-        }
+        group_call::<D>("ncclGroupEnd", |api| unsafe { (api.ncclGroupEnd)() })
     }
 
     fn set_timeout(&self, _timeout: std::time::Duration) -> Result<()> {
