@@ -131,7 +131,10 @@ fn streams_their_users_dropped_go_away_and_reset_frees_their_blocks() {
         drop(block);
         drop(s);
     }
-    let after = threads();
+    // Each dropped host stream's thread exits on its own; give them the
+    // moment `threads_settled` documents (a CI run on 2 cores once listed
+    // 11 threads over the baseline with 997 of 1000 streams released).
+    let after = threads_settled(baseline + 10);
     let report = pool.report();
     assert!(
         after <= baseline + 10,
