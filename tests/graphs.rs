@@ -250,6 +250,48 @@ fn calls_that_wait_inside_a_capture_are_refused_and_the_capture_survives<D: Devi
     assert!(u32s(d, &a).iter().all(|&x| x == 6));
 }
 
+/// What gpuport does on its own behalf during someone's global capture
+/// (frees, destroys, event waits and queries, mostly from drops, which a
+/// Python finalizer can run at any moment, on any thread) must not
+/// invalidate it: CUDA and HIP invalidate a global capture on such a call
+/// from any thread whose capture mode is not relaxed.
+fn cleanup_during_a_global_capture_leaves_it_valid<D: Device>(d: &D) {
+    let _serial = exclusive();
+    let s = d.create_stream().unwrap();
+    let mut a = d.alloc(4 * N).unwrap();
+    d.memset(&mut a, 0, 4 * N, 0).unwrap();
+    let other = d.create_stream().unwrap();
+    let (freed_here, freed_elsewhere) = (d.alloc(4 * N).unwrap(), d.alloc(4 * N).unwrap());
+    let pinned = d.alloc_pinned(4096).unwrap();
+    let done = d.create_event().unwrap();
+    fill(d, &other, &freed_here, 1);
+    d.record_event(&done, &other).unwrap();
+    let old_graph = {
+        let capture = d.begin_capture(&other, CaptureMode::ThreadLocal).unwrap();
+        fill(d, capture.stream(), &freed_here, 2);
+        capture.end().unwrap()
+    };
+    let old_exec = old_graph.instantiate().unwrap();
+    old_exec.launch(&other).unwrap();
+
+    let capture = d.begin_capture(&s, CaptureMode::Global).unwrap();
+    fill(d, capture.stream(), &a, 3);
+    d.synchronize_event(&done).unwrap();
+    assert!(d.event_is_complete(&done).unwrap());
+    drop(done);
+    drop((old_exec, old_graph));
+    drop(freed_here);
+    drop(pinned);
+    drop(other);
+    std::thread::spawn(move || drop(freed_elsewhere)).join().unwrap();
+    assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "gpuport's own cleanup invalidated the capture");
+    fill(d, capture.stream(), &a, 4);
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&s).unwrap();
+    d.synchronize(&s).unwrap();
+    assert!(u32s(d, &a).iter().all(|&x| x == 4));
+}
+
 fn a_relaxed_capture_lets_other_streams_wait<D: Device>(d: &D) {
     let _serial = shared();
     let s = d.create_stream().unwrap();
@@ -477,6 +519,7 @@ mod cases {
         dropping_an_executable_graph_waits_for_its_launches,
         capture_keep_alive_holds_what_it_is_given,
         calls_that_wait_inside_a_capture_are_refused_and_the_capture_survives,
+        cleanup_during_a_global_capture_leaves_it_valid,
         a_relaxed_capture_lets_other_streams_wait,
         capturing_a_capturing_stream_or_the_default_stream_is_refused,
         a_dropped_capture_is_discarded_and_the_stream_runs_work_again,

@@ -1,5 +1,5 @@
 //! CUDA's stream-capture and graph calls ([`GraphCalls`]): `cuStreamBeginCapture_v2`,
-//! `cuStreamEndCapture`, `cuStreamIsCapturing`, `cuGraphGetNodes`,
+//! `cuStreamEndCapture`, `cuStreamIsCapturing`, `cuThreadExchangeStreamCaptureMode`, `cuGraphGetNodes`,
 //! `cuGraphInstantiateWithFlags`, `cuGraphLaunch`, `cuGraphExecUpdate_v2`,
 //! `cuGraphDestroy`, `cuGraphExecDestroy` (all CUDA 12.0 drivers have them).
 
@@ -50,6 +50,21 @@ unsafe impl GraphCalls<CudaDriver> for CudaGraphs {
             sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
             sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
             sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
+        })
+    }
+
+    fn exchange_capture_mode(_: &CudaDriver, mode: CaptureMode) -> Result<CaptureMode> {
+        let mut raw = match mode {
+            CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        };
+        // SAFETY: reads and writes one mode of the calling thread's state.
+        status("cuThreadExchangeStreamCaptureMode", unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut raw) })?;
+        Ok(match raw {
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL => CaptureMode::Global,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => CaptureMode::ThreadLocal,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED => CaptureMode::Relaxed,
         })
     }
 

@@ -11,7 +11,7 @@ use super::driver::{Driver, Params};
 use super::error::out_of_memory;
 use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 use super::module::{builtin_kernel_from, GpuKernel, GpuModule, BUILTIN_HEADERS};
-use super::stream::{GpuEvent, GpuStream};
+use super::stream::{apart_from_captures, apart_from_captures_if_any, GpuEvent, GpuStream};
 use super::Gpu;
 use crate::backend::graph;
 use crate::backend::{
@@ -361,13 +361,13 @@ impl<D: Driver> Device for GpuDevice<D> {
     fn synchronize_event(&self, event: &GpuEvent<D>) -> Result<()> {
         event.driver().bind()?;
         // SAFETY: the event's device is current; the event is alive.
-        unsafe { event.driver().event_synchronize(event.raw()) }
+        apart_from_captures(event.driver(), || unsafe { event.driver().event_synchronize(event.raw()) })
     }
 
     fn event_is_complete(&self, event: &GpuEvent<D>) -> Result<bool> {
         event.driver().bind()?;
         // SAFETY: as in `synchronize_event`.
-        unsafe { event.driver().event_query(event.raw()) }
+        apart_from_captures_if_any(event.driver(), || unsafe { event.driver().event_query(event.raw()) })
     }
 
     fn elapsed_ms(&self, start: &GpuEvent<D>, end: &GpuEvent<D>) -> Result<f32> {

@@ -576,6 +576,13 @@ pub unsafe trait GraphCalls<D: Driver>: 'static {
     /// As the trait's.
     unsafe fn capture_status(d: &D, stream: D::Stream) -> Result<CaptureStatus>;
 
+    /// Sets the calling thread's capture interaction mode and returns the
+    /// one it had (`cuThreadExchangeStreamCaptureMode`,
+    /// `hipThreadExchangeStreamCaptureMode`). In `Relaxed`, the thread's
+    /// calls that could be unsafe during a capture (a free, an event query)
+    /// no longer invalidate a global or thread-local capture.
+    fn exchange_capture_mode(d: &D, mode: CaptureMode) -> Result<CaptureMode>;
+
     /// Number of nodes of `graph`.
     ///
     /// # Safety

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use super::driver::{Driver, GraphCalls};
-use super::stream::GpuStream;
+use super::stream::{apart_from_captures, apart_from_captures_if_any, GpuStream};
 use super::Gpu;
 use crate::backend::graph::{graph_error, CaptureMode, CaptureStatus, CaptureStream, RawGraph, RawGraphExec, Recorder};
 use crate::error::{Error, GraphErrorKind, Result};
@@ -136,7 +136,7 @@ impl<D: Driver> Drop for GpuGraph<D> {
     fn drop(&mut self) {
         if self.driver.bind().is_ok() {
             // SAFETY: made by `end_capture` of this driver, destroyed once.
-            let _ = unsafe { G::<D>::destroy_graph(&self.driver, self.raw) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { G::<D>::destroy_graph(&self.driver, self.raw) });
         }
     }
 }
@@ -182,13 +182,17 @@ impl<D: Driver> Drop for GpuGraphExec<D> {
         if self.driver.bind().is_err() {
             return;
         }
-        for (_, event) in self.launched.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            // SAFETY: made by `event_create` of this driver, destroyed once.
-            let _ = unsafe { self.driver.event_destroy(event) };
-        }
-        // SAFETY: made by `instantiate` of this driver, destroyed once;
-        // launches in flight complete first (the driver's rule).
-        let _ = unsafe { G::<D>::destroy_exec(&self.driver, self.raw) };
+        let (driver, raw) = (&*self.driver, self.raw);
+        let launched = self.launched.get_mut().unwrap_or_else(|p| p.into_inner());
+        apart_from_captures(driver, || {
+            for (_, event) in launched.drain(..) {
+                // SAFETY: made by `event_create` of this driver, destroyed once.
+                let _ = unsafe { driver.event_destroy(event) };
+            }
+            // SAFETY: made by `instantiate` of this driver, destroyed once;
+            // launches in flight complete first (the driver's rule).
+            let _ = unsafe { G::<D>::destroy_exec(driver, raw) };
+        });
     }
 }
 
@@ -234,7 +238,9 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
         }
         let launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the device is current; the events are alive (owned here).
-        launched.iter().all(|&(_, e)| unsafe { self.driver.event_query(e) }.unwrap_or(false))
+        apart_from_captures_if_any(&*self.driver, || {
+            launched.iter().all(|&(_, e)| unsafe { self.driver.event_query(e) }.unwrap_or(false))
+        })
     }
 
     fn wait_idle(&self) {
@@ -242,12 +248,14 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
             return;
         }
         let launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
-        for &(_, event) in launched.iter() {
-            // SAFETY: as in `is_idle`.
-            if unsafe { self.driver.event_synchronize(event) }.is_err() {
-                // The device failed; nothing will run any more.
-                let _ = self.driver.synchronize_device();
+        apart_from_captures(&*self.driver, || {
+            for &(_, event) in launched.iter() {
+                // SAFETY: as in `is_idle`.
+                if unsafe { self.driver.event_synchronize(event) }.is_err() {
+                    // The device failed; nothing will run any more.
+                    let _ = self.driver.synchronize_device();
+                }
             }
-        }
+        })
     }
 }

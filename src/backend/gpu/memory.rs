@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::driver::Driver;
-use super::stream::GpuStream;
+use super::stream::{apart_from_captures, GpuStream};
 use super::Gpu;
 use crate::backend::{DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind};
 
@@ -90,7 +90,9 @@ impl<D: Driver> Drop for Allocation<D> {
         // SAFETY: `ptr` was allocated by this driver and is freed once,
         // here; a stream-ordered allocation is freed on its own stream,
         // which `free_on` keeps alive.
-        let _ = unsafe { self.driver.free(self.ptr, self.free_on.as_ref().map(GpuStream::as_raw)) };
+        let _ = apart_from_captures(&*self.driver, || unsafe {
+            self.driver.free(self.ptr, self.free_on.as_ref().map(GpuStream::raw))
+        });
     }
 }
 
@@ -134,7 +136,7 @@ impl<D: Driver> Drop for GpuPinnedBuffer<D> {
     fn drop(&mut self) {
         if self.driver.bind().is_ok() {
             // SAFETY: allocated by `host_alloc` of this driver, freed once.
-            let _ = unsafe { self.driver.host_free(self.ptr) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.host_free(self.ptr) });
         }
     }
 }
@@ -168,7 +170,7 @@ impl<D: Driver> Drop for GpuHostRegistration<D> {
     fn drop(&mut self) {
         if self.driver.bind().is_ok() {
             // SAFETY: registered by `host_register` of this driver, unregistered once.
-            let _ = unsafe { self.driver.host_unregister(self.ptr) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.host_unregister(self.ptr) });
         }
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::driver::{Driver, Params};
+use super::stream::apart_from_captures;
 use crate::backend::array_kernels::{all_kernel_names, single_kernel_program};
 use crate::backend::{builtin, check_kernel_args, KernelArgs};
 use crate::error::{Error, Result};
@@ -68,7 +69,7 @@ impl<D: Driver> Drop for ModuleInner<D> {
         if self.driver.bind().is_ok() {
             // SAFETY: loaded by this driver, unloaded once after the last
             // kernel handle (which holds the module) is gone.
-            let _ = unsafe { self.driver.module_unload(self.raw) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.module_unload(self.raw) });
         }
     }
 }

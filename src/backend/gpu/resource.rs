@@ -4,6 +4,7 @@
 
 use super::device::GpuDevice;
 use super::driver::Driver;
+use super::stream::apart_from_captures;
 use crate::backend::{check_alloc_size, Buffer, Device, HostRegistration, MemoryKind, PinnedBuffer, Stream};
 use crate::backend::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 use crate::error::{Error, Result};
@@ -83,7 +84,7 @@ impl<D: Driver> MemoryDevice for GpuDevice<D> {
     unsafe fn ipc_close(&self, base: u64) -> Result<()> {
         self.driver().bind()?;
         // SAFETY: the device is current; the caller's contract covers `base`.
-        unsafe { self.driver().ipc_close(base) }
+        apart_from_captures(&**self.driver(), || unsafe { self.driver().ipc_close(base) })
     }
 
     // ---- pools of our own that other processes can import ----------------------------
@@ -125,7 +126,7 @@ impl<D: Driver> MemoryDevice for GpuDevice<D> {
     unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
         self.driver().bind()?;
         // SAFETY: the device is current; the caller's contract: live, destroyed once, not used after.
-        unsafe { self.driver().pool_destroy(pool) }
+        apart_from_captures(&**self.driver(), || unsafe { self.driver().pool_destroy(pool) })
     }
 
     unsafe fn pool_export(&self, pool: RawPool) -> Result<ExportedPoolFd> {
@@ -156,6 +157,6 @@ impl<D: Driver> MemoryDevice for GpuDevice<D> {
         self.driver().bind()?;
         // SAFETY: the device is current; the caller's contract: imported
         // here, freed once, no queued work uses it.
-        unsafe { self.driver().free_imported(ptr) }
+        apart_from_captures(&**self.driver(), || unsafe { self.driver().free_imported(ptr) })
     }
 }

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::driver::Driver;
-use crate::backend::graph::{Owner, Recorder};
+use super::driver::{Driver, GraphCalls};
+use crate::backend::graph::{CaptureMode, Owner, Recorder};
 
 /// GPU streams on which gpuport runs a capture: those whose `capturing`
 /// flag is set.
@@ -37,6 +37,37 @@ pub(crate) fn surely_not_capturing() -> bool {
     CAPTURES_RUNNING.load(Ordering::Acquire) == 0 && !HANDLES_SHARED.load(Ordering::Acquire)
 }
 
+/// Runs `call`, a call gpuport makes on its own behalf rather than as the
+/// caller's work (a free, an unload, a destroy, or an event's query or wait,
+/// mostly from drops, which can run in a Python finalizer at any moment),
+/// with the calling thread's capture mode set to relaxed. CUDA and HIP
+/// invalidate a running global-mode capture when any thread not in relaxed
+/// mode makes such a call, and a thread-local one when its own thread does;
+/// a relaxed thread's call only fails if it truly conflicts (an event
+/// recorded inside the capture). PyTorch's allocator and mscclpp set the
+/// mode the same way around their frees and allocations.
+pub(crate) fn apart_from_captures<D: Driver, R>(driver: &D, call: impl FnOnce() -> R) -> R {
+    let Ok(before) = D::Graphs::exchange_capture_mode(driver, CaptureMode::Relaxed) else {
+        // A runtime without the call (old HIP) has no mode to set.
+        return call();
+    };
+    let result = call();
+    if before != CaptureMode::Relaxed {
+        let _ = D::Graphs::exchange_capture_mode(driver, before);
+    }
+    result
+}
+
+/// As [`apart_from_captures`], for cheap calls on hot paths (event queries):
+/// the mode is switched only when a capture could be running.
+pub(crate) fn apart_from_captures_if_any<D: Driver, R>(driver: &D, call: impl FnOnce() -> R) -> R {
+    if surely_not_capturing() {
+        call()
+    } else {
+        apart_from_captures(driver, call)
+    }
+}
+
 struct StreamInner<D: Driver> {
     raw: D::Stream,
     /// Process-unique number (raw handles are reused after a stream is destroyed).
@@ -66,7 +97,7 @@ impl<D: Driver> Drop for StreamInner<D> {
             // SAFETY: created by `stream_create` of this driver, destroyed
             // once, after the last clone of the handle is gone. Pending work
             // still completes.
-            let _ = unsafe { self.driver.stream_destroy(self.raw) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.stream_destroy(self.raw) });
         }
     }
 }
@@ -214,7 +245,7 @@ impl<D: Driver> Drop for GpuEvent<D> {
     fn drop(&mut self) {
         if self.driver.bind().is_ok() {
             // SAFETY: created by `event_create` of this driver, destroyed once.
-            let _ = unsafe { self.driver.event_destroy(self.raw) };
+            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.event_destroy(self.raw) });
         }
     }
 }

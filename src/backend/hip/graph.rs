@@ -1,5 +1,5 @@
 //! HIP's stream-capture and graph calls ([`GraphCalls`]): `hipStreamBeginCapture`,
-//! `hipStreamEndCapture`, `hipStreamIsCapturing`, `hipGraphGetNodes`,
+//! `hipStreamEndCapture`, `hipStreamIsCapturing`, `hipThreadExchangeStreamCaptureMode`, `hipGraphGetNodes`,
 //! `hipGraphInstantiateWithFlags`, `hipGraphLaunch`, `hipGraphExecUpdate`,
 //! `hipGraphDestroy`, `hipGraphExecDestroy`. Optional symbols: a runtime
 //! without one fails graphs alone, with [`Error::Unsupported`](crate::Error::Unsupported).
@@ -13,6 +13,15 @@ use crate::error::Result;
 
 /// HIP's graph calls.
 pub struct HipGraphs;
+
+/// `hipStreamCaptureMode`'s number for `mode` (CUDA's numbering).
+fn capture_mode(mode: CaptureMode) -> sys::hipStreamCaptureMode {
+    match mode {
+        CaptureMode::Global => 0,
+        CaptureMode::ThreadLocal => 1,
+        CaptureMode::Relaxed => 2,
+    }
+}
 
 /// The optional function `$f` of `$d`'s runtime, or `Unsupported` naming it.
 macro_rules! graph_fn {
@@ -31,13 +40,8 @@ unsafe impl GraphCalls<HipDriver> for HipGraphs {
 
     unsafe fn begin_capture(d: &HipDriver, stream: sys::hipStream_t, mode: CaptureMode) -> Result<()> {
         let begin = graph_fn!(d, hipStreamBeginCapture);
-        let mode = match mode {
-            CaptureMode::Global => 0,
-            CaptureMode::ThreadLocal => 1,
-            CaptureMode::Relaxed => 2,
-        };
         // SAFETY: the caller's contract: a live stream of the current device.
-        check("hipStreamBeginCapture", unsafe { begin(stream, mode) })
+        check("hipStreamBeginCapture", unsafe { begin(stream, capture_mode(mode)) })
     }
 
     unsafe fn end_capture(d: &HipDriver, stream: sys::hipStream_t) -> Result<sys::hipGraph_t> {
@@ -57,6 +61,18 @@ unsafe impl GraphCalls<HipDriver> for HipGraphs {
             0 => CaptureStatus::None,
             1 => CaptureStatus::Active,
             _ => CaptureStatus::Invalidated,
+        })
+    }
+
+    fn exchange_capture_mode(d: &HipDriver, mode: CaptureMode) -> Result<CaptureMode> {
+        let exchange = graph_fn!(d, hipThreadExchangeStreamCaptureMode);
+        let mut raw = capture_mode(mode);
+        // SAFETY: reads and writes one mode of the calling thread's state.
+        check("hipThreadExchangeStreamCaptureMode", unsafe { exchange(&mut raw) })?;
+        Ok(match raw {
+            0 => CaptureMode::Global,
+            1 => CaptureMode::ThreadLocal,
+            _ => CaptureMode::Relaxed,
         })
     }
 

@@ -510,6 +510,8 @@ function_table! {
         fn hipStreamEndCapture(hipStream_t, *mut hipGraph_t) -> hipError_t;
         /// `hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* pCaptureStatus);`
         fn hipStreamIsCapturing(hipStream_t, *mut hipStreamCaptureStatus) -> hipError_t;
+        /// `hipError_t hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode* mode);`
+        fn hipThreadExchangeStreamCaptureMode(*mut hipStreamCaptureMode) -> hipError_t;
         /// `hipError_t hipGraphGetNodes(hipGraph_t graph, hipGraphNode_t* nodes, size_t* numNodes);`
         fn hipGraphGetNodes(hipGraph_t, *mut hipGraphNode_t, *mut usize) -> hipError_t;
         /// `hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* pGraphExec, hipGraph_t graph,

@@ -1,5 +1,5 @@
 //! Stream capture and graphs: `hipStreamBeginCapture`, `hipStreamEndCapture`,
-//! `hipStreamIsCapturing`, `hipGraphGetNodes`, `hipGraphInstantiateWithFlags`,
+//! `hipStreamIsCapturing`, `hipThreadExchangeStreamCaptureMode`, `hipGraphGetNodes`, `hipGraphInstantiateWithFlags`,
 //! `hipGraphLaunch`, `hipGraphExecUpdate`, `hipGraphDestroy`,
 //! `hipGraphExecDestroy`, forwarded to their CUDA twins. HIP's enums
 //! (capture modes and statuses, update results) have CUDA's numbers.
@@ -55,6 +55,29 @@ pub unsafe extern "C" fn hipStreamIsCapturing(stream: cu::CUstream, status: *mut
         try_hip!(hip(unsafe { cu::cuStreamIsCapturing(stream, &mut s) }));
         // SAFETY: the caller passes a writable int.
         unsafe { *status = s as c_int };
+        HIP_SUCCESS
+    })
+}
+
+/// `hipError_t hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode*)`:
+/// the thread's mode is the CUDA thread's (HIP's numbering is CUDA's).
+///
+/// # Safety
+/// `mode` must be readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipThreadExchangeStreamCaptureMode(mode: *mut c_int) -> HipError {
+    guard(|| {
+        // SAFETY: the caller passes a readable int.
+        let mut m = match unsafe { *mode } {
+            0 => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            1 => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            2 => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            _ => return HIP_ERROR_INVALID_VALUE,
+        };
+        // SAFETY: reads and writes one mode of the calling thread's state.
+        try_hip!(hip(unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut m) }));
+        // SAFETY: the caller passes a writable int.
+        unsafe { *mode = m as c_int };
         HIP_SUCCESS
     })
 }
