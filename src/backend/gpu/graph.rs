@@ -237,9 +237,11 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
             return false;
         }
         let launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: the device is current; the events are alive (owned here).
         apart_from_captures_if_any(&*self.driver, || {
-            launched.iter().all(|&(_, e)| unsafe { self.driver.event_query(e) }.unwrap_or(false))
+            launched.iter().all(|&(_, e)| {
+                // SAFETY: the device is current; the events are alive (owned here).
+                unsafe { self.driver.event_query(e) }.unwrap_or(false)
+            })
         })
     }
 
