@@ -21,7 +21,10 @@
 //! collective or `ncclGroupEnd`), abort the communicator and are a
 //! `CollectiveErrorKind::Timeout` instead of a hang. An older library
 //! makes blocking communicators, without those timeouts; its engine's name
-//! says so (`"NCCL 2.12.12 (blocking)"`).
+//! says so (`"NCCL 2.12.12 (blocking)"`). From NCCL 2.23 on, each call of
+//! a non-blocking communicator launches its work through a helper thread
+//! (some tens of microseconds); NCCL's own `NCCL_COMM_BLOCKING=1` makes
+//! communicators blocking again, without that cost and without the timeouts.
 //!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);

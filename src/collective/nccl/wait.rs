@@ -22,10 +22,16 @@ pub(super) enum Waited {
     TimedOut,
 }
 
+/// How long a wait yields between polls before it sleeps: from NCCL 2.23
+/// on, every call of a non-blocking communicator launches through a helper
+/// thread and is `ncclInProgress` for some tens of microseconds, which a
+/// sleep (50 µs or more on Linux, whatever is asked) would double.
+const SPIN: Duration = Duration::from_micros(200);
+
 /// Polls `state` until it is not `ncclInProgress`, or until `timeout` has
 /// passed since `start` (the state is read once more at the deadline, so a
-/// call that finished just in time is not counted as late). Pauses grow
-/// from 1 µs to 1 ms, as `Communicator::synchronize`'s do.
+/// call that finished just in time is not counted as late). Yields between
+/// polls for the first [`SPIN`], then sleeps, from 1 µs up to 1 ms a pause.
 pub(super) fn until_done(
     start: Instant,
     timeout: Duration,
@@ -40,6 +46,10 @@ pub(super) fn until_done(
         let elapsed = start.elapsed();
         if elapsed >= timeout {
             return Ok(Waited::TimedOut);
+        }
+        if elapsed < SPIN {
+            std::thread::yield_now();
+            continue;
         }
         std::thread::sleep(pause.min(timeout - elapsed));
         pause = (pause * 2).min(Duration::from_millis(1));
