@@ -92,9 +92,9 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// One communicator per device, all driven by this process: rank `i`
     /// runs on `devices[i]`. Call their collectives inside
     /// [`group`](Self::group) when one thread drives them all. Their
-    /// [`timeout`](Self::timeout) is `GPUPORT_COLLECTIVE_TIMEOUT`'s
-    /// ([`DEFAULT_TIMEOUT`] when unset), which also bounds the
-    /// initialisation on NCCL and RCCL 2.14 and newer.
+    /// [`timeout`](Self::timeout) is `GPUPORT_COLLECTIVE_TIMEOUT`'s (300 s
+    /// when unset), which also bounds the initialisation on NCCL and RCCL
+    /// 2.14 and newer.
     pub fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument {
@@ -179,10 +179,9 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
     /// rank 0 made by [`new_id`](Self::new_id). Every rank must call it:
     /// the engine's initialisation waits for all of them, for up to
-    /// `GPUPORT_COLLECTIVE_TIMEOUT` seconds ([`DEFAULT_TIMEOUT`] when
-    /// unset; [`init_with_id_timeout`](Self::init_with_id_timeout) takes
-    /// it as an argument). Cross-rank checks are not available without a
-    /// store.
+    /// `GPUPORT_COLLECTIVE_TIMEOUT` seconds (300 s when unset;
+    /// [`init_with_id_timeout`](Self::init_with_id_timeout) takes it as an
+    /// argument). Cross-rank checks are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
         Self::init_with_id_timeout(device, rank, size, id, timeout_from_env())
     }
