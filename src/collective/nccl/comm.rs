@@ -35,15 +35,23 @@ pub(super) struct Comm<D: Driver> {
 }
 
 impl<D: Driver> Comm<D> {
-    pub(super) fn new(handle: sys::ncclComm_t, device: &Arc<GpuDevice<D>>, rank: usize) -> Result<Self> {
-        Ok(Comm {
-            handle: handle as usize,
+    /// Owns `handle`, made for `device` by `lib` as `rank`; its timeout
+    /// starts as `timeout`.
+    pub(super) fn new(
+        handle: usize,
+        device: &Arc<GpuDevice<D>>,
+        lib: &'static sys::Nccl,
+        rank: usize,
+        timeout: Duration,
+    ) -> Self {
+        Comm {
+            handle,
             device: device.clone(),
-            lib: super::library(D::KIND)?,
+            lib,
             rank,
             released: AtomicBool::new(false),
-            timeout: Mutex::new(super::super::communicator::timeout_from_env()),
-        })
+            timeout: Mutex::new(timeout),
+        }
     }
 
     pub(super) fn raw(&self) -> sys::ncclComm_t {
@@ -62,7 +70,9 @@ impl<D: Driver> Comm<D> {
         if status == sys::ncclSuccess {
             return Ok(());
         }
-        Err(status_error(D::KIND, self.lib, Some(self.rank), self.handle, call, status))
+        // `ncclGetLastError` is not given a communicator that was freed.
+        let live = if self.released.load(Ordering::Acquire) { 0 } else { self.handle };
+        Err(status_error(D::KIND, self.lib, Some(self.rank), live, call, status))
     }
 
     /// An `Aborted` error for `what` once the communicator was freed.
@@ -216,6 +226,11 @@ pub(super) fn group_closed() -> Vec<Arc<dyn Member>> {
             Vec::new()
         }
     })
+}
+
+/// Whether this thread is inside a group (`ncclGroupStart` without its end).
+pub(super) fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
 }
 
 /// Records `comm` as used by this thread's open group; false outside a group.

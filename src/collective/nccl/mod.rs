@@ -313,15 +313,14 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         let lib = library(D::KIND)?;
         let unique = unique_id::<D>(lib, id)?;
         let (size_c, rank_c) = (rank_int("size", size)?, rank_int("rank", rank)?);
+        refuse_in_group("init_with_id")?;
         device.driver().bind()?;
         let start = Instant::now();
         let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c);
         if handle == 0 {
             return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
         }
-        let comm = comm::Comm::new(handle as sys::ncclComm_t, device, rank)?;
-        comm.set_timeout(timeout);
-        let engine = NcclEngine { comm: Arc::new(comm) };
+        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)) };
         // A failure leaves a communicator that cannot be used: abort it
         // (ncclCommDestroy would wait for peers that may never come).
         let check = wait::init_check(size);
@@ -337,35 +336,34 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         let lib = library(D::KIND)?;
         let size = rank_int("devices", devices.len())?;
         if lib.api.non_blocking.is_none() {
-            return init_all_blocking(lib, devices);
+            return init_all_blocking(lib, devices, timeout);
         }
         // ncclCommInitAll has no config: the same, as NCCL does it (one id,
         // one rank per device inside a group), with non-blocking
         // communicators, so that they can share groups with any other.
         let id = unique_id::<D>(lib, &Self::new_id(&devices[0])?)?;
+        let ranks = (0..devices.len()).map(|r| rank_int("rank", r)).collect::<Result<Vec<_>>>()?;
+        refuse_in_group("init_all")?;
         let start = Instant::now();
-        let (_, opened) = group_call::<D>(|api| {
-            // SAFETY: no arguments; per-thread state of the library.
-            unsafe { (api.ncclGroupStart)() }
-        })?;
+        // SAFETY: no arguments; per-thread state of the library.
+        let opened = unsafe { (lib.api.fns.ncclGroupStart)() };
         if opened != sys::ncclSuccess {
             return Err(status_error(D::KIND, lib, None, 0, "ncclGroupStart", opened));
         }
         let mut first_error = None;
         let mut comms = Vec::with_capacity(devices.len());
+        // No early return until ncclGroupEnd.
         for (rank, device) in devices.iter().enumerate() {
             if let Err(e) = device.driver().bind() {
                 first_error.get_or_insert(e);
                 continue;
             }
-            let (call, status, handle) = init_rank_call(lib, size, id, rank_int("rank", rank)?);
+            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank]);
             if handle == 0 || (status != sys::ncclSuccess && status != sys::ncclInProgress) {
                 first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
             }
             if handle != 0 {
-                let comm = comm::Comm::new(handle as sys::ncclComm_t, device, rank)?;
-                comm.set_timeout(timeout);
-                comms.push(Arc::new(comm));
+                comms.push(Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)));
             }
         }
         // SAFETY: no arguments; ends the group opened above on this thread.
@@ -501,9 +499,25 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     }
 }
 
+/// Refuses `what` (an initialisation) inside a group: NCCL would start it
+/// at the group's end, after this call had waited for it in vain.
+fn refuse_in_group(what: &str) -> Result<()> {
+    if !comm::in_group() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        name: "group",
+        reason: format!("{what} inside Communicator::group: make communicators outside groups"),
+    })
+}
+
 /// `ncclCommInitAll`, for a library without non-blocking communicators
 /// (one process, so no rank can be missing).
-fn init_all_blocking<D: Driver>(lib: &sys::Nccl, devices: &[Arc<GpuDevice<D>>]) -> Result<Vec<NcclEngine<D>>> {
+fn init_all_blocking<D: Driver>(
+    lib: &'static sys::Nccl,
+    devices: &[Arc<GpuDevice<D>>],
+    timeout: Duration,
+) -> Result<Vec<NcclEngine<D>>> {
     let ordinals = devices.iter().map(|d| rank_int("device", d.info().ordinal)).collect::<Result<Vec<_>>>()?;
     let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
     devices[0].driver().bind()?;
@@ -514,12 +528,12 @@ fn init_all_blocking<D: Driver>(lib: &sys::Nccl, devices: &[Arc<GpuDevice<D>>]) 
     if status != sys::ncclSuccess {
         return Err(status_error(D::KIND, lib, None, 0, "ncclCommInitAll", status));
     }
-    comms
+    Ok(comms
         .into_iter()
         .zip(devices)
         .enumerate()
-        .map(|(rank, (c, d))| Ok(NcclEngine { comm: Arc::new(comm::Comm::new(c, d, rank)?) }))
-        .collect()
+        .map(|(rank, (c, d))| NcclEngine { comm: Arc::new(comm::Comm::new(c as usize, d, lib, rank, timeout)) })
+        .collect())
 }
 
 #[cfg(test)]
