@@ -7,7 +7,7 @@
 //! cudarc's own stream type; the `rccl-sys` crates link RCCL at build time.
 //! gpuport needs eighteen functions from either library, so this file
 //! declares exactly those and resolves them with `libloading`, plus one of
-//! NCCL 2.14 ([`NonBlockingApi`]) that are used where the library has them.
+//! NCCL 2.14 ([`NonBlockingApi`]), used where the library has it.
 //! Every signature, constant and enum value is copied from `nccl.h` (NCCL
 //! 2.28's `src/nccl.h.in`; [`ncclConfig_t`] from 2.14.3's), and RCCL's
 //! `rccl.h` declares the same ones.
