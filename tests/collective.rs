@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpuport::collective::{CollectiveBackend, Communicator, Op, OpKind, ReduceOp, TcpStore};
 use gpuport::dynamic::DType;
@@ -66,6 +66,20 @@ where
         let mine = body(0, comm);
         [mine, other.join().unwrap()]
     })
+}
+
+/// `f`'s result, run on a thread of its own; a test failure instead of a
+/// hang when it has not returned within `limit` (the thread is left behind).
+fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("still waiting after {limit:?}: a hang"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked (see above)"),
+    }
 }
 
 /// The array's elements, read on the host.
@@ -244,6 +258,80 @@ where
     let _ = writeln!(std::io::stderr(), "a rank that stopped: {e} (aborted: {aborted}, after {took:?})");
 }
 
+/// Rank 0 of a 2-rank id whose rank 1 never calls `init_with_id`: a
+/// timeout after the deadline, not a hang (NCCL's and RCCL's
+/// initialisation waits for every rank; devs[1] is not used).
+fn init_with_id_times_out_when_a_rank_never_comes<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let limit = Duration::from_secs(3);
+    let dev = devs[0].clone();
+    let (e, took) = within(Duration::from_secs(120), move || {
+        let id = Communicator::<D::B>::new_id(&dev).unwrap();
+        let start = Instant::now();
+        let e = Communicator::<D::B>::init_with_id_timeout(&dev, 0, 2, &id, limit).unwrap_err();
+        (e, start.elapsed())
+    });
+    let _ = writeln!(std::io::stderr(), "a rank that never came: {e} (after {took:?})");
+    if devs[0].info().backend == gpuport::BackendKind::Host {
+        // The host engine meets the other ranks through the id's store.
+        assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
+    } else {
+        assert!(matches!(&e, Error::Collective { kind: CollectiveErrorKind::Timeout, rank: Some(0), .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("3s") && text.contains("did not arrive"), "{text}");
+    }
+    assert!(took >= limit - Duration::from_millis(50), "gave up early: {took:?}");
+    assert!(took < limit + Duration::from_secs(30), "took {took:?}");
+}
+
+/// Two ranks initialise together (NCCL connects its all-reduce ring
+/// then), rank 1 dies, and rank 0 then sends to and receives from it for
+/// the first time: NCCL connects p2p peers inside `ncclGroupEnd`, which
+/// must give up after the communicator's timeout instead of waiting for
+/// the dead peer.
+fn a_peer_gone_before_the_first_send_recv_is_a_timeout_not_a_hang<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let limit = Duration::from_secs(3);
+    let host = devs[0].info().backend == gpuport::BackendKind::Host;
+    let results = within(Duration::from_secs(180), move || {
+        let gone = std::sync::Barrier::new(2);
+        two_ranks(&devs, Duration::from_secs(60), |rank, mut comm| {
+            comm.set_timeout(limit).unwrap();
+            if rank == 1 {
+                // A dead process runs no clean-up: its communicator is
+                // aborted (freed without waiting for peers), not destroyed.
+                comm.abort().unwrap();
+                gone.wait();
+                return None;
+            }
+            gone.wait();
+            let d = comm.device().clone();
+            let s = d.default_stream();
+            let mut out = MemArray::<u32, 1, D>::from_vec(&d, [256], vec![7; 256]).unwrap();
+            let mut got = MemArray::<u32, 1, D>::zeros(&d, [256]).unwrap();
+            let start = Instant::now();
+            let e = comm.send_recv_array(&mut out, 1, &mut got, 1, s).and_then(|()| comm.synchronize(s));
+            Some((e, start.elapsed(), comm.is_aborted()))
+        })
+    });
+    let (e, took, aborted) = results.into_iter().next().flatten().unwrap();
+    let e = e.unwrap_err();
+    let _ = writeln!(std::io::stderr(), "a peer gone before send/recv: {e} (after {took:?}, aborted: {aborted})");
+    if host {
+        // The host engine runs a group's calls at its end, through the
+        // store, whose timeout comes out of the group as it is.
+        assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
+    } else {
+        assert!(matches!(e, Error::Collective { kind: CollectiveErrorKind::Timeout, rank: Some(0), .. }), "{e}");
+        assert!(aborted, "the communicator that timed out was not aborted");
+    }
+    assert!(took < limit + Duration::from_secs(30), "took {took:?}");
+}
+
 fn bad_ranks_and_devices_are_refused<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
@@ -297,6 +385,8 @@ mod pairs {
         mismatched_calls_are_errors_on_every_rank,
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,
+        init_with_id_times_out_when_a_rank_never_comes,
+        a_peer_gone_before_the_first_send_recv_is_a_timeout_not_a_hang,
         bad_ranks_and_devices_are_refused,
         host_reads_wait_for_a_collective_on_another_stream,
     );

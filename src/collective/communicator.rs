@@ -14,7 +14,8 @@ use super::array::GROUP_DEPTH;
 use super::engine::{CollectiveBackend, Engine, Op, OpKind};
 use super::TcpStore;
 
-/// How long [`Communicator::synchronize`] waits by default:
+/// How long [`Communicator::synchronize`], and NCCL's or RCCL's calls
+/// that wait for other ranks on the host, wait by default:
 /// `GPUPORT_COLLECTIVE_TIMEOUT` (seconds), else 300 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -67,9 +68,9 @@ impl<B: CollectiveBackend> Communicator<B> {
         rank: usize,
         size: usize,
         store: Option<(TcpStore, String)>,
+        timeout: Duration,
     ) -> Self {
         let checks = std::env::var("GPUPORT_COLLECTIVE_CHECKS").is_ok_and(|v| v == "1") && store.is_some();
-        let timeout = timeout_from_env();
         // The engine and the store were made with this timeout or another
         // (a user's store); a failure here leaves that one.
         let _ = engine.set_timeout(timeout);
@@ -90,7 +91,10 @@ impl<B: CollectiveBackend> Communicator<B> {
 
     /// One communicator per device, all driven by this process: rank `i`
     /// runs on `devices[i]`. Call their collectives inside
-    /// [`group`](Self::group) when one thread drives them all.
+    /// [`group`](Self::group) when one thread drives them all. Their
+    /// [`timeout`](Self::timeout) is `GPUPORT_COLLECTIVE_TIMEOUT`'s (300 s
+    /// when unset), which also bounds the initialisation on NCCL and RCCL
+    /// 2.14 and newer.
     pub fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument {
@@ -98,19 +102,25 @@ impl<B: CollectiveBackend> Communicator<B> {
                 reason: "a communicator needs at least one device".into(),
             });
         }
-        let engines = B::Engine::init_all(devices)?;
+        let timeout = timeout_from_env();
+        let engines = B::Engine::init_all(devices, timeout)?;
         let size = devices.len();
         Ok(engines
             .into_iter()
             .zip(devices)
             .enumerate()
-            .map(|(rank, (e, d))| Self::new(e, d.clone(), rank, size, None))
+            .map(|(rank, (e, d))| Self::new(e, d.clone(), rank, size, None, timeout))
             .collect())
     }
 
     /// Joins `device` to a group of `size` ranks as `rank`, meeting the
     /// other ranks through `store`. Every rank calls it; the ranks'
     /// communicators made on one store pair up in the order they are made.
+    /// Waiting for the other ranks is bounded by the store's timeout (a
+    /// [`StoreErrorKind::Timeout`](crate::StoreErrorKind::Timeout) or, in
+    /// NCCL's or RCCL's own initialisation, a
+    /// [`CollectiveErrorKind::Timeout`]); the communicator's
+    /// [`timeout`](Self::timeout) then is `GPUPORT_COLLECTIVE_TIMEOUT`'s.
     ///
     /// ```
     /// use std::time::Duration;
@@ -143,9 +153,9 @@ impl<B: CollectiveBackend> Communicator<B> {
         // blocks until all ranks join: a rank that never comes is the
         // store's typed timeout, not a hang.
         store.barrier(&format!("{key}/init"), size)?;
-        let engine = B::Engine::init_with_id(device, rank, size, &id)?;
+        let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout())?;
         let own = store.reconnect()?;
-        Ok(Self::new(engine, device.clone(), rank, size, Some((own, key))))
+        Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()))
     }
 
     /// A new id naming one communicator, for ranks that meet through
@@ -168,14 +178,43 @@ impl<B: CollectiveBackend> Communicator<B> {
 
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
     /// rank 0 made by [`new_id`](Self::new_id). Every rank must call it:
-    /// the engine's initialisation waits for all of them (without a
-    /// timeout on NCCL and RCCL; [`init_rank`](Self::init_rank) waits
-    /// through its store first, with one). Cross-rank checks are not
-    /// available without a store.
+    /// the engine's initialisation waits for all of them, for up to
+    /// `GPUPORT_COLLECTIVE_TIMEOUT` seconds (300 s when unset;
+    /// [`init_with_id_timeout`](Self::init_with_id_timeout) takes it as an
+    /// argument). Cross-rank checks are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+        Self::init_with_id_timeout(device, rank, size, id, timeout_from_env())
+    }
+
+    /// [`init_with_id`](Self::init_with_id), waiting up to `timeout` for
+    /// the other ranks: past it, a rank that never came is a
+    /// [`CollectiveErrorKind::Timeout`] naming this rank and the timeout
+    /// (on NCCL and RCCL 2.14 and newer; older ones wait without a bound)
+    /// or, on the host engine, a
+    /// [`StoreErrorKind::Timeout`](crate::StoreErrorKind::Timeout). The
+    /// communicator's [`timeout`](Self::timeout) starts as `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpuport::{Device, Error, Host, HostDevice, StoreErrorKind};
+    /// use gpuport::collective::Communicator;
+    /// let dev = HostDevice::open(0)?;
+    /// let id = Communicator::<Host>::new_id(&dev)?;
+    /// // Rank 1 of 2 never comes.
+    /// let e = Communicator::<Host>::init_with_id_timeout(&dev, 0, 2, &id, Duration::from_millis(200)).unwrap_err();
+    /// assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_with_id_timeout(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Duration,
+    ) -> Result<Self> {
         check_rank(rank, size)?;
-        let engine = B::Engine::init_with_id(device, rank, size, id)?;
-        Ok(Self::new(engine, device.clone(), rank, size, None))
+        let engine = B::Engine::init_with_id(device, rank, size, id, timeout)?;
+        Ok(Self::new(engine, device.clone(), rank, size, None, timeout))
     }
 
     /// [`init_rank`](Self::init_rank) with the rank, the size and the store
@@ -209,13 +248,18 @@ impl<B: CollectiveBackend> Communicator<B> {
         self.engine.name()
     }
 
-    /// How long [`synchronize`](Self::synchronize) waits before it aborts.
+    /// How long [`synchronize`](Self::synchronize) waits before it aborts,
+    /// and how long a call may wait for other ranks on the host: NCCL's and
+    /// RCCL's (2.14 and newer) first connection to a peer inside a
+    /// collective, a send, a receive or the end of a [`group`](Self::group),
+    /// the host engine's store reads, the cross-rank checks. Past it the
+    /// communicator is aborted and the call is a
+    /// [`CollectiveErrorKind::Timeout`].
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
-    /// Sets how long [`synchronize`](Self::synchronize) waits, and how
-    /// long the host engine and the cross-rank checks wait for other ranks.
+    /// Sets [`timeout`](Self::timeout).
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.timeout = timeout;
         self.engine.set_timeout(timeout)?;
@@ -245,9 +289,10 @@ impl<B: CollectiveBackend> Communicator<B> {
         Ok(())
     }
 
-    /// Whether [`abort`](Self::abort) ran, or a failure aborted the communicator.
+    /// Whether [`abort`](Self::abort) ran, or a failure (a timeout)
+    /// aborted the communicator.
     pub fn is_aborted(&self) -> bool {
-        self.aborted.load(Ordering::Acquire)
+        self.aborted.load(Ordering::Acquire) || self.engine.is_aborted()
     }
 
     /// Stops every collective of this communicator; later calls give
@@ -266,7 +311,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// Runs `f` as one group: calls of several communicators driven by one
     /// thread (from [`init_all`](Self::init_all)), or several sends and
     /// receives, are enqueued together at its end, as NCCL's
-    /// `ncclGroupStart`/`ncclGroupEnd` do.
+    /// `ncclGroupStart`/`ncclGroupEnd` do. The end waits for the group's
+    /// communicators up to their [`timeout`](Self::timeout)s: a peer
+    /// that is gone before a first connection makes it a
+    /// [`CollectiveErrorKind::Timeout`], and aborts the communicators.
     pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
         struct Depth;
         impl Drop for Depth {
@@ -383,7 +431,10 @@ impl<B: CollectiveBackend> Communicator<B> {
 
     /// Enqueues `op` on `stream`, reading `send` and writing `recv`, after
     /// checking the buffers' devices and sizes. `recv` may be `send` itself
-    /// (in place) where NCCL allows it. Returns at once.
+    /// (in place) where NCCL allows it. Returns once enqueued: at once, or
+    /// after NCCL has connected to a peer for the first time, which waits
+    /// up to [`timeout`](Self::timeout) (then a
+    /// [`CollectiveErrorKind::Timeout`], and the communicator is aborted).
     ///
     /// # Safety
     /// `send` and `recv` stay alive, and nothing else writes `recv` or

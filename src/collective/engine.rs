@@ -188,12 +188,20 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>>;
 
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
-    /// rank 0 made.
-    fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self>;
+    /// rank 0 made; waits up to `timeout` for the other ranks, then fails
+    /// (a `Timeout`, or the host engine's store timeout). The engine's
+    /// timeout ([`set_timeout`](Self::set_timeout)) starts as `timeout`.
+    fn init_with_id(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<Self>;
 
     /// One communicator per device of a group driven by this process; rank
-    /// `i` is `devices[i]`.
-    fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>>;
+    /// `i` is `devices[i]`. As [`init_with_id`](Self::init_with_id) for `timeout`.
+    fn init_all(devices: &[Arc<B::Device>], timeout: std::time::Duration) -> Result<Vec<Self>>;
 
     /// Whether the engine can run `op` (its element type and reduction).
     fn supports(&self, op: &Op) -> Result<()>;
@@ -214,13 +222,19 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// Ends the group: its calls are enqueued together.
     fn group_end() -> Result<()>;
 
-    /// How long a blocking call of the engine may wait for other ranks
-    /// (the host engine's store reads); engines that never block on the
-    /// host ignore it.
+    /// How long a call of the engine may wait for other ranks on the host
+    /// (the host engine's store reads; NCCL's and RCCL's calls that stay
+    /// `ncclInProgress`, such as a first connection to a peer).
     fn set_timeout(&self, timeout: std::time::Duration) -> Result<()>;
 
     /// Stops every collective of this communicator; it cannot be used again.
     fn abort(&self) -> Result<()>;
+
+    /// Whether the engine aborted the communicator, by [`abort`](Self::abort)
+    /// or itself (a call that timed out); later calls are refused.
+    fn is_aborted(&self) -> bool {
+        false
+    }
 
     /// The engine's asynchronous error, if it reported one.
     fn async_error(&self) -> Result<()>;

@@ -410,7 +410,13 @@ unsafe impl Engine<Host> for HostEngine {
         Ok(id.into_bytes())
     }
 
-    fn init_with_id(_device: &Arc<HostDevice>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+    fn init_with_id(
+        _device: &Arc<HostDevice>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<Self> {
         let bad = || Error::InvalidArgument {
             name: "id",
             reason: "not a host communicator's id (from Communicator::new_id on the host device)".into(),
@@ -429,15 +435,15 @@ unsafe impl Engine<Host> for HostEngine {
         let hosts_store = own.is_some();
         let store = match own {
             Some(own) => own.reconnect()?,
-            None => TcpStore::connect(addr, super::communicator::timeout_from_env())?,
+            None => TcpStore::connect(addr, timeout)?,
         };
+        store.set_timeout(timeout)?;
         // Every rank's arrival: the communicator exists once all have come.
         store.barrier(&format!("{text}/init"), size)?;
         Ok(Inner::engine(store, text.to_string(), rank, size, hosts_store))
     }
 
-    fn init_all(devices: &[Arc<HostDevice>]) -> Result<Vec<Self>> {
-        let timeout = super::communicator::timeout_from_env();
+    fn init_all(devices: &[Arc<HostDevice>], timeout: std::time::Duration) -> Result<Vec<Self>> {
         let store = TcpStore::host("127.0.0.1:0".parse().expect("a literal address"), timeout)?;
         let size = devices.len();
         (0..size)
@@ -532,6 +538,10 @@ unsafe impl Engine<Host> for HostEngine {
     fn abort(&self) -> Result<()> {
         self.inner.aborted.store(true, Ordering::Release);
         Ok(())
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.inner.aborted.load(Ordering::Acquire)
     }
 
     fn async_error(&self) -> Result<()> {

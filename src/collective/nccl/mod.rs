@@ -11,15 +11,32 @@
 //! - ROCm: `GPUPORT_RCCL_LIBRARY`, else `librccl.so.1`, `librccl.so`,
 //!   `$ROCM_PATH/lib/librccl.so.1` and `/opt/rocm/lib/librccl.so.1`.
 //!
+//! # Timeouts
+//! From NCCL (or RCCL) 2.14 on, communicators are non-blocking
+//! (`ncclCommInitRankConfig` with `blocking = 0`): every call returns at
+//! once, `ncclInProgress` while it goes on in the library's thread, and the
+//! engine polls `ncclCommGetAsyncError` for up to the communicator's
+//! timeout. So initialisation with a rank that never comes, and a first
+//! connection to a peer that is gone (inside a send, a receive, a
+//! collective or `ncclGroupEnd`), abort the communicator and are a
+//! `CollectiveErrorKind::Timeout` instead of a hang. An older library
+//! makes blocking communicators, without those timeouts; its engine's name
+//! says so (`"NCCL 2.12.12 (blocking)"`). From NCCL 2.23 on, each call of
+//! a non-blocking communicator launches its work through a helper thread
+//! (some tens of microseconds); NCCL's own `NCCL_COMM_BLOCKING=1` makes
+//! communicators blocking again, without that cost and without the timeouts.
+//!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
 //! broadcast, all-gather, send and receive move bytes, so they take any type.
 
+mod comm;
 mod sys;
+mod wait;
 
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::backend::gpu::{Driver, Gpu, GpuDevice, RawAddress};
 use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
@@ -32,7 +49,8 @@ pub use sys::NCCL_UNIQUE_ID_BYTES;
 
 /// The oldest NCCL (or RCCL, which reports NCCL's numbering) gpuport
 /// accepts: 2.12, the first with `ncclAvg`, `ncclGetLastError` and
-/// `ncclCommGetAsyncError` as used here.
+/// `ncclCommGetAsyncError` as used here. From 2.14 on communicators are
+/// non-blocking, with timeouts (see the module docs).
 pub const MIN_VERSION: i32 = 21200;
 
 /// NCCL's version code from which `ncclFloat8e4m3`/`ncclFloat8e5m2` exist.
@@ -106,19 +124,16 @@ fn version_text(code: i32) -> String {
 
 /// One rank's NCCL or RCCL communicator on a device of driver `D`.
 pub struct NcclEngine<D: Driver> {
-    /// `ncclComm_t`, as an address: the library allows its use from any
-    /// thread, one call at a time per communicator, which `Communicator`'s
-    /// callers already order on streams.
-    comm: usize,
-    device: Arc<GpuDevice<D>>,
-    lib: &'static sys::Nccl,
-    rank: usize,
-    /// Set once the communicator was aborted (and so freed).
-    released: AtomicBool,
+    /// Shared with this thread's open group, which polls it at its end.
+    comm: Arc<comm::Comm<D>>,
 }
 
+/// `"NCCL 2.28.5"`; `"NCCL 2.12.12 (blocking)"` where the library has no
+/// non-blocking communicators (so no timeouts at init and first connections).
 fn engine_name(kind: BackendKind, lib: &sys::Nccl) -> String {
-    format!("{} {}", if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" }, version_text(lib.api.version))
+    let name = if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" };
+    let blocking = if lib.api.non_blocking.is_none() { " (blocking)" } else { "" };
+    format!("{name} {}{blocking}", version_text(lib.api.version))
 }
 
 /// An engine error for `call`'s `status`, with the library's own words.
@@ -154,29 +169,33 @@ fn status_error(
 }
 
 impl<D: Driver> NcclEngine<D> {
-    fn check(&self, call: &str, status: c_int) -> Result<()> {
-        if status == sys::ncclSuccess {
-            return Ok(());
-        }
-        Err(status_error(D::KIND, self.lib, Some(self.rank), self.comm, call, status))
+    fn lib(&self) -> &'static sys::Nccl {
+        self.comm.lib
     }
 
     /// One all-reduce of one element while every rank is known to be
-    /// there (just after initialisation): NCCL connects its peers on a
-    /// communicator's first collective, and a peer that is gone by then
-    /// blocks that call on the host, where no watchdog can reach it. After
-    /// this, a rank that dies leaves the others' collectives waiting on the
-    /// device, which `Communicator::synchronize` times out and aborts.
-    /// (Collectives of other algorithms and sends may still connect later.)
-    fn connect(&self) -> Result<()> {
-        let buf = self.device.alloc(4)?;
-        let stream = self.device.default_stream();
+    /// there (just after initialisation), waited for until `start` plus
+    /// the timeout: NCCL connects its peers on a communicator's first
+    /// collective. Collectives of other algorithms and sends may still
+    /// connect later; on a non-blocking communicator those are bounded
+    /// too (`Comm::settle`).
+    fn connect(&self, start: Instant, check: &str) -> Result<()> {
+        let device = &self.comm.device;
+        let buf = device.alloc(4)?;
+        let stream = device.default_stream();
         let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::Float32, count: 1 };
         let p = buf.device_ptr();
-        // SAFETY: `buf` holds one float32 and lives until the stream is
-        // synchronized below.
+        // SAFETY: `buf` holds one float32 and lives until the stream has
+        // passed it, or the communicator was aborted (by the wait below).
         unsafe { self.enqueue(&op, p, p, stream)? };
-        self.device.synchronize(stream)
+        let waited = wait::until_done(start, self.comm.timeout(), || {
+            let state = self.comm.state()?;
+            if state != sys::ncclSuccess {
+                return Ok(state);
+            }
+            Ok(if device.is_idle(stream)? { sys::ncclSuccess } else { sys::ncclInProgress })
+        })?;
+        self.comm.finish("the first all-reduce (connecting the ranks)", waited, check)
     }
 
     /// NCCL's element type for a reduction over `dtype`.
@@ -192,22 +211,17 @@ impl<D: Driver> NcclEngine<D> {
             DType::Float32 => 7,
             DType::Float64 => 8,
             DType::BFloat16 => 9,
-            DType::Float8E4M3Fn if D::KIND == BackendKind::Cuda && self.lib.api.version >= FP8_VERSION => 10,
-            DType::Float8E5M2 if D::KIND == BackendKind::Cuda && self.lib.api.version >= FP8_VERSION => 11,
+            DType::Float8E4M3Fn if D::KIND == BackendKind::Cuda && self.lib().api.version >= FP8_VERSION => 10,
+            DType::Float8E5M2 if D::KIND == BackendKind::Cuda && self.lib().api.version >= FP8_VERSION => 11,
             _ => return None,
         })
     }
 }
 
-/// `ncclGroupStart` or `ncclGroupEnd` (`call`) of backend `D`'s library.
-fn group_call<D: Driver>(name: &str, call: impl FnOnce(&sys::Api) -> c_int) -> Result<()> {
+/// `ncclGroupStart` or `ncclGroupEnd` (`call`) of backend `D`'s library: its status.
+fn group_call<D: Driver>(call: impl FnOnce(&sys::Api) -> c_int) -> Result<(&'static sys::Nccl, c_int)> {
     let lib = library(D::KIND)?;
-    let status = call(&lib.api.fns);
-    if status == sys::ncclSuccess {
-        Ok(())
-    } else {
-        Err(status_error(D::KIND, lib, None, 0, name, status))
-    }
+    Ok((lib, call(&lib.api.fns)))
 }
 
 fn reduce_op(op: ReduceOp) -> c_int {
@@ -225,14 +239,56 @@ fn rank_int(what: &'static str, v: usize) -> Result<c_int> {
         .map_err(|_| Error::InvalidArgument { name: what, reason: format!("{v} does not fit NCCL's int") })
 }
 
+/// `id`'s bytes as an `ncclUniqueId`, or why they are not one.
+fn unique_id<D: Driver>(lib: &sys::Nccl, id: &[u8]) -> Result<sys::ncclUniqueId> {
+    if id.len() != sys::NCCL_UNIQUE_ID_BYTES {
+        return Err(Error::InvalidArgument {
+            name: "id",
+            reason: format!(
+                "{} bytes; an {} unique id has {} (from Communicator::new_id on a {} device)",
+                id.len(),
+                engine_name(D::KIND, lib),
+                sys::NCCL_UNIQUE_ID_BYTES,
+                D::KIND.name()
+            ),
+        });
+    }
+    let mut unique = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
+    for (c, b) in unique.internal.iter_mut().zip(id) {
+        *c = std::ffi::c_char::from_ne_bytes([*b]);
+    }
+    Ok(unique)
+}
+
+/// Starts rank `rank`'s communicator of `size` on the current device:
+/// `ncclCommInitRankConfig` with `blocking = 0` where the library has it,
+/// else `ncclCommInitRank`. Returns the call's name, its status and the
+/// communicator (null if none was made).
+fn init_rank_call(lib: &sys::Nccl, size: c_int, id: sys::ncclUniqueId, rank: c_int) -> (&'static str, c_int, usize) {
+    let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+    let (call, status) = match &lib.api.non_blocking {
+        Some(nb) => {
+            let mut config = sys::ncclConfig_t::non_blocking();
+            // SAFETY: the caller bound the device; `comm` receives the
+            // communicator; `config` is a whole, initialised config, read
+            // during the call only.
+            ("ncclCommInitRankConfig", unsafe { (nb.ncclCommInitRankConfig)(&mut comm, size, id, rank, &mut config) })
+        }
+        // SAFETY: as above, without a config.
+        None => ("ncclCommInitRank", unsafe { (lib.api.fns.ncclCommInitRank)(&mut comm, size, id, rank) }),
+    };
+    (call, status, comm as usize)
+}
+
 // SAFETY: every call passes the communicator this engine made, on its
 // device (bound first), with a stream of that device; `enqueue` passes the
 // caller's ranges with the element counts `Op` says (data movement as bytes:
 // `count * itemsize` of `ncclUint8`), so NCCL touches nothing else. Every
-// status is checked.
+// status is checked, and a communicator that was aborted is never passed
+// again (`Comm::refuse_if_released`).
 unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     fn name(&self) -> String {
-        engine_name(D::KIND, self.lib)
+        engine_name(D::KIND, self.lib())
     }
 
     fn new_id(device: &Arc<GpuDevice<D>>) -> Result<Vec<u8>> {
@@ -247,63 +303,86 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         Ok(id.internal.iter().map(|c| c.to_ne_bytes()[0]).collect())
     }
 
-    fn init_with_id(device: &Arc<GpuDevice<D>>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
+    fn init_with_id(
+        device: &Arc<GpuDevice<D>>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Duration,
+    ) -> Result<Self> {
         let lib = library(D::KIND)?;
-        if id.len() != sys::NCCL_UNIQUE_ID_BYTES {
-            return Err(Error::InvalidArgument {
-                name: "id",
-                reason: format!(
-                    "{} bytes; an {} unique id has {} (from Communicator::new_id on a {} device)",
-                    id.len(),
-                    engine_name(D::KIND, lib),
-                    sys::NCCL_UNIQUE_ID_BYTES,
-                    D::KIND.name()
-                ),
-            });
-        }
-        let mut unique = sys::ncclUniqueId { internal: [0; sys::NCCL_UNIQUE_ID_BYTES] };
-        for (c, b) in unique.internal.iter_mut().zip(id) {
-            *c = std::ffi::c_char::from_ne_bytes([*b]);
-        }
+        let unique = unique_id::<D>(lib, id)?;
+        let (size_c, rank_c) = (rank_int("size", size)?, rank_int("rank", rank)?);
+        refuse_in_group("init_with_id")?;
         device.driver().bind()?;
-        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        // SAFETY: the device is current; `comm` receives the communicator.
-        let status = unsafe {
-            (lib.api.fns.ncclCommInitRank)(&mut comm, rank_int("size", size)?, unique, rank_int("rank", rank)?)
-        };
-        if status != sys::ncclSuccess {
-            return Err(status_error(D::KIND, lib, Some(rank), 0, "ncclCommInitRank", status));
+        let start = Instant::now();
+        let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c);
+        if handle == 0 {
+            return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
         }
-        let engine =
-            NcclEngine { comm: comm as usize, device: device.clone(), lib, rank, released: AtomicBool::new(false) };
-        engine.connect()?;
+        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)) };
+        // A failure leaves a communicator that cannot be used: abort it
+        // (ncclCommDestroy would wait for peers that may never come).
+        let check = wait::init_check(size);
+        let ready = engine.comm.settle(call, status, start, &check).and_then(|()| engine.connect(start, &check));
+        if let Err(e) = ready {
+            let _ = engine.comm.abort();
+            return Err(e);
+        }
         Ok(engine)
     }
 
-    fn init_all(devices: &[Arc<GpuDevice<D>>]) -> Result<Vec<Self>> {
+    fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration) -> Result<Vec<Self>> {
         let lib = library(D::KIND)?;
-        let ordinals = devices.iter().map(|d| rank_int("device", d.info().ordinal)).collect::<Result<Vec<_>>>()?;
-        let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
-        devices[0].driver().bind()?;
-        // SAFETY: `comms` has one slot per ordinal.
-        let status = unsafe {
-            (lib.api.fns.ncclCommInitAll)(comms.as_mut_ptr(), rank_int("devices", devices.len())?, ordinals.as_ptr())
-        };
-        if status != sys::ncclSuccess {
-            return Err(status_error(D::KIND, lib, None, 0, "ncclCommInitAll", status));
+        let size = rank_int("devices", devices.len())?;
+        if lib.api.non_blocking.is_none() {
+            return init_all_blocking(lib, devices, timeout);
         }
-        Ok(comms
-            .into_iter()
-            .zip(devices)
-            .enumerate()
-            .map(|(rank, (c, d))| NcclEngine {
-                comm: c as usize,
-                device: d.clone(),
-                lib,
-                rank,
-                released: AtomicBool::new(false),
-            })
-            .collect())
+        // ncclCommInitAll has no config: the same, as NCCL does it (one id,
+        // one rank per device inside a group), with non-blocking
+        // communicators, so that they can share groups with any other.
+        let id = unique_id::<D>(lib, &Self::new_id(&devices[0])?)?;
+        let ranks = (0..devices.len()).map(|r| rank_int("rank", r)).collect::<Result<Vec<_>>>()?;
+        refuse_in_group("init_all")?;
+        let start = Instant::now();
+        // SAFETY: no arguments; per-thread state of the library.
+        let opened = unsafe { (lib.api.fns.ncclGroupStart)() };
+        if opened != sys::ncclSuccess {
+            return Err(status_error(D::KIND, lib, None, 0, "ncclGroupStart", opened));
+        }
+        let mut first_error = None;
+        let mut comms = Vec::with_capacity(devices.len());
+        // No early return until ncclGroupEnd.
+        for (rank, device) in devices.iter().enumerate() {
+            if let Err(e) = device.driver().bind() {
+                first_error.get_or_insert(e);
+                continue;
+            }
+            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank]);
+            if handle == 0 || (status != sys::ncclSuccess && status != sys::ncclInProgress) {
+                first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
+            }
+            if handle != 0 {
+                comms.push(Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)));
+            }
+        }
+        // SAFETY: no arguments; ends the group opened above on this thread.
+        let ended = unsafe { (lib.api.fns.ncclGroupEnd)() };
+        let members: Vec<Arc<dyn comm::Member>> = comms.iter().map(|c| c.clone() as Arc<dyn comm::Member>).collect();
+        let ready = match first_error {
+            Some(e) => Err(e),
+            None if ended == sys::ncclInProgress || ended == sys::ncclSuccess => {
+                comm::settle_group(&members, "ncclCommInitRankConfig", start, &wait::init_check(devices.len()))
+            }
+            None => Err(status_error(D::KIND, lib, None, 0, "ncclGroupEnd", ended)),
+        };
+        if let Err(e) = ready {
+            for c in &comms {
+                let _ = c.abort();
+            }
+            return Err(e);
+        }
+        Ok(comms.into_iter().map(|comm| NcclEngine { comm }).collect())
     }
 
     fn supports(&self, op: &Op) -> Result<()> {
@@ -322,19 +401,22 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     }
 
     unsafe fn enqueue(&self, op: &Op, send: u64, recv: u64, stream: &Stream<Gpu<D>>) -> Result<()> {
-        if stream.driver().ordinal() != self.device.info().ordinal {
+        let device = &self.comm.device;
+        if stream.driver().ordinal() != device.info().ordinal {
             return Err(Error::DeviceMismatch {
                 what: "stream",
-                expected: self.device.info().spec(),
+                expected: device.info().spec(),
                 found: format!("{}:{}", D::KIND.name(), stream.driver().ordinal()),
             });
         }
-        self.device.driver().bind()?;
-        let api = &self.lib.api.fns;
-        let (comm, s) = (self.comm as sys::ncclComm_t, stream.raw().address() as *mut c_void);
+        self.comm.refuse_if_released(&op.to_string())?;
+        device.driver().bind()?;
+        let api = &self.lib().api.fns;
+        let (comm, s) = (self.comm.raw(), stream.raw().address() as *mut c_void);
         let (sp, rp) = (address_to_usize(send) as *const c_void, address_to_usize(recv) as *mut c_void);
         let bytes = op.count * op.dtype.itemsize();
         let typed = self.reduction_type(op.dtype).unwrap_or(1);
+        let start = Instant::now();
         // SAFETY: every call below gets the live communicator on the
         // current device, `s`, a stream of that device, and ranges that
         // hold what `Op` says (the caller's promise).
@@ -358,61 +440,100 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 OpKind::Recv { peer } => ("ncclRecv", (api.ncclRecv)(rp, bytes, 1, rank_int("peer", peer)?, comm, s)),
             }
         };
-        self.check(call, status)
+        // Inside a group the work starts at ncclGroupEnd, which polls this
+        // communicator with the group's others.
+        if comm::join_group(&(self.comm.clone() as Arc<dyn comm::Member>)) && status == sys::ncclInProgress {
+            return Ok(());
+        }
+        self.comm.settle(call, status, start, wait::PEER_CHECK)
     }
 
     fn group_start() -> Result<()> {
         // SAFETY: no arguments; per-thread state of the library.
-        group_call::<D>("ncclGroupStart", |api| unsafe { (api.ncclGroupStart)() })
+        let (lib, status) = group_call::<D>(|api| unsafe { (api.ncclGroupStart)() })?;
+        if status != sys::ncclSuccess {
+            return Err(status_error(D::KIND, lib, None, 0, "ncclGroupStart", status));
+        }
+        comm::group_opened();
+        Ok(())
     }
 
     fn group_end() -> Result<()> {
+        let start = Instant::now();
         // SAFETY: as `group_start`.
-        group_call::<D>("ncclGroupEnd", |api| unsafe { (api.ncclGroupEnd)() })
+        let ended = group_call::<D>(|api| unsafe { (api.ncclGroupEnd)() });
+        let members = comm::group_closed();
+        let (lib, status) = ended?;
+        match status {
+            // Non-blocking communicators: the group goes on in the
+            // library's thread; every member must leave ncclInProgress.
+            sys::ncclInProgress => comm::settle_group(&members, "ncclGroupEnd", start, wait::PEER_CHECK),
+            sys::ncclSuccess => Ok(()),
+            _ => Err(status_error(D::KIND, lib, None, 0, "ncclGroupEnd", status)),
+        }
     }
 
-    fn set_timeout(&self, _timeout: std::time::Duration) -> Result<()> {
-        // NCCL's calls return at once; `Communicator::synchronize` applies the timeout.
+    fn set_timeout(&self, timeout: Duration) -> Result<()> {
+        self.comm.set_timeout(timeout);
         Ok(())
     }
 
     fn abort(&self) -> Result<()> {
-        if self.released.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        self.device.driver().bind()?;
-        // SAFETY: the communicator is live (not released before) and freed here once.
-        let status = unsafe { (self.lib.api.fns.ncclCommAbort)(self.comm as sys::ncclComm_t) };
-        self.check("ncclCommAbort", status)
+        self.comm.abort()
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.comm.released.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn async_error(&self) -> Result<()> {
-        if self.released.load(Ordering::Acquire) {
+        if self.is_aborted() {
             return Ok(());
         }
-        let mut state: c_int = sys::ncclSuccess;
-        // SAFETY: a live communicator; writes one int.
-        let status = unsafe { (self.lib.api.fns.ncclCommGetAsyncError)(self.comm as sys::ncclComm_t, &mut state) };
-        self.check("ncclCommGetAsyncError", status)?;
+        let state = self.comm.state()?;
         if state == sys::ncclSuccess || state == sys::ncclInProgress {
             Ok(())
         } else {
-            self.check("a collective (asynchronous error)", state)
+            self.comm.check("a collective (asynchronous error)", state)
         }
     }
 }
 
-impl<D: Driver> Drop for NcclEngine<D> {
-    fn drop(&mut self) {
-        if self.released.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if self.device.driver().bind().is_ok() {
-            // SAFETY: a live communicator, freed once; NCCL waits for its
-            // enqueued work. An error cannot be returned from a drop.
-            let _ = unsafe { (self.lib.api.fns.ncclCommDestroy)(self.comm as sys::ncclComm_t) };
-        }
+/// Refuses `what` (an initialisation) inside a group: NCCL would start it
+/// at the group's end, after this call had waited for it in vain.
+fn refuse_in_group(what: &str) -> Result<()> {
+    if !comm::in_group() {
+        return Ok(());
     }
+    Err(Error::InvalidArgument {
+        name: "group",
+        reason: format!("{what} inside Communicator::group: make communicators outside groups"),
+    })
+}
+
+/// `ncclCommInitAll`, for a library without non-blocking communicators
+/// (one process, so no rank can be missing).
+fn init_all_blocking<D: Driver>(
+    lib: &'static sys::Nccl,
+    devices: &[Arc<GpuDevice<D>>],
+    timeout: Duration,
+) -> Result<Vec<NcclEngine<D>>> {
+    let ordinals = devices.iter().map(|d| rank_int("device", d.info().ordinal)).collect::<Result<Vec<_>>>()?;
+    let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
+    devices[0].driver().bind()?;
+    // SAFETY: `comms` has one slot per ordinal.
+    let status = unsafe {
+        (lib.api.fns.ncclCommInitAll)(comms.as_mut_ptr(), rank_int("devices", devices.len())?, ordinals.as_ptr())
+    };
+    if status != sys::ncclSuccess {
+        return Err(status_error(D::KIND, lib, None, 0, "ncclCommInitAll", status));
+    }
+    Ok(comms
+        .into_iter()
+        .zip(devices)
+        .enumerate()
+        .map(|(rank, (c, d))| NcclEngine { comm: Arc::new(comm::Comm::new(c as usize, d, lib, rank, timeout)) })
+        .collect())
 }
 
 #[cfg(test)]

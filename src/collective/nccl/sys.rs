@@ -6,9 +6,11 @@
 //! cudarc's `nccl` module loads only NCCL's library names and takes
 //! cudarc's own stream type; the `rccl-sys` crates link RCCL at build time.
 //! gpuport needs eighteen functions from either library, so this file
-//! declares exactly those and resolves them with `libloading`. Every
-//! signature, constant and enum value is copied from `nccl.h` (NCCL 2.28's
-//! `src/nccl.h.in`), and RCCL's `rccl.h` declares the same ones.
+//! declares exactly those and resolves them with `libloading`, plus one of
+//! NCCL 2.14 ([`NonBlockingApi`]), used where the library has it.
+//! Every signature, constant and enum value is copied from `nccl.h` (NCCL
+//! 2.28's `src/nccl.h.in`; [`ncclConfig_t`] from 2.14.3's), and RCCL's
+//! `rccl.h` declares the same ones.
 //!
 //! Only vendor declarations live here; `super` turns statuses into errors.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
@@ -47,20 +49,64 @@ pub struct ncclUniqueId {
     pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
 }
 
+/// `NCCL_CONFIG_UNDEF_INT` (`INT_MIN`): "not set, take the library's default".
+pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
+/// `ncclConfig_t::magic` as `NCCL_CONFIG_INITIALIZER` sets it (`NCCL_API_MAGIC`).
+pub const NCCL_CONFIG_MAGIC: u32 = 0xcafe_beef;
+/// The header [`ncclConfig_t`] models: `NCCL_VERSION(2, 14, 0)`, the
+/// struct's own name (`ncclConfig_v21400`) and the first NCCL with it.
+pub const NCCL_CONFIG_VERSION: u32 = 21400;
+
+/// `ncclConfig_t` as NCCL 2.14 to 2.16 declare it (`ncclConfig_v21400`).
+///
+/// The struct is versioned: a library copies `min(size, its own sizeof)`
+/// bytes and, from 2.17 on, resets every field newer than `version` to its
+/// default (`parseCommConfig` in `src/init.cc`), so a newer NCCL or RCCL
+/// reads this one as "blocking set, everything else default".
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ncclConfig_t {
+    /// `sizeof(ncclConfig_t)`: 24.
+    pub size: usize,
+    /// [`NCCL_CONFIG_MAGIC`].
+    pub magic: u32,
+    /// [`NCCL_CONFIG_VERSION`].
+    pub version: u32,
+    /// 0: every call returns at once (`ncclInProgress` while it runs on).
+    pub blocking: c_int,
+    /// C's tail padding after `blocking`, made explicit: a library from
+    /// 2.17 on copies it into `cgaClusterSize` (then resets that, as the
+    /// version is older), so it holds [`NCCL_CONFIG_UNDEF_INT`].
+    pub undef_tail: c_int,
+}
+
+impl ncclConfig_t {
+    /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
+    pub fn non_blocking() -> Self {
+        ncclConfig_t {
+            size: std::mem::size_of::<ncclConfig_t>(),
+            magic: NCCL_CONFIG_MAGIC,
+            version: NCCL_CONFIG_VERSION,
+            blocking: 0,
+            undef_tail: NCCL_CONFIG_UNDEF_INT,
+        }
+    }
+}
+
 macro_rules! table {
-    ($( $name:ident : fn($($arg:ty),*) -> $ret:ty; )*) => {
-        /// The resolved functions of one NCCL or RCCL library.
-        pub struct Api { $(
+    ($api:ident, $resolve:ident, $what:literal; $( $name:ident : fn($($arg:ty),*) -> $ret:ty; )*) => {
+        #[doc = $what]
+        pub struct $api { $(
             #[doc = concat!("`", stringify!($name), "`.")]
             pub $name: unsafe extern "C" fn($($arg),*) -> $ret,
         )* }
 
-        /// Resolves every function of [`Api`] in `lib`, or names those missing.
+        /// Resolves every function of the table in `lib`, or names those missing.
         ///
         /// # Safety
         /// `lib` is an NCCL or RCCL library, whose symbols have the types
         /// declared here, and it outlives the table.
-        unsafe fn resolve(lib: &Library) -> Result<Api, Vec<&'static str>> {
+        unsafe fn $resolve(lib: &Library) -> Result<$api, Vec<&'static str>> {
             let mut missing = Vec::new();
             $(
                 // SAFETY: the symbol's type is the one `nccl.h` declares (the caller's promise).
@@ -70,7 +116,7 @@ macro_rules! table {
                     .ok();
             )*
             match ($($name,)*) {
-                ($(Some($name),)*) => Ok(Api { $($name,)* }),
+                ($(Some($name),)*) => Ok($api { $($name,)* }),
                 _ => Err(missing),
             }
         }
@@ -78,6 +124,7 @@ macro_rules! table {
 }
 
 table! {
+    Api, resolve, "The resolved functions of one NCCL or RCCL library.";
     ncclGetVersion: fn(*mut c_int) -> ncclResult_t;
     ncclGetUniqueId: fn(*mut ncclUniqueId) -> ncclResult_t;
     ncclCommInitRank: fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> ncclResult_t;
@@ -98,12 +145,19 @@ table! {
     ncclGroupEnd: fn() -> ncclResult_t;
 }
 
+table! {
+    NonBlockingApi, resolve_non_blocking, "The functions of non-blocking communicators (NCCL and RCCL 2.14 on).";
+    ncclCommInitRankConfig: fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int, *mut ncclConfig_t) -> ncclResult_t;
+}
+
 /// A library's table and its version.
 pub struct Versioned {
     /// The functions.
     pub fns: Api,
     /// `ncclGetVersion`'s code, e.g. 22805 for 2.28.5.
     pub version: i32,
+    /// The non-blocking API, where the library is 2.14 or newer and has it.
+    pub non_blocking: Option<NonBlockingApi>,
 }
 
 /// An opened NCCL or RCCL library with its table and version; never
@@ -111,7 +165,8 @@ pub struct Versioned {
 pub type Nccl = Loaded<Versioned>;
 
 /// [`resolve`], then the version: a library whose `ncclGetVersion` fails
-/// counts as one that lacks it, and the search goes on.
+/// counts as one that lacks it, and the search goes on. The non-blocking
+/// API is optional: a library older than 2.14, or without it, gets `None`.
 ///
 /// # Safety
 /// As [`resolve`]'s.
@@ -123,14 +178,46 @@ unsafe fn resolve_versioned(lib: &Library) -> Result<Versioned, Vec<&'static str
     if unsafe { (fns.ncclGetVersion)(&mut version) } != ncclSuccess {
         return Err(vec!["a working ncclGetVersion"]);
     }
-    Ok(Versioned { fns, version })
+    let non_blocking = if u32::try_from(version).is_ok_and(|v| v >= NCCL_CONFIG_VERSION) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { resolve_non_blocking(lib) }.ok()
+    } else {
+        None
+    };
+    Ok(Versioned { fns, version, non_blocking })
 }
 
 /// Opens the first of `candidates` that loads, has every function of
-/// [`Api`] and answers `ncclGetVersion`; else the list of what was tried
+/// [`Api`] and answers `ncclGetVersion` (with [`NonBlockingApi`] where it has it); else the list of what was tried
 /// and why each failed.
 pub fn open(candidates: &[String]) -> Result<Nccl, String> {
     // SAFETY: loading runs the library's initialisers; NCCL's and RCCL's
     // only set up their own state, and `resolve` declares their signatures.
     unsafe { open_first(candidates, resolve_versioned) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ncclConfig_v21400`'s layout, by offset: `size_t size; unsigned
+    /// magic; unsigned version; int blocking;`, 24 bytes with C's padding.
+    #[test]
+    fn the_config_has_the_headers_layout() {
+        assert_eq!(std::mem::size_of::<ncclConfig_t>(), 24);
+        assert_eq!(std::mem::align_of::<ncclConfig_t>(), std::mem::align_of::<usize>());
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, size), 0);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, magic), 8);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, version), 12);
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, blocking), 16);
+        // Where 2.17's `cgaClusterSize` lies.
+        assert_eq!(std::mem::offset_of!(ncclConfig_t, undef_tail), 20);
+    }
+
+    #[test]
+    fn the_config_is_the_initializer_with_blocking_off() {
+        let c = ncclConfig_t::non_blocking();
+        assert_eq!((c.size, c.magic, c.version, c.blocking), (24, 0xcafebeef, 21400, 0));
+        assert_eq!(c.undef_tail, i32::MIN);
+    }
 }
