@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuport::collective::{CollectiveBackend, Communicator, Op, OpKind, ReduceOp, TcpStore};
+use gpuport::collective::{CallMode, CollectiveBackend, Communicator, Op, OpKind, ReduceOp, TcpStore};
 use gpuport::dynamic::DType;
 use gpuport::{CollectiveErrorKind, Device, Error, MemArray, StoreErrorKind};
 
@@ -53,16 +53,31 @@ where
     D::B: CollectiveBackend,
     R: Send,
 {
+    two_ranks_in(CallMode::Blocking, devs, store_timeout, body)
+}
+
+/// [`two_ranks`] with communicators whose library calls wait in `mode`.
+fn two_ranks_in<D, R>(
+    mode: CallMode,
+    devs: &[Arc<D>; 2],
+    store_timeout: Duration,
+    body: impl Fn(usize, Communicator<D::B>) -> R + Sync,
+) -> [R; 2]
+where
+    D: Device,
+    D::B: CollectiveBackend,
+    R: Send,
+{
     let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), store_timeout).unwrap();
     let addr = host.addr();
     std::thread::scope(|s| {
         let body = &body;
         let other = s.spawn(move || {
             let store = TcpStore::connect(addr, store_timeout).unwrap();
-            let comm = Communicator::<D::B>::init_rank(&devs[1], 1, 2, &store).unwrap();
+            let comm = Communicator::<D::B>::init_rank_with(&devs[1], 1, 2, &store, mode).unwrap();
             body(1, comm)
         });
-        let comm = Communicator::<D::B>::init_rank(&devs[0], 0, 2, &host).unwrap();
+        let comm = Communicator::<D::B>::init_rank_with(&devs[0], 0, 2, &host, mode).unwrap();
         let mine = body(0, comm);
         [mine, other.join().unwrap()]
     })
@@ -299,7 +314,9 @@ where
     let host = devs[0].info().backend == gpuport::BackendKind::Host;
     let results = within(Duration::from_secs(180), move || {
         let gone = std::sync::Barrier::new(2);
-        two_ranks(&devs, Duration::from_secs(60), |rank, mut comm| {
+        // Bounded: with blocking calls the first send/recv would wait for
+        // the dead peer for good (NCCL connects p2p peers lazily).
+        two_ranks_in(CallMode::Bounded, &devs, Duration::from_secs(60), |rank, mut comm| {
             comm.set_timeout(limit).unwrap();
             if rank == 1 {
                 // A dead process runs no clean-up: its communicator is

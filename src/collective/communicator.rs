@@ -11,7 +11,7 @@ use crate::backend::{Device, DeviceMemory, Stream};
 use crate::error::{CollectiveErrorKind, Error, Result};
 
 use super::array::GROUP_DEPTH;
-use super::engine::{CollectiveBackend, Engine, Op, OpKind};
+use super::engine::{CallMode, CollectiveBackend, Engine, Op, OpKind};
 use super::TcpStore;
 
 /// How long [`Communicator::synchronize`], and NCCL's or RCCL's calls
@@ -93,8 +93,8 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// runs on `devices[i]`. Call their collectives inside
     /// [`group`](Self::group) when one thread drives them all. Their
     /// [`timeout`](Self::timeout) is `GPUPORT_COLLECTIVE_TIMEOUT`'s (300 s
-    /// when unset), which also bounds the initialisation on NCCL and RCCL
-    /// 2.14 and newer.
+    /// when unset); their [`CallMode`] is [`CallMode::from_env`]'s, and a
+    /// `Bounded` one's timeout also bounds the initialisation.
     pub fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument {
@@ -103,7 +103,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             });
         }
         let timeout = timeout_from_env();
-        let engines = B::Engine::init_all(devices, timeout)?;
+        let engines = B::Engine::init_all(devices, timeout, CallMode::from_env())?;
         let size = devices.len();
         Ok(engines
             .into_iter()
@@ -139,6 +139,30 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn init_rank(device: &Arc<B::Device>, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
+        Self::init_rank_with(device, rank, size, store, CallMode::from_env())
+    }
+
+    /// [`init_rank`](Self::init_rank) with NCCL's and RCCL's calls made in
+    /// `mode` (`init_rank` takes [`CallMode::from_env`]'s): `Bounded` gives
+    /// up on a peer gone before its first connection after the
+    /// communicator's [`timeout`](Self::timeout), at a cost per call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::collective::{CallMode, Communicator, TcpStore};
+    /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
+    /// let comm = Communicator::<Host>::init_rank_with(&HostDevice::open(0)?, 0, 1, &store, CallMode::Bounded)?;
+    /// assert_eq!(comm.size(), 1);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_rank_with(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        store: &TcpStore,
+        mode: CallMode,
+    ) -> Result<Self> {
         check_rank(rank, size)?;
         let key = format!("gpuport/communicator/{}", store.next_communicator());
         let id_key = format!("{key}/id");
@@ -153,7 +177,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         // blocks until all ranks join: a rank that never comes is the
         // store's typed timeout, not a hang.
         store.barrier(&format!("{key}/init"), size)?;
-        let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout())?;
+        let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()))
     }
@@ -183,11 +207,12 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// [`init_with_id_timeout`](Self::init_with_id_timeout) takes it as an
     /// argument). Cross-rank checks are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
-        Self::init_with_id_timeout(device, rank, size, id, timeout_from_env())
+        Self::join(device, rank, size, id, timeout_from_env(), CallMode::from_env())
     }
 
-    /// [`init_with_id`](Self::init_with_id), waiting up to `timeout` for
-    /// the other ranks: past it, a rank that never came is a
+    /// [`init_with_id`](Self::init_with_id) with [`CallMode::Bounded`]
+    /// calls, waiting up to `timeout` for the other ranks: past it, a rank
+    /// that never came is a
     /// [`CollectiveErrorKind::Timeout`] naming this rank and the timeout
     /// (on NCCL and RCCL 2.14 and newer; older ones wait without a bound)
     /// or, on the host engine, a
@@ -212,8 +237,19 @@ impl<B: CollectiveBackend> Communicator<B> {
         id: &[u8],
         timeout: Duration,
     ) -> Result<Self> {
+        Self::join(device, rank, size, id, timeout, CallMode::Bounded)
+    }
+
+    fn join(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Duration,
+        mode: CallMode,
+    ) -> Result<Self> {
         check_rank(rank, size)?;
-        let engine = B::Engine::init_with_id(device, rank, size, id, timeout)?;
+        let engine = B::Engine::init_with_id(device, rank, size, id, timeout, mode)?;
         Ok(Self::new(engine, device.clone(), rank, size, None, timeout))
     }
 

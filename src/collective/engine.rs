@@ -169,6 +169,42 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
+/// How the library calls of NCCL and RCCL communicators wait (the host
+/// engine's waits are always bounded by its store's timeout).
+///
+/// ```
+/// use gpuport::collective::CallMode;
+/// assert_eq!(CallMode::default(), CallMode::Blocking);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallMode {
+    /// Each call returns once its work is enqueued (NCCL's own default, and
+    /// its fastest). A rank that never comes to the initialisation, or a
+    /// peer gone before its first connection (a first send or receive),
+    /// blocks that call; later failures are caught by `synchronize`'s
+    /// timeout.
+    #[default]
+    Blocking,
+    /// Non-blocking communicators (NCCL and RCCL 2.14 and newer): every
+    /// call, initialisation included, gives up after the communicator's
+    /// timeout with a `Timeout` and aborts it. From NCCL 2.23 on each call
+    /// then goes through the library's helper thread: run 30 measured
+    /// small all-reduces at about 3x the time of blocking ones
+    /// (BENCHMARKS.md).
+    Bounded,
+}
+
+impl CallMode {
+    /// `Bounded` when `GPUPORT_COLLECTIVE_BOUNDED=1`, else `Blocking`.
+    pub fn from_env() -> Self {
+        if std::env::var("GPUPORT_COLLECTIVE_BOUNDED").is_ok_and(|v| v.trim() == "1") {
+            CallMode::Bounded
+        } else {
+            CallMode::Blocking
+        }
+    }
+}
+
 /// One rank's communicator of a backend's engine.
 ///
 /// Public in name only: it lives in a private module, so no crate outside
@@ -197,11 +233,12 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
         size: usize,
         id: &[u8],
         timeout: std::time::Duration,
+        mode: CallMode,
     ) -> Result<Self>;
 
     /// One communicator per device of a group driven by this process; rank
     /// `i` is `devices[i]`. As [`init_with_id`](Self::init_with_id) for `timeout`.
-    fn init_all(devices: &[Arc<B::Device>], timeout: std::time::Duration) -> Result<Vec<Self>>;
+    fn init_all(devices: &[Arc<B::Device>], timeout: std::time::Duration, mode: CallMode) -> Result<Vec<Self>>;
 
     /// Whether the engine can run `op` (its element type and reduction).
     fn supports(&self, op: &Op) -> Result<()>;

@@ -27,7 +27,7 @@ use crate::backend::{address_to_usize, Device, Stream};
 use crate::dynamic::DType;
 use crate::error::{CollectiveErrorKind, Error, Result};
 
-use super::engine::{sealed, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
+use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
 use super::TcpStore;
 
 impl sealed::Sealed for Host {}
@@ -416,6 +416,7 @@ unsafe impl Engine<Host> for HostEngine {
         size: usize,
         id: &[u8],
         timeout: std::time::Duration,
+        _mode: CallMode,
     ) -> Result<Self> {
         let bad = || Error::InvalidArgument {
             name: "id",
@@ -443,7 +444,7 @@ unsafe impl Engine<Host> for HostEngine {
         Ok(Inner::engine(store, text.to_string(), rank, size, hosts_store))
     }
 
-    fn init_all(devices: &[Arc<HostDevice>], timeout: std::time::Duration) -> Result<Vec<Self>> {
+    fn init_all(devices: &[Arc<HostDevice>], timeout: std::time::Duration, _mode: CallMode) -> Result<Vec<Self>> {
         let store = TcpStore::host("127.0.0.1:0".parse().expect("a literal address"), timeout)?;
         let size = devices.len();
         (0..size)

@@ -55,5 +55,5 @@ pub mod store;
 
 pub use any::AnyCommunicator;
 pub use communicator::Communicator;
-pub use engine::{CollectiveBackend, Op, OpKind, ReduceOp};
+pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use store::TcpStore;

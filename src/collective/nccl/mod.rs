@@ -12,19 +12,20 @@
 //!   `$ROCM_PATH/lib/librccl.so.1` and `/opt/rocm/lib/librccl.so.1`.
 //!
 //! # Timeouts
-//! From NCCL (or RCCL) 2.14 on, communicators are non-blocking
-//! (`ncclCommInitRankConfig` with `blocking = 0`): every call returns at
-//! once, `ncclInProgress` while it goes on in the library's thread, and the
-//! engine polls `ncclCommGetAsyncError` for up to the communicator's
-//! timeout. So initialisation with a rank that never comes, and a first
-//! connection to a peer that is gone (inside a send, a receive, a
-//! collective or `ncclGroupEnd`), abort the communicator and are a
-//! `CollectiveErrorKind::Timeout` instead of a hang. An older library
-//! makes blocking communicators, without those timeouts; its engine's name
-//! says so (`"NCCL 2.12.12 (blocking)"`). From NCCL 2.23 on, each call of
-//! a non-blocking communicator launches its work through a helper thread
-//! (some tens of microseconds); NCCL's own `NCCL_COMM_BLOCKING=1` makes
-//! communicators blocking again, without that cost and without the timeouts.
+//! Communicators are blocking by default ([`CallMode::Blocking`], NCCL's
+//! own default and its fastest). With [`CallMode::Bounded`] (NCCL or RCCL
+//! 2.14 and newer) they are non-blocking (`ncclCommInitRankConfig` with
+//! `blocking = 0`): every call returns at once, `ncclInProgress` while it
+//! goes on in the library's thread, and the engine polls
+//! `ncclCommGetAsyncError` for up to the communicator's timeout. So
+//! initialisation with a rank that never comes, and a first connection to
+//! a peer that is gone (inside a send, a receive, a collective or
+//! `ncclGroupEnd`), abort the communicator and are a
+//! `CollectiveErrorKind::Timeout` instead of a hang. From NCCL 2.23 on,
+//! each call of a non-blocking communicator launches its work through a
+//! helper thread: small all-reduces took about 3x the time of blocking
+//! ones on two H200s (run 30, BENCHMARKS.md), which is why it is not the
+//! default. An older library makes blocking communicators in either mode.
 //!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
@@ -43,7 +44,7 @@ use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
 use crate::dynamic::DType;
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
-use super::engine::{sealed, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
+use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
 
 pub use sys::NCCL_UNIQUE_ID_BYTES;
 
@@ -128,12 +129,10 @@ pub struct NcclEngine<D: Driver> {
     comm: Arc<comm::Comm<D>>,
 }
 
-/// `"NCCL 2.28.5"`; `"NCCL 2.12.12 (blocking)"` where the library has no
-/// non-blocking communicators (so no timeouts at init and first connections).
+/// `"NCCL 2.28.5"`.
 fn engine_name(kind: BackendKind, lib: &sys::Nccl) -> String {
     let name = if kind == BackendKind::Rocm { "RCCL" } else { "NCCL" };
-    let blocking = if lib.api.non_blocking.is_none() { " (blocking)" } else { "" };
-    format!("{name} {}{blocking}", version_text(lib.api.version))
+    format!("{name} {}", version_text(lib.api.version))
 }
 
 /// An engine error for `call`'s `status`, with the library's own words.
@@ -261,12 +260,19 @@ fn unique_id<D: Driver>(lib: &sys::Nccl, id: &[u8]) -> Result<sys::ncclUniqueId>
 }
 
 /// Starts rank `rank`'s communicator of `size` on the current device:
-/// `ncclCommInitRankConfig` with `blocking = 0` where the library has it,
-/// else `ncclCommInitRank`. Returns the call's name, its status and the
-/// communicator (null if none was made).
-fn init_rank_call(lib: &sys::Nccl, size: c_int, id: sys::ncclUniqueId, rank: c_int) -> (&'static str, c_int, usize) {
+/// `ncclCommInitRankConfig` with `blocking = 0` for a `Bounded` one where
+/// the library has it, else `ncclCommInitRank`. Returns the call's name,
+/// its status and the communicator (null if none was made).
+fn init_rank_call(
+    lib: &sys::Nccl,
+    size: c_int,
+    id: sys::ncclUniqueId,
+    rank: c_int,
+    mode: CallMode,
+) -> (&'static str, c_int, usize) {
     let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-    let (call, status) = match &lib.api.non_blocking {
+    let non_blocking = lib.api.non_blocking.as_ref().filter(|_| mode == CallMode::Bounded);
+    let (call, status) = match non_blocking {
         Some(nb) => {
             let mut config = sys::ncclConfig_t::non_blocking();
             // SAFETY: the caller bound the device; `comm` receives the
@@ -309,6 +315,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         size: usize,
         id: &[u8],
         timeout: Duration,
+        mode: CallMode,
     ) -> Result<Self> {
         let lib = library(D::KIND)?;
         let unique = unique_id::<D>(lib, id)?;
@@ -316,7 +323,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         refuse_in_group("init_with_id")?;
         device.driver().bind()?;
         let start = Instant::now();
-        let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c);
+        let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c, mode);
         if handle == 0 {
             return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
         }
@@ -332,10 +339,10 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         Ok(engine)
     }
 
-    fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration) -> Result<Vec<Self>> {
+    fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration, mode: CallMode) -> Result<Vec<Self>> {
         let lib = library(D::KIND)?;
         let size = rank_int("devices", devices.len())?;
-        if lib.api.non_blocking.is_none() {
+        if lib.api.non_blocking.is_none() || mode == CallMode::Blocking {
             return init_all_blocking(lib, devices, timeout);
         }
         // ncclCommInitAll has no config: the same, as NCCL does it (one id,
@@ -358,7 +365,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 first_error.get_or_insert(e);
                 continue;
             }
-            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank]);
+            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank], mode);
             if handle == 0 || (status != sys::ncclSuccess && status != sys::ncclInProgress) {
                 first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
             }
@@ -511,8 +518,8 @@ fn refuse_in_group(what: &str) -> Result<()> {
     })
 }
 
-/// `ncclCommInitAll`, for a library without non-blocking communicators
-/// (one process, so no rank can be missing).
+/// `ncclCommInitAll`: blocking communicators (one process, so no rank can
+/// be missing).
 fn init_all_blocking<D: Driver>(
     lib: &'static sys::Nccl,
     devices: &[Arc<GpuDevice<D>>],
