@@ -292,6 +292,27 @@ fn cleanup_during_a_global_capture_leaves_it_valid<D: Device>(d: &D) {
     assert!(u32s(d, &a).iter().all(|&x| x == 4));
 }
 
+/// A stream-ordered allocation on a capturing GPU stream is refused before
+/// the driver sees it (it would be a node of the graph, freed outside it),
+/// and the capture goes on. Host memory is not stream-ordered: the host
+/// backend allocates.
+fn stream_ordered_allocations_are_refused_in_a_capture<D: Device>(d: &D) {
+    let _serial = shared();
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let got = d.alloc_async(4096, capture.stream());
+    if d.info().backend == gpuport::BackendKind::Host {
+        assert_eq!(got.unwrap().len(), 4096);
+    } else {
+        let e = got.expect_err("a stream-ordered allocation inside a capture");
+        assert_eq!(graph_kind(&e), Some(GraphErrorKind::NotCapturable), "{e}");
+    }
+    assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "the refusal invalidated the capture");
+    assert_eq!(capture.end().unwrap().node_count().unwrap(), 0);
+    let after = d.alloc_async(4096, &s).unwrap();
+    assert_eq!(after.len(), 4096);
+}
+
 fn a_relaxed_capture_lets_other_streams_wait<D: Device>(d: &D) {
     let _serial = shared();
     let s = d.create_stream().unwrap();
@@ -520,6 +541,7 @@ mod cases {
         capture_keep_alive_holds_what_it_is_given,
         calls_that_wait_inside_a_capture_are_refused_and_the_capture_survives,
         cleanup_during_a_global_capture_leaves_it_valid,
+        stream_ordered_allocations_are_refused_in_a_capture,
         a_relaxed_capture_lets_other_streams_wait,
         capturing_a_capturing_stream_or_the_default_stream_is_refused,
         a_dropped_capture_is_discarded_and_the_stream_runs_work_again,

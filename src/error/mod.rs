@@ -345,8 +345,8 @@ pub enum GraphErrorKind {
     /// A graph launched into a capturing stream of the host backend.
     NestedLaunch,
     /// An operation that is not captured into graphs (a `MemArray`
-    /// operation: see `docs/design.md#graphs`) was given a capturing
-    /// stream. Refused before it enqueued anything: the capture is still valid.
+    /// operation, a stream-ordered allocation: see `docs/design.md#graphs`)
+    /// was given a capturing stream. Refused before it enqueued anything: the capture is still valid.
     NotCapturable,
     /// A capture in [`CaptureMode::Global`](crate::CaptureMode::Global) or
     /// [`CaptureMode::ThreadLocal`](crate::CaptureMode::ThreadLocal) ended

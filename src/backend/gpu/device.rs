@@ -18,7 +18,7 @@ use crate::backend::{
     check_alloc_size, check_range, check_same_device, Device, DeviceInfo, DeviceMemory, KernelArgs, LaunchConfig,
     MemoryInfo, MemoryKind, ModuleSource,
 };
-use crate::error::{BackendKind, Error, Result};
+use crate::error::{BackendKind, Error, GraphErrorKind, Result};
 
 /// A GPU (`"cuda:N"`, `"rocm:N"`).
 pub struct GpuDevice<D: Driver> {
@@ -97,6 +97,25 @@ impl<D: Driver> GpuDevice<D> {
             return graph::check_device_wide_wait(D::KIND, self.info.ordinal, op);
         }
         graph::check_not_capturing(D::KIND, op, stream.capture_status_bound())
+    }
+
+    /// Refuses a stream-ordered allocation on a capturing stream: the
+    /// driver would make it a node of the graph, whose memory exists only
+    /// while the graph runs, and the buffer's drop would free it outside
+    /// the graph. (The caching pool refuses too: `GraphErrorKind::PoolAllocation`.)
+    pub(crate) fn refuse_allocation_in_capture(&self, stream: &GpuStream<D>, op: &'static str) -> Result<()> {
+        if stream.capture_status_bound()? == graph::CaptureStatus::None {
+            return Ok(());
+        }
+        Err(graph::graph_error(
+            D::KIND,
+            op,
+            GraphErrorKind::NotCapturable,
+            "stream-ordered allocations are not captured (a graph's allocation exists only while the graph runs, \
+             and the buffer would be freed outside it); allocate before the capture and keep the memory as long \
+             as the graph"
+                .into(),
+        ))
     }
 
     /// `e`, as [`Error::OutOfMemory`] where the driver found no memory for `bytes`.
@@ -262,6 +281,7 @@ impl<D: Driver> Device for GpuDevice<D> {
             return self.alloc(bytes);
         }
         self.driver.bind()?;
+        self.refuse_allocation_in_capture(stream, "alloc_async")?;
         // SAFETY: the device is current and supports stream-ordered
         // allocation; the stream belongs to it (checked), and the buffer
         // keeps the stream alive to free on it.

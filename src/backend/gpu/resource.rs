@@ -115,6 +115,7 @@ impl<D: Driver> MemoryDevice for GpuDevice<D> {
         check_alloc_size(bytes)?;
         self.check_stream(stream)?;
         self.driver().bind()?;
+        self.refuse_allocation_in_capture(stream, "pool_alloc")?;
         // SAFETY: the device is current; a live pool of this device (the
         // caller's contract) and a stream of it (checked); the buffer keeps
         // the stream alive to free on it.
