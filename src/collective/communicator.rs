@@ -149,7 +149,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::{Device, Host, HostDevice};
     /// use gpuport::collective::{CallMode, Communicator, TcpStore};
     /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
     /// let comm = Communicator::<Host>::init_rank_with(&HostDevice::open(0)?, 0, 1, &store, CallMode::Bounded)?;
