@@ -17,6 +17,15 @@ fn status(call: &'static str, s: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, s)
 }
 
+/// CUDA's `CUstreamCaptureMode` for `mode`.
+fn raw_mode(mode: CaptureMode) -> sys::CUstreamCaptureMode {
+    match mode {
+        CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        CaptureMode::ThreadLocal => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    }
+}
+
 // SAFETY: each method makes the CUDA call its name says and reports failure
 // as an error; handles come only from those calls.
 unsafe impl GraphCalls<CudaDriver> for CudaGraphs {
@@ -26,13 +35,8 @@ unsafe impl GraphCalls<CudaDriver> for CudaGraphs {
     const CAPTURE_INVALIDATED: sys::CUresult = sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 
     unsafe fn begin_capture(_: &CudaDriver, stream: sys::CUstream, mode: CaptureMode) -> Result<()> {
-        let mode = match mode {
-            CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-        };
         // SAFETY: the caller's contract: a live stream of the current context.
-        status("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture_v2(stream, mode) })
+        status("cuStreamBeginCapture", unsafe { sys::cuStreamBeginCapture_v2(stream, raw_mode(mode)) })
     }
 
     unsafe fn end_capture(_: &CudaDriver, stream: sys::CUstream) -> Result<sys::CUgraph> {
@@ -54,11 +58,7 @@ unsafe impl GraphCalls<CudaDriver> for CudaGraphs {
     }
 
     fn exchange_capture_mode(_: &CudaDriver, mode: CaptureMode) -> Result<CaptureMode> {
-        let mut raw = match mode {
-            CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-        };
+        let mut raw = raw_mode(mode);
         // SAFETY: reads and writes one mode of the calling thread's state.
         status("cuThreadExchangeStreamCaptureMode", unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut raw) })?;
         Ok(match raw {
