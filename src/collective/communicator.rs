@@ -14,8 +14,9 @@ use super::array::GROUP_DEPTH;
 use super::engine::{CallMode, CollectiveBackend, Engine, Op, OpKind};
 use super::TcpStore;
 
-/// How long [`Communicator::synchronize`], and NCCL's or RCCL's calls
-/// that wait for other ranks on the host, wait by default:
+/// How long [`Communicator::synchronize`], and the calls of a
+/// [`CallMode::Bounded`] communicator that wait for other ranks on the
+/// host, wait by default:
 /// `GPUPORT_COLLECTIVE_TIMEOUT` (seconds), else 300 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -202,10 +203,12 @@ impl<B: CollectiveBackend> Communicator<B> {
 
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
     /// rank 0 made by [`new_id`](Self::new_id). Every rank must call it:
-    /// the engine's initialisation waits for all of them, for up to
-    /// `GPUPORT_COLLECTIVE_TIMEOUT` seconds (300 s when unset;
-    /// [`init_with_id_timeout`](Self::init_with_id_timeout) takes it as an
-    /// argument). Cross-rank checks are not available without a store.
+    /// the engine's initialisation waits for all of them: without a bound
+    /// in [`CallMode::Blocking`], for up to `GPUPORT_COLLECTIVE_TIMEOUT`
+    /// seconds (300 s when unset) in [`CallMode::Bounded`] (the mode is
+    /// [`CallMode::from_env`]'s; [`init_with_id_timeout`](Self::init_with_id_timeout)
+    /// is bounded and takes the timeout as an argument). Cross-rank checks
+    /// are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
         Self::join(device, rank, size, id, timeout_from_env(), CallMode::from_env())
     }
@@ -285,10 +288,11 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// How long [`synchronize`](Self::synchronize) waits before it aborts,
-    /// and how long a call may wait for other ranks on the host: NCCL's and
-    /// RCCL's (2.14 and newer) first connection to a peer inside a
-    /// collective, a send, a receive or the end of a [`group`](Self::group),
-    /// the host engine's store reads, the cross-rank checks. Past it the
+    /// and how long a call may wait for other ranks on the host: in a
+    /// [`CallMode::Bounded`] communicator, NCCL's and RCCL's (2.14 and
+    /// newer) first connection to a peer inside a collective, a send, a
+    /// receive or the end of a [`group`](Self::group); the host engine's
+    /// store reads; the cross-rank checks. Past it the
     /// communicator is aborted and the call is a
     /// [`CollectiveErrorKind::Timeout`].
     pub fn timeout(&self) -> Duration {

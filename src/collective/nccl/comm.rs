@@ -75,8 +75,9 @@ impl<D: Driver> Comm<D> {
         Err(status_error(D::KIND, self.lib, Some(self.rank), live, call, status))
     }
 
-    /// An `Aborted` error for `what` once the communicator was freed.
-    pub(super) fn refuse_if_released(&self, what: &str) -> Result<()> {
+    /// An `Aborted` error for `what` once the communicator was freed
+    /// (`what` is formatted only then: this runs on every enqueue).
+    pub(super) fn refuse_if_released(&self, what: impl std::fmt::Display) -> Result<()> {
         if !self.released.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -233,8 +234,9 @@ pub(super) fn in_group() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
 }
 
-/// Records `comm` as used by this thread's open group; false outside a group.
-pub(super) fn join_group(comm: &Arc<dyn Member>) -> bool {
+/// Records `comm` as used by this thread's open group; false outside a
+/// group (without touching `comm`'s count: this runs on every enqueue).
+pub(super) fn join_group<M: Member + 'static>(comm: &Arc<M>) -> bool {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {

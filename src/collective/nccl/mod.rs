@@ -416,7 +416,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 found: format!("{}:{}", D::KIND.name(), stream.driver().ordinal()),
             });
         }
-        self.comm.refuse_if_released(&op.to_string())?;
+        self.comm.refuse_if_released(op)?;
         device.driver().bind()?;
         let api = &self.lib().api.fns;
         let (comm, s) = (self.comm.raw(), stream.raw().address() as *mut c_void);
@@ -449,7 +449,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         };
         // Inside a group the work starts at ncclGroupEnd, which polls this
         // communicator with the group's others.
-        if comm::join_group(&(self.comm.clone() as Arc<dyn comm::Member>)) && status == sys::ncclInProgress {
+        if comm::join_group(&self.comm) && status == sys::ncclInProgress {
             return Ok(());
         }
         self.comm.settle(call, status, start, wait::PEER_CHECK)
