@@ -224,9 +224,11 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>>;
 
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
-    /// rank 0 made; waits up to `timeout` for the other ranks, then fails
-    /// (a `Timeout`, or the host engine's store timeout). The engine's
-    /// timeout ([`set_timeout`](Self::set_timeout)) starts as `timeout`.
+    /// rank 0 made, its library calls made in `mode`; waits up to `timeout`
+    /// for the other ranks, then fails (a `Timeout`, or the host engine's
+    /// store timeout), except NCCL's and RCCL's in `CallMode::Blocking`,
+    /// which wait without a bound. The engine's timeout
+    /// ([`set_timeout`](Self::set_timeout)) starts as `timeout`.
     fn init_with_id(
         device: &Arc<B::Device>,
         rank: usize,
