@@ -189,6 +189,47 @@ fn zero_size_arrays_move_and_export_without_memory(#[case] spec: &str) {
     with_device!(dev, d => zero_size_arrays_work(d));
 }
 
+/// A zero-filled array's zeros are written on first use, not at creation
+/// (host), or set on the device instead of copied (first move): either way
+/// it reads zero where a freed array's memory held data.
+fn new_zeros_read_zero_in_reused_memory<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    for round in 0..3 {
+        let mut used = MemArray::from_vec(dev, [64, 64], vec![7.0f32; 4096]).unwrap();
+        used.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+        drop(used);
+        let a = MemArray::<f32, 2, D>::zeros(dev, [64, 64]).unwrap();
+        assert!(a.to_vec(None).unwrap().iter().all(|&x| x == 0.0), "round {round}: host copy not zero");
+        drop(a);
+
+        let mut used = MemArray::from_vec(dev, [64, 64], vec![7.0f32; 4096]).unwrap();
+        used.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+        drop(used);
+        let mut b = MemArray::<f32, 2, D>::zeros(dev, [64, 64]).unwrap();
+        b.move_to(Location::Device, &stream, Transfer::Async, None).unwrap();
+        assert_eq!(b.residency(), Residency::Both);
+        b.device_ptr_mut(None).unwrap(); // only the device copy is current now
+        b.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+        assert!(b.to_vec(None).unwrap().iter().all(|&x| x == 0.0), "round {round}: device copy not zero");
+
+        // Filled before its zeros were written: the fill wins everywhere.
+        let mut c = MemArray::<f32, 2, D>::zeros(dev, [64, 64]).unwrap();
+        c.fill(2.0, None).unwrap();
+        c.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+        c.device_ptr_mut(None).unwrap();
+        c.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+        assert!(c.to_vec(None).unwrap().iter().all(|&x| x == 2.0), "round {round}: fill lost");
+    }
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+fn new_zero_arrays_read_zero_where_freed_arrays_held_data(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => new_zeros_read_zero_in_reused_memory(d));
+}
+
 fn host() -> Arc<gpuport::HostDevice> {
     gpuport::HostDevice::open(0).unwrap()
 }

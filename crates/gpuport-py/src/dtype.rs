@@ -102,6 +102,16 @@ fn shown(dt: &Bound<'_, PyAny>) -> String {
     dt.getattr(attr).and_then(|v| v.extract::<String>()).unwrap_or_else(|_| dt.to_string())
 }
 
+/// Whether `their` is a NumPy dtype of `to`'s name in native byte order
+/// (what `numpy.dtype(their) == numpy.dtype(to)` says, with two attribute reads).
+fn same_native_dtype(their: &Bound<'_, PyAny>, to: DType) -> bool {
+    let native = their.getattr("isnative").and_then(|v| v.extract::<bool>()).unwrap_or(false);
+    native
+        && their
+            .getattr("name")
+            .is_ok_and(|n| n.extract::<std::borrow::Cow<'_, str>>().is_ok_and(|n| DType::parse(&n) == Some(to)))
+}
+
 /// `array` ready to be read into a MemArray of dtype `to`: itself when the
 /// dtypes agree, else cast by NumPy (`astype`) if the NumPy rule `casting`
 /// allows it (`numpy.can_cast`), else a `TypeError` naming the rule that
@@ -116,6 +126,9 @@ pub fn cast_for_read<'py>(array: &Bound<'py, PyAny>, to: DType, casting: &str) -
         )));
     }
     let Ok(their) = array.getattr("dtype") else { return Ok(array.clone()) };
+    if same_native_dtype(&their, to) {
+        return Ok(array.clone()); // the common case, without NumPy calls
+    }
     let np = py.import("numpy")?;
     let ours = dtype_from_py(&their).ok();
     // NumPy's view of the source dtype: a NumPy dtype, or (PyTorch, JAX, a

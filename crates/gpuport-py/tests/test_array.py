@@ -121,6 +121,32 @@ def test_read_numpy_array_casts_and_gathers_strided_input(device):
     np.testing.assert_array_equal(a.to_numpy(), src.astype(np.float32))
 
 
+def test_read_numpy_array_converts_a_non_native_byte_order(device):
+    a = gpuport.MemArray((4,), "float32", device=device)
+    a.read_numpy_array(np.arange(4, dtype=">f4"))  # float32 by name, big-endian bytes
+    np.testing.assert_array_equal(a.to_numpy(), [0, 1, 2, 3])
+
+
+def test_new_arrays_read_zero_where_freed_arrays_held_data(device):
+    # A new array's zeros are written on first use (host) or set on the
+    # device when its first move is there: either way, no old data shows.
+    n = 1 << 14
+    for _ in range(3):
+        used = gpuport.MemArray((n,), "float32", device=device)
+        used.read_numpy_array(np.full(n, 7, np.float32))
+        used.move_memory("device")
+        del used
+        np.testing.assert_array_equal(gpuport.MemArray((n,), "float32", device=device).to_numpy(), 0)
+        used = gpuport.MemArray((n,), "float32", device=device)
+        used.read_numpy_array(np.full(n, 7, np.float32))
+        used.move_memory("device")
+        del used
+        b = gpuport.MemArray((n,), "float32", device=device)
+        b.move_memory("device")
+        b.add_index()  # adds each element's index to the device copy
+        np.testing.assert_array_equal(b.to_numpy(), np.arange(n, dtype=np.float32))
+
+
 def test_access_while_locked_raises_lock_error_and_unlocks_after(device):
     a = gpuport.MemArray((4,), "float32", device=device)
     with a.get_dlpack() as d:

@@ -35,7 +35,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, HostMemory, Stream};
@@ -176,10 +176,21 @@ unsafe impl<D: Device> DeviceMemory for DeviceCopy<D> {
 /// (a D2H copy into pageable memory returns only when it is done; seen on
 /// the H100), so `move_to(.., Transfer::Async)` needs a pinned mirror to
 /// return before the copy runs.
+///
+/// A zero-filled array's pinned block is zeroed lazily, on its first access
+/// ([`HostStorage::zeroed_for_device`]): an array that is created and then
+/// filled from NumPy, or whose first use is on the device, never pays a
+/// memset of the whole block on the host.
 pub(crate) struct HostStorage<T> {
     ptr: NonNull<T>,
     len: usize,
     pinned: Option<Box<dyn Exportable>>,
+    /// Completed once every element of the block holds a valid `T`. Every
+    /// access to the block goes through [`HostStorage::ptr`], which
+    /// completes it (writing the zeros) first, so no one can read the block
+    /// before it is written; [`HostStorage::overwrite_from`] and
+    /// [`HostStorage::overwrite_with`] complete it by writing every element.
+    written: Once,
 }
 
 // SAFETY: `T: Element` is `Send + Sync` plain data; the storage only frees
@@ -193,7 +204,14 @@ impl<T: Element> HostStorage<T> {
     fn from_vec(v: Vec<T>) -> Self {
         let len = v.len();
         let ptr = NonNull::from(Box::leak(v.into_boxed_slice())).cast::<T>();
-        HostStorage { ptr, len, pinned: None }
+        HostStorage::written(ptr, len, None)
+    }
+
+    /// A block whose elements are all written already.
+    fn written(ptr: NonNull<T>, len: usize, pinned: Option<Box<dyn Exportable>>) -> Self {
+        let written = Once::new();
+        written.call_once(|| {});
+        HostStorage { ptr, len, pinned, written }
     }
 
     /// A pinned block of `bytes` from `device`'s current resource for a host
@@ -228,19 +246,88 @@ impl<T: Element> HostStorage<T> {
         // bytes. Every byte is overwritten, so nothing of a previous array
         // survives.
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr.as_ptr(), v.len()) };
-        HostStorage { ptr, len: v.len(), pinned: Some(held) }
+        HostStorage::written(ptr, v.len(), Some(held))
     }
 
-    /// A zero-filled host mirror of `len` elements on `device`, written in
-    /// place: no `Vec` is filled and copied (on the H100 that took about
-    /// 100 us of a 1 MiB array's creation from Python, benches/peers.py).
+    /// A zero-filled host mirror of `len` elements on `device`. A pinned
+    /// block is zeroed in place on its first access, not here: creating a
+    /// 1 MiB array and filling it from NumPy wrote the megabyte twice
+    /// (benches/peers.py `new_1MiB`). Without a pinned block, the same from
+    /// a heap block.
     fn zeroed_for_device<D: Device>(device: &Arc<D>, len: usize) -> Result<Self> {
         let bytes = len * std::mem::size_of::<T>(); // checked by the caller
-        let Some((ptr, held)) = Self::pinned_block(device, bytes) else { return Ok(Self::from_vec(zeroed_vec(len)?)) };
-        // SAFETY: the block holds at least `bytes` writable bytes no one else
-        // uses; all-zero bytes are a valid `T` (`Element`'s contract).
-        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
-        Ok(HostStorage { ptr, len, pinned: Some(held) })
+        let Some((ptr, held)) = Self::pinned_block(device, bytes) else { return Self::unwritten_heap(len) };
+        Ok(HostStorage { ptr, len, pinned: Some(held), written: Once::new() })
+    }
+
+    /// A heap block of `len` elements, zeroed on its first access.
+    fn unwritten_heap(len: usize) -> Result<Self> {
+        let oom = || Error::OutOfMemory {
+            backend: BackendKind::Host,
+            ordinal: 0,
+            bytes: len.saturating_mul(std::mem::size_of::<T>()),
+        };
+        let layout = std::alloc::Layout::array::<T>(len).map_err(|_| oom())?;
+        let ptr = if layout.size() == 0 {
+            NonNull::dangling()
+        } else {
+            // SAFETY: the layout's size is not zero.
+            NonNull::new(unsafe { std::alloc::alloc(layout) }.cast::<T>()).ok_or_else(oom)?
+        };
+        Ok(HostStorage { ptr, len, pinned: None, written: Once::new() })
+    }
+
+    /// Whether the block's elements have been written (zeros included).
+    /// `false` means every element is still zero, without a byte of the
+    /// block written: moving such an array to the device can set the device
+    /// copy to zero instead of copying.
+    fn is_written(&self) -> bool {
+        self.written.is_completed()
+    }
+
+    /// Writes `src` (of `len` elements) into the block.
+    ///
+    /// # Safety
+    /// No one else may read or write the block meanwhile.
+    unsafe fn overwrite_from(&self, src: &[T]) {
+        debug_assert_eq!(src.len(), self.len);
+        let len = src.len().min(self.len);
+        // SAFETY: `ptr` holds `len` writable elements (the caller excludes
+        // other users), `src` is a distinct live slice of `len` elements;
+        // every element is written, so the block is written afterwards.
+        // Large copies run on several threads (`memory::host_copy`).
+        let copy = || unsafe { crate::memory::host_copy::copy_nonoverlapping(&src[..len], self.ptr.as_ptr()) };
+        let mut done = false;
+        self.written.call_once(|| {
+            copy();
+            done = true;
+        });
+        if !done {
+            copy();
+        }
+    }
+
+    /// Sets every element of the block to `value`.
+    ///
+    /// # Safety
+    /// No one else may read or write the block meanwhile.
+    unsafe fn overwrite_with(&self, value: T) {
+        // SAFETY: `ptr` holds `len` writable elements, which the caller lets
+        // no one else use; each is written through a raw pointer (the block
+        // may not be written yet, so no slice of it is formed first).
+        let fill = || unsafe {
+            for i in 0..self.len {
+                self.ptr.as_ptr().add(i).write(value);
+            }
+        };
+        let mut done = false;
+        self.written.call_once(|| {
+            fill();
+            done = true;
+        });
+        if !done {
+            fill();
+        }
     }
 
     /// The block's address is about to be handed out: a pinned block then
@@ -251,7 +338,15 @@ impl<T: Element> HostStorage<T> {
         }
     }
 
+    /// The block's address, after its zeros are written if they were
+    /// still owed: every access to the block goes through here.
     fn ptr(&self) -> *mut T {
+        // SAFETY: the block holds `len` writable elements. Until `written`
+        // completes, no one has the address (every route to it is this
+        // function, which waits for the `Once`), so nothing else reads or
+        // writes it while the zeros go in; all-zero bytes are a valid `T`
+        // (`Element`'s contract).
+        self.written.call_once(|| unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) });
         self.ptr.as_ptr()
     }
 
@@ -283,23 +378,43 @@ impl<T> Drop for HostStorage<T> {
             return;
         }
         // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in
-        // `from_vec` and are freed exactly once, here.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len))) }
+        // `from_vec`, or from the global allocator with the layout of `len`
+        // elements in `unwritten_heap` (the layout a `Box<[T]>` of `len`
+        // frees with), and are freed exactly once, here. Dropped as
+        // `MaybeUninit<T>` (same layout; `T` has no drop glue), since an
+        // unwritten block holds no valid `T`.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr().cast::<std::mem::MaybeUninit<T>>(),
+                self.len,
+            )))
+        }
     }
 }
 
-/// Allocates `len` zeroed elements, turning allocation failure into an error.
+/// Allocates `len` zeroed elements, turning allocation failure into an
+/// error. The block comes from the allocator's zeroed allocation
+/// (`calloc`), which for large blocks maps zero pages instead of writing
+/// them: a 64 MiB host array costs no memset until it is touched.
 fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
-    let mut v: Vec<T> = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+    let oom = || Error::OutOfMemory {
         backend: BackendKind::Host,
         ordinal: 0,
         bytes: len.saturating_mul(std::mem::size_of::<T>()),
-    })?;
-    // SAFETY: `Element` guarantees the all-zero bit pattern is a valid value.
-    let zero: T = unsafe { std::mem::zeroed() };
-    v.resize(len, zero);
-    Ok(v)
+    };
+    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| oom())?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout's size is not zero.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return Err(oom());
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of
+    // `len` elements of `T` (so capacity `len`), and all its bytes are zero,
+    // a valid `T` (`Element`'s contract).
+    Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
 /// An `N`-dimensional array of `T` on device `D`, with a host copy and a
@@ -613,6 +728,16 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             // its drop (after the enqueue) records the use for the resource.
             let buffer: StreamUse<'_, D::B> = copy.use_on(stream)?;
             match to {
+                Location::Device if !self.host.is_written() => {
+                    // The host copy is current and still all zeros, never
+                    // written: zero the device copy rather than writing
+                    // the zeros on the host and copying them.
+                    // SAFETY: the device copy is held by `self.buffer` and
+                    // its resource reuses it only after this use; no host
+                    // view of it exists (views come from `&mut self` methods
+                    // that wait for `pending`, recorded below).
+                    unsafe { self.device.memset_async(&buffer, 0, bytes, 0, stream)? };
+                }
                 Location::Device => {
                     // SAFETY: the host block lives in `self.host` (an `Arc` this
                     // array keeps until the copy is done: host writes and `Drop`
@@ -745,7 +870,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         }
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`.
-        unsafe { self.host.slice_mut().copy_from_slice(src) };
+        unsafe { self.host.overwrite_from(src) };
         self.residency = Residency::Host;
         Ok(())
     }
@@ -755,7 +880,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.check_lock("fill", lock)?;
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`.
-        unsafe { self.host.slice_mut().fill(value) };
+        unsafe { self.host.overwrite_with(value) };
         self.residency = Residency::Host;
         Ok(())
     }

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Array creation from Python: gpuport against torch and CuPy, same process, alternating order.
+
+    python benches/creation.py [--device cuda:0] [--rounds 15] [--json FILE]
+
+Every figure is per created array, in microseconds, timed to completion
+(the device is synchronized inside the timed region). Each round times every
+contender once (``--inner`` creations in a row, the mean taken); the order of
+the contenders rotates from round to round, so drift over the run (clocks,
+the pool warming up, other processes) hits each alike. The figure is the
+median over ``--rounds`` rounds, printed with the spread (lowest and highest
+round). A contender that cannot run (no torch, no CuPy, no GPU) is skipped
+with the reason.
+
+Operations (n bytes of uint8, n = 1 MiB and 64 MiB):
+
+- ``from_numpy``: a device array holding a NumPy array's data. gpuport:
+  ``MemArray((n,), "uint8", device)`` + ``read_numpy_array(x)`` +
+  ``move_memory("device")`` + ``synchronize()`` (the seed's API: the array
+  keeps a host copy); torch: ``torch.from_numpy(x).to(device)``; CuPy:
+  ``cupy.asarray(x)``.
+- ``zeros``: a zero-filled device array. gpuport: ``MemArray((n,), "uint8",
+  device)`` + ``move_memory("device")`` + ``synchronize()``; torch:
+  ``torch.zeros(n, device=...)``; CuPy: ``cupy.zeros(n)``.
+- ``empty``: a new array whose contents the caller will write. gpuport:
+  ``MemArray((n,), "uint8", device)`` (zero-filled by contract, the zeros
+  written only on first use); torch: ``torch.empty``; CuPy: ``cupy.empty``.
+
+Ratios are gpuport / peer (below 1: gpuport is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+MIB = 1 << 20
+
+
+def timed(fn: Callable[[], Any], inner: int) -> float:
+    """Mean microseconds of ``fn`` over ``inner`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner * 1e6
+
+
+def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
+    """Median microseconds of each step of gpuport's ``from_numpy``, one step timed at a time."""
+    for n in (MIB, 64 * MIB):
+        x = np.ones(n, dtype=np.uint8)
+        steps: dict[str, list[float]] = {"MemArray()": [], "read_numpy_array": [], "move_memory": [], "synchronize": []}
+        for _ in range(max(reps // (1 if n <= MIB else 10), 5)):
+            t0 = time.perf_counter()
+            a = gpuport.MemArray((n,), "uint8", device=dev)
+            t1 = time.perf_counter()
+            a.read_numpy_array(x)
+            t2 = time.perf_counter()
+            a.move_memory("device")
+            t3 = time.perf_counter()
+            a.synchronize()
+            t4 = time.perf_counter()
+            for k, v in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                steps[k].append(v * 1e6)
+            del a
+        shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in steps.items())
+        print(f"breakdown {n // MIB} MiB (us, median): {shown}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default=None, help="gpuport device spec (default: gpuport's default device)")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds per figure (default 15)")
+    ap.add_argument("--json", default=None, help="write the figures and ratios as JSON to this file")
+    ap.add_argument("--breakdown", action="store_true", help="also time each step of gpuport's from_numpy")
+    args = ap.parse_args()
+    try:
+        import numpy as np
+
+        import gpuport
+    except ImportError as e:
+        print(f"creation.py needs numpy and gpuport (pip install ./crates/gpuport-py): {e}", file=sys.stderr)
+        return 2
+    dev = gpuport.Device(args.device) if args.device else gpuport.default_device()
+    on_gpu = dev.backend == "cuda"
+    skipped: list[str] = []
+
+    torch: Any = None
+    try:
+        import torch as _torch
+
+        if on_gpu and not _torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device")
+        torch = _torch
+    except Exception as e:
+        skipped.append(f"torch: {e}")
+    cp: Any = None
+    if on_gpu:
+        try:
+            import cupy as _cp
+
+            _cp.cuda.Device(dev.ordinal).use()
+            cp = _cp
+        except Exception as e:
+            skipped.append(f"cupy: {e}")
+    else:
+        skipped.append("cupy: the gpuport device is not a CUDA device")
+
+    # contenders[(op, nbytes)] = {who: fn}
+    contenders: dict[tuple[str, int], dict[str, Callable[[], Any]]] = {}
+    for n in (MIB, 64 * MIB):
+        x = np.ones(n, dtype=np.uint8)
+
+        def gp_from(x: Any = x, n: int = n) -> None:
+            a = gpuport.MemArray((n,), "uint8", device=dev)
+            a.read_numpy_array(x)
+            a.move_memory("device")
+            a.synchronize()
+
+        def gp_zeros(n: int = n) -> None:
+            a = gpuport.MemArray((n,), "uint8", device=dev)
+            a.move_memory("device")
+            a.synchronize()
+
+        def gp_empty(n: int = n) -> None:
+            gpuport.MemArray((n,), "uint8", device=dev)
+
+        contenders[("from_numpy", n)] = {"gpuport": gp_from}
+        contenders[("zeros", n)] = {"gpuport": gp_zeros}
+        if n == MIB:
+            contenders[("empty", n)] = {"gpuport": gp_empty}
+        if torch is not None:
+            tdev = torch.device(f"cuda:{dev.ordinal}" if on_gpu else "cpu")
+            tsync = torch.cuda.synchronize if on_gpu else (lambda: None)
+
+            def t_from(x: Any = x) -> None:
+                torch.from_numpy(x).to(tdev)
+                tsync()
+
+            def t_zeros(n: int = n) -> None:
+                torch.zeros(n, dtype=torch.uint8, device=tdev)
+                tsync()
+
+            def t_empty(n: int = n) -> None:
+                torch.empty(n, dtype=torch.uint8, device=tdev)
+
+            contenders[("from_numpy", n)]["torch"] = t_from
+            contenders[("zeros", n)]["torch"] = t_zeros
+            if n == MIB:
+                contenders[("empty", n)]["torch"] = t_empty
+        if cp is not None:
+            csync = cp.cuda.runtime.deviceSynchronize
+
+            def c_from(x: Any = x) -> None:
+                cp.asarray(x)
+                csync()
+
+            def c_zeros(n: int = n) -> None:
+                cp.zeros(n, dtype=cp.uint8)
+                csync()
+
+            def c_empty(n: int = n) -> None:
+                cp.empty(n, dtype=cp.uint8)
+
+            contenders[("from_numpy", n)]["cupy"] = c_from
+            contenders[("zeros", n)]["cupy"] = c_zeros
+            if n == MIB:
+                contenders[("empty", n)]["cupy"] = c_empty
+
+    print(f"gpuport {dev.spec} ({dev.name}); median of {args.rounds} rounds, order rotating", flush=True)
+    if args.breakdown:
+        breakdown(gpuport, np, dev, args.rounds * 10)
+    rows: list[dict[str, Any]] = []
+    for (op, n), fns in contenders.items():
+        inner = 50 if n <= MIB else 5
+        names = list(fns)
+        for name in names:  # warm-up: pools, kernels, pinned staging
+            timed(fns[name], 2)
+        per: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for name in order:
+                per[name].append(timed(fns[name], inner))
+        for name in names:
+            t = per[name]
+            rows.append({"op": op, "bytes": n, "who": name, "us": statistics.median(t), "min": min(t), "max": max(t)})
+
+    print(f"\n{'operation':<12} {'size':>7} {'who':<8} {'median':>11} {'spread':>22}  gpuport/peer")
+    ours = {(r["op"], r["bytes"]): r["us"] for r in rows if r["who"] == "gpuport"}
+    ratios = []
+    for row in rows:
+        ratio = ""
+        mine = ours.get((row["op"], row["bytes"]))
+        if row["who"] != "gpuport" and mine is not None:
+            x = mine / row["us"]
+            ratios.append({"op": row["op"], "bytes": row["bytes"], "peer": row["who"], "gpuport_over_peer": x})
+            ratio = f"{x:.2f}"
+        size = f"{row['bytes'] // MIB} MiB"
+        spread = f"{row['min']:.1f}-{row['max']:.1f} us"
+        print(f"{row['op']:<12} {size:>7} {row['who']:<8} {row['us']:>8.1f} us {spread:>22}  {ratio}")
+    for s in skipped:
+        print(f"skipped {s}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.spec, "rounds": args.rounds, "rows": rows, "ratios": ratios,
+                       "skipped": skipped}, f, indent=2)
+        print(f"JSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
