@@ -8,7 +8,9 @@ with the peer's allocator and one with gpuport plugged in:
   allocator against ``gpuport.torch.use_gpuport_for_torch()``
   (``CUDAPluggableAllocator``);
 - ``cupy``: ``cupy.empty(1 MiB)`` + ``del``; CuPy's memory pool against
-  ``gpuport.cupy.use_gpuport_for_cupy()``;
+  ``gpuport.cupy.use_gpuport_for_cupy()`` (C functions through CuPy's
+  ``CFunctionAllocator``), and against the Python-function allocator it
+  falls back to (``gpuport.cupy.allocator``, the row ``gpuport-py``);
 - ``numba``: ``cuda.device_array(1 MiB)`` + ``del``; Numba's own memory
   manager against ``NUMBA_CUDA_MEMORY_MANAGER=gpuport.numba``. Numba frees
   through its deallocation queue; the timing includes what each
@@ -16,8 +18,12 @@ with the peer's allocator and one with gpuport plugged in:
 
 Each child reports the median of ``--reps`` timed rounds of ``--inner``
 operations (so the clock's resolution does not dominate), after a warm-up.
+Each allocator runs in ``--trials`` fresh processes, the order of the
+allocators alternating from trial to trial (own first, then gpuport first),
+so drift over the run hits both alike; a row shows the median of the
+trials' medians and the spread (lowest and highest trial median).
 
-    PYTHONPATH=/tmp/site python3 benches/plugins.py [--json out.json]
+    PYTHONPATH=/tmp/site python3 benches/plugins.py [--trials 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -32,7 +39,8 @@ import textwrap
 CHILD = textwrap.dedent(
     r"""
     import json, statistics, sys, time
-    peer, plugged, reps, inner = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
+    peer, mode, reps, inner = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    plugged = mode != "own"
     MIB = 1 << 20
     if peer == "torch":
         import torch
@@ -46,9 +54,13 @@ CHILD = textwrap.dedent(
             torch.cuda.synchronize()
     elif peer == "cupy":
         import cupy
-        if plugged:
+        if mode == "gpuport":
             import gpuport.cupy
             gpuport.cupy.use_gpuport_for_cupy()
+            assert type(cupy.cuda.get_allocator().__self__).__name__ == "CFunctionAllocator"
+        elif mode == "gpuport-py":
+            import gpuport.cupy
+            cupy.cuda.set_allocator(gpuport.cupy.allocator)
         def op():
             x = cupy.empty(MIB, dtype=cupy.uint8)
             del x
@@ -84,13 +96,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def run(peer: str, plugged: bool, reps: int, inner: int) -> dict:
+def run(peer: str, mode: str, reps: int, inner: int) -> dict:
     env = dict(os.environ)
     env.pop("NUMBA_CUDA_MEMORY_MANAGER", None)
-    if plugged and peer == "numba":
+    if mode == "gpuport" and peer == "numba":
         env["NUMBA_CUDA_MEMORY_MANAGER"] = "gpuport.numba"
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, peer, "1" if plugged else "0", str(reps), str(inner)],
+        [sys.executable, "-c", CHILD, peer, mode, str(reps), str(inner)],
         capture_output=True,
         text=True,
         env=env,
@@ -102,27 +114,62 @@ def run(peer: str, plugged: bool, reps: int, inner: int) -> dict:
     return json.loads(lines[-1])
 
 
+MODES = {"torch": ("own", "gpuport"), "cupy": ("own", "gpuport", "gpuport-py"), "numba": ("own", "gpuport")}
+
+
+def trials(peer: str, n: int, reps: int, inner: int) -> dict[str, dict]:
+    """Each mode's result over ``n`` fresh processes, the order alternating per trial."""
+    got: dict[str, list[dict]] = {m: [] for m in MODES[peer]}
+    for t in range(n):
+        order = MODES[peer] if t % 2 == 0 else tuple(reversed(MODES[peer]))
+        for mode in order:
+            got[mode].append(run(peer, mode, reps, inner))
+    out = {}
+    for mode, results in got.items():
+        ok = [r for r in results if "error" not in r]
+        if not ok:
+            out[mode] = results[0]
+            continue
+        medians = sorted(r["median_us"] for r in ok)
+        out[mode] = {
+            "median_us": statistics.median(medians),
+            "low_us": medians[0],
+            "high_us": medians[-1],
+            "min_us": min(r["min_us"] for r in ok),
+            "trials": len(ok),
+            "who": ok[-1]["who"],
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--inner", type=int, default=200)
+    ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows = []
-    print(f"alloc+free 1 MiB from Python; median of {args.reps} rounds x {args.inner}")
-    print(f"{'peer':<7} {'allocator':<10} {'median us':>10} {'min us':>8}  gpuport/peer")
-    for peer in ("torch", "cupy", "numba"):
-        own = run(peer, False, args.reps, args.inner)
-        ours = run(peer, True, args.reps, args.inner)
-        for label, res in (("own", own), ("gpuport", ours)):
-            if "error" in res:
-                print(f"{peer:<7} {label:<10} skipped: {res['error'][0]}")
+    print(
+        f"alloc+free 1 MiB from Python; median of {args.reps} rounds x {args.inner} per process, "
+        f"median of {args.trials} processes per allocator (order alternating)"
+    )
+    print(f"{'peer':<7} {'allocator':<11} {'median us':>10} {'spread us':>15} {'min us':>8}  gpuport/peer")
+    for peer in MODES:
+        res = trials(peer, args.trials, args.reps, args.inner)
+        own = res["own"]
+        for mode, r in res.items():
+            if "error" in r:
+                print(f"{peer:<7} {mode:<11} skipped: {r['error'][0]}")
                 continue
             ratio = ""
-            if label == "gpuport" and "error" not in own:
-                ratio = f"{res['median_us'] / own['median_us']:.2f}"
-            print(f"{peer:<7} {label:<10} {res['median_us']:>10.2f} {res['min_us']:>8.2f}  {ratio}  ({res['who']})")
-            rows.append({"peer": peer, "allocator": label, **res})
+            if mode != "own" and "error" not in own:
+                ratio = f"{r['median_us'] / own['median_us']:.2f}"
+            spread = f"{r['low_us']:.2f}-{r['high_us']:.2f}"
+            print(
+                f"{peer:<7} {mode:<11} {r['median_us']:>10.2f} {spread:>15} {r['min_us']:>8.2f}  {ratio}  ({r['who']})"
+            )
+            rows.append({"peer": peer, "allocator": mode, **r})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

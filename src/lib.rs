@@ -56,7 +56,9 @@ pub mod memory;
 
 pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, View};
 pub use backend::host::{Host, HostDevice};
-pub use backend::registry::{backends, default_device, open, parse_spec, AnyDevice, BackendStatus, DefaultDevice};
+pub use backend::registry::{
+    backends, default_device, open, open_kind, parse_spec, AnyDevice, BackendStatus, DefaultDevice,
+};
 pub use backend::{
     builtin, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits, DeviceMemory,
     DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module,

@@ -255,6 +255,17 @@ pub fn parse_spec(spec: &str) -> Result<(BackendKind, usize)> {
 /// ```
 pub fn open(spec: &str) -> Result<AnyDevice> {
     let (kind, ordinal) = parse_spec(spec)?;
+    open_kind(kind, ordinal)
+}
+
+/// Opens device `ordinal` of backend `kind`: [`open`] without the spec
+/// string, for callers that hold the two numbers (an allocator hook).
+///
+/// ```
+/// let dev = gpuport::open_kind(gpuport::BackendKind::Host, 0).unwrap();
+/// assert_eq!(dev.info().spec(), "host");
+/// ```
+pub fn open_kind(kind: BackendKind, ordinal: usize) -> Result<AnyDevice> {
     match kind {
         BackendKind::Host => Ok(AnyDevice::Host(HostDevice::open(ordinal)?)),
         #[cfg(feature = "cuda")]

@@ -15,7 +15,8 @@
 //! [`errors`] (the exception classes and the one error mapping), [`dtype`],
 //! [`graph`] (Graph and its capture context, over the core's run-time graphs),
 //! [`memory`] (the current memory resource from Python; the C-ABI
-//! allocation functions for PyTorch's `CUDAPluggableAllocator`).
+//! allocation functions for PyTorch's `CUDAPluggableAllocator`), [`cupy_hook`] (the C
+//! allocation functions for CuPy's `CFunctionAllocator`).
 //!
 //! No panic is meant to cross into Python: user input is validated and every
 //! gpuport error becomes an exception whose message speaks Python. Long
@@ -34,6 +35,7 @@ pub mod asarray;
 pub mod buffer;
 pub mod cai;
 pub mod context;
+pub mod cupy_hook;
 pub mod device;
 pub mod distributed;
 pub mod dlpack;
@@ -63,6 +65,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graph::PyGraphCapture>()?;
     m.add_function(wrap_pyfunction!(graph::graph_capture, m)?)?;
     memory::register(m)?;
+    cupy_hook::register(m)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;

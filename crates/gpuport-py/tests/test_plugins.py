@@ -237,6 +237,109 @@ def test_importing_gpuport_imports_no_peer():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+# ---- host: the C functions behind gpuport.cupy -----------------------------------------
+
+_STREAM_FN_NAME = b"intptr_t (void)"  # kept alive: a capsule does not copy its name
+
+
+@pytest.fixture(scope="module")
+def cupy_c_functions(tmp_path_factory):
+    """gpuport's CuPy malloc/free, installed on the host backend with a C stand-in
+    for CuPy's get_current_stream_ptr (tests/cupy_stream_stub.c), called as
+    CuPy's Cython calls them: GIL held, an exception set by the call raised."""
+    import shutil
+    import sysconfig
+
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    cc = cc if shutil.which(cc) else "cc"
+    if shutil.which(cc) is None:
+        pytest.skip("no C compiler on PATH: the stand-in for CuPy's stream function cannot be built")
+    out = str(tmp_path_factory.mktemp("cupy_stub") / "cupy_stream_stub.so")
+    src = os.path.join(os.path.dirname(__file__), "cupy_stream_stub.c")
+    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"{cc} could not build the stand-in for CuPy's stream function: {r.stderr.strip()[:500]}")
+    stub = ctypes.PyDLL(out)
+    stub.stub_set_stream.argtypes = [ctypes.c_ssize_t]
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+    def install(fn_name):
+        cap = new_capsule(ctypes.cast(getattr(stub, fn_name), ctypes.c_void_p), _STREAM_FN_NAME, None)
+        m, f = gpuport._core._cupy_allocator_functions(cap, "host")
+        malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(m)
+        free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(f)
+        return malloc, free
+
+    return stub, new_capsule, install
+
+
+def test_cupy_c_malloc_takes_from_the_pool_and_free_gives_back(cupy_c_functions):
+    stub, _, install = cupy_c_functions
+    stub.stub_set_stream(0)
+    malloc, free = install("stub_current_stream")
+    c0, b0 = _count("host")
+    p = malloc(None, 4096, 0)
+    assert p not in (None, 0, 2**64 - 1)
+    assert _count("host") == (c0 + 1, b0 + 4096)
+    ctypes.memset(p, 7, 4096)  # the memory is really there
+    free(None, p, 0)
+    assert _count("host") == (c0, b0)
+
+
+def test_cupy_c_malloc_failure_raises_in_the_caller(cupy_c_functions):
+    stub, _, install = cupy_c_functions
+    stub.stub_set_stream(0)
+    malloc, _ = install("stub_current_stream")
+    c0, b0 = _count("host")
+    with pytest.raises(ValueError, match=r"cannot allocate 9223372036854775808 bytes: more than isize::MAX"):
+        malloc(None, 1 << 63, 0)
+    with pytest.raises(ValueError, match=r"CuPy device id -1 is negative"):
+        malloc(None, 64, -1)
+    stub.stub_set_stream(7)  # the host backend has no integer stream handles
+    with pytest.raises(ValueError, match=r"stream 7: the host backend's streams have no integer handles"):
+        malloc(None, 64, 0)
+    stub.stub_set_stream(0)
+    assert _count("host") == (c0, b0)
+
+
+def test_cupy_c_malloc_raises_what_cupys_stream_function_raised(cupy_c_functions):
+    stub, _, install = cupy_c_functions
+    malloc, _ = install("stub_failing_stream")
+    c0, b0 = _count("host")
+    with pytest.raises(LookupError, match="stub: no current stream"):
+        malloc(None, 64, 0)
+    assert _count("host") == (c0, b0)
+    install("stub_current_stream")
+
+
+def test_cupy_c_free_ignores_the_failure_value_and_unknown_pointers(cupy_c_functions):
+    stub, _, install = cupy_c_functions
+    stub.stub_set_stream(0)
+    malloc, free = install("stub_current_stream")
+    p = malloc(None, 64, 0)
+    c0, b0 = _count("host")
+    free(None, 2**64 - 1, 0)  # what a failed malloc returned
+    free(None, 0x1234, 0)
+    free(None, None, 0)
+    assert _count("host") == (c0, b0)
+    free(None, p, 0)
+    assert _count("host") == (c0 - 1, b0 - 64)
+
+
+def test_cupy_c_functions_refuse_what_is_not_cupys_stream_function(cupy_c_functions):
+    stub, new_capsule, _ = cupy_c_functions
+    with pytest.raises(TypeError, match="stream_fn must be CuPy's get_current_stream_ptr capsule, not int"):
+        gpuport._core._cupy_allocator_functions(42, "cuda")
+    wrong = new_capsule(ctypes.cast(stub.stub_current_stream, ctypes.c_void_p), b"void (void)", None)
+    with pytest.raises(TypeError, match=r"named b?'void \(void\)'|named .*void \(void\)"):
+        gpuport._core._cupy_allocator_functions(wrong, "cuda")
+    right = new_capsule(ctypes.cast(stub.stub_current_stream, ctypes.c_void_p), _STREAM_FN_NAME, None)
+    with pytest.raises(ValueError, match=r'backend "tpu" is not one CuPy runs on; accepted: "cuda", "rocm"'):
+        gpuport._core._cupy_allocator_functions(right, "tpu")
+
+
 # ---- GPU ------------------------------------------------------------------------------
 
 
@@ -323,6 +426,27 @@ def test_cupy_arrays_come_from_gpuport(cupy_hooked, tmp_path):
         gm.disable_logging(dev)
     events = [(r[3], int(r[5], 16), int(r[6])) for r in rows]
     assert ("allocate", ptr, 8000) in events and ("free", ptr, 8000) in events
+
+
+@pytest.mark.gpu
+def test_cupy_uses_the_c_allocator_and_its_failures_raise(cupy_hooked):
+    cupy = cupy_hooked
+    malloc = cupy.cuda.get_allocator()
+    assert type(malloc.__self__).__name__ == "CFunctionAllocator"
+    dev = "cuda:0"
+    c0, b0 = _count(dev)
+    with pytest.raises(ValueError, match="more than isize::MAX"):
+        cupy.cuda.alloc(1 << 63)  # through CuPy's Cython, not ctypes
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.full(1 << 18, 3, dtype=cupy.float32)  # allocated in s's order
+        assert float(x.sum()) == 3.0 * (1 << 18)
+    s.synchronize()
+    assert _count(dev)[0] >= c0 + 1
+    del x
+    gc.collect()
+    s.synchronize()
+    assert _count(dev) == (c0, b0)
 
 
 @pytest.mark.gpu

@@ -1,9 +1,14 @@
 """CuPy allocations through gpuport: ``gpuport.cupy.use_gpuport_for_cupy()``.
 
-:func:`allocator` is for ``cupy.cuda.set_allocator``: each CuPy array's
-memory comes from the current CUDA device's gpuport resource (so
-``gpuport.memory.stats()`` and the CSV log show it), allocated on CuPy's
-current stream, and goes back to the pool when CuPy drops it.
+:func:`c_allocator` is for ``cupy.cuda.set_allocator``: a CuPy
+``CFunctionAllocator`` over two C functions of ``gpuport._core``
+(crates/gpuport-py/src/cupy_hook.rs), so an allocation costs no Python call
+of gpuport's. Each CuPy array's memory comes from the current device's
+gpuport resource (so ``gpuport.memory.stats()`` and the CSV log show it),
+allocated on CuPy's current stream, and goes back to the pool when CuPy
+drops it. A failure raises in CuPy's caller (``MemoryError`` for out of
+memory). :func:`allocator` does the same through a Python function; it is
+the fallback where CuPy lacks what the C path needs.
 :func:`pinned_allocator` is for ``cupy.cuda.set_pinned_memory_allocator``.
 
 CuPy is imported only when these functions run; importing gpuport (or this
@@ -16,7 +21,43 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["allocator", "pinned_allocator", "use_gpuport_for_cupy"]
+__all__ = ["allocator", "c_allocator", "pinned_allocator", "use_gpuport_for_cupy"]
+
+# A size gpuport refuses before allocating anything: the probe of the C
+# allocator's error path (see _c_allocator_raises).
+_PROBE_SIZE = 1 << 63
+
+
+def c_allocator() -> Any:
+    """gpuport's C allocation functions as a CuPy ``CFunctionAllocator``'s ``malloc``.
+
+    Needs CuPy (built for CUDA or ROCm) with ``cupy.cuda.stream``'s C
+    function ``get_current_stream_ptr``; raises ``TypeError`` or
+    ``AttributeError`` where CuPy lacks it.
+
+        >>> import cupy, gpuport.cupy
+        >>> malloc = gpuport.cupy.c_allocator()
+        >>> mem = malloc(1024)
+        >>> isinstance(mem, cupy.cuda.MemoryPointer), mem.mem.size
+        (True, 1024)
+    """
+    import cupy
+    from cupy.cuda import memory, stream
+
+    backend = "rocm" if cupy.cuda.runtime.is_hip else "cuda"
+    capsule = stream.__pyx_capi__["get_current_stream_ptr"]
+    malloc, free = _core._cupy_allocator_functions(capsule, backend)
+    # The owner keeps the functions' module alive while CuPy holds them.
+    return memory.CFunctionAllocator(0, malloc, free, _core).malloc
+
+
+def _c_allocator_raises(malloc: Any) -> bool:
+    """Whether a failing C allocation reaches the caller as an exception."""
+    try:
+        malloc(_PROBE_SIZE)
+    except Exception:  # noqa: BLE001 - any exception is the wanted outcome
+        return True
+    return False
 
 
 def allocator(size: int) -> Any:
@@ -64,6 +105,10 @@ def pinned_allocator(size: int) -> Any:
 def use_gpuport_for_cupy(pinned: bool = True) -> None:
     """Routes CuPy's device (and, with ``pinned``, pinned host) allocations through gpuport.
 
+    Device allocations go through :func:`c_allocator`; where CuPy lacks
+    what it needs, or a failing allocation would not raise, through
+    :func:`allocator` with a ``RuntimeWarning`` saying why.
+
     Needs CuPy and a CUDA device.
 
         >>> import cupy, gpuport.cupy, gpuport.memory as gm
@@ -74,6 +119,16 @@ def use_gpuport_for_cupy(pinned: bool = True) -> None:
     """
     import cupy
 
-    cupy.cuda.set_allocator(allocator)
+    try:
+        malloc = c_allocator()
+        reason = None if _c_allocator_raises(malloc) else "a failing allocation did not raise"
+    except (AttributeError, KeyError, TypeError) as e:
+        reason = f"CuPy {cupy.__version__} has no usable get_current_stream_ptr ({e})"
+    if reason is not None:
+        import warnings
+
+        warnings.warn(f"gpuport.cupy: using the Python allocator: {reason}", RuntimeWarning, stacklevel=2)
+        malloc = allocator
+    cupy.cuda.set_allocator(malloc)
     if pinned:
         cupy.cuda.set_pinned_memory_allocator(pinned_allocator)

@@ -1,0 +1,212 @@
+//! The C functions behind `gpuport.cupy`'s allocator: CuPy's
+//! `cupy.cuda.memory.CFunctionAllocator` calls
+//!
+//! - `void* gpuport_cupy_malloc(void* param, size_t size, int device_id)`
+//! - `void gpuport_cupy_free(void* param, void* ptr, int device_id)`
+//!
+//! so that a CuPy allocation costs no Python call of ours: the memory comes
+//! from the device's current gpuport resource (the caching pool, with
+//! `gpuport.memory`'s statistics and log), in the order of CuPy's current
+//! stream, which `malloc` reads through the C function CuPy exports for it
+//! (`cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]`).
+//!
+//! CuPy calls both from Cython with the GIL held. `malloc` has no error
+//! return in CuPy's signature: on failure it sets a Python exception and
+//! returns [`FAILED`] (-1 as a pointer). CuPy's `_call_malloc` is a Cython 3
+//! `cdef` function returning `intptr_t`, so -1 with an exception set makes
+//! it raise that exception, before the pointer is stored (`gpuport.cupy`
+//! checks this once per process and otherwise keeps its Python allocator).
+//! `free` ignores [`FAILED`] and pointers it did not allocate. Neither unwinds.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use gpuport::dynamic::memory as core_memory;
+use gpuport::dynamic::AnyStream;
+use gpuport::BackendKind;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::errors::IntoPyResult;
+
+/// What `gpuport_cupy_malloc` returns on failure, with a Python exception set.
+pub const FAILED: *mut c_void = usize::MAX as *mut c_void;
+
+/// The signature CuPy's capsule names for `get_current_stream_ptr`.
+const STREAM_FN_SIGNATURE: &CStr = c"intptr_t (void)";
+
+/// CuPy's `get_current_stream_ptr` (0: not installed yet).
+static CURRENT_STREAM_FN: AtomicUsize = AtomicUsize::new(0);
+/// The backend CuPy's device ordinals name ([`backend_code`]).
+static BACKEND: AtomicU8 = AtomicU8::new(0);
+
+fn backend_code(kind: BackendKind) -> u8 {
+    match kind {
+        BackendKind::Host => 1,
+        BackendKind::Cuda => 2,
+        BackendKind::Rocm => 3,
+    }
+}
+
+fn backend_of_code(code: u8) -> Option<BackendKind> {
+    match code {
+        1 => Some(BackendKind::Host),
+        2 => Some(BackendKind::Cuda),
+        3 => Some(BackendKind::Rocm),
+        _ => None,
+    }
+}
+
+/// CuPy's current stream: a handle of CuPy's current device, 0 for the
+/// legacy default stream, or the exception `get_current_stream_ptr` raised.
+fn cupy_current_stream(py: Python<'_>) -> PyResult<usize> {
+    let f = CURRENT_STREAM_FN.load(Ordering::Acquire);
+    if f == 0 {
+        return Err(PyRuntimeError::new_err(
+            "gpuport's CuPy allocator is not installed: call gpuport.cupy.use_gpuport_for_cupy()",
+        ));
+    }
+    // SAFETY: `install` stored the pointer of a capsule named
+    // "intptr_t (void)", CuPy's `get_current_stream_ptr`, whose module stays
+    // imported (sys.modules) for the life of the process.
+    let f: unsafe extern "C" fn() -> isize = unsafe { std::mem::transmute::<usize, _>(f) };
+    // SAFETY: called with the GIL held, as Cython functions expect.
+    let handle = unsafe { f() };
+    // The function is `except? -1` (a Cython 3 default): -1 is an error only
+    // when an exception is set.
+    if handle == -1 {
+        if let Some(e) = PyErr::take(py) {
+            return Err(e);
+        }
+    }
+    usize::try_from(handle)
+        .map_err(|_| PyValueError::new_err(format!("CuPy's current stream is {handle}, not a stream handle")))
+}
+
+fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
+    if isize::try_from(size).is_err() {
+        return Err(PyValueError::new_err(format!("cannot allocate {size} bytes: more than isize::MAX")));
+    }
+    let kind = backend_of_code(BACKEND.load(Ordering::Acquire))
+        .ok_or_else(|| PyRuntimeError::new_err("gpuport's CuPy allocator is not installed"))?;
+    let ordinal = usize::try_from(device_id)
+        .map_err(|_| PyValueError::new_err(format!("CuPy device id {device_id} is negative")))?;
+    let handle = cupy_current_stream(py)?;
+    let dev = gpuport::open_kind(kind, ordinal).py_err(py)?;
+    // SAFETY: CuPy's current stream is live (CuPy keeps the current stream
+    // object alive while it is current) or 0, the default stream. A stream
+    // destroyed while blocks freed on it are still cached is the caller's
+    // hazard, as with RMM (see crates/gpuport-py/src/memory.rs).
+    let stream = unsafe { AnyStream::borrow(&dev, handle) }.py_err(py)?;
+    let a = core_memory::alloc(&dev, size, &stream).py_err(py)?;
+    Ok(core_memory::hold(a))
+}
+
+/// Allocates `size` bytes on CuPy's device `device_id` in the order of
+/// CuPy's current stream. On failure sets a Python exception and returns
+/// [`FAILED`]. `param` is unused. Never unwinds.
+///
+/// # Safety
+/// Called with the GIL held (CuPy's `CFunctionAllocatorMemory` does so).
+pub unsafe extern "C" fn gpuport_cupy_malloc(_param: *mut c_void, size: usize, device_id: c_int) -> *mut c_void {
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| match cupy_malloc(py, size, device_id) {
+            Ok(ptr) => ptr as usize as *mut c_void,
+            Err(e) => {
+                e.restore(py);
+                FAILED
+            }
+        })
+    }));
+    match run {
+        Ok(p) => p,
+        Err(_) => {
+            let _ = catch_unwind(|| {
+                Python::attach(|py| PyRuntimeError::new_err("gpuport panicked in its CuPy allocator").restore(py))
+            });
+            FAILED
+        }
+    }
+}
+
+/// Returns memory from [`gpuport_cupy_malloc`] to its resource, in the
+/// order of the stream it was allocated on. [`FAILED`] and pointers it did
+/// not allocate are ignored. Never unwinds.
+pub extern "C" fn gpuport_cupy_free(_param: *mut c_void, ptr: *mut c_void, _device_id: c_int) {
+    if ptr == FAILED || ptr.is_null() {
+        return;
+    }
+    let _ = catch_unwind(|| core_memory::release_held(ptr as usize as u64));
+}
+
+/// Installs CuPy's stream function and backend; returns the addresses of
+/// `(malloc, free)` for `cupy.cuda.memory.CFunctionAllocator`.
+///
+/// `stream_fn` is `cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]`
+/// (a capsule named "intptr_t (void)"); `backend` is "cuda" or "rocm" (what
+/// CuPy was built for), or "host" for tests without a GPU.
+///
+///     >>> import ctypes, gpuport._core as core
+///     >>> core._cupy_allocator_functions(42, "cuda")
+///     Traceback (most recent call last):
+///     TypeError: stream_fn must be CuPy's get_current_stream_ptr capsule, not int
+#[pyfunction]
+#[pyo3(name = "_cupy_allocator_functions")]
+pub fn install(stream_fn: &Bound<'_, PyAny>, backend: &str) -> PyResult<(usize, usize)> {
+    let kind = match backend {
+        "cuda" => BackendKind::Cuda,
+        "rocm" => BackendKind::Rocm,
+        "host" => BackendKind::Host,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "backend {other:?} is not one CuPy runs on; accepted: \"cuda\", \"rocm\", \"host\" (tests)"
+            )))
+        }
+    };
+    let cap = stream_fn.cast::<PyCapsule>().map_err(|_| {
+        let ty = stream_fn.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "another type".into());
+        PyTypeError::new_err(format!("stream_fn must be CuPy's get_current_stream_ptr capsule, not {ty}"))
+    })?;
+    let ptr = cap.pointer_checked(Some(STREAM_FN_SIGNATURE)).map_err(|_| {
+        let name = cap.name().ok().flatten().map(|n| {
+            // SAFETY: a capsule's name lives as long as the capsule, which
+            // `cap` borrows here; it is copied into the message at once.
+            format!("{:?}", unsafe { n.as_cstr() })
+        });
+        PyTypeError::new_err(format!(
+            "stream_fn's capsule is named {}, not {STREAM_FN_SIGNATURE:?} (CuPy's get_current_stream_ptr)",
+            name.unwrap_or_else(|| "nothing".into())
+        ))
+    })?;
+    CURRENT_STREAM_FN.store(ptr.as_ptr() as usize, Ordering::Release);
+    BACKEND.store(backend_code(kind), Ordering::Release);
+    let malloc: unsafe extern "C" fn(*mut c_void, usize, c_int) -> *mut c_void = gpuport_cupy_malloc;
+    let free: extern "C" fn(*mut c_void, *mut c_void, c_int) = gpuport_cupy_free;
+    Ok((malloc as usize, free as usize))
+}
+
+/// Registers this module's functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(install, m)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ignores_the_failure_sentinel_and_unknown_pointers() {
+        gpuport_cupy_free(std::ptr::null_mut(), FAILED, 0);
+        gpuport_cupy_free(std::ptr::null_mut(), 0x1234 as *mut c_void, 0);
+    }
+
+    #[test]
+    fn backend_codes_round_trip() {
+        for k in [BackendKind::Host, BackendKind::Cuda, BackendKind::Rocm] {
+            assert_eq!(backend_of_code(backend_code(k)), Some(k));
+        }
+        assert_eq!(backend_of_code(0), None);
+    }
+}
