@@ -614,6 +614,15 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
         let _ = stream;
         None
     }
+    /// Whether `stream` is a handle borrowed from another library (not made
+    /// by gpuport, not a default stream): its owner may destroy it while
+    /// gpuport still holds the handle, so code that keeps a stream for later
+    /// (a pool's free lists) must not name it once the call that passed it
+    /// in has returned.
+    fn stream_is_borrowed(&self, stream: &Stream<Self::B>) -> bool {
+        let _ = stream;
+        false
+    }
     /// Blocks until all work on `stream` is done.
     fn synchronize(&self, stream: &Stream<Self::B>) -> Result<()>;
     /// Blocks until all work on every stream of this device is done

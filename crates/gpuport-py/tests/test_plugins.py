@@ -450,6 +450,44 @@ def test_cupy_uses_the_c_allocator_and_its_failures_raise(cupy_hooked):
 
 
 @pytest.mark.gpu
+def test_cupy_streams_destroyed_while_their_blocks_are_cached_are_never_named():
+    """A CuPy stream destroyed while gpuport's pool caches blocks freed on it:
+    the pool's later work (fences for other streams, reset) must not record
+    events on it or ask it about captures. Run 32 crashed the process at exit
+    here (rc -11) while every test passed, so the check is a fresh process's
+    exit status, after the pool had every reason to name the stream."""
+    _need("cupy")
+    out = _run(
+        """
+        import gc, cupy, gpuport, gpuport.cupy, gpuport.memory as gm
+        gpuport.cupy.use_gpuport_for_cupy()
+        for round in range(3):
+            s = cupy.cuda.Stream(non_blocking=True)
+            with s:
+                xs = [cupy.full(n, 1, dtype=cupy.uint8) for n in (1 << 10, 1 << 16, 1 << 20, 3 << 20)]
+                assert int(sum(int(x.sum()) for x in xs)) == (1 << 10) + (1 << 16) + (1 << 20) + (3 << 20)
+            s.synchronize()
+            del xs
+            gc.collect()
+            del s  # destroyed now; the pool still caches its blocks
+            gc.collect()
+            other = gpuport.Device("cuda:0").create_stream()
+            for n in (1 << 10, 1 << 16, 1 << 20, 3 << 20, 5 << 20):  # misses: the pool fences other lists
+                a = gm.alloc(n, stream=other, device="cuda:0")
+                a.free()
+            arr = gpuport.MemArray((1 << 20,), "uint8", device="cuda:0")
+            arr.move_memory("device")
+            arr.synchronize()
+            del arr
+            other.synchronize()
+        gm.reset("cuda:0")
+        print("clean")
+        """
+    )
+    assert "clean" in out
+
+
+@pytest.mark.gpu
 def test_cupy_pinned_memory_from_gpuport(cupy_hooked):
     cupy = cupy_hooked
     m = cupy.cuda.alloc_pinned_memory(1024)

@@ -328,6 +328,10 @@ impl<D: Driver> Device for GpuDevice<D> {
         Some(stream.id())
     }
 
+    fn stream_is_borrowed(&self, stream: &GpuStream<D>) -> bool {
+        stream.is_borrowed()
+    }
+
     fn synchronize(&self, stream: &GpuStream<D>) -> Result<()> {
         self.check_stream(stream)?;
         self.driver.bind()?;

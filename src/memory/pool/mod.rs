@@ -32,6 +32,12 @@
 //!   (and fences its stream's list so the next one can).
 //!
 //! ## Streams come and go
+//! A borrowed stream (another library's handle, `Device::stream_is_borrowed`)
+//! may be destroyed by its owner while its list holds blocks: its list is
+//! never fenced by naming it. Its blocks serve that stream again (as CuPy's
+//! own pool does) and reach other streams only at `trim`, `reset`, an
+//! out-of-memory retry or retirement, after one device-wide synchronization.
+//!
 //! A stream's free list holds a handle on the stream, to record fences on
 //! it, so the pool must not keep lists of streams their users dropped (each
 //! would live on: a driver stream, or a host worker thread). A list lives
@@ -484,10 +490,15 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 // every use, including this stream's, before any reuse.
                 st.nodes[n as usize].state = NodeState::Pending;
                 let mut events = std::mem::take(after);
-                match st.take_event(device) {
-                    Some(event) if device.record_event(&event, stream).is_ok() => events.push(event),
-                    _ => {
-                        let _ = device.synchronize(stream);
+                if device.stream_is_borrowed(stream) {
+                    // Not named: it may be gone (see `State::fence`).
+                    let _ = device.synchronize_device();
+                } else {
+                    match st.take_event(device) {
+                        Some(event) if device.record_event(&event, stream).is_ok() => events.push(event),
+                        _ => {
+                            let _ = device.synchronize(stream);
+                        }
                     }
                 }
                 st.pending.push(Fence { events, nodes: vec![n] });
@@ -571,7 +582,10 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
         let device = self.dev();
-        if capturing::<B>(device, stream) {
+        // A borrowed stream may have been destroyed by its owner before this
+        // free (a CuPy array outliving its stream): it is not asked about
+        // captures (see `State::fence`), and its frees are never held back.
+        if !device.stream_is_borrowed(stream) && capturing::<B>(device, stream) {
             let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
             held.push((block, stream.clone(), after));
             self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);

@@ -99,11 +99,15 @@ pub(super) struct FreeList<B: Backend> {
     recent: Vec<u32>,
     /// The pool's operation count when the list was last used.
     last_used: u64,
+    /// The stream is another library's (`Device::stream_is_borrowed`),
+    /// which may destroy it at any time: the list is never fenced by naming
+    /// the stream, only released after a device-wide synchronization.
+    borrowed: bool,
 }
 
 impl<B: Backend> FreeList<B> {
     pub(super) fn shared() -> Self {
-        FreeList { tag: ANY, stream: None, set: BTreeSet::new(), recent: Vec::new(), last_used: 0 }
+        FreeList { tag: ANY, stream: None, set: BTreeSet::new(), recent: Vec::new(), last_used: 0, borrowed: false }
     }
 
     fn is_empty(&self) -> bool {
@@ -343,8 +347,13 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
 
     /// Moves every block of list `l` (a stream's) to the pending list behind
     /// an event recorded on that stream now.
+    ///
+    /// A borrowed stream's list is left alone: its stream may be gone, and
+    /// an event recorded on a destroyed stream is undefined behaviour (it
+    /// crashed the CUDA driver at exit, run 32). Its blocks serve the same
+    /// stream, and reach others through [`State::release_borrowed`].
     pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
-        if l == 0 || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
+        if l == 0 || self.lists[l].borrowed || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
             return;
         }
         // A capturing stream would record the fence's event into its graph.
@@ -377,10 +386,35 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
     }
 
-    /// Fences every stream's list, and drops the lists (and their stream handles).
+    /// Fences every stream's list, releases the borrowed streams' lists, and
+    /// drops the lists (and their stream handles).
     pub(super) fn fence_all(&mut self, device: &B::Device) {
         for l in 1..self.lists.len() {
             self.fence(device, l);
+        }
+        self.release_borrowed(device, |_| true);
+        self.prune_empty_lists();
+    }
+
+    /// Moves the blocks of the borrowed streams' lists that `which` picks to
+    /// the shared list, after one device-wide synchronization (which covers
+    /// every stream without naming any), and drops those lists. Without
+    /// such a list, or if the synchronization fails, nothing happens.
+    pub(super) fn release_borrowed(&mut self, device: &B::Device, which: impl Fn(&FreeList<B>) -> bool) {
+        let picked: Vec<usize> = (1..self.lists.len())
+            .filter(|&l| self.lists[l].borrowed && !self.lists[l].is_empty() && which(&self.lists[l]))
+            .collect();
+        if picked.is_empty() || device.synchronize_device().is_err() {
+            return;
+        }
+        self.counters.fences += 1;
+        for &l in &picked {
+            let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
+            nodes.append(&mut self.lists[l].recent);
+            for n in nodes {
+                self.nodes[n as usize].state = NodeState::Pending;
+                self.free_and_merge(n, ANY);
+            }
         }
         self.prune_empty_lists();
     }
@@ -444,9 +478,12 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     #[inline(never)]
     fn make_list(&mut self, device: &B::Device, tag: u64, stream: &Stream<B>) -> usize {
         if self.lists.len() > SOFT_STREAM_LISTS {
+            let clock = self.clock;
+            let idle = move |list: &FreeList<B>| list.last_used.saturating_add(IDLE_OPS) < clock;
+            self.release_borrowed(device, idle);
             let mut l = 1;
             while l < self.lists.len() {
-                if self.lists[l].last_used.saturating_add(IDLE_OPS) < self.clock {
+                if !self.lists[l].borrowed && idle(&self.lists[l]) {
                     self.retire(device, l);
                 } else {
                     l += 1;
@@ -459,6 +496,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             set: BTreeSet::new(),
             recent: Vec::new(),
             last_used: self.clock,
+            borrowed: device.stream_is_borrowed(stream),
         };
         self.lists.push(list);
         self.lists.len() - 1
