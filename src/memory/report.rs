@@ -37,6 +37,10 @@ pub struct PoolCounters {
     /// Frees refused: blocks the pool did not hand out, or not live in it
     /// ([`MemoryError::ForeignBlock`](crate::memory::MemoryError::ForeignBlock)).
     pub refused_frees: u64,
+    /// Freed blocks kept out of reuse for good: a block freed on a borrowed
+    /// stream (`Device::stream_is_borrowed`) after uses on other streams,
+    /// when neither those uses nor the device could be waited for.
+    pub blocks_withheld: u64,
 }
 
 /// What one block of a pool segment is doing.

@@ -475,9 +475,23 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             return false;
         };
         st.clock += 1;
+        st.counters.frees += 1;
+        // A borrowed stream is not named (it may be gone, see `State::fence`):
+        // its other streams' uses are waited for on the host (or, failing
+        // that, by a device-wide synchronization), then the block joins the
+        // stream's own list, whose reuse is ordered after the stream's work.
+        // If neither wait succeeds, the block stays out of reuse for good
+        // (and counted in use).
+        if device.stream_is_borrowed(stream) && !after.is_empty() {
+            let waited = after.iter().all(|e| device.synchronize_event(e).is_ok());
+            if !(waited || device.synchronize_device().is_ok()) {
+                st.counters.blocks_withheld += 1;
+                return true;
+            }
+            after.clear();
+        }
         st.in_use -= size;
         st.requested -= requested;
-        st.counters.frees += 1;
         let tag = device.stream_id(stream);
         match tag {
             Some(t) if after.is_empty() => {
@@ -490,15 +504,10 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 // every use, including this stream's, before any reuse.
                 st.nodes[n as usize].state = NodeState::Pending;
                 let mut events = std::mem::take(after);
-                if device.stream_is_borrowed(stream) {
-                    // Not named: it may be gone (see `State::fence`).
-                    let _ = device.synchronize_device();
-                } else {
-                    match st.take_event(device) {
-                        Some(event) if device.record_event(&event, stream).is_ok() => events.push(event),
-                        _ => {
-                            let _ = device.synchronize(stream);
-                        }
+                match st.take_event(device) {
+                    Some(event) if device.record_event(&event, stream).is_ok() => events.push(event),
+                    _ => {
+                        let _ = device.synchronize(stream);
                     }
                 }
                 st.pending.push(Fence { events, nodes: vec![n] });
