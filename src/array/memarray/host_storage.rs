@@ -135,26 +135,32 @@ impl<T: Element> HostStorage<T> {
         self.written.is_completed()
     }
 
-    /// Writes `src` (of `len` elements) into the block.
-    ///
-    /// # Safety
-    /// No one else may read or write the block meanwhile.
-    pub(super) unsafe fn overwrite_from(&self, src: &[T]) {
-        debug_assert_eq!(src.len(), self.len);
-        let len = src.len().min(self.len);
-        // SAFETY: `ptr` holds `len` writable elements (the caller excludes
-        // other users), `src` is a distinct live slice of `len` elements;
-        // every element is written, so the block is written afterwards.
-        // Large copies run on several threads (`memory::host_copy`).
-        let copy = || unsafe { crate::memory::host_copy::copy_nonoverlapping(&src[..len], self.ptr.as_ptr()) };
+    /// Runs `write`, which writes every element of the block, and records
+    /// the block as written (so its zeros are never written after it).
+    fn write_whole(&self, write: impl Fn()) {
         let mut done = false;
         self.written.call_once(|| {
-            copy();
+            write();
             done = true;
         });
         if !done {
-            copy();
+            write();
         }
+    }
+
+    /// Writes `src` into the block.
+    ///
+    /// # Safety
+    /// `src.len()` is the block's length, and no one else may read or write
+    /// the block meanwhile.
+    pub(super) unsafe fn overwrite_from(&self, src: &[T]) {
+        debug_assert_eq!(src.len(), self.len);
+        // SAFETY: `ptr` holds `len` writable elements (the caller excludes
+        // other users), `src` is a distinct live slice of `len` elements
+        // (the caller's contract), so every element is written and the
+        // block is written afterwards. Large copies run on several threads
+        // (`memory::host_copy`).
+        self.write_whole(|| unsafe { crate::memory::host_copy::copy_nonoverlapping(src, self.ptr.as_ptr()) });
     }
 
     /// Sets every element of the block to `value`.
@@ -165,19 +171,11 @@ impl<T: Element> HostStorage<T> {
         // SAFETY: `ptr` holds `len` writable elements, which the caller lets
         // no one else use; each is written through a raw pointer (the block
         // may not be written yet, so no slice of it is formed first).
-        let fill = || unsafe {
+        self.write_whole(|| unsafe {
             for i in 0..self.len {
                 self.ptr.as_ptr().add(i).write(value);
             }
-        };
-        let mut done = false;
-        self.written.call_once(|| {
-            fill();
-            done = true;
         });
-        if !done {
-            fill();
-        }
     }
 
     /// The block's address is about to be handed out: a pinned block then

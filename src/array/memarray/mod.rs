@@ -614,7 +614,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             .into());
         }
         self.synchronize()?;
-        // SAFETY: as in `as_mut_slice`.
+        // SAFETY: as in `as_mut_slice`; `src.len()` is the length, checked above.
         unsafe { self.host.overwrite_from(src) };
         self.residency = Residency::Host;
         Ok(())
