@@ -81,11 +81,16 @@ pub struct Block<B: Backend> {
     buffer: Option<Buffer<B>>,
 }
 
-/// Serial numbers of blocks: every block made in the process gets its own.
+/// Serial numbers of blocks made by [`Block::new`] and [`Block::from_buffer`]:
+/// every such block of the process gets its own, with [`SHARED_SERIAL`] set,
+/// so none equals a serial a resource numbers itself ([`Block::with_serial`]).
 fn next_serial() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
+    NEXT.fetch_add(1, Ordering::Relaxed) | SHARED_SERIAL
 }
+
+/// The bit that marks a serial number as drawn from the process-wide counter.
+pub const SHARED_SERIAL: u64 = 1 << 63;
 
 impl<B: Backend> Block<B> {
     /// A block of `len` bytes at device address `ptr` of device `ordinal`,
@@ -100,6 +105,25 @@ impl<B: Backend> Block<B> {
     /// waits for, see [`MemoryResource`](super::MemoryResource)).
     pub unsafe fn new(owner: ResourceId, ordinal: usize, ptr: u64, len: usize, token: u64) -> Self {
         Block { ptr, len, ordinal, owner, token, serial: next_serial(), buffer: None }
+    }
+
+    /// As [`new`](Self::new), with a serial number the resource chose
+    /// instead of one from the process-wide counter (an atomic increment per
+    /// block: the caching pool numbers its blocks under its own lock).
+    ///
+    /// # Safety
+    /// As [`new`](Self::new); and `serial` does not have [`SHARED_SERIAL`]
+    /// set, and `owner` gives no two live blocks the same serial.
+    pub unsafe fn with_serial(
+        owner: ResourceId,
+        ordinal: usize,
+        ptr: u64,
+        len: usize,
+        token: u64,
+        serial: u64,
+    ) -> Self {
+        debug_assert_eq!(serial & SHARED_SERIAL, 0);
+        Block { ptr, len, ordinal, owner, token, serial, buffer: None }
     }
 
     /// A block of the first `len` bytes of `buffer`, which the block owns

@@ -99,7 +99,7 @@ pub mod resource;
 pub mod stats;
 
 pub use allocation::{Allocator, DeferCleanup, DeviceAllocation, StreamUse};
-pub use block::{Block, MemoryError, ResourceId};
+pub use block::{Block, MemoryError, ResourceId, SHARED_SERIAL};
 pub use current::{current_resource, release_all, set_current_resource};
 pub use ext::MemoryDevice;
 pub use held::Held;

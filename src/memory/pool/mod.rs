@@ -357,13 +357,18 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// Hands out node `n` (filed under `tag`) as a block of `bytes` (`size` rounded).
     fn block(&self, st: &mut State<B, S::Segment>, n: u32, size: usize, bytes: usize, tag: u64) -> Block<B> {
         let ptr = st.hand_out(n, size, bytes, tag);
+        // The pool's own count (under its lock, without the process-wide
+        // atomic of `Block::new`): below [`SHARED_SERIAL`](crate::memory::SHARED_SERIAL), so no block made
+        // elsewhere (`Block::from_buffer`) carries a serial the pool handed out.
+        let serial = st.next_serial();
         // SAFETY: node `n` is `size >= bytes` bytes at `ptr` of a live segment
         // of this pool's device (its length and device checked in `grow`),
         // just marked allocated: no other block covers it until this one
         // comes back through `deallocate`, which checks the serial recorded
-        // below, and segments are released only when wholly free.
-        let block = unsafe { Block::new(self.id, st_ordinal(self.dev()), ptr, bytes, u64::from(n)) };
-        st.set_serial(n, block.serial());
+        // below, and segments are released only when wholly free. `serial`
+        // is new (`State::next_serial`, never repeated) and below `SHARED_SERIAL`.
+        let block = unsafe { Block::with_serial(self.id, st_ordinal(self.dev()), ptr, bytes, u64::from(n), serial) };
+        st.set_serial(n, serial);
         block
     }
 

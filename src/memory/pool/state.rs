@@ -135,6 +135,8 @@ pub(super) struct State<B: Backend, Seg> {
     pub(super) counters: PoolCounters,
     /// Pool operations so far (allocations and frees), the clock of `last_used`.
     pub(super) clock: u64,
+    /// The last serial number handed out (`next_serial`).
+    serials: u64,
     /// Handles of streams whose lists were retired, to drop after the lock
     /// is released (dropping a stream's last handle may wait for its work).
     pub(super) released: Vec<Stream<B>>,
@@ -168,6 +170,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             requested: 0,
             counters: PoolCounters::default(),
             clock: 0,
+            serials: 0,
             released: Vec::new(),
         }
     }
@@ -506,6 +509,16 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     pub(super) fn address(&self, n: u32) -> u64 {
         let node = &self.nodes[n as usize];
         self.segments[node.seg as usize].as_ref().map(|s| s.base).unwrap_or(0) + node.offset as u64
+    }
+
+    /// A serial number for the next block handed out: never 0 (a node's
+    /// serial before it is recorded), below `SHARED_SERIAL`, never repeated.
+    /// Reaching `SHARED_SERIAL` would take 2^63 allocations (about 300
+    /// years at one per nanosecond), so a plain increment keeps the bound.
+    pub(super) fn next_serial(&mut self) -> u64 {
+        self.serials += 1;
+        debug_assert!(self.serials < crate::memory::block::SHARED_SERIAL);
+        self.serials
     }
 
     /// Records the serial number of the block node `n` was handed out as.
