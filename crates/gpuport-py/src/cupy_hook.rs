@@ -96,9 +96,8 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
     let handle = cupy_current_stream(py)?;
     let dev = gpuport::open_kind(kind, ordinal).py_err(py)?;
     // SAFETY: CuPy's current stream is live (CuPy keeps the current stream
-    // object alive while it is current) or 0, the default stream. A stream
-    // destroyed while blocks freed on it are still cached is the caller's
-    // hazard, as with RMM (see crates/gpuport-py/src/memory.rs).
+    // object alive while it is current) or 0, the default stream. The pool
+    // names it only during this call (see crates/gpuport-py/src/memory.rs).
     let stream = unsafe { AnyStream::borrow(&dev, handle) }.py_err(py)?;
     let a = core_memory::alloc(&dev, size, &stream).py_err(py)?;
     Ok(core_memory::hold(a))

@@ -4,9 +4,11 @@
 //!
 //! Everything here converts Python arguments and calls the core's
 //! run-time layer (`gpuport::dynamic::memory`), which installs each device's
-//! observed resource and borrows foreign streams once per handle. A stream
-//! destroyed while blocks freed on it are still cached is the caller's
-//! hazard, as with RMM.
+//! observed resource and borrows foreign streams once per handle. The pool
+//! never names a borrowed stream after the call that passed it (its owner
+//! may destroy it meanwhile; see src/memory/pool/mod.rs). A new stream that
+//! gets a destroyed one's handle is the same stream to gpuport and reuses
+//! its blocks without waiting for the destroyed stream's work, as in CuPy's pool.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
