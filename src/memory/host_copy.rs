@@ -16,6 +16,14 @@ const PER_THREAD: usize = 4 << 20;
 /// threads, is the limit.
 const MAX_THREADS: usize = 8;
 
+/// The cores this process may use, asked once: `available_parallelism`
+/// reads the cgroup's CPU quota from files on Linux, too slow to repeat
+/// per copy.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Copies `src` to `dst`, on several threads when it is large.
 ///
 /// # Safety
@@ -23,9 +31,8 @@ const MAX_THREADS: usize = 8;
 /// `src`, and no one else may read or write it during the call.
 pub(crate) unsafe fn copy_nonoverlapping<T: Copy + Sync>(src: &[T], dst: *mut T) {
     let bytes = std::mem::size_of_val(src);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (bytes / PER_THREAD).min(cores).min(MAX_THREADS);
-    if bytes < PARALLEL_FROM || threads < 2 {
+    let threads = if bytes < PARALLEL_FROM { 1 } else { (bytes / PER_THREAD).min(cores()).min(MAX_THREADS) };
+    if threads < 2 {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
         return;

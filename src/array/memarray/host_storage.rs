@@ -112,17 +112,12 @@ impl<T: Element> HostStorage<T> {
 
     /// A heap block of `len` elements, zeroed on its first access.
     pub(super) fn unwritten_heap(len: usize) -> Result<Self> {
-        let oom = || Error::OutOfMemory {
-            backend: BackendKind::Host,
-            ordinal: 0,
-            bytes: len.saturating_mul(std::mem::size_of::<T>()),
-        };
-        let layout = std::alloc::Layout::array::<T>(len).map_err(|_| oom())?;
+        let layout = heap_layout::<T>(len)?;
         let ptr = if layout.size() == 0 {
             NonNull::dangling()
         } else {
             // SAFETY: the layout's size is not zero.
-            NonNull::new(unsafe { std::alloc::alloc(layout) }.cast::<T>()).ok_or_else(oom)?
+            NonNull::new(unsafe { std::alloc::alloc(layout) }.cast::<T>()).ok_or_else(|| out_of_memory::<T>(len))?
         };
         Ok(HostStorage { ptr, len, pinned: None, written: Once::new() })
     }
@@ -245,22 +240,29 @@ impl<T> Drop for HostStorage<T> {
 /// (`calloc`), which for large blocks maps zero pages instead of writing
 /// them: a 64 MiB host array costs no memset until it is touched.
 pub(super) fn zeroed_vec<T: Element>(len: usize) -> Result<Vec<T>> {
-    let oom = || Error::OutOfMemory {
-        backend: BackendKind::Host,
-        ordinal: 0,
-        bytes: len.saturating_mul(std::mem::size_of::<T>()),
-    };
-    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| oom())?;
+    let layout = heap_layout::<T>(len)?;
     if layout.size() == 0 {
         return Ok(Vec::new());
     }
     // SAFETY: the layout's size is not zero.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
-        return Err(oom());
+        return Err(out_of_memory::<T>(len));
     }
     // SAFETY: `ptr` comes from the global allocator with the layout of
     // `len` elements of `T` (so capacity `len`), and all its bytes are zero,
     // a valid `T` (`Element`'s contract).
     Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
+/// The heap layout of `len` elements of `T` (the layout a `Box<[T]>` or a
+/// `Vec<T>` of capacity `len` has), or the out-of-memory error for a length
+/// no layout can hold.
+fn heap_layout<T>(len: usize) -> Result<std::alloc::Layout> {
+    std::alloc::Layout::array::<T>(len).map_err(|_| out_of_memory::<T>(len))
+}
+
+/// Host memory for `len` elements of `T` could not be had.
+fn out_of_memory<T>(len: usize) -> Error {
+    Error::OutOfMemory { backend: BackendKind::Host, ordinal: 0, bytes: len.saturating_mul(std::mem::size_of::<T>()) }
 }

@@ -159,13 +159,13 @@ impl<D: Driver> GpuStream<D> {
         self.inner.raw
     }
 
-    /// The number that tells this stream apart (see `Device::stream_id`).
     /// A handle of another library's stream (`Device::stream_is_borrowed`):
     /// not created by gpuport and not a default stream.
     pub(crate) fn is_borrowed(&self) -> bool {
         !self.inner.owned && super::driver::RawAddress::address(self.inner.raw) != 0
     }
 
+    /// The number that tells this stream apart (see `Device::stream_id`).
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }

@@ -113,6 +113,13 @@ impl<B: Backend> FreeList<B> {
     fn is_empty(&self) -> bool {
         self.set.is_empty() && self.recent.is_empty()
     }
+
+    /// Empties the list, returning its blocks' nodes.
+    fn take_nodes(&mut self) -> Vec<u32> {
+        let mut nodes: Vec<u32> = std::mem::take(&mut self.set).into_iter().map(|k| k.2).collect();
+        nodes.append(&mut self.recent);
+        nodes
+    }
 }
 
 pub(super) struct Fence<B: Backend> {
@@ -356,7 +363,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// crashed the CUDA driver at exit, run 32). Its blocks serve the same
     /// stream, and reach others through [`State::release_borrowed`].
     pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
-        if l == 0 || self.lists[l].borrowed || (self.lists[l].set.is_empty() && self.lists[l].recent.is_empty()) {
+        if l == 0 || self.lists[l].borrowed || self.lists[l].is_empty() {
             return;
         }
         // A capturing stream would record the fence's event into its graph.
@@ -365,8 +372,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 return;
             }
         }
-        let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
-        nodes.append(&mut self.lists[l].recent);
+        let nodes = self.lists[l].take_nodes();
         for &n in &nodes {
             self.nodes[n as usize].state = NodeState::Pending;
         }
@@ -412,9 +418,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
         self.counters.fences += 1;
         for &l in &picked {
-            let mut nodes: Vec<u32> = std::mem::take(&mut self.lists[l].set).into_iter().map(|k| k.2).collect();
-            nodes.append(&mut self.lists[l].recent);
-            for n in nodes {
+            for n in self.lists[l].take_nodes() {
                 self.nodes[n as usize].state = NodeState::Pending;
                 self.free_and_merge(n, ANY);
             }
