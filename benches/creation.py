@@ -38,6 +38,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from peer_imports import load_cupy, load_torch
+
 MIB = 1 << 20
 
 
@@ -89,26 +91,12 @@ def main() -> int:
     on_gpu = dev.backend == "cuda"
     skipped: list[str] = []
 
-    torch: Any = None
-    try:
-        import torch as _torch
-
-        if on_gpu and not _torch.cuda.is_available():
-            raise RuntimeError("torch sees no CUDA device")
-        torch = _torch
-    except Exception as e:
-        skipped.append(f"torch: {e}")
-    cp: Any = None
-    if on_gpu:
-        try:
-            import cupy as _cp
-
-            _cp.cuda.Device(dev.ordinal).use()
-            cp = _cp
-        except Exception as e:
-            skipped.append(f"cupy: {e}")
-    else:
-        skipped.append("cupy: the gpuport device is not a CUDA device")
+    torch, why = load_torch(on_gpu)
+    if torch is None:
+        skipped.append(f"torch: {why}")
+    cp, why = load_cupy(on_gpu, dev.ordinal)
+    if cp is None:
+        skipped.append(f"cupy: {why}")
 
     # contenders[(op, nbytes)] = {who: fn}
     contenders: dict[tuple[str, int], dict[str, Callable[[], Any]]] = {}

@@ -39,6 +39,8 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from peer_imports import load_cupy, load_torch
+
 MIB = 1 << 20
 
 
@@ -147,15 +149,9 @@ def main() -> int:
     a_small.synchronize()
 
     # ---- torch -------------------------------------------------------------
-    torch: Any = None
-    try:
-        import torch as _torch
-
-        if on_gpu and not _torch.cuda.is_available():
-            raise RuntimeError("torch sees no CUDA device")
-        torch = _torch
-    except Exception as e:
-        r.skip("torch", e)
+    torch, why = load_torch(on_gpu)
+    if torch is None:
+        r.skip("torch", why)
     if torch is not None:
         tdev = torch.device(f"cuda:{dev.ordinal}" if on_gpu else "cpu")
         sync = torch.cuda.synchronize if on_gpu else (lambda: None)
@@ -193,17 +189,9 @@ def main() -> int:
             r.attempt("from_dlpack", "gpuport", lambda: median_us(lambda: gpuport.from_dlpack(t_small), reps))
 
     # ---- cupy --------------------------------------------------------------
-    cp: Any = None
-    if on_gpu:
-        try:
-            import cupy as _cp
-
-            _cp.cuda.Device(dev.ordinal).use()
-            cp = _cp
-        except Exception as e:
-            r.skip("cupy", e)
-    else:
-        r.skip("cupy", "the gpuport device is not a CUDA device")
+    cp, why = load_cupy(on_gpu, dev.ordinal)
+    if cp is None:
+        r.skip("cupy", why)
     if cp is not None:
         csync = cp.cuda.runtime.deviceSynchronize
 

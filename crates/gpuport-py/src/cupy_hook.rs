@@ -147,7 +147,7 @@ pub extern "C" fn gpuport_cupy_free(_param: *mut c_void, ptr: *mut c_void, _devi
 /// (a capsule named "intptr_t (void)"); `backend` is "cuda" or "rocm" (what
 /// CuPy was built for), or "host" for tests without a GPU.
 ///
-///     >>> import ctypes, gpuport._core as core
+///     >>> import gpuport._core as core
 ///     >>> core._cupy_allocator_functions(42, "cuda")
 ///     Traceback (most recent call last):
 ///     TypeError: stream_fn must be CuPy's get_current_stream_ptr capsule, not int

@@ -13,6 +13,9 @@ Numba, cuda.core, the CUDA Array Interface).
 import ctypes
 import gc
 import os
+import shutil
+import subprocess
+import sysconfig
 
 import numpy as np
 import pytest
@@ -25,6 +28,25 @@ LOW_PRECISION_DTYPES = [d for d in gpuport.DTYPES if d.startswith(("float8_", "f
 # Dtypes NumPy can hold; bfloat16 and complex32 are tested through raw bytes.
 NUMPY_DTYPES = [d for d in gpuport.DTYPES if d not in ("bfloat16", "complex32", *LOW_PRECISION_DTYPES)]
 SHAPES = [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 2)]
+
+def build_c_library(source: str, out_dir, what: str) -> "ctypes.PyDLL":
+    """``tests/<source>`` built as a shared library with the system C compiler
+    (``$CC``, Python's ``CC``, else ``cc``) into ``out_dir`` and loaded with
+    ``ctypes.PyDLL`` (every call with the GIL held; a Python error a call
+    sets is raised). Skips, naming ``what``, without a compiler or when the
+    build fails."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None and shutil.which("cc") is None:
+        pytest.skip(f"no C compiler: neither {cc!r} nor 'cc' is on PATH, so {what} cannot be built")
+    if shutil.which(cc) is None:
+        cc = "cc"
+    src = os.path.join(os.path.dirname(__file__), source)
+    out = os.path.join(str(out_dir), os.path.splitext(source)[0] + ".so")
+    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"{cc} could not build {what}: {r.stderr.strip()[:500]}")
+    return ctypes.PyDLL(out)
+
 
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int

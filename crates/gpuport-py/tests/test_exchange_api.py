@@ -16,18 +16,14 @@ The structures below are those of ``dlpack/dlpack.h`` 1.3.
 
 import ctypes
 import gc
-import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 import gpuport
 
-from conftest import capsule_name_is, collect, dl_device_type, init_array, stats
+from conftest import build_c_library, capsule_name_is, collect, dl_device_type, init_array, stats
 
 CAPSULE = b"dlpack_exchange_api"
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCM = 1, 2, 3, 10
@@ -224,18 +220,7 @@ def test_copy_true_and_capsules_keep_the_protocol():
 
 
 def _compile_consumer(tmp_dir) -> "ctypes.PyDLL":
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    cc = cc.split()[0]
-    if shutil.which(cc) is None and shutil.which("cc") is None:
-        pytest.skip(f"no C compiler: neither {cc!r} nor 'cc' is on PATH, so the C consumer cannot be built")
-    if shutil.which(cc) is None:
-        cc = "cc"
-    src = os.path.join(os.path.dirname(__file__), "dlpack_exchange_consumer.c")
-    out = os.path.join(str(tmp_dir), "dlpack_exchange_consumer.so")
-    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"{cc} could not build the C consumer: {r.stderr.strip()[:500]}")
-    lib = ctypes.PyDLL(out)  # every call with the GIL held; a Python error set by a call is raised
+    lib = build_c_library("dlpack_exchange_consumer.c", tmp_dir, "the C consumer")
     po, i32, i64p = ctypes.py_object, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
     sig = {
         "xc_table_version": ([po], ctypes.c_long),

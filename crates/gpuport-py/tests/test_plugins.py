@@ -21,7 +21,7 @@ import pytest
 import gpuport
 import gpuport.memory as gm
 
-from conftest import open_or_skip
+from conftest import build_c_library, open_or_skip
 
 
 def _count(dev="host"):
@@ -247,19 +247,9 @@ def cupy_c_functions(tmp_path_factory):
     """gpuport's CuPy malloc/free, installed on the host backend with a C stand-in
     for CuPy's get_current_stream_ptr (tests/cupy_stream_stub.c), called as
     CuPy's Cython calls them: GIL held, an exception set by the call raised."""
-    import shutil
-    import sysconfig
-
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    cc = cc if shutil.which(cc) else "cc"
-    if shutil.which(cc) is None:
-        pytest.skip("no C compiler on PATH: the stand-in for CuPy's stream function cannot be built")
-    out = str(tmp_path_factory.mktemp("cupy_stub") / "cupy_stream_stub.so")
-    src = os.path.join(os.path.dirname(__file__), "cupy_stream_stub.c")
-    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"{cc} could not build the stand-in for CuPy's stream function: {r.stderr.strip()[:500]}")
-    stub = ctypes.PyDLL(out)
+    stub = build_c_library(
+        "cupy_stream_stub.c", tmp_path_factory.mktemp("cupy_stub"), "the stand-in for CuPy's stream function"
+    )
     stub.stub_set_stream.argtypes = [ctypes.c_ssize_t]
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype = ctypes.py_object
