@@ -211,8 +211,8 @@ fn counted_source(count: &Arc<AtomicUsize>, data: &mut [f32; 4]) -> ExportSource
             data.as_mut_ptr() as *mut c_void,
             dl_device(BackendKind::Host, MemoryKind::Host, 0),
             f32::DTYPE,
-            vec![4],
-            vec![1],
+            &[4],
+            &[1],
             0,
             Arc::new(DropCounter(count.clone())),
         )

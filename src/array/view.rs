@@ -527,7 +527,7 @@ impl<'a, T: Element, const N: usize, S: Space> View<'a, T, N, S> {
         // SAFETY: `keep` owns the memory the view points into (it came from
         // the `MemArray` the view borrows), so every reachable element stays
         // valid while the export holds it.
-        Ok(unsafe { ExportSource::new(dl.data, dl.device, dl.dtype, dl.shape.to_vec(), dl.strides.to_vec(), 0, keep) })
+        Ok(unsafe { ExportSource::new(dl.data, dl.device, dl.dtype, &dl.shape, &dl.strides, 0, keep) })
     }
 
     /// Exports the view as an owning legacy managed tensor that keeps the

@@ -11,6 +11,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::ffi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
     DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -22,13 +24,18 @@ use crate::array::{Element, ExportOptions, Location, LockId, MemArray};
 use crate::backend::Device;
 use crate::error::Result;
 
+/// Shape and strides side by side, inline up to rank 8 (so the manager
+/// context is one heap block then).
+type Dims = SmallVec<[i64; 16]>;
+
 /// Everything a managed tensor describes, plus the owner of its memory.
 pub struct ExportSource {
     data: *mut c_void,
     device: DLDevice,
     dtype: DLDataType,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
+    /// The rank: `dims` holds the shape, then as many strides.
+    ndim: usize,
+    dims: Dims,
     byte_offset: u64,
     /// Owns the memory; held (never read) so that dropping the export frees it.
     _keep: Arc<dyn Send + Sync>,
@@ -40,8 +47,8 @@ impl std::fmt::Debug for ExportSource {
             .field("data", &self.data)
             .field("device", &self.device)
             .field("dtype", &self.dtype)
-            .field("shape", &self.shape)
-            .field("strides", &self.strides)
+            .field("shape", &&self.dims[..self.ndim])
+            .field("strides", &&self.dims[self.ndim..])
             .field("byte_offset", &self.byte_offset)
             .finish()
     }
@@ -61,24 +68,35 @@ impl ExportSource {
         data: *mut c_void,
         device: DLDevice,
         dtype: DLDataType,
-        shape: Vec<i64>,
-        strides: Vec<i64>,
+        shape: &[i64],
+        strides: &[i64],
         byte_offset: u64,
         keep: Arc<dyn Send + Sync>,
     ) -> Self {
-        ExportSource { data, device, dtype, shape, strides, byte_offset, _keep: keep }
+        debug_assert_eq!(shape.len(), strides.len());
+        let mut dims = Dims::with_capacity(2 * shape.len());
+        dims.extend_from_slice(shape);
+        dims.extend_from_slice(strides);
+        ExportSource { data, device, dtype, ndim: shape.len(), dims, byte_offset, _keep: keep }
     }
 
+    /// The tensor, whose shape and strides point into `self.dims`: called
+    /// only once `self` is in the manager context's heap block, where it
+    /// stays until the deleter frees it (inline dims move with `self`).
     fn tensor(&mut self) -> DLTensor {
+        let ndim = self.ndim;
+        let base = self.dims.as_mut_ptr();
         DLTensor {
             data: self.data,
             device: self.device,
             // Fits: guaranteed by `new`'s contract (ranks are const generics).
             #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-            ndim: self.shape.len() as i32,
+            ndim: ndim as i32,
             dtype: self.dtype,
-            shape: if self.shape.is_empty() { std::ptr::null_mut() } else { self.shape.as_mut_ptr() },
-            strides: if self.strides.is_empty() { std::ptr::null_mut() } else { self.strides.as_mut_ptr() },
+            shape: if ndim == 0 { std::ptr::null_mut() } else { base },
+            // SAFETY: `dims` holds `2 * ndim` elements, so `base + ndim` is
+            // within it.
+            strides: if ndim == 0 { std::ptr::null_mut() } else { unsafe { base.add(ndim) } },
             byte_offset: self.byte_offset,
         }
     }

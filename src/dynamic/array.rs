@@ -12,11 +12,13 @@
 //! let dev = gpuport::open("host")?;
 //! let mut a = new_owned(&dev, DType::Float32, &[2, 3])?;
 //! a.add_index(&AnyStream::default_for(&dev), None)?;
-//! assert_eq!(a.shape(), vec![2, 3]);
+//! assert_eq!(a.shape()[..], [2, 3]);
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::any::DynDevice;
 use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
@@ -28,6 +30,9 @@ use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
 use crate::with_device;
+
+/// An array's extents, inline (an array has at most [`MAX_RANK`] axes).
+pub type Shape = SmallVec<[usize; MAX_RANK]>;
 
 // ---- elements ------------------------------------------------------------------
 
@@ -139,7 +144,7 @@ pub trait DynArray: Send + Sync {
     /// The element type.
     fn dtype(&self) -> DType;
     /// The extents.
-    fn shape(&self) -> Vec<usize>;
+    fn shape(&self) -> Shape;
     /// The device.
     fn device(&self) -> AnyDevice;
     /// Which copies are current.
@@ -155,7 +160,7 @@ pub trait DynArray: Send + Sync {
     /// Waits for the array's pending work.
     fn synchronize(&mut self) -> Result<()>;
     /// Whether an asynchronous move is still running.
-    fn transfer_pending(&self) -> Result<bool>;
+    fn transfer_pending(&mut self) -> Result<bool>;
     /// Address of the copy at `loc` and an owner keeping it alive.
     fn parts(&self, loc: Location, lock: Option<LockId>) -> Result<(u64, Arc<dyn Send + Sync>)>;
     /// The DLPack device of the copy at `loc`.
@@ -214,8 +219,8 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn dtype(&self) -> DType {
         self.dtype
     }
-    fn shape(&self) -> Vec<usize> {
-        self.a.shape().to_vec()
+    fn shape(&self) -> Shape {
+        Shape::from_slice(&self.a.shape())
     }
     fn device(&self) -> AnyDevice {
         D::any_device(self.a.device())
@@ -239,8 +244,8 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn synchronize(&mut self) -> Result<()> {
         self.a.synchronize()
     }
-    fn transfer_pending(&self) -> Result<bool> {
-        self.a.is_transfer_pending()
+    fn transfer_pending(&mut self) -> Result<bool> {
+        self.a.poll_transfer()
     }
     fn parts(&self, loc: Location, lock: Option<LockId>) -> Result<(u64, Arc<dyn Send + Sync>)> {
         let (p, keep) = match loc {
@@ -485,10 +490,10 @@ impl AnyArray {
         }
     }
     /// The extents.
-    pub fn shape(&self) -> Vec<usize> {
+    pub fn shape(&self) -> Shape {
         match self {
             AnyArray::Owned(a) => a.shape(),
-            AnyArray::Imported(f) => f.shape.clone(),
+            AnyArray::Imported(f) => Shape::from_slice(&f.shape),
         }
     }
     /// The device whose kernels reach the memory.
@@ -557,16 +562,17 @@ pub fn natural_of(a: &dyn DynArray) -> Location {
 
 /// The gpuport device whose kernels reach memory of DLPack device `dl`.
 pub fn device_for_dl(dl: DLDevice) -> Result<AnyDevice> {
-    let ordinal = dl.device_id.max(0);
-    let spec = match dl.device_type {
-        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => "host".to_string(),
-        DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => format!("cuda:{ordinal}"),
-        DLDeviceType::ROCM => format!("rocm:{ordinal}"),
+    let kind = match dl.device_type {
+        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => {
+            return crate::open_kind(BackendKind::Host, 0)
+        }
+        DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => BackendKind::Cuda,
+        DLDeviceType::ROCM => BackendKind::Rocm,
         other => {
             return Err(DLPackError::UnsupportedDevice { device_type: other.0, device_id: dl.device_id }.into());
         }
     };
-    crate::open(&spec)
+    crate::open_kind(kind, usize::try_from(dl.device_id).unwrap_or(0))
 }
 
 impl ImportedArray {
@@ -701,8 +707,9 @@ impl AnyArray {
         }
     }
 
-    /// Whether an asynchronous move is still running (never, for an import).
-    pub fn transfer_pending(&self) -> Result<bool> {
+    /// Whether an asynchronous move is still running (never, for an import);
+    /// one that is done is forgotten (see `MemArray::poll_transfer`).
+    pub fn transfer_pending(&mut self) -> Result<bool> {
         match self {
             AnyArray::Owned(a) => a.transfer_pending(),
             AnyArray::Imported(_) => Ok(false),

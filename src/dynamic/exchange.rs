@@ -21,7 +21,7 @@
 //! let dev = gpuport::open("host")?;
 //! let mut a = AnyArray::Owned(new_owned(&dev, DType::Int32, &[4])?);
 //! let e = export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() })?;
-//! assert_eq!(e.shape, vec![4]);
+//! assert_eq!(e.shape[..], [4]);
 //! let tensor = e.into_versioned();
 //! assert_eq!(tensor.dl_tensor().ndim, 1);
 //! # Ok::<(), gpuport::Error>(())
@@ -30,7 +30,9 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::array::{natural_of, AnyArray};
+use smallvec::SmallVec;
+
+use super::array::{natural_of, AnyArray, Shape};
 use super::dtype::DType;
 use super::stream::AnyStream;
 use crate::array::element::dtype_is_subbyte;
@@ -70,7 +72,7 @@ pub struct Export {
     /// The element type.
     pub dtype: DType,
     /// Extents.
-    pub shape: Vec<usize>,
+    pub shape: Shape,
     /// Strides in elements; `None` for compact row-major.
     pub strides: Option<Vec<i64>>,
     /// Keeps the memory alive.
@@ -280,7 +282,7 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
                 data: f.data,
                 device: f.dl,
                 dtype: f.dtype,
-                shape: f.shape.clone(),
+                shape: Shape::from_slice(&f.shape),
                 strides: Some(f.strides.clone()),
                 keep: f.keep.clone(),
                 versioned_minor,
@@ -303,8 +305,11 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
 
 impl Export {
     fn source(self) -> (ExportSource, Option<u32>, u64) {
-        let shape: Vec<i64> = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
-        let strides = self.strides.unwrap_or_else(|| row_major_strides(&shape));
+        let shape: SmallVec<[i64; 8]> = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
+        let strides = match &self.strides {
+            Some(s) => SmallVec::from_slice(s),
+            None => row_major_strides(&shape),
+        };
         // An address of this process's memory (a host pointer or a device
         // address the driver gave it), which fits a pointer.
         #[allow(clippy::cast_possible_truncation)]
@@ -321,7 +326,8 @@ impl Export {
         // takes it from a MemArray's `parts` or a validated import, whose
         // extents fit in i64 (checked when the array was made) and whose rank
         // is at most MAX_RANK, which fits in i32.
-        let source = unsafe { ExportSource::new(data, self.device, self.dtype.dlpack(), shape, strides, 0, self.keep) };
+        let source =
+            unsafe { ExportSource::new(data, self.device, self.dtype.dlpack(), &shape, &strides, 0, self.keep) };
         (source, self.versioned_minor, flags)
     }
 
@@ -339,8 +345,8 @@ impl Export {
 }
 
 /// Compact row-major strides of `shape`, in elements.
-fn row_major_strides(shape: &[i64]) -> Vec<i64> {
-    let mut s = vec![0i64; shape.len()];
+fn row_major_strides(shape: &[i64]) -> SmallVec<[i64; 8]> {
+    let mut s: SmallVec<[i64; 8]> = smallvec::smallvec![0i64; shape.len()];
     let mut acc = 1i64;
     for axis in (0..shape.len()).rev() {
         s[axis] = acc;

@@ -47,12 +47,14 @@
 
 use std::sync::Arc;
 
-use super::array::{device_for_dl, natural_of, new_owned, rank_error, AnyArray, DynArray};
+use super::array::{device_for_dl, natural_of, new_owned, rank_error, AnyArray, DynArray, Shape};
 use super::dtype::{DType, MAX_RANK};
 use super::exchange::Export;
 use super::stream::AnyStream;
 use crate::array::{Location, Transfer};
 use crate::backend::registry::AnyDevice;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+use crate::backend::Device;
 use crate::dlpack::ffi::DLPACK_MINOR_VERSION;
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, DLTensor};
 use crate::error::Result;
@@ -82,16 +84,23 @@ pub fn is_ordered_by_streams(t: DLDeviceType) -> bool {
 /// Errors: a device type gpuport does not know, or a device it cannot open
 /// (its backend did not load, or there is no such ordinal).
 pub fn current_work_stream(dl: DLDevice) -> Result<usize> {
+    // The default stream's handle, read in place (no stream object is made).
     Ok(match stream_device(dl)? {
-        Some(dev) => AnyStream::default_for(&dev).handle(),
-        None => 0,
+        None | Some(AnyDevice::Host(_)) => 0,
+        #[cfg(feature = "cuda")]
+        Some(AnyDevice::Cuda(d)) => d.default_stream().address(),
+        #[cfg(feature = "rocm")]
+        Some(AnyDevice::Rocm(d)) => d.default_stream().address(),
     })
 }
 
 /// Makes work on the current work stream of `a`'s copy at `loc` see the
 /// array's pending work: an event wait for device memory, a host wait for
-/// host memory (which no stream orders).
+/// host memory (which no stream orders). Nothing when that work is done.
 fn hand_over(a: &mut dyn DynArray, loc: Location) -> Result<()> {
+    if !a.transfer_pending()? {
+        return Ok(());
+    }
     if is_ordered_by_streams(a.dl_device(loc).device_type) {
         a.order_on(&AnyStream::default_for(&a.device()))
     } else {
@@ -134,7 +143,7 @@ pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
                 data: f.data,
                 device: f.dl,
                 dtype: f.dtype,
-                shape: f.shape.clone(),
+                shape: Shape::from_slice(&f.shape),
                 strides: Some(f.strides.clone()),
                 keep: f.keep.clone(),
                 versioned_minor: Some(DLPACK_MINOR_VERSION),
@@ -239,7 +248,7 @@ pub unsafe fn allocate(prototype: *const DLTensor) -> Result<Export> {
         data,
         device,
         dtype,
-        shape,
+        shape: Shape::from_vec(shape),
         strides: None,
         keep: Arc::new(Allocation { _memory: memory, _array: a }),
         versioned_minor: Some(DLPACK_MINOR_VERSION),

@@ -10,7 +10,7 @@
 //!   is being raised.
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use gpuport::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
@@ -45,6 +45,9 @@ static TABLE_IMPORTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts a tensor handed out through gpuport's exchange table.
 pub fn count_table_export() {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     TABLE_EXPORTS.fetch_add(1, Ordering::SeqCst);
 }
 
@@ -90,18 +93,32 @@ impl Drop for Producer {
     }
 }
 
+/// Whether exports are counted: from the first [`_dlpack_stats`] call on
+/// (the tests'), so that an exchange pays nothing for the counters (an
+/// allocation and two atomic operations were a fifth of a C-table export).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
 /// Counts an export (made, and live until its memory's owner goes): every
-/// tensor gpuport hands out, through a capsule or the C exchange API.
-pub fn track(mut e: Export) -> Export {
+/// tensor gpuport hands out, through a capsule or the C exchange API, once
+/// counting has begun.
+pub fn track(e: Export) -> Export {
+    track_counted(e).0
+}
+
+/// [`track`], saying whether the export was counted.
+fn track_counted(mut e: Export) -> (Export, bool) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return (e, false);
+    }
     EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
     EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
     e.keep = Arc::new(Tracked { _keep: e.keep });
-    e
+    (e, true)
 }
 
 /// Builds the capsule for an export the core negotiated.
 pub fn make_capsule(py: Python<'_>, e: Export) -> PyResult<Bound<'_, PyAny>> {
-    let e = track(e);
+    let (e, counted) = track_counted(e);
     if e.versioned_minor.is_some() {
         let raw = e.into_versioned().into_raw();
         // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.
@@ -113,7 +130,9 @@ pub fn make_capsule(py: Python<'_>, e: Export) -> PyResult<Bound<'_, PyAny>> {
             Ok(t) => t.into_raw(),
             Err(err) => {
                 // Nothing was made: the export's `Tracked` owner is dropped already.
-                EXPORTS_MADE.fetch_sub(1, Ordering::SeqCst);
+                if counted {
+                    EXPORTS_MADE.fetch_sub(1, Ordering::SeqCst);
+                }
                 return Err(errors::to_py(py, err));
             }
         };
@@ -265,8 +284,11 @@ pub unsafe fn take_versioned(py: Python<'_>, ptr: *mut DLManagedTensorVersioned)
 
 /// Counters for tests: exports made and live, unconsumed capsules freed,
 /// imports live and released, tensors through exchange tables (ours, others').
+/// The export counters ("exports_made", "exports_live",
+/// "exports_through_table") count from the first call of this function on.
 #[pyfunction]
 pub fn _dlpack_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    COUNTING.store(true, Ordering::SeqCst);
     let d = PyDict::new(py);
     d.set_item("exports_made", EXPORTS_MADE.load(Ordering::SeqCst))?;
     d.set_item("exports_live", EXPORTS_LIVE.load(Ordering::SeqCst))?;

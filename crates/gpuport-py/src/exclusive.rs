@@ -9,8 +9,10 @@
 //! released*, so the holder can take the GIL back and finish. The rule that
 //! excludes a deadlock: nobody blocks on an `Exclusive` while holding the
 //! GIL (the holder may wait for the GIL; a GIL holder never waits for the
-//! `Exclusive`). The internal `std` mutex is held only for a few
-//! instructions, never across a wait for the GIL or for Python code.
+//! `Exclusive`). A free value is taken and given back with one atomic
+//! operation each; the internal `std` mutex and condvar serve only threads
+//! that must wait, and the mutex is never held across a wait for the GIL or
+//! for Python code.
 //!
 //! A thread that already holds the state and calls the object again (a
 //! Python callback run under the lock, such as `__index__` or `__del__`)
@@ -18,49 +20,62 @@
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::thread::{self, ThreadId};
 
 use pyo3::prelude::*;
 
 use crate::errors;
 
-/// Who holds the state.
-#[derive(Default)]
-struct Holder {
-    thread: Option<ThreadId>,
-    /// Threads waiting in `lock` for the holder to let go: only then does
-    /// a release notify (the futex behind `Condvar::notify_one` is a system
-    /// call even when nobody waits, which every call on an array paid).
-    waiting: usize,
+/// `Exclusive::state`'s bit that says a thread waits for the holder.
+/// Tokens are addresses of 8-byte-aligned thread-locals, so it is free.
+const WAITING: usize = 1;
+
+/// This thread's token: the address of a thread-local, distinct between
+/// live threads and never 0. Cheaper than `thread::current().id()`
+/// (which clones an `Arc`), and a holder is always a live thread (its
+/// guard is dropped on the thread that took it).
+fn token() -> usize {
+    thread_local! {
+        static TOKEN: u64 = const { 0 };
+    }
+    TOKEN.with(|t| std::ptr::from_ref(t) as usize)
 }
 
 /// A value that one thread at a time may use (see the module docs).
+///
+/// `state` is 0 when free, else the holder's [`token`], with [`WAITING`]
+/// set while another thread waits: taking and releasing a free value is one
+/// atomic operation each. Waiters sleep on `released` under `sleep`, which
+/// only the slow path touches.
 pub struct Exclusive<T> {
-    holder: Mutex<Holder>,
+    state: AtomicUsize,
+    sleep: Mutex<()>,
     released: Condvar,
     value: UnsafeCell<T>,
     /// The object's name in errors ("MemArray").
     what: &'static str,
 }
 
-// SAFETY: the value is reached only through an `ExclusiveGuard`, and
-// `holder.thread` admits one guard at a time (set under the mutex before a
-// guard exists, cleared when it drops), so sharing the `Exclusive` between
-// threads hands `&mut T` to one thread at a time: `T: Send` suffices.
+// SAFETY: the value is reached only through an `ExclusiveGuard`, and a
+// guard exists only while `state` holds its thread's token (set by a
+// successful compare-exchange from 0, cleared when the guard drops), so
+// sharing the `Exclusive` between threads hands `&mut T` to one thread at
+// a time: `T: Send` suffices.
 unsafe impl<T: Send> Sync for Exclusive<T> {}
 
 impl<T> Exclusive<T> {
-    fn holder(&self) -> MutexGuard<'_, Holder> {
-        // Poisoning cannot leave `Holder` inconsistent (one plain field).
-        self.holder.lock().unwrap_or_else(|p| p.into_inner())
+    fn sleep(&self) -> MutexGuard<'_, ()> {
+        // Poisoning cannot leave `()` inconsistent.
+        self.sleep.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl<T: Send> Exclusive<T> {
     pub fn new(value: T, what: &'static str) -> Self {
         Exclusive {
-            holder: Mutex::new(Holder::default()),
+            state: AtomicUsize::new(0),
+            sleep: Mutex::new(()),
             released: Condvar::new(),
             value: UnsafeCell::new(value),
             what,
@@ -69,36 +84,42 @@ impl<T: Send> Exclusive<T> {
 
     /// The value, waiting (with the GIL released) while another thread holds it.
     pub fn lock(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, T>> {
-        let me = thread::current().id();
-        {
-            let mut h = self.holder();
-            match h.thread {
-                None => {
-                    h.thread = Some(me);
-                    return Ok(ExclusiveGuard { owner: self });
-                }
-                Some(t) if t == me => {
-                    return Err(errors::lock(
-                        py,
-                        format!(
-                            "this {} is busy in this thread: a call on it is still running and the Python code it ran \
-                             (a callback such as __index__, __dlpack__ or __del__) called it again; call it after that call returns",
-                            self.what
-                        ),
-                    ))
-                }
-                Some(_) => {}
+        let me = token();
+        match self.state.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return Ok(ExclusiveGuard { owner: self }),
+            Err(holder) if holder & !WAITING == me => {
+                return Err(errors::lock(
+                    py,
+                    format!(
+                        "this {} is busy in this thread: a call on it is still running and the Python code it ran \
+                         (a callback such as __index__, __dlpack__ or __del__) called it again; call it after that call returns",
+                        self.what
+                    ),
+                ))
             }
+            Err(_) => {}
         }
         // Another thread holds it, maybe waiting for the GIL: wait without it.
         py.detach(|| {
-            let mut h = self.holder();
-            h.waiting += 1;
-            while h.thread.is_some() {
-                h = self.released.wait(h).unwrap_or_else(|p| p.into_inner());
+            let mut sleeping = self.sleep();
+            loop {
+                let s = self.state.load(Ordering::Relaxed);
+                if s == 0 {
+                    if self.state.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        return;
+                    }
+                    continue;
+                }
+                // Say that someone waits (under `sleep`, so the holder's
+                // release, which takes `sleep` before notifying, cannot
+                // notify between this and the wait below), then wait.
+                if s & WAITING == 0
+                    && self.state.compare_exchange(s, s | WAITING, Ordering::Relaxed, Ordering::Relaxed).is_err()
+                {
+                    continue;
+                }
+                sleeping = self.released.wait(sleeping).unwrap_or_else(|p| p.into_inner());
             }
-            h.waiting -= 1;
-            h.thread = Some(me);
         });
         Ok(ExclusiveGuard { owner: self })
     }
@@ -132,16 +153,14 @@ impl<T> DerefMut for ExclusiveGuard<'_, T> {
 
 impl<T> Drop for ExclusiveGuard<'_, T> {
     fn drop(&mut self) {
-        let waiting = {
-            let mut h = self.owner.holder();
-            h.thread = None;
-            h.waiting
-        };
-        // A waiter counted itself under the mutex before waiting, so it is
-        // seen here, and the condvar does not lose a notification given
-        // after it released the mutex to wait.
-        if waiting > 0 {
-            self.owner.released.notify_one();
+        let was = self.owner.state.swap(0, Ordering::Release);
+        // A waiter set `WAITING` under `sleep` before waiting; taking
+        // `sleep` here waits until it sleeps, so the notification is not
+        // lost. Every waiter wakes, one takes the value, the others mark
+        // `WAITING` again and sleep.
+        if was & WAITING != 0 {
+            let _sleeping = self.owner.sleep();
+            self.owner.released.notify_all();
         }
     }
 }

@@ -128,7 +128,7 @@ impl PyMemArray {
     fn with_storage(st: AnyArray) -> Self {
         let meta = Meta {
             dtype: st.dtype(),
-            shape: st.shape(),
+            shape: st.shape().into_vec(),
             device: st.device(),
             imported: matches!(st, AnyArray::Imported(_)),
             read_only: matches!(&st, AnyArray::Imported(f) if f.read_only),

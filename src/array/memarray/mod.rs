@@ -36,6 +36,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, Stream};
 use crate::dlpack::ffi::DLDevice;
@@ -307,6 +309,17 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             Some(ev) => Ok(!self.device.event_is_complete(ev)?),
             None => Ok(false),
         }
+    }
+
+    /// [`MemArray::is_transfer_pending`], forgetting a copy that is done (as
+    /// [`MemArray::synchronize`] does, without waiting), so that later
+    /// calls neither ask the device again nor order streams after it.
+    pub fn poll_transfer(&mut self) -> Result<bool> {
+        let pending = self.is_transfer_pending()?;
+        if !pending {
+            self.pending = None;
+        }
+        Ok(pending)
     }
 
     /// The event recorded after the last asynchronous copy, for ordering
@@ -811,12 +824,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             },
         };
         let data = if self.len == 0 { std::ptr::null_mut() } else { data };
-        let shape: Vec<i64> = self.shape.iter().map(|&e| super::extent_i64(e)).collect();
-        let strides: Vec<i64> = self.strides().iter().map(|&s| s as i64).collect();
+        let shape: SmallVec<[i64; 8]> = self.shape.iter().map(|&e| super::extent_i64(e)).collect();
+        let strides: SmallVec<[i64; 8]> = self.strides().iter().map(|&s| s as i64).collect();
         // SAFETY: `data` addresses `len` elements laid out by `shape` and
         // `strides` in the memory `keep` owns (or is null for an empty array),
         // in the device `dl_device(loc)` describes.
-        Ok(unsafe { ExportSource::new(data.cast(), self.dl_device(loc), T::DTYPE, shape, strides, 0, keep) })
+        Ok(unsafe { ExportSource::new(data.cast(), self.dl_device(loc), T::DTYPE, &shape, &strides, 0, keep) })
     }
 
     /// How many DLPack exports and views still share this array's host or
