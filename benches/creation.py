@@ -71,6 +71,51 @@ def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
             del a
         shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in steps.items())
         print(f"breakdown {n // MIB} MiB (us, median): {shown}", flush=True)
+    probe_read(gpuport, np, dev, reps)
+
+
+def probe_read(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
+    """Where ``read_numpy_array`` of 1 MiB spends its time: the same copy into a warm or a fresh destination.
+
+    - ``copyto warm heap``: ``np.copyto`` into one NumPy array, again and again;
+    - ``copyto warm pinned``: ``np.copyto`` into one array's host copy (pinned on a GPU), seen through NumPy;
+    - ``read warm``: ``read_numpy_array`` into one array, again and again;
+    - ``read fresh``: ``read_numpy_array`` into a new array each time (as ``from_numpy`` does);
+    - ``read fresh, moved``: as above, after the previous array was moved to the device (the pool's block
+      was last read by the DMA engine).
+    """
+    n = MIB
+    x = np.ones(n, dtype=np.uint8)
+    heap = np.empty(n, dtype=np.uint8)
+    viewed = gpuport.MemArray((n,), "uint8", device=dev)
+    pinned_view = viewed.to_numpy()
+    held = gpuport.MemArray((n,), "uint8", device=dev)  # never exported: reads take the direct path
+    figures: dict[str, list[float]] = {k: [] for k in ("copyto warm heap", "copyto warm pinned", "read warm",
+                                                      "read fresh", "read fresh, moved")}
+    for _ in range(max(reps, 5)):
+        t0 = time.perf_counter()
+        np.copyto(heap, x)
+        t1 = time.perf_counter()
+        np.copyto(pinned_view, x)
+        t2 = time.perf_counter()
+        held.read_numpy_array(x)
+        t3 = time.perf_counter()
+        a = gpuport.MemArray((n,), "uint8", device=dev)
+        t4 = time.perf_counter()
+        a.read_numpy_array(x)
+        t5 = time.perf_counter()
+        a.move_memory("device")
+        a.synchronize()
+        del a
+        b = gpuport.MemArray((n,), "uint8", device=dev)
+        t6 = time.perf_counter()
+        b.read_numpy_array(x)
+        t7 = time.perf_counter()
+        del b
+        for k, v in zip(figures, (t1 - t0, t2 - t1, t3 - t2, t5 - t4, t7 - t6)):
+            figures[k].append(v * 1e6)
+    shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in figures.items())
+    print(f"probe 1 MiB (us, median): {shown}", flush=True)
 
 
 def main() -> int:

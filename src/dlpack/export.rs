@@ -26,7 +26,7 @@ use crate::error::Result;
 
 /// Shape and strides side by side, inline up to rank 8 (so the manager
 /// context is one heap block then).
-type Dims = SmallVec<[i64; 16]>;
+pub(crate) type Dims = SmallVec<[i64; 16]>;
 
 /// Everything a managed tensor describes, plus the owner of its memory.
 pub struct ExportSource {
@@ -74,10 +74,28 @@ impl ExportSource {
         keep: Arc<dyn Send + Sync>,
     ) -> Self {
         debug_assert_eq!(shape.len(), strides.len());
-        let mut dims = Dims::with_capacity(2 * shape.len());
-        dims.extend_from_slice(shape);
-        dims.extend_from_slice(strides);
-        ExportSource { data, device, dtype, ndim: shape.len(), dims, byte_offset, _keep: keep }
+        let dims: Dims = shape.iter().chain(strides).copied().collect();
+        // SAFETY: forwarded contract; `dims` is the shape, then the strides.
+        unsafe { Self::from_dims(data, device, dtype, shape.len(), dims, byte_offset, keep) }
+    }
+
+    /// [`ExportSource::new`] with the shape and strides already side by side
+    /// in `dims` (`ndim` of each).
+    ///
+    /// # Safety
+    /// As for [`ExportSource::new`], with `dims.len() == 2 * ndim`.
+    #[inline]
+    pub(crate) unsafe fn from_dims(
+        data: *mut c_void,
+        device: DLDevice,
+        dtype: DLDataType,
+        ndim: usize,
+        dims: Dims,
+        byte_offset: u64,
+        keep: Arc<dyn Send + Sync>,
+    ) -> Self {
+        debug_assert_eq!(dims.len(), 2 * ndim);
+        ExportSource { data, device, dtype, ndim, dims, byte_offset, _keep: keep }
     }
 
     /// The tensor, whose shape and strides point into `self.dims`: called
@@ -123,7 +141,8 @@ impl ExportSource {
             source: self,
         }));
         // SAFETY: `ctx` is a live, unique heap block; the tensor's pointers
-        // go into the `Vec`s the block owns, which never move or reallocate.
+        // go into the block's own `dims` (inline, or its heap buffer), which
+        // stay in place until the deleter frees the block.
         unsafe {
             (*ctx).managed.dl_tensor = (*ctx).source.tensor();
             (*ctx).managed.manager_ctx = ctx.cast::<c_void>();
@@ -140,6 +159,7 @@ impl ExportSource {
     /// one ABI and a consumer checks the codes it reads, so a 1.0 consumer
     /// (PyTorch asks with `max_version=(1, 0)`) that knows the code reads
     /// it, and one that does not refuses it, as it should.
+    #[inline]
     pub fn into_versioned_minor(self, flags: u64, minor: u32) -> ManagedTensorVersioned {
         let needed = self.dtype.code.since_minor();
         let t = self.into_versioned(flags);
@@ -152,6 +172,7 @@ impl ExportSource {
     /// Packs this into a versioned managed tensor with `flags`; a sub-byte
     /// element type (fp6, fp4) also gets `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`,
     /// since gpuport holds those elements one per byte.
+    #[inline]
     pub fn into_versioned(self, flags: u64) -> ManagedTensorVersioned {
         let flags =
             if dtype_is_subbyte(self.dtype) { flags | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED } else { flags };

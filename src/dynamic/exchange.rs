@@ -30,7 +30,6 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use smallvec::SmallVec;
 
 use super::array::{natural_of, AnyArray, Shape};
 use super::dtype::DType;
@@ -39,6 +38,7 @@ use crate::array::element::dtype_is_subbyte;
 use crate::array::{Location, LockId, Transfer};
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::ffi::{DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MINOR_VERSION};
+use crate::dlpack::export::Dims;
 use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ExportSource};
 use crate::dlpack::{ManagedTensor, ManagedTensorVersioned};
 use crate::error::{Error, Result};
@@ -304,12 +304,22 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
 }
 
 impl Export {
+    #[inline]
     fn source(self) -> (ExportSource, Option<u32>, u64) {
-        let shape: SmallVec<[i64; 8]> = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
-        let strides = match &self.strides {
-            Some(s) => SmallVec::from_slice(s),
-            None => row_major_strides(&shape),
-        };
+        // The shape, then the given or row-major strides, side by side.
+        let ndim = self.shape.len();
+        let mut dims: Dims = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
+        match &self.strides {
+            Some(s) => dims.extend(s.iter().copied()),
+            None => {
+                dims.extend(std::iter::repeat_n(0, ndim));
+                let mut acc = 1i64;
+                for axis in (0..ndim).rev() {
+                    dims[ndim + axis] = acc;
+                    acc = acc.saturating_mul(dims[axis].max(1));
+                }
+            }
+        }
         // An address of this process's memory (a host pointer or a device
         // address the driver gave it), which fits a pointer.
         #[allow(clippy::cast_possible_truncation)]
@@ -327,7 +337,7 @@ impl Export {
         // extents fit in i64 (checked when the array was made) and whose rank
         // is at most MAX_RANK, which fits in i32.
         let source =
-            unsafe { ExportSource::new(data, self.device, self.dtype.dlpack(), &shape, &strides, 0, self.keep) };
+            unsafe { ExportSource::from_dims(data, self.device, self.dtype.dlpack(), ndim, dims, 0, self.keep) };
         (source, self.versioned_minor, flags)
     }
 
@@ -344,13 +354,3 @@ impl Export {
     }
 }
 
-/// Compact row-major strides of `shape`, in elements.
-fn row_major_strides(shape: &[i64]) -> SmallVec<[i64; 8]> {
-    let mut s: SmallVec<[i64; 8]> = smallvec::smallvec![0i64; shape.len()];
-    let mut acc = 1i64;
-    for axis in (0..shape.len()).rev() {
-        s[axis] = acc;
-        acc = acc.saturating_mul(shape[axis].max(1));
-    }
-    s
-}

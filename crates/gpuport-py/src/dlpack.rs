@@ -101,24 +101,22 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// Counts an export (made, and live until its memory's owner goes): every
 /// tensor gpuport hands out, through a capsule or the C exchange API, once
 /// counting has begun.
-pub fn track(e: Export) -> Export {
-    track_counted(e).0
-}
-
-/// [`track`], saying whether the export was counted.
-fn track_counted(mut e: Export) -> (Export, bool) {
+/// Says whether it was counted. Takes the export by reference: moving it
+/// in and out cost two copies of the struct per exchange.
+pub fn track(e: &mut Export) -> bool {
     if !COUNTING.load(Ordering::Relaxed) {
-        return (e, false);
+        return false;
     }
     EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
     EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
-    e.keep = Arc::new(Tracked { _keep: e.keep });
-    (e, true)
+    let keep = std::mem::replace(&mut e.keep, Arc::new(()));
+    e.keep = Arc::new(Tracked { _keep: keep });
+    true
 }
 
 /// Builds the capsule for an export the core negotiated.
-pub fn make_capsule(py: Python<'_>, e: Export) -> PyResult<Bound<'_, PyAny>> {
-    let (e, counted) = track_counted(e);
+pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>> {
+    let counted = track(&mut e);
     if e.versioned_minor.is_some() {
         let raw = e.into_versioned().into_raw();
         // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.

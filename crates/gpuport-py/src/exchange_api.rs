@@ -130,9 +130,10 @@ fn export_tensor(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<*mut DLMana
     } else {
         core::export_no_sync(st)
     };
-    let e = e.py_err_in(py, "__dlpack_c_exchange_api__")?;
+    let mut e = e.py_err_in(py, "__dlpack_c_exchange_api__")?;
     count_table_export();
-    Ok(track(e).into_versioned().into_raw())
+    track(&mut e);
+    Ok(e.into_versioned().into_raw())
 }
 
 /// `managed_tensor_from_py_object_no_sync`.
@@ -243,9 +244,10 @@ unsafe extern "C" fn managed_tensor_allocator(
         // SAFETY: not null; per the header a writable `DLManagedTensorVersioned*`.
         unsafe { *out = std::ptr::null_mut() };
         // SAFETY: the header passes a prototype whose shape has `ndim` extents.
-        let e = unsafe { core::allocate(prototype) }?;
+        let mut e = unsafe { core::allocate(prototype) }?;
         count_table_export();
-        let t = track(e).into_versioned().into_raw();
+        track(&mut e);
+        let t = e.into_versioned().into_raw();
         // SAFETY: as above.
         unsafe { *out = t };
         Ok(())
