@@ -30,15 +30,14 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-
 use super::array::{natural_of, AnyArray, Shape};
 use super::dtype::DType;
 use super::stream::AnyStream;
 use crate::array::element::dtype_is_subbyte;
 use crate::array::{Location, LockId, Transfer};
 use crate::backend::registry::AnyDevice;
-use crate::dlpack::ffi::{DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MINOR_VERSION};
 use crate::dlpack::export::Dims;
+use crate::dlpack::ffi::{DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MINOR_VERSION};
 use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ExportSource};
 use crate::dlpack::{ManagedTensor, ManagedTensorVersioned};
 use crate::error::{Error, Result};
@@ -353,4 +352,3 @@ impl Export {
         self.source().0.into_legacy()
     }
 }
-
