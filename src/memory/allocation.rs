@@ -43,29 +43,51 @@ struct AllocatorInner<B: Backend> {
 }
 
 impl<B: Backend> AllocatorInner<B> {
+    /// Gives `block` back to the resource, or holds it back while a
+    /// [`DeferCleanup`] lives.
+    #[inline]
     fn release(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         if self.defer_depth.load(Ordering::Acquire) > 0 {
-            let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
-            // Checked again under the lock: the last guard decrements before
-            // it drains, so nothing pushed here is left behind.
-            if self.defer_depth.load(Ordering::Acquire) > 0 {
-                deferred.push(Deferred { block, stream: stream.clone(), after });
-                return;
-            }
+            self.defer(block, stream, after);
+        } else {
+            self.deallocate(block, stream, after);
         }
+    }
+
+    /// [`release`](Self::release) while a guard may live. Out of line: inlined,
+    /// it made every free copy the block piecewise (its padding in two
+    /// overlapping moves), and reading such a copy back stalls store forwarding.
+    #[cold]
+    #[inline(never)]
+    fn defer(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+        // Checked again under the lock: the last guard decrements before
+        // it drains, so nothing pushed here is left behind.
+        if self.defer_depth.load(Ordering::Acquire) > 0 {
+            deferred.push(Deferred { block, stream: stream.clone(), after });
+            return;
+        }
+        drop(deferred);
         self.deallocate(block, stream, after);
     }
 
     /// Gives `block` back to the resource; a refusal (a resource that does
     /// not know its own block: a broken resource) is recorded and reported
     /// on stderr, and the memory is leaked: the block was dropped unfreed.
+    #[inline]
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         if let Err(e) = self.resource.deallocate(block, stream, after) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            let message = e.to_string();
-            let _ = writeln!(std::io::stderr(), "gpuport: a free was refused, its memory is leaked: {message}");
-            *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+            self.refused_free(&e);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refused_free(&self, e: &Error) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let message = e.to_string();
+        let _ = writeln!(std::io::stderr(), "gpuport: a free was refused, its memory is leaked: {message}");
+        *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
     }
 }
 
@@ -374,8 +396,6 @@ unsafe impl<B: Backend> DeviceMemoryMut for DeviceAllocation<B> {}
 
 impl<B: Backend> Drop for DeviceAllocation<B> {
     fn drop(&mut self) {
-        // SAFETY: the block is taken out once, here, and not used afterwards.
-        let block = unsafe { ManuallyDrop::take(&mut self.block) };
         let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
         // Most allocations were used on their own stream only: no events.
         let after = if uses.is_empty() {
@@ -383,6 +403,8 @@ impl<B: Backend> Drop for DeviceAllocation<B> {
         } else {
             std::mem::take(uses).into_iter().map(|(_, event)| event).collect()
         };
+        // SAFETY: the block is taken out once, here, and not used afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.block) };
         self.owner.release(block, &self.stream, after);
     }
 }

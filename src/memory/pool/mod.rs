@@ -91,8 +91,8 @@ pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, Segme
 use super::resource::MemoryResource;
 use crate::backend::Backend;
 use state::{
-    index, st_ordinal, Fence, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT,
-    MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
+    index, st_ordinal, Fence, HandedOut, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND,
+    LARGE_SEGMENT, MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
 };
 
 /// Where a pool gets its memory: allocate a segment; dropping it frees it.
@@ -354,32 +354,15 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         Ok(node)
     }
 
-    /// Hands out node `n` (filed under `tag`) as a block of `bytes` (`size` rounded).
-    fn block(&self, st: &mut State<B, S::Segment>, n: u32, size: usize, bytes: usize, tag: u64) -> Block<B> {
-        let ptr = st.hand_out(n, size, bytes, tag);
-        // The pool's own count (under its lock, without the process-wide
-        // atomic of `Block::new`): below [`SHARED_SERIAL`](crate::memory::SHARED_SERIAL), so no block made
-        // elsewhere (`Block::from_buffer`) carries a serial the pool handed out.
-        let serial = st.next_serial();
-        // SAFETY: node `n` is `size >= bytes` bytes at `ptr` of a live segment
-        // of this pool's device (its length and device checked in `grow`),
-        // just marked allocated: no other block covers it until this one
-        // comes back through `deallocate`, which checks the serial recorded
-        // below, and segments are released only when wholly free. `serial`
-        // is new (`State::next_serial`, never repeated) and below `SHARED_SERIAL`.
-        let block = unsafe { Block::with_serial(self.id, st_ordinal(self.dev()), ptr, bytes, u64::from(n), serial) };
-        st.set_serial(n, serial);
-        block
-    }
-
-    /// `allocate` under the lock.
+    /// `allocate` under the lock: the node handed out for `bytes` (`size`
+    /// rounded), for `allocate` to make the block.
     fn allocate_locked(
         &self,
         st: &mut State<B, S::Segment>,
         bytes: usize,
         size: usize,
         stream: &Stream<B>,
-    ) -> Result<Block<B>> {
+    ) -> Result<HandedOut> {
         let small = size <= SMALL_MAX;
         let device = self.dev();
         let tag = device.stream_id(stream);
@@ -393,7 +376,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 st.touch(l);
                 if let Some(n) = st.take_recent(l, size, small) {
                     st.counters.same_stream_reuses += 1;
-                    return Ok(self.block(st, n, size, bytes, t));
+                    return Ok(st.hand_out(n, size, bytes, t));
                 }
             }
             // Then the set; if nothing fits, the cached blocks merged into it.
@@ -403,13 +386,13 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
             if let Some(n) = n {
                 st.counters.same_stream_reuses += 1;
-                return Ok(self.block(st, n, size, bytes, t));
+                return Ok(st.hand_out(n, size, bytes, t));
             }
         }
         // 2. Blocks every stream may use (their events have completed).
         if let Some(n) = st.take_best(ANY, size, small) {
             st.counters.shared_reuses += 1;
-            return Ok(self.block(st, n, size, bytes, ANY));
+            return Ok(st.hand_out(n, size, bytes, ANY));
         }
         // 3. Fences that completed since, then fence the other streams' lists.
         for fence_others in [false, true] {
@@ -424,7 +407,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             if !st.pending.is_empty() && st.poll_pending(device) {
                 if let Some(n) = st.take_best(ANY, size, small) {
                     st.counters.shared_reuses += 1;
-                    return Ok(self.block(st, n, size, bytes, ANY));
+                    return Ok(st.hand_out(n, size, bytes, ANY));
                 }
             }
         }
@@ -437,7 +420,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 st.wait_pending(device);
                 if let Some(n) = st.take_best(ANY, size, small) {
                     st.counters.shared_reuses += 1;
-                    return Ok(self.block(st, n, size, bytes, ANY));
+                    return Ok(st.hand_out(n, size, bytes, ANY));
                 }
                 st.release_free_segments(0);
                 match self.grow(st, size, small) {
@@ -460,7 +443,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
             None => ANY,
         };
-        Ok(self.block(st, node, size, bytes, t))
+        Ok(st.hand_out(node, size, bytes, t))
     }
 
     /// `deallocate` under the lock, on a stream that does not capture, of a
@@ -591,7 +574,25 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
             name: "bytes",
             reason: format!("{bytes} bytes cannot be rounded up to {ROUND}"),
         })?;
-        self.locked(|st| self.allocate_locked(st, bytes, size, stream))
+        // Not `locked`, which copies its result out after the unlock: here
+        // the block goes straight to the return slot before the guard drops,
+        // and the unlock's atomic swap commits those stores. The caller copies
+        // the block with wider loads than they are; from stores still in
+        // flight, that stalls (store forwarding fails), ~5 ns an allocation.
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let handed_out = self.allocate_locked(&mut st, bytes, size, stream);
+        if !st.released.is_empty() {
+            Self::unlock_then_release(st);
+        }
+        let h = handed_out?;
+        // SAFETY: node `h.token` is `size >= bytes` bytes at `h.ptr` of a live
+        // segment of this pool's device (its length and device checked in
+        // `grow`), just marked allocated under serial `h.serial`: no other
+        // block covers it until this one comes back through `deallocate`,
+        // which checks that serial, and segments are released only when
+        // wholly free. The serial is new (`State::hand_out`, never repeated)
+        // and below `SHARED_SERIAL`.
+        Ok(unsafe { Block::with_serial(self.id, st_ordinal(self.dev()), h.ptr, bytes, h.token, h.serial) })
     }
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {

@@ -122,6 +122,16 @@ impl<B: Backend> FreeList<B> {
     }
 }
 
+/// A node just handed out ([`State::hand_out`]): the block's token (the
+/// node's index), address and serial number. All `u64`: a `u32` field was
+/// read back with a wider load, which stalls store forwarding.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HandedOut {
+    pub(super) token: u64,
+    pub(super) ptr: u64,
+    pub(super) serial: u64,
+}
+
 pub(super) struct Fence<B: Backend> {
     pub(super) events: Vec<Event<B>>,
     pub(super) nodes: Vec<u32>,
@@ -311,9 +321,9 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     }
 
     /// Cuts `size` bytes off the front of free node `n` (tag `tag`), files the
-    /// remainder, marks `n` allocated and returns its address.
+    /// remainder, and marks `n` allocated under a new serial number.
     #[inline]
-    pub(super) fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> u64 {
+    pub(super) fn hand_out(&mut self, n: u32, size: usize, requested: usize, tag: u64) -> HandedOut {
         let node = self.nodes[n as usize];
         debug_assert!(
             matches!(node.state, NodeState::Free { .. } | NodeState::Cached { .. } | NodeState::Pending),
@@ -341,14 +351,15 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 self.lists[l].set.insert(key);
             }
         }
+        let serial = self.next_serial();
         let node = &mut self.nodes[n as usize];
-        node.state = NodeState::Allocated { requested, serial: 0 };
+        node.state = NodeState::Allocated { requested, serial };
         let (held, offset, seg) = (node.size, node.offset, node.seg);
         self.in_use += held;
         self.requested += requested;
         self.counters.allocations += 1;
         let base = self.segments[seg as usize].as_ref().map(|s| s.base).unwrap_or(0);
-        base + offset as u64
+        HandedOut { token: u64::from(n), ptr: base + offset as u64, serial }
     }
 
     pub(super) fn take_event(&mut self, device: &B::Device) -> Option<Event<B>> {
@@ -515,21 +526,14 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         self.segments[node.seg as usize].as_ref().map(|s| s.base).unwrap_or(0) + node.offset as u64
     }
 
-    /// A serial number for the next block handed out: never 0 (a node's
-    /// serial before it is recorded), below `SHARED_SERIAL`, never repeated.
-    /// Reaching `SHARED_SERIAL` would take 2^63 allocations (about 300
-    /// years at one per nanosecond), so a plain increment keeps the bound.
-    pub(super) fn next_serial(&mut self) -> u64 {
+    /// A serial number for the next block handed out: never 0, below
+    /// `SHARED_SERIAL`, never repeated. Reaching `SHARED_SERIAL` would take
+    /// 2^63 allocations (about 300 years at one per nanosecond), so a plain
+    /// increment keeps the bound.
+    fn next_serial(&mut self) -> u64 {
         self.serials += 1;
         debug_assert!(self.serials < crate::memory::block::SHARED_SERIAL);
         self.serials
-    }
-
-    /// Records the serial number of the block node `n` was handed out as.
-    pub(super) fn set_serial(&mut self, n: u32, serial: u64) {
-        if let NodeState::Allocated { serial: s, .. } = &mut self.nodes[n as usize].state {
-            *s = serial;
-        }
     }
 
     /// The node of the live block `token` with this serial, address and
