@@ -311,7 +311,7 @@ impl Export {
         match &self.strides {
             Some(s) => dims.extend(s.iter().copied()),
             None => {
-                dims.extend(std::iter::repeat_n(0, ndim));
+                dims.extend(std::iter::repeat(0).take(ndim));
                 let mut acc = 1i64;
                 for axis in (0..ndim).rev() {
                     dims[ndim + axis] = acc;
