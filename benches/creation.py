@@ -51,6 +51,17 @@ def timed(fn: Callable[[], Any], inner: int) -> float:
     return (time.perf_counter() - t0) / inner * 1e6
 
 
+def add_round(figures: dict[str, list[float]], seconds: tuple[float, ...]) -> None:
+    """Appends one round's times (seconds, in the order of ``figures``' keys) as microseconds."""
+    for k, v in zip(figures, seconds):
+        figures[k].append(v * 1e6)
+
+
+def print_medians(label: str, figures: dict[str, list[float]]) -> None:
+    shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in figures.items())
+    print(f"{label} (us, median): {shown}", flush=True)
+
+
 def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
     """Median microseconds of each step of gpuport's ``from_numpy``, one step timed at a time."""
     for n in (MIB, 64 * MIB):
@@ -66,11 +77,9 @@ def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
             t3 = time.perf_counter()
             a.synchronize()
             t4 = time.perf_counter()
-            for k, v in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                steps[k].append(v * 1e6)
+            add_round(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3))
             del a
-        shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in steps.items())
-        print(f"breakdown {n // MIB} MiB (us, median): {shown}", flush=True)
+        print_medians(f"breakdown {n // MIB} MiB", steps)
     probe_read(gpuport, np, dev, reps)
 
 
@@ -112,10 +121,8 @@ def probe_read(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
         b.read_numpy_array(x)
         t7 = time.perf_counter()
         del b
-        for k, v in zip(figures, (t1 - t0, t2 - t1, t3 - t2, t5 - t4, t7 - t6)):
-            figures[k].append(v * 1e6)
-    shown = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in figures.items())
-    print(f"probe 1 MiB (us, median): {shown}", flush=True)
+        add_round(figures, (t1 - t0, t2 - t1, t3 - t2, t5 - t4, t7 - t6))
+    print_medians("probe 1 MiB", figures)
 
 
 def main() -> int:

@@ -310,14 +310,7 @@ impl Export {
         let mut dims: Dims = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
         match &self.strides {
             Some(s) => dims.extend(s.iter().copied()),
-            None => {
-                dims.extend(std::iter::repeat(0).take(ndim));
-                let mut acc = 1i64;
-                for axis in (0..ndim).rev() {
-                    dims[ndim + axis] = acc;
-                    acc = acc.saturating_mul(dims[axis].max(1));
-                }
-            }
+            None => push_row_major_strides(&mut dims),
         }
         // An address of this process's memory (a host pointer or a device
         // address the driver gave it), which fits a pointer.
@@ -350,5 +343,17 @@ impl Export {
     /// refused for sub-byte dtypes (see [`ExportSource::into_legacy`]).
     pub fn into_legacy(self) -> Result<ManagedTensor> {
         self.source().0.into_legacy()
+    }
+}
+
+/// Appends to `dims`, which holds a shape, that shape's compact row-major
+/// strides in elements.
+fn push_row_major_strides(dims: &mut Dims) {
+    let ndim = dims.len();
+    dims.extend(std::iter::repeat(0).take(ndim));
+    let mut acc = 1i64;
+    for axis in (0..ndim).rev() {
+        dims[ndim + axis] = acc;
+        acc = acc.saturating_mul(dims[axis].max(1));
     }
 }

@@ -101,6 +101,7 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// Counts an export (made, and live until its memory's owner goes): every
 /// tensor gpuport hands out, through a capsule or the C exchange API, once
 /// counting has begun.
+///
 /// Says whether it was counted. Takes the export by reference: moving it
 /// in and out cost two copies of the struct per exchange.
 pub fn track(e: &mut Export) -> bool {

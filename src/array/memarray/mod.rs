@@ -36,10 +36,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, Stream};
+use crate::dlpack::export::Dims;
 use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
@@ -824,12 +823,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             },
         };
         let data = if self.len == 0 { std::ptr::null_mut() } else { data };
-        let shape: SmallVec<[i64; 8]> = self.shape.iter().map(|&e| super::extent_i64(e)).collect();
-        let strides: SmallVec<[i64; 8]> = self.strides().iter().map(|&s| s as i64).collect();
-        // SAFETY: `data` addresses `len` elements laid out by `shape` and
-        // `strides` in the memory `keep` owns (or is null for an empty array),
-        // in the device `dl_device(loc)` describes.
-        Ok(unsafe { ExportSource::new(data.cast(), self.dl_device(loc), T::DTYPE, &shape, &strides, 0, keep) })
+        // The shape, then the strides, side by side.
+        let dims: Dims =
+            self.shape.iter().map(|&e| super::extent_i64(e)).chain(self.strides().iter().map(|&s| s as i64)).collect();
+        // SAFETY: `data` addresses `len` elements laid out by the shape and
+        // strides in `dims` (`N` of each) in the memory `keep` owns (or is
+        // null for an empty array), in the device `dl_device(loc)` describes.
+        Ok(unsafe { ExportSource::from_dims(data.cast(), self.dl_device(loc), T::DTYPE, N, dims, 0, keep) })
     }
 
     /// How many DLPack exports and views still share this array's host or
