@@ -17,8 +17,10 @@ Operations (n bytes of uint8, n = 1 MiB and 64 MiB):
 - ``from_numpy``: a device array holding a NumPy array's data. gpuport:
   ``MemArray((n,), "uint8", device)`` + ``read_numpy_array(x)`` +
   ``move_memory("device")`` + ``synchronize()`` (the seed's API: the array
-  keeps a host copy); torch: ``torch.from_numpy(x).to(device)``; CuPy:
-  ``cupy.asarray(x)``.
+  keeps a host copy); ``gpuport.asarray``: ``gpuport.asarray(x,
+  device=device)`` + ``synchronize()`` (one call: the upload overlaps the
+  copy into the pinned host copy); torch: ``torch.from_numpy(x).to(device)``;
+  CuPy: ``cupy.asarray(x)``.
 - ``zeros``: a zero-filled device array. gpuport: ``MemArray((n,), "uint8",
   device)`` + ``move_memory("device")`` + ``synchronize()``; torch:
   ``torch.zeros(n, device=...)``; CuPy: ``cupy.zeros(n)``.
@@ -66,7 +68,9 @@ def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
     """Median microseconds of each step of gpuport's ``from_numpy``, one step timed at a time."""
     for n in (MIB, 64 * MIB):
         x = np.ones(n, dtype=np.uint8)
-        steps: dict[str, list[float]] = {"MemArray()": [], "read_numpy_array": [], "move_memory": [], "synchronize": []}
+        steps: dict[str, list[float]] = {k: [] for k in ("MemArray()", "read_numpy_array", "move_memory",
+                                                         "synchronize", "move_memory(async)", "synchronize(async)",
+                                                         "asarray", "synchronize(asarray)")}
         for _ in range(max(reps // (1 if n <= MIB else 10), 5)):
             t0 = time.perf_counter()
             a = gpuport.MemArray((n,), "uint8", device=dev)
@@ -77,10 +81,61 @@ def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
             t3 = time.perf_counter()
             a.synchronize()
             t4 = time.perf_counter()
-            add_round(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3))
             del a
+            b = gpuport.MemArray((n,), "uint8", device=dev)
+            b.read_numpy_array(x)
+            t5 = time.perf_counter()
+            b.move_memory("device", async_copy=True)
+            t6 = time.perf_counter()
+            b.synchronize()
+            t7 = time.perf_counter()
+            del b
+            t8 = time.perf_counter()
+            c = gpuport.asarray(x, device=dev)
+            t9 = time.perf_counter()
+            c.synchronize()
+            t10 = time.perf_counter()
+            del c
+            add_round(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6, t9 - t8, t10 - t9))
         print_medians(f"breakdown {n // MIB} MiB", steps)
     probe_read(gpuport, np, dev, reps)
+
+
+def probe_memset(torch: Any, dev: Any, reps: int) -> None:
+    """The driver's byte and 32-bit memsets of 64 MiB against torch's ``zero_()``, timed by CUDA events.
+
+    ``cuMemsetD8Async`` and ``cuMemsetD32Async`` are called through ctypes on
+    torch's allocation and torch's current stream, so only the memset
+    differs; the figure is the median device time (events around the call).
+    """
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        print(f"probe memset: skipped ({e})")
+        return
+    n = 64 * MIB
+    t = torch.empty(n, dtype=torch.uint8, device=f"cuda:{dev.ordinal}")
+    ptr, stream = ctypes.c_uint64(t.data_ptr()), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    ops: dict[str, Callable[[], Any]] = {
+        "cuMemsetD8Async": lambda: cuda.cuMemsetD8Async(ptr, ctypes.c_ubyte(0), ctypes.c_size_t(n), stream),
+        "cuMemsetD32Async": lambda: cuda.cuMemsetD32Async(ptr, ctypes.c_uint(0), ctypes.c_size_t(n // 4), stream),
+        "torch zero_()": lambda: t.zero_(),
+    }
+    figures: dict[str, list[float]] = {k: [] for k in ops}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(max(reps, 5)):
+        for name, op in ops.items():
+            start.record()
+            r = op()
+            end.record()
+            end.synchronize()
+            if isinstance(r, int) and r != 0:
+                print(f"probe memset: {name} returned CUresult {r}")
+                return
+            figures[name].append(start.elapsed_time(end) * 1e-3)
+    print_medians("probe memset 64 MiB, device time", figures)
 
 
 def probe_read(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
@@ -161,6 +216,9 @@ def main() -> int:
             a.move_memory("device")
             a.synchronize()
 
+        def gp_asarray(x: Any = x) -> None:
+            gpuport.asarray(x, device=dev).synchronize()
+
         def gp_zeros(n: int = n) -> None:
             a = gpuport.MemArray((n,), "uint8", device=dev)
             a.move_memory("device")
@@ -169,7 +227,7 @@ def main() -> int:
         def gp_empty(n: int = n) -> None:
             gpuport.MemArray((n,), "uint8", device=dev)
 
-        contenders[("from_numpy", n)] = {"gpuport": gp_from}
+        contenders[("from_numpy", n)] = {"gpuport": gp_from, "gpuport.asarray": gp_asarray}
         contenders[("zeros", n)] = {"gpuport": gp_zeros}
         if n == MIB:
             contenders[("empty", n)] = {"gpuport": gp_empty}
@@ -214,6 +272,8 @@ def main() -> int:
     print(f"gpuport {dev.spec} ({dev.name}); median of {args.rounds} rounds, order rotating", flush=True)
     if args.breakdown:
         breakdown(gpuport, np, dev, args.rounds * 10)
+        if torch is not None and on_gpu:
+            probe_memset(torch, dev, args.rounds * 4)
     rows: list[dict[str, Any]] = []
     for (op, n), fns in contenders.items():
         inner = 50 if n <= MIB else 5
@@ -229,19 +289,20 @@ def main() -> int:
             t = per[name]
             rows.append({"op": op, "bytes": n, "who": name, "us": statistics.median(t), "min": min(t), "max": max(t)})
 
-    print(f"\n{'operation':<12} {'size':>7} {'who':<8} {'median':>11} {'spread':>22}  gpuport/peer")
-    ours = {(r["op"], r["bytes"]): r["us"] for r in rows if r["who"] == "gpuport"}
+    ours = {(r["op"], r["bytes"], r["who"]): r["us"] for r in rows if r["who"].startswith("gpuport")}
+    print(f"\n{'operation':<12} {'size':>7} {'who':<16} {'median':>11} {'spread':>22}  gpuport/peer")
     ratios = []
     for row in rows:
-        ratio = ""
-        mine = ours.get((row["op"], row["bytes"]))
-        if row["who"] != "gpuport" and mine is not None:
-            x = mine / row["us"]
-            ratios.append({"op": row["op"], "bytes": row["bytes"], "peer": row["who"], "gpuport_over_peer": x})
-            ratio = f"{x:.2f}"
+        shown = []
+        if not row["who"].startswith("gpuport"):
+            for (op, n, who), mine in ours.items():
+                if (op, n) == (row["op"], row["bytes"]):
+                    x = mine / row["us"]
+                    ratios.append({"op": op, "bytes": n, "gpuport": who, "peer": row["who"], "gpuport_over_peer": x})
+                    shown.append(f"{who} {x:.2f}")
         size = f"{row['bytes'] // MIB} MiB"
         spread = f"{row['min']:.1f}-{row['max']:.1f} us"
-        print(f"{row['op']:<12} {size:>7} {row['who']:<8} {row['us']:>8.1f} us {spread:>22}  {ratio}")
+        print(f"{row['op']:<12} {size:>7} {row['who']:<16} {row['us']:>8.1f} us {spread:>22}  {', '.join(shown)}")
     for s in skipped:
         print(f"skipped {s}")
     if args.json:

@@ -96,6 +96,60 @@ fn async_move_returns_before_the_copy_runs(#[case] spec: &str) {
     with_device!(dev, d => async_moves_are_async(d));
 }
 
+fn uploads_land_whole_in_both_copies<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    // One piece, four pieces with a remainder (1 MiB + 12 bytes), 8 MiB
+    // pieces with a remainder (48 MiB + 4 bytes).
+    for n in [0usize, 5, (1 << 18) + 3, (3 << 22) + 1] {
+        let data = iota(n);
+        let mut a = MemArray::<f32, 1, D>::zeros(dev, [n]).unwrap();
+        a.upload_from_slice(&data, &stream, None).unwrap();
+        assert_eq!(a.residency(), Residency::Both, "n = {n}");
+        // The device copy alone: make it the only current copy, then copy it home.
+        a.device_ptr_mut(None).unwrap();
+        a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+        assert!(a.to_vec(None).unwrap() == data, "n = {n}: the device copy differs from the data uploaded");
+    }
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [4]).unwrap();
+    let short = a.upload_from_slice(&[1.0; 3], &stream, None);
+    assert!(matches!(short, Err(Error::Shape(ShapeError::LengthMismatch { expected: 4, got: 3, .. }))), "{short:?}");
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn upload_from_slice_fills_host_and_device_copies(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => uploads_land_whole_in_both_copies(d));
+}
+
+fn uploads_are_async_and_host_writes_wait<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let n = 1 << 20; // 4 MiB: four pieces
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [n]).unwrap();
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    let data = iota(n);
+    let start = Instant::now();
+    hold_stream(dev, &stream, Duration::from_millis(300));
+    a.upload_from_slice(&data, &stream, None).unwrap();
+    assert!(start.elapsed() < Duration::from_millis(250), "upload_from_slice waited for the stream");
+    assert!(a.is_transfer_pending().unwrap(), "the upload should still be queued behind the busy kernel");
+    // The queued pieces read the host copy: a host write must wait for them.
+    a.fill(-1.0, None).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(300), "fill wrote the host copy while the upload read it");
+    assert!(a.as_slice(None).unwrap().iter().all(|&v| v == -1.0));
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn upload_from_slice_returns_before_the_copy_runs_and_host_writes_wait(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => uploads_are_async_and_host_writes_wait(d));
+}
+
 fn host_access_waits_for_a_pending_copy<D: Device>(dev: &Arc<D>) {
     let stream = dev.create_stream().unwrap();
     let mut a = MemArray::<u32, 1, D>::zeros(dev, [256]).unwrap();

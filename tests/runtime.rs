@@ -71,6 +71,19 @@ fn memset_and_device_copy_move_the_right_bytes<D: Device>(d: &D) {
     assert!(got[100..].iter().all(|&x| x == 0));
 }
 
+fn memsets_touch_exactly_their_range<D: Device>(d: &D) {
+    // Aligned whole words (the 32-bit memset) and odd offsets or lengths
+    // (the byte memset), each against a model of the buffer.
+    let mut a = d.alloc(64).unwrap();
+    let mut model = vec![0x5Au8; 64];
+    d.memset(&mut a, 0, 64, 0x5A).unwrap();
+    for (offset, len, value) in [(4, 8, 0xC3u8), (1, 7, 0x01), (16, 13, 0xFE), (33, 4, 0x77), (40, 24, 0x00)] {
+        d.memset(&mut a, offset, len, value).unwrap();
+        model[offset..offset + len].fill(value);
+        assert_eq!(read_back(d, &a), model, "after memset({offset}, {len}, {value:#x})");
+    }
+}
+
 fn stream_ordered_allocations_work_in_stream_order<D: Device>(d: &D) {
     let s = d.create_stream().unwrap();
     let data = pattern(1 << 16, 9);
@@ -380,6 +393,7 @@ mod per_backend {
         bytes_survive_a_round_trip_through_the_device,
         copies_honour_offsets,
         memset_and_device_copy_move_the_right_bytes,
+        memsets_touch_exactly_their_range,
         stream_ordered_allocations_work_in_stream_order,
         pinned_memory_is_zeroed_and_copies_both_ways,
         registered_host_memory_can_be_copied,

@@ -171,6 +171,9 @@ pub trait DynArray: Send + Sync {
     fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>>;
     /// Copies the elements of `t` (same shape and dtype) into the array.
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()>;
+    /// Copies the elements of host-accessible `t` into both copies of the
+    /// array, the upload enqueued on `s` (see `MemArray::upload_from_slice`).
+    fn upload_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
     /// Runs the built-in `add_index` kernel on the array (captured on a
     /// capturing stream; see `MemArray::after_replay`).
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
@@ -212,6 +215,23 @@ struct Typed<T: Element, const N: usize, D: Device> {
 impl<T: Stored, const N: usize, D: DynDevice> Typed<T, N, D> {
     fn stream<'s>(&self, s: &'s AnyStream) -> Result<&'s BackendStream<D::B>> {
         s.of(self.a.device())
+    }
+
+    /// Runs `write` with the array and the elements of `t` as one slice.
+    fn with_elements_of(
+        &mut self,
+        t: &ImportedTensor,
+        write: impl FnOnce(&mut MemArray<T, N, D>, &[T]) -> Result<()>,
+    ) -> Result<()> {
+        // A tensor exported from this very array (`a.read_numpy_array(a)`)
+        // would alias the host copy being written: any live export may be
+        // it, so copy the source out first then.
+        if t.is_contiguous() && self.a.live_exports() == 0 {
+            write(&mut self.a, t.as_slice::<T>()?)
+        } else {
+            let v = t.to_vec::<T>()?;
+            write(&mut self.a, &v)
+        }
     }
 }
 
@@ -277,15 +297,11 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))
     }
     fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()> {
-        // A tensor exported from this very array (`a.read_numpy_array(a)`)
-        // would alias the host copy being written: any live export may be
-        // it, so copy the source out first then.
-        if t.is_contiguous() && self.a.live_exports() == 0 {
-            self.a.copy_from_slice(t.as_slice::<T>()?, lock)
-        } else {
-            let v = t.to_vec::<T>()?;
-            self.a.copy_from_slice(&v, lock)
-        }
+        self.with_elements_of(t, |a, src| a.copy_from_slice(src, lock))
+    }
+    fn upload_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        let s = s.of(self.a.device())?;
+        self.with_elements_of(t, |a, src| a.upload_from_slice(src, s, lock))
     }
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
         let s = s.of(self.a.device())?;

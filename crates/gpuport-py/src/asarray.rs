@@ -3,15 +3,18 @@
 //! `__dlpack__` protocol ([`crate::exchange`]) or the CUDA Array Interface
 //! ([`crate::cai`]).
 
-use gpuport::dlpack::is_host_accessible;
-use gpuport::dynamic::new_owned;
-use pyo3::exceptions::PyBufferError;
+use gpuport::dlpack::{is_host_accessible, DLDeviceType};
+use gpuport::dynamic::{new_owned, same_device};
+use gpuport::AnyDevice;
+use gpuport::BackendKind;
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::device::{resolve_device, resolve_stream, spec};
 use crate::dtype::{unsupported_dlpack_dtype, DType};
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{import_producer, imported_from_producer};
-use crate::memarray::PyMemArray;
+use crate::memarray::{check_extents, PyMemArray};
 
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's
@@ -87,9 +90,17 @@ fn from_dlpack_protocol(
 
 /// A MemArray from anything array-like: a MemArray (returned as is), a DLPack
 /// producer (zero-copy), a CUDA Array Interface producer (zero-copy), or any
-/// other object NumPy can convert (copied). `device` names the CUDA device
-/// of a CUDA Array Interface producer's pointer (as for
-/// `from_cuda_array_interface`).
+/// other object NumPy can convert (copied).
+///
+/// `device` (a `Device` or a spec such as `"cuda:0"`) is where the result
+/// lives. Data already there is imported without a copy; host data (NumPy,
+/// lists, CPU tensors) for a GPU device is copied into a new MemArray whose
+/// host and device copies both hold it, the upload overlapping the copy into
+/// the pinned host copy and left pending on the device's default stream
+/// (kernels and exports there see the data; host access waits for it). Data
+/// on another device is refused (`ValueError`): import it where it is. For a
+/// CUDA Array Interface producer, `device` names the CUDA device of its
+/// pointer (as for `from_cuda_array_interface`).
 ///
 ///     >>> import gpuport
 ///     >>> a = gpuport.asarray([[1.0, 2.0], [3.0, 4.0]])   # copied by NumPy
@@ -97,18 +108,66 @@ fn from_dlpack_protocol(
 ///     ((2, 2), 'float64', 'host')
 ///     >>> gpuport.asarray(a) is a
 ///     True
+///     >>> import numpy as np
+///     >>> b = gpuport.asarray(np.ones(4, np.float32), device="host")  # already there: zero-copy
+///     >>> b.is_imported
+///     True
 #[pyfunction]
 #[pyo3(signature = (obj, /, *, device=None))]
 pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-    if obj.is_instance_of::<PyMemArray>() {
+    let device = device.filter(|d| !d.is_none());
+    if let Ok(a) = obj.cast::<PyMemArray>() {
+        if let Some(d) = device {
+            let to = resolve_device(py, Some(d))?;
+            let on = &a.get().meta.device;
+            if !same_device(on, &to) {
+                return Err(elsewhere(on, &to));
+            }
+        }
         return Ok(obj.clone().unbind());
     }
     if obj.hasattr("__dlpack__")? {
-        return Ok(Bound::new(py, from_dlpack(py, obj, None, None)?)?.into_any().unbind());
+        let a = match device {
+            None => from_dlpack(py, obj, None, None)?,
+            Some(d) => dlpack_on(py, obj, &resolve_device(py, Some(d))?)?,
+        };
+        return Ok(Bound::new(py, a)?.into_any().unbind());
     }
     if obj.hasattr("__cuda_array_interface__")? {
         return Ok(Bound::new(py, crate::cai::from_cuda_array_interface(py, obj, device)?)?.into_any().unbind());
     }
     let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
-    Ok(Bound::new(py, from_dlpack(py, &arr, None, None)?)?.into_any().unbind())
+    asarray(py, &arr, device)
+}
+
+/// A DLPack producer's data as a MemArray on `dev`: imported where it is
+/// there, uploaded from host memory to a GPU device, refused otherwise.
+fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResult<PyMemArray> {
+    let p = import_producer(py, obj, None, None)?;
+    let t = &p.0;
+    if dev.backend() != BackendKind::Host && t.device().device_type == DLDeviceType::CPU {
+        let dtype =
+            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
+        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
+        check_extents(py, &shape, dtype.itemsize())?;
+        let s = resolve_stream(py, dev, None)?;
+        let mut a = py.detach(|| new_owned(dev, dtype, &shape)).py_err(py)?;
+        py.detach(|| a.upload_imported(p.tensor(), &s, None)).py_err_in(py, "asarray")?;
+        return Ok(PyMemArray::from_owned(a));
+    }
+    let a = imported_from_producer(py, p)?;
+    if !same_device(&a.device, dev) {
+        return Err(elsewhere(&a.device, dev));
+    }
+    Ok(PyMemArray::from_imported(a))
+}
+
+/// `asarray(x, device=to)` of data on another device `on`.
+fn elsewhere(on: &AnyDevice, to: &AnyDevice) -> PyErr {
+    PyValueError::new_err(format!(
+        "asarray: the data is on {}, not {}; asarray copies host data to a device, not data between devices \
+         (call asarray without device to import it where it is)",
+        spec(on),
+        spec(to)
+    ))
 }

@@ -163,6 +163,21 @@ def test_asarray_accepts_lists_memarrays_and_producers():
     assert gpuport.asarray(x).data_ptr == x.ctypes.data
 
 
+def test_asarray_on_the_data_s_own_device_imports_without_a_copy():
+    x = np.arange(4, dtype=np.float32)
+    a = gpuport.asarray(x, device="host")
+    assert a.is_imported and a.data_ptr == x.ctypes.data
+    m = gpuport.MemArray(3, "int8", device="host")
+    assert gpuport.asarray(m, device=gpuport.Device("host")) is m
+    assert gpuport.asarray([1, 2], device=None).device.spec == "host"
+
+
+def test_asarray_refuses_a_memarray_on_another_device(gpu_device):
+    m = gpuport.MemArray(3, "int8", device="host")
+    with pytest.raises(ValueError, match=f"the data is on host, not {gpu_device.spec}"):
+        gpuport.asarray(m, device=gpu_device)
+
+
 def test_unsupported_dlpack_dtype_is_refused_listing_supported():
     class Fake:
         def __init__(self, arr):

@@ -29,6 +29,34 @@ def cuda_array(dev, shape=(4, 5), dtype="float32"):
     return a
 
 
+@pytest.mark.parametrize("n", [3, (1 << 18) + 5, (3 << 21) + 1])
+def test_asarray_uploads_host_data_to_the_device(gpu_device, n):
+    x = (np.arange(n) % 1000).astype(np.float32)
+    a = gpuport.asarray(x, device=gpu_device)
+    assert not a.is_imported and a.device.spec == gpu_device.spec
+    assert a.residency == "both"
+    a.add_index()  # on the device copy: it must hold x
+    np.testing.assert_array_equal(a.to_numpy(), x + np.arange(n, dtype=np.float32))
+
+
+def test_asarray_uploads_strided_and_list_data(gpu_device):
+    x = np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2]
+    a = gpuport.asarray(x, device=gpu_device.spec)
+    a.add_index()
+    np.testing.assert_array_equal(a.to_numpy(), x + np.arange(12, dtype=np.int32).reshape(4, 3))
+    b = gpuport.asarray([[1.0, 2.0]], device=gpu_device)
+    assert b.device.spec == gpu_device.spec and b.dtype == "float64"
+    np.testing.assert_array_equal(b.to_numpy(), [[1.0, 2.0]])
+
+
+def test_asarray_imports_device_data_on_its_device_and_refuses_another(gpu_device):
+    a = cuda_array(gpu_device)
+    b = gpuport.asarray(gpuport.from_dlpack(a), device=gpu_device)
+    assert b.data_ptr == a.data_ptr
+    with pytest.raises(ValueError, match=f"the data is on {gpu_device.spec}, not host"):
+        gpuport.asarray(gpuport.from_dlpack(a), device="host")
+
+
 def test_gpu_arrays_export_their_device_and_cai_on_cuda_only(gpu_device):
     a = cuda_array(gpu_device)
     assert a.__dlpack_device__() == (dl_device_type(gpu_device), gpu_device.ordinal)

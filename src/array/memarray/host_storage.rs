@@ -132,15 +132,22 @@ impl<T: Element> HostStorage<T> {
 
     /// Runs `write`, which writes every element of the block, and records
     /// the block as written (so its zeros are never written after it).
-    fn write_whole(&self, write: impl Fn()) {
-        let mut done = false;
+    fn write_whole(&self, write: impl FnOnce()) {
+        let mut write = Some(write);
         self.written.call_once(|| {
-            write();
-            done = true;
+            if let Some(w) = write.take() {
+                w();
+            }
         });
-        if !done {
-            write();
+        if let Some(w) = write {
+            w();
         }
+    }
+
+    /// Whether the block is page-locked memory (asynchronous copies from
+    /// and to it return before they run).
+    pub(super) fn is_pinned(&self) -> bool {
+        self.pinned.is_some()
     }
 
     /// Writes `src` into the block.
@@ -156,6 +163,35 @@ impl<T: Element> HostStorage<T> {
         // block is written afterwards. Large copies run on several threads
         // (`memory::host_copy`).
         self.write_whole(|| unsafe { crate::memory::host_copy::copy_nonoverlapping(src, self.ptr.as_ptr()) });
+    }
+
+    /// Writes `src` into the block `piece` elements at a time, calling
+    /// `written(part, at)` after each piece with that piece of the block
+    /// (`part`, starting at element `at`), so a caller can start copying it
+    /// elsewhere while the next piece is written.
+    ///
+    /// # Safety
+    /// As [`overwrite_from`](Self::overwrite_from); `written` may read the
+    /// parts it is given (and hand them to asynchronous readers) but must
+    /// not write the block. `piece > 0`.
+    pub(super) unsafe fn overwrite_in_pieces(&self, src: &[T], piece: usize, mut written: impl FnMut(&[T], usize)) {
+        debug_assert_eq!(src.len(), self.len);
+        debug_assert!(piece > 0);
+        let base = self.ptr.as_ptr();
+        self.write_whole(|| {
+            for (i, from) in src.chunks(piece).enumerate() {
+                let at = i * piece;
+                // SAFETY: `at..at + from.len()` lies in the block's `len`
+                // writable elements (the chunks of `src`, whose length is
+                // `len`, cut at the same offsets), no one else uses it (the
+                // caller's contract), and `from` is part of a distinct live
+                // slice. Every element is written once the loop ends.
+                unsafe { crate::memory::host_copy::copy_nonoverlapping(from, base.add(at)) };
+                // SAFETY: that range now holds valid elements; `written`
+                // only reads it, and the rest of the loop writes other ranges.
+                written(unsafe { std::slice::from_raw_parts(base.add(at), from.len()) }, at);
+            }
+        });
     }
 
     /// Sets every element of the block to `value`.

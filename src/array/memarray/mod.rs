@@ -3,7 +3,8 @@
 //! (Over 800 lines: the state rules below, residency, pending work, locks
 //! and exports, are checked by every method here and are read best in one
 //! place. The host copy is in `host_storage.rs`, capture and graph
-//! replays in `capture.rs`, moves to another device in `peer.rs`.)
+//! replays in `capture.rs`, moves to another device in `peer.rs`, the
+//! pipelined upload in `upload.rs`.)
 //!
 //! ## Memory and streams
 //! Every allocation of an array goes through its device's current resource
@@ -50,6 +51,7 @@ mod capture;
 mod external;
 mod host_storage;
 mod peer;
+mod upload;
 use capture::not_capturable;
 use host_storage::{zeroed_vec, HostStorage};
 
