@@ -1253,7 +1253,12 @@ pub unsafe extern "C" fn hipMemsetD8Async(dst: *mut c_void, value: u8, count: us
 /// # Safety
 /// `dst` must be 4-byte aligned and valid for `count` words until the stream passes the memset.
 #[no_mangle]
-pub unsafe extern "C" fn hipMemsetD32Async(dst: *mut c_void, value: i32, count: usize, stream: cu::CUstream) -> HipError {
+pub unsafe extern "C" fn hipMemsetD32Async(
+    dst: *mut c_void,
+    value: i32,
+    count: usize,
+    stream: cu::CUstream,
+) -> HipError {
     guard(|| {
         try_hip!(bind());
         // SAFETY: as documented for the caller.
