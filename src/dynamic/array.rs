@@ -34,6 +34,9 @@ use crate::with_device;
 /// An array's extents, inline (an array has at most [`MAX_RANK`] axes).
 pub type Shape = SmallVec<[usize; MAX_RANK]>;
 
+/// An array's strides in elements, inline as [`Shape`].
+pub type Strides = SmallVec<[i64; MAX_RANK]>;
+
 // ---- elements ------------------------------------------------------------------
 
 /// The element types the Python layer stores, with their kernels where the
@@ -389,9 +392,9 @@ pub struct ImportedArray {
     /// The element type.
     pub dtype: DType,
     /// The extents.
-    pub shape: Vec<usize>,
+    pub shape: Shape,
     /// Strides in elements.
-    pub strides: Vec<i64>,
+    pub strides: Strides,
     /// Address of the element at index 0.
     pub data: u64,
     /// Where the memory is, as DLPack says.
@@ -509,7 +512,7 @@ impl AnyArray {
     pub fn shape(&self) -> Shape {
         match self {
             AnyArray::Owned(a) => a.shape(),
-            AnyArray::Imported(f) => Shape::from_slice(&f.shape),
+            AnyArray::Imported(f) => f.shape.clone(),
         }
     }
     /// The device whose kernels reach the memory.
@@ -608,11 +611,11 @@ impl ImportedArray {
             .iter()
             .enumerate()
             .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+            .collect::<std::result::Result<Shape, _>>()?;
         Ok(ImportedArray {
             dtype,
             shape,
-            strides: t.strides().to_vec(),
+            strides: Strides::from_slice(t.strides()),
             data: t.data_ptr() as usize as u64,
             dl: t.device(),
             read_only: t.is_read_only(),

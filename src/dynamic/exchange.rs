@@ -30,7 +30,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::array::{natural_of, AnyArray, Shape};
+use super::array::{natural_of, AnyArray, Shape, Strides};
 use super::dtype::DType;
 use super::stream::AnyStream;
 use crate::array::element::dtype_is_subbyte;
@@ -73,7 +73,7 @@ pub struct Export {
     /// Extents.
     pub shape: Shape,
     /// Strides in elements; `None` for compact row-major.
-    pub strides: Option<Vec<i64>>,
+    pub strides: Option<Strides>,
     /// Keeps the memory alive.
     pub keep: Arc<dyn Send + Sync>,
     /// `Some(minor)` for a versioned tensor of version `1.minor`; `None` for a legacy one.
@@ -281,7 +281,7 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
                 data: f.data,
                 device: f.dl,
                 dtype: f.dtype,
-                shape: Shape::from_slice(&f.shape),
+                shape: f.shape.clone(),
                 strides: Some(f.strides.clone()),
                 keep: f.keep.clone(),
                 versioned_minor,

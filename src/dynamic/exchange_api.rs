@@ -143,7 +143,7 @@ pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
                 data: f.data,
                 device: f.dl,
                 dtype: f.dtype,
-                shape: Shape::from_slice(&f.shape),
+                shape: f.shape.clone(),
                 strides: Some(f.strides.clone()),
                 keep: f.keep.clone(),
                 versioned_minor: Some(DLPACK_MINOR_VERSION),

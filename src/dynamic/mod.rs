@@ -35,7 +35,7 @@ pub mod raw;
 pub mod stream;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
-pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, Shape};
+pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, Shape, Strides};
 pub use dtype::{DType, MAX_RANK};
 pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};

@@ -364,42 +364,10 @@ fn drain<B: Backend>(d: &B::Device, lane: &Lane<B>, busy: [bool; 2], failed: boo
 fn host_copy(dst: &mut [u8], src: &[u8], streaming: bool) {
     #[cfg(target_arch = "x86_64")]
     if streaming {
-        return streaming_copy(dst, src);
+        return super::host_copy::streaming_copy(dst, src);
     }
     let _ = streaming;
     dst.copy_from_slice(src);
-}
-
-/// `dst.copy_from_slice(src)` with SSE2 non-temporal stores for the 16-byte
-/// aligned middle of `dst`. Written by hand: `copy_from_slice` (glibc's
-/// memcpy) switches to non-temporal stores only for copies far larger than a
-/// chunk, and no maintained crate offers a streaming copy.
-#[cfg(target_arch = "x86_64")]
-fn streaming_copy(dst: &mut [u8], src: &[u8]) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-    assert_eq!(dst.len(), src.len(), "streaming_copy needs equal lengths");
-    const BLOCK: usize = 64;
-    let head = dst.as_ptr().align_offset(16).min(dst.len());
-    let body = (dst.len() - head) / BLOCK * BLOCK;
-    dst[..head].copy_from_slice(&src[..head]);
-    let (d, s) = (dst[head..].as_mut_ptr(), src[head..].as_ptr());
-    for offset in (0..body).step_by(BLOCK) {
-        // SAFETY: SSE2 is part of x86-64. `offset + 64 <= body`, and `body`
-        // bytes past `head` lie inside both slices (equal lengths); `d +
-        // head` is 16-byte aligned (align_offset), as `_mm_stream_si128`
-        // needs, and so is every 16-byte step from it; loads are unaligned.
-        unsafe {
-            for lane in (0..BLOCK).step_by(16) {
-                let v = _mm_loadu_si128(s.add(offset + lane).cast::<__m128i>());
-                _mm_stream_si128(d.add(offset + lane).cast::<__m128i>(), v);
-            }
-        }
-    }
-    // SAFETY: SSE2 is part of x86-64; the fence orders the streaming stores
-    // before whatever this thread does next (the copy is then visible to
-    // the DMA engine and to other threads like ordinary stores).
-    unsafe { _mm_sfence() };
-    dst[head + body..].copy_from_slice(&src[head + body..]);
 }
 
 #[cfg(test)]

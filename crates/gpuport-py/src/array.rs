@@ -337,7 +337,7 @@ impl PyMemArray {
         let p = import_producer(py, &src, None, None)?;
         let t = &p.0;
         let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        if shape != self.meta.shape {
+        if shape[..] != self.meta.shape[..] {
             return Err(errors::shape(
                 py,
                 format!(

@@ -300,8 +300,8 @@ pub fn from_cuda_array_interface(
     let ordinal = dev.info().ordinal as i32;
     Ok(PyMemArray::from_imported(ImportedArray {
         dtype,
-        shape,
-        strides,
+        shape: shape.into(),
+        strides: strides.into(),
         data: desc.data,
         dl: DLDevice { device_type: DLDeviceType::CUDA, device_id: ordinal },
         read_only: desc.read_only,

@@ -41,8 +41,16 @@ pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedA
         // The core's error names DLPack codes; this one names the dtypes too.
         return Err(errors::dlpack(py, unsupported_dlpack_dtype(dtype)));
     }
+    let on_host =
+        matches!(p.0.device().device_type, DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST);
     let producer = std::sync::Arc::new(p);
     let keep: std::sync::Arc<dyn Send + Sync> = producer.clone();
+    if on_host {
+        // Host memory belongs to the host device, opened at once: no reason
+        // to release the GIL (which costs about as much as the rest here).
+        return ImportedArray::from_tensor(&producer.0, keep).py_err(py);
+    }
+    // Opening a GPU device for the first time can take long: without the GIL.
     py.detach(|| ImportedArray::from_tensor(&producer.0, keep)).py_err(py)
 }
 

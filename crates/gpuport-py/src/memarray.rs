@@ -30,7 +30,7 @@ fn loc_name(l: Location) -> &'static str {
 /// What never changes about an array: read without its lock.
 pub(crate) struct Meta {
     pub(crate) dtype: DType,
-    pub(crate) shape: Vec<usize>,
+    pub(crate) shape: gpuport::dynamic::Shape,
     pub(crate) device: AnyDevice,
     pub(crate) imported: bool,
     pub(crate) read_only: bool,
@@ -128,7 +128,7 @@ impl PyMemArray {
     fn with_storage(st: AnyArray) -> Self {
         let meta = Meta {
             dtype: st.dtype(),
-            shape: st.shape().into_vec(),
+            shape: st.shape(),
             device: st.device(),
             imported: matches!(st, AnyArray::Imported(_)),
             read_only: matches!(&st, AnyArray::Imported(f) if f.read_only),

@@ -170,23 +170,51 @@ impl<T: Element> HostStorage<T> {
     /// (`part`, starting at element `at`), so a caller can start copying it
     /// elsewhere while the next piece is written.
     ///
+    /// With `streaming` and a pinned block, the pieces are written with
+    /// non-temporal stores (`memory::host_copy::copy_streaming`), which do
+    /// not read the block into the cache first; the DMA reads it from memory
+    /// right after anyway.
+    ///
     /// # Safety
     /// As [`overwrite_from`](Self::overwrite_from); `written` may read the
     /// parts it is given (and hand them to asynchronous readers) but must
     /// not write the block. `piece > 0`.
-    pub(super) unsafe fn overwrite_in_pieces(&self, src: &[T], piece: usize, mut written: impl FnMut(&[T], usize)) {
+    pub(super) unsafe fn overwrite_in_pieces(
+        &self,
+        src: &[T],
+        piece: usize,
+        streaming: bool,
+        mut written: impl FnMut(&[T], usize),
+    ) {
         debug_assert_eq!(src.len(), self.len);
         debug_assert!(piece > 0);
         let base = self.ptr.as_ptr();
+        let streaming = streaming && self.pinned.is_some();
         self.write_whole(|| {
             for (i, from) in src.chunks(piece).enumerate() {
                 let at = i * piece;
-                // SAFETY: `at..at + from.len()` lies in the block's `len`
-                // writable elements (the chunks of `src`, whose length is
-                // `len`, cut at the same offsets), no one else uses it (the
-                // caller's contract), and `from` is part of a distinct live
-                // slice. Every element is written once the loop ends.
-                unsafe { crate::memory::host_copy::copy_nonoverlapping(from, base.add(at)) };
+                if streaming {
+                    let bytes = std::mem::size_of_val(from);
+                    // SAFETY: as below for the range; a pinned block's bytes
+                    // are initialized memory of its resource (`HostMemory`
+                    // hands them out as a slice), and `T: Element` has no
+                    // padding, so both sides are plain bytes.
+                    let (to, from_bytes) = unsafe {
+                        (
+                            std::slice::from_raw_parts_mut(base.add(at).cast::<u8>(), bytes),
+                            std::slice::from_raw_parts(from.as_ptr().cast::<u8>(), bytes),
+                        )
+                    };
+                    crate::memory::host_copy::copy_streaming(to, from_bytes);
+                } else {
+                    // SAFETY: `at..at + from.len()` lies in the block's `len`
+                    // writable elements (the chunks of `src`, whose length is
+                    // `len`, cut at the same offsets), no one else uses it
+                    // (the caller's contract), and `from` is part of a
+                    // distinct live slice. Every element is written once the
+                    // loop ends.
+                    unsafe { crate::memory::host_copy::copy_nonoverlapping(from, base.add(at)) };
+                }
                 // SAFETY: that range now holds valid elements; `written`
                 // only reads it, and the rest of the loop writes other ranges.
                 written(unsafe { std::slice::from_raw_parts(base.add(at), from.len()) }, at);

@@ -324,7 +324,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     }
 
     /// The event recorded after the last asynchronous copy, for ordering
-    /// work on another stream after it (`Device::wait_event`).
+    /// work on another stream after it (`Device::wait_event`). It is a
+    /// marker event (`Device::create_marker_event`): not for timing.
     pub fn pending_event(&self) -> Option<&Event<D::B>> {
         self.pending.as_ref()
     }
@@ -356,7 +357,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Records the end of the work just enqueued on `stream` as the array's pending work.
     fn record_pending(&mut self, stream: &Stream<D::B>) -> Result<()> {
-        let ev = self.device.create_event()?;
+        let ev = self.device.create_marker_event()?;
         self.device.record_event(&ev, stream)?;
         self.pending = Some(ev);
         self.pending_stream = self.device.stream_id(stream);

@@ -56,7 +56,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
             _ => None,
         };
         // Recording the end of the move checks the stream where nothing else did.
-        let done = device.create_event().and_then(|ev| device.record_event(&ev, stream).map(|()| ev));
+        let done = device.create_marker_event().and_then(|ev| device.record_event(&ev, stream).map(|()| ev));
         let done = match done {
             Ok(ev) => ev,
             Err(e) => {
@@ -80,7 +80,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
     /// resource only after the copy has read it.
     fn peer_copy(&self, src: &Arc<DeviceCopy<D>>, device: &Arc<D>, stream: &Stream<D::B>) -> Result<DeviceCopy<D>> {
         let old = &self.device;
-        let ready = old.create_event()?;
+        let ready = old.create_marker_event()?;
         old.record_event(&ready, src.stream())?;
         device.wait_event(stream, &ready)?;
         let bytes = self.len * std::mem::size_of::<T>();
@@ -90,7 +90,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         // belongs to `stream`, is new, and is handed to no one before the
         // copy is enqueued; both hold `bytes` bytes.
         unsafe { device.copy_peer_async(&**src, 0, &memory, 0, bytes, stream)? };
-        let waited = device.create_event().and_then(|done| {
+        let waited = device.create_marker_event().and_then(|done| {
             device.record_event(&done, stream)?;
             old.wait_event(src.stream(), &done)
         });
