@@ -99,6 +99,28 @@ def breakdown(gpuport: Any, np: Any, dev: Any, reps: int) -> None:
             add_round(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6, t9 - t8, t10 - t9))
         print_medians(f"breakdown {n // MIB} MiB", steps)
     probe_read(gpuport, np, dev, reps)
+    probe_zeros(gpuport, dev, reps)
+
+
+def probe_zeros(gpuport: Any, dev: Any, reps: int) -> None:
+    """``zeros`` of 1 and 64 MiB with the default (synchronous) move against an asynchronous move + ``synchronize()``."""
+    for n in (MIB, 64 * MIB):
+        figures: dict[str, list[float]] = {"sync move": [], "async move + synchronize": []}
+        for _ in range(max(reps // 2, 5)):
+            t0 = time.perf_counter()
+            a = gpuport.MemArray((n,), "uint8", device=dev)
+            a.move_memory("device")
+            a.synchronize()
+            t1 = time.perf_counter()
+            del a
+            t2 = time.perf_counter()
+            b = gpuport.MemArray((n,), "uint8", device=dev)
+            b.move_memory("device", async_copy=True)
+            b.synchronize()
+            t3 = time.perf_counter()
+            del b
+            add_round(figures, (t1 - t0, t3 - t2))
+        print_medians(f"probe zeros {n // MIB} MiB", figures)
 
 
 def probe_memset(torch: Any, dev: Any, reps: int) -> None:

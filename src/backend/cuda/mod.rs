@@ -379,11 +379,6 @@ unsafe impl Driver for CudaDriver {
         check("cuMemsetD8Async", unsafe { cu::memset_d8_async(dst, value, len, stream) })
     }
 
-    unsafe fn memset_d32_async(&self, dst: u64, value: u32, count: usize, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: as in `copy_htod_async`.
-        status("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, count, stream) })
-    }
-
     const SOURCE_EXTENSION: &'static str = "cu";
 
     const BUILTIN_SOURCE: &'static str = BUILTIN_SOURCE;

@@ -496,17 +496,9 @@ impl<D: Driver> Device for GpuDevice<D> {
         if stream.in_capture() {
             stream.keep(dst.owner());
         }
-        let at = dst.device_ptr() + offset as u64;
-        if at % 4 == 0 && len % 4 == 0 {
-            // Whole aligned words: the 32-bit memset wrote 64 MiB on the
-            // H100 faster than the byte one (BENCHMARKS.md, run 34).
-            // SAFETY: as below; `len / 4` words from a 4-byte aligned `at`
-            // are the same `len` bytes.
-            return unsafe { self.driver.memset_d32_async(at, u32::from_ne_bytes([value; 4]), len / 4, stream.raw()) };
-        }
         // SAFETY: the device is current; range checked; the caller keeps
         // `dst` alive until the stream passes the memset.
-        unsafe { self.driver.memset_d8_async(at, value, len, stream.raw()) }
+        unsafe { self.driver.memset_d8_async(dst.device_ptr() + offset as u64, value, len, stream.raw()) }
     }
 
     fn load_module(&self, source: ModuleSource<'_>) -> Result<GpuModule<D>> {

@@ -297,13 +297,6 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// As [`copy_htod_async`](Self::copy_htod_async).
     unsafe fn memset_d8_async(&self, dst: u64, value: u8, len: usize, stream: Self::Stream) -> Result<()>;
 
-    /// Enqueues setting `count` 32-bit words at `dst` (4-byte aligned) to
-    /// `value` on `stream`.
-    ///
-    /// # Safety
-    /// As [`copy_htod_async`](Self::copy_htod_async).
-    unsafe fn memset_d32_async(&self, dst: u64, value: u32, count: usize, stream: Self::Stream) -> Result<()>;
-
     // ---- kernels: compiling ---------------------------------------------------------
 
     /// The file extension of the kernel dialect (`cu`, `hip`), for program names.

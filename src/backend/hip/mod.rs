@@ -437,13 +437,6 @@ unsafe impl Driver for HipDriver {
         check("hipMemsetD8Async", unsafe { (self.api().hipMemsetD8Async)(dptr(dst), value, len, stream) })
     }
 
-    unsafe fn memset_d32_async(&self, dst: u64, value: u32, count: usize, stream: sys::hipStream_t) -> Result<()> {
-        // SAFETY: as in `copy_htod_async`.
-        check("hipMemsetD32Async", unsafe {
-            (self.api().hipMemsetD32Async)(dptr(dst), i32::from_ne_bytes(value.to_ne_bytes()), count, stream)
-        })
-    }
-
     const SOURCE_EXTENSION: &'static str = "hip";
 
     const BUILTIN_SOURCE: &'static str = BUILTINS_SOURCE;

@@ -420,8 +420,6 @@ function_table! {
         fn hipMemcpyDtoDAsync(hipDeviceptr_t, hipDeviceptr_t, usize, hipStream_t) -> hipError_t;
         /// `hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream);`
         fn hipMemsetD8Async(hipDeviceptr_t, u8, usize, hipStream_t) -> hipError_t;
-        /// `hipError_t hipMemsetD32Async(hipDeviceptr_t dst, int value, size_t count, hipStream_t stream);`
-        fn hipMemsetD32Async(hipDeviceptr_t, i32, usize, hipStream_t) -> hipError_t;
         /// `hipError_t hipModuleLoadData(hipModule_t* module, const void* image);`
         fn hipModuleLoadData(*mut hipModule_t, *const c_void) -> hipError_t;
         /// `hipError_t hipModuleUnload(hipModule_t module);`

@@ -1248,24 +1248,6 @@ pub unsafe extern "C" fn hipMemsetD8Async(dst: *mut c_void, value: u8, count: us
     })
 }
 
-/// `hipError_t hipMemsetD32Async(hipDeviceptr_t, int, size_t, hipStream_t)`.
-///
-/// # Safety
-/// `dst` must be 4-byte aligned and valid for `count` words until the stream passes the memset.
-#[no_mangle]
-pub unsafe extern "C" fn hipMemsetD32Async(
-    dst: *mut c_void,
-    value: i32,
-    count: usize,
-    stream: cu::CUstream,
-) -> HipError {
-    guard(|| {
-        try_hip!(bind());
-        // SAFETY: as documented for the caller.
-        hip(unsafe { cu::cuMemsetD32Async(dst as usize as u64, value as u32, count, stream) })
-    })
-}
-
 // ---- modules and launch ------------------------------------------------------------------
 
 /// `hipError_t hipModuleLoadData(hipModule_t*, const void* image)`: a cubin, fatbin or PTX.
