@@ -96,6 +96,28 @@ fn async_move_returns_before_the_copy_runs(#[case] spec: &str) {
     with_device!(dev, d => async_moves_are_async(d));
 }
 
+fn sync_moves_wait_for_the_work_before_them<D: Device>(dev: &Arc<D>) {
+    let stream = dev.create_stream().unwrap();
+    let mut a = MemArray::from_vec(dev, [64], iota(64)).unwrap();
+    hold_stream(dev, &stream, Duration::from_millis(1)); // compiled before the timing
+    dev.synchronize(&stream).unwrap();
+    let start = Instant::now();
+    hold_stream(dev, &stream, Duration::from_millis(300));
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(300), "move_to(Sync) returned before the stream's earlier work");
+    assert!(!a.is_transfer_pending().unwrap());
+    assert!(dev.is_idle(&stream).unwrap());
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn sync_move_returns_after_the_stream_s_earlier_work(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => sync_moves_wait_for_the_work_before_them(d));
+}
+
 fn uploads_land_whole_in_both_copies<D: Device>(dev: &Arc<D>) {
     let stream = dev.create_stream().unwrap();
     // One piece, four pieces with a remainder (1 MiB + 12 bytes), 8 MiB
