@@ -403,6 +403,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         }
     }
 
+    /// The length error for `what` given `got` elements, unless `got` is `len()`.
+    fn check_len(&self, what: &'static str, got: usize) -> Result<()> {
+        if got == self.len {
+            return Ok(());
+        }
+        Err(ShapeError::LengthMismatch { what, shape: self.shape.to_vec(), expected: self.len, got }.into())
+    }
+
     fn check_resident(&self, op: &'static str, loc: Location) -> Result<()> {
         if self.residency.includes(loc) {
             Ok(())
@@ -620,15 +628,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// becomes the only current copy.
     pub fn copy_from_slice(&mut self, src: &[T], lock: Option<LockId>) -> Result<()> {
         self.check_lock("copy_from_slice", lock)?;
-        if src.len() != self.len {
-            return Err(ShapeError::LengthMismatch {
-                what: "copy_from_slice",
-                shape: self.shape.to_vec(),
-                expected: self.len,
-                got: src.len(),
-            }
-            .into());
-        }
+        self.check_len("copy_from_slice", src.len())?;
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`; `src.len()` is the length, checked above.
         unsafe { self.host.overwrite_from(src) };
@@ -648,15 +648,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Copies the host copy (row-major) into `dst`, which must have `len()` elements.
     pub fn copy_to_slice(&self, dst: &mut [T], lock: Option<LockId>) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(ShapeError::LengthMismatch {
-                what: "copy_to_slice",
-                shape: self.shape.to_vec(),
-                expected: self.len,
-                got: dst.len(),
-            }
-            .into());
-        }
+        self.check_len("copy_to_slice", dst.len())?;
         dst.copy_from_slice(self.as_slice(lock)?);
         Ok(())
     }

@@ -10,7 +10,7 @@
 //! (BENCHMARKS.md, run 33).
 
 use super::{Location, LockId, MemArray, Residency, Transfer};
-use crate::array::{Element, ShapeError};
+use crate::array::Element;
 use crate::backend::{Backend, Device, Stream};
 use crate::error::{BackendKind, Result};
 use crate::memory::StreamUse;
@@ -71,15 +71,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// ```
     pub fn upload_from_slice(&mut self, src: &[T], stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
         self.check_lock("upload_from_slice", lock)?;
-        if src.len() != self.len {
-            return Err(ShapeError::LengthMismatch {
-                what: "upload_from_slice",
-                shape: self.shape.to_vec(),
-                expected: self.len,
-                got: src.len(),
-            }
-            .into());
-        }
+        self.check_len("upload_from_slice", src.len())?;
         // The host backend's copies run on its stream's thread, after the
         // call, whatever the memory; a GPU's read pageable memory before the
         // call returns (no overlap, so one piece does as well).
