@@ -493,6 +493,10 @@ fn foreign_add_index<T: Stored, const N: usize, D: DynDevice>(
 // ---- storage -----------------------------------------------------------------------
 
 /// What a Python `MemArray` holds.
+// An import keeps its shape and strides inline (no heap allocation per
+// import, the point of `Shape`/`Strides`); one `AnyArray` lives in each
+// Python array object, so the owned variant's unused bytes cost nothing else.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyArray {
     /// A gpuport `MemArray`.
     Owned(Box<dyn DynArray>),
