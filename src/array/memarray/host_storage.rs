@@ -150,19 +150,15 @@ impl<T: Element> HostStorage<T> {
         self.pinned.is_some()
     }
 
-    /// Writes `src` into the block.
+    /// Writes `src` into the block, with non-temporal stores into a pinned
+    /// block when `streaming` (as [`overwrite_in_pieces`](Self::overwrite_in_pieces)).
     ///
     /// # Safety
     /// `src.len()` is the block's length, and no one else may read or write
     /// the block meanwhile.
-    pub(super) unsafe fn overwrite_from(&self, src: &[T]) {
-        debug_assert_eq!(src.len(), self.len);
-        // SAFETY: `ptr` holds `len` writable elements (the caller excludes
-        // other users), `src` is a distinct live slice of `len` elements
-        // (the caller's contract), so every element is written and the
-        // block is written afterwards. Large copies run on several threads
-        // (`memory::host_copy`).
-        self.write_whole(|| unsafe { crate::memory::host_copy::copy_nonoverlapping(src, self.ptr.as_ptr()) });
+    pub(super) unsafe fn overwrite_from(&self, src: &[T], streaming: bool) {
+        // SAFETY: the caller's contract; one piece of the whole length.
+        unsafe { self.overwrite_in_pieces(src, src.len().max(1), streaming, |_, _| {}) };
     }
 
     /// Writes `src` into the block `piece` elements at a time, calling
@@ -176,9 +172,10 @@ impl<T: Element> HostStorage<T> {
     /// right after anyway.
     ///
     /// # Safety
-    /// As [`overwrite_from`](Self::overwrite_from); `written` may read the
-    /// parts it is given (and hand them to asynchronous readers) but must
-    /// not write the block. `piece > 0`.
+    /// `src.len()` is the block's length, and no one else may read or write
+    /// the block meanwhile; `written` may read the parts it is given (and
+    /// hand them to asynchronous readers) but must not write the block.
+    /// `piece > 0`.
     pub(super) unsafe fn overwrite_in_pieces(
         &self,
         src: &[T],

@@ -25,10 +25,11 @@ const ONE_PIECE_UP_TO: usize = 512 << 10;
 /// copied by several threads each (`memory::host_copy`).
 const PIECE_BYTES: (usize, usize) = (256 << 10, 8 << 20);
 
-/// Whether the pieces are written into a pinned host copy with
-/// non-temporal stores: on unless `GPUPORT_UPLOAD_STREAMING=0` (read once),
-/// the switch `benches/creation.py` compares both ways with.
-fn streaming_stores() -> bool {
+/// Whether host data is written into a pinned host copy (the pieces here,
+/// and `copy_from_slice`) with non-temporal stores: on unless
+/// `GPUPORT_UPLOAD_STREAMING=0` (read once), the switch `benches/creation.py`
+/// compares both ways with.
+pub(super) fn streaming_stores() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUPORT_UPLOAD_STREAMING").map_or(true, |v| v != "0"))
 }
