@@ -106,7 +106,6 @@ fn sync_moves_wait_for_the_work_before_them<D: Device>(dev: &Arc<D>) {
     a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
     assert!(start.elapsed() >= Duration::from_millis(300), "move_to(Sync) returned before the stream's earlier work");
     assert!(!a.is_transfer_pending().unwrap());
-    assert!(dev.is_idle(&stream).unwrap());
 }
 
 #[rstest]
