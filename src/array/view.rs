@@ -69,7 +69,7 @@ impl Space for HostSpace {
         matches!(kind, MemoryKind::Host | MemoryKind::Pinned)
     }
     fn accepts_dl(t: DLDeviceType) -> bool {
-        matches!(t, DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST)
+        crate::dlpack::is_host_memory(t)
     }
 }
 

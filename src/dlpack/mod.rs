@@ -46,12 +46,16 @@ pub fn dl_device(backend: BackendKind, kind: MemoryKind, ordinal: usize) -> DLDe
     DLDevice { device_type, device_id }
 }
 
-/// Whether the host can read memory of this DLPack device type directly.
+/// Whether memory of this DLPack device type is host memory, plain or
+/// pinned by a GPU runtime: the host device's, which no GPU stream orders.
+pub fn is_host_memory(device_type: DLDeviceType) -> bool {
+    matches!(device_type, DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST)
+}
+
+/// Whether the host can read memory of this DLPack device type directly:
+/// host memory, and CUDA managed memory.
 pub fn is_host_accessible(device_type: DLDeviceType) -> bool {
-    matches!(
-        device_type,
-        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST | DLDeviceType::CUDA_MANAGED
-    )
+    is_host_memory(device_type) || device_type == DLDeviceType::CUDA_MANAGED
 }
 
 #[cfg(test)]

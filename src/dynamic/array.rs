@@ -586,9 +586,7 @@ pub fn natural_of(a: &dyn DynArray) -> Location {
 /// The gpuport device whose kernels reach memory of DLPack device `dl`.
 pub fn device_for_dl(dl: DLDevice) -> Result<AnyDevice> {
     let kind = match dl.device_type {
-        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => {
-            return crate::open_kind(BackendKind::Host, 0)
-        }
+        t if crate::dlpack::is_host_memory(t) => return crate::open_kind(BackendKind::Host, 0),
         DLDeviceType::CUDA | DLDeviceType::CUDA_MANAGED => BackendKind::Cuda,
         DLDeviceType::ROCM => BackendKind::Rocm,
         other => {

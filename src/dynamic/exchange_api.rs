@@ -65,7 +65,7 @@ use crate::error::Result;
 fn stream_device(dl: DLDevice) -> Result<Option<AnyDevice>> {
     match dl.device_type {
         t if is_ordered_by_streams(t) => device_for_dl(dl).map(Some),
-        DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => Ok(None),
+        t if crate::dlpack::is_host_memory(t) => Ok(None),
         other => Err(DLPackError::UnsupportedDevice { device_type: other.0, device_id: dl.device_id }.into()),
     }
 }

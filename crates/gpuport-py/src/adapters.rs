@@ -34,7 +34,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
-use gpuport::dlpack::DLDeviceType;
+use gpuport::dlpack::{is_host_memory, DLDeviceType};
 pub use gpuport::dynamic::raw::Place;
 use gpuport::dynamic::raw::RawRange;
 use gpuport::{AnyDevice, BackendKind, MemoryKind};
@@ -411,7 +411,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let writable = !t.is_read_only();
         let open = |spec: String| gpuport::open(&spec).ok();
         let space = match dl.device_type {
-            DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST => Place::Host,
+            t if is_host_memory(t) => Place::Host,
             // Device memory of a known size, kept alive by the producer's tensor.
             DLDeviceType::CUDA => Place::Device(open(format!("cuda:{}", dl.device_id.max(0)))),
             DLDeviceType::ROCM => Place::Device(open(format!("rocm:{}", dl.device_id.max(0)))),

@@ -8,7 +8,7 @@
 //! there is what the array's next read sees (the other copy is refreshed
 //! from it). Read-only exports leave both copies current.
 
-use gpuport::dlpack::{DLDevice, DLDeviceType};
+use gpuport::dlpack::{is_host_memory, DLDevice, DLDeviceType};
 pub use gpuport::dynamic::exchange::dl_pair;
 pub use gpuport::dynamic::exchange::ExportRequest;
 use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer};
@@ -41,8 +41,7 @@ pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedA
         // The core's error names DLPack codes; this one names the dtypes too.
         return Err(errors::dlpack(py, unsupported_dlpack_dtype(dtype)));
     }
-    let on_host =
-        matches!(p.0.device().device_type, DLDeviceType::CPU | DLDeviceType::CUDA_HOST | DLDeviceType::ROCM_HOST);
+    let on_host = is_host_memory(p.0.device().device_type);
     let producer = std::sync::Arc::new(p);
     let keep: std::sync::Arc<dyn Send + Sync> = producer.clone();
     if on_host {
