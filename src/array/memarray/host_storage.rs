@@ -150,15 +150,15 @@ impl<T: Element> HostStorage<T> {
         self.pinned.is_some()
     }
 
-    /// Writes `src` into the block, with non-temporal stores into a pinned
-    /// block when `streaming` (as [`overwrite_in_pieces`](Self::overwrite_in_pieces)).
+    /// Writes `src` into the block (a pinned block with non-temporal stores,
+    /// as [`overwrite_in_pieces`](Self::overwrite_in_pieces)).
     ///
     /// # Safety
     /// `src.len()` is the block's length, and no one else may read or write
     /// the block meanwhile.
-    pub(super) unsafe fn overwrite_from(&self, src: &[T], streaming: bool) {
+    pub(super) unsafe fn overwrite_from(&self, src: &[T]) {
         // SAFETY: the caller's contract; one piece of the whole length.
-        unsafe { self.overwrite_in_pieces(src, src.len().max(1), streaming, |_, _| {}) };
+        unsafe { self.overwrite_in_pieces(src, src.len().max(1), |_, _| {}) };
     }
 
     /// Writes `src` into the block `piece` elements at a time, calling
@@ -166,27 +166,21 @@ impl<T: Element> HostStorage<T> {
     /// (`part`, starting at element `at`), so a caller can start copying it
     /// elsewhere while the next piece is written.
     ///
-    /// With `streaming` and a pinned block, the pieces are written with
-    /// non-temporal stores (`memory::host_copy::copy_streaming`), which do
-    /// not read the block into the cache first; the DMA reads it from memory
-    /// right after anyway.
+    /// A pinned block is written with non-temporal stores
+    /// (`memory::host_copy::copy_streaming`), which do not read it into the
+    /// cache first (the DMA reads it from memory right after anyway), unless
+    /// `GPUPORT_UPLOAD_STREAMING=0` ([`streaming_stores`]).
     ///
     /// # Safety
     /// `src.len()` is the block's length, and no one else may read or write
     /// the block meanwhile; `written` may read the parts it is given (and
     /// hand them to asynchronous readers) but must not write the block.
     /// `piece > 0`.
-    pub(super) unsafe fn overwrite_in_pieces(
-        &self,
-        src: &[T],
-        piece: usize,
-        streaming: bool,
-        mut written: impl FnMut(&[T], usize),
-    ) {
+    pub(super) unsafe fn overwrite_in_pieces(&self, src: &[T], piece: usize, mut written: impl FnMut(&[T], usize)) {
         debug_assert_eq!(src.len(), self.len);
         debug_assert!(piece > 0);
         let base = self.ptr.as_ptr();
-        let streaming = streaming && self.pinned.is_some();
+        let streaming = self.pinned.is_some() && streaming_stores();
         self.write_whole(|| {
             for (i, from) in src.chunks(piece).enumerate() {
                 let at = i * piece;
@@ -294,6 +288,14 @@ impl<T> Drop for HostStorage<T> {
             )))
         }
     }
+}
+
+/// Whether host data is written into pinned host copies with non-temporal
+/// stores: on unless `GPUPORT_UPLOAD_STREAMING=0` (read once), the switch
+/// `benches/creation.py` compares both ways with.
+fn streaming_stores() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUPORT_UPLOAD_STREAMING").map_or(true, |v| v != "0"))
 }
 
 /// Allocates `len` zeroed elements, turning allocation failure into an

@@ -631,7 +631,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.check_len("copy_from_slice", src.len())?;
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`; `src.len()` is the length, checked above.
-        unsafe { self.host.overwrite_from(src, upload::streaming_stores()) };
+        unsafe { self.host.overwrite_from(src) };
         self.residency = Residency::Host;
         Ok(())
     }

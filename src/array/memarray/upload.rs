@@ -25,15 +25,6 @@ const ONE_PIECE_UP_TO: usize = 512 << 10;
 /// copied by several threads each (`memory::host_copy`).
 const PIECE_BYTES: (usize, usize) = (256 << 10, 8 << 20);
 
-/// Whether host data is written into a pinned host copy (the pieces here,
-/// and `copy_from_slice`) with non-temporal stores: on unless
-/// `GPUPORT_UPLOAD_STREAMING=0` (read once), the switch `benches/creation.py`
-/// compares both ways with.
-pub(super) fn streaming_stores() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUPORT_UPLOAD_STREAMING").map_or(true, |v| v != "0"))
-}
-
 /// Elements per piece when uploading `len` elements of `T`.
 fn piece_len<T>(len: usize) -> usize {
     let size = std::mem::size_of::<T>().max(1);
@@ -115,7 +106,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             // caller owns, distinct from the block; `&mut self` and the
             // finished copies (synchronized above) exclude every other user
             // of the block. `enqueue` only reads the parts it is given.
-            unsafe { self.host.overwrite_in_pieces(src, piece_len::<T>(self.len), streaming_stores(), enqueue) };
+            unsafe { self.host.overwrite_in_pieces(src, piece_len::<T>(self.len), enqueue) };
         }
         // The host copy is whole either way.
         self.residency = Residency::Host;
