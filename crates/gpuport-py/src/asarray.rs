@@ -3,8 +3,9 @@
 //! `__dlpack__` protocol ([`crate::exchange`]) or the CUDA Array Interface
 //! ([`crate::cai`]).
 
+use gpuport::dlpack::ImportedTensor;
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
-use gpuport::dynamic::{new_owned, same_device};
+use gpuport::dynamic::{new_owned, same_device, DynArray};
 use gpuport::AnyDevice;
 use gpuport::BackendKind;
 use pyo3::exceptions::{PyBufferError, PyValueError};
@@ -76,11 +77,8 @@ fn from_dlpack_protocol(
         if !is_host_accessible(t.device().device_type) {
             return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
         }
-        let dtype =
-            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
         let host = py.detach(|| gpuport::open("host")).py_err(py)?;
-        let mut a = py.detach(|| new_owned(&host, dtype, &shape)).py_err(py)?;
+        let mut a = new_like(py, t, &host)?;
         py.detach(|| a.read_imported(p.tensor(), None)).py_err(py)?;
         return Ok(PyMemArray::from_owned(a));
     }
@@ -146,12 +144,8 @@ fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResul
     let p = import_producer(py, obj, None, None)?;
     let t = &p.0;
     if dev.backend() != BackendKind::Host && t.device().device_type == DLDeviceType::CPU {
-        let dtype =
-            DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        check_extents(py, &shape, dtype.itemsize())?;
         let s = resolve_stream(py, dev, None)?;
-        let mut a = py.detach(|| new_owned(dev, dtype, &shape)).py_err(py)?;
+        let mut a = new_like(py, t, dev)?;
         py.detach(|| a.upload_imported(p.tensor(), &s, None)).py_err_in(py, "asarray")?;
         return Ok(PyMemArray::from_owned(a));
     }
@@ -160,6 +154,16 @@ fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResul
         return Err(elsewhere(&a.device, dev));
     }
     Ok(PyMemArray::from_imported(a))
+}
+
+/// A new owned array on `dev` with the dtype and shape of tensor `t`, its
+/// extents checked as `MemArray(...)` checks them (its exports' strides
+/// must fit DLPack's 64-bit integers).
+fn new_like(py: Python<'_>, t: &ImportedTensor, dev: &AnyDevice) -> PyResult<Box<dyn DynArray>> {
+    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
+    let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
+    check_extents(py, &shape, dtype.itemsize())?;
+    py.detach(|| new_owned(dev, dtype, &shape)).py_err(py)
 }
 
 /// `asarray(x, device=to)` of data on another device `on`.
