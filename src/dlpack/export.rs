@@ -6,9 +6,10 @@
 //! storage is freed when its last `Arc` goes, so it outlives the Rust owner
 //! as long as the consumer holds the tensor.
 
+use std::alloc::{alloc, handle_alloc_error, Layout};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::NonNull;
+use std::ptr::{addr_of_mut, NonNull};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -151,22 +152,71 @@ impl ExportSource {
         }
     }
 
-    /// Packs this into a versioned managed tensor with `flags` that states
-    /// version `1.minor` (at most the version gpuport speaks), for a
-    /// consumer whose `max_version` is older than gpuport's. A dtype code
-    /// newer than `1.minor` (the fp8/fp6/fp4 codes of DLPack 1.1) raises the
-    /// stated minor version to the one that defines it: minor versions share
-    /// one ABI and a consumer checks the codes it reads, so a 1.0 consumer
-    /// (PyTorch asks with `max_version=(1, 0)`) that knows the code reads
-    /// it, and one that does not refuses it, as it should.
-    #[inline]
-    pub fn into_versioned_minor(self, flags: u64, minor: u32) -> ManagedTensorVersioned {
-        let needed = self.dtype.code.since_minor();
-        let t = self.into_versioned(flags);
-        // SAFETY: `t` is our live tensor, not yet handed to anyone; the
-        // version names no enum value gpuport sets that it does not define.
-        unsafe { (*t.ptr.as_ptr()).version.minor = minor.max(needed).min(DLPACK_MINOR_VERSION) };
-        t
+    /// A versioned managed tensor with `flags` that states version
+    /// `1.minor` (at most the version gpuport speaks), built straight in its
+    /// manager context: the scalar fields are written into the heap block
+    /// and `fill` pushes the shape, then the strides (`ndim` of each), into
+    /// the block's own `dims`. Nothing the size of an `ExportSource` (about
+    /// 200 bytes with inline dims) is moved: on the exchange table's export
+    /// those moves were a fifth of the time (perf, BENCHMARKS.md "Run 35").
+    ///
+    /// A dtype code newer than `1.minor` (the fp8/fp6/fp4 codes of DLPack
+    /// 1.1) raises the stated minor version to the one that defines it:
+    /// minor versions share one ABI and a consumer checks the codes it
+    /// reads, so a 1.0 consumer (PyTorch asks with `max_version=(1, 0)`)
+    /// that knows the code reads it, and one that does not refuses it, as it
+    /// should. A sub-byte element type (fp6, fp4) also gets
+    /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`.
+    ///
+    /// # Safety
+    /// As for [`ExportSource::new`], with `fill` pushing exactly `2 * ndim`
+    /// values.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn versioned_in_place(
+        data: *mut c_void,
+        device: DLDevice,
+        dtype: DLDataType,
+        ndim: usize,
+        fill: impl FnOnce(&mut Dims),
+        keep: Arc<dyn Send + Sync>,
+        flags: u64,
+        minor: u32,
+    ) -> ManagedTensorVersioned {
+        let flags = if dtype_is_subbyte(dtype) { flags | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED } else { flags };
+        let minor = minor.max(dtype.code.since_minor()).min(DLPACK_MINOR_VERSION);
+        let layout = Layout::new::<VersionedCtx>();
+        // SAFETY: `VersionedCtx` is not zero-sized.
+        let ctx = unsafe { alloc(layout) }.cast::<VersionedCtx>();
+        if ctx.is_null() {
+            handle_alloc_error(layout);
+        }
+        // SAFETY: `ctx` is a fresh, unique block of `VersionedCtx`'s layout
+        // (the one `Box` uses, so the deleter's `Box::from_raw` frees it).
+        // Every field is written before the block is read or handed out;
+        // `dims` is written (empty) before `fill` borrows it. Until the
+        // tensor is built nothing can unwind but `fill`, which would leak
+        // the block, not free it. The tensor's pointers go into the
+        // block's own `dims`, which stay in place until the deleter runs.
+        unsafe {
+            let src = addr_of_mut!((*ctx).source);
+            addr_of_mut!((*src).data).write(data);
+            addr_of_mut!((*src).device).write(device);
+            addr_of_mut!((*src).dtype).write(dtype);
+            addr_of_mut!((*src).ndim).write(ndim);
+            addr_of_mut!((*src).dims).write(Dims::new());
+            addr_of_mut!((*src).byte_offset).write(0);
+            addr_of_mut!((*src)._keep).write(keep);
+            fill(&mut *addr_of_mut!((*src).dims));
+            debug_assert_eq!((*src).dims.len(), 2 * ndim);
+            addr_of_mut!((*ctx).managed).write(DLManagedTensorVersioned {
+                version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor },
+                manager_ctx: ctx.cast::<c_void>(),
+                deleter: Some(versioned_deleter),
+                flags,
+                dl_tensor: (*src).tensor(),
+            });
+            ManagedTensorVersioned { ptr: NonNull::new_unchecked(addr_of_mut!((*ctx).managed)) }
+        }
     }
 
     /// Packs this into a versioned managed tensor with `flags`; a sub-byte

@@ -297,23 +297,16 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
         ));
     }
     // A DLPack 1.1 dtype code is stated as version 1.1 whatever minor the
-    // consumer named (see `ExportSource::into_versioned_minor`).
+    // consumer named (see `ExportSource::versioned_in_place`).
     e.versioned_minor = e.versioned_minor.map(|m| m.max(dtype.code.since_minor()).min(DLPACK_MINOR_VERSION));
     Ok(e)
 }
 
 impl Export {
-    #[inline]
-    fn source(self) -> (ExportSource, Option<u32>, u64) {
-        // The shape, then the given or row-major strides, side by side.
-        let ndim = self.shape.len();
-        let mut dims: Dims = self.shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)).collect();
-        match &self.strides {
-            Some(s) => dims.extend(s.iter().copied()),
-            None => push_row_major_strides(&mut dims),
-        }
-        // An address of this process's memory (a host pointer or a device
-        // address the driver gave it), which fits a pointer.
+    /// The data pointer and flags of the tensor: null for an array with no
+    /// element, an address of this process's memory otherwise (a host
+    /// pointer or a device address the driver gave it, which fits a pointer).
+    fn data_and_flags(&self) -> (*mut c_void, u64) {
         #[allow(clippy::cast_possible_truncation)]
         let data = if self.shape.contains(&0) { std::ptr::null_mut() } else { self.data as usize as *mut c_void };
         let mut flags = 0;
@@ -323,26 +316,54 @@ impl Export {
         if self.copied {
             flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
         }
-        // SAFETY: `data` addresses every element the row-major (or given)
-        // strides reach in memory that `keep` owns, on `device`: `export`
-        // takes it from a MemArray's `parts` or a validated import, whose
-        // extents fit in i64 (checked when the array was made) and whose rank
-        // is at most MAX_RANK, which fits in i32.
-        let source =
-            unsafe { ExportSource::from_dims(data, self.device, self.dtype.dlpack(), ndim, dims, 0, self.keep) };
-        (source, self.versioned_minor, flags)
+        (data, flags)
+    }
+
+    /// Pushes `shape`, then `strides` or the row-major strides, onto `dims`.
+    fn fill_dims(shape: &Shape, strides: Option<&Strides>, dims: &mut Dims) {
+        dims.extend(shape.iter().map(|&e| i64::try_from(e).unwrap_or(i64::MAX)));
+        match strides {
+            Some(s) => dims.extend(s.iter().copied()),
+            None => push_row_major_strides(dims),
+        }
     }
 
     /// A versioned managed tensor (the consumer passed `max_version >= (1, 0)`).
     pub fn into_versioned(self) -> ManagedTensorVersioned {
-        let (source, minor, flags) = self.source();
-        source.into_versioned_minor(flags, minor.unwrap_or(DLPACK_MINOR_VERSION))
+        let (data, flags) = self.data_and_flags();
+        let minor = self.versioned_minor.unwrap_or(DLPACK_MINOR_VERSION);
+        let Export { device, dtype, shape, strides, keep, .. } = self;
+        // SAFETY: `data` addresses every element the row-major (or given)
+        // strides reach in memory that `keep` owns, on `device`: `export`
+        // takes it from a MemArray's `parts` or a validated import, whose
+        // extents fit in i64 (checked when the array was made) and whose rank
+        // is at most MAX_RANK, which fits in i32; `fill_dims` pushes the
+        // shape and as many strides.
+        unsafe {
+            ExportSource::versioned_in_place(
+                data,
+                device,
+                dtype.dlpack(),
+                shape.len(),
+                |dims| Self::fill_dims(&shape, strides.as_ref(), dims),
+                keep,
+                flags,
+                minor,
+            )
+        }
     }
 
     /// A legacy managed tensor (for consumers older than DLPack 1.0);
     /// refused for sub-byte dtypes (see [`ExportSource::into_legacy`]).
     pub fn into_legacy(self) -> Result<ManagedTensor> {
-        self.source().0.into_legacy()
+        let (data, _) = self.data_and_flags();
+        let mut dims = Dims::new();
+        Self::fill_dims(&self.shape, self.strides.as_ref(), &mut dims);
+        // SAFETY: as in `into_versioned`.
+        let source = unsafe {
+            ExportSource::from_dims(data, self.device, self.dtype.dlpack(), self.shape.len(), dims, 0, self.keep)
+        };
+        source.into_legacy()
     }
 }
 

@@ -119,13 +119,22 @@ fn hand_over(a: &mut dyn DynArray, loc: Location) -> Result<()> {
 /// Errors: the array is locked by a `get_dlpack` block (as `__dlpack__`
 /// without the block's id), or a backend error ordering the pending work.
 pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
+    export_no_sync_then(array, |e| e)
+}
+
+/// [`export_no_sync`], with the export handed to `then` (which packs it,
+/// typically): the export (about 230 bytes) is built in place as `then`'s
+/// argument instead of being moved out through a `Result`, which the
+/// exchange table's export measured at a tenth of its time (perf, run 35).
+#[inline]
+pub fn export_no_sync_then<R>(array: &mut AnyArray, then: impl FnOnce(Export) -> R) -> Result<R> {
     match array {
         AnyArray::Owned(a) => {
             let loc = natural_of(a.as_ref());
             hand_over(a.as_mut(), loc)?;
             let (data, keep) = a.parts(loc, None)?;
             a.mark_written(loc, None)?;
-            Ok(Export {
+            Ok(then(Export {
                 data,
                 device: a.dl_device(loc),
                 dtype: a.dtype(),
@@ -135,11 +144,11 @@ pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
                 versioned_minor: Some(DLPACK_MINOR_VERSION),
                 read_only: false,
                 copied: false,
-            })
+            }))
         }
         AnyArray::Imported(f) => {
             f.check_lock("__dlpack_c_exchange_api__", None)?;
-            Ok(Export {
+            Ok(then(Export {
                 data: f.data,
                 device: f.dl,
                 dtype: f.dtype,
@@ -149,7 +158,7 @@ pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
                 versioned_minor: Some(DLPACK_MINOR_VERSION),
                 read_only: f.read_only,
                 copied: false,
-            })
+            }))
         }
     }
 }
