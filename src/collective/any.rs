@@ -10,7 +10,7 @@ use crate::dynamic::{AnyStream, DynDevice};
 use crate::error::{Error, Result};
 use crate::Host;
 
-use super::{Communicator, Op, TcpStore};
+use super::{CallMode, Communicator, Op, TcpStore};
 
 #[cfg(feature = "cuda")]
 use crate::backend::cuda::Cuda;
@@ -82,18 +82,18 @@ where
 }
 
 impl AnyCommunicator {
-    /// [`Communicator::init_rank`] on a device of any backend.
+    /// [`Communicator::init_rank_with`] on a device of any backend.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use gpuport::collective::{AnyCommunicator, TcpStore};
+    /// use gpuport::collective::{AnyCommunicator, CallMode, TcpStore};
     /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
-    /// let comm = AnyCommunicator::init_rank(&gpuport::open("host")?, 0, 1, &store)?;
+    /// let comm = AnyCommunicator::init_rank(&gpuport::open("host")?, 0, 1, &store, CallMode::from_env())?;
     /// assert_eq!((comm.rank(), comm.size(), comm.engine().as_str()), (0, 1, "host"));
     /// # Ok::<(), gpuport::Error>(())
     /// ```
-    pub fn init_rank(device: &AnyDevice, rank: usize, size: usize, store: &TcpStore) -> Result<Self> {
-        on_device!(device, d, V, _get => Ok(V(Communicator::init_rank(d, rank, size, store)?)))
+    pub fn init_rank(device: &AnyDevice, rank: usize, size: usize, store: &TcpStore, mode: CallMode) -> Result<Self> {
+        on_device!(device, d, V, _get => Ok(V(Communicator::init_rank_with(d, rank, size, store, mode)?)))
     }
 
     /// [`Communicator::new_id`] for a device of any backend.
@@ -101,21 +101,30 @@ impl AnyCommunicator {
         on_device!(device, d, _V, _get => id_for(d))
     }
 
-    /// [`Communicator::init_with_id`] on a device of any backend.
+    /// [`Communicator::init_with_id_mode`] on a device of any backend;
+    /// `timeout` `None` is `GPUPORT_COLLECTIVE_TIMEOUT`'s (300 s when unset).
     ///
     /// ```
-    /// use gpuport::collective::AnyCommunicator;
+    /// use gpuport::collective::{AnyCommunicator, CallMode};
     /// let dev = gpuport::open("host")?;
     /// let id = AnyCommunicator::new_id(&dev)?;
-    /// assert_eq!(AnyCommunicator::init_with_id(&dev, 0, 1, &id)?.size(), 1);
+    /// assert_eq!(AnyCommunicator::init_with_id(&dev, 0, 1, &id, None, CallMode::Bounded)?.size(), 1);
     /// # Ok::<(), gpuport::Error>(())
     /// ```
-    pub fn init_with_id(device: &AnyDevice, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
-        on_device!(device, d, V, _get => Ok(V(Communicator::init_with_id(d, rank, size, id)?)))
+    pub fn init_with_id(
+        device: &AnyDevice,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Option<Duration>,
+        mode: CallMode,
+    ) -> Result<Self> {
+        let timeout = timeout.unwrap_or_else(super::communicator::timeout_from_env);
+        on_device!(device, d, V, _get => Ok(V(Communicator::init_with_id_mode(d, rank, size, id, timeout, mode)?)))
     }
 
-    /// [`Communicator::init_all`] on devices of one backend.
-    pub fn init_all(devices: &[AnyDevice]) -> Result<Vec<Self>> {
+    /// [`Communicator::init_all_with`] on devices of one backend.
+    pub fn init_all(devices: &[AnyDevice], mode: CallMode) -> Result<Vec<Self>> {
         let Some(first) = devices.first() else {
             return Err(Error::InvalidArgument {
                 name: "devices",
@@ -133,7 +142,7 @@ impl AnyCommunicator {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok(Communicator::init_all(&typed)?.into_iter().map(V).collect())
+            Ok(Communicator::init_all_with(&typed, mode)?.into_iter().map(V).collect())
         })
     }
 
@@ -155,6 +164,11 @@ impl AnyCommunicator {
     /// The engine's name and version.
     pub fn engine(&self) -> String {
         on_comm!(self, c => c.engine())
+    }
+
+    /// See [`Communicator::mode`].
+    pub fn mode(&self) -> CallMode {
+        on_comm!(self, c => c.mode())
     }
 
     /// See [`Communicator::set_checks`].

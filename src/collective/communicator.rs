@@ -97,6 +97,21 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// when unset); their [`CallMode`] is [`CallMode::from_env`]'s, and a
     /// `Bounded` one's timeout also bounds the initialisation.
     pub fn init_all(devices: &[Arc<B::Device>]) -> Result<Vec<Self>> {
+        Self::init_all_with(devices, CallMode::from_env())
+    }
+
+    /// [`init_all`](Self::init_all) with NCCL's and RCCL's calls made in
+    /// `mode` (`init_all` takes [`CallMode::from_env`]'s).
+    ///
+    /// ```
+    /// use gpuport::{Device, Host, HostDevice};
+    /// use gpuport::collective::{CallMode, Communicator};
+    /// let dev = HostDevice::open(0)?;
+    /// let comms = Communicator::<Host>::init_all_with(&[dev.clone(), dev], CallMode::Blocking)?;
+    /// assert_eq!(comms.len(), 2);
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_all_with(devices: &[Arc<B::Device>], mode: CallMode) -> Result<Vec<Self>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument {
                 name: "devices",
@@ -104,7 +119,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             });
         }
         let timeout = timeout_from_env();
-        let engines = B::Engine::init_all(devices, timeout, CallMode::from_env())?;
+        let engines = B::Engine::init_all(devices, timeout, mode)?;
         let size = devices.len();
         Ok(engines
             .into_iter()
@@ -210,7 +225,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// is bounded and takes the timeout as an argument). Cross-rank checks
     /// are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
-        Self::join(device, rank, size, id, timeout_from_env(), CallMode::from_env())
+        Self::init_with_id_mode(device, rank, size, id, timeout_from_env(), CallMode::from_env())
     }
 
     /// [`init_with_id`](Self::init_with_id) with [`CallMode::Bounded`]
@@ -240,10 +255,26 @@ impl<B: CollectiveBackend> Communicator<B> {
         id: &[u8],
         timeout: Duration,
     ) -> Result<Self> {
-        Self::join(device, rank, size, id, timeout, CallMode::Bounded)
+        Self::init_with_id_mode(device, rank, size, id, timeout, CallMode::Bounded)
     }
 
-    fn join(
+    /// [`init_with_id`](Self::init_with_id) with NCCL's and RCCL's calls
+    /// made in `mode`, waiting up to `timeout` for the other ranks where
+    /// the mode bounds the wait (as [`init_with_id_timeout`](Self::init_with_id_timeout)
+    /// for `Bounded`); the communicator's [`timeout`](Self::timeout) starts
+    /// as `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpuport::{Device, Host, HostDevice};
+    /// use gpuport::collective::{CallMode, Communicator};
+    /// let dev = HostDevice::open(0)?;
+    /// let id = Communicator::<Host>::new_id(&dev)?;
+    /// let comm = Communicator::<Host>::init_with_id_mode(&dev, 0, 1, &id, Duration::from_secs(5), CallMode::Blocking)?;
+    /// assert_eq!(comm.timeout(), Duration::from_secs(5));
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn init_with_id_mode(
         device: &Arc<B::Device>,
         rank: usize,
         size: usize,
@@ -285,6 +316,13 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// The engine's name and version (`"NCCL 2.28.5"`, `"host"`).
     pub fn engine(&self) -> String {
         self.engine.name()
+    }
+
+    /// How this communicator's calls wait (see [`CallMode`]): the mode it
+    /// was made in, except that the host engine is always `Bounded` and an
+    /// NCCL or RCCL older than 2.14 always `Blocking`.
+    pub fn mode(&self) -> CallMode {
+        self.engine.mode()
     }
 
     /// How long [`synchronize`](Self::synchronize) waits before it aborts,

@@ -195,6 +195,25 @@ pub enum CallMode {
 }
 
 impl CallMode {
+    /// The mode's name: `"blocking"` or `"bounded"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallMode::Blocking => "blocking",
+            CallMode::Bounded => "bounded",
+        }
+    }
+
+    /// The mode [`name`](Self::name) names, or `None`.
+    ///
+    /// ```
+    /// use gpuport::collective::CallMode;
+    /// assert_eq!(CallMode::from_name("bounded"), Some(CallMode::Bounded));
+    /// assert_eq!(CallMode::from_name("eager"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<Self> {
+        [CallMode::Blocking, CallMode::Bounded].into_iter().find(|m| m.name() == name)
+    }
+
     /// `Bounded` when `GPUPORT_COLLECTIVE_BOUNDED=1`, else `Blocking`.
     pub fn from_env() -> Self {
         if std::env::var("GPUPORT_COLLECTIVE_BOUNDED").is_ok_and(|v| v.trim() == "1") {
@@ -218,6 +237,12 @@ impl CallMode {
 pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// The engine's name and version (`"NCCL 2.28.5"`).
     fn name(&self) -> String;
+
+    /// How this communicator's calls wait: `Bounded` for a non-blocking
+    /// NCCL or RCCL communicator and for the host engine (whose waits the
+    /// store's timeout bounds), `Blocking` otherwise (also for a `Bounded`
+    /// request on a library older than 2.14).
+    fn mode(&self) -> CallMode;
 
     /// A new id naming one communicator: rank 0 makes it, every rank
     /// passes it to [`init_with_id`](Self::init_with_id).

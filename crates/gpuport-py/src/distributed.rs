@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpuport::collective::{AnyCommunicator, Op, OpKind, ReduceOp, TcpStore};
+use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, ReduceOp, TcpStore};
 use gpuport::dynamic::{keep, AnyStream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -153,6 +153,18 @@ thread_local! {
     static GROUP: RefCell<Option<Vec<Parked>>> = const { RefCell::new(None) };
 }
 
+/// The call mode `mode` names; `None` is `GPUPORT_COLLECTIVE_BOUNDED`'s.
+fn call_mode(mode: Option<&str>) -> PyResult<CallMode> {
+    match mode {
+        None => Ok(CallMode::from_env()),
+        Some(name) => CallMode::from_name(name).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "mode={name:?}: use \"blocking\" or \"bounded\" (or None for GPUPORT_COLLECTIVE_BOUNDED's choice)"
+            ))
+        }),
+    }
+}
+
 fn reduce_op(name: &str) -> PyResult<ReduceOp> {
     ReduceOp::from_name(name).ok_or_else(|| {
         PyValueError::new_err(format!("op {name:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\""))
@@ -290,23 +302,31 @@ impl PyCommunicator {
 
 #[pymethods]
 impl PyCommunicator {
-    /// Joins ``device`` to ``size`` ranks as ``rank`` through ``store``.
+    /// Joins ``device`` to ``size`` ranks as ``rank`` through ``store``;
+    /// ``mode`` is how NCCL's and RCCL's calls wait: ``"blocking"`` (their
+    /// default, fastest), ``"bounded"`` (non-blocking, every call given up
+    /// after the timeout) or ``None`` (``"bounded"`` when
+    /// ``GPUPORT_COLLECTIVE_BOUNDED=1``).
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
     ///     >>> dist.Communicator.init_rank("host", 0, 1, store).size
     ///     1
     #[staticmethod]
+    #[pyo3(signature = (device, rank, size, store, mode=None))]
     fn init_rank(
         py: Python<'_>,
         device: &Bound<'_, PyAny>,
         rank: usize,
         size: usize,
         store: &PyTcpStore,
+        mode: Option<&str>,
     ) -> PyResult<Self> {
+        let mode = call_mode(mode)?;
         let dev = resolve_device(py, Some(device))?;
         let store = store.inner.clone();
-        let comm = py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store)).py_err_in(py, "init_rank")?;
+        let comm =
+            py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store, mode)).py_err_in(py, "init_rank")?;
         Ok(PyCommunicator { inner: Mutex::new(comm) })
     }
 
@@ -325,27 +345,47 @@ impl PyCommunicator {
         Ok(PyBytes::new(py, &id))
     }
 
-    /// Joins ``device`` to ``size`` ranks as ``rank`` with rank 0's ``new_id``.
+    /// Joins ``device`` to ``size`` ranks as ``rank`` with rank 0's
+    /// ``new_id``. ``mode`` as for ``init_rank``; a ``"bounded"`` one waits
+    /// up to ``timeout`` seconds for the other ranks (default
+    /// ``GPUPORT_COLLECTIVE_TIMEOUT``, 300 s when unset), a ``"blocking"``
+    /// one without a bound. ``timeout`` is also the communicator's.
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> dist.Communicator.init_with_id("host", 0, 1, dist.Communicator.new_id("host")).rank
     ///     0
     #[staticmethod]
-    fn init_with_id(py: Python<'_>, device: &Bound<'_, PyAny>, rank: usize, size: usize, id: &[u8]) -> PyResult<Self> {
+    #[pyo3(signature = (device, rank, size, id, mode=None, timeout=None))]
+    fn init_with_id(
+        py: Python<'_>,
+        device: &Bound<'_, PyAny>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        mode: Option<&str>,
+        timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let mode = call_mode(mode)?;
+        let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
         let dev = resolve_device(py, Some(device))?;
-        let comm = py.detach(|| AnyCommunicator::init_with_id(&dev, rank, size, id)).py_err_in(py, "init_with_id")?;
+        let comm = py
+            .detach(|| AnyCommunicator::init_with_id(&dev, rank, size, id, timeout, mode))
+            .py_err_in(py, "init_with_id")?;
         Ok(PyCommunicator { inner: Mutex::new(comm) })
     }
 
-    /// One communicator per device, for one process driving them all.
+    /// One communicator per device, for one process driving them all;
+    /// ``mode`` as for ``init_rank``.
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> [c.rank for c in dist.Communicator.init_all(["host", "host"])]
     ///     [0, 1]
     #[staticmethod]
-    fn init_all(py: Python<'_>, devices: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<Self>> {
+    #[pyo3(signature = (devices, mode=None))]
+    fn init_all(py: Python<'_>, devices: Vec<Bound<'_, PyAny>>, mode: Option<&str>) -> PyResult<Vec<Self>> {
+        let mode = call_mode(mode)?;
         let devs = devices.iter().map(|d| resolve_device(py, Some(d))).collect::<PyResult<Vec<_>>>()?;
-        let comms = py.detach(|| AnyCommunicator::init_all(&devs)).py_err_in(py, "init_all")?;
+        let comms = py.detach(|| AnyCommunicator::init_all(&devs, mode)).py_err_in(py, "init_all")?;
         Ok(comms.into_iter().map(|c| PyCommunicator { inner: Mutex::new(c) }).collect())
     }
 
@@ -371,6 +411,14 @@ impl PyCommunicator {
     #[getter]
     fn engine(&self) -> String {
         self.lock().engine()
+    }
+
+    /// How the calls wait: ``"blocking"`` or ``"bounded"`` (the mode asked
+    /// for, except that the host engine is always bounded by its store's
+    /// timeout and an NCCL or RCCL older than 2.14 always blocking).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.lock().mode().name()
     }
 
     /// Seconds ``synchronize`` waits before it aborts the communicator.

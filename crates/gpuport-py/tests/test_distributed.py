@@ -116,6 +116,66 @@ def test_a_short_recv_buffer_is_refused():
         a.all_gather(x, small)
 
 
+def test_mode_names_how_calls_wait_and_bad_names_say_what_is_accepted(monkeypatch):
+    import numpy as np
+
+    store = dist.TcpStore("127.0.0.1", 0, is_host=True, timeout=10.0)
+    for mode in ("blocking", "bounded", None):
+        comm = dist.init(device="host", rank=0, world_size=1, store=store, mode=mode)
+        # The host engine's waits are always bounded by its store's timeout.
+        assert comm.mode == "bounded"
+        x = gpuport.asarray(np.ones(3), device="host")
+        comm.all_reduce(x)
+        comm.synchronize()
+    (one,) = dist.init_all(["host"], mode="blocking")
+    assert one.mode == "bounded"
+    c = dist.Communicator(dist._Communicator.init_with_id("host", 0, 1, dist._Communicator.new_id("host"), timeout=7.5))
+    assert c.timeout == 7.5
+    for bad in (lambda: dist.init_all(["host"], mode="eager"),
+                lambda: dist.init(device="host", rank=0, world_size=1, store=store, mode="Bounded"),
+                lambda: dist._Communicator.init_with_id("host", 0, 1, b"", mode="async")):
+        with pytest.raises(ValueError, match='use "blocking" or "bounded"'):
+            bad()
+    with pytest.raises(ValueError, match="timeout=-1"):
+        dist._Communicator.init_with_id("host", 0, 1, dist._Communicator.new_id("host"), timeout=-1.0)
+
+
+def _one_cuda_device_with_nccl() -> str | None:
+    try:
+        gpuport.Device("cuda:0")
+    except gpuport.GpuError as e:
+        return f"a CUDA device is needed: {e}"
+    try:
+        dist._Communicator.new_id("cuda:0")
+    except gpuport.GpuError as e:
+        return f"NCCL is needed: {e}"
+    return None
+
+
+@pytest.mark.skipif(_one_cuda_device_with_nccl() is not None, reason=str(_one_cuda_device_with_nccl()))
+def test_nccl_communicators_are_made_in_the_mode_asked_for(monkeypatch):
+    import numpy as np
+
+    for mode in ("blocking", "bounded"):
+        c = dist.Communicator(
+            dist._Communicator.init_with_id("cuda:0", 0, 1, dist._Communicator.new_id("cuda:0"), mode=mode, timeout=30.0)
+        )
+        assert c.mode == mode, (mode, c.engine)
+        assert c.timeout == 30.0
+        x = gpuport.asarray(np.arange(4, dtype=np.float32), device="cuda:0")
+        c.all_reduce(x)
+        c.synchronize()
+        np.testing.assert_array_equal(x.to_numpy(), np.arange(4, dtype=np.float32))
+        (c2,) = dist.init_all(["cuda:0"], mode=mode)
+        assert c2.mode == mode
+        c.abort()
+        c2.abort()
+    monkeypatch.setenv("GPUPORT_COLLECTIVE_BOUNDED", "1")
+    (c3,) = dist.init_all(["cuda:0"])
+    assert c3.mode == "bounded"
+    c3.abort()
+
+
 def _two_cuda_devices() -> str | None:
     try:
         gpuport.Device("cuda:1")

@@ -32,17 +32,20 @@ pub(super) struct Comm<D: Driver> {
     pub(super) released: AtomicBool,
     /// How long a call may stay `ncclInProgress` (`Communicator::set_timeout`).
     pub(super) timeout: Mutex<Duration>,
+    /// Made non-blocking (`ncclCommInitRankConfig` with `blocking = 0`).
+    pub(super) non_blocking: bool,
 }
 
 impl<D: Driver> Comm<D> {
-    /// Owns `handle`, made for `device` by `lib` as `rank`; its timeout
-    /// starts as `timeout`.
+    /// Owns `handle`, made for `device` by `lib` as `rank` (non-blocking
+    /// or not); its timeout starts as `timeout`.
     pub(super) fn new(
         handle: usize,
         device: &Arc<GpuDevice<D>>,
         lib: &'static sys::Nccl,
         rank: usize,
         timeout: Duration,
+        non_blocking: bool,
     ) -> Self {
         Comm {
             handle,
@@ -51,6 +54,7 @@ impl<D: Driver> Comm<D> {
             rank,
             released: AtomicBool::new(false),
             timeout: Mutex::new(timeout),
+            non_blocking,
         }
     }
 

@@ -259,6 +259,12 @@ fn unique_id<D: Driver>(lib: &sys::Nccl, id: &[u8]) -> Result<sys::ncclUniqueId>
     Ok(unique)
 }
 
+/// Whether `lib` makes communicators asked for in `mode` non-blocking:
+/// `Bounded` ones, where the library is 2.14 or newer.
+fn made_non_blocking(lib: &sys::Nccl, mode: CallMode) -> bool {
+    mode == CallMode::Bounded && lib.api.non_blocking.is_some()
+}
+
 /// Starts rank `rank`'s communicator of `size` on the current device:
 /// `ncclCommInitRankConfig` with `blocking = 0` for a `Bounded` one where
 /// the library has it, else `ncclCommInitRank`. Returns the call's name,
@@ -271,7 +277,7 @@ fn init_rank_call(
     mode: CallMode,
 ) -> (&'static str, c_int, usize) {
     let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-    let non_blocking = lib.api.non_blocking.as_ref().filter(|_| mode == CallMode::Bounded);
+    let non_blocking = lib.api.non_blocking.as_ref().filter(|_| made_non_blocking(lib, mode));
     let (call, status) = match non_blocking {
         Some(nb) => {
             let mut config = sys::ncclConfig_t::non_blocking();
@@ -295,6 +301,14 @@ fn init_rank_call(
 unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     fn name(&self) -> String {
         engine_name(D::KIND, self.lib())
+    }
+
+    fn mode(&self) -> CallMode {
+        if self.comm.non_blocking {
+            CallMode::Bounded
+        } else {
+            CallMode::Blocking
+        }
     }
 
     fn new_id(device: &Arc<GpuDevice<D>>) -> Result<Vec<u8>> {
@@ -327,7 +341,8 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         if handle == 0 {
             return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
         }
-        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)) };
+        let non_blocking = made_non_blocking(lib, mode);
+        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout, non_blocking)) };
         // A failure leaves a communicator that cannot be used: abort it
         // (ncclCommDestroy would wait for peers that may never come).
         let check = wait::init_check(size);
@@ -342,7 +357,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration, mode: CallMode) -> Result<Vec<Self>> {
         let lib = library(D::KIND)?;
         let size = rank_int("devices", devices.len())?;
-        if lib.api.non_blocking.is_none() || mode == CallMode::Blocking {
+        if !made_non_blocking(lib, mode) {
             return init_all_blocking(lib, devices, timeout);
         }
         // ncclCommInitAll has no config: the same, as NCCL does it (one id,
@@ -370,7 +385,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
             }
             if handle != 0 {
-                comms.push(Arc::new(comm::Comm::new(handle, device, lib, rank, timeout)));
+                comms.push(Arc::new(comm::Comm::new(handle, device, lib, rank, timeout, true)));
             }
         }
         // SAFETY: no arguments; ends the group opened above on this thread.
@@ -539,7 +554,7 @@ fn init_all_blocking<D: Driver>(
         .into_iter()
         .zip(devices)
         .enumerate()
-        .map(|(rank, (c, d))| NcclEngine { comm: Arc::new(comm::Comm::new(c as usize, d, lib, rank, timeout)) })
+        .map(|(rank, (c, d))| NcclEngine { comm: Arc::new(comm::Comm::new(c as usize, d, lib, rank, timeout, false)) })
         .collect())
 }
 

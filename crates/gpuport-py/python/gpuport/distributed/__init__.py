@@ -130,6 +130,11 @@ class Communicator:
         return self._c.engine
 
     @property
+    def mode(self) -> str:
+        """How the calls wait: ``"blocking"`` or ``"bounded"`` (see ``init``)."""
+        return self._c.mode
+
+    @property
     def timeout(self) -> float:
         """Seconds ``synchronize`` waits before it aborts the communicator."""
         return self._c.timeout
@@ -308,6 +313,7 @@ def init(
     store: Any = None,
     *,
     mpi_comm: Any = None,
+    mode: str | None = None,
 ) -> Communicator:
     """This process's communicator.
 
@@ -319,7 +325,15 @@ def init(
       under torchrun on ``MASTER_ADDR`` and ``MASTER_PORT + 1``), or
       ``torch.distributed``'s store (anything with ``set`` and ``get``);
       or through ``mpi_comm`` (an ``mpi4py`` communicator), which
-      broadcasts rank 0's id.
+      broadcasts rank 0's id;
+    - ``mode`` is how NCCL's and RCCL's calls wait: ``"blocking"`` (their
+      default and fastest: a rank gone before its first connection blocks
+      that call; later failures end in ``synchronize``'s timeout) or
+      ``"bounded"`` (non-blocking communicators: every call, the start
+      included, gives up after ``timeout`` and aborts the communicator, at a
+      cost per call); ``None`` takes ``"bounded"`` when
+      ``GPUPORT_COLLECTIVE_BOUNDED=1``. The host engine's waits are always
+      bounded.
 
     >>> from gpuport import distributed as dist
     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
@@ -342,21 +356,21 @@ def init(
         unique = _Communicator.new_id(device) if rank == 0 else None
         unique = mpi_comm.bcast(unique, root=0)
         mpi_comm.Barrier()
-        return Communicator(_Communicator.init_with_id(device, rank, world_size, unique))
+        return Communicator(_Communicator.init_with_id(device, rank, world_size, unique, mode))
     if store is not None and not isinstance(store, TcpStore):
-        return _init_through(store, device, rank, world_size)
+        return _init_through(store, device, rank, world_size, mode)
     if store is None:
         if "GPUPORT_MASTER_PORT" not in os.environ and "MASTER_PORT" in os.environ:
             os.environ["GPUPORT_MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
             os.environ.setdefault("GPUPORT_MASTER_ADDR", os.environ.get("MASTER_ADDR", "127.0.0.1"))
         store = TcpStore.from_env(rank)
-    return Communicator(_Communicator.init_rank(device, rank, world_size, store))
+    return Communicator(_Communicator.init_rank(device, rank, world_size, store, mode))
 
 
 _THROUGH: dict[int, int] = {}
 
 
-def _init_through(store: Any, device: Any, rank: int, world_size: int) -> Communicator:
+def _init_through(store: Any, device: Any, rank: int, world_size: int, mode: str | None) -> Communicator:
     """``init`` through another library's store (``set``, ``get`` and ``add``,
     as ``torch.distributed.Store`` has): rank 0 sets the id, every rank
     reads it and counts itself in before the engine's blocking start."""
@@ -372,15 +386,16 @@ def _init_through(store: Any, device: Any, rank: int, world_size: int) -> Commun
             import time
 
             time.sleep(0.001)
-    return Communicator(_Communicator.init_with_id(device, rank, world_size, unique))
+    return Communicator(_Communicator.init_with_id(device, rank, world_size, unique, mode))
 
 
-def init_all(devices: Sequence[Any]) -> list[Communicator]:
+def init_all(devices: Sequence[Any], mode: str | None = None) -> list[Communicator]:
     """One communicator per device, for one process driving them all
     (``ncclCommInitAll``); call their collectives inside ``group``.
+    ``mode`` as for ``init``.
 
     >>> from gpuport import distributed as dist
     >>> [c.rank for c in dist.init_all(["host", "host"])]
     [0, 1]
     """
-    return [Communicator(c) for c in _Communicator.init_all(list(devices))]
+    return [Communicator(c) for c in _Communicator.init_all(list(devices), mode)]
