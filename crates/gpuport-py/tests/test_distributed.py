@@ -270,3 +270,50 @@ def test_ranks_meet_through_mpi4py(tmp_path):
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("mpi ok") == 2
+
+
+def test_collectives_are_captured_and_each_replay_runs_them(gpu_device):
+    """A collective enqueued on a capturing stream becomes part of the graph:
+    nothing runs at capture time, and every replay gathers what is in the
+    send buffer then (NCCL, or RCCL through the HIP-on-CUDA shim; one rank,
+    so ``out`` is ``x``)."""
+    import numpy as np
+
+    device = gpu_device
+    try:
+        (comm,) = dist.init_all([device])
+    except gpuport.GpuError as e:
+        pytest.skip(f"no collective engine for {device}: {e}")
+    n = 256
+    x = gpuport.asarray(np.zeros(n, dtype=np.uint32), device=device)
+    out = gpuport.asarray(np.full(n, 5, dtype=np.uint32), device=device)
+    x.synchronize()
+    out.synchronize()
+    s = gpuport.Stream(device)
+    with s.capture() as g:
+        comm.all_gather(x, out, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), 5, err_msg="captured work must not run at capture time")
+    for i in (3, 9):
+        x.read_numpy_array(np.full(n, i, dtype=np.uint32))
+        x.move_memory("device")
+        g.replay(s)
+        s.synchronize()
+        np.testing.assert_array_equal(out.to_numpy(), i, err_msg=f"replay with {i}")
+    comm.abort()
+
+
+def test_the_host_engine_refuses_a_capturing_stream_and_the_capture_survives():
+    """The host engine runs each collective on the calling thread once the
+    stream's earlier work is done, so it cannot be captured: a GraphError
+    saying so, and the capture goes on."""
+    import numpy as np
+
+    (comm,) = dist.init_all(["host"])
+    x = gpuport.asarray(np.ones(4, dtype=np.float32), device="host")
+    s = gpuport.Stream("host")
+    with s.capture() as g:
+        with pytest.raises(gpuport.GraphError, match="capturing a graph"):
+            comm.all_reduce(x, stream=s)
+        assert s.is_capturing
+    assert g.is_captured
