@@ -497,7 +497,7 @@ fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(
     for _ in 0..3 {
         a.before_replay(&s).unwrap();
         exec.launch(&s).unwrap();
-        a.after_replay(&s, &written).unwrap();
+        a.after_replay(&s, &written, true).unwrap();
     }
     a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
     assert_eq!(a.get([N - 1], None).unwrap(), 3.0 * (N - 1) as f32, "three replays, each one add_index");
@@ -512,7 +512,7 @@ fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(
     a.before_replay(&s).unwrap();
     b.before_replay(&s).unwrap();
     both.launch(&s).unwrap();
-    a.after_replay(&s, &written).unwrap();
+    a.after_replay(&s, &written, true).unwrap();
     a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
     assert_eq!(a.get([N - 1], None).unwrap(), 6.0 * (N - 1) as f32 + 1.0, "one replay of scale and axpy");
     drop(both);

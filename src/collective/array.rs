@@ -71,6 +71,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         // elements (what `op` reads and writes), kept alive by the array
         // until the work recorded as its pending work has run.
         a.with_device_data(kind.name(), writes, stream, None, |p| unsafe { self.enqueue_raw(&op, p, p, stream) })
+            .map(|(r, _)| r)
     }
 
     /// Every rank's `a` becomes the reduction of all ranks' `a`.
@@ -190,7 +191,9 @@ impl<B: CollectiveBackend> Communicator<B> {
             // element counts checked above, kept alive by the arrays until
             // the work recorded as their pending work has run.
             recv.with_device_data(what, true, stream, None, |r| unsafe { self.enqueue_raw(&op, s, r, stream) })
+                .map(|(r, _)| r)
         })
+        .map(|(r, _)| r)
     }
 
     /// Sends `send` to rank `to` and receives `recv` from rank `from`, as one
@@ -219,7 +222,9 @@ impl<B: CollectiveBackend> Communicator<B> {
                     self.enqueue_raw(&r_op, 0, r, stream)
                 })
             })
+            .map(|(r, _)| r)
         })
+        .map(|(r, _)| r)
     }
 
     /// All-reduce of one array per communicator of one process
@@ -288,10 +293,12 @@ fn nest<T: Element, const N: usize, D: Device>(
     f: &mut dyn FnMut(&[u64]) -> Result<()>,
 ) -> Result<()> {
     match (arrays.split_first_mut(), streams.split_first()) {
-        (Some((a, rest)), Some((s, more))) => a.with_device_data("all_reduce", true, s, None, |p| {
-            addresses.push(p);
-            nest(rest, more, addresses, f)
-        }),
+        (Some((a, rest)), Some((s, more))) => a
+            .with_device_data("all_reduce", true, s, None, |p| {
+                addresses.push(p);
+                nest(rest, more, addresses, f)
+            })
+            .map(|(r, _)| r),
         _ => f(addresses),
     }
 }

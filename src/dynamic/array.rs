@@ -181,20 +181,23 @@ pub trait DynArray: Send + Sync {
     /// capturing stream; see `MemArray::after_replay`).
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
     /// Runs `enqueue` with the address of the array's device copy, ordered
-    /// on `s` as a kernel method is (see `MemArray::with_device_data`).
+    /// on `s` as a kernel method is, or captured when `s` is capturing
+    /// (then the device copy, for ordering replays; see
+    /// `MemArray::with_device_data`).
     fn with_device_data(
         &mut self,
         what: &'static str,
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<()>;
+    ) -> Result<Option<Owner>>;
     /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_owner`).
     fn device_copy_owner(&self) -> Option<Owner>;
     /// Orders `s` after the array's pending work, before a replay on `s`.
     fn before_replay(&self, s: &AnyStream) -> Result<()>;
-    /// After a replay on `s` of a graph that wrote `written` (see `MemArray::after_replay`).
-    fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()>;
+    /// After a replay on `s` of a graph that used (`writes`: wrote) `written`
+    /// (see `MemArray::after_replay`).
+    fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()>;
     /// Sets every element of the host copy (which becomes the only current
     /// one) to the element whose bytes are `value` (`itemsize` bytes, a valid
     /// value of the dtype).
@@ -286,9 +289,9 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Option<Owner>> {
         let st = self.stream(s)?.clone();
-        self.a.with_device_data(what, writes, &st, None, enqueue)
+        self.a.with_device_data(what, writes, &st, None, enqueue).map(|((), captured)| captured)
     }
     fn order_on(&self, consumer: &AnyStream) -> Result<()> {
         match self.a.pending_event() {
@@ -316,9 +319,9 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn before_replay(&self, s: &AnyStream) -> Result<()> {
         self.a.before_replay(self.stream(s)?)
     }
-    fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()> {
+    fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()> {
         let s = s.of(self.a.device())?;
-        self.a.after_replay(s, written)
+        self.a.after_replay(s, written, writes)
     }
     fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()> {
         let v = element_from_bytes::<T>(value, self.dtype)?;
@@ -662,14 +665,17 @@ impl AnyArray {
     /// array moves to the device first and records the work as its pending
     /// work, as its kernel methods do; an import gives its memory when it
     /// is the device's own (the caller keeps the import alive until `s`
-    /// has run the work). `writes`: the work writes the data.
+    /// has run the work). `writes`: the work writes the data. On a
+    /// capturing `s` an owned array's work is captured and its device copy
+    /// returned, to order replays with [`before_replay`](Self::before_replay)
+    /// and [`after_replay`](Self::after_replay); `None` otherwise.
     pub fn with_device_data(
         &mut self,
         what: &'static str,
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Option<Owner>> {
         match self {
             AnyArray::Owned(a) => a.with_device_data(what, writes, s, enqueue),
             AnyArray::Imported(f) => {
@@ -690,7 +696,9 @@ impl AnyArray {
                         ),
                     });
                 }
-                enqueue(f.data)
+                // An import's memory is its producer's: the caller keeps the
+                // array (and so the memory) alive for the stream or graph.
+                enqueue(f.data).map(|()| None)
             }
         }
     }
@@ -704,12 +712,14 @@ impl AnyArray {
         }
     }
 
-    /// After a replay on `s` of a graph that wrote `written` (the result of
-    /// a captured [`add_index`](Self::add_index)): the replay becomes the
-    /// array's pending work, and its device copy the current one.
-    pub fn after_replay(&mut self, s: &AnyStream, written: &Owner) -> Result<()> {
+    /// After a replay on `s` of a graph that used `written` (the device
+    /// copy a captured [`add_index`](Self::add_index) or
+    /// [`with_device_data`](Self::with_device_data) gave): the replay
+    /// becomes the array's pending work and, when it `writes` the copy, the
+    /// device copy the current one.
+    pub fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()> {
         match self {
-            AnyArray::Owned(a) => a.after_replay(s, written),
+            AnyArray::Owned(a) => a.after_replay(s, written, writes),
             AnyArray::Imported(_) => Ok(()),
         }
     }

@@ -533,7 +533,7 @@ mod tests {
             self.0.lock().unwrap().before_replay(s)
         }
         fn after(&self, s: &AnyStream) -> Result<()> {
-            self.0.lock().unwrap().after_replay(s, &self.1)
+            self.0.lock().unwrap().after_replay(s, &self.1, true)
         }
     }
 

@@ -468,10 +468,7 @@ impl PyMemArray {
         let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
         drop(st);
         if let Some(written) = written {
-            let user = Arc::new(ReplayedArray { array: slf.clone().unbind(), written });
-            // Refused where another library (torch, CuPy) captures the
-            // stream: its replays are not seen (README: Graphs).
-            let _ = gpuport::dynamic::graph::use_in_replays(&s, user);
+            ReplayedArray::order_replays(&s, slf, written, true);
         }
         Ok(())
     }
@@ -638,15 +635,32 @@ impl PyMemArray {
     }
 }
 
-/// A `MemArray` whose `add_index` a gpuport graph captured: each replay
-/// is ordered after the array's pending work, and becomes its pending work.
-struct ReplayedArray {
+/// A `MemArray` whose device copy a gpuport graph captured work on
+/// (`add_index`, a collective): each replay is ordered after the array's
+/// pending work, and becomes its pending work.
+pub(crate) struct ReplayedArray {
     array: Py<PyMemArray>,
-    /// The device copy the graph writes.
+    /// The device copy the graph uses.
     written: gpuport::backend::Owner,
+    /// Whether the graph writes it (then it becomes the current copy).
+    writes: bool,
 }
 
 impl ReplayedArray {
+    /// Orders replays on `stream` of the graph it is capturing with the
+    /// work on `array`'s device copy `used` that was just captured. Refused
+    /// (and ignored) where another library (torch, CuPy) captures the
+    /// stream: its replays are not seen (README: Graphs).
+    pub(crate) fn order_replays(
+        stream: &AnyStream,
+        array: &Bound<'_, PyMemArray>,
+        used: gpuport::backend::Owner,
+        writes: bool,
+    ) {
+        let user = Arc::new(ReplayedArray { array: array.clone().unbind(), written: used, writes });
+        let _ = gpuport::dynamic::graph::use_in_replays(stream, user);
+    }
+
     fn with_state(&self, f: impl FnOnce(&mut AnyArray) -> gpuport::Result<()> + Send) -> gpuport::Result<()> {
         Python::attach(|py| {
             let mut st = self.array.get().state(py).map_err(|e| gpuport::Error::InvalidArgument {
@@ -663,6 +677,6 @@ impl gpuport::dynamic::graph::ReplayUse for ReplayedArray {
         self.with_state(|a| a.before_replay(stream))
     }
     fn after(&self, stream: &AnyStream) -> gpuport::Result<()> {
-        self.with_state(|a| a.after_replay(stream, &self.written))
+        self.with_state(|a| a.after_replay(stream, &self.written, self.writes))
     }
 }

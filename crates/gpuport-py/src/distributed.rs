@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::adapters::{to_range, Keep, Ptr};
+use crate::array::ReplayedArray;
 use crate::device::spec;
 use crate::device::{resolve_device, resolve_stream, PyDevice};
 use crate::dtype::dtype_from_py;
@@ -490,29 +491,50 @@ impl PyCommunicator {
         let name = op.kind.name();
         let (sa, ra): (Option<&mut AnyArray>, Option<&mut AnyArray>) =
             (send_state.as_deref_mut(), recv_state.as_deref_mut());
+        // The device copies a capture used, for ordering its replays.
+        let (mut send_used, mut recv_used) = (None, None);
         py.detach(|| {
             let run = |sp: u64, rp: u64| {
                 // SAFETY: raw operands were checked against the size their
                 // object holds (or are the caller's raw device pointer, as
                 // in runtime.memcpy) and are parked below until the stream
                 // has run the collective (after the group's end, inside a
-                // group); a gpuport array gives its device copy through
-                // `with_device_data`, which records the collective as the
-                // array's pending work.
+                // group; by the graph, in a capture); a gpuport array gives
+                // its device copy through `with_device_data`, which records
+                // the collective as the array's pending work (or has the
+                // graph keep the copy, in a capture).
                 unsafe { c.enqueue_raw(&op, sp, rp, &s) }
             };
             match (sa, ra) {
                 (None, None) => run(send_addr, recv_addr),
-                (Some(a), None) if same => a.with_device_data(name, true, &s, &mut |p| run(p, p)),
-                (Some(a), None) => a.with_device_data(name, false, &s, &mut |p| run(p, recv_addr)),
-                (None, Some(b)) => b.with_device_data(name, true, &s, &mut |p| run(send_addr, p)),
-                (Some(a), Some(b)) => a.with_device_data(name, false, &s, &mut |sp| {
-                    b.with_device_data(name, true, &s, &mut |rp| run(sp, rp))
-                }),
+                (Some(a), None) if same => {
+                    recv_used = a.with_device_data(name, true, &s, &mut |p| run(p, p))?;
+                    Ok(())
+                }
+                (Some(a), None) => {
+                    send_used = a.with_device_data(name, false, &s, &mut |p| run(p, recv_addr))?;
+                    Ok(())
+                }
+                (None, Some(b)) => {
+                    recv_used = b.with_device_data(name, true, &s, &mut |p| run(send_addr, p))?;
+                    Ok(())
+                }
+                (Some(a), Some(b)) => {
+                    send_used = a.with_device_data(name, false, &s, &mut |sp| {
+                        recv_used = b.with_device_data(name, true, &s, &mut |rp| run(sp, rp))?;
+                        Ok(())
+                    })?;
+                    Ok(())
+                }
             }
         })
         .py_err_in(py, name)?;
         drop((send_state, recv_state));
+        for (operand, used, writes) in [(&send, send_used, false), (&recv, recv_used, true)] {
+            if let (Operand::Array(a), Some(used)) = (operand, used) {
+                ReplayedArray::order_replays(&s, a, used, writes);
+            }
+        }
         let operands: Vec<Ptr> = [send, recv].into_iter().filter_map(Operand::into_kept).collect();
         // Inside a group the engine enqueues at the group's end: park then.
         let mut operands = Some(operands);

@@ -300,6 +300,10 @@ def test_collectives_are_captured_and_each_replay_runs_them(gpu_device):
         g.replay(s)
         s.synchronize()
         np.testing.assert_array_equal(out.to_numpy(), i, err_msg=f"replay with {i}")
+    x.read_numpy_array(np.zeros(n, dtype=np.uint32))  # the current copy is the host's now
+    with s.capture():
+        with pytest.raises(gpuport.GraphError, match="move the array to the device"):
+            comm.all_gather(x, out, stream=s)
     comm.abort()
 
 

@@ -25,9 +25,9 @@ pub(super) fn not_capturable<B: Backend>(op: &'static str, why: &str) -> Error {
 impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// The checks of [`prepare_captured_kernel`](Self::prepare_captured_kernel);
     /// gives the device copy to the capture's graph.
-    pub(super) fn check_capturable(&self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        self.check_lock("kernel", lock)?;
-        let refuse = |why: &str| not_capturable::<D::B>("kernel", why);
+    pub(super) fn check_capturable(&self, op: &'static str, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        self.check_lock(op, lock)?;
+        let refuse = |why: &str| not_capturable::<D::B>(op, why);
         if self.len > 0 && (!self.residency.includes(Location::Device) || self.buffer.is_none()) {
             return Err(refuse(
                 "the array's current data is on the host: a copy to the device cannot be captured (it would \
@@ -61,12 +61,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.order_after_pending(stream)
     }
 
-    /// After a replay on `stream` of a graph that captured kernel methods of
-    /// the array while its device copy was `written`
-    /// ([`device_copy_owner`](Self::device_copy_owner)): the replay's end
-    /// becomes the array's pending work, and the device copy the only
-    /// current one. Nothing changes if the array no longer has that copy
-    /// (the replay wrote memory the graph keeps, no longer the array's).
+    /// After a replay on `stream` of a graph that captured work on the
+    /// array's device copy `written` ([`device_copy_owner`](Self::device_copy_owner)):
+    /// the replay's end becomes the array's pending work (so host access and
+    /// drop wait for it), and, when the graph `writes` the copy, the device
+    /// copy becomes the only current one. Nothing changes if the array no
+    /// longer has that copy (the replay used memory the graph keeps, no
+    /// longer the array's).
     ///
     /// ```
     /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
@@ -81,18 +82,20 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// for _ in 0..2 {
     ///     a.before_replay(&s)?;
     ///     exec.launch(&s)?;
-    ///     a.after_replay(&s, &written)?;
+    ///     a.after_replay(&s, &written, true)?;
     /// }
     /// a.move_to(Location::Host, &s, Transfer::Sync, None)?;
     /// assert_eq!(a.get([2], None)?, 4);
     /// # Ok::<(), gpuport::Error>(())
     /// ```
-    pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &Owner) -> Result<()> {
+    pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &Owner, writes: bool) -> Result<()> {
         let Some(copy) = &self.buffer else { return Ok(()) };
         if !std::ptr::addr_eq(Arc::as_ptr(copy), Arc::as_ptr(written)) {
             return Ok(());
         }
-        self.residency = Residency::Device;
+        if writes {
+            self.residency = Residency::Device;
+        }
         self.record_pending(stream)
     }
 }

@@ -1,8 +1,9 @@
 //! Work that another module enqueues on an array's device copy (the
 //! collectives of `crate::collective`), ordered as the kernel methods are.
 
-use super::{capture::not_capturable, Location, MemArray, Residency};
+use super::{Location, MemArray, Residency};
 use crate::array::{Element, LockId, Transfer};
+use crate::backend::graph::Owner;
 use crate::backend::{Device, DeviceMemory, Stream};
 use crate::error::Result;
 
@@ -12,11 +13,18 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// moved to the device first, `stream` waits for the array's pending
     /// work, and the enqueued work becomes the array's pending work, which
     /// host access and drop wait for. `writes`: the device copy becomes the
-    /// only current one. Refused on a capturing stream (`what` names the
-    /// operation in the error).
+    /// only current one.
+    ///
+    /// On a capturing stream the work is captured as a kernel method is
+    /// (see `prepare_captured_kernel`): the device copy must be current and
+    /// any pending work on this stream or done; the graph keeps the copy;
+    /// the copy is returned ([`device_copy_owner`](Self::device_copy_owner))
+    /// for ordering replays with [`before_replay`](Self::before_replay) and
+    /// [`after_replay`](Self::after_replay). `None` otherwise.
     ///
     /// `enqueue` must only enqueue work on `stream` that uses the address
-    /// and must not keep it: the address is valid until that work has run.
+    /// and must not keep it: the address is valid until that work has run
+    /// (every replay's, for a captured one).
     pub(crate) fn with_device_data<R>(
         &mut self,
         what: &'static str,
@@ -24,12 +32,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         stream: &Stream<D::B>,
         lock: Option<LockId>,
         enqueue: impl FnOnce(u64) -> Result<R>,
-    ) -> Result<R> {
-        if self.device.capture_status(stream)?.is_capturing() {
-            return Err(not_capturable::<D::B>(what, "collectives are not captured into graphs"));
+    ) -> Result<(R, Option<Owner>)> {
+        let captured = self.device.capture_status(stream)?.is_capturing();
+        if captured {
+            self.check_capturable(what, stream, lock)?;
+        } else {
+            self.move_to(Location::Device, stream, Transfer::Async, lock)?;
+            self.order_after_pending(stream)?;
         }
-        self.move_to(Location::Device, stream, Transfer::Async, lock)?;
-        self.order_after_pending(stream)?;
         let copy = self.device_copy(what, lock)?.cloned();
         if writes {
             self.residency = Residency::Device;
@@ -41,7 +51,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             }
             None => enqueue(0)?,
         };
+        if captured {
+            // An event recorded inside a capture means nothing until a
+            // replay: `pending` stays, and replays are ordered by the caller.
+            return Ok((out, self.device_copy_owner()));
+        }
         self.record_pending(stream)?;
-        Ok(out)
+        Ok((out, None))
     }
 }

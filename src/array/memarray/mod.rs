@@ -970,7 +970,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         }
         if self.device.capture_status(stream)?.is_capturing() {
             // `x` is only read: captured as `self` is, but its residency stays.
-            x.check_capturable(stream, None)?;
+            x.check_capturable("kernel", stream, None)?;
             if let (Some(y), Some(xb)) = (self.prepare_captured_kernel(stream, lock)?, x.buffer.clone()) {
                 // SAFETY: as in `add_index`, captured: the graph keeps both copies.
                 unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &*y, &*xb, alpha, stream)? };
@@ -1021,7 +1021,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         stream: &Stream<D::B>,
         lock: Option<LockId>,
     ) -> Result<Option<Arc<DeviceCopy<D>>>> {
-        self.check_capturable(stream, lock)?;
+        self.check_capturable("kernel", stream, lock)?;
         self.residency = Residency::Device;
         Ok(self.buffer.clone())
     }
