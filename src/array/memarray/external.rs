@@ -45,6 +45,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             self.residency = Residency::Device;
         }
         let out = match &copy {
+            // Captured as kernel methods are: the graph keeps the copy, and
+            // no cross-stream wait (`use_on`) may enter the capture.
+            Some(c) if captured => enqueue(c.device_ptr())?,
             Some(c) => {
                 let on = c.use_on(stream)?;
                 enqueue(on.device_ptr())?

@@ -131,7 +131,12 @@ class Communicator:
 
     @property
     def mode(self) -> str:
-        """How the calls wait: ``"blocking"`` or ``"bounded"`` (see ``init``)."""
+        """How the calls wait: ``"blocking"`` or ``"bounded"`` (see ``init``).
+
+        >>> from gpuport import distributed as dist
+        >>> dist.init_all(["host"], mode="blocking")[0].mode  # the host engine's waits are always bounded
+        'bounded'
+        """
         return self._c.mode
 
     @property
