@@ -177,6 +177,7 @@ impl ExportSource {
         device: DLDevice,
         dtype: DLDataType,
         ndim: usize,
+        byte_offset: u64,
         fill: impl FnOnce(&mut Dims),
         keep: Arc<dyn Send + Sync>,
         flags: u64,
@@ -204,7 +205,7 @@ impl ExportSource {
             addr_of_mut!((*src).dtype).write(dtype);
             addr_of_mut!((*src).ndim).write(ndim);
             addr_of_mut!((*src).dims).write(Dims::new());
-            addr_of_mut!((*src).byte_offset).write(0);
+            addr_of_mut!((*src).byte_offset).write(byte_offset);
             addr_of_mut!((*src)._keep).write(keep);
             fill(&mut *addr_of_mut!((*src).dims));
             debug_assert_eq!((*src).dims.len(), 2 * ndim);
@@ -224,24 +225,21 @@ impl ExportSource {
     /// since gpuport holds those elements one per byte.
     #[inline]
     pub fn into_versioned(self, flags: u64) -> ManagedTensorVersioned {
-        let flags =
-            if dtype_is_subbyte(self.dtype) { flags | DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED } else { flags };
-        let ctx = Box::into_raw(Box::new(VersionedCtx {
-            managed: DLManagedTensorVersioned {
-                version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: None,
-                flags,
-                dl_tensor: null_tensor(),
-            },
-            source: self,
-        }));
-        // SAFETY: as in `into_legacy`.
+        let ExportSource { data, device, dtype, ndim, dims, byte_offset, _keep } = self;
+        // SAFETY: `self` was made under `new`'s contract, and its `dims`
+        // hold the shape and the strides, `2 * ndim` values.
         unsafe {
-            (*ctx).managed.dl_tensor = (*ctx).source.tensor();
-            (*ctx).managed.manager_ctx = ctx.cast::<c_void>();
-            (*ctx).managed.deleter = Some(versioned_deleter);
-            ManagedTensorVersioned { ptr: NonNull::new_unchecked(std::ptr::addr_of_mut!((*ctx).managed)) }
+            Self::versioned_in_place(
+                data,
+                device,
+                dtype,
+                ndim,
+                byte_offset,
+                |d| d.extend_from_slice(&dims),
+                _keep,
+                flags,
+                DLPACK_MINOR_VERSION,
+            )
         }
     }
 }

@@ -345,6 +345,7 @@ impl Export {
                 device,
                 dtype.dlpack(),
                 shape.len(),
+                0,
                 |dims| Self::fill_dims(&shape, strides.as_ref(), dims),
                 keep,
                 flags,

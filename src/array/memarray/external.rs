@@ -57,7 +57,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if captured {
             // An event recorded inside a capture means nothing until a
             // replay: `pending` stays, and replays are ordered by the caller.
-            return Ok((out, self.device_copy_owner()));
+            return Ok((out, copy.map(|c| c as Owner)));
         }
         self.record_pending(stream)?;
         Ok((out, None))
