@@ -145,6 +145,49 @@ fn upload_from_slice_fills_host_and_device_copies(#[case] spec: &str) {
     with_device!(dev, d => uploads_land_whole_in_both_copies(d));
 }
 
+/// `read_from_slice` uploads as it copies when the data lives on a GPU
+/// device (a new array, or a current device copy) and copies to the host
+/// alone once the host copy is in use; the host backend always copies.
+fn reads_go_where_the_data_lives<D: Device>(dev: &Arc<D>, on_gpu: bool) {
+    let stream = dev.create_stream().unwrap();
+    let n = (1 << 18) + 3; // four pieces with a remainder
+    let data = iota(n);
+    let uploaded = if on_gpu { Residency::Both } else { Residency::Host };
+    // The device copy alone (where there is one) must hold `want`.
+    let holds = |a: &mut MemArray<f32, 1, D>, want: &[f32], what: &str| {
+        if a.residency() != Residency::Host {
+            a.device_ptr_mut(None).unwrap();
+            a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+        }
+        assert!(a.to_vec(None).unwrap() == want, "{what}: the array differs from the data read");
+    };
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [n]).unwrap();
+    a.read_from_slice(&data, &stream, None).unwrap();
+    assert_eq!(a.residency(), uploaded, "a new array");
+    holds(&mut a, &data, "a new array");
+    // A current device copy: the read uploads.
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    let twice: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
+    a.read_from_slice(&twice, &stream, None).unwrap();
+    assert_eq!(a.residency(), uploaded, "a current device copy");
+    holds(&mut a, &twice, "a current device copy");
+    // The host copy in use (written on the host): a plain host copy.
+    a.as_mut_slice(None).unwrap()[0] = 1.0;
+    a.read_from_slice(&data, &stream, None).unwrap();
+    assert_eq!(a.residency(), Residency::Host, "a host copy in use");
+    assert!(a.to_vec(None).unwrap() == data);
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn read_from_slice_uploads_only_when_the_data_lives_on_the_device(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    let on_gpu = dev.backend() != gpuport::BackendKind::Host;
+    with_device!(dev, d => reads_go_where_the_data_lives(d, on_gpu));
+}
+
 fn uploads_are_async_and_host_writes_wait<D: Device>(dev: &Arc<D>) {
     let stream = dev.create_stream().unwrap();
     let n = 1 << 20; // 4 MiB: four pieces

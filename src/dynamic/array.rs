@@ -172,8 +172,10 @@ pub trait DynArray: Send + Sync {
     fn order_on(&self, consumer: &AnyStream) -> Result<()>;
     /// A new array with the same contents.
     fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>>;
-    /// Copies the elements of `t` (same shape and dtype) into the array.
-    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()>;
+    /// Copies the elements of host-accessible `t` (same shape and dtype)
+    /// into the array where its data lives, an upload enqueued on `s` when
+    /// that is the device (see `MemArray::read_from_slice`).
+    fn read_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
     /// Copies the elements of host-accessible `t` into both copies of the
     /// array, the upload enqueued on `s` (see `MemArray::upload_from_slice`).
     fn upload_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
@@ -302,8 +304,9 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>> {
         Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))
     }
-    fn read_imported(&mut self, t: &ImportedTensor, lock: Option<LockId>) -> Result<()> {
-        self.with_elements_of(t, |a, src| a.copy_from_slice(src, lock))
+    fn read_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        let s = s.of(self.a.device())?;
+        self.with_elements_of(t, |a, src| a.read_from_slice(src, s, lock))
     }
     fn upload_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
         let s = s.of(self.a.device())?;

@@ -314,8 +314,11 @@ impl PyMemArray {
     }
 
     /// Copies `array` (anything with `__dlpack__` on host memory, e.g. a
-    /// NumPy array) into the host copy, which becomes the current copy. The
-    /// shape must match. A different dtype is cast with NumPy under the
+    /// NumPy array) into the host copy, which becomes current. On a GPU
+    /// device, when the device copy was current or the array is new, the
+    /// copy is also uploaded as it is made, on the default stream (both
+    /// copies current: a later `move_memory("device")` has nothing to do);
+    /// otherwise the host copy alone is current. The shape must match. A different dtype is cast with NumPy under the
     /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
@@ -347,9 +350,12 @@ impl PyMemArray {
                 ),
             ));
         }
+        let s = resolve_stream(py, &self.meta.device, None)?;
         let mut st = self.state(py)?;
         match &mut *st {
-            AnyArray::Owned(a) => py.detach(|| a.read_imported(p.tensor(), None)).py_err_in(py, "read_numpy_array"),
+            AnyArray::Owned(a) => {
+                py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err_in(py, "read_numpy_array")
+            }
             AnyArray::Imported(_) => Err(errors::residency(
                 py,
                 "read_numpy_array into an imported array: write through its producer instead".into(),

@@ -78,8 +78,9 @@ fn from_dlpack_protocol(
             return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
         }
         let host = py.detach(|| gpuport::open("host")).py_err(py)?;
+        let s = resolve_stream(py, &host, None)?;
         let mut a = new_like(py, t, &host)?;
-        py.detach(|| a.read_imported(p.tensor(), None)).py_err(py)?;
+        py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err(py)?;
         return Ok(PyMemArray::from_owned(a));
     }
     let p = import_producer(py, obj, stream, copy)?;

@@ -32,7 +32,8 @@ def test_memarray_flow(device, shape, dtype):
     a.move_memory("device")
     init = init_array(shape, dtype)
     a.read_numpy_array(init)
-    assert a.residency == "host"
+    # On a GPU the device copy was current, so the read is uploaded too.
+    assert a.residency == ("host" if device.spec == "host" else "both")
     a.move_memory("device")
     assert a.residency == "both"
 
@@ -125,6 +126,23 @@ def test_read_numpy_array_converts_a_non_native_byte_order(device):
     a = gpuport.MemArray((4,), "float32", device=device)
     a.read_numpy_array(np.arange(4, dtype=">f4"))  # float32 by name, big-endian bytes
     np.testing.assert_array_equal(a.to_numpy(), [0, 1, 2, 3])
+
+
+def test_read_numpy_array_uploads_where_the_data_lives_on_the_gpu(gpu_device):
+    # A new array, or one whose device copy is current, is uploaded as it is
+    # read (so move_memory("device") has nothing left to do); an array whose
+    # host copy is in use gets the host copy alone.
+    n = (1 << 18) + 3
+    x = np.arange(n, dtype=np.float32)
+    a = gpuport.MemArray((n,), "float32", device=gpu_device)
+    a.read_numpy_array(x)
+    assert a.residency == "both"
+    a.add_index()  # on the device copy: it must hold x
+    np.testing.assert_array_equal(a.to_numpy(), ref_add_index(x))
+    a.fill(1.0)  # the host copy is in use now
+    a.read_numpy_array(x)
+    assert a.residency == "host"
+    np.testing.assert_array_equal(a.to_numpy(), x)
 
 
 def test_new_arrays_read_zero_where_freed_arrays_held_data(device):

@@ -36,6 +36,47 @@ fn piece_len<T>(len: usize) -> usize {
 }
 
 impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// Copies `src` (row-major, `len()` elements) into the array where its
+    /// data lives: on a GPU device, when the device copy is current or the
+    /// array has not been used on the host since it was created, this is
+    /// [`upload_from_slice`](Self::upload_from_slice) on `stream` (both
+    /// copies current, the upload pending); otherwise it is
+    /// [`copy_from_slice`](Self::copy_from_slice) (the host copy alone is
+    /// current).
+    ///
+    /// Why: reading host data into an array bound for the device, then
+    /// moving it, ran the host copy and the whole DMA one after the other
+    /// (the seed's `read_numpy_array` + `move_memory`, 1.23–1.28× torch's
+    /// `from_numpy(x).to("cuda")` for 1 MiB on the H100, BENCHMARKS.md
+    /// run 34). An array whose host copy is in use keeps the plain copy, so
+    /// host-side work never waits for an upload it did not ask for.
+    ///
+    /// Errors: those of the method it becomes.
+    ///
+    /// ```
+    /// use gpuport::{Device, array::{MemArray, Residency}};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let mut a = MemArray::<f32, 1, _>::zeros(&dev, [3])?;
+    /// a.read_from_slice(&[1.0, 2.0, 3.0], dev.default_stream(), None)?;
+    /// assert_eq!(a.residency(), Residency::Host); // the host backend: a host copy
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn read_from_slice(&mut self, src: &[T], stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        if self.lives_on_device() {
+            self.upload_from_slice(src, stream, lock)
+        } else {
+            self.copy_from_slice(src, lock)
+        }
+    }
+
+    /// Whether new data for the array belongs on its device: a GPU device
+    /// whose copy is current, or whose host copy is untouched since
+    /// creation.
+    fn lives_on_device(&self) -> bool {
+        <D::B as Backend>::KIND != BackendKind::Host
+            && (self.residency.includes(Location::Device) || !self.host.is_written())
+    }
+
     /// Copies `src` (row-major, `len()` elements) into the host copy and
     /// uploads it to the device copy on `stream`, piece by piece as it is
     /// copied. Afterwards both copies are current and the upload is
