@@ -145,37 +145,83 @@ fn upload_from_slice_fills_host_and_device_copies(#[case] spec: &str) {
     with_device!(dev, d => uploads_land_whole_in_both_copies(d));
 }
 
-/// `read_from_slice` uploads as it copies when the data lives on a GPU
-/// device (a new array, or a current device copy) and copies to the host
-/// alone once the host copy is in use; the host backend always copies.
+/// `read_from_slice` stages an upload as it copies when the data lives on a
+/// GPU device (a new array, a current device copy, or a staged last read),
+/// so the move to the device copies nothing; once the host copy is in use
+/// it copies on the host alone. The host backend always copies on the host.
 fn reads_go_where_the_data_lives<D: Device>(dev: &Arc<D>, on_gpu: bool) {
     let stream = dev.create_stream().unwrap();
     let n = (1 << 18) + 3; // four pieces with a remainder
     let data = iota(n);
-    let uploaded = if on_gpu { Residency::Both } else { Residency::Host };
-    // The device copy alone (where there is one) must hold `want`.
-    let holds = |a: &mut MemArray<f32, 1, D>, want: &[f32], what: &str| {
-        if a.residency() != Residency::Host {
-            a.device_ptr_mut(None).unwrap();
-            a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
-        }
-        assert!(a.to_vec(None).unwrap() == want, "{what}: the array differs from the data read");
+    // Moves to the device, then checks the device copy alone holds `want`.
+    let device_holds = |a: &mut MemArray<f32, 1, D>, want: &[f32], what: &str| {
+        a.move_to(Location::Device, &stream, Transfer::Async, None).unwrap();
+        assert!(!a.is_staged(), "{what}: the move must end the staging");
+        a.device_ptr_mut(None).unwrap();
+        a.move_to(Location::Host, &stream, Transfer::Sync, None).unwrap();
+        assert!(a.to_vec(None).unwrap() == want, "{what}: the device copy differs from the data read");
     };
     let mut a = MemArray::<f32, 1, D>::zeros(dev, [n]).unwrap();
     a.read_from_slice(&data, &stream, None).unwrap();
-    assert_eq!(a.residency(), uploaded, "a new array");
-    holds(&mut a, &data, "a new array");
-    // A current device copy: the read uploads.
-    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    assert_eq!(a.residency(), Residency::Host, "a new array: the host copy is what the read reports");
+    assert_eq!(a.is_staged(), on_gpu, "a new array");
+    device_holds(&mut a, &data, "a new array");
+    // A current device copy (Both after `device_holds`): staged again, and a
+    // second staged read in a row stays staged.
     let twice: Vec<f32> = data.iter().map(|v| v * 2.0).collect();
+    a.read_from_slice(&data, &stream, None).unwrap();
     a.read_from_slice(&twice, &stream, None).unwrap();
-    assert_eq!(a.residency(), uploaded, "a current device copy");
-    holds(&mut a, &twice, "a current device copy");
-    // The host copy in use (written on the host): a plain host copy.
+    assert_eq!((a.residency(), a.is_staged()), (Residency::Host, on_gpu), "a current device copy");
+    device_holds(&mut a, &twice, "a current device copy");
+    // A host write after a staged read: the staged upload no longer matches,
+    // so the move must copy the written host copy.
+    a.read_from_slice(&data, &stream, None).unwrap();
+    a.as_mut_slice(None).unwrap()[0] = -5.0;
+    assert!(!a.is_staged(), "a host write must end the staging");
+    let mut written = data.clone();
+    written[0] = -5.0;
+    device_holds(&mut a, &written, "a host write after a staged read");
+    // The host copy in use (written on the host, only it current): a plain host copy.
     a.as_mut_slice(None).unwrap()[0] = 1.0;
     a.read_from_slice(&data, &stream, None).unwrap();
-    assert_eq!(a.residency(), Residency::Host, "a host copy in use");
+    assert_eq!((a.residency(), a.is_staged()), (Residency::Host, false), "a host copy in use");
     assert!(a.to_vec(None).unwrap() == data);
+}
+
+#[rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn read_from_slice_stages_an_upload_only_when_the_data_lives_on_the_device(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    let on_gpu = dev.backend() != gpuport::BackendKind::Host;
+    with_device!(dev, d => reads_go_where_the_data_lives(d, on_gpu));
+}
+
+/// A move of a staged array to the device is ordered after the upload: on
+/// another stream, a synchronous move returns only once the upload, queued
+/// behind a long kernel, is done.
+fn staged_moves_wait_for_the_upload<D: Device>(dev: &Arc<D>) {
+    let (s1, s2) = (dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    let data = iota(1 << 18);
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [data.len()]).unwrap();
+    hold_stream(dev, &s1, Duration::from_millis(1)); // compiled before the timing
+    dev.synchronize(&s1).unwrap();
+    let start = Instant::now();
+    hold_stream(dev, &s1, Duration::from_millis(300));
+    a.read_from_slice(&data, &s1, None).unwrap();
+    assert!(a.is_staged());
+    a.move_to(Location::Device, &s2, Transfer::Sync, None).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(300), "the move returned before the staged upload");
+    assert!(!a.is_transfer_pending().unwrap());
+}
+
+#[rstest]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_staged_move_waits_for_the_upload(#[case] spec: &str) {
+    let Some(dev) = open_or_skip(spec) else { return };
+    with_device!(dev, d => staged_moves_wait_for_the_upload(d));
 }
 
 #[rstest]

@@ -314,11 +314,11 @@ impl PyMemArray {
     }
 
     /// Copies `array` (anything with `__dlpack__` on host memory, e.g. a
-    /// NumPy array) into the host copy, which becomes current. On a GPU
-    /// device, when the device copy was current or the array is new, the
-    /// copy is also uploaded as it is made, on the default stream (both
-    /// copies current: a later `move_memory("device")` has nothing to do);
-    /// otherwise the host copy alone is current. The shape must match. A different dtype is cast with NumPy under the
+    /// NumPy array) into the host copy, which becomes the current copy. On
+    /// a GPU device, when the array is new or its device copy was current,
+    /// the copy is also uploaded as it is made, on the default stream, so a
+    /// later `move_memory("device")` has nothing left to copy (unless the
+    /// host copy is written first). The shape must match. A different dtype is cast with NumPy under the
     /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or

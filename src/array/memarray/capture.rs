@@ -94,7 +94,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             return Ok(());
         }
         if writes {
-            self.residency = Residency::Device;
+            self.set_residency(Residency::Device);
         }
         self.record_pending(stream)
     }

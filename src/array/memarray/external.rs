@@ -42,7 +42,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         }
         let copy = self.device_copy(what, lock)?.cloned();
         if writes {
-            self.residency = Residency::Device;
+            self.set_residency(Residency::Device);
         }
         let out = match &copy {
             // Captured as kernel methods are: the graph keeps the copy, and

@@ -191,6 +191,14 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     host: Arc<HostStorage<T>>,
     buffer: Option<Arc<DeviceCopy<D>>>,
     residency: Residency,
+    /// The device copy already holds the host copy's data, uploaded ahead
+    /// of a move by [`read_from_slice`](Self::read_from_slice) (the upload
+    /// is `pending` or done), while only the host copy is reported current:
+    /// `move_to(Location::Device, ..)` then only marks the device copy
+    /// current. Only with `residency == Host`; every residency change
+    /// ([`set_residency`](Self::set_residency)), which every write makes,
+    /// clears it.
+    staged: bool,
     lock: Option<u64>,
     pending: Option<Event<D::B>>,
     pending_stream: Option<u64>,
@@ -271,6 +279,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             host: Arc::new(host),
             buffer: None,
             residency: Residency::Host,
+            staged: false,
             lock: None,
             pending: None,
             pending_stream: None,
@@ -302,6 +311,22 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Which copies are current.
     pub fn residency(&self) -> Residency {
         self.residency
+    }
+
+    /// Whether the device copy already holds the host copy's data, uploaded
+    /// by [`read_from_slice`](Self::read_from_slice), so that moving the
+    /// array to the device copies nothing.
+    ///
+    /// ```
+    /// use gpuport::{Device, array::MemArray};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let mut a = MemArray::<f32, 1, _>::zeros(&dev, [2])?;
+    /// a.read_from_slice(&[1.0, 2.0], dev.default_stream(), None)?;
+    /// assert!(!a.is_staged()); // the host backend copies on the host only
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn is_staged(&self) -> bool {
+        self.staged
     }
 
     /// Whether an asynchronous copy may still be running (see [`Transfer::Async`]).
@@ -353,6 +378,13 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// already puts new work on `stream` after it).
     fn pending_on(&self, stream: &Stream<D::B>) -> bool {
         matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b)
+    }
+
+    /// Sets which copies are current; a staged upload no longer matches
+    /// (see `staged`).
+    fn set_residency(&mut self, residency: Residency) {
+        self.residency = residency;
+        self.staged = false;
     }
 
     /// Records the end of the work just enqueued on `stream` as the array's pending work.
@@ -463,7 +495,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Makes the copy at `to` current, copying on `stream` if it is not.
     ///
-    /// Returns at once when `to` is already current. With
+    /// Returns at once when `to` is already current; after a staged read
+    /// ([`read_from_slice`](Self::read_from_slice)) a move to the device
+    /// copies nothing, ordering `stream` after the staged upload. With
     /// [`Transfer::Async`] the copy is only enqueued: later work on `stream`
     /// is ordered after it, host access through this array waits for it,
     /// and [`pending_event`](Self::pending_event) orders other streams.
@@ -475,7 +509,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             return Ok(());
         }
         if self.len == 0 {
-            self.residency = Residency::Both;
+            self.set_residency(Residency::Both);
             return Ok(());
         }
         if self.device.capture_status(stream)?.is_capturing() {
@@ -485,6 +519,17 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
                  whatever the host copy holds then, and the array could not tell which copy is current); move \
                  the array before the capture",
             ));
+        }
+        // Not on a capturing stream (refused above, as any move is).
+        if to == Location::Device && self.staged {
+            // The device copy holds the data already (or will, once the
+            // pending upload is done): order `stream` after that upload.
+            self.order_after_pending(stream)?;
+            self.set_residency(Residency::Both);
+            if mode == Transfer::Sync {
+                self.synchronize()?;
+            }
+            return Ok(());
         }
         // No stream synchronize before the copy, even for `Sync`: the wait
         // for the copy's event below covers the stream's earlier work (it
@@ -535,7 +580,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             let _ = self.device.synchronize(stream);
             return Err(e);
         }
-        self.residency = Residency::Both;
+        self.set_residency(Residency::Both);
         if mode == Transfer::Sync {
             self.synchronize()?;
         }
@@ -569,7 +614,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         // SAFETY: `lin < len`; `&mut self` and the finished copies exclude
         // every other access through this array.
         unsafe { self.host.slice_mut()[lin] = value };
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         Ok(())
     }
 
@@ -596,7 +641,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         let lin = self.linear_unchecked(index);
         // SAFETY: the caller guarantees bounds and no concurrent copy.
         unsafe { *self.host.ptr().add(lin) = value };
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
     }
 
     fn linear_unchecked(&self, index: [usize; N]) -> usize {
@@ -618,7 +663,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.check_lock("as_mut_slice", lock)?;
         self.check_resident("as_mut_slice", Location::Host)?;
         self.synchronize()?;
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         // SAFETY: `&mut self` is borrowed for the slice's lifetime and no copy
         // is pending, so the slice is the only access.
         Ok(unsafe { self.host.slice_mut() })
@@ -632,7 +677,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`; `src.len()` is the length, checked above.
         unsafe { self.host.overwrite_from(src) };
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         Ok(())
     }
 
@@ -642,7 +687,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.synchronize()?;
         // SAFETY: as in `as_mut_slice`.
         unsafe { self.host.overwrite_with(value) };
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         Ok(())
     }
 
@@ -685,7 +730,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.check_lock("host_ptr_mut", lock)?;
         self.check_resident("host_ptr_mut", Location::Host)?;
         self.synchronize()?;
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         self.host.mark_exported();
         Ok(self.host.ptr())
     }
@@ -709,7 +754,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// [`device_ptr`](Self::device_ptr).
     pub fn device_ptr_mut(&mut self, lock: Option<LockId>) -> Result<u64> {
         let p = self.device_ptr(lock)?;
-        self.residency = Residency::Device;
+        self.set_residency(Residency::Device);
         Ok(p)
     }
 
@@ -1003,7 +1048,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         self.move_to(Location::Device, stream, Transfer::Async, lock)?;
         self.order_after_pending(stream)?;
         let copy = self.device_copy("kernel", lock)?.cloned();
-        self.residency = Residency::Device;
+        self.set_residency(Residency::Device);
         Ok((copy, false))
     }
 
@@ -1022,7 +1067,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         lock: Option<LockId>,
     ) -> Result<Option<Arc<DeviceCopy<D>>>> {
         self.check_capturable("kernel", stream, lock)?;
-        self.residency = Residency::Device;
+        self.set_residency(Residency::Device);
         Ok(self.buffer.clone())
     }
 

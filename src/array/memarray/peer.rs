@@ -69,6 +69,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         };
         self.device = device.clone();
         self.buffer = copy.map(Arc::new);
+        self.staged = false;
         self.pending = Some(done);
         self.pending_stream = device.stream_id(stream);
         Ok(())

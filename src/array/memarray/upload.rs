@@ -36,45 +36,55 @@ fn piece_len<T>(len: usize) -> usize {
 }
 
 impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
-    /// Copies `src` (row-major, `len()` elements) into the array where its
-    /// data lives: on a GPU device, when the device copy is current or the
-    /// array has not been used on the host since it was created, this is
-    /// [`upload_from_slice`](Self::upload_from_slice) on `stream` (both
-    /// copies current, the upload pending); otherwise it is
-    /// [`copy_from_slice`](Self::copy_from_slice) (the host copy alone is
-    /// current).
+    /// Copies `src` (row-major, `len()` elements) into the host copy, which
+    /// becomes the only current copy, as
+    /// [`copy_from_slice`](Self::copy_from_slice) does; but when the data
+    /// lives on a GPU device (the device copy is current, the array is
+    /// untouched since it was created, or its last read was staged), the
+    /// copy is also uploaded as it is made, on `stream`, as
+    /// [`upload_from_slice`](Self::upload_from_slice) does. That upload is
+    /// staged: the host copy is still the one reported current (host
+    /// consumers such as NumPy keep reading it), and a later
+    /// `move_to(Location::Device, ..)` only marks the device copy current,
+    /// ordered after the upload. Any write first clears it.
     ///
     /// Why: reading host data into an array bound for the device, then
     /// moving it, ran the host copy and the whole DMA one after the other
     /// (the seed's `read_numpy_array` + `move_memory`, 1.23–1.28× torch's
     /// `from_numpy(x).to("cuda")` for 1 MiB on the H100, BENCHMARKS.md
-    /// run 34). An array whose host copy is in use keeps the plain copy, so
-    /// host-side work never waits for an upload it did not ask for.
+    /// run 34). An array whose host copy is in use gets the plain copy, so
+    /// host-side work never pays for an upload it did not ask for.
     ///
-    /// Errors: those of the method it becomes.
+    /// Errors: locked without the id, a length other than `len()`, or a
+    /// copy error of the upload.
     ///
     /// ```
     /// use gpuport::{Device, array::{MemArray, Residency}};
     /// let dev = gpuport::HostDevice::open(0)?;
     /// let mut a = MemArray::<f32, 1, _>::zeros(&dev, [3])?;
     /// a.read_from_slice(&[1.0, 2.0, 3.0], dev.default_stream(), None)?;
-    /// assert_eq!(a.residency(), Residency::Host); // the host backend: a host copy
+    /// assert_eq!(a.residency(), Residency::Host);
+    /// assert_eq!(a.as_slice(None)?, &[1.0, 2.0, 3.0]);
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn read_from_slice(&mut self, src: &[T], stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        if self.lives_on_device() {
-            self.upload_from_slice(src, stream, lock)
-        } else {
-            self.copy_from_slice(src, lock)
+        if !self.lives_on_device() {
+            return self.copy_from_slice(src, lock);
         }
+        self.upload_from_slice(src, stream, lock)?;
+        if self.residency == Residency::Both {
+            self.set_residency(Residency::Host);
+            self.staged = true;
+        }
+        Ok(())
     }
 
-    /// Whether new data for the array belongs on its device: a GPU device
-    /// whose copy is current, or whose host copy is untouched since
-    /// creation.
+    /// Whether the array's data belongs on its device: a GPU device whose
+    /// copy is current, whose last read was staged there, or whose host
+    /// copy is untouched since creation.
     fn lives_on_device(&self) -> bool {
         <D::B as Backend>::KIND != BackendKind::Host
-            && (self.residency.includes(Location::Device) || !self.host.is_written())
+            && (self.residency.includes(Location::Device) || self.staged || !self.host.is_written())
     }
 
     /// Copies `src` (row-major, `len()` elements) into the host copy and
@@ -150,7 +160,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             unsafe { self.host.overwrite_in_pieces(src, piece_len::<T>(self.len), enqueue) };
         }
         // The host copy is whole either way.
-        self.residency = Residency::Host;
+        self.set_residency(Residency::Host);
         let recorded = match failed {
             Some(e) => Err(e),
             None => self.record_pending(stream),
@@ -161,7 +171,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             let _ = self.device.synchronize(stream);
             return Err(e);
         }
-        self.residency = Residency::Both;
+        self.set_residency(Residency::Both);
         Ok(())
     }
 }
