@@ -353,9 +353,7 @@ impl PyMemArray {
         let s = resolve_stream(py, &self.meta.device, None)?;
         let mut st = self.state(py)?;
         match &mut *st {
-            AnyArray::Owned(a) => {
-                py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err_in(py, "read_numpy_array")
-            }
+            AnyArray::Owned(a) => py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err_in(py, "read_numpy_array"),
             AnyArray::Imported(_) => Err(errors::residency(
                 py,
                 "read_numpy_array into an imported array: write through its producer instead".into(),
