@@ -224,16 +224,6 @@ fn a_staged_move_waits_for_the_upload(#[case] spec: &str) {
     with_device!(dev, d => staged_moves_wait_for_the_upload(d));
 }
 
-#[rstest]
-#[case::host("host")]
-#[case::cuda("cuda:0")]
-#[case::rocm("rocm:0")]
-fn read_from_slice_uploads_only_when_the_data_lives_on_the_device(#[case] spec: &str) {
-    let Some(dev) = open_or_skip(spec) else { return };
-    let on_gpu = dev.backend() != gpuport::BackendKind::Host;
-    with_device!(dev, d => reads_go_where_the_data_lives(d, on_gpu));
-}
-
 fn uploads_are_async_and_host_writes_wait<D: Device>(dev: &Arc<D>) {
     let stream = dev.create_stream().unwrap();
     let n = 1 << 20; // 4 MiB: four pieces
