@@ -23,7 +23,7 @@ allocators alternating from trial to trial (own first, then gpuport first),
 so drift over the run hits both alike; a row shows the median of the
 trials' medians and the spread (lowest and highest trial median).
 
-    PYTHONPATH=/tmp/site python3 benches/plugins.py [--trials 3] [--json out.json]
+    PYTHONPATH=/tmp/site python3 benches/plugins.py [--trials 3] [--peers cupy] [--json out.json]
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def trials(peer: str, n: int, reps: int, inner: int) -> dict[str, dict]:
             "high_us": medians[-1],
             "min_us": min(r["min_us"] for r in ok),
             "trials": len(ok),
+            "trial_medians_us": medians,
             "who": ok[-1]["who"],
         }
     return out
@@ -148,6 +149,7 @@ def main() -> None:
     ap.add_argument("--inner", type=int, default=200)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--peers", default=",".join(MODES), help="comma-separated peers to time (default: all)")
     args = ap.parse_args()
     rows = []
     print(
@@ -155,7 +157,9 @@ def main() -> None:
         f"median of {args.trials} processes per allocator (order alternating)"
     )
     print(f"{'peer':<7} {'allocator':<11} {'median us':>10} {'spread us':>15} {'min us':>8}  gpuport/peer")
-    for peer in MODES:
+    for peer in args.peers.split(","):
+        if peer not in MODES:
+            raise SystemExit(f"unknown peer {peer!r}: choose from {', '.join(MODES)}")
         res = trials(peer, args.trials, args.reps, args.inner)
         own = res["own"]
         for mode, r in res.items():
