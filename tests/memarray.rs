@@ -181,6 +181,13 @@ fn reads_go_where_the_data_lives<D: Device>(dev: &Arc<D>, on_gpu: bool) {
     let mut written = data.clone();
     written[0] = -5.0;
     device_holds(&mut a, &written, "a host write after a staged read");
+    // A live export of the host copy may write it behind the array's back:
+    // the read is not staged, so the move copies whatever the export wrote.
+    a.move_to(Location::Device, &stream, Transfer::Sync, None).unwrap();
+    let (_, export) = a.host_parts(None).unwrap();
+    a.read_from_slice(&data, &stream, None).unwrap();
+    assert_eq!((a.residency(), a.is_staged()), (Residency::Host, false), "a live export");
+    drop(export);
     // The host copy in use (written on the host, only it current): a plain host copy.
     a.as_mut_slice(None).unwrap()[0] = 1.0;
     a.read_from_slice(&data, &stream, None).unwrap();

@@ -147,6 +147,16 @@ def test_read_numpy_array_staged_on_the_gpu_moves_the_data_it_read(gpu_device):
     a.move_memory("device")
     a.add_index()
     np.testing.assert_array_equal(a.to_numpy(), ref_add_index(np.ones(n, np.float32)))
+    # A live NumPy view may write the host copy after the read: that read is
+    # not staged, so the move copies what the view wrote.
+    b = gpuport.MemArray((n,), "float32", device=gpu_device)
+    view = b.to_numpy()
+    b.move_memory("device")
+    b.read_numpy_array(x)
+    view[0] = 100.0
+    b.move_memory("device")
+    b.add_index()
+    assert b.to_numpy()[0] == 100.0
 
 
 def test_new_arrays_read_zero_where_freed_arrays_held_data(device):

@@ -53,7 +53,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// (the seed's `read_numpy_array` + `move_memory`, 1.23–1.28× torch's
     /// `from_numpy(x).to("cuda")` for 1 MiB on the H100, BENCHMARKS.md
     /// run 34). An array whose host copy is in use gets the plain copy, so
-    /// host-side work never pays for an upload it did not ask for.
+    /// host-side work never pays for an upload it did not ask for; so does
+    /// an array with a live export, which may write the host copy without
+    /// the array seeing it (the move must copy those writes).
     ///
     /// Errors: locked without the id, a length other than `len()`, or a
     /// copy error of the upload.
@@ -68,7 +70,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn read_from_slice(&mut self, src: &[T], stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        if !self.lives_on_device() {
+        // A live export may write the host copy after this read without the
+        // array seeing it; the move must copy those writes, so nothing is
+        // staged while one exists.
+        if !self.lives_on_device() || self.live_exports() > 0 {
             return self.copy_from_slice(src, lock);
         }
         self.upload_from_slice(src, stream, lock)?;
