@@ -315,10 +315,11 @@ impl PyMemArray {
 
     /// Copies `array` (anything with `__dlpack__` on host memory, e.g. a
     /// NumPy array) into the host copy, which becomes the current copy. On
-    /// a GPU device, when the array is new or its device copy was current,
-    /// the copy is also uploaded as it is made, on the default stream, so a
-    /// later `move_memory("device")` has nothing left to copy (unless the
-    /// host copy is written first). The shape must match. A different dtype is cast with NumPy under the
+    /// a GPU device, when the array is new or its device copy was current
+    /// (and no export of it is alive), the copy is also uploaded as it is
+    /// made, on the default stream, so a later `move_memory("device")` has
+    /// nothing left to copy unless the host copy is written first. The
+    /// shape must match. A different dtype is cast with NumPy under the
     /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
