@@ -145,9 +145,15 @@ mod ops {
         fn capture_status(&self) -> Result<CaptureStatus>;
         /// While a gpuport capture runs on this stream, gives `owner` to its
         /// graph (kept as long as the graph and its executables); while
-        /// another library's capture runs (GPUs), keeps it for the rest of
-        /// the process; otherwise drops it.
+        /// another library's capture runs (GPUs), hands it to that graph
+        /// through the driver (see `GraphCalls::retain_in_capture`), or
+        /// where the driver cannot, keeps it for the rest of the process;
+        /// otherwise drops it.
         fn keep_for_graph(&self, owner: Owner);
+        /// The id of the capture running on this stream (gpuport's, or on
+        /// GPUs another library's: the driver's id), `None` when the stream
+        /// does not capture. No two captures of a backend share an id.
+        fn capture_id(&self) -> Result<Option<u64>>;
     }
 
     /// A captured graph.
@@ -169,6 +175,36 @@ mod ops {
         fn is_idle(&self) -> bool;
         /// Waits for every launch so far.
         fn wait_idle(&self);
+    }
+}
+
+// ---- owners a driver let go of ---------------------------------------------------------
+
+/// Owners that a graph of another library held (see
+/// `CaptureStream::keep_for_graph` on GPUs), handed back by the driver on a
+/// thread of its own, where no driver call may be made: their drops (which
+/// may free memory) run later, on a thread of gpuport's ([`drop_released`]).
+static RELEASED: Mutex<Vec<Owner>> = Mutex::new(Vec::new());
+static RELEASED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps `owner` until the next [`drop_released`]; callable from any thread.
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
+pub(crate) fn release_later(owner: Owner) {
+    let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+    released.push(owner);
+    RELEASED_COUNT.store(released.len(), Ordering::Release);
+}
+
+/// Drops the owners [`release_later`] kept (one atomic load when there are none).
+#[inline]
+pub(crate) fn drop_released() {
+    if RELEASED_COUNT.load(Ordering::Acquire) != 0 {
+        let owners = {
+            let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+            RELEASED_COUNT.store(0, Ordering::Release);
+            std::mem::take(&mut *released)
+        };
+        drop(owners);
     }
 }
 

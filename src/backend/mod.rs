@@ -670,10 +670,18 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// While a gpuport capture runs on `stream`, gives `owner` to its graph,
     /// which keeps it as long as the graph and every executable graph made
     /// from it. While another library's capture runs there (a foreign
-    /// stream that library captures), keeps it for the rest of the process,
-    /// since gpuport cannot see when that graph goes. Otherwise drops it.
+    /// stream that library captures), the driver's graph holds it the same
+    /// way (a CUDA/HIP user object), or, where the driver cannot, it is kept
+    /// for the rest of the process. Otherwise drops it.
     fn keep_for_graph(&self, stream: &Stream<Self::B>, owner: graph::Owner) {
         graph::CaptureStream::keep_for_graph(stream, owner)
+    }
+
+    /// The id of the capture running on `stream` (gpuport's, or on GPUs
+    /// another library's), `None` when it does not capture: what the
+    /// caching pool files a capture's memory under.
+    fn capture_id(&self, stream: &Stream<Self::B>) -> Result<Option<u64>> {
+        graph::CaptureStream::capture_id(stream)
     }
 
     // ---- copies ----------------------------------------------------------

@@ -339,9 +339,14 @@ pub enum GraphErrorKind {
     /// `GraphExec::update` with a graph of another shape; the executable
     /// graph is unchanged.
     UpdateRefused,
-    /// An allocation from the caching pool on a capturing stream (the pool
-    /// refuses; see `docs/design.md#graphs`).
+    /// An allocation from the caching pool on a capturing stream whose
+    /// capture the runtime cannot identify (an old HIP without
+    /// `hipStreamGetCaptureInfo_v2`); elsewhere such allocations come from
+    /// the capture's graph pool (see `docs/design.md#graphs`).
     PoolAllocation,
+    /// A capture's graph pool could not grow: the device (or the pool's
+    /// size limit) is full. The capture keeps running.
+    OutOfMemory,
     /// A graph launched into a capturing stream of the host backend.
     NestedLaunch,
     /// An operation that is not captured into graphs (a `MemArray`

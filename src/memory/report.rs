@@ -41,6 +41,12 @@ pub struct PoolCounters {
     /// stream (`Device::stream_is_borrowed`) after uses on other streams,
     /// when neither those uses nor the device could be waited for.
     pub blocks_withheld: u64,
+    /// Graph pools made: captures that allocated (see `memory/pool/graph_pools.rs`).
+    pub graph_pools: u64,
+    /// Graph pools given back to the pool once their graphs were gone.
+    pub graph_pools_released: u64,
+    /// Allocations in a capture served from blocks freed earlier in it.
+    pub graph_reuses: u64,
 }
 
 /// What one block of a pool segment is doing.

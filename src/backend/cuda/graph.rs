@@ -1,7 +1,12 @@
 //! CUDA's stream-capture and graph calls ([`GraphCalls`]): `cuStreamBeginCapture_v2`,
 //! `cuStreamEndCapture`, `cuStreamIsCapturing`, `cuThreadExchangeStreamCaptureMode`, `cuGraphGetNodes`,
 //! `cuGraphInstantiateWithFlags`, `cuGraphLaunch`, `cuGraphExecUpdate_v2`,
-//! `cuGraphDestroy`, `cuGraphExecDestroy` (all CUDA 12.0 drivers have them).
+//! `cuGraphDestroy`, `cuGraphExecDestroy`, `cuUserObjectCreate`, `cuGraphRetainUserObject`,
+//! `cuUserObjectRelease` (all CUDA 12.0 drivers have them), and `cuStreamGetCaptureInfo_v2`,
+//! looked up by hand (see `capture_info`).
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
@@ -15,6 +20,37 @@ pub struct CudaGraphs;
 
 fn status(call: &'static str, s: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, s)
+}
+
+/// `cuStreamGetCaptureInfo_v2` (every driver since CUDA 11.3 exports it),
+/// looked up by hand: cudarc declares it only for CUDA 12.2 and older, and
+/// declares its successor `_v3` only from 12.3, whose lazy loader would
+/// panic on an older driver. Gives the capture's status, id and graph.
+fn capture_info(stream: sys::CUstream) -> Result<(sys::CUstreamCaptureStatus, u64, sys::CUgraph)> {
+    type GetCaptureInfo = unsafe extern "C" fn(
+        sys::CUstream,
+        *mut sys::CUstreamCaptureStatus,
+        *mut u64,
+        *mut sys::CUgraph,
+        *mut *const sys::CUgraphNode,
+        *mut usize,
+    ) -> sys::CUresult;
+    static SYMBOL: OnceLock<Option<GetCaptureInfo>> = OnceLock::new();
+    // SAFETY: libcuda is loaded (every device was opened through the
+    // backend's probe), and the symbol has the C signature above (cuda.h).
+    let get = SYMBOL
+        .get_or_init(|| unsafe { sys::culib().get::<GetCaptureInfo>(b"cuStreamGetCaptureInfo_v2").ok().map(|s| *s) })
+        .ok_or_else(|| crate::Error::Unsupported {
+            op: "capture info",
+            backend: crate::error::BackendKind::Cuda,
+            hint: Some("the driver does not export cuStreamGetCaptureInfo_v2".into()),
+        })?;
+    let (mut st, mut id, mut graph) =
+        (sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, 0u64, std::ptr::null_mut());
+    let (mut deps, mut n) = (std::ptr::null(), 0usize);
+    // SAFETY: the caller's stream is live; the driver writes the five outputs.
+    status("cuStreamGetCaptureInfo", unsafe { get(stream, &mut st, &mut id, &mut graph, &mut deps, &mut n) })?;
+    Ok((st, id, graph))
 }
 
 /// CUDA's `CUstreamCaptureMode` for `mode`.
@@ -107,5 +143,28 @@ unsafe impl GraphCalls<CudaDriver> for CudaGraphs {
     unsafe fn destroy_exec(_: &CudaDriver, exec: sys::CUgraphExec) -> Result<()> {
         // SAFETY: the caller's contract: destroyed once.
         status("cuGraphExecDestroy", unsafe { sys::cuGraphExecDestroy(exec) })
+    }
+
+    unsafe fn capture_id(_: &CudaDriver, stream: sys::CUstream) -> Result<Option<u64>> {
+        let (st, id, _) = capture_info(stream)?;
+        Ok((st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
+    }
+
+    unsafe fn retain_in_capture(
+        _: &CudaDriver,
+        stream: sys::CUstream,
+        data: *mut c_void,
+        release: unsafe extern "C" fn(*mut c_void),
+    ) -> Result<()> {
+        let (_, _, graph) = capture_info(stream)?;
+        let mut object = std::ptr::null_mut();
+        let no_sync = sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32;
+        // SAFETY: the caller's contract on `release(data)`; one reference, which the graph takes below.
+        status("cuUserObjectCreate", unsafe { sys::cuUserObjectCreate(&mut object, data, Some(release), 1, no_sync) })?;
+        let moved = sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as u32;
+        // SAFETY: `graph` is the capture's live graph; the reference moves to it.
+        // On failure the object keeps its one reference for good: `release`
+        // is never called, as the trait promises for an error.
+        status("cuGraphRetainUserObject", unsafe { sys::cuGraphRetainUserObject(graph, object, 1, moved) })
     }
 }

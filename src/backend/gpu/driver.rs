@@ -619,6 +619,31 @@ pub unsafe trait GraphCalls<D: Driver>: 'static {
     /// # Safety
     /// As the trait's; destroyed once, not used after.
     unsafe fn destroy_exec(d: &D, exec: Self::Exec) -> Result<()>;
+
+    /// The driver's id of the capture running on `stream`
+    /// (`cuStreamGetCaptureInfo`, `hipStreamGetCaptureInfo`), `None` when
+    /// the stream does not capture. Ids are unique in the process.
+    ///
+    /// # Safety
+    /// As the trait's.
+    unsafe fn capture_id(d: &D, stream: D::Stream) -> Result<Option<u64>>;
+
+    /// Hands `data` to the graph being captured on `stream`: the driver calls
+    /// `release(data)`, once, on a thread of its own, when that graph and
+    /// every executable graph made from it are destroyed and their launches
+    /// have completed (`cuUserObjectCreate`, `cuGraphRetainUserObject` with
+    /// `CU_GRAPH_USER_OBJECT_MOVE`). On an error `release` is never called:
+    /// the caller treats `data` as held for good.
+    ///
+    /// # Safety
+    /// As the trait's; `stream` is capturing; `release(data)` is sound to
+    /// call once from any thread, and makes no call of this driver.
+    unsafe fn retain_in_capture(
+        d: &D,
+        stream: D::Stream,
+        data: *mut std::ffi::c_void,
+        release: unsafe extern "C" fn(*mut std::ffi::c_void),
+    ) -> Result<()>;
 }
 
 /// What a kernel's handle knows of its parameters.

@@ -76,7 +76,23 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
         if self.in_capture() {
             self.keep(std::iter::once(owner));
         } else if self.capture_status().is_ok_and(|s| s.is_capturing()) {
-            std::mem::forget(owner);
+            self.hold_until_graph_gone(owner);
+        }
+    }
+
+    /// The driver's id of the capture (gpuport's or another library's). A
+    /// runtime that cannot tell (an old HIP) is `Unsupported` while the
+    /// stream captures.
+    fn capture_id(&self) -> Result<Option<u64>> {
+        if super::stream::surely_not_capturing() {
+            return Ok(None);
+        }
+        let d = self.driver();
+        d.bind()?;
+        // SAFETY: the device is current; the stream is alive (we hold it).
+        match unsafe { G::<D>::capture_id(d, self.raw()) } {
+            Err(Error::Unsupported { .. }) if !self.capture_status_bound()?.is_capturing() => Ok(None),
+            id => id,
         }
     }
 
@@ -92,7 +108,33 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
     }
 }
 
+/// The driver's release of an owner handed to another library's graph
+/// (`GpuStream::hold_until_graph_gone`): runs on a driver thread, where no
+/// driver call may be made, so the owner's drop is put off
+/// ([`release_later`](crate::backend::graph::release_later)).
+///
+/// # Safety
+/// `data` is the `Box<Owner>` that `hold_until_graph_gone` leaked, released once.
+unsafe extern "C" fn release_owner(data: *mut std::ffi::c_void) {
+    // SAFETY: the function's contract.
+    let owner = unsafe { Box::from_raw(data.cast::<crate::backend::graph::Owner>()) };
+    crate::backend::graph::release_later(*owner);
+}
+
 impl<D: Driver> GpuStream<D> {
+    /// Hands `owner` to the graph another library is capturing on this
+    /// stream: the driver releases it once that graph and every executable
+    /// graph made from it are gone. Where the driver cannot (an old HIP),
+    /// `owner` is kept for the rest of the process.
+    fn hold_until_graph_gone(&self, owner: crate::backend::graph::Owner) {
+        let data = Box::into_raw(Box::new(owner)).cast::<std::ffi::c_void>();
+        let d = self.driver();
+        // SAFETY: the device is current; the stream is alive and captures;
+        // `release_owner(data)` takes back the box leaked above, once, and
+        // makes no driver call. On an error the box stays leaked: kept for good.
+        let _ = d.bind().and_then(|()| unsafe { G::<D>::retain_in_capture(d, self.raw(), data, release_owner) });
+    }
+
     /// [`capture_status`](CaptureStream::capture_status) for a caller that
     /// has just made the stream's device current on this thread (`bind`),
     /// so that it is not asked again.

@@ -1,9 +1,12 @@
 //! HIP's stream-capture and graph calls ([`GraphCalls`]): `hipStreamBeginCapture`,
 //! `hipStreamEndCapture`, `hipStreamIsCapturing`, `hipThreadExchangeStreamCaptureMode`, `hipGraphGetNodes`,
 //! `hipGraphInstantiateWithFlags`, `hipGraphLaunch`, `hipGraphExecUpdate`,
-//! `hipGraphDestroy`, `hipGraphExecDestroy`. Optional symbols: a runtime
+//! `hipGraphDestroy`, `hipGraphExecDestroy`, `hipStreamGetCaptureInfo_v2`,
+//! `hipUserObjectCreate`, `hipGraphRetainUserObject`. Optional symbols: a runtime
 //! without one fails graphs alone, with [`Error::Unsupported`](crate::Error::Unsupported).
 //! HIP's enums share CUDA's numbering (modes, statuses, update results).
+
+use std::ffi::{c_int, c_void};
 
 use super::sys::{self, hipError_t};
 use super::{check, HipDriver};
@@ -121,4 +124,43 @@ unsafe impl GraphCalls<HipDriver> for HipGraphs {
         // SAFETY: the caller's contract: destroyed once.
         check("hipGraphExecDestroy", unsafe { destroy(exec) })
     }
+
+    unsafe fn capture_id(d: &HipDriver, stream: sys::hipStream_t) -> Result<Option<u64>> {
+        // SAFETY: the caller's contract.
+        let (st, id, _) = unsafe { capture_info(d, stream)? };
+        Ok((st != 0).then_some(id))
+    }
+
+    unsafe fn retain_in_capture(
+        d: &HipDriver,
+        stream: sys::hipStream_t,
+        data: *mut c_void,
+        release: unsafe extern "C" fn(*mut c_void),
+    ) -> Result<()> {
+        let create = graph_fn!(d, hipUserObjectCreate);
+        let retain = graph_fn!(d, hipGraphRetainUserObject);
+        // SAFETY: the caller's contract.
+        let (_, _, graph) = unsafe { capture_info(d, stream)? };
+        let mut object = std::ptr::null_mut();
+        // `hipUserObjectNoDestructorSync` and `hipGraphUserObjectMove`: CUDA's numbering.
+        let (no_sync, moved) = (1, 1);
+        // SAFETY: the caller's contract on `release(data)`; one reference, which the graph takes below.
+        check("hipUserObjectCreate", unsafe { create(&mut object, data, Some(release), 1, no_sync) })?;
+        // SAFETY: `graph` is the capture's live graph; the reference moves to
+        // it. On failure the object keeps its reference for good: `release`
+        // is never called, as the trait promises for an error.
+        check("hipGraphRetainUserObject", unsafe { retain(graph, object, 1, moved) })
+    }
+}
+
+/// `hipStreamGetCaptureInfo_v2`: the capture's status, id and graph.
+///
+/// # Safety
+/// `stream` is a live stream of `d`'s current device.
+unsafe fn capture_info(d: &HipDriver, stream: sys::hipStream_t) -> Result<(c_int, u64, sys::hipGraph_t)> {
+    let info = graph_fn!(d, hipStreamGetCaptureInfo_v2);
+    let (mut st, mut id, mut graph, mut deps, mut n) = (0, 0u64, std::ptr::null_mut(), std::ptr::null(), 0usize);
+    // SAFETY: the caller's contract; the runtime writes the five outputs.
+    check("hipStreamGetCaptureInfo", unsafe { info(stream, &mut st, &mut id, &mut graph, &mut deps, &mut n) })?;
+    Ok((st, id, graph))
 }

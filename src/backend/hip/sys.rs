@@ -149,6 +149,8 @@ opaque! {
     hipGraphExec => hipGraphExec_t;
     /// A node of a graph (`struct hipGraphNode`).
     hipGraphNode => hipGraphNode_t;
+    /// A user object a graph holds (`struct hipUserObject`).
+    hipUserObject => hipUserObject_t;
 }
 
 // ---- constants (hip_runtime_api.h, hiprtc.h) ---------------------------------------
@@ -527,6 +529,20 @@ function_table! {
         fn hipGraphDestroy(hipGraph_t) -> hipError_t;
         /// `hipError_t hipGraphExecDestroy(hipGraphExec_t graphExec);`
         fn hipGraphExecDestroy(hipGraphExec_t) -> hipError_t;
+        /// `hipError_t hipStreamGetCaptureInfo_v2(hipStream_t stream, hipStreamCaptureStatus* captureStatus_out,
+        /// unsigned long long* id_out, hipGraph_t* graph_out, const hipGraphNode_t** dependencies_out,
+        /// size_t* numDependencies_out);`
+        fn hipStreamGetCaptureInfo_v2(
+            hipStream_t, *mut hipStreamCaptureStatus, *mut u64, *mut hipGraph_t, *mut *const hipGraphNode_t, *mut usize,
+        ) -> hipError_t;
+        /// `hipError_t hipUserObjectCreate(hipUserObject_t* object_out, void* ptr, hipHostFn_t destroy,
+        /// unsigned int initialRefcount, unsigned int flags);`
+        fn hipUserObjectCreate(
+            *mut hipUserObject_t, *mut c_void, Option<unsafe extern "C" fn(*mut c_void)>, c_uint, c_uint,
+        ) -> hipError_t;
+        /// `hipError_t hipGraphRetainUserObject(hipGraph_t graph, hipUserObject_t object, unsigned int count,
+        /// unsigned int flags);`
+        fn hipGraphRetainUserObject(hipGraph_t, hipUserObject_t, c_uint, c_uint) -> hipError_t;
     }
 }
 

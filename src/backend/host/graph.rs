@@ -168,6 +168,10 @@ impl CaptureStream<Host> for HostStream {
         }
     }
 
+    fn capture_id(&self) -> Result<Option<u64>> {
+        Ok(HostStream::capture_id(self))
+    }
+
     #[inline]
     fn capture_status(&self) -> Result<CaptureStatus> {
         let Some(slot) = self.capture_slot() else { return Ok(CaptureStatus::None) };

@@ -76,6 +76,7 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
+mod graph_pools;
 mod state;
 
 use std::fmt;
@@ -181,6 +182,8 @@ pub struct CachingPool<B: Backend, S: Storage<B> = DeviceStorage<B>> {
     /// capturing (see the module docs), and their number.
     held_back: Mutex<Vec<HeldBack<B>>>,
     held_back_count: std::sync::atomic::AtomicUsize,
+    /// Graph pools whose graphs went since the last reclaim (`graph_pools.rs`).
+    graphs_gone: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A free made on a capturing stream: the block, its stream and its events.
@@ -210,6 +213,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             state: Mutex::new(State::new()),
             held_back: Mutex::new(Vec::new()),
             held_back_count: Default::default(),
+            graphs_gone: Default::default(),
         }
     }
 
@@ -350,7 +354,8 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             small,
             state: NodeState::Pending,
         });
-        st.segments[seg_index as usize] = Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node });
+        st.segments[seg_index as usize] =
+            Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node, graph: 0 });
         Ok(node)
     }
 
@@ -446,24 +451,52 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         Ok(st.hand_out(node, size, bytes, t))
     }
 
-    /// `deallocate` under the lock, on a stream that does not capture, of a
-    /// block stamped with this pool's id: frees it, or, if it is not a live
-    /// block of the pool, counts the refusal and returns false. Takes the
-    /// events of `after` that it keeps.
+    /// `deallocate` under the lock, of a block stamped with this pool's id,
+    /// on a stream that does not capture, or a borrowed one (`capture` is
+    /// `None` then: not asked), or on a stream capturing `capture`, for a
+    /// block of that capture's graph pool: frees it, or, if it is not a
+    /// live block of the pool, counts the refusal and returns false. Takes
+    /// the events of `after` that it keeps.
     fn free_locked(
         &self,
         st: &mut State<B, S::Segment>,
         block: &Block<B>,
         stream: &Stream<B>,
+        capture: Option<u64>,
         after: &mut Vec<Event<B>>,
     ) -> bool {
-        let device = self.dev();
         let Some((n, size, requested)) = st.live_block(block.token(), block.serial(), block.ptr(), block.len()) else {
             st.counters.refused_frees += 1;
             return false;
         };
         st.clock += 1;
         st.counters.frees += 1;
+        let graph = st.graph_of(n);
+        if graph != 0 {
+            st.in_use -= size;
+            st.requested -= requested;
+            self.free_to_graph_pool(st, n, graph, stream, capture, after);
+            return true;
+        }
+        self.file_free(st, n, size, requested, stream, after);
+        if self.config.validate {
+            st.validate();
+        }
+        true
+    }
+
+    /// Files freed node `n` (`size` bytes held, `requested` asked for), last
+    /// used on `stream` and after `after`'s events, for reuse.
+    fn file_free(
+        &self,
+        st: &mut State<B, S::Segment>,
+        n: u32,
+        size: usize,
+        requested: usize,
+        stream: &Stream<B>,
+        after: &mut Vec<Event<B>>,
+    ) {
+        let device = self.dev();
         // A borrowed stream is not named (it may be gone, see `State::fence`):
         // its other streams' uses are waited for on the host (or, failing
         // that, by a device-wide synchronization), then the block joins the
@@ -474,7 +507,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             let waited = after.iter().all(|e| device.synchronize_event(e).is_ok());
             if !(waited || device.synchronize_device().is_ok()) {
                 st.counters.blocks_withheld += 1;
-                return true;
+                return;
             }
             after.clear();
         }
@@ -501,9 +534,6 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 st.pending.push(Fence { events, nodes: vec![n] });
             }
         }
-        if self.config.validate {
-            st.validate();
-        }
         if st.reserved > self.config.release_threshold {
             st.poll_pending(device);
             st.release_free_segments(self.config.release_threshold);
@@ -514,7 +544,6 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 }
             }
         }
-        true
     }
 }
 
@@ -558,17 +587,23 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         check_alloc_size(bytes)?;
-        if capturing::<B>(self.dev(), stream) {
-            return Err(Error::Graph {
-                backend: <B as crate::backend::Backend>::KIND,
-                op: "allocate",
-                kind: GraphErrorKind::PoolAllocation,
-                reason: "the caching pool does not allocate on a capturing stream (a graph would replay into \
-                         memory the pool hands out again); allocate before the capture, and keep the memory \
-                         as long as the graph"
-                    .into(),
-            });
-        }
+        self.reclaim_graph_pools();
+        let capture = match self.dev().capture_id(stream) {
+            Ok(capture) => capture,
+            Err(e) if capturing::<B>(self.dev(), stream) => {
+                return Err(Error::Graph {
+                    backend: <B as crate::backend::Backend>::KIND,
+                    op: "allocate",
+                    kind: GraphErrorKind::PoolAllocation,
+                    reason: format!(
+                        "the stream is capturing, and the runtime cannot say which capture ({e}), so the caching \
+                         pool cannot give it memory of its own; allocate before the capture, and keep the \
+                         memory as long as the graph"
+                    ),
+                });
+            }
+            Err(_) => None,
+        };
         self.free_held_back();
         let size = bytes.checked_next_multiple_of(ROUND).ok_or_else(|| Error::InvalidArgument {
             name: "bytes",
@@ -580,7 +615,10 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         // the block with wider loads than they are; from stores still in
         // flight, that stalls (store forwarding fails), ~5 ns an allocation.
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let handed_out = self.allocate_locked(&mut st, bytes, size, stream);
+        let handed_out = match capture {
+            None => self.allocate_locked(&mut st, bytes, size, stream),
+            Some(capture) => self.allocate_in_capture(&mut st, bytes, size, stream, capture),
+        };
         if !st.released.is_empty() {
             Self::unlock_then_release(st);
         }
@@ -597,22 +635,42 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
         let device = self.dev();
-        // A borrowed stream may have been destroyed by its owner before this
-        // free (a CuPy array outliving its stream): it is not asked about
-        // captures (see `State::fence`), and its frees are never held back.
-        if !device.stream_is_borrowed(stream) && capturing::<B>(device, stream) {
-            let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
-            held.push((block, stream.clone(), after));
-            self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
-            return Ok(());
-        }
+        self.reclaim_graph_pools();
         if let Err(e) = block.check_owner(self.id, self.name()) {
             self.locked(|st| st.counters.refused_frees += 1);
             return Err(e);
         }
+        // A borrowed stream may have been destroyed by its owner before this
+        // free (a CuPy array outliving its stream): it is not asked about
+        // captures (see `State::fence`), and its frees are never held back.
+        // On a capturing stream, a block of the capture's graph pool goes
+        // back to it; any other is held back until the capture is over.
+        let capture = if device.stream_is_borrowed(stream) {
+            None
+        } else {
+            match device.capture_id(stream) {
+                Ok(capture) => capture,
+                Err(_) if capturing::<B>(device, stream) => Some(0),
+                Err(_) => None,
+            }
+        };
+        if let Some(capture) = capture {
+            let freed = self.locked(|st| self.free_in_capture(st, &block, stream, capture, &mut after));
+            let Some(freed) = freed else {
+                let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
+                held.push((block, stream.clone(), after));
+                self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
+                return Ok(());
+            };
+            return if freed {
+                Ok(())
+            } else {
+                Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"))
+            };
+        }
         // Only the bookkeeping runs under the lock: a refusal's message is
         // made, and the block and the events not kept are dropped, after it.
-        if self.locked(|st| self.free_locked(st, &block, stream, &mut after)) {
+        if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after)) {
             Ok(())
         } else {
             Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"))

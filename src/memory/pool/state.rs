@@ -19,6 +19,14 @@ pub(super) const LARGE_ROUND: usize = 2 << 20;
 const RECENT_MAX: usize = 8;
 /// Tag of blocks free for any stream.
 pub(super) const ANY: u64 = u64::MAX;
+/// The bit that marks a graph pool's list (see `graph_pools.rs`): stream
+/// ids stay far below it.
+pub(super) const PRIVATE: u64 = 1 << 63;
+
+/// Whether `tag` names a list of a graph pool.
+pub(super) fn is_private(tag: u64) -> bool {
+    tag != ANY && tag & PRIVATE != 0
+}
 pub(super) const NONE: u32 = u32::MAX;
 /// Most bytes a pool reserves at once (2 TiB; `grow` checks it): every node
 /// covers at least [`ROUND`] bytes of a segment, so below this there are
@@ -77,6 +85,8 @@ pub(super) struct SegmentEntry<Seg> {
     pub(super) base: u64,
     pub(super) size: usize,
     pub(super) first: u32,
+    /// The graph pool the segment's blocks belong to (its serial), 0 for none.
+    pub(super) graph: u64,
 }
 
 /// The free blocks of one stream (or, `lists[0]`, of any stream).
@@ -103,11 +113,22 @@ pub(super) struct FreeList<B: Backend> {
     /// which may destroy it at any time: the list is never fenced by naming
     /// the stream, only released after a device-wide synchronization.
     borrowed: bool,
+    /// A graph pool's list ([`is_private`]): never fenced, retired or
+    /// released; its blocks leave it only when the graph is gone.
+    private: bool,
 }
 
 impl<B: Backend> FreeList<B> {
     pub(super) fn shared() -> Self {
-        FreeList { tag: ANY, stream: None, set: BTreeSet::new(), recent: Vec::new(), last_used: 0, borrowed: false }
+        FreeList {
+            tag: ANY,
+            stream: None,
+            set: BTreeSet::new(),
+            recent: Vec::new(),
+            last_used: 0,
+            borrowed: false,
+            private: false,
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -115,7 +136,7 @@ impl<B: Backend> FreeList<B> {
     }
 
     /// Empties the list, returning its blocks' nodes.
-    fn take_nodes(&mut self) -> Vec<u32> {
+    pub(super) fn take_nodes(&mut self) -> Vec<u32> {
         let mut nodes: Vec<u32> = std::mem::take(&mut self.set).into_iter().map(|k| k.2).collect();
         nodes.append(&mut self.recent);
         nodes
@@ -157,6 +178,12 @@ pub(super) struct State<B: Backend, Seg> {
     /// Handles of streams whose lists were retired, to drop after the lock
     /// is released (dropping a stream's last handle may wait for its work).
     pub(super) released: Vec<Stream<B>>,
+    /// The graph pools: memory of captures and of the graphs made from them
+    /// (`graph_pools.rs`).
+    pub(super) graph_pools: Vec<super::graph_pools::GraphPool<B>>,
+    /// The last private list tag and graph pool serial handed out.
+    pub(super) private_tags: u64,
+    pub(super) graph_serials: u64,
 }
 
 /// The smallest remainder worth splitting off a block of the class.
@@ -189,6 +216,9 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             clock: 0,
             serials: 0,
             released: Vec::new(),
+            graph_pools: Vec::new(),
+            private_tags: 0,
+            graph_serials: 0,
         }
     }
 
@@ -205,7 +235,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
     }
 
-    fn vacate(&mut self, n: u32) {
+    pub(super) fn vacate(&mut self, n: u32) {
         self.nodes[n as usize].state = NodeState::Vacant;
         self.vacant_nodes.push(n);
     }
@@ -235,7 +265,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
 
     /// Marks `n` free with `tag`, merges it with free neighbours of the same
     /// tag, and files the result in the tag's list (which must exist).
-    fn free_and_merge(&mut self, n: u32, tag: u64) {
+    pub(super) fn free_and_merge(&mut self, n: u32, tag: u64) {
         let mut n = n;
         let next = self.nodes[n as usize].next;
         if next != NONE && self.nodes[next as usize].state == (NodeState::Free { tag }) {
@@ -362,6 +392,13 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         HandedOut { token: u64::from(n), ptr: base + offset as u64, serial }
     }
 
+    /// The graph pool segment `n` belongs to (its serial), 0 for none.
+    #[inline]
+    pub(super) fn graph_of(&self, n: u32) -> u64 {
+        let seg = self.nodes[n as usize].seg;
+        self.segments[seg as usize].as_ref().map_or(0, |s| s.graph)
+    }
+
     pub(super) fn take_event(&mut self, device: &B::Device) -> Option<Event<B>> {
         self.spare_events.pop().or_else(|| device.create_event().ok())
     }
@@ -374,7 +411,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// crashed the CUDA driver at exit, run 32). Its blocks serve the same
     /// stream, and reach others through [`State::release_borrowed`].
     pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
-        if l == 0 || self.lists[l].borrowed || self.lists[l].is_empty() {
+        if l == 0 || self.lists[l].borrowed || self.lists[l].private || self.lists[l].is_empty() {
             return;
         }
         // A capturing stream would record the fence's event into its graph.
@@ -501,7 +538,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             self.release_borrowed(device, idle);
             let mut l = 1;
             while l < self.lists.len() {
-                if !self.lists[l].borrowed && idle(&self.lists[l]) {
+                if !self.lists[l].borrowed && !self.lists[l].private && idle(&self.lists[l]) {
                     self.retire(device, l);
                 } else {
                     l += 1;
@@ -514,7 +551,8 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             set: BTreeSet::new(),
             recent: Vec::new(),
             last_used: self.clock,
-            borrowed: device.stream_is_borrowed(stream),
+            borrowed: !is_private(tag) && device.stream_is_borrowed(stream),
+            private: is_private(tag),
         };
         self.lists.push(list);
         self.lists.len() - 1

@@ -1,10 +1,11 @@
 //! Stream capture and graphs: `hipStreamBeginCapture`, `hipStreamEndCapture`,
 //! `hipStreamIsCapturing`, `hipThreadExchangeStreamCaptureMode`, `hipGraphGetNodes`, `hipGraphInstantiateWithFlags`,
 //! `hipGraphLaunch`, `hipGraphExecUpdate`, `hipGraphDestroy`,
-//! `hipGraphExecDestroy`, forwarded to their CUDA twins. HIP's enums
+//! `hipGraphExecDestroy`, `hipStreamGetCaptureInfo_v2`, `hipUserObjectCreate`,
+//! `hipGraphRetainUserObject`, forwarded to their CUDA twins. HIP's enums
 //! (capture modes and statuses, update results) have CUDA's numbers.
 
-use std::ffi::{c_int, c_ulonglong};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 
 use cudarc::driver::sys as cu;
 
@@ -183,6 +184,70 @@ pub unsafe extern "C" fn hipGraphExecDestroy(exec: cu::CUgraphExec) -> HipError 
         try_hip!(bind());
         // SAFETY: as documented for the caller.
         hip(unsafe { cu::cuGraphExecDestroy(exec) })
+    })
+}
+
+/// `hipError_t hipStreamGetCaptureInfo_v2(hipStream_t, hipStreamCaptureStatus*, unsigned long long* id,
+/// hipGraph_t*, const hipGraphNode_t** deps, size_t* count)`: `cuStreamGetCaptureInfo_v3`
+/// without its edge data (CUDA 13 drivers have both).
+///
+/// # Safety
+/// `stream` must be live; every out-pointer writable.
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamGetCaptureInfo_v2(
+    stream: cu::CUstream,
+    status: *mut c_int,
+    id: *mut c_ulonglong,
+    graph: *mut cu::CUgraph,
+    deps: *mut *const cu::CUgraphNode,
+    count: *mut usize,
+) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        let mut s = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut edges = std::ptr::null();
+        // SAFETY: as documented for the caller; writes the outputs.
+        try_hip!(hip(unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut s, id, graph, deps, &mut edges, count) }));
+        // SAFETY: the caller passes a writable int.
+        unsafe { *status = s as c_int };
+        HIP_SUCCESS
+    })
+}
+
+/// `hipError_t hipUserObjectCreate(hipUserObject_t*, void*, hipHostFn_t, unsigned int, unsigned int)`.
+///
+/// # Safety
+/// As `cuUserObjectCreate`'s: `destroy(ptr)` is sound to call once from a driver thread.
+#[no_mangle]
+pub unsafe extern "C" fn hipUserObjectCreate(
+    object: *mut cu::CUuserObject,
+    ptr: *mut c_void,
+    destroy: cu::CUhostFn,
+    refcount: c_uint,
+    flags: c_uint,
+) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: as documented for the caller.
+        hip(unsafe { cu::cuUserObjectCreate(object, ptr, destroy, refcount, flags) })
+    })
+}
+
+/// `hipError_t hipGraphRetainUserObject(hipGraph_t, hipUserObject_t, unsigned int, unsigned int)`.
+///
+/// # Safety
+/// Both handles must be live.
+#[no_mangle]
+pub unsafe extern "C" fn hipGraphRetainUserObject(
+    graph: cu::CUgraph,
+    object: cu::CUuserObject,
+    count: c_uint,
+    flags: c_uint,
+) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: as documented for the caller.
+        hip(unsafe { cu::cuGraphRetainUserObject(graph, object, count, flags) })
     })
 }
 

@@ -1,0 +1,191 @@
+//! The caching pool under stream capture: a capture's allocations come from
+//! its graph pool, nobody else gets that memory while the graph lives, and
+//! it comes back once the graph is gone (`src/memory/pool/graph_pools.rs`).
+//! Tested on `host`, and on `cuda:0` and `rocm:0` (the HIP-on-CUDA shim)
+//! where present; skipped with a printed reason elsewhere.
+
+mod common;
+
+use std::sync::Arc;
+
+use gpuport::memory::{Allocator, CachingPool, DeviceAllocation, MemoryDevice, PoolConfig};
+use gpuport::{builtin, CaptureMode, Device, DeviceMemory, Error, GraphErrorKind, KernelArgs, ModuleSource, Stream};
+
+const N: usize = 1024;
+
+/// Enqueues `fill_u32(mem, N, value)` on `stream`.
+fn fill<D: Device, M: DeviceMemory<B = D::B>>(d: &D, stream: &Stream<D::B>, mem: &M, value: u32) {
+    let k = d.kernel(&d.load_module(ModuleSource::Builtin).unwrap(), builtin::FILL_U32).unwrap();
+    let mut args = KernelArgs::new();
+    args.push_buffer(mem).push(&(N as u64)).push(&value);
+    let cfg = d.default_launch_config(&k, N).unwrap();
+    // SAFETY: the arguments match fill_u32; `mem` holds N u32s and the
+    // caller keeps it alive until the stream (or the graph) has run.
+    unsafe { d.launch(&k, cfg, &args, stream) }.unwrap();
+}
+
+fn u32s<D: Device, M: DeviceMemory<B = D::B>>(d: &D, mem: &M) -> Vec<u32> {
+    let mut out = vec![0u8; N * 4];
+    d.copy_to_host(mem, 0, &mut out).unwrap();
+    out.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+fn pool<D: MemoryDevice>(d: &Arc<D>, size_limit: Option<usize>) -> (Arc<CachingPool<D::B>>, Allocator<D::B>) {
+    let config = PoolConfig { validate: true, size_limit, ..PoolConfig::default() };
+    let pool = Arc::new(CachingPool::<D::B>::new(d.clone(), config));
+    let alloc = Allocator::from_arc(pool.clone());
+    (pool, alloc)
+}
+
+/// Allocations outside any capture, `count` of them, on `stream`.
+fn outside<D: MemoryDevice>(
+    alloc: &Allocator<D::B>,
+    stream: &Stream<D::B>,
+    count: usize,
+) -> Vec<DeviceAllocation<D::B>> {
+    (0..count).map(|_| alloc.alloc(N * 4, stream).unwrap()).collect()
+}
+
+fn a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives<D: MemoryDevice>(
+    d: &Arc<D>,
+) {
+    let (pool, alloc) = pool(d, None);
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let first = alloc.alloc(N * 4, capture.stream()).expect("a capture's allocation");
+    fill(&**d, capture.stream(), &first, 7);
+    let first_ptr = first.device_ptr();
+    drop(first); // freed inside the capture: back to the graph pool
+    let kept = alloc.alloc(N * 4, capture.stream()).unwrap();
+    assert_eq!(kept.device_ptr(), first_ptr, "a block freed in the capture serves the capture again");
+    fill(&**d, capture.stream(), &kept, 9);
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate().unwrap();
+    let graph_ptr = kept.device_ptr();
+    drop(kept); // parked while the graph lives
+
+    let others = outside::<D>(&alloc, &s, 8);
+    assert!(
+        others.iter().all(|o| o.device_ptr() != graph_ptr),
+        "the graph's memory was handed out while the graph can still replay into it"
+    );
+    for o in &others {
+        fill(&**d, &s, o, 1);
+    }
+    exec.launch(&s).unwrap();
+    d.synchronize(&s).unwrap();
+    for o in &others {
+        assert!(u32s(&**d, o).iter().all(|&v| v == 1), "a replay wrote into memory handed out after the capture");
+    }
+    let counters = pool.report().counters;
+    assert_eq!((counters.graph_pools, counters.graph_pools_released), (1, 0));
+
+    drop(exec);
+    drop(graph);
+    drop(others);
+    // The graph is gone: its memory serves everyone again.
+    let again = outside::<D>(&alloc, &s, 16);
+    assert_eq!(pool.report().counters.graph_pools_released, 1);
+    assert!(again.iter().any(|a| a.device_ptr() == graph_ptr), "the graph's memory never came back");
+    drop(again);
+    d.synchronize(&s).unwrap();
+    pool.trim(0).unwrap();
+    assert_eq!(pool.report().in_use, 0);
+}
+
+fn a_block_still_held_when_its_graph_goes_stays_valid_until_freed<D: MemoryDevice>(d: &Arc<D>) {
+    let (pool, alloc) = pool(d, None);
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let output = alloc.alloc(N * 4, capture.stream()).unwrap();
+    fill(&**d, capture.stream(), &output, 5);
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&s).unwrap();
+    drop(exec); // waits for its launch; the graph is gone, `output` is not
+    let others = outside::<D>(&alloc, &s, 16);
+    assert!(others.iter().all(|o| o.device_ptr() != output.device_ptr()), "a live block was handed out again");
+    assert_eq!(pool.report().counters.graph_pools_released, 1);
+    assert!(u32s(&**d, &output).iter().all(|&v| v == 5), "the graph's output changed after the graph went");
+    drop(others);
+    drop(output);
+    d.synchronize(&s).unwrap();
+    pool.trim(0).unwrap();
+    assert_eq!(pool.report().in_use, 0);
+}
+
+fn out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on<D: MemoryDevice>(d: &Arc<D>) {
+    let limit = 4 << 20;
+    let (pool, alloc) = pool(d, Some(limit));
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let small = alloc.alloc(N * 4, capture.stream()).unwrap();
+    fill(&**d, capture.stream(), &small, 3);
+    let e = alloc.alloc(2 * limit, capture.stream()).expect_err("more than the pool's limit");
+    assert!(
+        matches!(e, Error::Graph { kind: GraphErrorKind::OutOfMemory, .. }),
+        "expected a graph out-of-memory error, got {e}"
+    );
+    let exec = capture.end().expect("the capture survives the failed allocation").instantiate().unwrap();
+    exec.launch(&s).unwrap();
+    d.synchronize(&s).unwrap();
+    assert!(u32s(&**d, &small).iter().all(|&v| v == 3));
+    drop(small);
+    drop(exec);
+    let after = alloc.alloc(N * 4, &s).expect("the stream allocates again after the capture");
+    fill(&**d, &s, &after, 4);
+    d.synchronize(&s).unwrap();
+    assert!(u32s(&**d, &after).iter().all(|&v| v == 4));
+    drop(after);
+    assert_eq!(pool.report().counters.oom_failures, 1);
+}
+
+fn two_captures_get_two_graph_pools<D: MemoryDevice>(d: &Arc<D>) {
+    let (pool, alloc) = pool(d, None);
+    let (s1, s2) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let c1 = d.begin_capture(&s1, CaptureMode::ThreadLocal).unwrap();
+    let a = alloc.alloc(N * 4, c1.stream()).unwrap();
+    let (a_ptr, exec1) = (a.device_ptr(), {
+        fill(&**d, c1.stream(), &a, 1);
+        drop(a); // freed inside the first capture
+        c1.end().unwrap().instantiate().unwrap()
+    });
+    let c2 = d.begin_capture(&s2, CaptureMode::ThreadLocal).unwrap();
+    let b = alloc.alloc(N * 4, c2.stream()).unwrap();
+    assert_ne!(b.device_ptr(), a_ptr, "a second capture got the first graph's memory");
+    fill(&**d, c2.stream(), &b, 2);
+    let exec2 = c2.end().unwrap().instantiate().unwrap();
+    assert_eq!(pool.report().counters.graph_pools, 2);
+    exec1.launch(&s1).unwrap();
+    exec2.launch(&s2).unwrap();
+    d.synchronize(&s1).unwrap();
+    d.synchronize(&s2).unwrap();
+    assert!(u32s(&**d, &b).iter().all(|&v| v == 2), "the first graph's replay wrote into the second's memory");
+    drop((b, exec1, exec2));
+    let _ = alloc.alloc(N * 4, &s1).unwrap();
+    assert_eq!(pool.report().counters.graph_pools_released, 2);
+}
+
+mod per_backend {
+    use super::*;
+
+    macro_rules! pool_tests {
+        ($($name:ident),* $(,)?) => { $(
+            #[rstest::rstest]
+            #[case::host("host")]
+            #[case::cuda("cuda:0")]
+            #[case::rocm("rocm:0")]
+            fn $name(#[case] spec: &str) {
+                if let Some(dev) = common::open_or_skip(spec) {
+                    gpuport::with_device!(dev, d => super::$name(d));
+                }
+            }
+        )* };
+    }
+
+    pool_tests!(
+        a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives,
+        a_block_still_held_when_its_graph_goes_stays_valid_until_freed,
+        out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on,
+        two_captures_get_two_graph_pools,
+    );
+}
