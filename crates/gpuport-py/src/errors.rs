@@ -411,6 +411,7 @@ pub fn graph_kind_name(kind: GraphErrorKind) -> &'static str {
         GraphErrorKind::CapturedEvent => "captured_event",
         GraphErrorKind::UpdateRefused => "update_refused",
         GraphErrorKind::PoolAllocation => "pool_allocation",
+        GraphErrorKind::OutOfMemory => "out_of_memory",
         GraphErrorKind::NestedLaunch => "nested_launch",
         GraphErrorKind::WrongThread => "wrong_thread",
         GraphErrorKind::NotCapturable => "not_capturable",
@@ -473,9 +474,13 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
              kernels, copies and memsets in the same order) with new arguments; capture a new Graph for other work"
         ),
         GraphErrorKind::PoolAllocation => format!(
-            "{call}: the caching pool does not allocate on a capturing stream (the graph would keep writing a \
-             block the pool hands out again); allocate before the capture (gpuport.runtime.malloc) and keep the \
-             memory as long as the graph"
+            "{call}: the stream is capturing, and this runtime cannot say which capture ({reason}), so the caching \
+             pool cannot give the capture memory of its own; allocate before the capture (gpuport.runtime.malloc) \
+             and keep the memory as long as the graph"
+        ),
+        GraphErrorKind::OutOfMemory => format!(
+            "{call}: out of memory inside a graph capture ({reason}); the capture is still running: end it (leave \
+             the `with ... capture()` block) or free memory held outside it"
         ),
         GraphErrorKind::NestedLaunch => format!(
             "{call}: on the {backend} backend a graph cannot be replayed into a capturing stream; replay it after \
@@ -655,7 +660,8 @@ pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
         (GraphErrorKind::Isolation, "wait_event", "waiting inside a capture for an event recorded outside it"),
         (GraphErrorKind::CapturedEvent, "synchronize_event", "recorded only when the graph runs"),
         (GraphErrorKind::UpdateRefused, "update", "the graph has 3 nodes, this one 2"),
-        (GraphErrorKind::PoolAllocation, "alloc", "allocate before the capture"),
+        (GraphErrorKind::PoolAllocation, "alloc", "hipStreamGetCaptureInfo_v2 is missing"),
+        (GraphErrorKind::OutOfMemory, "alloc", "the capture's graph pool could not grow by 1048576 bytes"),
         (GraphErrorKind::NestedLaunch, "launch", "not captured"),
         (GraphErrorKind::WrongThread, "end_capture", "CaptureMode::Global"),
         (GraphErrorKind::NotCapturable, "add_index", "MemArray operations are not captured"),

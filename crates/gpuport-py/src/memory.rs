@@ -209,6 +209,9 @@ pub fn mem_stats<'py>(py: Python<'py>, device: Option<&Bound<'py, PyAny>>) -> Py
         d.set_item("pool_free", r.free)?;
         d.set_item("pool_allocations", r.counters.allocations)?;
         d.set_item("pool_frees", r.counters.frees)?;
+        d.set_item("pool_oom_failures", r.counters.oom_failures)?;
+        d.set_item("graph_pools", r.counters.graph_pools)?;
+        d.set_item("graph_pools_released", r.counters.graph_pools_released)?;
     }
     Ok(d)
 }

@@ -94,7 +94,9 @@ def stats(device: Any = None) -> Dict[str, int]:
     Keys: ``current_bytes``, ``peak_bytes``, ``total_bytes``,
     ``current_count``, ``peak_count``, ``total_count`` (bytes as
     requested), and for the caching pool ``pool_reserved``, ``pool_in_use``,
-    ``pool_free``, ``pool_allocations``, ``pool_frees``.
+    ``pool_free``, ``pool_allocations``, ``pool_frees``, ``pool_oom_failures``,
+    ``graph_pools`` (captures that allocated: each gets memory of its own) and
+    ``graph_pools_released`` (given back once their graphs were gone).
 
         >>> import gpuport.memory as gm
         >>> before = gm.stats("host")
