@@ -189,3 +189,43 @@ mod per_backend {
         two_captures_get_two_graph_pools,
     );
 }
+
+/// Observers are process-wide: this one counts only its own request size.
+#[test]
+fn out_of_memory_observers_are_told_once_per_failure_and_a_panicking_one_is_contained() {
+    use gpuport::memory::{add_out_of_memory_observer, remove_out_of_memory_observer, MemoryResource};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let d = gpuport::HostDevice::open(0).unwrap();
+    let limit = 4 << 20;
+    let pool =
+        CachingPool::<gpuport::Host>::new(d.clone(), PoolConfig { size_limit: Some(limit), ..PoolConfig::default() });
+    let unique = (8 << 20) + 7 * 512;
+    let (seen, in_capture) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let panicking = add_out_of_memory_observer(move |e| {
+        if e.requested == unique {
+            panic!("an observer that panics");
+        }
+    });
+    let (count, captured) = (seen.clone(), in_capture.clone());
+    let counting = add_out_of_memory_observer(move |e| {
+        if e.requested == unique {
+            assert!(e.report.reserved <= limit, "{:?}", e.report);
+            assert_eq!(e.device, "host");
+            count.fetch_add(1, Ordering::Relaxed);
+            captured.fetch_add(usize::from(e.in_capture), Ordering::Relaxed);
+        }
+    });
+    let e = pool.allocate(unique, d.default_stream()).expect_err("past the limit");
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+    assert_eq!(seen.load(Ordering::Relaxed), 1);
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let e = pool.allocate(unique, capture.stream()).expect_err("past the limit, in a capture");
+    assert!(matches!(e, Error::Graph { kind: GraphErrorKind::OutOfMemory, .. }), "{e}");
+    drop(capture.end().unwrap());
+    assert_eq!((seen.load(Ordering::Relaxed), in_capture.load(Ordering::Relaxed)), (2, 1));
+    assert!(pool.allocate(4096, d.default_stream()).is_ok(), "the pool serves after a failure");
+    assert!(remove_out_of_memory_observer(panicking) && remove_out_of_memory_observer(counting));
+    assert!(!remove_out_of_memory_observer(counting), "removed twice");
+}

@@ -294,6 +294,19 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         }
     }
 
+    /// Tells the out-of-memory observers (`memory/oom.rs`) of `e` if it is
+    /// an out-of-memory error; returns it.
+    #[cold]
+    fn out_of_memory_observed(&self, e: Error, bytes: usize, in_capture: bool) -> Error {
+        let oom = matches!(e, Error::OutOfMemory { .. } | Error::Graph { kind: GraphErrorKind::OutOfMemory, .. });
+        if oom && super::oom::observed() {
+            let report = self.report();
+            let device = self.dev().info().spec();
+            super::oom::notify(&super::oom::OutOfMemoryEvent { device, requested: bytes, in_capture, report: &report });
+        }
+        e
+    }
+
     /// A usage and fragmentation report.
     pub fn report(&self) -> PoolReport {
         self.locked(|st| st.report())
@@ -619,10 +632,19 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
             None => self.allocate_locked(&mut st, bytes, size, stream),
             Some(capture) => self.allocate_in_capture(&mut st, bytes, size, stream, capture),
         };
-        if !st.released.is_empty() {
-            Self::unlock_then_release(st);
-        }
-        let h = handed_out?;
+        let h = match handed_out {
+            Ok(h) => {
+                if !st.released.is_empty() {
+                    Self::unlock_then_release(st);
+                }
+                h
+            }
+            Err(e) => {
+                // The observers may ask the pool for its report: unlocked first.
+                Self::unlock_then_release(st);
+                return Err(self.out_of_memory_observed(e, bytes, capture.is_some()));
+            }
+        };
         // SAFETY: node `h.token` is `size >= bytes` bytes at `h.ptr` of a live
         // segment of this pool's device (its length and device checked in
         // `grow`), just marked allocated under serial `h.serial`: no other
