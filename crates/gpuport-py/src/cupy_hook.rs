@@ -99,8 +99,36 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
     // object alive while it is current) or 0, the default stream. The pool
     // names it only during this call (see crates/gpuport-py/src/memory.rs).
     let stream = unsafe { AnyStream::borrow(&dev, handle) }.py_err(py)?;
-    let a = core_memory::alloc(&dev, size, &stream).py_err(py)?;
+    let a = core_memory::alloc(&dev, size, &stream).map_err(|e| cupy_error(py, &dev, e, size))?;
     Ok(core_memory::hold(a))
+}
+
+/// gpuport's error as CuPy raises its own: out of memory (after the pool's
+/// retry) as `cupy.cuda.memory.OutOfMemoryError(size, total)`, caused by
+/// gpuport's error, so code that catches CuPy's exception catches it; any
+/// other error as gpuport's exception.
+fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size: usize) -> PyErr {
+    let oom = matches!(
+        e,
+        gpuport::Error::OutOfMemory { .. } | gpuport::Error::Graph { kind: gpuport::GraphErrorKind::OutOfMemory, .. }
+    );
+    let ours = Err::<(), _>(e).py_err(py).unwrap_err();
+    if !oom {
+        return ours;
+    }
+    let total = core_memory::statistics(dev).map_or(0, |(s, _)| s.current_bytes);
+    let theirs = py
+        .import("cupy.cuda.memory")
+        .and_then(|m| m.getattr("OutOfMemoryError"))
+        .and_then(|class| class.call1((size, total)));
+    match theirs {
+        Ok(exception) => {
+            let err = PyErr::from_value(exception);
+            err.set_cause(py, Some(ours));
+            err
+        }
+        Err(_) => ours,
+    }
 }
 
 /// Allocates `size` bytes on CuPy's device `device_id` in the order of

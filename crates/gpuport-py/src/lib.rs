@@ -49,6 +49,7 @@ pub mod memarray;
 pub mod memory;
 pub mod runtime;
 pub mod stream;
+pub mod torch_hook;
 
 /// The extension module.
 #[pymodule]
@@ -66,6 +67,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::graph_capture, m)?)?;
     memory::register(m)?;
     cupy_hook::register(m)?;
+    torch_hook::register(m)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;

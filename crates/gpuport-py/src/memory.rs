@@ -1,6 +1,6 @@
 //! `gpuport.memory`: Python access to each device's current gpuport memory
-//! resource, and the C-ABI allocation functions PyTorch's
-//! `CUDAPluggableAllocator` calls (`gpuport_torch_malloc`, `gpuport_torch_free`).
+//! resource, and its out-of-memory observers. (The C functions PyTorch's
+//! `CUDAPluggableAllocator` calls are in `torch_hook.rs`.)
 //!
 //! Everything here converts Python arguments and calls the core's
 //! run-time layer (`gpuport::dynamic::memory`), which installs each device's
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use gpuport::dynamic::memory::{self as core_memory, AnyAllocation, AnyDeferCleanup, AnyPinned, AnyRegistration};
 use gpuport::dynamic::AnyStream;
-use gpuport::memory::{IpcKind, PinnedFlags};
+use gpuport::memory::{self as core_mem, IpcKind, ObserverId, PinnedFlags};
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -23,61 +23,6 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::device::{resolve_device, spec, PyStream};
 use crate::errors::IntoPyResult;
-
-// ---- the C ABI for PyTorch ---------------------------------------------------------
-
-fn device_for_ordinal(device: i32) -> gpuport::Result<AnyDevice> {
-    if device < 0 {
-        return gpuport::open("host");
-    }
-    gpuport::open(&format!("cuda:{device}"))
-}
-
-fn torch_malloc(size: isize, device: i32, stream: usize) -> gpuport::Result<*mut std::ffi::c_void> {
-    let size = usize::try_from(size)
-        .map_err(|_| gpuport::Error::InvalidArgument { name: "size", reason: format!("{size} < 0") })?;
-    let dev = device_for_ordinal(device)?;
-    // SAFETY: PyTorch passes the live stream it allocates on (0: default).
-    let s = unsafe { AnyStream::borrow(&dev, stream) }?;
-    let a = core_memory::alloc(&dev, size, &s)?;
-    Ok(core_memory::hold(a) as usize as *mut std::ffi::c_void)
-}
-
-/// Allocates `size` bytes on device `device` (a CUDA ordinal; -1: the host
-/// backend, for tests) on stream `stream` (a `cudaStream_t`; 0: default)
-/// from the device's current gpuport resource. Returns null on failure.
-/// Never unwinds. For `torch.cuda.memory.CUDAPluggableAllocator`.
-#[no_mangle]
-pub extern "C" fn gpuport_torch_malloc(
-    size: isize,
-    device: i32,
-    stream: *mut std::ffi::c_void,
-) -> *mut std::ffi::c_void {
-    let stream = stream as usize;
-    match std::panic::catch_unwind(|| torch_malloc(size, device, stream)) {
-        Ok(Ok(p)) => p,
-        _ => std::ptr::null_mut(),
-    }
-}
-
-/// Frees memory from [`gpuport_torch_malloc`] (in the order of the stream it
-/// was allocated on). Unknown pointers are ignored. Never unwinds.
-#[no_mangle]
-pub extern "C" fn gpuport_torch_free(
-    ptr: *mut std::ffi::c_void,
-    _size: isize,
-    _device: i32,
-    _stream: *mut std::ffi::c_void,
-) {
-    let ptr = ptr as usize as u64;
-    let _ = std::panic::catch_unwind(|| core_memory::release_held(ptr));
-}
-
-/// Number of live allocations made through [`gpuport_torch_malloc`].
-#[no_mangle]
-pub extern "C" fn gpuport_torch_live_count() -> usize {
-    std::panic::catch_unwind(core_memory::held_count).unwrap_or(0)
-}
 
 // ---- Python -----------------------------------------------------------------------
 
@@ -462,11 +407,49 @@ pub fn mem_pin(
     Ok(PyRegistration { inner: Mutex::new(Some(r)), ptr, size, mapped })
 }
 
-/// Name of the C functions for `CUDAPluggableAllocator`, and the file they are in.
+/// An out-of-memory observer registered from Python
+/// (`gpuport.memory.on_out_of_memory`); `remove()` unregisters it.
+#[pyclass(name = "OutOfMemoryObserver", module = "gpuport._core", frozen)]
+pub struct PyOomObserver {
+    id: Mutex<Option<ObserverId>>,
+}
+
+#[pymethods]
+impl PyOomObserver {
+    /// Unregisters the observer; false if it was already removed.
+    fn remove(&self) -> bool {
+        let id = self.id.lock().unwrap_or_else(|p| p.into_inner()).take();
+        id.is_some_and(core_mem::remove_out_of_memory_observer)
+    }
+}
+
+/// The pool's report as a dict (the keys of `PoolReport`'s sizes).
+fn report_dict<'py>(py: Python<'py>, r: &core_mem::PoolReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("reserved", r.reserved)?;
+    d.set_item("in_use", r.in_use)?;
+    d.set_item("requested", r.requested)?;
+    d.set_item("free", r.free)?;
+    d.set_item("pending", r.pending)?;
+    d.set_item("segments", r.segments)?;
+    d.set_item("largest_free_block", r.largest_free_block)?;
+    Ok(d)
+}
+
+/// Calls `callback(device, size, in_capture, report)` for every allocation a
+/// caching pool could not serve (after its retry), before the error is
+/// raised. An exception in it goes to `sys.unraisablehook`.
 #[pyfunction]
-#[pyo3(name = "_torch_allocator_symbols")]
-pub fn torch_allocator_symbols() -> (&'static str, &'static str) {
-    ("gpuport_torch_malloc", "gpuport_torch_free")
+pub fn mem_on_out_of_memory(callback: Py<PyAny>) -> PyOomObserver {
+    let id = core_mem::add_out_of_memory_observer(move |e| {
+        Python::attach(|py| {
+            let args = report_dict(py, e.report).map(|r| (e.device.clone(), e.requested, e.in_capture, r));
+            if let Err(err) = args.and_then(|a| callback.call1(py, a)) {
+                err.write_unraisable(py, Some(callback.bind(py)));
+            }
+        })
+    });
+    PyOomObserver { id: Mutex::new(Some(id)) }
 }
 
 /// Registers this module's classes and functions.
@@ -485,6 +468,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mem_info, m)?)?;
     m.add_function(wrap_pyfunction!(mem_reset, m)?)?;
     m.add_function(wrap_pyfunction!(mem_defer_cleanup, m)?)?;
-    m.add_function(wrap_pyfunction!(torch_allocator_symbols, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_on_out_of_memory, m)?)?;
+    m.add_class::<PyOomObserver>()?;
     Ok(())
 }

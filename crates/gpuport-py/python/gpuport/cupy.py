@@ -28,6 +28,11 @@ __all__ = ["allocator", "c_allocator", "pinned_allocator", "use_gpuport_for_cupy
 _PROBE_SIZE = 1 << 63
 
 
+def _backend(cupy: Any) -> str:
+    """The gpuport backend of CuPy's devices: "rocm" for CuPy's ROCm build."""
+    return "rocm" if cupy.cuda.runtime.is_hip else "cuda"
+
+
 def c_allocator() -> Any:
     """gpuport's C allocation functions as a CuPy ``CFunctionAllocator``'s ``malloc``.
 
@@ -44,7 +49,7 @@ def c_allocator() -> Any:
     import cupy
     from cupy.cuda import memory, stream
 
-    backend = "rocm" if cupy.cuda.runtime.is_hip else "cuda"
+    backend = _backend(cupy)
     capsule = stream.__pyx_capi__["get_current_stream_ptr"]
     malloc, free = _core._cupy_allocator_functions(capsule, backend)
     # The owner keeps the functions' module alive while CuPy holds them.
@@ -76,7 +81,11 @@ def allocator(size: int) -> Any:
 
     dev = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream().ptr
-    a = _core.mem_alloc(size, stream, f"cuda:{dev}")
+    try:
+        a = _core.mem_alloc(size, stream, f"{_backend(cupy)}:{dev}")
+    except _core.OutOfMemoryError as e:
+        total = _core.mem_stats(f"{_backend(cupy)}:{dev}")["current_bytes"]
+        raise cupy.cuda.memory.OutOfMemoryError(size, total) from e
     # The owner is the gpuport allocation: when CuPy drops the memory, the
     # allocation is collected and its block goes back to the pool.
     mem = cupy.cuda.UnownedMemory(a.ptr, size, a, dev)
@@ -96,7 +105,7 @@ def pinned_allocator(size: int) -> Any:
     import cupy
 
     dev = cupy.cuda.runtime.getDevice()
-    p = _core.mem_alloc_pinned(size, False, True, False, f"cuda:{dev}")
+    p = _core.mem_alloc_pinned(size, False, True, False, f"{_backend(cupy)}:{dev}")
     # PinnedMemoryPointer(mem, offset) reads mem.ptr and mem.size and keeps
     # mem alive; the PinnedAllocation returns to gpuport's pinned pool when collected.
     return cupy.cuda.PinnedMemoryPointer(p, 0)

@@ -22,7 +22,7 @@ default device, a spec such as ``"cuda:0"``, a CUDA ordinal, a Device).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _core
 from ._core import Allocation, DeferCleanup, PinnedAllocation
@@ -40,6 +40,7 @@ __all__ = [
     "free",
     "log_path",
     "memory_info",
+    "on_out_of_memory",
     "reset",
     "stats",
     "torch_allocator_library",
@@ -216,6 +217,31 @@ def defer_cleanup(device: Any = None) -> DeferCleanup:
         1
     """
     return _core.mem_defer_cleanup(device)
+
+
+def on_out_of_memory(callback: Callable[[str, int, bool, Dict[str, int]], Any]) -> Any:
+    """Calls ``callback(device, size, in_capture, report)`` for every allocation
+    a caching pool could not serve, after it gave back its cached memory and
+    retried, just before the error is raised (PyTorch's out-of-memory
+    observers play the same part). ``report`` has the pool's ``reserved``,
+    ``in_use``, ``requested``, ``free``, ``pending``, ``segments`` and
+    ``largest_free_block``. An exception in ``callback`` goes to
+    ``sys.unraisablehook``; the allocation fails as it would have. Returns an
+    object whose ``remove()`` unregisters the callback.
+
+        >>> import gpuport.memory as gm
+        >>> seen = []
+        >>> observer = gm.on_out_of_memory(lambda dev, size, in_capture, report: seen.append((dev, size)))
+        >>> try:
+        ...     gm.alloc(1 << 62, device="host")
+        ... except MemoryError:
+        ...     pass
+        >>> seen[-1]
+        ('host', 4611686018427387904)
+        >>> observer.remove()
+        True
+    """
+    return _core.mem_on_out_of_memory(callback)
 
 
 def torch_allocator_library() -> Tuple[str, str, str]:

@@ -99,6 +99,18 @@ def _nv() -> bool:
     return bool(getattr(_drv, "USE_NV_BINDING", True))
 
 
+def _out_of_memory(size: int, cause: Exception) -> Exception:
+    """Numba's error for a failed allocation: ``CudaAPIError`` with
+    ``CUDA_ERROR_OUT_OF_MEMORY``, as its own manager raises."""
+    if _nv():
+        code: Any = _binding().CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    else:
+        from numba.cuda.cudadrv import enums
+
+        code = enums.CUDA_ERROR_OUT_OF_MEMORY
+    return _drv.CudaAPIError(code, f"gpuport could not allocate {size} bytes: {cause}")
+
+
 def _devptr(ptr: int) -> Any:
     return _binding().CUdeviceptr(ptr) if _nv() else ctypes.c_uint64(ptr)
 
@@ -235,7 +247,16 @@ class GpuportNumbaMemoryManager(cuda.HostOnlyCUDAMemoryManager):  # type: ignore
             >>> mem.size
             1024
         """
-        a = _core.mem_alloc(size, None, self._spec)
+        try:
+            a = _core.mem_alloc(size, None, self._spec)
+        except _core.OutOfMemoryError:
+            # As Numba's own manager does: run the deallocations it has
+            # pending, then retry once; then fail with Numba's own error.
+            self.deallocations.clear()
+            try:
+                a = _core.mem_alloc(size, None, self._spec)
+            except _core.OutOfMemoryError as e:
+                raise _out_of_memory(size, e) from e
         self._live[a.ptr] = a
         return _drv.MemoryPointer(self.context, _devptr(a.ptr), size, finalizer=_free_later(self._live, a))
 

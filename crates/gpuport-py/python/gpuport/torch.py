@@ -8,8 +8,12 @@ from a shared library; the extension module ``gpuport._core`` exports them:
 
 They allocate from the device's current gpuport resource (the caching pool
 with statistics and the optional CSV log of ``gpuport.memory``), in the
-order of PyTorch's stream, never unwind, and return null on failure (which
-PyTorch reports as out of memory).
+order of PyTorch's stream. A failed allocation raises in the PyTorch call
+that asked for it (``RuntimeError`` with gpuport's message, naming the size);
+a request of 0 bytes gets a null pointer, as from PyTorch's own allocator.
+Allocations while ``torch.cuda.graph`` captures come from memory of the
+graph's own, which nothing else gets while the graph lives. A ROCm build of
+PyTorch (``torch.version.hip``) allocates on gpuport's ``rocm`` devices.
 
 PyTorch allows the swap only before its first CUDA allocation in the
 process: call :func:`use_gpuport_for_torch` right after ``import torch``,
@@ -40,6 +44,9 @@ def use_gpuport_for_torch() -> Any:
     """
     import torch
 
+    from . import _core
+
+    _core._torch_allocator_backend("rocm" if getattr(torch.version, "hip", None) else "cuda")
     path, alloc_fn, free_fn = torch_allocator_library()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, alloc_fn, free_fn)
     torch.cuda.memory.change_current_allocator(allocator)
