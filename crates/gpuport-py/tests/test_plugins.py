@@ -208,18 +208,75 @@ def test_c_abi_round_trip_updates_stats(torch_abi):
     assert _count() == (c0, b0) and live() == n0
 
 
-def test_c_abi_failures_return_null_and_never_unwind(torch_abi):
-    malloc, free, live = torch_abi
+def _try_malloc():
+    lib = ctypes.CDLL(gpuport._core.__file__)
+    f = lib.gpuport_torch_try_malloc
+    f.restype = ctypes.c_void_p
+    f.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+
+    def call(size, device):
+        message = ctypes.create_string_buffer(1024)
+        return f(size, device, None, message, len(message)), message.value.decode()
+
+    return call
+
+
+def test_c_abi_failures_say_why_and_never_unwind(torch_abi):
+    _, free, _ = torch_abi
+    try_malloc = _try_malloc()
     c0, b0 = _count()
-    assert not malloc(-1, -1, None)  # negative size
-    assert not malloc(1 << 62, -1, None)  # too large
-    assert not malloc(16, 99, None)  # no such CUDA device here
+    p, why = try_malloc(-1, -1)
+    assert not p and "gpuport could not allocate -1 bytes" in why, why
+    p, why = try_malloc(1 << 62, -1)
+    assert not p and str(1 << 62) in why and "gpuport" in why, why
+    p, why = try_malloc(16, 99)  # no such CUDA device here
+    assert not p and why, why
     free(12345, 16, -1, None)  # unknown pointer: ignored
     free(None, 0, -1, None)
     assert _count() == (c0, b0)
-    p = malloc(0, -1, None)  # zero bytes: a valid, unique pointer
-    assert p
-    free(p, 0, -1, None)
+    assert try_malloc(0, -1) == (None, ""), "zero bytes: null, as from torch's own allocator"
+
+
+# A C++ caller, as PyTorch's CUDAPluggableAllocator is: a failed allocation
+# reaches it as a std::runtime_error (PyTorch's bindings raise it in Python).
+CXX_CALLER = r"""
+#include <cstdio>
+#include <stdexcept>
+#include <sys/types.h>
+using Malloc = void* (*)(ssize_t, int, void*);
+extern "C" int call_and_catch(void* fn, ssize_t size, char* out, size_t cap, void** ptr) {
+    try {
+        *ptr = reinterpret_cast<Malloc>(fn)(size, -1, nullptr);
+        return 0;
+    } catch (const std::runtime_error& e) {
+        std::snprintf(out, cap, "%s", e.what());
+        return 1;
+    }
+}
+"""
+
+
+def test_a_failed_torch_allocation_throws_to_its_cxx_caller_and_the_next_one_works(tmp_path, torch_abi):
+    import shutil
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler here to build the caller")
+    src = tmp_path / "caller.cpp"
+    src.write_text(CXX_CALLER)
+    so = tmp_path / "caller.so"
+    subprocess.run([cxx, "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
+    caller = ctypes.CDLL(str(so)).call_and_catch
+    caller.restype = ctypes.c_int
+    caller.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+    malloc, free, _ = torch_abi
+    fn = ctypes.cast(malloc, ctypes.c_void_p)
+    out, ptr = ctypes.create_string_buffer(1024), ctypes.c_void_p()
+    assert caller(fn, 1 << 62, out, len(out), ctypes.byref(ptr)) == 1, "no exception for an impossible size"
+    assert out.value.decode().startswith("gpuport could not allocate 4611686018427387904 bytes"), out.value
+    assert caller(fn, 4096, out, len(out), ctypes.byref(ptr)) == 0 and ptr.value, "the next allocation failed"
+    free(ptr.value, 4096, -1, None)
+    assert caller(fn, 0, out, len(out), ctypes.byref(ptr)) == 0 and not ptr.value, "zero bytes: null, no exception"
 
 
 # ---- host: lazy imports -----------------------------------------------------------
