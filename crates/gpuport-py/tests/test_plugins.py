@@ -832,6 +832,94 @@ def test_torch_tensors_come_from_gpuport(tmp_path):
 
 
 @pytest.mark.gpu
+def test_torch_out_of_memory_raises_and_the_next_allocation_works():
+    _need("torch")
+    _run(
+        """
+        import torch, gpuport.torch, gpuport.memory as gm
+        gpuport.torch.use_gpuport_for_torch()
+        seen = []
+        gm.on_out_of_memory(lambda dev, size, in_capture, report: seen.append((dev, size)))
+        try:
+            torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+        except RuntimeError as e:
+            assert "gpuport could not allocate" in str(e) and str(1 << 50) in str(e), e
+        else:
+            raise SystemExit("an allocation past the GPU made a tensor")
+        assert seen == [("cuda:0", 1 << 50)], seen
+        x = torch.ones(1 << 20, device="cuda")
+        assert x.data_ptr() != 0 and x.sum().item() == float(1 << 20)
+        print("oom ok")
+        """
+    )
+
+
+# A small MLP step, captured by torch.cuda.graph (and by torch.compile's
+# "reduce-overhead" mode when MODE is "compile"), replayed 20 times on new
+# inputs; prints the outputs' sums. Run once with gpuport as torch's
+# allocator and once with torch's own: the sums must agree.
+TORCH_GRAPH_STEP = """
+import json, sys, gc
+import torch
+HOOK, MODE = sys.argv[1] == "gpuport", sys.argv[2]
+if HOOK:
+    import gpuport.torch, gpuport.memory as gm
+    gpuport.torch.use_gpuport_for_torch()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64)).cuda()
+static_in = torch.randn(32, 256, device="cuda")
+inputs = [torch.randn(32, 256, device="cuda") for _ in range(20)]
+sums = []
+if MODE == "graph":
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            model(static_in)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = model(static_in) * 2 + 1
+    for x in inputs:
+        static_in.copy_(x)
+        g.replay()
+        sums.append(static_out.double().sum().item())
+    if HOOK:
+        before = gm.stats("cuda:0")
+        del g, static_out
+        gc.collect()
+        torch.cuda.synchronize()
+        import time
+        deadline = time.monotonic() + 10
+        while gm.stats("cuda:0")["graph_pools_released"] == before["graph_pools_released"]:
+            assert time.monotonic() < deadline, "the graph's memory never came back"
+            torch.empty(16, device="cuda")
+            time.sleep(0.01)
+        print("released", gm.stats("cuda:0")["graph_pools_released"] - before["graph_pools_released"], file=sys.stderr)
+else:
+    step = torch.compile(lambda x: model(x) * 2 + 1, mode="reduce-overhead")
+    for x in inputs:
+        sums.append(step(x).double().sum().item())
+print(json.dumps(sums))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["graph", "compile"])
+def test_torch_graph_capture_through_the_hook_matches_torchs_own_allocator(mode):
+    _need("torch")
+    runs = {}
+    for allocator in ("gpuport", "torch"):
+        r = subprocess.run(
+            [sys.executable, "-c", TORCH_GRAPH_STEP, allocator, mode], capture_output=True, text=True, timeout=600
+        )
+        assert r.returncode == 0, f"{allocator} {mode}:\n{r.stdout}\n{r.stderr}"
+        runs[allocator] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(runs["gpuport"]) == 20
+    assert runs["gpuport"] == pytest.approx(runs["torch"], rel=1e-6), runs
+
+
+@pytest.mark.gpu
 def test_torch_swap_after_first_allocation_is_refused():
     _need("torch")
     _run(

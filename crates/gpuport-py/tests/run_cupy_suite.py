@@ -1,0 +1,98 @@
+"""Runs CuPy's own test suite (a checkout of CuPy's ``tests/`` folder of the
+installed CuPy's version) twice, in fresh pytest processes: with CuPy's own
+allocators and with ``gpuport.cupy.use_gpuport_for_cupy()`` installed before
+any test runs; prints passed / failed / errors / skipped for each, and the
+tests that fail only with gpuport.
+
+    python3 crates/gpuport-py/tests/run_cupy_suite.py --tests DIR [--json out.json] \\
+        [--timeout 1800] [MODULE ...]
+
+MODULE paths are relative to DIR (default: the graph, stream, memory and
+pinned-array tests, and the creation and random modules). Not collected by
+pytest (no ``test_`` prefix). Needs a GPU, CuPy and gpuport importable (e.g.
+``PYTHONPATH=/tmp/site``). Exits 1 if any test fails with gpuport alone.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+DEFAULT_MODULES = [
+    "cupy_tests/cuda_tests/test_graph.py",
+    "cupy_tests/cuda_tests/test_stream.py",
+    "cupy_tests/cuda_tests/test_memory.py",
+    "cupy_tests/cuda_tests/test_pinned_memory.py",
+    "cupyx_tests/test_pinned_array.py",
+    "cupy_tests/creation_tests",
+    "cupy_tests/random_tests",
+]
+
+# A pytest plugin (loaded with -p) that routes CuPy's allocations through
+# gpuport before the first test.
+PLUGIN = """
+import gpuport.cupy
+
+def pytest_configure(config):
+    gpuport.cupy.use_gpuport_for_cupy()
+"""
+
+
+def outcomes(junit):
+    """{test id: "passed" | "failed" | "error" | "skipped"} from a JUnit XML file."""
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        result[name] = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+        result[name] = {"failure": "failed"}.get(result[name], result[name])
+    return result
+
+
+def run(tests, modules, with_gpuport, timeout):
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = os.path.join(tmp, "junit.xml")
+        env = dict(os.environ)
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        if with_gpuport:
+            with open(os.path.join(tmp, "gpuport_cupy_plugin.py"), "w") as f:
+                f.write(PLUGIN)
+            env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
+            args += ["-p", "gpuport_cupy_plugin"]
+        r = subprocess.run(args + modules, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout)
+        tail = "\n".join(r.stdout.strip().splitlines()[-3:])
+        if not os.path.exists(junit):
+            raise SystemExit(f"pytest wrote no report ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+        return outcomes(junit), tail
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tests", required=True, help="CuPy's tests/ folder")
+    p.add_argument("--json")
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("modules", nargs="*", default=DEFAULT_MODULES)
+    a = p.parse_args()
+    theirs, their_tail = run(a.tests, a.modules, False, a.timeout)
+    ours, our_tail = run(a.tests, a.modules, True, a.timeout)
+    report = {}
+    for label, res, tail in (("cupy", theirs, their_tail), ("gpuport", ours, our_tail)):
+        counts = {k: sum(1 for v in res.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
+        report[label] = counts
+        print(f"{label:8} {counts}  | {tail.splitlines()[-1] if tail else ''}")
+    only_ours = sorted(t for t, v in ours.items() if v in ("failed", "error") and theirs.get(t) == "passed")
+    report["fail_with_gpuport_only"] = only_ours
+    print(f"fail with gpuport only: {len(only_ours)}")
+    for t in only_ours:
+        print("  ", t)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+    sys.exit(1 if only_ours else 0)
+
+
+if __name__ == "__main__":
+    main()
