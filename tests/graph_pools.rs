@@ -165,6 +165,19 @@ fn two_captures_get_two_graph_pools<D: MemoryDevice>(d: &Arc<D>) {
     assert_eq!(pool.report().counters.graph_pools_released, 2);
 }
 
+fn a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated<D: MemoryDevice>(d: &Arc<D>) {
+    let (pool, alloc) = pool(d, None);
+    let s = d.create_stream().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let block = alloc.alloc(N * 4, capture.stream()).unwrap();
+    fill(&**d, capture.stream(), &block, 6);
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    drop(block);
+    drop((alloc, pool)); // the pool goes; the graph still replays into its block
+    exec.launch(&s).unwrap();
+    d.synchronize(&s).unwrap();
+}
+
 mod per_backend {
     use super::*;
 
@@ -187,6 +200,7 @@ mod per_backend {
         a_block_still_held_when_its_graph_goes_stays_valid_until_freed,
         out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on,
         two_captures_get_two_graph_pools,
+        a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated,
     );
 }
 

@@ -27,6 +27,9 @@
 //!   waiting: a capture forbids it) and the growth is tried once more; then
 //!   [`GraphErrorKind::OutOfMemory`]. The capture itself is untouched.
 //!
+//! - A pool dropped while a graph of its lives leaves that graph's segments
+//!   allocated for good, rather than free them under the graph.
+//!
 //! Limits: a graph pool serves one capture; PyTorch's `pool=` sharing
 //! between graphs cannot be seen through `CUDAPluggableAllocator`'s two
 //! functions. A free on another library's stream asks the driver whether
@@ -53,7 +56,7 @@ pub(super) struct GraphPool<B: Backend> {
     /// Blocks freed outside the capture while the graph lives: node, stream, events.
     parked: Vec<(u32, Stream<B>, Vec<Event<B>>)>,
     /// Set when the graph (and every executable made from it) is gone.
-    gone: Arc<AtomicBool>,
+    pub(super) gone: Arc<AtomicBool>,
 }
 
 /// What the graph holds for its pool: dropped with the graph.

@@ -568,6 +568,19 @@ impl<B: Backend, S: Storage<B>> Drop for CachingPool<B, S> {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         st.fence_all(&device);
         st.wait_pending(&device);
+        // A graph that is still alive replays into its pool's segments: they
+        // are left allocated for good rather than freed under it.
+        let live: Vec<u64> = st
+            .graph_pools
+            .iter()
+            .filter(|g| !g.gone.load(std::sync::atomic::Ordering::Acquire))
+            .map(|g| g.serial)
+            .collect();
+        for slot in &mut st.segments {
+            if slot.as_ref().is_some_and(|seg| live.contains(&seg.graph)) {
+                std::mem::forget(slot.take());
+            }
+        }
     }
 }
 
