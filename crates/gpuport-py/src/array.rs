@@ -82,10 +82,11 @@ impl PyMemArray {
         let mut e = {
             let mut guard = self.state(py)?;
             let st: &mut AnyArray = &mut guard;
-            py.detach(|| gpuport::dynamic::exchange::export(st, req)).py_err_in(py, "to_numpy")?
+            // SAFETY: `req` names no stream.
+            py.detach(|| unsafe { gpuport::dynamic::exchange::export(st, req) }).py_err_in(py, "to_numpy")?
         };
         // The same bytes, one per element (sub-byte dtypes are held padded).
-        e.dtype = DType::UInt8;
+        e.view_as(DType::UInt8).py_err_in(py, "to_numpy")?;
         let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
         np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
     }
@@ -222,7 +223,7 @@ impl PyMemArray {
                 a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
                 Ok(p)
             }
-            AnyArray::Imported(f) => Ok(f.data),
+            AnyArray::Imported(f) => Ok(f.data()),
         }
     }
 
@@ -504,10 +505,10 @@ impl PyMemArray {
                 py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
             }
             AnyArray::Imported(f) => {
-                if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
+                if !is_host_accessible(f.dl().device_type) || !f.is_row_major() {
                     return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
                 }
-                (f.data, f.keep.clone())
+                (f.data(), f.keeper())
             }
         };
         if n == 0 {
@@ -607,9 +608,9 @@ impl PyMemArray {
                 (data, None, false)
             }
             AnyArray::Imported(f) => {
-                let item = f.dtype.itemsize() as i64;
-                let s: Vec<i64> = f.strides.iter().map(|&s| s * item).collect();
-                (f.data, Some(s), f.read_only)
+                let item = f.dtype().itemsize() as i64;
+                let s: Vec<i64> = f.strides().iter().map(|&s| s * item).collect();
+                (f.data(), Some(s), f.is_read_only())
             }
         };
         drop(st);

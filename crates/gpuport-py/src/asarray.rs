@@ -151,8 +151,8 @@ fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResul
         return Ok(PyMemArray::from_owned(a));
     }
     let a = imported_from_producer(py, p)?;
-    if !same_device(&a.device, dev) {
-        return Err(elsewhere(&a.device, dev));
+    if !same_device(a.device(), dev) {
+        return Err(elsewhere(a.device(), dev));
     }
     Ok(PyMemArray::from_imported(a))
 }

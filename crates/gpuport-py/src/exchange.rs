@@ -25,7 +25,10 @@ use crate::errors::{self, IntoPyResult};
 /// Exports `st` as a DLPack capsule following the array API standard (the
 /// negotiation is the core's: `gpuport::dynamic::exchange::export`).
 pub fn export<'py>(py: Python<'py>, st: &mut AnyArray, req: ExportRequest) -> PyResult<Bound<'py, PyAny>> {
-    let e = py.detach(|| core_exchange::export(st, req)).py_err_in(py, "__dlpack__")?;
+    // SAFETY: `req.stream` is the consumer's, as `__dlpack__` received it:
+    // the DLPack standard requires it to be a sentinel or a live stream of
+    // the array's device, as CUDA Array Interface producers vouch for theirs.
+    let e = py.detach(|| unsafe { core_exchange::export(st, req) }).py_err_in(py, "__dlpack__")?;
     make_capsule(py, e)
 }
 
@@ -43,14 +46,13 @@ pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedA
     }
     let on_host = is_host_memory(p.0.device().device_type);
     let producer = std::sync::Arc::new(p);
-    let keep: std::sync::Arc<dyn Send + Sync> = producer.clone();
     if on_host {
         // Host memory belongs to the host device, opened at once: no reason
         // to release the GIL (which costs about as much as the rest here).
-        return ImportedArray::from_tensor(&producer.0, keep).py_err(py);
+        return ImportedArray::from_tensor(producer).py_err(py);
     }
     // Opening a GPU device for the first time can take long: without the GIL.
-    py.detach(|| ImportedArray::from_tensor(&producer.0, keep)).py_err(py)
+    py.detach(|| ImportedArray::from_tensor(producer)).py_err(py)
 }
 
 /// Calls `obj.__dlpack__` as a consumer on `dev`'s default stream and takes the capsule.
@@ -134,7 +136,7 @@ pub struct PreparedExport {
 
 impl PreparedExport {
     pub fn new(e: core_exchange::Export) -> Self {
-        let device = dl_pair(e.device);
+        let device = dl_pair(e.device());
         PreparedExport { export: std::sync::Mutex::new(Some(e)), device }
     }
 }
@@ -154,12 +156,7 @@ impl PreparedExport {
         let _ = (stream, dl_device, copy); // negotiated when the export was made
         let taken = self.export.lock().ok().and_then(|mut e| e.take());
         let mut e = taken.ok_or_else(|| PyBufferError::new_err("this prepared export was already consumed"))?;
-        e.versioned_minor = match parse_version(max_version)? {
-            Some((major, minor)) if major >= 1 => {
-                Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
-            }
-            _ => None,
-        };
+        e.set_max_version(parse_version(max_version)?).py_err_in(py, "__dlpack__")?;
         make_capsule(py, e)
     }
 
