@@ -218,3 +218,30 @@ fn a_raw_import_is_checked_before_its_memory_is_trusted() {
     drop(a);
     assert_eq!(v, [10, 11, 12, 13]);
 }
+
+#[test]
+fn read_only_device_memory_is_a_source_never_a_destination() {
+    use gpuport::dynamic::raw::{self, Place, RawRange, Side};
+    let dev = host();
+    let s = AnyStream::default_for(&dev);
+    let ro = vec![7u8; 8];
+    let mut rw = vec![0u8; 8];
+    // SAFETY: the host backend's device memory is host memory: `ro` outlives
+    // every synchronous call below and is never written (read-only range).
+    let ro_dev = unsafe { RawRange::new(ro.as_ptr() as u64, Place::Device(Some(dev.clone())), Some(8), None, false) };
+    // SAFETY: from a `&mut` slice read only after the calls have returned.
+    let rw_dev =
+        unsafe { RawRange::new(rw.as_mut_ptr() as u64, Place::Device(Some(dev.clone())), Some(8), None, true) };
+    let host_src = held(&ro);
+    for (dir, src) in [((Side::Device, Side::Device), &rw_dev), ((Side::Host, Side::Device), &host_src)] {
+        let e = raw::copy(&dev, &s, &ro_dev, src, 8, Some(dir), true).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{dir:?}: {e}");
+        assert!(e.to_string().contains("read-only") && e.to_string().contains("source"), "{e}");
+    }
+    let e = raw::memset(&dev, &s, &ro_dev, 1, 8, true).unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    assert_eq!(ro, [7u8; 8]);
+    raw::copy(&dev, &s, &rw_dev, &ro_dev, 8, Some((Side::Device, Side::Device)), true).unwrap();
+    drop(rw_dev);
+    assert_eq!(rw, [7u8; 8]);
+}

@@ -90,23 +90,35 @@ pub fn import_producer(
     } else {
         None
     };
+    take_capsule(py, &dlpack_capsule(obj, stream_arg, copy)?)
+}
+
+/// `obj.__dlpack__(stream=stream, max_version=(1, minor), copy=copy)`: a
+/// versioned capsule where the producer makes one (it carries the
+/// read-only and padded sub-byte flags), else, from a producer older than
+/// DLPack 1.0 (a `TypeError` for the keywords), a legacy one.
+pub fn dlpack_capsule<'py>(
+    obj: &Bound<'py, PyAny>,
+    stream: Option<i64>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
     let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", stream_arg)?;
+    kwargs.set_item("stream", stream)?;
     kwargs.set_item("max_version", (1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION))?;
     if let Some(c) = copy {
         kwargs.set_item("copy", c)?;
     }
-    let cap = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
-        Ok(c) => c,
+    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(c) => Ok(c),
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {
             // A producer older than DLPack 1.0 takes only `stream`.
             let kwargs = PyDict::new(py);
-            kwargs.set_item("stream", stream_arg)?;
-            obj.call_method("__dlpack__", (), Some(&kwargs))?
+            kwargs.set_item("stream", stream)?;
+            obj.call_method("__dlpack__", (), Some(&kwargs))
         }
-        Err(e) => return Err(e),
-    };
-    take_capsule(py, &cap)
+        Err(e) => Err(e),
+    }
 }
 
 pub fn parse_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {
