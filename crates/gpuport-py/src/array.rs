@@ -60,9 +60,9 @@ impl PyMemArray {
         Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))
     }
 
-    /// `to_numpy` of an fp8/fp6/fp4 array: its host bytes exported as
-    /// `uint8` (NumPy reads no DLPack 1.1 type code) and viewed as the
-    /// ml_dtypes dtype, zero-copy as for the other dtypes.
+    /// `to_numpy` of a bfloat16 or fp8/fp6/fp4 array: its host elements
+    /// exported as `uint16` or `uint8` (NumPy reads neither DLPack type
+    /// code) and viewed as the ml_dtypes dtype, zero-copy as for the others.
     fn low_precision_to_numpy<'py>(
         &self,
         py: Python<'py>,
@@ -85,8 +85,9 @@ impl PyMemArray {
             // SAFETY: `req` names no stream.
             py.detach(|| unsafe { gpuport::dynamic::exchange::export(st, req) }).py_err_in(py, "to_numpy")?
         };
-        // The same bytes, one per element (sub-byte dtypes are held padded).
-        e.view_as(DType::UInt8).py_err_in(py, "to_numpy")?;
+        // The same bytes, one element each (sub-byte dtypes are held padded).
+        let bits = if dtype.itemsize() == 2 { DType::UInt16 } else { DType::UInt8 };
+        e.view_as(bits).py_err_in(py, "to_numpy")?;
         let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
         np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
     }
@@ -324,7 +325,8 @@ impl PyMemArray {
     /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
-    /// complex to real needs casting="unsafe").
+    /// complex to real needs casting="unsafe"). Non-native byte order is
+    /// converted first, whatever the rule, as `asarray` does.
     ///
     ///     >>> import gpuport, numpy as np
     ///     >>> a = gpuport.MemArray((2, 2), "float64", device="host")
@@ -337,6 +339,7 @@ impl PyMemArray {
     ///     TypeError: read_numpy_array: cannot cast complex128 to float64 under casting='same_kind' ...
     #[pyo3(signature = (array, casting="same_kind"))]
     fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>, casting: &str) -> PyResult<()> {
+        let array = &crate::dtype::native_byte_order(array)?;
         let src = crate::dtype::cast_for_read(array, self.meta.dtype, casting)?;
         // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;
@@ -379,7 +382,7 @@ impl PyMemArray {
         let py = slf.py();
         let np = py.import("numpy")?;
         let dtype = slf.get().meta.dtype;
-        if dtype.is_low_precision_float() {
+        if dtype.is_low_precision_float() || dtype == DType::BFloat16 {
             return slf.get().low_precision_to_numpy(py, &np, dtype);
         }
         // Always asked for on the CPU: which copy is current can change

@@ -68,8 +68,10 @@ pub fn import_producer(
     if let Some(dt) = crate::dtype::low_precision_numpy_dtype(obj)? {
         // NumPy exports no ml_dtypes dtype through DLPack (BufferError; or
         // float8_e5m2 as an 8-bit kDLFloat, which is no DLPack type): import
-        // the same memory as bytes and read them as the dtype.
-        let bytes = obj.call_method1("view", (py.import("numpy")?.getattr("uint8")?,))?;
+        // the same memory as unsigned integers of the element's size and
+        // read them as the dtype.
+        let uint = if dt.itemsize() == 2 { "uint16" } else { "uint8" };
+        let bytes = obj.call_method1("view", (py.import("numpy")?.getattr(uint)?,))?;
         let mut p = import_producer(py, &bytes, stream, copy)?;
         p.0.reinterpret(dt.dlpack()).py_err(py)?;
         return Ok(p);
