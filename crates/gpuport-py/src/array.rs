@@ -326,7 +326,8 @@ impl PyMemArray {
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
     /// complex to real needs casting="unsafe"). Non-native byte order is
-    /// converted first, whatever the rule, as `asarray` does.
+    /// converted as `asarray` converts it, under any rule but "no" (NumPy's
+    /// rule that allows no change at all).
     ///
     ///     >>> import gpuport, numpy as np
     ///     >>> a = gpuport.MemArray((2, 2), "float64", device="host")
@@ -339,7 +340,6 @@ impl PyMemArray {
     ///     TypeError: read_numpy_array: cannot cast complex128 to float64 under casting='same_kind' ...
     #[pyo3(signature = (array, casting="same_kind"))]
     fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>, casting: &str) -> PyResult<()> {
-        let array = &crate::dtype::native_byte_order(array)?;
         let src = crate::dtype::cast_for_read(array, self.meta.dtype, casting)?;
         // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;

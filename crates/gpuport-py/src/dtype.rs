@@ -96,10 +96,10 @@ pub fn low_precision_numpy_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DTyp
     Ok(DType::parse(&name).filter(|d| d.is_low_precision_float() || *d == DType::BFloat16))
 }
 
-/// `obj` in native byte order, the one rule of `asarray` and
-/// `read_numpy_array`: a NumPy array of the other byte order is converted
-/// by NumPy (a copy, as `x.astype(x.dtype.newbyteorder("="))`), which
-/// DLPack cannot describe; anything else is returned as is.
+/// `obj` in native byte order, for `asarray`: a NumPy array of the other
+/// byte order is converted by NumPy (a copy, as
+/// `x.astype(x.dtype.newbyteorder("="))`), as `read_numpy_array`'s casts
+/// convert it; DLPack cannot describe it. Anything else is returned as is.
 pub fn native_byte_order<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     let Ok(np) = py.import("numpy") else { return Ok(obj.clone()) };

@@ -22,8 +22,12 @@ def test_asarray_and_read_numpy_array_convert_non_native_byte_order(typestr):
     assert a.dtype == x.dtype.name
     np.testing.assert_array_equal(a.to_numpy(), x)
     m = gpuport.MemArray((2, 3), x.dtype.name, device="host")
-    m.read_numpy_array(x, casting="no")  # the byte order is converted whatever the rule
+    m.read_numpy_array(x, casting="equiv")  # a byte-order change only
     np.testing.assert_array_equal(m.to_numpy(), x)
+    m.read_numpy_array(x[::-1].copy())  # the default rule converts it too
+    np.testing.assert_array_equal(m.to_numpy(), x[::-1])
+    with pytest.raises(TypeError, match="'equiv'"):
+        m.read_numpy_array(x, casting="no")  # NumPy's rule: no change at all
 
 
 def test_bfloat16_arrays_are_taken_as_bfloat16():
