@@ -2,7 +2,7 @@
 //! device type, device checks of streams, and arrays of run-time dtype.
 
 use gpuport::dlpack::{DLDeviceType, DLPackError};
-use gpuport::dynamic::exchange::{consumer_stream, export, stream_for_producer, ExportRequest};
+use gpuport::dynamic::exchange::{consumer_stream, export, stream_for_producer, Export, ExportRequest};
 use gpuport::dynamic::{keep, new_owned, AnyArray, AnyModule, AnyStream, Code, DType};
 use gpuport::Error;
 use gpuport::{builtin, KernelArgs, LaunchConfig};
@@ -15,27 +15,41 @@ fn host() -> gpuport::AnyDevice {
     gpuport::open("host").unwrap()
 }
 
+/// `consumer_stream` on a host device, which refuses every handle but 0.
+fn consumer(dev: &gpuport::AnyDevice, dl_type: i32, stream: Option<i64>) -> gpuport::Result<Option<AnyStream>> {
+    assert_eq!(dev.backend(), gpuport::BackendKind::Host);
+    // SAFETY: the host backend borrows no stream handle (0 is its default stream).
+    unsafe { consumer_stream(dev, dl_type, stream) }
+}
+
+/// `export` of a host array, whose streams have no integer handles.
+fn export_host(a: &mut AnyArray, req: ExportRequest) -> gpuport::Result<Export> {
+    assert_eq!(a.device().backend(), gpuport::BackendKind::Host);
+    // SAFETY: as in `consumer`.
+    unsafe { export(a, req) }
+}
+
 #[test]
 fn cuda_memory_refuses_stream_zero_and_rocm_takes_it() {
     let dev = host();
-    let e = consumer_stream(&dev, CUDA, Some(0)).unwrap_err();
+    let e = consumer(&dev, CUDA, Some(0)).unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::BadStream { .. })), "{e}");
     assert!(e.to_string().contains("ambiguous"), "{e}");
     // ROCm has no 1/2 sentinels: 0 is its default stream.
-    let zero = consumer_stream(&dev, ROCM, Some(0)).unwrap().expect("stream=0 on ROCm synchronizes");
+    let zero = consumer(&dev, ROCM, Some(0)).unwrap().expect("stream=0 on ROCm synchronizes");
     assert_eq!(zero.handle(), 0);
-    assert!(consumer_stream(&dev, ROCM, None).unwrap().is_some());
-    assert!(consumer_stream(&dev, ROCM, Some(-1)).unwrap().is_none());
-    assert!(consumer_stream(&dev, CUDA, Some(-1)).unwrap().is_none());
-    let e = consumer_stream(&dev, ROCM, Some(-7)).unwrap_err();
+    assert!(consumer(&dev, ROCM, None).unwrap().is_some());
+    assert!(consumer(&dev, ROCM, Some(-1)).unwrap().is_none());
+    assert!(consumer(&dev, CUDA, Some(-1)).unwrap().is_none());
+    let e = consumer(&dev, ROCM, Some(-7)).unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::BadStream { .. })), "{e}");
 }
 
 #[test]
 fn host_memory_takes_no_stream() {
     let dev = host();
-    assert!(consumer_stream(&dev, CPU, None).unwrap().is_none());
-    let e = consumer_stream(&dev, CPU, Some(1)).unwrap_err();
+    assert!(consumer(&dev, CPU, None).unwrap().is_none());
+    let e = consumer(&dev, CPU, Some(1)).unwrap_err();
     assert!(e.to_string().contains("host memory takes stream=None"), "{e}");
 }
 
@@ -60,9 +74,9 @@ fn host_streams_have_no_integer_handles() {
 fn export_refuses_read_only_without_a_versioned_capsule() {
     let dev = host();
     let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[3]).unwrap());
-    let e = export(&mut a, ExportRequest { read_only: true, ..Default::default() }).unwrap_err();
+    let e = export_host(&mut a, ExportRequest { read_only: true, ..Default::default() }).unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
-    let ok = export(&mut a, ExportRequest { read_only: true, max_version: Some((1, 0)), ..Default::default() });
+    let ok = export_host(&mut a, ExportRequest { read_only: true, max_version: Some((1, 0)), ..Default::default() });
     let tensor = ok.unwrap().into_versioned();
     assert_eq!(tensor.dl_tensor().ndim, 1);
 }
@@ -71,7 +85,7 @@ fn export_refuses_read_only_without_a_versioned_capsule() {
 fn export_to_another_device_type_is_refused() {
     let dev = host();
     let mut a = AnyArray::Owned(new_owned(&dev, DType::Int16, &[2, 2]).unwrap());
-    let e = export(&mut a, ExportRequest { dl_device: Some((CUDA, 0)), ..Default::default() }).unwrap_err();
+    let e = export_host(&mut a, ExportRequest { dl_device: Some((CUDA, 0)), ..Default::default() }).unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
 }
 
@@ -169,4 +183,65 @@ fn raw_allocations_are_device_memory_of_the_current_resource() {
     let after = memory::statistics(&dev).unwrap().0.total_bytes;
     assert!(after >= before + 4096, "total bytes {before} -> {after}");
     drop(a);
+}
+
+#[test]
+fn a_raw_import_is_checked_before_its_memory_is_trusted() {
+    use gpuport::dlpack::DLDevice;
+    use gpuport::dynamic::{ImportedArray, RawImport, Shape, Strides};
+    let dev = host();
+    let mut v = vec![10i32; 4];
+    let good = RawImport {
+        dtype: DType::Int32,
+        shape: Shape::from_slice(&[4]),
+        strides: Strides::from_slice(&[1]),
+        data: v.as_mut_ptr() as usize as u64,
+        dl: DLDevice { device_type: DLDeviceType::CPU, device_id: 0 },
+        read_only: false,
+        device: dev.clone(),
+    };
+    let bad = [
+        (RawImport { strides: Strides::from_slice(&[1, 1]), ..good.clone() }, "strides"),
+        (RawImport { data: 0, ..good.clone() }, "data"),
+        (RawImport { shape: Shape::from_slice(&[usize::MAX / 2]), ..good.clone() }, "shape"),
+        (RawImport { dl: DLDevice { device_type: DLDeviceType::CUDA, device_id: 0 }, ..good.clone() }, "device"),
+    ];
+    for (desc, field) in bad {
+        // SAFETY: each description is refused before its memory is used.
+        let e = unsafe { ImportedArray::from_raw(desc, std::sync::Arc::new(())) }.map(drop).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name, .. } if name == field), "{field}: {e}");
+    }
+    // SAFETY: `v`'s four i32s, alive and not borrowed until the import is dropped.
+    let f = unsafe { ImportedArray::from_raw(good, std::sync::Arc::new(())) }.unwrap();
+    let mut a = AnyArray::Imported(f);
+    a.add_index(&AnyStream::default_for(&dev), None).unwrap();
+    drop(a);
+    assert_eq!(v, [10, 11, 12, 13]);
+}
+
+#[test]
+fn read_only_device_memory_is_a_source_never_a_destination() {
+    use gpuport::dynamic::raw::{self, Place, RawRange, Side};
+    let dev = host();
+    let s = AnyStream::default_for(&dev);
+    let ro = vec![7u8; 8];
+    let mut rw = vec![0u8; 8];
+    // SAFETY: the host backend's device memory is host memory: `ro` outlives
+    // every synchronous call below and is never written (read-only range).
+    let ro_dev = unsafe { RawRange::new(ro.as_ptr() as u64, Place::Device(Some(dev.clone())), Some(8), None, false) };
+    // SAFETY: from a `&mut` slice read only after the calls have returned.
+    let rw_dev =
+        unsafe { RawRange::new(rw.as_mut_ptr() as u64, Place::Device(Some(dev.clone())), Some(8), None, true) };
+    let host_src = held(&ro);
+    for (dir, src) in [((Side::Device, Side::Device), &rw_dev), ((Side::Host, Side::Device), &host_src)] {
+        let e = raw::copy(&dev, &s, &ro_dev, src, 8, Some(dir), true).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{dir:?}: {e}");
+        assert!(e.to_string().contains("read-only") && e.to_string().contains("source"), "{e}");
+    }
+    let e = raw::memset(&dev, &s, &ro_dev, 1, 8, true).unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    assert_eq!(ro, [7u8; 8]);
+    raw::copy(&dev, &s, &rw_dev, &ro_dev, 8, Some((Side::Device, Side::Device)), true).unwrap();
+    drop(rw_dev);
+    assert_eq!(rw, [7u8; 8]);
 }

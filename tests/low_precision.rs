@@ -97,7 +97,8 @@ proptest! {
                 continue;
             }
             r.unwrap();
-            let e = export(&mut a, ExportRequest { max_version: Some((1, 0)), ..Default::default() }).unwrap();
+            // SAFETY: no stream is named.
+            let e = unsafe { export(&mut a, ExportRequest { max_version: Some((1, 0)), ..Default::default() }) }.unwrap();
             let t = e.into_versioned();
             prop_assert_eq!(t.dl_tensor().dtype, dt.dlpack());
             // Asked for 1.0, stated 1.1: the version that defines the code.
@@ -134,10 +135,12 @@ fn sub_byte_types_are_not_exported_as_legacy_tensors() {
 fn the_run_time_export_refuses_a_legacy_capsule_of_a_sub_byte_dtype_and_changes_nothing() {
     let dev = gpuport::open("host").unwrap();
     let mut a = AnyArray::Owned(new_owned(&dev, DType::Float6E3M2Fn, &[3]).unwrap());
-    let e = export(&mut a, ExportRequest { max_version: None, ..Default::default() }).unwrap_err();
+    // SAFETY: no stream is named.
+    let e = unsafe { export(&mut a, ExportRequest { max_version: None, ..Default::default() }) }.unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::SubByteLayout { .. })), "{e}");
     assert_eq!(a.live_exports(), 0);
-    let ok = export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() }).unwrap();
+    // SAFETY: no stream is named.
+    let ok = unsafe { export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() }) }.unwrap();
     let t = ok.into_versioned();
     assert_eq!(t.flags() & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
 }

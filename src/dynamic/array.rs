@@ -22,12 +22,13 @@ use smallvec::SmallVec;
 
 use super::any::DynDevice;
 use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
+pub use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
-use crate::array::{Element, Location, LockError, LockId, MemArray, Residency, Transfer};
+use crate::array::{Element, Location, LockId, MemArray, Residency, Transfer};
 use crate::backend::graph::Owner;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Stream as BackendStream};
-use crate::dlpack::{is_host_accessible, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
+use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
 use crate::with_device;
 
@@ -389,113 +390,6 @@ pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<d
         else => Err(rank_error(shape.len())))))
 }
 
-// ---- imported arrays ---------------------------------------------------------------
-
-/// Another library's memory, imported without a copy and kept alive by `keep`
-/// (the producer's DLPack tensor, or the Python object of a CUDA Array
-/// Interface import).
-pub struct ImportedArray {
-    /// The element type.
-    pub dtype: DType,
-    /// The extents.
-    pub shape: Shape,
-    /// Strides in elements.
-    pub strides: Strides,
-    /// Address of the element at index 0.
-    pub data: u64,
-    /// Where the memory is, as DLPack says.
-    pub dl: DLDevice,
-    /// The producer marked the memory read-only.
-    pub read_only: bool,
-    /// Keeps the memory alive (the producer's tensor, or its owner).
-    pub keep: Arc<dyn Send + Sync>,
-    /// The gpuport device whose kernels can reach the memory.
-    pub device: AnyDevice,
-    /// The id of the lock held on the import, if any.
-    pub lock: Option<u64>,
-}
-
-impl ImportedArray {
-    /// Checks the lock id `given` against the lock held on the import.
-    pub fn check_lock(&self, op: &'static str, given: Option<u64>) -> Result<()> {
-        match (self.lock, given) {
-            (None, _) => Ok(()),
-            (Some(held), None) => Err(LockError::Locked { op, held }.into()),
-            (Some(held), Some(g)) if g == held => Ok(()),
-            (Some(held), Some(given)) => Err(LockError::WrongId { op, held, given }.into()),
-        }
-    }
-
-    /// Which copy the imported memory stands for: host memory of the host backend, else the device copy.
-    pub fn location(&self) -> Location {
-        if is_host_accessible(self.dl.device_type) && self.device.backend() == BackendKind::Host {
-            Location::Host
-        } else {
-            Location::Device
-        }
-    }
-
-    /// Whether the strides are compact row-major.
-    pub fn is_row_major(&self) -> bool {
-        let mut expect = 1i64;
-        for axis in (0..self.shape.len()).rev() {
-            if self.shape[axis] > 1 && self.strides[axis] != expect {
-                return false;
-            }
-            expect = expect.saturating_mul(i64::try_from(self.shape[axis]).unwrap_or(i64::MAX));
-        }
-        true
-    }
-
-    /// Refuses work `what` on the import unless its memory is compact
-    /// row-major (and writable, where the work `writes`).
-    fn check_usable(&self, what: &str, writes: bool) -> Result<()> {
-        if writes && self.read_only {
-            return Err(DLPackError::ReadOnly.into());
-        }
-        if !self.is_row_major() {
-            return Err(Error::InvalidArgument {
-                name: "array",
-                reason: format!(
-                    "{what} needs compact row-major memory; the imported array has strides {:?}",
-                    self.strides
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    fn add_index_imported(&self, s: &AnyStream) -> Result<()> {
-        self.check_usable("add_index", true)?;
-        let n = self.shape.len();
-        with_device!(self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
-            foreign_add_index::<T, N, _>(d, self.data, &self.shape, s), else => Err(rank_error(n)))))
-    }
-}
-
-fn foreign_add_index<T: Stored, const N: usize, D: DynDevice>(
-    d: &Arc<D>,
-    data: u64,
-    shape: &[usize],
-    s: &AnyStream,
-) -> Result<()> {
-    let st = s.of(d)?;
-    let mut sh = [0i64; N];
-    for (o, &e) in sh.iter_mut().zip(shape) {
-        // Fits: the extents were validated against isize::MAX bytes on import.
-        #[allow(clippy::cast_possible_wrap)]
-        {
-            *o = e as i64;
-        }
-    }
-    // SAFETY: `data` addresses the imported array's `shape.product()`
-    // elements of `T` (validated on import, row-major checked by the
-    // caller) on `d`, kept alive by the `ImportedArray` that calls this, and we
-    // wait for the stream before returning.
-    unsafe { T::add_index_raw::<N, D>(d, data, sh, st)? };
-    d.synchronize(st)
-}
-
 // ---- storage -----------------------------------------------------------------------
 
 /// What a Python `MemArray` holds.
@@ -515,48 +409,42 @@ impl AnyArray {
     pub fn dtype(&self) -> DType {
         match self {
             AnyArray::Owned(a) => a.dtype(),
-            AnyArray::Imported(f) => f.dtype,
+            AnyArray::Imported(f) => f.dtype(),
         }
     }
     /// The extents.
     pub fn shape(&self) -> Shape {
         match self {
             AnyArray::Owned(a) => a.shape(),
-            AnyArray::Imported(f) => f.shape.clone(),
+            AnyArray::Imported(f) => f.shape().clone(),
         }
     }
     /// The device whose kernels reach the memory.
     pub fn device(&self) -> AnyDevice {
         match self {
             AnyArray::Owned(a) => a.device(),
-            AnyArray::Imported(f) => f.device.clone(),
+            AnyArray::Imported(f) => f.device().clone(),
         }
     }
     /// The id of the lock held, if any.
     pub fn lock_id(&self) -> Option<u64> {
         match self {
             AnyArray::Owned(a) => a.lock_id(),
-            AnyArray::Imported(f) => f.lock,
+            AnyArray::Imported(f) => f.lock(),
         }
     }
     /// Takes the lock with `id`.
     pub fn enter(&mut self, id: u64) -> Result<()> {
         match self {
             AnyArray::Owned(a) => a.enter(id),
-            AnyArray::Imported(f) => match f.lock {
-                Some(held) => Err(LockError::AlreadyLocked { held, requested: id }.into()),
-                None => {
-                    f.lock = Some(id);
-                    Ok(())
-                }
-            },
+            AnyArray::Imported(f) => f.enter(id),
         }
     }
     /// Releases the lock.
     pub fn exit(&mut self) {
         match self {
             AnyArray::Owned(a) => a.exit(),
-            AnyArray::Imported(f) => f.lock = None,
+            AnyArray::Imported(f) => f.exit(),
         }
     }
 
@@ -573,7 +461,7 @@ impl AnyArray {
     pub fn dl(&self, loc: Location) -> DLDevice {
         match self {
             AnyArray::Owned(a) => a.dl_device(loc),
-            AnyArray::Imported(f) => f.dl,
+            AnyArray::Imported(f) => f.dl(),
         }
     }
 }
@@ -600,38 +488,6 @@ pub fn device_for_dl(dl: DLDevice) -> Result<AnyDevice> {
         }
     };
     crate::open_kind(kind, usize::try_from(dl.device_id).unwrap_or(0))
-}
-
-impl ImportedArray {
-    /// Describes the validated tensor `t`, whose memory `keep` keeps alive
-    /// (the producer's tensor itself, or an object that owns it).
-    pub fn from_tensor(t: &ImportedTensor, keep: Arc<dyn Send + Sync>) -> Result<ImportedArray> {
-        let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
-            let dt = t.dtype();
-            Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
-        })?;
-        if t.ndim() > MAX_RANK {
-            return Err(rank_error(t.ndim()));
-        }
-        // Extents are validated non-negative when the tensor is imported.
-        let shape = t
-            .shape()
-            .iter()
-            .enumerate()
-            .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
-            .collect::<std::result::Result<Shape, _>>()?;
-        Ok(ImportedArray {
-            dtype,
-            shape,
-            strides: Strides::from_slice(t.strides()),
-            data: t.data_ptr() as usize as u64,
-            dl: t.device(),
-            read_only: t.is_read_only(),
-            device: device_for_dl(t.device())?,
-            lock: None,
-            keep,
-        })
-    }
 }
 
 impl AnyArray {
@@ -683,25 +539,24 @@ impl AnyArray {
             AnyArray::Owned(a) => a.with_device_data(what, writes, s, enqueue),
             AnyArray::Imported(f) => {
                 f.check_usable(what, writes)?;
-                let own = match f.device.backend() {
-                    BackendKind::Host => f.dl.device_type == crate::dlpack::ffi::DLDeviceType::CPU,
-                    b => {
-                        f.dl == crate::dlpack::dl_device(b, crate::backend::MemoryKind::Device, f.device.info().ordinal)
-                    }
+                let (dl, dev) = (f.dl(), f.device());
+                let own = match dev.backend() {
+                    BackendKind::Host => dl.device_type == crate::dlpack::ffi::DLDeviceType::CPU,
+                    b => dl == crate::dlpack::dl_device(b, crate::backend::MemoryKind::Device, dev.info().ordinal),
                 };
                 if !own {
                     return Err(Error::InvalidArgument {
                         name: "array",
                         reason: format!(
                             "{what} needs the memory of {}; the import's memory is DLPack device {:?}",
-                            f.device.info().spec(),
-                            f.dl
+                            dev.info().spec(),
+                            dl
                         ),
                     });
                 }
                 // An import's memory is its producer's: the caller keeps the
                 // array (and so the memory) alive for the stream or graph.
-                enqueue(f.data).map(|()| None)
+                enqueue(f.data()).map(|()| None)
             }
         }
     }
@@ -762,7 +617,7 @@ impl AnyArray {
     pub fn live_exports(&self) -> usize {
         match self {
             AnyArray::Owned(a) => a.live_exports(),
-            AnyArray::Imported(f) => Arc::strong_count(&f.keep) - 1,
+            AnyArray::Imported(f) => f.holders(),
         }
     }
 }

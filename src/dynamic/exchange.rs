@@ -20,8 +20,9 @@
 //! use gpuport::dynamic::{new_owned, AnyArray, DType};
 //! let dev = gpuport::open("host")?;
 //! let mut a = AnyArray::Owned(new_owned(&dev, DType::Int32, &[4])?);
-//! let e = export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() })?;
-//! assert_eq!(e.shape[..], [4]);
+//! // SAFETY: no stream is named.
+//! let e = unsafe { export(&mut a, ExportRequest { max_version: Some((1, 1)), ..Default::default() }) }?;
+//! assert_eq!(e.shape()[..], [4]);
 //! let tensor = e.into_versioned();
 //! assert_eq!(tensor.dl_tensor().ndim, 1);
 //! # Ok::<(), gpuport::Error>(())
@@ -63,25 +64,107 @@ pub struct ExportRequest {
 }
 
 /// What an export describes: memory, layout, and how to package it.
+///
+/// Made only by this layer's exports (its fields are private: the tensor it
+/// becomes hands its address to consumers as valid memory).
 pub struct Export {
     /// Address of the element at index 0.
-    pub data: u64,
+    pub(super) data: u64,
     /// Where the memory is.
-    pub device: DLDevice,
+    pub(super) device: DLDevice,
     /// The element type.
-    pub dtype: DType,
+    pub(super) dtype: DType,
     /// Extents.
-    pub shape: Shape,
+    pub(super) shape: Shape,
     /// Strides in elements; `None` for compact row-major.
-    pub strides: Option<Strides>,
+    pub(super) strides: Option<Strides>,
     /// Keeps the memory alive.
-    pub keep: Arc<dyn Send + Sync>,
+    pub(super) keep: Arc<dyn Send + Sync>,
     /// `Some(minor)` for a versioned tensor of version `1.minor`; `None` for a legacy one.
-    pub versioned_minor: Option<u32>,
+    pub(super) versioned_minor: Option<u32>,
     /// Flag the export read-only.
-    pub read_only: bool,
+    pub(super) read_only: bool,
     /// The export is a copy (DLPack's `IS_COPIED` flag).
-    pub copied: bool,
+    pub(super) copied: bool,
+}
+
+impl Export {
+    /// Address of the element at index 0.
+    pub fn data(&self) -> u64 {
+        self.data
+    }
+    /// Where the memory is.
+    pub fn device(&self) -> DLDevice {
+        self.device
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Extents.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    /// Strides in elements; `None` for compact row-major.
+    pub fn strides(&self) -> Option<&Strides> {
+        self.strides.as_ref()
+    }
+    /// `Some(minor)` for a versioned tensor of version `1.minor`; `None` for a legacy one.
+    pub fn versioned_minor(&self) -> Option<u32> {
+        self.versioned_minor
+    }
+    /// Whether the export is flagged read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+    /// Whether the export is a copy (DLPack's `IS_COPIED` flag).
+    pub fn is_copied(&self) -> bool {
+        self.copied
+    }
+
+    /// Packages the export for a consumer that understands DLPack up to
+    /// `max_version` (`None`: older than 1.0, a legacy tensor). A read-only
+    /// export needs a versioned tensor (a legacy one has no flag to say so).
+    pub fn set_max_version(&mut self, max_version: Option<(u32, u32)>) -> Result<()> {
+        let minor = match max_version {
+            Some((major, minor)) if major >= 1 => Some(if major > 1 { DLPACK_MINOR_VERSION } else { minor }),
+            _ => None,
+        };
+        if minor.is_none() && self.read_only {
+            return Err(refused(
+                "a read-only export needs a versioned DLPack capsule; pass max_version >= (1, 0)".into(),
+            ));
+        }
+        let since = self.dtype.dlpack().code.since_minor();
+        self.versioned_minor = minor.map(|m| m.max(since).min(DLPACK_MINOR_VERSION));
+        Ok(())
+    }
+
+    /// Describes the same memory as elements of `dtype`, whose size is
+    /// the export's (the bytes of a one-byte dtype as `uint8`, say).
+    pub fn view_as(&mut self, dtype: DType) -> Result<()> {
+        if dtype.itemsize() != self.dtype.itemsize() {
+            return Err(Error::InvalidArgument {
+                name: "dtype",
+                reason: format!(
+                    "{} is {} bytes an element; a view of {} needs a dtype of {} bytes",
+                    dtype.name(),
+                    dtype.itemsize(),
+                    self.dtype.name(),
+                    self.dtype.itemsize()
+                ),
+            });
+        }
+        self.dtype = dtype;
+        Ok(())
+    }
+
+    /// Keeps `also` alive as long as the export's memory: dropped when the
+    /// consumer releases the tensor (a counter of live exports, say).
+    pub fn keep_also(&mut self, also: Arc<dyn Send + Sync>) {
+        let keep = std::mem::replace(&mut self.keep, Arc::new(()));
+        self.keep = Arc::new((keep, also));
+    }
 }
 
 impl std::fmt::Debug for Export {
@@ -122,11 +205,16 @@ fn refused(reason: String) -> Error {
 
 /// The consumer stream a `__dlpack__(stream=...)` names for memory of
 /// DLPack device type `dl_type` on `dev`: `None` for no synchronization.
-pub fn consumer_stream(dev: &AnyDevice, dl_type: i32, stream: Option<i64>) -> Result<Option<AnyStream>> {
+///
+/// # Safety
+/// A `stream` that is not a sentinel (see the module docs) is a live stream
+/// of `dev`, which stays alive while the returned stream is used: the
+/// DLPack standard asks it of the consumer that passes it.
+pub unsafe fn consumer_stream(dev: &AnyDevice, dl_type: i32, stream: Option<i64>) -> Result<Option<AnyStream>> {
     let borrow = |h: i64| -> Result<Option<AnyStream>> {
         let h = usize::try_from(h).map_err(|_| bad_stream(format!("stream={h} is not a stream handle")))?;
-        // SAFETY: the consumer names a live stream of the memory's device,
-        // or a sentinel of the vendor, as the DLPack standard requires of it.
+        // SAFETY: a sentinel of the vendor, or a live stream of `dev`
+        // (this function's contract).
         unsafe { AnyStream::borrow(dev, h) }.map(Some)
     };
     if is_cuda_type(dl_type) {
@@ -183,7 +271,11 @@ fn other(loc: Location) -> Location {
 /// consumer's stream wait for pending work (or the host, for host memory),
 /// copies where asked or needed, and marks the exported copy written unless
 /// the export is read-only.
-pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
+///
+/// # Safety
+/// As for [`consumer_stream`]: `req.stream`, unless a sentinel, is a live
+/// stream of the array's device.
+pub unsafe fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
     let versioned_minor = match req.max_version {
         Some((major, minor)) if major >= 1 => Some(if major > 1 { DLPACK_MINOR_VERSION } else { minor }),
         _ => None,
@@ -227,7 +319,8 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
             let copied = to_host || req.copy == Some(true);
             let final_dl =
                 if to_host { DLDevice { device_type: DLDeviceType::CPU, device_id: 0 } } else { a.dl_device(loc) };
-            let consumer = consumer_stream(&a.device(), dl_pair(final_dl).0, req.stream)?;
+            // SAFETY: `req.stream` is a sentinel or a live stream of the device (this function's contract).
+            let consumer = unsafe { consumer_stream(&a.device(), dl_pair(final_dl).0, req.stream) }?;
             let (data, keep, device) = if copied {
                 let mut c = a.try_clone(lock)?;
                 let target = if to_host { Location::Host } else { loc };
@@ -264,10 +357,10 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
         AnyArray::Imported(f) => {
             f.check_lock("__dlpack__", req.lock.map(|l| l.0))?;
             if let Some(want) = req.dl_device {
-                if want != dl_pair(f.dl) {
+                if want != dl_pair(f.dl()) {
                     return Err(refused(format!(
                         "cannot export an imported array to dl_device={want:?}; it lives on DLPack device {:?}",
-                        dl_pair(f.dl)
+                        dl_pair(f.dl())
                     )));
                 }
             }
@@ -276,16 +369,17 @@ pub fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export> {
                     "copy=True is not supported for an imported array; copy it in its producer library".into(),
                 ));
             }
-            consumer_stream(&f.device, dl_pair(f.dl).0, req.stream)?;
+            // SAFETY: as above.
+            unsafe { consumer_stream(f.device(), dl_pair(f.dl()).0, req.stream) }?;
             Export {
-                data: f.data,
-                device: f.dl,
-                dtype: f.dtype,
-                shape: f.shape.clone(),
-                strides: Some(f.strides.clone()),
-                keep: f.keep.clone(),
+                data: f.data(),
+                device: f.dl(),
+                dtype: f.dtype(),
+                shape: f.shape().clone(),
+                strides: Some(f.strides().clone()),
+                keep: f.keeper(),
                 versioned_minor,
-                read_only: req.read_only || f.read_only,
+                read_only: req.read_only || f.is_read_only(),
                 copied: false,
             }
         }

@@ -124,8 +124,7 @@ pub fn export_no_sync(array: &mut AnyArray) -> Result<Export> {
 
 /// [`export_no_sync`], with the export handed to `then` (which packs it,
 /// typically): the export (about 230 bytes) is built in place as `then`'s
-/// argument instead of being moved out through a `Result`, which the
-/// exchange table's export measured at a tenth of its time (perf, run 35).
+/// argument instead of being moved out through a `Result`.
 #[inline]
 pub fn export_no_sync_then<R>(array: &mut AnyArray, then: impl FnOnce(Export) -> R) -> Result<R> {
     match array {
@@ -149,14 +148,14 @@ pub fn export_no_sync_then<R>(array: &mut AnyArray, then: impl FnOnce(Export) ->
         AnyArray::Imported(f) => {
             f.check_lock("__dlpack_c_exchange_api__", None)?;
             Ok(then(Export {
-                data: f.data,
-                device: f.dl,
-                dtype: f.dtype,
-                shape: f.shape.clone(),
-                strides: Some(f.strides.clone()),
-                keep: f.keep.clone(),
+                data: f.data(),
+                device: f.dl(),
+                dtype: f.dtype(),
+                shape: f.shape().clone(),
+                strides: Some(f.strides().clone()),
+                keep: f.keeper(),
                 versioned_minor: Some(DLPACK_MINOR_VERSION),
-                read_only: f.read_only,
+                read_only: f.is_read_only(),
                 copied: false,
             }))
         }

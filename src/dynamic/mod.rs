@@ -27,6 +27,7 @@ pub mod dtype;
 pub mod exchange;
 pub mod exchange_api;
 pub mod graph;
+mod imported;
 pub mod keep;
 pub mod memory;
 pub mod module;
@@ -35,7 +36,7 @@ pub mod raw;
 pub mod stream;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
-pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, Shape, Strides};
+pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, RawImport, Shape, Strides};
 pub use dtype::{DType, MAX_RANK};
 pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};

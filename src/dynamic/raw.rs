@@ -205,17 +205,35 @@ impl RawRange {
                 "is device memory, which the host cannot read or write; use a device-side copy direction".into(),
             ));
         }
-        if write && !self.writable {
-            return Err(invalid(what, "is read-only".into()));
-        }
+        self.check_writable(write, what)?;
         self.check_size(size, what)?;
         usize::try_from(self.addr)
             .map(|a| a as *mut u8)
             .map_err(|_| invalid(what, format!("address {:#x} is outside this host's address space", self.addr)))
     }
 
-    /// The range as device memory of `dev`, for `size` bytes.
-    fn device_mem<B: Backend>(&self, size: usize, dev: &AnyDevice, what: &'static str) -> Result<RawMem<B>> {
+    /// Refuses a write (`write`) to memory its owner flagged read-only.
+    fn check_writable(&self, write: bool, what: &'static str) -> Result<()> {
+        if write && !self.writable {
+            return Err(invalid(
+                what,
+                "is read-only (its producer flagged it so), and cannot be written; read-only memory is accepted \
+                 as a source, a destination must be writable"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The range as device memory of `dev`, for `size` bytes (to be
+    /// written, where `write`).
+    fn device_mem<B: Backend>(
+        &self,
+        size: usize,
+        dev: &AnyDevice,
+        what: &'static str,
+        write: bool,
+    ) -> Result<RawMem<B>> {
         if dev.backend() == BackendKind::Host && !(self.is_held() && self.host_accessible()) {
             return Err(invalid(
                 what,
@@ -241,6 +259,7 @@ impl RawRange {
                 return Err(invalid(what, format!("is memory of {}, not of {}", d.info().spec(), dev.info().spec())));
             }
         }
+        self.check_writable(write, what)?;
         self.check_size(size, what)?;
         Ok(RawMem {
             ptr: self.addr,
@@ -423,8 +442,8 @@ fn copy_peer_on<D: DynDevice + PeerDevice>(
     size: usize,
 ) -> Result<()> {
     let st = s.of(d)?;
-    let from = src.device_mem::<D::B>(size, src_dev, "src")?;
-    let to = dst.device_mem::<D::B>(size, dst_dev, "dst")?;
+    let from = src.device_mem::<D::B>(size, src_dev, "src", false)?;
+    let to = dst.device_mem::<D::B>(size, dst_dev, "dst", true)?;
     // SAFETY: both ranges stay valid until the stream passes the copy
     // (`RawRange::new`'s contract), which the caller keeps; `device_mem`
     // checked each is memory of its device, at least `size` bytes.
@@ -459,7 +478,7 @@ fn copy_on<D: DynDevice>(
             let from = src.host_ptr(size, "src", false)?;
             // SAFETY: held memory of at least `size` bytes, alive for this call.
             let from = unsafe { std::slice::from_raw_parts(from as *const u8, size) };
-            let mut to = dst.device_mem::<D::B>(size, dev, "dst")?;
+            let mut to = dst.device_mem::<D::B>(size, dev, "dst", true)?;
             if let Some(copier) = pipelined_copier(d, src, size, sync) {
                 d.synchronize(st)?;
                 return copier.copy_to_device(from, &mut to, 0);
@@ -469,7 +488,7 @@ fn copy_on<D: DynDevice>(
             unsafe { d.copy_to_device_async(from, &to, 0, st) }
         }
         (Side::Device, Side::Host) => {
-            let from = src.device_mem::<D::B>(size, dev, "src")?;
+            let from = src.device_mem::<D::B>(size, dev, "src", false)?;
             let to = dst.host_ptr(size, "dst", true)?;
             // SAFETY: held writable memory of at least `size` bytes with no
             // other live Rust reference (`RawRange::new`'s contract).
@@ -482,8 +501,8 @@ fn copy_on<D: DynDevice>(
             unsafe { d.copy_to_host_async(&from, 0, to, st) }
         }
         (Side::Device, Side::Device) => {
-            let from = src.device_mem::<D::B>(size, dev, "src")?;
-            let to = dst.device_mem::<D::B>(size, dev, "dst")?;
+            let from = src.device_mem::<D::B>(size, dev, "src", false)?;
+            let to = dst.device_mem::<D::B>(size, dev, "dst", true)?;
             // SAFETY: as above.
             unsafe { d.copy_device_async(&from, 0, &to, 0, size, st) }
         }
@@ -521,7 +540,7 @@ fn memset_on<D: DynDevice>(
         unsafe { std::ptr::write_bytes(to, value, size) };
         return Ok(());
     }
-    let to = dst.device_mem::<D::B>(size, dev, "dst")?;
+    let to = dst.device_mem::<D::B>(size, dev, "dst", true)?;
     // SAFETY: `dst` stays valid until the stream passes this (`RawRange::new`).
     unsafe { d.memset_async(&to, 0, size, value, st) }
 }

@@ -390,7 +390,9 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
     }
     // 7. DLPack
     if obj.hasattr("__dlpack__")? {
-        let cap = obj.call_method0("__dlpack__")?;
+        // Versioned where the producer can: read-only and padded sub-byte
+        // tensors come only in versioned capsules.
+        let cap = crate::exchange::dlpack_capsule(obj, None, None)?;
         let prod = take_capsule(py, &cap)?;
         let t = prod.tensor();
         let dt = t.dtype();
@@ -402,7 +404,12 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             let desc = format!("shape {}, strides {} bytes", crate::errors::py_shape(&shape), py_tuple(&strides));
             return Err(match need {
                 Need::Range(what) => not_contiguous(what, obj, &desc),
-                Need::Address => PyBufferError::new_err("Pointer accepts only contiguous DLPack tensors"),
+                Need::Address => PyBufferError::new_err(format!(
+                    "Pointer accepts only contiguous DLPack tensors; the {} ({desc}) is strided, and a copy through it \
+                     would reach the gaps between its elements; pass a C- or Fortran-contiguous tensor \
+                     (tensor.contiguous(), numpy.ascontiguousarray(x))",
+                    obj.get_type().name()?
+                )),
             });
         }
         let nbytes = l.bytes;

@@ -60,9 +60,9 @@ impl PyMemArray {
         Ok(dl_pair(st.dl(prefer.unwrap_or_else(|| st.natural()))))
     }
 
-    /// `to_numpy` of an fp8/fp6/fp4 array: its host bytes exported as
-    /// `uint8` (NumPy reads no DLPack 1.1 type code) and viewed as the
-    /// ml_dtypes dtype, zero-copy as for the other dtypes.
+    /// `to_numpy` of a bfloat16 or fp8/fp6/fp4 array: its host elements
+    /// exported as `uint16` or `uint8` (NumPy reads neither DLPack type
+    /// code) and viewed as the ml_dtypes dtype, zero-copy as for the others.
     fn low_precision_to_numpy<'py>(
         &self,
         py: Python<'py>,
@@ -82,10 +82,12 @@ impl PyMemArray {
         let mut e = {
             let mut guard = self.state(py)?;
             let st: &mut AnyArray = &mut guard;
-            py.detach(|| gpuport::dynamic::exchange::export(st, req)).py_err_in(py, "to_numpy")?
+            // SAFETY: `req` names no stream.
+            py.detach(|| unsafe { gpuport::dynamic::exchange::export(st, req) }).py_err_in(py, "to_numpy")?
         };
-        // The same bytes, one per element (sub-byte dtypes are held padded).
-        e.dtype = DType::UInt8;
+        // The same bytes, one element each (sub-byte dtypes are held padded).
+        let bits = if dtype.itemsize() == 2 { DType::UInt16 } else { DType::UInt8 };
+        e.view_as(bits).py_err_in(py, "to_numpy")?;
         let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
         np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
     }
@@ -222,7 +224,7 @@ impl PyMemArray {
                 a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
                 Ok(p)
             }
-            AnyArray::Imported(f) => Ok(f.data),
+            AnyArray::Imported(f) => Ok(f.data()),
         }
     }
 
@@ -323,7 +325,9 @@ impl PyMemArray {
     /// rule `casting` (as `numpy.can_cast`: "no", "equiv", "safe",
     /// "same_kind" (the default, as for `numpy.copyto`) or "unsafe"); a
     /// cast the rule does not allow raises `TypeError` (float to int or
-    /// complex to real needs casting="unsafe").
+    /// complex to real needs casting="unsafe"). Non-native byte order is
+    /// converted as `asarray` converts it, under any rule but "no" (NumPy's
+    /// rule that allows no change at all).
     ///
     ///     >>> import gpuport, numpy as np
     ///     >>> a = gpuport.MemArray((2, 2), "float64", device="host")
@@ -378,7 +382,7 @@ impl PyMemArray {
         let py = slf.py();
         let np = py.import("numpy")?;
         let dtype = slf.get().meta.dtype;
-        if dtype.is_low_precision_float() {
+        if dtype.is_low_precision_float() || dtype == DType::BFloat16 {
             return slf.get().low_precision_to_numpy(py, &np, dtype);
         }
         // Always asked for on the CPU: which copy is current can change
@@ -504,10 +508,10 @@ impl PyMemArray {
                 py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
             }
             AnyArray::Imported(f) => {
-                if !is_host_accessible(f.dl.device_type) || !f.is_row_major() {
+                if !is_host_accessible(f.dl().device_type) || !f.is_row_major() {
                     return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
                 }
-                (f.data, f.keep.clone())
+                (f.data(), f.keeper())
             }
         };
         if n == 0 {
@@ -607,9 +611,9 @@ impl PyMemArray {
                 (data, None, false)
             }
             AnyArray::Imported(f) => {
-                let item = f.dtype.itemsize() as i64;
-                let s: Vec<i64> = f.strides.iter().map(|&s| s * item).collect();
-                (f.data, Some(s), f.read_only)
+                let item = f.dtype().itemsize() as i64;
+                let s: Vec<i64> = f.strides().iter().map(|&s| s * item).collect();
+                (f.data(), Some(s), f.is_read_only())
             }
         };
         drop(st);

@@ -99,7 +99,10 @@ fn from_dlpack_protocol(
 /// (kernels and exports there see the data; host access waits for it). Data
 /// on another device is refused (`ValueError`): import it where it is. For a
 /// CUDA Array Interface producer, `device` names the CUDA device of its
-/// pointer (as for `from_cuda_array_interface`).
+/// pointer (as for `from_cuda_array_interface`). A NumPy array in
+/// non-native byte order is first converted by NumPy (a copy), as
+/// `read_numpy_array` does; ml_dtypes arrays (bfloat16, fp8/fp6/fp4) are
+/// taken as their dtype.
 ///
 ///     >>> import gpuport
 ///     >>> a = gpuport.asarray([[1.0, 2.0], [3.0, 4.0]])   # copied by NumPy
@@ -125,6 +128,7 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
         }
         return Ok(obj.clone().unbind());
     }
+    let obj = &crate::dtype::native_byte_order(obj)?;
     if obj.hasattr("__dlpack__")? {
         let a = match device {
             None => from_dlpack(py, obj, None, None)?,
@@ -151,8 +155,8 @@ fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResul
         return Ok(PyMemArray::from_owned(a));
     }
     let a = imported_from_producer(py, p)?;
-    if !same_device(&a.device, dev) {
-        return Err(elsewhere(&a.device, dev));
+    if !same_device(a.device(), dev) {
+        return Err(elsewhere(a.device(), dev));
     }
     Ok(PyMemArray::from_imported(a))
 }

@@ -20,6 +20,7 @@ use crate::dtype::DType;
 use crate::errors::{self, py_shape, py_tuple, IntoPyResult};
 use crate::exchange::interface_dict;
 use crate::memarray::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
+use gpuport::dynamic::RawImport;
 
 // ---- layouts ----------------------------------------------------------------------
 
@@ -193,12 +194,13 @@ pub fn export<'py>(py: Python<'py>, st: &mut AnyArray) -> PyResult<Bound<'py, Py
             interface_dict(py, &a.shape(), typestr, data, false, None, Some(stream), 3)
         }
         AnyArray::Imported(f) => {
-            if f.dl.device_type != DLDeviceType::CUDA && f.dl.device_type != DLDeviceType::CUDA_MANAGED {
-                return Err(not_cuda(format!("this imported array is on DLPack device {}", f.dl.device_type.0)));
+            let dl = f.dl();
+            if dl.device_type != DLDeviceType::CUDA && dl.device_type != DLDeviceType::CUDA_MANAGED {
+                return Err(not_cuda(format!("this imported array is on DLPack device {}", dl.device_type.0)));
             }
-            let item = f.dtype.itemsize() as i64;
-            let strides: Vec<i64> = f.strides.iter().map(|&s| s * item).collect();
-            interface_dict(py, &f.shape, typestr, f.data, f.read_only, Some(strides), Some(None), 3)
+            let item = f.dtype().itemsize() as i64;
+            let strides: Vec<i64> = f.strides().iter().map(|&s| s * item).collect();
+            interface_dict(py, f.shape(), typestr, f.data(), f.is_read_only(), Some(strides), Some(None), 3)
         }
     }
 }
@@ -298,15 +300,19 @@ pub fn from_cuda_array_interface(
         }
     }
     let ordinal = dev.info().ordinal as i32;
-    Ok(PyMemArray::from_imported(ImportedArray {
+    let raw = RawImport {
         dtype,
         shape: shape.into(),
         strides: strides.into(),
         data: desc.data,
         dl: DLDevice { device_type: DLDeviceType::CUDA, device_id: ordinal },
         read_only: desc.read_only,
-        keep: Arc::new(PyOwner(obj.clone().unbind())),
         device: dev,
-        lock: None,
-    }))
+    };
+    // SAFETY: the CUDA Array Interface's producer states that `data` is
+    // device memory of the shape, strides and type it describes, valid
+    // while `obj` lives (kept here) and writable unless flagged read-only;
+    // the extents were checked above.
+    let f = unsafe { ImportedArray::from_raw(raw, Arc::new(PyOwner(obj.clone().unbind()))) };
+    Ok(PyMemArray::from_imported(f.py_err(py)?))
 }

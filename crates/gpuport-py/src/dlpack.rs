@@ -57,9 +57,7 @@ pub fn count_table_import() {
 }
 
 /// The owner of an export's memory, counted while alive.
-struct Tracked {
-    _keep: Arc<dyn Send + Sync>,
-}
+struct Tracked;
 
 impl Drop for Tracked {
     fn drop(&mut self) {
@@ -70,6 +68,12 @@ impl Drop for Tracked {
 /// A foreign tensor kept by a `MemArray`; its producer's deleter runs
 /// (through `ImportedTensor`'s drop) when the last holder lets go.
 pub struct Producer(pub ImportedTensor);
+
+impl AsRef<ImportedTensor> for Producer {
+    fn as_ref(&self) -> &ImportedTensor {
+        &self.0
+    }
+}
 
 // SAFETY: an `ImportedTensor` is a validated description of memory plus the
 // producer's deleter. DLPack allows the deleter to be called from any thread
@@ -110,15 +114,14 @@ pub fn track(e: &mut Export) -> bool {
     }
     EXPORTS_MADE.fetch_add(1, Ordering::SeqCst);
     EXPORTS_LIVE.fetch_add(1, Ordering::SeqCst);
-    let keep = std::mem::replace(&mut e.keep, Arc::new(()));
-    e.keep = Arc::new(Tracked { _keep: keep });
+    e.keep_also(Arc::new(Tracked));
     true
 }
 
 /// Builds the capsule for an export the core negotiated.
 pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>> {
     let counted = track(&mut e);
-    if e.versioned_minor.is_some() {
+    if e.versioned_minor().is_some() {
         let raw = e.into_versioned().into_raw();
         // SAFETY: `raw` is a live tensor with the versioned name's layout, ours.
         unsafe { new_capsule(py, raw as *mut c_void, VERSIONED, versioned_destructor) }

@@ -62,10 +62,11 @@ pub fn ml_dtype<'py>(py: Python<'py>, d: DType) -> Option<Bound<'py, PyAny>> {
     py.import("ml_dtypes").ok()?.getattr(d.name()).ok()
 }
 
-/// The NumPy dtype of `d`, where NumPy has one (not bfloat16 or complex32);
-/// for the fp8/fp6/fp4 dtypes, the one ml_dtypes registers, when it is installed.
+/// The NumPy dtype of `d`, where NumPy has one (not complex32); for
+/// bfloat16 and the fp8/fp6/fp4 dtypes, the one ml_dtypes registers, when
+/// it is installed.
 fn numpy_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
-    if d.is_low_precision_float() {
+    if d.is_low_precision_float() || d == DType::BFloat16 {
         let ml = ml_dtype(np.py(), d)?;
         return np.getattr("dtype").ok()?.call1((ml,)).ok();
     }
@@ -83,8 +84,8 @@ pub fn value_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py
     }
 }
 
-/// The low-precision dtype of a NumPy array (an ml_dtypes dtype such as
-/// `float8_e4m3fn`), which NumPy cannot export through DLPack.
+/// The ml_dtypes dtype of a NumPy array (`bfloat16`, `float8_e4m3fn`, ...),
+/// which NumPy cannot export through DLPack.
 pub fn low_precision_numpy_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
     let py = obj.py();
     let Ok(np) = py.import("numpy") else { return Ok(None) };
@@ -92,7 +93,24 @@ pub fn low_precision_numpy_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DTyp
         return Ok(None);
     }
     let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
-    Ok(DType::parse(&name).filter(|d| d.is_low_precision_float()))
+    Ok(DType::parse(&name).filter(|d| d.is_low_precision_float() || *d == DType::BFloat16))
+}
+
+/// `obj` in native byte order, for `asarray`: a NumPy array of the other
+/// byte order is converted by NumPy (a copy, as
+/// `x.astype(x.dtype.newbyteorder("="))`), as `read_numpy_array`'s casts
+/// convert it; DLPack cannot describe it. Anything else is returned as is.
+pub fn native_byte_order<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let Ok(np) = py.import("numpy") else { return Ok(obj.clone()) };
+    if !obj.is_instance(&np.getattr("ndarray")?)? {
+        return Ok(obj.clone());
+    }
+    let dt = obj.getattr("dtype")?;
+    if dt.getattr("isnative")?.extract::<bool>()? {
+        return Ok(obj.clone());
+    }
+    obj.call_method1("astype", (dt.call_method1("newbyteorder", ("=",))?,))
 }
 
 /// How a NumPy dtype reads in a message: `float32`, or `>f4` when not native.

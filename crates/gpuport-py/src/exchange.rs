@@ -25,7 +25,10 @@ use crate::errors::{self, IntoPyResult};
 /// Exports `st` as a DLPack capsule following the array API standard (the
 /// negotiation is the core's: `gpuport::dynamic::exchange::export`).
 pub fn export<'py>(py: Python<'py>, st: &mut AnyArray, req: ExportRequest) -> PyResult<Bound<'py, PyAny>> {
-    let e = py.detach(|| core_exchange::export(st, req)).py_err_in(py, "__dlpack__")?;
+    // SAFETY: `req.stream` is the consumer's, as `__dlpack__` received it:
+    // the DLPack standard requires it to be a sentinel or a live stream of
+    // the array's device, as CUDA Array Interface producers vouch for theirs.
+    let e = py.detach(|| unsafe { core_exchange::export(st, req) }).py_err_in(py, "__dlpack__")?;
     make_capsule(py, e)
 }
 
@@ -43,14 +46,13 @@ pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedA
     }
     let on_host = is_host_memory(p.0.device().device_type);
     let producer = std::sync::Arc::new(p);
-    let keep: std::sync::Arc<dyn Send + Sync> = producer.clone();
     if on_host {
         // Host memory belongs to the host device, opened at once: no reason
         // to release the GIL (which costs about as much as the rest here).
-        return ImportedArray::from_tensor(&producer.0, keep).py_err(py);
+        return ImportedArray::from_tensor(producer).py_err(py);
     }
     // Opening a GPU device for the first time can take long: without the GIL.
-    py.detach(|| ImportedArray::from_tensor(&producer.0, keep)).py_err(py)
+    py.detach(|| ImportedArray::from_tensor(producer)).py_err(py)
 }
 
 /// Calls `obj.__dlpack__` as a consumer on `dev`'s default stream and takes the capsule.
@@ -66,8 +68,10 @@ pub fn import_producer(
     if let Some(dt) = crate::dtype::low_precision_numpy_dtype(obj)? {
         // NumPy exports no ml_dtypes dtype through DLPack (BufferError; or
         // float8_e5m2 as an 8-bit kDLFloat, which is no DLPack type): import
-        // the same memory as bytes and read them as the dtype.
-        let bytes = obj.call_method1("view", (py.import("numpy")?.getattr("uint8")?,))?;
+        // the same memory as unsigned integers of the element's size and
+        // read them as the dtype.
+        let uint = if dt.itemsize() == 2 { "uint16" } else { "uint8" };
+        let bytes = obj.call_method1("view", (py.import("numpy")?.getattr(uint)?,))?;
         let mut p = import_producer(py, &bytes, stream, copy)?;
         p.0.reinterpret(dt.dlpack()).py_err(py)?;
         return Ok(p);
@@ -88,23 +92,35 @@ pub fn import_producer(
     } else {
         None
     };
+    take_capsule(py, &dlpack_capsule(obj, stream_arg, copy)?)
+}
+
+/// `obj.__dlpack__(stream=stream, max_version=(1, minor), copy=copy)`: a
+/// versioned capsule where the producer makes one (it carries the
+/// read-only and padded sub-byte flags), else, from a producer older than
+/// DLPack 1.0 (a `TypeError` for the keywords), a legacy one.
+pub fn dlpack_capsule<'py>(
+    obj: &Bound<'py, PyAny>,
+    stream: Option<i64>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
     let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", stream_arg)?;
+    kwargs.set_item("stream", stream)?;
     kwargs.set_item("max_version", (1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION))?;
     if let Some(c) = copy {
         kwargs.set_item("copy", c)?;
     }
-    let cap = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
-        Ok(c) => c,
+    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(c) => Ok(c),
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {
             // A producer older than DLPack 1.0 takes only `stream`.
             let kwargs = PyDict::new(py);
-            kwargs.set_item("stream", stream_arg)?;
-            obj.call_method("__dlpack__", (), Some(&kwargs))?
+            kwargs.set_item("stream", stream)?;
+            obj.call_method("__dlpack__", (), Some(&kwargs))
         }
-        Err(e) => return Err(e),
-    };
-    take_capsule(py, &cap)
+        Err(e) => Err(e),
+    }
 }
 
 pub fn parse_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {
@@ -134,7 +150,7 @@ pub struct PreparedExport {
 
 impl PreparedExport {
     pub fn new(e: core_exchange::Export) -> Self {
-        let device = dl_pair(e.device);
+        let device = dl_pair(e.device());
         PreparedExport { export: std::sync::Mutex::new(Some(e)), device }
     }
 }
@@ -154,12 +170,7 @@ impl PreparedExport {
         let _ = (stream, dl_device, copy); // negotiated when the export was made
         let taken = self.export.lock().ok().and_then(|mut e| e.take());
         let mut e = taken.ok_or_else(|| PyBufferError::new_err("this prepared export was already consumed"))?;
-        e.versioned_minor = match parse_version(max_version)? {
-            Some((major, minor)) if major >= 1 => {
-                Some(if major > 1 { gpuport::dlpack::ffi::DLPACK_MINOR_VERSION } else { minor })
-            }
-            _ => None,
-        };
+        e.set_max_version(parse_version(max_version)?).py_err_in(py, "__dlpack__")?;
         make_capsule(py, e)
     }
 

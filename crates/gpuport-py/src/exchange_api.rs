@@ -351,11 +351,44 @@ fn producer_failed(obj: &Bound<'_, PyAny>, call: &str, rc: c_int) -> PyErr {
     e
 }
 
+/// Refuses a lazy view whose memory holds other values than the tensor:
+/// `obj.is_conj()` or `obj.is_neg()` true (gpuport's arrays have none).
+fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
+    if obj.cast::<crate::memarray::PyMemArray>().is_ok() {
+        return Ok(());
+    }
+    let py = obj.py();
+    let views = [
+        (pyo3::intern!(py, "is_conj"), "conjugate", "resolve_conj()"),
+        (pyo3::intern!(py, "is_neg"), "negative", "resolve_neg()"),
+    ];
+    for (method, bit, resolve) in views {
+        let Ok(f) = obj.getattr(method) else { continue };
+        if f.call0()?.is_truthy()? {
+            let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
+            return Err(errors::dlpack(
+                py,
+                format!(
+                    "from_dlpack: the {name} has the {bit} bit set (a lazy view: its memory holds the values without \
+                     the {bit} applied, which DLPack cannot describe); call .{resolve} on it first, as its own \
+                     __dlpack__ requires"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Imports `obj` through `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3)
 /// when the type offers a table gpuport can use: major version 1 and the
 /// functions a consumer needs (`managed_tensor_from_py_object_no_sync`,
 /// `current_work_stream`) not NULL. `Ok(None)` otherwise: the caller falls
 /// back to the Python-level `__dlpack__` protocol.
+///
+/// A tensor marked conjugate or negative (torch's `is_conj()`, `is_neg()`)
+/// is refused, as the Python protocol refuses it: its memory holds the
+/// unconjugated (or unnegated) values, which a DLPack tensor cannot mark,
+/// and the table may export it anyway.
 ///
 /// The tensor comes unsynchronized; for GPU memory gpuport's stream
 /// (`stream`, default: the device's default stream) then waits for the
@@ -375,6 +408,7 @@ pub fn import_through_table(
     else {
         return Ok(None);
     };
+    refuse_lazy_views(obj)?;
     let mut raw: *mut DLManagedTensorVersioned = std::ptr::null_mut();
     // SAFETY: the table's function for objects of this type, called as the
     // header prescribes: the GIL held, a live object, a writable `out`.

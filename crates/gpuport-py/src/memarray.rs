@@ -108,14 +108,14 @@ fn move_storage(
         }
         AnyArray::Imported(f) => {
             f.check_lock("move_memory", lock).py_err_in(py, call)?;
-            if f.location() == to || is_host_accessible(f.dl.device_type) {
+            if f.location() == to || is_host_accessible(f.dl().device_type) {
                 Ok(())
             } else {
                 Err(errors::residency(
                     py,
                     format!(
                         "an imported array stays where its producer put it ({}); move_memory({:?}) is not possible",
-                        spec(&f.device),
+                        spec(f.device()),
                         loc_name(to)
                     ),
                 ))
@@ -131,7 +131,7 @@ impl PyMemArray {
             shape: st.shape(),
             device: st.device(),
             imported: matches!(st, AnyArray::Imported(_)),
-            read_only: matches!(&st, AnyArray::Imported(f) if f.read_only),
+            read_only: matches!(&st, AnyArray::Imported(f) if f.is_read_only()),
         };
         PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
     }

@@ -79,6 +79,9 @@ def allocator(size: int) -> Any:
     """
     import cupy
 
+    if size == 0:
+        # As CuPy's own pool and allocator: a null pointer, nothing allocated.
+        return cupy.cuda.MemoryPointer(cupy.cuda.memory.Memory(0), 0)
     dev = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream().ptr
     try:
@@ -104,6 +107,10 @@ def pinned_allocator(size: int) -> Any:
     """
     import cupy
 
+    if size == 0:
+        # As CuPy's pinned pool and allocator: a null pointer, nothing
+        # allocated (NumPy's strides of an empty array over it follow).
+        return cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(0), 0)
     dev = cupy.cuda.runtime.getDevice()
     p = _core.mem_alloc_pinned(size, False, True, False, f"{_backend(cupy)}:{dev}")
     # PinnedMemoryPointer(mem, offset) reads mem.ptr and mem.size and keeps
