@@ -122,7 +122,8 @@ impl<D: Driver> GpuDevice<D> {
     /// Refuses a stream-ordered allocation on a capturing stream: the
     /// driver would make it a node of the graph, whose memory exists only
     /// while the graph runs, and the buffer's drop would free it outside
-    /// the graph. (The caching pool refuses too: `GraphErrorKind::PoolAllocation`.)
+    /// the graph. (The caching pool serves captures from graph pools instead:
+    /// `memory/pool/graph_pools.rs`.)
     pub(crate) fn refuse_allocation_in_capture(&self, stream: &GpuStream<D>, op: &'static str) -> Result<()> {
         if stream.capture_status_bound()? == graph::CaptureStatus::None {
             return Ok(());

@@ -52,17 +52,15 @@
 //! otherwise dropped.)
 //!
 //! ## Stream capture
-//! The pool refuses to allocate on a capturing stream ([`Error::Graph`] with
-//! [`GraphErrorKind::PoolAllocation`]): a block handed out there would be
-//! baked into the graph, which replays into it long after the pool thinks
-//! it free, and the pool cannot hand a graph memory of its own (PyTorch's
-//! graph-private pools) without blocks that no graph outlives. A free on a
-//! capturing stream is held back, without any driver call, and done once
-//! the stream no longer captures (at the pool's next allocation, free or
-//! trim): fencing records events, which a capture would record into the
-//! graph instead of on the stream. Fencing likewise skips a capturing
-//! stream's list. So a capture never sees the pool's events, and the
-//! pool's bookkeeping never sees a captured one. (`docs/design.md#graphs`)
+//! An allocation on a capturing stream comes from the capture's graph pool,
+//! memory nobody else gets while the graph lives (`graph_pools.rs`). A free
+//! of an ordinary block on a capturing stream is held back, without any
+//! driver call, and done once the stream no longer captures (at the pool's
+//! next allocation, free or trim): fencing records events, which a capture
+//! would record into the graph instead of on the stream. Fencing likewise
+//! skips a capturing stream's list and every graph pool's list. So a
+//! capture never sees the pool's events, and the pool's bookkeeping never
+//! sees a captured one. (`docs/design.md#graphs`)
 //! Asking a GPU driver whether a stream captures costs more than a cached
 //! allocation; it is skipped while gpuport runs no capture and no stream
 //! handle has left gpuport (`backend/gpu/stream.rs`, `surely_not_capturing`).
