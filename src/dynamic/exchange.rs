@@ -260,6 +260,33 @@ pub fn stream_for_producer(dl_type: i32, ours: &AnyStream) -> Option<i64> {
     }
 }
 
+/// Whether DLPack device type `t` is GPU memory that streams order (CUDA, ROCm).
+fn takes_streams(t: i32) -> bool {
+    is_cuda_type(t) || is_type(t, DLDeviceType::ROCM)
+}
+
+/// Where to export from for a consumer that passed `stream`, given the
+/// array's natural copy `loc`. A stream (other than -1) names GPU memory
+/// only, so such a consumer was told a GPU device by `__dlpack_device__`:
+/// if another thread moved the array to the host since, the device copy is
+/// brought back (waited for) and exported, rather than the request refused.
+fn streamed_location(
+    a: &mut Box<dyn super::array::DynArray>,
+    loc: Location,
+    stream: Option<i64>,
+    lock: Option<LockId>,
+) -> Result<Location> {
+    let gpu = |l: Location| takes_streams(dl_pair(a.dl_device(l)).0);
+    if stream.is_none_or(|s| s == -1) || gpu(loc) || !gpu(Location::Device) {
+        return Ok(loc);
+    }
+    if !a.residency().includes(Location::Device) {
+        let s = AnyStream::default_for(&a.device());
+        a.move_to(Location::Device, &s, Transfer::Sync, lock)?;
+    }
+    Ok(Location::Device)
+}
+
 fn other(loc: Location) -> Location {
     match loc {
         Location::Host => Location::Device,
@@ -294,6 +321,9 @@ pub unsafe fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export>
                 a.move_to(p, &s, Transfer::Sync, lock)?;
             }
             let mut loc = req.prefer.unwrap_or_else(|| natural_of(a.as_ref()));
+            if req.prefer.is_none() && req.dl_device.is_none() {
+                loc = streamed_location(a, loc, req.stream, lock)?;
+            }
             let mut to_host = false;
             if let Some(want) = req.dl_device {
                 if want != dl_pair(a.dl_device(loc)) {

@@ -220,3 +220,65 @@ def test_threads_share_adapters(device):
     rt.memcpy(d, src, src.nbytes)
     errors = _run_threads(worker)
     assert not errors, [f"{type(e).__name__}: {e}" for e in errors]
+
+
+def test_a_consumer_told_gpu_memory_gets_it_though_the_array_moved_to_the_host_since(gpu_device):
+    """``__dlpack_device__`` said GPU; another thread moved the array to the
+    host before ``__dlpack__(stream=...)``: the export is the device copy
+    (brought back), not a refusal."""
+    a = gpuport.MemArray((64,), "float32", gpu_device)
+    a.read_numpy_array(np.arange(64, dtype=np.float32))
+    a.move_memory("device")
+    told = a.__dlpack_device__()
+    assert told[0] in (2, 10), told  # kDLCUDA or kDLROCM
+    a.move_memory("host")  # what another thread did in between
+    stream = 1 if told[0] == 2 else 0
+
+    class Consumer:
+        def __dlpack_device__(self):
+            return told
+
+        def __dlpack__(self, **kw):
+            return a.__dlpack__(stream=stream, max_version=(1, 0))
+
+    b = gpuport.from_dlpack(Consumer())
+    assert b.__dlpack_device__() == told
+    assert np.array_equal(b.to_numpy(), np.arange(64, dtype=np.float32))
+
+
+def test_exports_to_a_gpu_consumer_while_other_threads_move_the_array(gpu_device):
+    """Threads export (as torch does: ``__dlpack_device__``, then
+    ``__dlpack__`` with a stream) while others move the same arrays: every
+    export is on the device it was told, and no error escapes."""
+    arrays = [gpuport.MemArray((1024,), "float32", gpu_device) for _ in range(4)]
+    for x in arrays:
+        x.read_numpy_array(np.ones(1024, dtype=np.float32))
+    deadline = time.monotonic() + SECONDS
+    wrong = []
+
+    def work(i):
+        rng = random.Random(i)
+        while time.monotonic() < deadline:
+            x = rng.choice(arrays)
+            if i % 2:
+                x.move_memory(rng.choice(["host", "device"]))
+                continue
+            told = x.__dlpack_device__()
+            if told[0] not in (2, 10):
+                continue
+            cap = x.__dlpack__(stream=1 if told[0] == 2 else 0, max_version=(1, 0))
+
+            class Once:
+                def __dlpack_device__(self):
+                    return told
+
+                def __dlpack__(self, **kw):
+                    return cap
+
+            got = gpuport.from_dlpack(Once()).__dlpack_device__()
+            if got != told:
+                wrong.append((told, got))
+
+    errors = _run_threads(work)
+    assert not errors, errors[:3]
+    assert not wrong, wrong[:3]
