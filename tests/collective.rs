@@ -420,7 +420,7 @@ fn a_rank_whose_peers_never_come_times_out_at_init() {
 /// One host rank, an all-reduce of 16 bytes, and a buffer holding `x`.
 fn one_host_rank() -> (Arc<gpuport::HostDevice>, Communicator<gpuport::Host>, Op, gpuport::Buffer<gpuport::Host>) {
     let dev = gpuport::HostDevice::open(0).unwrap();
-    let comm = Communicator::<gpuport::Host>::init_all(&[dev.clone()]).unwrap().remove(0);
+    let comm = Communicator::<gpuport::Host>::init_all(std::slice::from_ref(&dev)).unwrap().remove(0);
     let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::UInt8, count: 16 };
     let mut x = dev.alloc(16).unwrap();
     dev.copy_to_device(&[5u8; 16], &mut x, 0).unwrap();

@@ -658,7 +658,7 @@ mod tests {
         let (engine, store) = rank_one("bcast");
         store.set("bcast/0/0", &message(&op.to_string(), &[0; 12])).unwrap();
         let (r, recv) = run_rank_one(&engine, op, &[0; 16]);
-        assert!(is_engine_error(&r), "{r:?}");
+        assert!(is_engine_error(&r) && format!("{r:?}").contains("holds 12 bytes"), "{r:?}");
         assert_eq!(recv, [0; 16]);
     }
 
@@ -668,7 +668,7 @@ mod tests {
         let (engine, store) = rank_one("p2p");
         store.set("p2p/p2p/0-1/0", &message("16 uint8", &[9; 3])).unwrap();
         let (r, recv) = run_rank_one(&engine, op, &[]);
-        assert!(is_engine_error(&r), "{r:?}");
+        assert!(is_engine_error(&r) && format!("{r:?}").contains("holds 3 bytes"), "{r:?}");
         assert_eq!(recv, [0; 16]);
     }
 }

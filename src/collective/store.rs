@@ -502,16 +502,25 @@ mod tests {
         // Half a header, then nothing.
         let mut header = TcpStream::connect(h.addr()).unwrap();
         header.write_all(&[SET, 1, 0]).unwrap();
-        // A whole header announcing 1 MiB, then 10 bytes of it.
+        // A whole header announcing 1 MiB, then a byte of it every 20 ms
+        // (each read gets something in time; the whole value does not).
         let mut value = TcpStream::connect(h.addr()).unwrap();
         let mut msg = vec![SET, 1, 0, 0, 0, b'k'];
         msg.extend_from_slice(&(1u64 << 20).to_le_bytes());
-        msg.extend_from_slice(&[0; 10]);
         value.write_all(&msg).unwrap();
+        let mut trickle = value.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..250 {
+                std::thread::sleep(Duration::from_millis(20));
+                if trickle.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
         let start = Instant::now();
         assert!(closed_by_server(&mut header), "a stalled header kept its connection");
         assert!(closed_by_server(&mut value), "a stalled value kept its connection");
-        assert!(start.elapsed() < Duration::from_secs(4));
+        assert!(start.elapsed() < Duration::from_secs(4), "stalled requests kept for {:?}", start.elapsed());
         // The store itself goes on.
         h.set("k", b"v").unwrap();
         assert_eq!(h.get("k").unwrap(), b"v");
