@@ -12,7 +12,7 @@
 //!
 //! A call waits for the stream's earlier work, then runs on the calling
 //! thread; inside a group, calls are queued and run together, one thread
-//! each, when the group ends.
+//! each, when the group ends (or dropped, when the group's function panics).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -430,8 +430,8 @@ impl Inner {
 
 // SAFETY: `run` touches only `send_len`/`recv_len` elements at the given
 // addresses, after the stream's earlier work and before `enqueue` returns
-// (or, in a group, before `group_end` returns), and reports every failure
-// as an `Err`.
+// (or, in a group, before `group_end` returns; a group abandoned by a panic
+// drops its calls unrun), and reports every failure as an `Err`.
 unsafe impl Engine<Host> for HostEngine {
     fn name(&self) -> String {
         "host".into()
