@@ -416,3 +416,90 @@ fn a_rank_whose_peers_never_come_times_out_at_init() {
     let e = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &store).unwrap_err();
     assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
 }
+
+/// One host rank, an all-reduce of 16 bytes, and a buffer holding `x`.
+fn one_host_rank() -> (Arc<gpuport::HostDevice>, Communicator<gpuport::Host>, Op, gpuport::Buffer<gpuport::Host>) {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let comm = Communicator::<gpuport::Host>::init_all(std::slice::from_ref(&dev)).unwrap().remove(0);
+    let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::UInt8, count: 16 };
+    let mut x = dev.alloc(16).unwrap();
+    dev.copy_to_device(&[5u8; 16], &mut x, 0).unwrap();
+    (dev, comm, op, x)
+}
+
+fn bytes_of(dev: &gpuport::HostDevice, b: &gpuport::Buffer<gpuport::Host>) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    dev.copy_to_host(b, 0, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn run_refuses_inside_a_group_and_touches_nothing() {
+    let (dev, comm, op, x) = one_host_rank();
+    let s = dev.default_stream();
+    let mut y = dev.alloc(16).unwrap();
+    let e = Communicator::<gpuport::Host>::group(|| comm.run(&op, &x, &mut y, s)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "group", .. }), "{e}");
+    // The group's end ran nothing into `y`, and outside a group `run` runs.
+    assert_eq!(bytes_of(&dev, &y), [0; 16]);
+    comm.run(&op, &x, &mut y, s).unwrap();
+    assert_eq!(bytes_of(&dev, &y), [5; 16]);
+}
+
+#[test]
+fn a_panic_inside_a_group_ends_it_and_drops_its_calls() {
+    let (dev, comm, op, x) = one_host_rank();
+    let s = dev.default_stream();
+    let lost = dev.alloc(16).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Communicator::<gpuport::Host>::group(|| -> gpuport::Result<()> {
+            // SAFETY: `lost` outlives the group; the host engine drops the
+            // call when the group panics, so it never runs.
+            unsafe { comm.enqueue(&op, &x, &lost, s)? };
+            panic!("a panic inside the group");
+        })
+    }));
+    assert!(panicked.is_err());
+    // The thread is out of the group: a later group runs its own call only,
+    // and `run` runs at once.
+    let grouped = dev.alloc(16).unwrap();
+    Communicator::<gpuport::Host>::group(|| {
+        // SAFETY: `grouped` lives to the end of the test, after the synchronize below.
+        unsafe { comm.enqueue(&op, &x, &grouped, s) }
+    })
+    .unwrap();
+    comm.synchronize(s).unwrap();
+    assert_eq!(bytes_of(&dev, &grouped), [5; 16]);
+    assert_eq!(bytes_of(&dev, &lost), [0; 16], "the panicked group's call ran");
+    let mut y = dev.alloc(16).unwrap();
+    comm.run(&op, &x, &mut y, s).unwrap();
+    assert_eq!(bytes_of(&dev, &y), [5; 16]);
+}
+
+#[test]
+fn ranks_that_disagree_on_the_world_size_are_refused_at_init() {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20)).unwrap();
+    let addr = host.addr();
+    let d = dev.clone();
+    // Rank 1 thinks the world has 3 ranks, rank 0 that it has 2.
+    let other = std::thread::spawn(move || {
+        let store = TcpStore::connect(addr, Duration::from_secs(20)).unwrap();
+        Communicator::<gpuport::Host>::init_rank(&d, 1, 3, &store).map(|_| ())
+    });
+    let mine = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &host).map(|_| ());
+    let theirs = other.join().unwrap();
+    for r in [&mine, &theirs] {
+        assert!(matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. })), "{r:?}");
+    }
+}
+
+#[test]
+fn a_timeout_past_the_clock_waits_without_a_deadline() {
+    let (dev, mut comm, op, x) = one_host_rank();
+    comm.set_timeout(Duration::MAX).unwrap();
+    let mut y = dev.alloc(16).unwrap();
+    comm.run(&op, &x, &mut y, dev.default_stream()).unwrap();
+    assert_eq!(bytes_of(&dev, &y), [5; 16]);
+    assert_eq!(comm.timeout(), Duration::MAX);
+}

@@ -119,7 +119,10 @@ impl AnyCommunicator {
         timeout: Option<Duration>,
         mode: CallMode,
     ) -> Result<Self> {
-        let timeout = timeout.unwrap_or_else(super::communicator::timeout_from_env);
+        let timeout = match timeout {
+            Some(t) => t,
+            None => super::communicator::timeout_from_env()?,
+        };
         on_device!(device, d, V, _get => Ok(V(Communicator::init_with_id_mode(d, rank, size, id, timeout, mode)?)))
     }
 

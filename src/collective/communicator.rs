@@ -17,7 +17,10 @@ use super::TcpStore;
 /// How long [`Communicator::synchronize`], and the calls of a
 /// [`CallMode::Bounded`] communicator that wait for other ranks on the
 /// host, wait by default:
-/// `GPUPORT_COLLECTIVE_TIMEOUT` (seconds), else 300 s.
+/// `GPUPORT_COLLECTIVE_TIMEOUT` (seconds), else 300 s. A value that is not
+/// a positive number of seconds that a `Duration` holds (`1e30`, `soon`)
+/// makes the communicator's initialisation a
+/// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One rank of a group of devices that run collectives together (see the
@@ -54,12 +57,23 @@ impl<B: CollectiveBackend> fmt::Debug for Communicator<B> {
     }
 }
 
-pub(crate) fn timeout_from_env() -> Duration {
-    std::env::var("GPUPORT_COLLECTIVE_TIMEOUT")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
+/// `GPUPORT_COLLECTIVE_TIMEOUT`'s timeout, [`DEFAULT_TIMEOUT`] when unset.
+pub(crate) fn timeout_from_env() -> Result<Duration> {
+    collective_timeout(std::env::var("GPUPORT_COLLECTIVE_TIMEOUT").ok().as_deref())
+}
+
+/// The timeout `GPUPORT_COLLECTIVE_TIMEOUT=value` sets: a positive number
+/// of seconds that a `Duration` holds, else a
+/// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config).
+fn collective_timeout(value: Option<&str>) -> Result<Duration> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(v) => super::store::seconds("GPUPORT_COLLECTIVE_TIMEOUT", v).map_err(|reason| Error::Store {
+            addr: String::new(),
+            kind: crate::error::StoreErrorKind::Config,
+            reason,
+        }),
+    }
 }
 
 impl<B: CollectiveBackend> Communicator<B> {
@@ -118,7 +132,7 @@ impl<B: CollectiveBackend> Communicator<B> {
                 reason: "a communicator needs at least one device".into(),
             });
         }
-        let timeout = timeout_from_env();
+        let timeout = timeout_from_env()?;
         let engines = B::Engine::init_all(devices, timeout, mode)?;
         let size = devices.len();
         Ok(engines
@@ -195,7 +209,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         store.barrier(&format!("{key}/init"), size)?;
         let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
         let own = store.reconnect()?;
-        Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()))
+        Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))
     }
 
     /// A new id naming one communicator, for ranks that meet through
@@ -225,7 +239,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// is bounded and takes the timeout as an argument). Cross-rank checks
     /// are not available without a store.
     pub fn init_with_id(device: &Arc<B::Device>, rank: usize, size: usize, id: &[u8]) -> Result<Self> {
-        Self::init_with_id_mode(device, rank, size, id, timeout_from_env(), CallMode::from_env())
+        Self::init_with_id_mode(device, rank, size, id, timeout_from_env()?, CallMode::from_env())
     }
 
     /// [`init_with_id`](Self::init_with_id) with [`CallMode::Bounded`]
@@ -337,7 +351,8 @@ impl<B: CollectiveBackend> Communicator<B> {
         self.timeout
     }
 
-    /// Sets [`timeout`](Self::timeout).
+    /// Sets [`timeout`](Self::timeout). Any `Duration` is accepted: one
+    /// past what the clock counts (`Duration::MAX`) waits without a deadline.
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.timeout = timeout;
         self.engine.set_timeout(timeout)?;
@@ -393,6 +408,13 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// communicators up to their [`timeout`](Self::timeout)s: a peer
     /// that is gone before a first connection makes it a
     /// [`CollectiveErrorKind::Timeout`], and aborts the communicators.
+    ///
+    /// Only the unsafe [`enqueue`](Self::enqueue) and
+    /// [`enqueue_raw`](Self::enqueue_raw) belong inside: [`run`](Self::run)
+    /// and the array collectives refuse to, as their borrows would end
+    /// before the group runs them. A panic in `f` ends the group: the host
+    /// engine drops the calls `f` queued; NCCL and RCCL cannot drop them,
+    /// and run them (`ncclGroupEnd`).
     pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
         struct Depth;
         impl Drop for Depth {
@@ -408,8 +430,17 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// [`group`](Self::group) for this crate's own grouped calls, which
     /// array collectives may make.
     pub(crate) fn group_unchecked<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+        /// Abandons the engine's group if `f` panics.
+        struct Open<B: CollectiveBackend>(std::marker::PhantomData<B>);
+        impl<B: CollectiveBackend> Drop for Open<B> {
+            fn drop(&mut self) {
+                B::Engine::group_abandon();
+            }
+        }
         B::Engine::group_start()?;
+        let open = Open::<B>(std::marker::PhantomData);
         let out = f();
+        std::mem::forget(open);
         let end = B::Engine::group_end();
         let out = out?;
         end?;
@@ -517,7 +548,9 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// # Safety
     /// `send` and `recv` stay alive, and nothing else writes `recv` or
     /// `send`, until `stream` has passed this point
-    /// ([`synchronize`](Self::synchronize) waits for it).
+    /// ([`synchronize`](Self::synchronize) waits for it); inside a
+    /// [`group`](Self::group), until the group has ended and then `stream`
+    /// has passed it, even when the group's function panics.
     pub unsafe fn enqueue<S, R>(&self, op: &Op, send: &S, recv: &R, stream: &Stream<B>) -> Result<()>
     where
         S: DeviceMemory<B = B> + ?Sized,
@@ -537,7 +570,8 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// `send` and `recv` address [`Op::send_len`] and [`Op::recv_len`]
     /// elements on this communicator's device (0 where the length is 0),
     /// alive and not written by anything else until `stream` has passed
-    /// this point.
+    /// this point (inside a [`group`](Self::group), as
+    /// [`enqueue`](Self::enqueue) says).
     pub unsafe fn enqueue_raw(&self, op: &Op, send: u64, recv: u64, stream: &Stream<B>) -> Result<()> {
         self.check_op(op)?;
         // SAFETY: `op` passed `supports` and the rank checks; the caller
@@ -559,6 +593,9 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// Runs `op` on buffers and waits for it ([`synchronize`](Self::synchronize)).
+    /// Refused inside [`group`](Self::group) (an `InvalidArgument` named
+    /// `"group"`): the group would run it after `run` returned and its
+    /// borrows ended; grouped calls take the unsafe [`enqueue`](Self::enqueue).
     ///
     /// ```
     /// use gpuport::{Device, Host, HostDevice};
@@ -583,7 +620,19 @@ impl<B: CollectiveBackend> Communicator<B> {
         S: DeviceMemory<B = B> + ?Sized,
         R: crate::backend::DeviceMemoryMut<B = B> + ?Sized,
     {
-        // SAFETY: `synchronize` below waits for the stream while both
+        if GROUP_DEPTH.with(std::cell::Cell::get) > 0 {
+            return Err(Error::InvalidArgument {
+                name: "group",
+                reason: format!(
+                    "{op}: run cannot be called inside Communicator::group: the group would run the collective at \
+                     its end, after run returned and its borrows of the buffers ended; call run outside the group, \
+                     or the unsafe enqueue inside it and synchronize after it"
+                ),
+            });
+        }
+        // SAFETY: outside a group (checked above; a group of the engine
+        // that this crate opens runs no user code) the engine enqueues the
+        // call now, and `synchronize` below waits for the stream while both
         // borrows hold; `recv` is borrowed mutably, so nothing else writes it.
         unsafe { self.enqueue(op, send, &*recv, stream)? };
         self.synchronize(stream)
@@ -663,4 +712,24 @@ pub fn rank_and_size_from_env() -> Result<(usize, usize)> {
                  torchrun does; or run under mpirun)"
             .into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collective_timeout_past_what_a_duration_holds_is_a_config_error() {
+        assert_eq!(collective_timeout(None).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(collective_timeout(Some("")).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(collective_timeout(Some("0.25")).unwrap(), Duration::from_millis(250));
+        for bad in ["1e30", "inf", "0", "-3", "later"] {
+            let e = collective_timeout(Some(bad)).unwrap_err();
+            assert!(
+                matches!(&e, Error::Store { kind: crate::error::StoreErrorKind::Config, reason, .. }
+                    if reason.contains("GPUPORT_COLLECTIVE_TIMEOUT")),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

@@ -286,6 +286,13 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// Ends the group: its calls are enqueued together.
     fn group_end() -> Result<()>;
 
+    /// Ends the group after its function panicked: an engine that can drop
+    /// the group's calls drops them; the others end it as
+    /// [`group_end`](Self::group_end) does. Never panics.
+    fn group_abandon() {
+        let _ = Self::group_end();
+    }
+
     /// How long a call of the engine may wait for other ranks on the host
     /// (the host engine's store reads; NCCL's and RCCL's calls that stay
     /// `ncclInProgress`, such as a first connection to a peer).

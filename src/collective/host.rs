@@ -12,7 +12,7 @@
 //!
 //! A call waits for the stream's earlier work, then runs on the calling
 //! thread; inside a group, calls are queued and run together, one thread
-//! each, when the group ends.
+//! each, when the group ends (or dropped, when the group's function panics).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -93,9 +93,16 @@ fn hosted() -> std::sync::MutexGuard<'static, HashMap<String, TcpStore>> {
     HOSTED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// This thread's open group.
+struct Group {
+    /// Its calls, in order.
+    calls: Vec<Queued>,
+    /// For each open level, how many calls were queued when it began.
+    starts: Vec<usize>,
+}
+
 thread_local! {
-    /// The calls of this thread's open group, and how deeply it is nested.
-    static GROUP: RefCell<(usize, Vec<Queued>)> = const { RefCell::new((0, Vec::new())) };
+    static GROUP: RefCell<Group> = const { RefCell::new(Group { calls: Vec::new(), starts: Vec::new() }) };
 }
 
 fn error(rank: usize, kind: CollectiveErrorKind, reason: String) -> Error {
@@ -252,6 +259,28 @@ impl Inner {
         self.error(CollectiveErrorKind::Engine, format!("the store's entry {key:?} is not a host collective's message"))
     }
 
+    /// Refuses a message whose data is not the `want` bytes its description says.
+    fn check_length(&self, key: &str, description: &str, data: &[u8], want: usize) -> Result<()> {
+        if data.len() == want {
+            return Ok(());
+        }
+        Err(self.error(
+            CollectiveErrorKind::Engine,
+            format!(
+                "the store's entry {key:?} ({description}) holds {} bytes of data, not {want}: the message was cut \
+                 short or forged",
+                data.len()
+            ),
+        ))
+    }
+
+    /// `elems` elements of `op`'s type, in bytes.
+    fn bytes(&self, op: &Op, elems: usize) -> Result<usize> {
+        elems.checked_mul(op.dtype.itemsize()).ok_or_else(|| {
+            self.error(CollectiveErrorKind::Engine, format!("{op}: {elems} elements overflow the address space"))
+        })
+    }
+
     /// Runs `op`, reading `send` and writing `recv` (host addresses).
     ///
     /// # Safety
@@ -260,9 +289,8 @@ impl Inner {
         if self.aborted.load(Ordering::Acquire) {
             return Err(self.error(CollectiveErrorKind::Aborted, format!("{op} on an aborted communicator")));
         }
-        let item = op.dtype.itemsize();
-        let send_bytes = op.send_len(self.size) * item;
-        let recv_bytes = op.recv_len(self.size) * item;
+        let send_bytes = self.bytes(&op, op.send_len(self.size))?;
+        let recv_bytes = self.bytes(&op, op.recv_len(self.size))?;
         let sends = match op.kind {
             OpKind::Broadcast { root } => root == self.rank,
             OpKind::Recv { .. } => false,
@@ -296,6 +324,7 @@ impl Inner {
                         format!("this rank receives {expected} from rank {peer}, which sent {what}"),
                     ));
                 }
+                self.check_length(&key, what, payload, recv_bytes)?;
                 Some(payload.to_vec())
             }
             _ => Some(self.round(&op, &description, data)?).filter(|_| match op.kind {
@@ -304,8 +333,13 @@ impl Inner {
             }),
         };
         if let Some(out) = result {
-            debug_assert_eq!(out.len(), recv_bytes);
-            if recv_bytes > 0 && out.len() == recv_bytes {
+            if out.len() != recv_bytes {
+                return Err(self.error(
+                    CollectiveErrorKind::Engine,
+                    format!("{op} computed {} bytes for a receive buffer of {recv_bytes}", out.len()),
+                ));
+            }
+            if recv_bytes > 0 {
                 // SAFETY: `recv` holds `recv_len` elements (the caller's
                 // promise); `out` is a separate vector, so the ranges may
                 // overlap `send` (in place).
@@ -345,11 +379,20 @@ impl Inner {
         }
         let mut parts = Vec::with_capacity(self.size);
         let mut differ = Vec::new();
+        let block = self.bytes(op, op.count)?;
+        let sent = self.bytes(op, op.send_len(self.size))?;
         for (r, (key, m)) in messages.iter().enumerate() {
             let (what, payload) = parse(m).ok_or_else(|| self.bad_message(key))?;
             if what != description {
                 differ.push(format!("rank {r} called {what}"));
+                continue;
             }
+            // A broadcast's data comes from its root alone.
+            let want = match op.kind {
+                OpKind::Broadcast { root } if r != root => 0,
+                _ => sent,
+            };
+            self.check_length(key, what, payload, want)?;
             parts.push(payload);
         }
         if !differ.is_empty() {
@@ -361,20 +404,21 @@ impl Inner {
                 ),
             ));
         }
-        let block = op.count * op.dtype.itemsize();
+        let part = |r: usize| parts.get(r).copied().ok_or_else(|| self.bad_message(&format!("{prefix}/{r}")));
         Ok(match op.kind {
-            OpKind::Broadcast { root } => parts[root].to_vec(),
+            OpKind::Broadcast { root } => part(root)?.to_vec(),
             OpKind::AllGather => parts.concat(),
             OpKind::AllReduce(how) | OpKind::Reduce { op: how, .. } | OpKind::ReduceScatter(how) => {
-                let mut acc = parts[0].to_vec();
-                for p in &parts[1..] {
+                let mut acc = part(0)?.to_vec();
+                for p in parts.iter().skip(1) {
                     combine(op.dtype, how, &mut acc, p);
                 }
                 if how == ReduceOp::Avg {
                     divide(op.dtype, &mut acc, self.size);
                 }
                 if matches!(op.kind, OpKind::ReduceScatter(_)) {
-                    acc[self.rank * block..(self.rank + 1) * block].to_vec()
+                    let mine = self.rank.checked_mul(block).and_then(|at| acc.get(at..at.checked_add(block)?));
+                    mine.ok_or_else(|| self.bad_message(&format!("{prefix}/{}", self.rank)))?.to_vec()
                 } else {
                     acc
                 }
@@ -386,8 +430,8 @@ impl Inner {
 
 // SAFETY: `run` touches only `send_len`/`recv_len` elements at the given
 // addresses, after the stream's earlier work and before `enqueue` returns
-// (or, in a group, before `group_end` returns), and reports every failure
-// as an `Err`.
+// (or, in a group, before `group_end` returns; a group abandoned by a panic
+// drops its calls unrun), and reports every failure as an `Err`.
 unsafe impl Engine<Host> for HostEngine {
     fn name(&self) -> String {
         "host".into()
@@ -406,7 +450,7 @@ unsafe impl Engine<Host> for HostEngine {
         let addr = (ip, 0).to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
             error(0, CollectiveErrorKind::Engine, format!("GPUPORT_MASTER_ADDR={ip:?} does not resolve"))
         })?;
-        let store = TcpStore::host(addr, super::communicator::timeout_from_env())?;
+        let store = TcpStore::host(addr, super::communicator::timeout_from_env()?)?;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id =
             format!("gpuport-host {} {}-{}", store.addr(), std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
@@ -481,10 +525,10 @@ unsafe impl Engine<Host> for HostEngine {
         let mut call = Some(call);
         GROUP.with(|g| {
             let mut g = g.borrow_mut();
-            if g.0 > 0 {
+            if !g.starts.is_empty() {
                 if let Some(c) = call.take() {
                     let sends = matches!(op.kind, OpKind::Send { .. });
-                    g.1.push(Queued { comm, sends, call: Box::new(c) });
+                    g.calls.push(Queued { comm, sends, call: Box::new(c) });
                 }
             }
         });
@@ -495,16 +539,31 @@ unsafe impl Engine<Host> for HostEngine {
     }
 
     fn group_start() -> Result<()> {
-        GROUP.with(|g| g.borrow_mut().0 += 1);
+        GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            let queued = g.calls.len();
+            g.starts.push(queued);
+        });
         Ok(())
+    }
+
+    /// Drops the calls queued since this level began: its function
+    /// panicked, and the buffers they address may be gone.
+    fn group_abandon() {
+        let dropped = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            let start = g.starts.pop().unwrap_or(0).min(g.calls.len());
+            g.calls.split_off(start)
+        });
+        drop(dropped);
     }
 
     fn group_end() -> Result<()> {
         let calls = GROUP.with(|g| {
             let mut g = g.borrow_mut();
-            g.0 = g.0.saturating_sub(1);
-            if g.0 == 0 {
-                std::mem::take(&mut g.1)
+            g.starts.pop();
+            if g.starts.is_empty() {
+                std::mem::take(&mut g.calls)
             } else {
                 Vec::new()
             }
@@ -551,5 +610,65 @@ unsafe impl Engine<Host> for HostEngine {
 
     fn async_error(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 1 of 2 on a fresh store under `key`, and a connection to that store.
+    fn rank_one(key: &str) -> (HostEngine, TcpStore) {
+        let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+        let engine = Inner::engine(store.reconnect().unwrap(), key.into(), 1, 2, false);
+        (engine, store)
+    }
+
+    /// Runs `op` on rank 1 with `send`, into a zeroed receive buffer: its result and the buffer.
+    fn run_rank_one(engine: &HostEngine, op: Op, send: &[u8]) -> (Result<()>, Vec<u8>) {
+        let mut recv = vec![0u8; op.recv_len(2) * op.dtype.itemsize()];
+        assert_eq!(send.len(), op.send_len(2) * op.dtype.itemsize());
+        // SAFETY: both vectors hold what `op` reads and writes, and outlive the call.
+        let r = unsafe { engine.inner.run(op, send.as_ptr() as u64, recv.as_mut_ptr() as u64) };
+        (r, recv)
+    }
+
+    fn is_engine_error(r: &Result<()>) -> bool {
+        matches!(r, Err(Error::Collective { kind: CollectiveErrorKind::Engine, .. }))
+    }
+
+    #[test]
+    fn a_short_message_with_the_right_description_is_an_error_not_a_skip_or_a_panic() {
+        for kind in [OpKind::AllReduce(ReduceOp::Sum), OpKind::ReduceScatter(ReduceOp::Sum), OpKind::AllGather] {
+            let op = Op { kind, dtype: DType::Int32, count: 4 };
+            let (engine, store) = rank_one("short");
+            // Rank 0's entry of round 0: the right description, 4 bytes of data.
+            store.set("short/0/0", &message(&op.to_string(), &[1, 0, 0, 0])).unwrap();
+            let send = vec![1u8; op.send_len(2) * 4];
+            let (r, recv) = run_rank_one(&engine, op, &send);
+            assert!(is_engine_error(&r), "{op}: {r:?}");
+            assert!(format!("{r:?}").contains("holds 4 bytes"), "{op}: {r:?}");
+            assert!(recv.iter().all(|&b| b == 0), "{op}: the receive buffer was written");
+        }
+    }
+
+    #[test]
+    fn a_broadcast_root_must_send_the_whole_buffer() {
+        let op = Op { kind: OpKind::Broadcast { root: 0 }, dtype: DType::Float32, count: 4 };
+        let (engine, store) = rank_one("bcast");
+        store.set("bcast/0/0", &message(&op.to_string(), &[0; 12])).unwrap();
+        let (r, recv) = run_rank_one(&engine, op, &[0; 16]);
+        assert!(is_engine_error(&r) && format!("{r:?}").contains("holds 12 bytes"), "{r:?}");
+        assert_eq!(recv, [0; 16]);
+    }
+
+    #[test]
+    fn a_short_message_to_a_receive_is_an_error() {
+        let op = Op { kind: OpKind::Recv { peer: 0 }, dtype: DType::UInt8, count: 16 };
+        let (engine, store) = rank_one("p2p");
+        store.set("p2p/p2p/0-1/0", &message("16 uint8", &[9; 3])).unwrap();
+        let (r, recv) = run_rank_one(&engine, op, &[]);
+        assert!(is_engine_error(&r) && format!("{r:?}").contains("holds 3 bytes"), "{r:?}");
+        assert_eq!(recv, [0; 16]);
     }
 }

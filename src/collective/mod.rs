@@ -36,7 +36,8 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 //!
-//! - `store.rs`: [`TcpStore`], the bootstrap;
+//! - `store.rs`: [`TcpStore`], the bootstrap; `store/server.rs`: its
+//!   server, which trusts no client;
 //! - `engine.rs`: what an engine does, the collectives' description ([`Op`]);
 //! - `communicator.rs`: [`Communicator`], its checks and its watchdog;
 //! - `array.rs`: collectives on `MemArray`s;

@@ -33,193 +33,32 @@
 //! `SET` and `DELETE` with an empty value, `GET`
 //! (once the key exists) and `ADD` with the value. A connection that breaks
 //! the protocol is closed. Keys are at most 64 KiB and values 1 GiB.
+//! The server trusts no client: it reads a value as it arrives, bounds
+//! each request's time and the number of connections (see `server.rs`).
+//!
+//! ## Timeouts
+//! Every `Duration` is accepted: one past what the clock can count
+//! (`Duration::MAX`) waits without a deadline. `GPUPORT_STORE_TIMEOUT`
+//! must be a positive number of seconds that a `Duration` holds; anything
+//! else is a [`StoreErrorKind::Config`].
 
-use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::io::{ErrorKind, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, StoreErrorKind};
 
-const SET: u8 = 1;
-const GET: u8 = 2;
-const ADD: u8 = 3;
-const DELETE: u8 = 4;
-const MAX_KEY: usize = 64 << 10;
-const MAX_VALUE: u64 = 1 << 30;
+mod server;
+
+use server::{read_value, Limits, Server, ADD, DELETE, GET, MAX_KEY, MAX_VALUE, SET};
 
 /// The default for reads and connects: `GPUPORT_STORE_TIMEOUT` (seconds), else 300 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn store_error(addr: impl std::fmt::Display, kind: StoreErrorKind, reason: String) -> Error {
     Error::Store { addr: addr.to_string(), kind, reason }
-}
-
-// ---- the server (rank 0) -----------------------------------------------------------------
-
-#[derive(Default)]
-struct Table {
-    values: Mutex<HashMap<String, Vec<u8>>>,
-    changed: Condvar,
-    stopping: AtomicBool,
-}
-
-impl Table {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
-        // A panic under the lock leaves a whole map: every insert is one call.
-        self.values.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// The listening side, owned by rank 0's [`TcpStore`]; stops on drop.
-struct Server {
-    addr: SocketAddr,
-    table: Arc<Table>,
-    accept: Option<JoinHandle<()>>,
-    peers: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Server {
-    fn start(addr: SocketAddr) -> Result<Server> {
-        let listener = TcpListener::bind(addr).map_err(|e| {
-            store_error(
-                addr,
-                StoreErrorKind::Bind,
-                format!("rank 0 cannot listen there ({e}); choose another GPUPORT_MASTER_PORT, or stop what holds it"),
-            )
-        })?;
-        let addr = listener.local_addr().map_err(|e| store_error(addr, StoreErrorKind::Bind, e.to_string()))?;
-        let table = Arc::new(Table::default());
-        let peers = Arc::new(Mutex::new(Vec::new()));
-        let (t, p) = (table.clone(), peers.clone());
-        let accept = std::thread::Builder::new()
-            .name("gpuport-store".into())
-            .spawn(move || accept_loop(&listener, &t, &p))
-            .map_err(|e| store_error(addr, StoreErrorKind::Bind, format!("cannot start the server thread: {e}")))?;
-        Ok(Server { addr, table, accept: Some(accept), peers })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.table.stopping.store(true, Ordering::Release);
-        self.table.changed.notify_all();
-        for peer in self.peers.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            let _ = peer.shutdown(Shutdown::Both);
-        }
-        // Wakes the accept loop, which then sees `stopping`.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: &TcpListener, table: &Arc<Table>, peers: &Mutex<Vec<TcpStream>>) {
-    for conn in listener.incoming() {
-        if table.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(conn) = conn else { continue };
-        let _ = conn.set_nodelay(true);
-        if let Ok(clone) = conn.try_clone() {
-            peers.lock().unwrap_or_else(|p| p.into_inner()).push(clone);
-        }
-        let table = table.clone();
-        let _ = std::thread::Builder::new().name("gpuport-store-peer".into()).spawn(move || serve(conn, &table));
-    }
-}
-
-/// Answers one rank's requests until it disconnects, breaks the protocol,
-/// or the server stops.
-fn serve(mut conn: TcpStream, table: &Table) {
-    while let Ok(Some((op, key, value))) = read_request(&mut conn) {
-        let reply = match op {
-            SET => {
-                table.lock().insert(key, value);
-                table.changed.notify_all();
-                Vec::new()
-            }
-            GET => {
-                let mut values = table.lock();
-                loop {
-                    if let Some(v) = values.get(&key) {
-                        break v.clone();
-                    }
-                    if table.stopping.load(Ordering::Acquire) {
-                        return;
-                    }
-                    values = table.changed.wait(values).unwrap_or_else(|p| p.into_inner());
-                }
-            }
-            ADD => {
-                let Ok(delta) = <[u8; 8]>::try_from(value.as_slice()).map(i64::from_le_bytes) else { return };
-                let mut values = table.lock();
-                let now = values
-                    .get(&key)
-                    .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
-                    .map_or(0, i64::from_le_bytes)
-                    .saturating_add(delta);
-                values.insert(key, now.to_le_bytes().to_vec());
-                table.changed.notify_all();
-                now.to_le_bytes().to_vec()
-            }
-            DELETE => {
-                table.lock().remove(&key);
-                Vec::new()
-            }
-            _ => return,
-        };
-        if write_value(&mut conn, &reply).is_err() {
-            return;
-        }
-    }
-}
-
-// ---- wire format -------------------------------------------------------------------------
-
-/// One request, `None` at a clean end of stream.
-fn read_request(conn: &mut TcpStream) -> std::io::Result<Option<(u8, String, Vec<u8>)>> {
-    let mut op = [0u8; 1];
-    match conn.read_exact(&mut op) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let mut len = [0u8; 4];
-    conn.read_exact(&mut len)?;
-    let key_len = usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX);
-    if key_len > MAX_KEY {
-        return Err(ErrorKind::InvalidData.into());
-    }
-    let mut key = vec![0u8; key_len];
-    conn.read_exact(&mut key)?;
-    let key = String::from_utf8(key).map_err(|_| std::io::Error::from(ErrorKind::InvalidData))?;
-    let value = if op[0] == GET { Vec::new() } else { read_value(conn)? };
-    Ok(Some((op[0], key, value)))
-}
-
-fn read_value(conn: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 8];
-    conn.read_exact(&mut len)?;
-    let len = u64::from_le_bytes(len);
-    if len > MAX_VALUE {
-        return Err(ErrorKind::InvalidData.into());
-    }
-    let mut value = vec![0u8; usize::try_from(len).map_err(|_| std::io::Error::from(ErrorKind::InvalidData))?];
-    conn.read_exact(&mut value)?;
-    Ok(value)
-}
-
-fn write_value(conn: &mut TcpStream, value: &[u8]) -> std::io::Result<()> {
-    let len = u64::try_from(value.len()).map_err(|_| std::io::Error::from(ErrorKind::InvalidData))?;
-    let mut msg = Vec::with_capacity(8 + value.len());
-    msg.extend_from_slice(&len.to_le_bytes());
-    msg.extend_from_slice(value);
-    conn.write_all(&msg)
 }
 
 // ---- the client (every rank) ---------------------------------------------------------------
@@ -254,7 +93,12 @@ impl TcpStore {
     /// Rank 0: listens on `addr` (port 0 picks a free one: see
     /// [`addr`](Self::addr)) and connects to itself.
     pub fn host(addr: SocketAddr, timeout: Duration) -> Result<TcpStore> {
-        let server = Server::start(addr)?;
+        Self::host_with(addr, timeout, Limits::DEFAULT)
+    }
+
+    /// [`host`](Self::host) with a server that allows its clients `limits`.
+    fn host_with(addr: SocketAddr, timeout: Duration, limits: Limits) -> Result<TcpStore> {
+        let server = Server::start(addr, limits)?;
         let conn = connect(server.addr, timeout)?;
         Ok(TcpStore {
             addr: server.addr,
@@ -318,17 +162,8 @@ impl TcpStore {
         };
         let timeout = match var("GPUPORT_STORE_TIMEOUT") {
             None => DEFAULT_TIMEOUT,
-            Some(s) => {
-                s.parse::<f64>().ok().filter(|t| t.is_finite() && *t > 0.0).map(Duration::from_secs_f64).ok_or_else(
-                    || {
-                        store_error(
-                            &host,
-                            StoreErrorKind::Config,
-                            format!("GPUPORT_STORE_TIMEOUT={s:?} is not a positive number of seconds"),
-                        )
-                    },
-                )?
-            }
+            Some(s) => seconds("GPUPORT_STORE_TIMEOUT", &s)
+                .map_err(|reason| store_error(&host, StoreErrorKind::Config, reason))?,
         };
         let spec = format!("{host}:{port}");
         let addr = spec.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
@@ -391,19 +226,50 @@ impl TcpStore {
     }
 
     /// Waits until `world_size` ranks have called `barrier(name, world_size)`.
+    /// The first rank to come sets the world size: a rank that comes with
+    /// another fails, and so do the ones waiting
+    /// ([`StoreErrorKind::Protocol`]).
     pub fn barrier(&self, name: &str, world_size: usize) -> Result<()> {
         let n = i64::try_from(world_size).unwrap_or(i64::MAX);
-        let arrived = self.add(&format!("barrier/{name}"), 1)?;
-        if arrived == n {
-            self.set(&format!("barrier/{name}/done"), b"")?;
-        } else if arrived > n {
-            return Err(store_error(
-                self.addr,
-                StoreErrorKind::Protocol,
-                format!("barrier {name:?}: {arrived} ranks arrived for a world of {world_size}; use each name once"),
-            ));
+        let base = format!("barrier/{name}");
+        let done = format!("{base}/done");
+        let protocol = |reason: String| store_error(self.addr, StoreErrorKind::Protocol, reason);
+        // The outcome is set once: the first to decide it wins, and every
+        // waiter reads the same one (empty: passed; else why not).
+        let decide = |outcome: &[u8]| -> Result<()> {
+            if self.add(&format!("{base}/decided"), 1)? == 1 {
+                self.set(&done, outcome)?;
+            }
+            Ok(())
+        };
+        let size = world_size.to_string();
+        if self.add(&format!("{base}/comers"), 1)? == 1 {
+            self.set(&format!("{base}/size"), size.as_bytes())?;
         }
-        self.get(&format!("barrier/{name}/done")).map(|_| ())
+        let first = self.get(&format!("{base}/size"))?;
+        if first != size.as_bytes() {
+            let reason = format!(
+                "barrier {name:?}: a rank came for a world of {world_size}, the first for a world of {}; every \
+                 rank must give the same world size",
+                String::from_utf8_lossy(&first)
+            );
+            decide(reason.as_bytes())?;
+            return Err(protocol(reason));
+        }
+        let arrived = self.add(&base, 1)?;
+        if arrived == n {
+            decide(b"")?;
+        } else if arrived > n {
+            return Err(protocol(format!(
+                "barrier {name:?}: {arrived} ranks arrived for a world of {world_size}; use each name once"
+            )));
+        }
+        let outcome = self.get(&done)?;
+        if outcome.is_empty() {
+            Ok(())
+        } else {
+            Err(protocol(String::from_utf8_lossy(&outcome).into_owned()))
+        }
     }
 
     fn call(&self, op: u8, key: &str, value: Option<&[u8]>) -> Result<Vec<u8>> {
@@ -447,7 +313,7 @@ impl TcpStore {
             _ => "add",
         };
         conn.write_all(&msg).map_err(|e| io(e, what))?;
-        match read_value(&mut conn) {
+        match read_value(&mut conn, None) {
             Ok(v) => Ok(v),
             Err(e) => {
                 // A late answer would be read as the next call's: this connection is done.
@@ -458,16 +324,25 @@ impl TcpStore {
     }
 }
 
+/// `text`, the value of the variable `name`, as a positive number of
+/// seconds that a `Duration` holds; else why not.
+pub(crate) fn seconds(name: &str, text: &str) -> std::result::Result<Duration, String> {
+    text.trim().parse::<f64>().ok().filter(|t| *t > 0.0).and_then(|t| Duration::try_from_secs_f64(t).ok()).ok_or_else(
+        || format!("{name}={text:?} is not a positive number of seconds (at most {} s)", Duration::MAX.as_secs()),
+    )
+}
+
 /// `d` in nanoseconds, saturating (a timeout of centuries is "forever").
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
-    let deadline = Instant::now() + timeout;
+    // A timeout past what the clock counts has no deadline.
+    let deadline = Instant::now().checked_add(timeout);
     let mut last = None;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
         if left.is_zero() {
             let why = last.map_or_else(String::new, |e: std::io::Error| format!(" (last try: {e})"));
             return Err(store_error(
@@ -498,6 +373,9 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+    use std::net::TcpListener;
+
     use super::*;
 
     fn host(timeout: Duration) -> TcpStore {
@@ -604,6 +482,108 @@ mod tests {
         let e = TcpStore::from_env(0);
         if std::env::var_os("GPUPORT_MASTER_PORT").is_none() {
             assert_eq!(kind(&e.unwrap_err()), Some(StoreErrorKind::Config));
+        }
+    }
+
+    /// Whether the server closed `conn` within 5 s (a read sees its end).
+    fn closed_by_server(conn: &mut TcpStream) -> bool {
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match conn.read(&mut [0u8; 16]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        }
+    }
+
+    #[test]
+    fn a_request_that_stalls_is_closed_after_the_limit() {
+        let limits = Limits { connections: 16, request_time: Duration::from_millis(200), min_rate: 1 << 30 };
+        let h = TcpStore::host_with("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20), limits).unwrap();
+        // Half a header, then nothing.
+        let mut header = TcpStream::connect(h.addr()).unwrap();
+        header.write_all(&[SET, 1, 0]).unwrap();
+        // A whole header announcing 1 MiB, then a byte of it every 20 ms
+        // (each read gets something in time; the whole value does not).
+        let mut value = TcpStream::connect(h.addr()).unwrap();
+        let mut msg = vec![SET, 1, 0, 0, 0, b'k'];
+        msg.extend_from_slice(&(1u64 << 20).to_le_bytes());
+        value.write_all(&msg).unwrap();
+        let mut trickle = value.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..250 {
+                std::thread::sleep(Duration::from_millis(20));
+                if trickle.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
+        let start = Instant::now();
+        assert!(closed_by_server(&mut header), "a stalled header kept its connection");
+        assert!(closed_by_server(&mut value), "a stalled value kept its connection");
+        assert!(start.elapsed() < Duration::from_secs(4), "stalled requests kept for {:?}", start.elapsed());
+        // The store itself goes on.
+        h.set("k", b"v").unwrap();
+        assert_eq!(h.get("k").unwrap(), b"v");
+    }
+
+    #[test]
+    fn connections_past_the_limit_are_closed_and_a_freed_slot_serves_again() {
+        // The host's own connection takes one of the two.
+        let limits = Limits { connections: 2, ..Limits::DEFAULT };
+        let h = TcpStore::host_with("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20), limits).unwrap();
+        let idle = TcpStore::connect(h.addr(), Duration::from_secs(20)).unwrap();
+        idle.set("idle", b"").unwrap();
+        let over = TcpStore::connect(h.addr(), Duration::from_secs(20)).unwrap();
+        let e = over.set("over", b"").unwrap_err();
+        assert_eq!(kind(&e), Some(StoreErrorKind::Closed), "{e}");
+        drop(idle);
+        let start = Instant::now();
+        loop {
+            let again = TcpStore::connect(h.addr(), Duration::from_secs(20)).unwrap();
+            if again.set("again", b"").is_ok() {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "the freed slot never served again");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(h.get("again").unwrap(), b"");
+    }
+
+    #[test]
+    fn a_barrier_with_another_world_size_fails_every_rank() {
+        let h = host(Duration::from_secs(20));
+        let addr = h.addr();
+        // The rank that comes first sets the world size (3); the host comes for 2.
+        let first = std::thread::spawn(move || {
+            TcpStore::connect(addr, Duration::from_secs(20)).and_then(|s| s.barrier("init", 3))
+        });
+        while h.add("barrier/init/comers", 0).unwrap() == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mine = h.barrier("init", 2).unwrap_err();
+        let theirs = first.join().unwrap().unwrap_err();
+        for e in [&mine, &theirs] {
+            assert_eq!(kind(e), Some(StoreErrorKind::Protocol), "{e}");
+            assert!(e.to_string().contains("world of 2") && e.to_string().contains("world of 3"), "{e}");
+        }
+    }
+
+    #[test]
+    fn timeouts_past_the_clock_wait_without_a_deadline() {
+        let h = host(Duration::MAX);
+        let s = TcpStore::connect(h.addr(), Duration::MAX).unwrap();
+        s.set_timeout(Duration::MAX).unwrap();
+        s.set("k", b"v").unwrap();
+        assert_eq!(h.get("k").unwrap(), b"v");
+        assert_eq!(s.reconnect().unwrap().get("k").unwrap(), b"v");
+    }
+
+    #[test]
+    fn seconds_past_what_a_duration_holds_are_a_config_error() {
+        assert_eq!(seconds("T", " 2.5 "), Ok(Duration::from_millis(2500)));
+        for bad in ["1e30", "inf", "NaN", "0", "-1", "soon", ""] {
+            let e = seconds("T", bad).unwrap_err();
+            assert!(e.contains("T=") && e.contains("positive number of seconds"), "{bad}: {e}");
         }
     }
 }

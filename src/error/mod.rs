@@ -307,8 +307,8 @@ pub enum StoreErrorKind {
     Closed,
     /// An answer or a use that breaks the store's rules.
     Protocol,
-    /// `GPUPORT_MASTER_ADDR`, `GPUPORT_MASTER_PORT` or
-    /// `GPUPORT_STORE_TIMEOUT` missing or malformed.
+    /// `GPUPORT_MASTER_ADDR`, `GPUPORT_MASTER_PORT`, `GPUPORT_STORE_TIMEOUT`,
+    /// `GPUPORT_COLLECTIVE_TIMEOUT` or the rank variables missing or malformed.
     Config,
 }
 
