@@ -192,6 +192,12 @@ impl AnyStream {
         on_backend!(self, v => v.device.stream_id(&v.item).map(|id| (backend, v.device.info().ordinal, id)))
     }
 
+    /// Enters the stream's capture gate (`crate::backend::graph::capture_section`):
+    /// no gpuport capture begins or ends on it until the guard is dropped.
+    pub(crate) fn capture_section(&self) -> crate::backend::gate::GateShared<'_> {
+        on_backend!(self, v => crate::backend::graph::CaptureStream::gate(&v.item).shared())
+    }
+
     /// Whether the stream is capturing (the driver's answer on GPUs, so a
     /// capture begun by another library on a borrowed stream counts too).
     pub fn capture_status(&self) -> Result<CaptureStatus> {

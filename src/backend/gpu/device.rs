@@ -443,6 +443,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(dst.owner());
         }
@@ -465,6 +467,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(src.owner());
         }
@@ -491,6 +495,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(src.owner().into_iter().chain(dst.owner()));
         }
@@ -521,6 +527,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(dst.owner());
         }
@@ -625,6 +633,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             &mut heap
         };
         args.fill_param_pointers(pointers);
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(args.owners().iter().cloned().chain([kernel.owner()]));
         }
