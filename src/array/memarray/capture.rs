@@ -220,3 +220,39 @@ impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CaptureMode;
+    use crate::HostDevice;
+
+    /// An array dropped while its pending event was recorded in a capture
+    /// (which the capture gate keeps gpuport's own methods from doing, but
+    /// another library's capture can) keeps its copies for the graph: the
+    /// refused wait is not a completed one.
+    #[test]
+    fn a_drop_whose_wait_a_capture_refuses_keeps_the_copies_for_the_graph() {
+        let dev = HostDevice::open(0).unwrap();
+        let s = dev.create_stream().unwrap();
+        let mut a = MemArray::<f32, 1, _>::zeros(&dev, [16]).unwrap();
+        a.move_to(Location::Device, &s, crate::array::Transfer::Sync, None).unwrap();
+        let host = Arc::downgrade(&a.host);
+        let capture = dev.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+        a.record_pending(&s).unwrap(); // as a method racing a capture used to
+        drop(a);
+        assert!(host.upgrade().is_some(), "the host copy was freed under the graph's work");
+        let graph = capture.end().unwrap();
+        assert!(host.upgrade().is_some(), "the graph does not keep the host copy");
+        drop(graph);
+        assert!(host.upgrade().is_none(), "the host copy outlived the graph");
+        // Without a running capture to hand them to, the copies are kept for the process.
+        let mut b = MemArray::<f32, 1, _>::zeros(&dev, [16]).unwrap();
+        let capture = dev.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+        b.record_pending(&s).unwrap();
+        drop(capture.end().unwrap());
+        let before = kept_for_unseen_graphs();
+        drop(b);
+        assert_eq!(kept_for_unseen_graphs(), before + 1);
+    }
+}
