@@ -57,6 +57,7 @@ fn capture_loop<D: Device>(dev: Arc<D>, s: Stream<D::B>, stop: Arc<AtomicBool>) 
             std::thread::yield_now();
             // Whatever was captured is dropped unlaunched, as the program did.
             drop(capture.end());
+            std::thread::yield_now();
             n += 1;
         }
         n
@@ -176,6 +177,17 @@ fn launches_of_one_executable_on_two_streams_do_not_overlap<D: Device>(dev: &Arc
     for i in [1, LEN / 2, LEN - 1] {
         assert_eq!(a.get([i], None).unwrap(), (2 * rounds * i) as f32, "two launches of one executable overlapped");
     }
+    // Timed, which does not depend on how two sweeps interleave: two
+    // launches of a 150 ms graph take 300 ms when ordered.
+    let capture = dev.begin_capture(&s1, CaptureMode::ThreadLocal).unwrap();
+    sleep_on(dev.as_ref(), capture.stream(), 150);
+    let slow = capture.end().unwrap().instantiate().unwrap();
+    let t = std::time::Instant::now();
+    slow.launch(&s1).unwrap();
+    slow.launch(&s2).unwrap();
+    slow.wait();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(290), "two launches of one executable ran at once ({took:?})");
 }
 
 // ---- item 5: after_replay keeps the old pending work --------------------------------------
