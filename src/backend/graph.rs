@@ -213,7 +213,10 @@ fn unregister(id: u64) {
 /// Things whose release needs a device-wide wait that a running capture
 /// forbids (memory whose address was handed out: `memory::Held`), kept
 /// until no capture forbids it, with the device they wait for.
-static DEFERRED: Mutex<Vec<(BackendKind, usize, Box<dyn Send>)>> = Mutex::new(Vec::new());
+static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
+
+/// A deferred release: the device its wait is for, and what to drop.
+type Deferred = (BackendKind, usize, Box<dyn Send>);
 
 /// Keeps `item` until no running capture forbids a device-wide wait on
 /// `backend:ordinal`, then drops it (at the end of the capture that
@@ -243,12 +246,6 @@ pub(crate) fn release_deferred() {
     };
     // Outside the lock: each drop waits for the device, and may defer again.
     drop(ready);
-}
-
-/// How many releases wait for captures to end.
-#[cfg(test)]
-pub(crate) fn deferred_releases() -> usize {
-    DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
 /// Refuses `op`, a call that waits for the whole device or its default
