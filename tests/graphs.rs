@@ -496,7 +496,7 @@ fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(
     a.add_index(capture.stream(), None).unwrap();
     assert!(refused(a.move_to(Location::Host, capture.stream(), Transfer::Async, None).unwrap_err()));
     let exec = capture.end().unwrap().instantiate().unwrap();
-    let written = a.device_copy_owner().unwrap();
+    let written = a.device_copy_token().unwrap();
     for _ in 0..3 {
         a.before_replay(&s).unwrap();
         exec.launch(&s).unwrap();
@@ -521,7 +521,7 @@ fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy<D: Device>(
     drop(both);
 
     // Dropped array: the graph keeps its device copy until the last executable goes.
-    let weak = Arc::downgrade(&written);
+    let weak = Arc::downgrade(&a.device_parts(None).unwrap().1);
     drop(written);
     drop(a);
     assert!(weak.upgrade().is_some(), "the graph let the dropped array's device copy go");

@@ -16,7 +16,7 @@ pub mod view;
 
 pub use element::{Element, Scalar};
 pub use indexer::ArrayIndexer;
-pub use memarray::{ExportOptions, LockId, MemArray, Residency, Transfer};
+pub use memarray::{DeviceCopyToken, ExportOptions, LockId, MemArray, Residency, Transfer};
 pub use view::{DLPackTensor, DLTensorRef, DeviceSpace, HostSpace, ManagedSpace, Space, View};
 
 /// Where a copy of an array lives: host memory or the device's memory.

@@ -60,6 +60,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::gate::{CaptureGate, GateShared, DEVICE_WIDE};
 use super::{Backend, Device, DeviceMemory, Stream};
 use crate::error::{BackendKind, Error, GraphErrorKind, Result};
 
@@ -134,6 +135,8 @@ mod ops {
     pub trait CaptureStream<B: Backend> {
         /// The ordinal of the stream's device.
         fn capture_ordinal(&self) -> usize;
+        /// The stream's capture gate (see [`capture_section`](super::capture_section)).
+        fn gate(&self) -> &CaptureGate;
         /// Starts capturing; the stream's operations give `recorder` the
         /// owners of what they reference until the capture ends. A stream
         /// already capturing is [`GraphErrorKind::AlreadyCapturing`].
@@ -243,6 +246,44 @@ fn unregister(id: u64) {
     }
 }
 
+/// Things whose release needs a device-wide wait that a running capture
+/// forbids (memory whose address was handed out: `memory::Held`), kept
+/// until no capture forbids it, with the device they wait for.
+static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
+
+/// A deferred release: the device its wait is for, and what to drop.
+type Deferred = (BackendKind, usize, Box<dyn Send>);
+
+/// Keeps `item` until no running capture forbids a device-wide wait on
+/// `backend:ordinal`, then drops it (at the end of the capture that
+/// forbade it, or at `memory::release_all`): a release that needs such a
+/// wait is deferred, never skipped.
+pub(crate) fn defer_until_device_waits_allowed(backend: BackendKind, ordinal: usize, item: Box<dyn Send>) {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((backend, ordinal, item));
+    // The capture may have ended since the refusal: then nothing else would release it.
+    if check_device_wide_wait(backend, ordinal, "release").is_ok() {
+        release_deferred();
+    }
+}
+
+/// Drops what [`defer_until_device_waits_allowed`] kept, where no running
+/// capture forbids its wait any more (on this thread).
+pub(crate) fn release_deferred() {
+    let ready: Vec<_> = {
+        let mut deferred = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
+        if deferred.is_empty() {
+            return;
+        }
+        let (ready, kept) = std::mem::take(&mut *deferred)
+            .into_iter()
+            .partition(|(b, o, _)| check_device_wide_wait(*b, *o, "release").is_ok());
+        *deferred = kept;
+        ready
+    };
+    // Outside the lock: each drop waits for the device, and may defer again.
+    drop(ready);
+}
+
 /// Refuses `op`, a call that waits for the whole device or its default
 /// stream, where a running capture forbids it: one in
 /// [`CaptureMode::Global`] (any thread) or [`CaptureMode::ThreadLocal`]
@@ -283,6 +324,25 @@ pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &
         )),
         None => Ok(()),
     }
+}
+
+/// Enters `stream`'s capture gate for a section that asks whether the
+/// stream captures and enqueues on the answer: no gpuport capture begins or
+/// ends on `stream` until the guard is dropped, so the answer holds for
+/// every enqueue and the bookkeeping in between (`src/backend/gate.rs`).
+/// Re-entrant on one thread; uncontended, a thread-local lookup and one
+/// atomic each way. Another library's capture (through the driver, on a
+/// handle gpuport gave out) passes no gate: GPU code keeps asking the driver.
+#[inline]
+pub(crate) fn capture_section<B: Backend>(stream: &Stream<B>) -> GateShared<'_> {
+    stream.gate().shared()
+}
+
+/// Enters the process-wide section of calls that check a capture mode's
+/// device-wide rule and then act on it (`keep::prune`'s event queries): no
+/// capture begins until the guard is dropped.
+pub(crate) fn device_wide_section() -> GateShared<'static> {
+    DEVICE_WIDE.shared()
 }
 
 /// Refuses `op`, a call that waits for `stream`, where `stream` is capturing.
@@ -341,6 +401,10 @@ impl<B: Backend> Capture<B> {
             ));
         }
         let recorder = Arc::new(Recorder::default());
+        // Between gpuport's sections on the stream, and between `prune`'s
+        // device-wide ones (see `gate.rs`).
+        let _gate = stream.gate().exclusive(B::KIND, "begin_capture")?;
+        let _wide = DEVICE_WIDE.exclusive(B::KIND, "begin_capture")?;
         stream.begin_capture(mode, recorder.clone())?;
         let id = register(B::KIND, ordinal, mode);
         Ok(Capture { stream: stream.clone(), recorder, ordinal, id, ended: false, _not_send: PhantomData })
@@ -388,13 +452,24 @@ impl<B: Backend> Capture<B> {
     /// Ends the capture: the graph, or [`GraphErrorKind::Invalidated`] if an
     /// error invalidated the capture (the stream is usable again either way).
     pub fn end(mut self) -> Result<Graph<B>> {
-        self.finish()
+        self.finish(false)
     }
 
-    fn finish(&mut self) -> Result<Graph<B>> {
+    fn finish(&mut self, dropping: bool) -> Result<Graph<B>> {
+        // Between gpuport's sections on the stream. From inside one on this
+        // thread (a drop that operation ran): `end` is refused and the
+        // capture goes on; a drop ends it anyway.
+        let gate = match self.stream.gate().exclusive(B::KIND, "end_capture") {
+            Ok(g) => Some(g),
+            Err(e) if !dropping => return Err(e),
+            Err(_) => None,
+        };
         self.ended = true;
         let raw = self.stream.end_capture();
         unregister(self.id);
+        drop(gate);
+        // Releases this capture forbade can run now.
+        release_deferred();
         let owners: Arc<[Owner]> = self.recorder.take().into();
         Ok(Graph { raw: raw?, owners, ordinal: self.ordinal })
     }
@@ -403,7 +478,7 @@ impl<B: Backend> Capture<B> {
 impl<B: Backend> Drop for Capture<B> {
     fn drop(&mut self) {
         if !self.ended {
-            let _ = self.finish();
+            let _ = self.finish(true);
         }
     }
 }

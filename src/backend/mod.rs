@@ -23,6 +23,7 @@ pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, Raw
 pub use peer::PeerDevice;
 
 pub(crate) mod array_kernels;
+pub(crate) mod gate;
 pub mod graph;
 pub mod host;
 pub(crate) mod kernel_cache;

@@ -24,8 +24,8 @@ use super::any::DynDevice;
 use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 pub use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
+use crate::array::DeviceCopyToken;
 use crate::array::{Element, Location, LockId, MemArray, Residency, Transfer};
-use crate::backend::graph::Owner;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
@@ -193,14 +193,14 @@ pub trait DynArray: Send + Sync {
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<Option<Owner>>;
-    /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_owner`).
-    fn device_copy_owner(&self) -> Option<Owner>;
+    ) -> Result<Option<DeviceCopyToken>>;
+    /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_token`).
+    fn device_copy_token(&self) -> Option<DeviceCopyToken>;
     /// Orders `s` after the array's pending work, before a replay on `s`.
     fn before_replay(&self, s: &AnyStream) -> Result<()>;
     /// After a replay on `s` of a graph that used (`writes`: wrote) `written`
     /// (see `MemArray::after_replay`).
-    fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()>;
+    fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()>;
     /// Sets every element of the host copy (which becomes the only current
     /// one) to the element whose bytes are `value` (`itemsize` bytes, a valid
     /// value of the dtype).
@@ -292,7 +292,7 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<Option<Owner>> {
+    ) -> Result<Option<DeviceCopyToken>> {
         let st = self.stream(s)?.clone();
         self.a.with_device_data(what, writes, &st, None, enqueue).map(|((), captured)| captured)
     }
@@ -317,13 +317,13 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         let s = s.of(self.a.device())?;
         T::add_index(&mut self.a, s, lock)
     }
-    fn device_copy_owner(&self) -> Option<Owner> {
-        self.a.device_copy_owner()
+    fn device_copy_token(&self) -> Option<DeviceCopyToken> {
+        self.a.device_copy_token()
     }
     fn before_replay(&self, s: &AnyStream) -> Result<()> {
         self.a.before_replay(self.stream(s)?)
     }
-    fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()> {
+    fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {
         let s = s.of(self.a.device())?;
         self.a.after_replay(s, written, writes)
     }
@@ -500,16 +500,18 @@ impl AnyArray {
     /// writes: give it to [`after_replay`](Self::after_replay) after each
     /// replay, and call [`before_replay`](Self::before_replay) before it
     /// (`graph::use_in_replays` does both for a binding). `None` otherwise.
-    pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<Option<Owner>> {
+    pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<Option<DeviceCopyToken>> {
         let dtype = self.dtype();
         if !dtype.has_kernels() {
             return Err(no_kernel_for("add_index", dtype.name(), self.device().backend()));
         }
         match self {
             AnyArray::Owned(a) => {
+                // The capture state asked after the kernel is the one it saw (`gate.rs`).
+                let _section = s.capture_section();
                 a.add_index(s, lock)?;
                 let captured = s.capture_status().is_ok_and(|c| c.is_capturing());
-                Ok(if captured { a.device_copy_owner() } else { None })
+                Ok(if captured { a.device_copy_token() } else { None })
             }
             AnyArray::Imported(f) => {
                 s.refuse_in_capture("add_index", IMPORT_NOT_CAPTURED)?;
@@ -534,7 +536,7 @@ impl AnyArray {
         writes: bool,
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
-    ) -> Result<Option<Owner>> {
+    ) -> Result<Option<DeviceCopyToken>> {
         match self {
             AnyArray::Owned(a) => a.with_device_data(what, writes, s, enqueue),
             AnyArray::Imported(f) => {
@@ -575,7 +577,7 @@ impl AnyArray {
     /// [`with_device_data`](Self::with_device_data) gave): the replay
     /// becomes the array's pending work and, when it `writes` the copy, the
     /// device copy the current one.
-    pub fn after_replay(&mut self, s: &AnyStream, written: &Owner, writes: bool) -> Result<()> {
+    pub fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {
         match self {
             AnyArray::Owned(a) => a.after_replay(s, written, writes),
             AnyArray::Imported(_) => Ok(()),

@@ -192,6 +192,12 @@ impl AnyStream {
         on_backend!(self, v => v.device.stream_id(&v.item).map(|id| (backend, v.device.info().ordinal, id)))
     }
 
+    /// Enters the stream's capture gate (`crate::backend::graph::capture_section`):
+    /// no gpuport capture begins or ends on it until the guard is dropped.
+    pub(crate) fn capture_section(&self) -> crate::backend::gate::GateShared<'_> {
+        on_backend!(self, v => crate::backend::graph::CaptureStream::gate(&v.item).shared())
+    }
+
     /// Whether the stream is capturing (the driver's answer on GPUs, so a
     /// capture begun by another library on a borrowed stream counts too).
     pub fn capture_status(&self) -> Result<CaptureStatus> {
@@ -447,7 +453,6 @@ mod tests {
 
     use super::*;
     use crate::array::{Location, Transfer};
-    use crate::backend::Owner;
     use crate::dynamic::{keep, new_owned, AnyArray, DType};
 
     fn host() -> AnyDevice {
@@ -526,7 +531,7 @@ mod tests {
     }
 
     /// A binding's `ReplayUse` for an array whose `add_index` a graph captured.
-    struct ArrayUse(Arc<Mutex<AnyArray>>, Owner);
+    struct ArrayUse(Arc<Mutex<AnyArray>>, crate::array::DeviceCopyToken);
 
     impl ReplayUse for ArrayUse {
         fn before(&self, s: &AnyStream) -> Result<()> {
@@ -574,7 +579,10 @@ mod tests {
                 other => panic!("expected NotCapturable, got {other:?}"),
             }
         }
-        let weak = Arc::downgrade(&written);
+        let weak = {
+            let AnyArray::Owned(o) = &*a.lock().unwrap() else { unreachable!() };
+            Arc::downgrade(&o.parts(Location::Device, None).unwrap().1)
+        };
         assert!(use_in_replays(&s, Arc::new(ArrayUse(a.clone(), written))).is_ok());
         let graph = capture.end().unwrap();
         assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");

@@ -90,6 +90,10 @@ static FOREIGN: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
 /// Keeps `owners` alive until the work enqueued on `stream` so far has run,
 /// or, on a capturing stream, as long as the graph (see the module docs).
 pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> {
+    // The capture state asked below holds for the marker recorded after it
+    // (`gate.rs`): a capture begun in between would take the marker as a
+    // node, and `prune` would count it complete while the work still runs.
+    let _section = stream.capture_section();
     let owners = match super::graph::keep_for_capture(stream, owners) {
         Ok(()) => return Ok(()),
         Err(owners) => owners,
@@ -145,6 +149,8 @@ fn may_query(backend: BackendKind, ordinal: usize) -> bool {
 pub fn prune() {
     let mut released: Vec<Parked> = Vec::new();
     {
+        // No capture begins between `may_query` and the queries (`gate.rs`).
+        let _section = crate::backend::graph::device_wide_section();
         let mut st = state();
         if st.lanes.is_empty() {
             return;

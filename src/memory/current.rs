@@ -151,6 +151,8 @@ pub fn release_all() -> Result<()> {
 /// [`release_all`], with resets (`None`) or with that patience for queued
 /// work, for the slots of `only` that backend (every slot with `None`).
 fn release(patience: Option<Duration>, only: Option<BackendKind>) -> Result<()> {
+    // Releases a capture deferred, where no capture forbids them any more.
+    crate::backend::graph::release_deferred();
     // Called outside the lock: emptying a cache can drop streams.
     let caches = caches_above().lock().unwrap_or_else(|p| p.into_inner()).clone();
     caches.into_iter().for_each(|empty| empty());

@@ -13,7 +13,9 @@ use crate::backend::Device;
 /// the whole device is synchronized first, as a synchronous `cudaFree`
 /// would, so the resource cannot hand it out again while a consumer's
 /// queued work still uses it. If that synchronization fails the memory is
-/// leaked, never reused.
+/// leaked, never reused; if a running capture forbids it (a `Global`
+/// capture: waiting would invalidate it), the release is deferred to the
+/// capture's end.
 ///
 /// `MemArray` holds its device copy and pinned host block in one; the
 /// Python `gpuport.runtime.malloc` holds its memory in one, exported from
@@ -50,8 +52,24 @@ impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for Held<M, D> {
 
 impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
     fn drop(&mut self) {
-        if *self.exported.get_mut() && self.device.synchronize_device().is_err() {
-            return; // a consumer may still use it: leak rather than let it be reused
+        if *self.exported.get_mut() {
+            match self.device.synchronize_device() {
+                Ok(()) => {}
+                Err(crate::Error::Graph { kind: crate::GraphErrorKind::SynchronousCall, .. }) => {
+                    // SAFETY: `memory` is taken once, here, and not used
+                    // afterwards (the drop below is skipped).
+                    let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
+                    let later = Held::new(memory, &self.device, true);
+                    let info = self.device.info();
+                    crate::backend::graph::defer_until_device_waits_allowed(
+                        info.backend,
+                        info.ordinal,
+                        Box::new(later),
+                    );
+                    return;
+                }
+                Err(_) => return, // a consumer may still use it: leak rather than let it be reused
+            }
         }
         // SAFETY: `memory` is dropped once, here, and not used afterwards.
         unsafe { ManuallyDrop::drop(&mut self.memory) }

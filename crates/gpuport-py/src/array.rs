@@ -650,7 +650,7 @@ impl PyMemArray {
 pub(crate) struct ReplayedArray {
     array: Py<PyMemArray>,
     /// The device copy the graph uses.
-    written: gpuport::backend::Owner,
+    written: gpuport::array::DeviceCopyToken,
     /// Whether the graph writes it (then it becomes the current copy).
     writes: bool,
 }
@@ -663,7 +663,7 @@ impl ReplayedArray {
     pub(crate) fn order_replays(
         stream: &AnyStream,
         array: &Bound<'_, PyMemArray>,
-        used: gpuport::backend::Owner,
+        used: gpuport::array::DeviceCopyToken,
         writes: bool,
     ) {
         let user = Arc::new(ReplayedArray { array: array.clone().unbind(), written: used, writes });

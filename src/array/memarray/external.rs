@@ -1,9 +1,8 @@
 //! Work that another module enqueues on an array's device copy (the
 //! collectives of `crate::collective`), ordered as the kernel methods are.
 
-use super::{Location, MemArray, Residency};
+use super::{DeviceCopyToken, Location, MemArray, Residency};
 use crate::array::{Element, LockId, Transfer};
-use crate::backend::graph::Owner;
 use crate::backend::{Device, DeviceMemory, Stream};
 use crate::error::Result;
 
@@ -18,7 +17,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// On a capturing stream the work is captured as a kernel method is
     /// (see `prepare_captured_kernel`): the device copy must be current and
     /// any pending work on this stream or done; the graph keeps the copy;
-    /// the copy is returned ([`device_copy_owner`](Self::device_copy_owner))
+    /// the copy is returned ([`device_copy_token`](Self::device_copy_token))
     /// for ordering replays with [`before_replay`](Self::before_replay) and
     /// [`after_replay`](Self::after_replay). `None` otherwise.
     ///
@@ -32,7 +31,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         stream: &Stream<D::B>,
         lock: Option<LockId>,
         enqueue: impl FnOnce(u64) -> Result<R>,
-    ) -> Result<(R, Option<Owner>)> {
+    ) -> Result<(R, Option<DeviceCopyToken>)> {
+        let _section = crate::backend::graph::capture_section::<D::B>(stream); // as in `move_to`
         let captured = self.device.capture_status(stream)?.is_capturing();
         if captured {
             self.check_capturable(what, stream, lock)?;
@@ -57,7 +57,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if captured {
             // An event recorded inside a capture means nothing until a
             // replay: `pending` stays, and replays are ordered by the caller.
-            return Ok((out, copy.map(|c| c as Owner)));
+            return Ok((out, copy.as_ref().map(DeviceCopyToken::of)));
         }
         self.record_pending(stream)?;
         Ok((out, None))

@@ -38,6 +38,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
+use crate::backend::graph::capture_section;
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, Stream};
 use crate::dlpack::export::Dims;
 use crate::dlpack::ffi::DLDevice;
@@ -53,6 +54,7 @@ mod host_storage;
 mod peer;
 mod upload;
 use capture::not_capturable;
+pub use capture::DeviceCopyToken;
 use host_storage::{zeroed_vec, HostStorage};
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).
@@ -177,7 +179,7 @@ unsafe impl<D: Device> DeviceMemory for DeviceCopy<D> {
 /// - `residency` says which copies hold the current data; no copy is made
 ///   when the requested one is already current.
 /// - `pending` is the event recorded after the last asynchronous copy or
-///   kernel (on the stream with id `pending_stream`); every host access and
+///   kernel (on the stream `pending_stream`); every host access and
 ///   the drop wait for it, so the host never races a copy, and work the array
 ///   enqueues on another stream is ordered after it.
 /// - While `lock` is `Some(id)`, every access needs `Some(LockId(id))`.
@@ -201,7 +203,7 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     staged: bool,
     lock: Option<u64>,
     pending: Option<Event<D::B>>,
-    pending_stream: Option<u64>,
+    pending_stream: Option<Stream<D::B>>,
 }
 
 impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
@@ -377,7 +379,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Whether the pending work was recorded on `stream` (so stream order
     /// already puts new work on `stream` after it).
     fn pending_on(&self, stream: &Stream<D::B>) -> bool {
-        matches!((self.pending_stream, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b)
+        let pending = self.pending_stream.as_ref().and_then(|s| self.device.stream_id(s));
+        matches!((pending, self.device.stream_id(stream)), (Some(a), Some(b)) if a == b)
     }
 
     /// Sets which copies are current; a staged upload no longer matches
@@ -392,7 +395,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         let ev = self.device.create_marker_event()?;
         self.device.record_event(&ev, stream)?;
         self.pending = Some(ev);
-        self.pending_stream = self.device.stream_id(stream);
+        self.pending_stream = Some(stream.clone());
         Ok(())
     }
 
@@ -504,6 +507,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// With [`Transfer::Sync`] it waits for the copy's event, which the
     /// stream passes only after everything enqueued on it before.
     pub fn move_to(&mut self, to: Location, stream: &Stream<D::B>, mode: Transfer, lock: Option<LockId>) -> Result<()> {
+        let _section = capture_section::<D::B>(stream); // the capture check holds for the copy (`gate.rs`)
         self.check_lock("move_to", lock)?;
         if self.residency.includes(to) {
             return Ok(());
@@ -922,17 +926,6 @@ impl<T: Element, const N: usize, D: Device> Clone for MemArray<T, N, D> {
     }
 }
 
-impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
-    fn drop(&mut self) {
-        // A pending copy reads or writes the host block through a pointer the
-        // stream holds; wait for it before the block can be freed. An error
-        // here cannot be returned; the stream has failed and is not retried.
-        if let Some(ev) = self.pending.take() {
-            let _ = self.device.synchronize_event(&ev);
-        }
-    }
-}
-
 /// The built-in kernels as array methods (docs/design.md#the-test-kernel).
 ///
 /// Each moves the data to the device first if it is not current there (on
@@ -953,6 +946,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        let _section = capture_section::<D::B>(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
         let shape = self.shape_i64();
         {
@@ -975,6 +969,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Multiplies every element by `alpha`.
     pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        let _section = capture_section::<D::B>(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
         match copy {
             // SAFETY: as in `add_index`.
@@ -1013,6 +1008,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
                 found: x.device.info().spec(),
             });
         }
+        let _section = capture_section::<D::B>(stream); // as in `move_to`
         if self.device.capture_status(stream)?.is_capturing() {
             // `x` is only read: captured as `self` is, but its residency stays.
             x.check_capturable("kernel", stream, None)?;
@@ -1050,32 +1046,5 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         let copy = self.device_copy("kernel", lock)?.cloned();
         self.set_residency(Residency::Device);
         Ok((copy, false))
-    }
-
-    /// A kernel method on a capturing stream is captured, to run at each
-    /// replay, on the device copy the array has now: it must be current
-    /// (a copy to the device, or an allocation, cannot be captured
-    /// correctly), and the array's pending work must be on the capturing
-    /// stream or complete (a capture cannot wait for another stream). The
-    /// graph keeps that copy alive; `pending` stays as it is, since an
-    /// event recorded inside a capture only means something once the graph
-    /// runs. Order replays with [`before_replay`](Self::before_replay) and
-    /// [`after_replay`](Self::after_replay).
-    fn prepare_captured_kernel(
-        &mut self,
-        stream: &Stream<D::B>,
-        lock: Option<LockId>,
-    ) -> Result<Option<Arc<DeviceCopy<D>>>> {
-        self.check_capturable("kernel", stream, lock)?;
-        self.set_residency(Residency::Device);
-        Ok(self.buffer.clone())
-    }
-
-    /// Records the kernel just enqueued as pending work, unless it was captured.
-    fn finish_kernel(&mut self, stream: &Stream<D::B>, captured: bool) -> Result<()> {
-        if captured {
-            return Ok(());
-        }
-        self.record_pending(stream)
     }
 }

@@ -39,6 +39,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         if device.info().ordinal == self.device.info().ordinal {
             return Ok(());
         }
+        let _section = crate::backend::graph::capture_section::<D::B>(stream); // as in `move_to`
         if device.capture_status(stream)?.is_capturing() {
             return Err(not_capturable::<D::B>(
                 "move_to_device",
@@ -71,7 +72,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         self.buffer = copy.map(Arc::new);
         self.staged = false;
         self.pending = Some(done);
-        self.pending_stream = device.stream_id(stream);
+        self.pending_stream = Some(stream.clone());
         Ok(())
     }
 

@@ -11,6 +11,7 @@
 
 use super::{Location, LockId, MemArray, Residency, Transfer};
 use crate::array::Element;
+use crate::backend::graph::capture_section;
 use crate::backend::{Backend, Device, Stream};
 use crate::error::{BackendKind, Result};
 use crate::memory::StreamUse;
@@ -118,6 +119,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn upload_from_slice(&mut self, src: &[T], stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+        // No capture begins between the check below and the pending event
+        // recorded after the pieces (`gate.rs`): every piece runs, and the
+        // event waits for them.
+        let _section = capture_section::<D::B>(stream);
         self.check_lock("upload_from_slice", lock)?;
         self.check_len("upload_from_slice", src.len())?;
         // The host backend's copies run on its stream's thread, after the

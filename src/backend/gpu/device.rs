@@ -444,6 +444,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(dst.owner());
         }
@@ -466,6 +468,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(src.owner());
         }
@@ -492,6 +496,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(src.owner().into_iter().chain(dst.owner()));
         }
@@ -522,6 +528,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             return Ok(());
         }
         self.driver.bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(dst.owner());
         }
@@ -626,6 +634,8 @@ impl<D: Driver> Device for GpuDevice<D> {
             &mut heap
         };
         args.fill_param_pointers(pointers);
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(args.owners().iter().cloned().chain([kernel.owner()]));
         }

@@ -24,6 +24,10 @@ impl<D: Driver> CaptureStream<Gpu<D>> for GpuStream<D> {
         self.ordinal()
     }
 
+    fn gate(&self) -> &crate::backend::gate::CaptureGate {
+        self.gate_ref()
+    }
+
     fn begin_capture(&self, mode: CaptureMode, recorder: Arc<Recorder>) -> Result<()> {
         let d = self.driver();
         d.bind()?;

@@ -88,6 +88,8 @@ impl<D: Driver> PeerDevice for GpuDevice<D> {
         let (src_dev, dst_dev) =
             if from == here { (self.driver(), other.driver()) } else { (other.driver(), self.driver()) };
         self.driver().bind()?;
+        // The owners kept and the enqueue agree on the capture state (`gate.rs`).
+        let _section = stream.gate_ref().shared();
         if stream.in_capture() {
             stream.keep(src.owner().into_iter().chain(dst.owner()));
         }

@@ -80,6 +80,8 @@ struct StreamInner<D: Driver> {
     capturing: AtomicBool,
     /// The running capture's recorder, which keeps what captured work references.
     recorder: Mutex<Option<Arc<Recorder>>>,
+    /// Keeps gpuport's captures from beginning or ending inside its sections.
+    gate: crate::backend::gate::CaptureGate,
 }
 
 // SAFETY: the driver's contract: its handles may be used from any thread.
@@ -134,6 +136,7 @@ impl<D: Driver> GpuStream<D> {
                 driver,
                 capturing: AtomicBool::new(false),
                 recorder: Mutex::new(None),
+                gate: Default::default(),
             }),
         }
     }
@@ -178,6 +181,11 @@ impl<D: Driver> GpuStream<D> {
     /// The driver state of the stream's device.
     pub(crate) fn driver(&self) -> &Arc<D> {
         &self.inner.driver
+    }
+
+    /// The stream's capture gate (`crate::backend::gate`).
+    pub(crate) fn gate_ref(&self) -> &crate::backend::gate::CaptureGate {
+        &self.inner.gate
     }
 
     /// Whether a gpuport capture runs on this stream (cheap: no driver call).

@@ -119,6 +119,10 @@ impl CaptureStream<Host> for HostStream {
         0
     }
 
+    fn gate(&self) -> &crate::backend::gate::CaptureGate {
+        &self.inner.gate
+    }
+
     /// Every mode behaves alike on one stream; the modes' rules for other
     /// calls are the generic layer's (`check_device_wide_wait`). Nodes keep
     /// their owners themselves; the recorder takes those of `keep_for_graph`.
@@ -200,7 +204,7 @@ impl RawGraph<Host> for HostGraph {
     }
 
     fn instantiate(&self) -> Result<HostGraphExec> {
-        Ok(HostGraphExec { nodes: self.nodes.clone(), flight: Arc::default() })
+        Ok(HostGraphExec { nodes: self.nodes.clone(), flight: Arc::default(), last: Mutex::new(None) })
     }
 }
 
@@ -224,11 +228,26 @@ impl Drop for Landing<'_> {
     }
 }
 
+/// Marks a launch's event reached when dropped, even if a node panicked.
+struct Reach<'a>(&'a HostEvent);
+
+impl Drop for Reach<'_> {
+    fn drop(&mut self) {
+        let (lock, cvar) = &*self.0.inner;
+        let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        st.completed = st.recorded;
+        st.at = Some(Instant::now());
+        cvar.notify_all();
+    }
+}
+
 /// An executable host graph: each launch queues one task that runs every
 /// node in order on the stream's worker thread.
 pub struct HostGraphExec {
     nodes: Arc<[(NodeKind, NodeFn)]>,
     flight: Arc<Flight>,
+    /// Reached when the latest launch has run (each launch waits for the one before).
+    last: Mutex<Option<HostEvent>>,
 }
 
 impl fmt::Debug for HostGraphExec {
@@ -239,7 +258,14 @@ impl fmt::Debug for HostGraphExec {
 }
 
 impl RawGraphExec<Host> for HostGraphExec {
+    /// One replay on `stream`'s worker, after the executable's previous
+    /// launch whatever its stream: CUDA orders the launches of one
+    /// executable graph, and two replays of the same nodes at once would
+    /// race on the memory they write.
     fn launch(&self, stream: &HostStream) -> Result<()> {
+        // The capture check and the enqueue agree (`gate.rs`): a capture
+        // begun in between would take the replay as a node.
+        let _section = crate::backend::graph::capture_section::<Host>(stream);
         if stream.capture_id().is_some() {
             return Err(graph_error(
                 BackendKind::Host,
@@ -248,25 +274,38 @@ impl RawGraphExec<Host> for HostGraphExec {
                 "the host backend does not capture a graph launch into another graph".into(),
             ));
         }
+        // Launches are serialized here, so `last` is the launch before this one.
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = last.clone();
+        let done = HostEvent::default();
+        done.inner.0.lock().unwrap_or_else(|p| p.into_inner()).recorded = 1;
         // The replay's hold on the graph (and so on its owners) is taken
         // out and dropped before the replay counts as landed, so a drop of
         // the executable that waited for it releases the owners itself: a
         // closure's captures would outlive the landing (seen as a flaky
         // `dropping_an_executable_graph_waits_for_its_launches` on 2 cores).
         let (nodes, flight) = (Mutex::new(Some(self.nodes.clone())), self.flight.clone());
+        let reached = done.clone();
         *flight.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let launched = stream.enqueue(NodeKind::Replay, move || {
             let landing = Landing(&flight);
+            // Reached even if a node panics, so later launches go on.
+            let reach = Reach(&reached);
+            if let Some(previous) = &previous {
+                previous.wait_for(1);
+            }
             let nodes = nodes.lock().unwrap_or_else(|p| p.into_inner()).take();
             for (_, node) in nodes.iter().flat_map(|n| n.iter()) {
                 node();
             }
             drop(nodes);
+            drop(reach);
             drop(landing);
         });
-        if launched.is_err() {
+        match launched {
+            Ok(()) => *last = Some(done),
             // Never queued: the closure (and its landing) will not run.
-            *self.flight.count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            Err(_) => *self.flight.count.lock().unwrap_or_else(|p| p.into_inner()) -= 1,
         }
         launched
     }

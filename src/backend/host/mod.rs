@@ -196,6 +196,8 @@ struct StreamInner {
     capture: Mutex<Option<HostCapture>>,
     /// Whether `capture` holds a capture; see [`HostStream::capture_slot`].
     capturing: AtomicBool,
+    /// Keeps captures from beginning or ending inside gpuport's sections.
+    gate: crate::backend::gate::CaptureGate,
 }
 
 impl Drop for StreamInner {
@@ -256,6 +258,7 @@ impl HostStream {
                 id,
                 capture: Mutex::new(None),
                 capturing: AtomicBool::new(false),
+                gate: Default::default(),
             }),
         })
     }
@@ -621,6 +624,10 @@ impl Device for HostDevice {
     }
 
     fn record_event(&self, event: &HostEvent, stream: &HostStream) -> Result<()> {
+        // The capture state, the event's state and the enqueue agree: a
+        // capture begun in between would take the record as a node while
+        // the event counts it as due now (and a wait for it would hang).
+        let _section = crate::backend::graph::capture_section::<Host>(stream);
         if let Some(capture) = stream.capture_id() {
             return graph::record_in_capture(event, stream, capture);
         }
@@ -647,6 +654,7 @@ impl Device for HostDevice {
             let st = event.inner.0.lock().unwrap_or_else(|p| p.into_inner());
             (st.recorded, st.captured_in)
         };
+        let _section = crate::backend::graph::capture_section::<Host>(stream);
         if let Some(capture) = stream.capture_id() {
             return graph::wait_in_capture(stream, capture, captured_in);
         }

@@ -1,0 +1,222 @@
+//! The capture gate of a stream: makes "is this stream capturing?" and the
+//! work enqueued on that answer one decision, atomic with respect to other
+//! threads (`docs/design.md#graphs`).
+//!
+//! Every gpuport path that asks whether a stream captures and then
+//! enqueues on it (a `MemArray` method, `record_event`, a graph launch,
+//! `keep_until_done`) holds a [`GateShared`] of the stream's gate across
+//! the question, the enqueues and its bookkeeping; [`Capture`](super::Capture)'s
+//! begin and end hold a [`GateExclusive`]. A capture therefore begins or
+//! ends between such sections, never inside one.
+//!
+//! - **Re-entrant on one thread.** A thread already inside a section of a
+//!   gate enters it again at once, even while a capture waits to begin, so
+//!   nested sections (a method calling another, a drop run inside one)
+//!   cannot deadlock against a waiting writer. Taking the gate exclusively
+//!   from inside a section of it (a finalizer beginning a capture on the
+//!   stream its operation uses) is refused, never a deadlock.
+//! - **Cheap uncontended.** A shared section is one thread-local lookup
+//!   and one compare-and-swap to enter, one atomic subtraction to leave;
+//!   the mutex and condition variable are touched only while a capture
+//!   begins or ends.
+//! - **Limit.** The gate orders gpuport's own captures. Another library
+//!   (PyTorch, CuPy) beginning a capture through the driver on a stream
+//!   handle gpuport gave out passes no gate: the GPU paths therefore keep
+//!   asking the driver where they did, and refuse or keep owners for the
+//!   process as before.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use crate::error::{BackendKind, GraphErrorKind, Result};
+
+/// Set while a writer holds the gate or waits for readers to leave.
+const WRITER: usize = 1 << (usize::BITS - 1);
+
+/// A reader-writer gate, re-entrant for readers on one thread (public in
+/// name only: the backend traits name it; only this crate can use it).
+#[derive(Default)]
+pub struct CaptureGate {
+    /// `WRITER`, plus the number of shared sections inside.
+    state: AtomicUsize,
+    /// Taken only on the slow paths (a writer present), with `changed`.
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+impl std::fmt::Debug for CaptureGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.load(Ordering::Relaxed);
+        write!(f, "CaptureGate(writer {}, readers {})", s & WRITER != 0, s & !WRITER)
+    }
+}
+
+thread_local! {
+    /// The gates this thread is inside (by address), with a depth each.
+    static HELD: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl CaptureGate {
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Adds one to this thread's depth in the gate if it is inside it
+    /// already; whether it was.
+    fn reenter(&self) -> bool {
+        let key = self.key();
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            match h.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, depth)) => {
+                    *depth += 1;
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// Whether this thread is inside a shared section of the gate.
+    pub(crate) fn held_here(&self) -> bool {
+        let key = self.key();
+        HELD.with(|h| h.borrow().iter().any(|(k, _)| *k == key))
+    }
+
+    /// Enters a shared section: no capture begins or ends on the stream
+    /// until it is left. Waits while a capture is beginning or ending.
+    #[inline]
+    pub(crate) fn shared(&self) -> GateShared<'_> {
+        if self.reenter() {
+            // Inside already: the count is above 0, so no writer holds the
+            // gate (one may wait, for this very section).
+            self.state.fetch_add(1, Ordering::Acquire);
+            return GateShared { gate: self };
+        }
+        loop {
+            let s = self.state.load(Ordering::Relaxed);
+            if s & WRITER == 0 {
+                if self.state.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    break;
+                }
+                continue;
+            }
+            let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            while self.state.load(Ordering::Relaxed) & WRITER != 0 {
+                g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        let key = self.key();
+        HELD.with(|h| h.borrow_mut().push((key, 1)));
+        GateShared { gate: self }
+    }
+
+    /// Takes the gate exclusively: waits for every shared section to be
+    /// left and keeps new ones out until dropped. From inside a shared
+    /// section of the gate on this thread: [`GraphErrorKind::AlreadyCapturing`]
+    /// (`op` names the call), instead of a deadlock.
+    pub(crate) fn exclusive(&self, backend: BackendKind, op: &'static str) -> Result<GateExclusive<'_>> {
+        if self.held_here() {
+            return Err(super::graph::graph_error(
+                backend,
+                op,
+                GraphErrorKind::AlreadyCapturing,
+                "called from inside an operation on the same stream (a drop or callback it ran); the capture \
+                 state cannot change while that operation runs"
+                    .into(),
+            ));
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.state.load(Ordering::Relaxed) & WRITER != 0 {
+            g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        self.state.fetch_or(WRITER, Ordering::Acquire);
+        while self.state.load(Ordering::Acquire) & !WRITER != 0 {
+            g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(GateExclusive { gate: self })
+    }
+}
+
+/// A shared section of a [`CaptureGate`]; leaving it is dropping it.
+#[must_use = "the section ends when the guard is dropped"]
+pub(crate) struct GateShared<'a> {
+    gate: &'a CaptureGate,
+}
+
+impl Drop for GateShared<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let key = self.gate.key();
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().position(|(k, _)| *k == key) {
+                h[i].1 -= 1;
+                if h[i].1 == 0 {
+                    h.swap_remove(i);
+                }
+            }
+        });
+        let before = self.gate.state.fetch_sub(1, Ordering::Release);
+        if before & WRITER != 0 && before & !WRITER == 1 {
+            // The last reader a waiting writer waits for: under the lock, so
+            // the writer is either before its check or already waiting.
+            let _g = self.gate.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.gate.changed.notify_all();
+        }
+    }
+}
+
+/// The exclusive hold of a [`CaptureGate`] (a capture beginning or ending).
+#[must_use = "the gate is released when the guard is dropped"]
+pub(crate) struct GateExclusive<'a> {
+    gate: &'a CaptureGate,
+}
+
+impl Drop for GateExclusive<'_> {
+    fn drop(&mut self) {
+        let _g = self.gate.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.gate.state.fetch_and(!WRITER, Ordering::Release);
+        self.gate.changed.notify_all();
+    }
+}
+
+/// The process-wide gate of calls that ask whether any capture forbids a
+/// device-wide call and then make it (the dynamic layer's `prune`, which
+/// queries events only while no capture forbids it): every capture's begin
+/// takes it exclusively, after its stream's gate.
+pub(crate) static DEVICE_WIDE: CaptureGate =
+    CaptureGate { state: AtomicUsize::new(0), lock: Mutex::new(()), changed: Condvar::new() };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn shared_sections_nest_and_a_writer_waits_for_them() {
+        let gate = Arc::new(CaptureGate::default());
+        let outer = gate.shared();
+        let inner = gate.shared();
+        assert!(gate.exclusive(BackendKind::Host, "test").is_err(), "refused from inside, not a deadlock");
+        let entered = Arc::new(AtomicBool::new(false));
+        let (g, e) = (gate.clone(), entered.clone());
+        let writer = std::thread::spawn(move || {
+            let _x = g.exclusive(BackendKind::Host, "test").unwrap();
+            e.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!entered.load(Ordering::SeqCst), "the writer entered during a shared section");
+        // Re-entering while the writer waits does not deadlock.
+        drop(gate.shared());
+        drop(inner);
+        assert!(!entered.load(Ordering::SeqCst));
+        drop(outer);
+        writer.join().unwrap();
+        assert!(entered.load(Ordering::SeqCst));
+        assert!(!gate.held_here());
+        drop(gate.exclusive(BackendKind::Host, "test").unwrap());
+    }
+}
