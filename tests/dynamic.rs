@@ -242,6 +242,7 @@ fn read_only_device_memory_is_a_source_never_a_destination() {
     assert!(e.to_string().contains("read-only"), "{e}");
     assert_eq!(ro, [7u8; 8]);
     raw::copy(&dev, &s, &rw_dev, &ro_dev, 8, Some((Side::Device, Side::Device)), true).unwrap();
+    s.synchronize().unwrap(); // `sync` says the caller waits for the stream
     drop(rw_dev);
     assert_eq!(rw, [7u8; 8]);
 }

@@ -112,6 +112,24 @@ impl CaptureGate {
         GateShared { gate: self }
     }
 
+    /// Enters a shared section if that needs no wait: `None` while a
+    /// capture is beginning or ending (for callers that hold a lock others
+    /// wait for inside sections, such as the caching pool's, and must not
+    /// wait for a capture in turn).
+    #[inline]
+    pub(crate) fn try_shared(&self) -> Option<GateShared<'_>> {
+        if self.held_here() {
+            return Some(self.shared());
+        }
+        let s = self.state.load(Ordering::Relaxed);
+        if s & WRITER != 0 || self.state.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        let key = self.key();
+        HELD.with(|h| h.borrow_mut().push((key, 1)));
+        Some(GateShared { gate: self })
+    }
+
     /// Takes the gate exclusively: waits for every shared section to be
     /// left and keeps new ones out until dropped. From inside a shared
     /// section of the gate on this thread: [`GraphErrorKind::AlreadyCapturing`]

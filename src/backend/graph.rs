@@ -338,6 +338,12 @@ pub(crate) fn capture_section<B: Backend>(stream: &Stream<B>) -> GateShared<'_> 
     stream.gate().shared()
 }
 
+/// [`capture_section`] if it needs no wait; `None` while a capture begins
+/// or ends on `stream` (see `CaptureGate::try_shared`).
+pub(crate) fn try_capture_section<B: Backend>(stream: &Stream<B>) -> Option<GateShared<'_>> {
+    stream.gate().try_shared()
+}
+
 /// Enters the process-wide section of calls that check a capture mode's
 /// device-wide rule and then act on it (`keep::prune`'s event queries): no
 /// capture begins until the guard is dropped.

@@ -114,7 +114,11 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
             // Parked blocks: freed on their streams, as any free.
             for (n, stream, mut after) in std::mem::take(&mut st.graph_pools[i].parked) {
-                if !device.stream_is_borrowed(&stream) && super::capturing::<B>(device, &stream) {
+                // Under the pool's lock: a stream's gate only if entered at once.
+                let section = crate::backend::graph::try_capture_section::<B>(&stream);
+                let capturing = !device.stream_is_borrowed(&stream) && super::capturing::<B>(device, &stream);
+                if section.is_none() || capturing {
+                    drop(section);
                     st.graph_pools[i].parked.push((n, stream, after));
                     continue;
                 }

@@ -612,6 +612,10 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         check_alloc_size(bytes)?;
         self.reclaim_graph_pools();
+        // No gpuport capture begins or ends on the stream from the capture
+        // check to the hand-out (a capture's first allocation gives its graph
+        // the pool's hold). The gate comes before the pool's lock, always.
+        let _section = crate::backend::graph::capture_section::<B>(stream);
         let capture = match self.dev().capture_id(stream) {
             Ok(capture) => capture,
             Err(e) if capturing::<B>(self.dev(), stream) => {
@@ -669,6 +673,9 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
         let device = self.dev();
         self.reclaim_graph_pools();
+        // The capture check and the free's record on the stream are one
+        // decision: no gpuport capture begins or ends between them.
+        let _section = crate::backend::graph::capture_section::<B>(stream);
         if let Err(e) = block.check_owner(self.id, self.name()) {
             self.locked(|st| st.counters.refused_frees += 1);
             return Err(e);

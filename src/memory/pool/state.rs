@@ -415,27 +415,27 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             return;
         }
         // A capturing stream would record the fence's event into its graph.
-        if let Some(stream) = &self.lists[l].stream {
-            if device.capture_status(stream).map(|c| c.is_capturing()).unwrap_or(false) {
-                return;
-            }
+        // The capture check and the record are one section of the stream's
+        // gate, entered only if that needs no wait: the pool's lock is held,
+        // and a thread inside a section may be waiting for it. A stream whose
+        // capture is beginning or ending is fenced later.
+        let Some(stream) = self.lists[l].stream.clone() else { return };
+        let Some(_section) = crate::backend::graph::try_capture_section::<B>(&stream) else { return };
+        if device.capture_status(&stream).map(|c| c.is_capturing()).unwrap_or(false) {
+            return;
         }
         let nodes = self.lists[l].take_nodes();
         for &n in &nodes {
             self.nodes[n as usize].state = NodeState::Pending;
         }
         self.counters.fences += 1;
-        let stream = self.lists[l].stream.clone();
-        let event = self.take_event(device);
-        match (stream, event) {
-            (Some(stream), Some(event)) if device.record_event(&event, &stream).is_ok() => {
+        match self.take_event(device) {
+            Some(event) if device.record_event(&event, &stream).is_ok() => {
                 self.pending.push(Fence { events: vec![event], nodes });
             }
-            (stream, _) => {
+            _ => {
                 // No event to prove completion: wait for the stream instead.
-                if let Some(stream) = stream {
-                    let _ = device.synchronize(&stream);
-                }
+                let _ = device.synchronize(&stream);
                 for n in nodes {
                     self.free_and_merge(n, ANY);
                 }
