@@ -277,7 +277,7 @@ fn streamed_location(
     lock: Option<LockId>,
 ) -> Result<Location> {
     let gpu = |l: Location| takes_streams(dl_pair(a.dl_device(l)).0);
-    if stream.is_none_or(|s| s == -1) || gpu(loc) || !gpu(Location::Device) {
+    if matches!(stream, None | Some(-1)) || gpu(loc) || !gpu(Location::Device) {
         return Ok(loc);
     }
     if !a.residency().includes(Location::Device) {

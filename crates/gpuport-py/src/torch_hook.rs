@@ -94,6 +94,8 @@ extern "C-unwind" {
 /// Throws a C++ `std::runtime_error` on failure, which PyTorch raises as a
 /// Python exception. For `torch.cuda.memory.CUDAPluggableAllocator`.
 #[no_mangle]
+// `stream` is a handle passed on to the driver, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub extern "C-unwind" fn gpuport_torch_malloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
     // SAFETY: the C++ function takes plain values and calls only
     // `gpuport_torch_try_malloc`, which never unwinds; its own exception
