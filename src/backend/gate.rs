@@ -66,7 +66,7 @@ impl CaptureGate {
     /// already; whether it was.
     fn reenter(&self) -> bool {
         let key = self.key();
-        HELD.with(|h| {
+        HELD.try_with(|h| {
             let mut h = h.borrow_mut();
             match h.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, depth)) => {
@@ -76,12 +76,13 @@ impl CaptureGate {
                 None => false,
             }
         })
+        .unwrap_or(false)
     }
 
     /// Whether this thread is inside a shared section of the gate.
     pub(crate) fn held_here(&self) -> bool {
         let key = self.key();
-        HELD.with(|h| h.borrow().iter().any(|(k, _)| *k == key))
+        HELD.try_with(|h| h.borrow().iter().any(|(k, _)| *k == key)).unwrap_or(false)
     }
 
     /// Enters a shared section: no capture begins or ends on the stream
@@ -108,7 +109,9 @@ impl CaptureGate {
             }
         }
         let key = self.key();
-        HELD.with(|h| h.borrow_mut().push((key, 1)));
+        // With the thread's locals gone (an exit handler), sections are not
+        // tracked for re-entry: a thread that runs no capture cannot deadlock.
+        let _ = HELD.try_with(|h| h.borrow_mut().push((key, 1)));
         GateShared { gate: self }
     }
 
@@ -126,7 +129,9 @@ impl CaptureGate {
             return None;
         }
         let key = self.key();
-        HELD.with(|h| h.borrow_mut().push((key, 1)));
+        // With the thread's locals gone (an exit handler), sections are not
+        // tracked for re-entry: a thread that runs no capture cannot deadlock.
+        let _ = HELD.try_with(|h| h.borrow_mut().push((key, 1)));
         Some(GateShared { gate: self })
     }
 
@@ -167,7 +172,7 @@ impl Drop for GateShared<'_> {
     #[inline]
     fn drop(&mut self) {
         let key = self.gate.key();
-        HELD.with(|h| {
+        let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
             if let Some(i) = h.iter().position(|(k, _)| *k == key) {
                 h[i].1 -= 1;

@@ -469,3 +469,20 @@ def test_add_index_on_a_rank_0_array_is_one_element(device):
     z = gpuport.from_dlpack(np.array(3, np.int64))
     z.add_index()
     assert int(np.from_dlpack(z)) == 3
+
+
+def test_exit_with_cached_stream_blocks_is_quiet():
+    """The pool's release at exit fences its stream lists after the thread's
+    locals are gone: no panic may be printed (or abort the exit)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gpuport, gpuport.memory as gm\n"
+        "s = gpuport.Stream('host')\n"
+        "a = gm.alloc(4096, stream=s, device='host')\n"
+        "a.free()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "panicked" not in r.stderr, r.stderr
