@@ -897,6 +897,12 @@ if MODE == "graph":
             time.sleep(0.01)
         print("released", gm.stats("cuda:0")["graph_pools_released"] - before["graph_pools_released"], file=sys.stderr)
 else:
+    if MODE == "compile-no-trees":
+        # Inductor's plain CUDA graphs (torch.cuda.graph with a private pool)
+        # instead of cudagraph trees, which need allocator calls that
+        # CUDAPluggableAllocator does not forward (checkPoolLiveAllocations).
+        import torch._inductor.config as inductor_config
+        inductor_config.triton.cudagraph_trees = False
     step = torch.compile(lambda x: model(x) * 2 + 1, mode="reduce-overhead")
     for x in inputs:
         sums.append(step(x).double().sum().item())
@@ -905,7 +911,7 @@ print(json.dumps(sums))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["graph", "compile"])
+@pytest.mark.parametrize("mode", ["graph", "compile-no-trees", "compile"])
 def test_torch_graph_capture_through_the_hook_matches_torchs_own_allocator(mode):
     _need("torch")
     runs = {}
@@ -913,6 +919,11 @@ def test_torch_graph_capture_through_the_hook_matches_torchs_own_allocator(mode)
         r = subprocess.run(
             [sys.executable, "-c", TORCH_GRAPH_STEP, allocator, mode], capture_output=True, text=True, timeout=600
         )
+        if mode == "compile" and allocator == "gpuport" and r.returncode != 0:
+            # torch's cudagraph trees need allocator calls its pluggable
+            # allocator does not have: torch says so, nothing runs wrong.
+            assert "pluggable does not yet support" in r.stderr, r.stderr
+            return
         assert r.returncode == 0, f"{allocator} {mode}:\n{r.stdout}\n{r.stderr}"
         runs[allocator] = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(runs["gpuport"]) == 20

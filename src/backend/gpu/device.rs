@@ -298,8 +298,14 @@ impl<D: Driver> Device for GpuDevice<D> {
     fn alloc(&self, bytes: usize) -> Result<GpuBuffer<D>> {
         check_alloc_size(bytes)?;
         self.driver.bind()?;
+        // In relaxed capture mode: `cuMemAlloc` is not a stream operation,
+        // but CUDA refuses it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) on a
+        // thread whose mode forbids "unsafe" calls while a capture runs; the
+        // caching pool grows a capture's graph pool this way (PyTorch's
+        // allocator sets the mode likewise).
         // SAFETY: the device is current; the memory is returned uninitialized as documented.
-        let ptr = unsafe { self.driver.alloc(bytes) }.map_err(|e| self.out_of_memory(e, bytes))?;
+        let ptr = super::stream::apart_from_captures_if_any(&*self.driver, || unsafe { self.driver.alloc(bytes) })
+            .map_err(|e| self.out_of_memory(e, bytes))?;
         Ok(self.buffer(ptr, bytes, MemoryKind::Device, None))
     }
 

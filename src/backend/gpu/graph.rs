@@ -246,6 +246,21 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
     fn launch(&self, stream: &GpuStream<D>) -> Result<()> {
         let d = &self.driver;
         d.bind()?;
+        // CUDA refuses an executable graph launched into a capturing stream
+        // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, which also ends the
+        // capture): refused first, as on the host backend; the capture check
+        // and the launch are one section of the stream's gate.
+        let _section = crate::backend::graph::capture_section::<Gpu<D>>(stream);
+        if stream.capture_status_bound()?.is_capturing() {
+            return Err(graph_error(
+                D::KIND,
+                "launch",
+                GraphErrorKind::NestedLaunch,
+                "the stream is capturing: an executable graph cannot be launched into a capture; launch it after \
+                 the capture ends, or on another stream"
+                    .into(),
+            ));
+        }
         // SAFETY: the device is current; the stream belongs to it (checked
         // by the caller) and is alive; what the graph references is alive
         // (kept by the `GraphExec`, or promised at capture).
