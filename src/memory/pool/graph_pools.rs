@@ -36,7 +36,7 @@
 //! that stream still captures only while the pool's capture may still run.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::state::{HandedOut, NodeState, State, ANY, PRIVATE, SMALL_MAX};
 use super::{CachingPool, Storage};
@@ -57,18 +57,27 @@ pub(super) struct GraphPool<B: Backend> {
     parked: Vec<(u32, Stream<B>, Vec<Event<B>>)>,
     /// Set when the graph (and every executable made from it) is gone.
     pub(super) gone: Arc<AtomicBool>,
+    /// The pool's segments, handed over if the caching pool goes first
+    /// (`CachingPool::drop`): freed with the graph's hold.
+    pub(super) orphans: Orphans,
 }
+
+/// Segments of a graph pool whose caching pool is gone.
+pub(super) type Orphans = Arc<Mutex<Vec<Box<dyn Send>>>>;
 
 /// What the graph holds for its pool: dropped with the graph.
 struct GraphHold {
     gone: Arc<AtomicBool>,
     pools_gone: Arc<AtomicUsize>,
+    orphans: Orphans,
 }
 
 impl Drop for GraphHold {
     fn drop(&mut self) {
         self.gone.store(true, Ordering::Release);
         self.pools_gone.fetch_add(1, Ordering::AcqRel);
+        // Segments the caching pool left to the graph go with it.
+        drop(std::mem::take(&mut *self.orphans.lock().unwrap_or_else(|p| p.into_inner())));
     }
 }
 
@@ -161,8 +170,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             Some(g) => g,
             None => {
                 st.graph_serials += 1;
-                let gone = Arc::new(AtomicBool::new(false));
-                let hold = GraphHold { gone: gone.clone(), pools_gone: self.graphs_gone.clone() };
+                let (gone, orphans) = (Arc::new(AtomicBool::new(false)), Orphans::default());
+                let hold =
+                    GraphHold { gone: gone.clone(), pools_gone: self.graphs_gone.clone(), orphans: orphans.clone() };
                 st.graph_pools.push(GraphPool {
                     serial: st.graph_serials,
                     capture,
@@ -170,6 +180,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     lists: Vec::new(),
                     parked: Vec::new(),
                     gone,
+                    orphans,
                 });
                 st.counters.graph_pools += 1;
                 // The graph keeps the hold; if the capture is over already

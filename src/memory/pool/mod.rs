@@ -567,16 +567,15 @@ impl<B: Backend, S: Storage<B>> Drop for CachingPool<B, S> {
         st.fence_all(&device);
         st.wait_pending(&device);
         // A graph that is still alive replays into its pool's segments: they
-        // are left allocated for good rather than freed under it.
-        let live: Vec<u64> = st
-            .graph_pools
-            .iter()
-            .filter(|g| !g.gone.load(std::sync::atomic::Ordering::Acquire))
-            .map(|g| g.serial)
-            .collect();
-        for slot in &mut st.segments {
-            if slot.as_ref().is_some_and(|seg| live.contains(&seg.graph)) {
-                std::mem::forget(slot.take());
+        // go to the graph's hold, freed when the graph goes, not under it.
+        for g in &st.graph_pools {
+            let mut orphans = g.orphans.lock().unwrap_or_else(|p| p.into_inner());
+            for slot in &mut st.segments {
+                if slot.as_ref().is_some_and(|seg| seg.graph == g.serial) {
+                    if let Some(seg) = slot.take() {
+                        orphans.push(Box::new(seg));
+                    }
+                }
             }
         }
     }
