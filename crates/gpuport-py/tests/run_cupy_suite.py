@@ -1,8 +1,9 @@
 """Runs CuPy's own test suite (a checkout of CuPy's ``tests/`` folder of the
 installed CuPy's version) twice, in fresh pytest processes: with CuPy's own
 allocators and with ``gpuport.cupy.use_gpuport_for_cupy()`` installed before
-any test runs; prints passed / failed / errors / skipped for each, and the
-tests that fail only with gpuport.
+any test runs, one pytest process per module and allocator; prints passed /
+failed / errors / skipped for each, the tests that fail only with gpuport,
+and any process that crashed (with the head of its stderr).
 
     python3 crates/gpuport-py/tests/run_cupy_suite.py --tests DIR [--json out.json] \\
         [--timeout 1800] [MODULE ...]
@@ -52,7 +53,9 @@ def outcomes(junit):
     return result
 
 
-def run(tests, modules, with_gpuport, timeout):
+def run(tests, module, with_gpuport, timeout):
+    """One pytest process over `module`: its outcomes, and the reason if it
+    wrote no report (a crash: the head of its stderr, which names the test)."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         env = dict(os.environ)
@@ -62,36 +65,45 @@ def run(tests, modules, with_gpuport, timeout):
                 f.write(PLUGIN)
             env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
             args += ["-p", "gpuport_cupy_plugin"]
-        r = subprocess.run(args + modules, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout)
-        tail = "\n".join(r.stdout.strip().splitlines()[-3:])
+        try:
+            r = subprocess.run(args + [module], cwd=tests, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {}, f"timed out after {timeout} s"
         if not os.path.exists(junit):
-            raise SystemExit(f"pytest wrote no report ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
-        return outcomes(junit), tail
+            return {}, f"no report (exit {r.returncode}): {r.stderr[:1500]}"
+        return outcomes(junit), None
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tests", required=True, help="CuPy's tests/ folder")
     p.add_argument("--json")
-    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per pytest process (one module, one allocator)")
     p.add_argument("modules", nargs="*", default=DEFAULT_MODULES)
     a = p.parse_args()
-    theirs, their_tail = run(a.tests, a.modules, False, a.timeout)
-    ours, our_tail = run(a.tests, a.modules, True, a.timeout)
+    theirs, ours, crashed = {}, {}, []
+    for module in a.modules:
+        for label, with_gpuport, into in (("cupy", False, theirs), ("gpuport", True, ours)):
+            res, why = run(a.tests, module, with_gpuport, a.timeout)
+            into.update(res)
+            if why:
+                crashed.append(f"{module} with {label}'s allocator: {why}")
+                print(f"CRASH {module} with {label}'s allocator: {why}", flush=True)
     report = {}
-    for label, res, tail in (("cupy", theirs, their_tail), ("gpuport", ours, our_tail)):
+    for label, res in (("cupy", theirs), ("gpuport", ours)):
         counts = {k: sum(1 for v in res.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
         report[label] = counts
-        print(f"{label:8} {counts}  | {tail.splitlines()[-1] if tail else ''}")
+        print(f"{label:8} {counts}")
     only_ours = sorted(t for t, v in ours.items() if v in ("failed", "error") and theirs.get(t) == "passed")
     report["fail_with_gpuport_only"] = only_ours
+    report["crashed"] = crashed
     print(f"fail with gpuport only: {len(only_ours)}")
     for t in only_ours:
         print("  ", t)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
-    sys.exit(1 if only_ours else 0)
+    sys.exit(1 if only_ours or any("gpuport's" in c for c in crashed) else 0)
 
 
 if __name__ == "__main__":

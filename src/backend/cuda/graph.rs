@@ -2,8 +2,8 @@
 //! `cuStreamEndCapture`, `cuStreamIsCapturing`, `cuThreadExchangeStreamCaptureMode`, `cuGraphGetNodes`,
 //! `cuGraphInstantiateWithFlags`, `cuGraphLaunch`, `cuGraphExecUpdate_v2`,
 //! `cuGraphDestroy`, `cuGraphExecDestroy`, `cuUserObjectCreate`, `cuGraphRetainUserObject`,
-//! `cuUserObjectRelease` (all CUDA 12.0 drivers have them), and `cuStreamGetCaptureInfo_v2`,
-//! looked up by hand (see `capture_info`).
+//! `cuUserObjectRelease` (all CUDA 12.0 drivers have them), and `cuStreamGetCaptureInfo_v3`
+//! or `_v2`, looked up by hand (see `capture_info`).
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -22,12 +22,24 @@ fn status(call: &'static str, s: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, s)
 }
 
-/// `cuStreamGetCaptureInfo_v2` (every driver since CUDA 11.3 exports it),
-/// looked up by hand: cudarc declares it only for CUDA 12.2 and older, and
-/// declares its successor `_v3` only from 12.3, whose lazy loader would
-/// panic on an older driver. Gives the capture's status, id and graph.
+/// `cuStreamGetCaptureInfo_v3` (drivers of CUDA 12.3 and later), else
+/// `cuStreamGetCaptureInfo_v2` (CUDA 11.3 to 12.2), both looked up by hand:
+/// cudarc declares each only for its own CUDA versions, and its lazy loader
+/// panics on a driver without the symbol. `_v3` comes first: a CUDA 13
+/// driver crashed (SIGSEGV inside the call, seen on the H200 under CuPy's
+/// graph tests) when called through `_v2`'s six arguments. Gives the
+/// capture's status, id and graph.
 fn capture_info(stream: sys::CUstream) -> Result<(sys::CUstreamCaptureStatus, u64, sys::CUgraph)> {
-    type GetCaptureInfo = unsafe extern "C" fn(
+    type GetV3 = unsafe extern "C" fn(
+        sys::CUstream,
+        *mut sys::CUstreamCaptureStatus,
+        *mut u64,
+        *mut sys::CUgraph,
+        *mut *const sys::CUgraphNode,
+        *mut *const sys::CUgraphEdgeData,
+        *mut usize,
+    ) -> sys::CUresult;
+    type GetV2 = unsafe extern "C" fn(
         sys::CUstream,
         *mut sys::CUstreamCaptureStatus,
         *mut u64,
@@ -35,21 +47,32 @@ fn capture_info(stream: sys::CUstream) -> Result<(sys::CUstreamCaptureStatus, u6
         *mut *const sys::CUgraphNode,
         *mut usize,
     ) -> sys::CUresult;
-    static SYMBOL: OnceLock<Option<GetCaptureInfo>> = OnceLock::new();
+    static V3: OnceLock<Option<GetV3>> = OnceLock::new();
+    static V2: OnceLock<Option<GetV2>> = OnceLock::new();
     // SAFETY: libcuda is loaded (every device was opened through the
-    // backend's probe), and the symbol has the C signature above (cuda.h).
-    let get = SYMBOL
-        .get_or_init(|| unsafe { sys::culib().get::<GetCaptureInfo>(b"cuStreamGetCaptureInfo_v2").ok().map(|s| *s) })
-        .ok_or_else(|| crate::Error::Unsupported {
-            op: "capture info",
-            backend: crate::error::BackendKind::Cuda,
-            hint: Some("the driver does not export cuStreamGetCaptureInfo_v2".into()),
-        })?;
+    // backend's probe), and each symbol, where present, has the C signature
+    // above (cuda.h of its CUDA version).
+    let v3 = *V3.get_or_init(|| unsafe { sys::culib().get::<GetV3>(b"cuStreamGetCaptureInfo_v3").ok().map(|s| *s) });
     let (mut st, mut id, mut graph) =
         (sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, 0u64, std::ptr::null_mut());
-    let (mut deps, mut n) = (std::ptr::null(), 0usize);
-    // SAFETY: the caller's stream is live; the driver writes the five outputs.
-    status("cuStreamGetCaptureInfo", unsafe { get(stream, &mut st, &mut id, &mut graph, &mut deps, &mut n) })?;
+    let (mut deps, mut edges, mut n) = (std::ptr::null(), std::ptr::null(), 0usize);
+    let r = match v3 {
+        // SAFETY: the caller's stream is live; the driver writes the six outputs.
+        Some(get) => unsafe { get(stream, &mut st, &mut id, &mut graph, &mut deps, &mut edges, &mut n) },
+        None => {
+            // SAFETY: as above.
+            let v2 =
+                *V2.get_or_init(|| unsafe { sys::culib().get::<GetV2>(b"cuStreamGetCaptureInfo_v2").ok().map(|s| *s) });
+            let get = v2.ok_or_else(|| crate::Error::Unsupported {
+                op: "capture info",
+                backend: crate::error::BackendKind::Cuda,
+                hint: Some("the driver exports neither cuStreamGetCaptureInfo_v3 nor _v2".into()),
+            })?;
+            // SAFETY: the caller's stream is live; the driver writes the five outputs.
+            unsafe { get(stream, &mut st, &mut id, &mut graph, &mut deps, &mut n) }
+        }
+    };
+    status("cuStreamGetCaptureInfo", r)?;
     Ok((st, id, graph))
 }
 
