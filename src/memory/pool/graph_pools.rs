@@ -18,7 +18,11 @@
 //!   once the graph, its executables and their launches are gone.
 //! - A block of a graph pool freed outside its capture (after it, or on a
 //!   stream the capture did not allocate on) is **parked**: nobody gets it
-//!   while the graph lives.
+//!   while the graph lives. So is a block freed on another library's stream
+//!   (a `torch.cuda.graph` or CuPy capture), even inside the capture: the
+//!   pool never asks the driver about a stream whose owner may have
+//!   destroyed it, so it cannot tell, and such a capture's memory is the sum
+//!   of its allocations.
 //! - When the graph is gone, the pool's free blocks join the shared list,
 //!   parked blocks are filed as frees on their streams, and its segments
 //!   become ordinary: their live blocks (a graph's outputs still held) are
@@ -32,8 +36,7 @@
 //!
 //! Limits: a graph pool serves one capture; PyTorch's `pool=` sharing
 //! between graphs cannot be seen through `CUDAPluggableAllocator`'s two
-//! functions. A free on another library's stream asks the driver whether
-//! that stream still captures only while the pool's capture may still run.
+//! functions.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -283,12 +286,17 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             let pool = &mut st.graph_pools[g];
             let open = after.is_empty() && !pool.capture_over && !pool.gone.load(Ordering::Acquire);
             match pool.lists.iter().find(|(s, _)| *s == stream_tag) {
+                // A stream the capture allocated on, which the caller found
+                // capturing. The caller does not ask about another library's
+                // stream (its owner may have destroyed it: the driver then
+                // crashed inside cuStreamGetCaptureInfo under CuPy's graph
+                // tests), so such a free is parked.
                 Some(&(_, tag)) if open => {
-                    // A stream the capture allocated on: asked (once) whether
-                    // it still captures, unless the caller has.
-                    let now = capture.or_else(|| device.capture_id(stream).ok().flatten());
-                    pool.capture_over = now != Some(pool.capture);
-                    (!pool.capture_over).then_some(tag)
+                    let now = capture;
+                    if now.is_some() {
+                        pool.capture_over = now != Some(pool.capture);
+                    }
+                    (now == Some(pool.capture)).then_some(tag)
                 }
                 _ => None,
             }
