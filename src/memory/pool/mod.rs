@@ -643,6 +643,11 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         // flight, that stalls (store forwarding fails), ~5 ns an allocation.
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let handed_out = match capture {
+            // An invalidated capture never becomes a graph: nothing will
+            // replay into the block, and touching its graph fails.
+            Some(_) if self.dev().capture_status(stream).is_ok_and(|c| c == crate::CaptureStatus::Invalidated) => {
+                self.allocate_locked(&mut st, bytes, size, stream)
+            }
             None => self.allocate_locked(&mut st, bytes, size, stream),
             Some(capture) => self.allocate_in_capture(&mut st, bytes, size, stream, capture),
         };
