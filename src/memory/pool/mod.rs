@@ -644,7 +644,7 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let handed_out = match capture {
             // An invalidated capture never becomes a graph: nothing will
-            // replay into the block, and touching its graph fails.
+            // replay into the block, so it needs no graph pool.
             Some(_) if self.dev().capture_status(stream).is_ok_and(|c| c == crate::CaptureStatus::Invalidated) => {
                 self.allocate_locked(&mut st, bytes, size, stream)
             }
