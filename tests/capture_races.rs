@@ -244,21 +244,7 @@ fn raw_allocations_freed_in_a_global_capture_are_freed_when_it_ends<D: Device>(d
 }
 
 mod cases {
-    macro_rules! arc_backend_tests {
-        ($($name:ident),* $(,)?) => { $(
-            #[rstest::rstest]
-            #[case::host("host")]
-            #[case::cuda("cuda:0")]
-            #[case::rocm("rocm:0")]
-            fn $name(#[case] spec: &str) {
-                if let Some(dev) = super::common::open_or_skip(spec) {
-                    gpuport::with_device!(dev, d => super::$name(d));
-                }
-            }
-        )* };
-    }
-
-    arc_backend_tests!(
+    crate::arc_backend_tests!(
         an_upload_is_never_split_by_a_capture_begun_on_another_thread,
         events_and_launches_are_never_lost_to_a_capture_begun_on_another_thread,
         launches_of_one_executable_on_two_streams_do_not_overlap,

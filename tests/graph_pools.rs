@@ -179,23 +179,7 @@ fn a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated<D: Me
 }
 
 mod per_backend {
-    use super::*;
-
-    macro_rules! pool_tests {
-        ($($name:ident),* $(,)?) => { $(
-            #[rstest::rstest]
-            #[case::host("host")]
-            #[case::cuda("cuda:0")]
-            #[case::rocm("rocm:0")]
-            fn $name(#[case] spec: &str) {
-                if let Some(dev) = common::open_or_skip(spec) {
-                    gpuport::with_device!(dev, d => super::$name(d));
-                }
-            }
-        )* };
-    }
-
-    pool_tests!(
+    crate::arc_backend_tests!(
         a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives,
         a_block_still_held_when_its_graph_goes_stays_valid_until_freed,
         out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on,

@@ -733,24 +733,8 @@ fn the_stress_test_passes_the_pools_own_validator<D: MemoryDevice>(d: &Dev<D>) {
 
 // ---- instantiation ---------------------------------------------------------------------
 
-macro_rules! memory_tests {
-    ($($name:ident),* $(,)?) => { $(
-        #[rstest]
-        #[case::host("host")]
-        #[case::cuda("cuda:0")]
-        #[case::rocm("rocm:0")]
-        fn $name(#[case] spec: &str) {
-            if let Some(dev) = common::open_or_skip(spec) {
-                gpuport::with_device!(dev, d => super::$name(d));
-            }
-        }
-    )* };
-}
-
 mod cases {
-    use super::common;
-    use rstest::rstest;
-    memory_tests!(
+    crate::arc_backend_tests!(
         a_freed_block_is_reused_on_its_stream_at_once,
         a_block_freed_on_one_stream_reaches_another_only_after_an_event,
         a_block_used_on_another_stream_waits_for_that_use,

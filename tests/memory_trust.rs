@@ -314,23 +314,8 @@ fn an_ipc_handle_whose_range_cannot_be_memory_is_refused_before_opening<D: Memor
 
 // ---- instantiation ---------------------------------------------------------------------
 
-macro_rules! trust_tests {
-    ($($name:ident),* $(,)?) => { $(
-        #[rstest::rstest]
-        #[case::host("host")]
-        #[case::cuda("cuda:0")]
-        #[case::rocm("rocm:0")]
-        fn $name(#[case] spec: &str) {
-            if let Some(dev) = common::open_or_skip(spec) {
-                gpuport::with_device!(dev, d => super::$name(d));
-            }
-        }
-    )* };
-}
-
 mod cases {
-    use super::common;
-    trust_tests!(
+    crate::arc_backend_tests!(
         a_block_of_another_resource_is_refused_and_nothing_is_freed,
         a_double_free_or_a_forged_copy_is_refused_and_the_live_block_survives_trim,
         a_block_shorter_than_asked_or_of_another_device_is_refused_by_the_allocator,

@@ -49,6 +49,23 @@ macro_rules! backend_tests {
     )* };
 }
 
+/// As [`backend_tests!`], for bodies that take the device's `Arc`
+/// (`fn name<D: ...>(d: &Arc<D>)`: a caching pool, or a thread, needs one).
+#[macro_export]
+macro_rules! arc_backend_tests {
+    ($($name:ident),* $(,)?) => { $(
+        #[rstest::rstest]
+        #[case::host("host")]
+        #[case::cuda("cuda:0")]
+        #[case::rocm("rocm:0")]
+        fn $name(#[case] spec: &str) {
+            if let Some(dev) = $crate::common::open_or_skip(spec) {
+                gpuport::with_device!(dev, d => super::$name(d));
+            }
+        }
+    )* };
+}
+
 /// A deterministic byte pattern of length `n`.
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
