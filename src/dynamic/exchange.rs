@@ -89,6 +89,26 @@ pub struct Export {
 }
 
 impl Export {
+    /// An imported array's memory, as it is (no copy, no move): what both the
+    /// Python protocol and the C exchange table export for one.
+    pub(super) fn of_imported(
+        f: &super::imported::ImportedArray,
+        versioned_minor: Option<u32>,
+        read_only: bool,
+    ) -> Self {
+        Export {
+            data: f.data(),
+            device: f.dl(),
+            dtype: f.dtype(),
+            shape: f.shape().clone(),
+            strides: Some(f.strides().clone()),
+            keep: f.keeper(),
+            versioned_minor,
+            read_only: read_only || f.is_read_only(),
+            copied: false,
+        }
+    }
+
     /// Address of the element at index 0.
     pub fn data(&self) -> u64 {
         self.data
@@ -401,17 +421,7 @@ pub unsafe fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export>
             }
             // SAFETY: as above.
             unsafe { consumer_stream(f.device(), dl_pair(f.dl()).0, req.stream) }?;
-            Export {
-                data: f.data(),
-                device: f.dl(),
-                dtype: f.dtype(),
-                shape: f.shape().clone(),
-                strides: Some(f.strides().clone()),
-                keep: f.keeper(),
-                versioned_minor,
-                read_only: req.read_only || f.is_read_only(),
-                copied: false,
-            }
+            Export::of_imported(f, versioned_minor, req.read_only)
         }
     };
     if e.read_only && e.versioned_minor.is_none() {

@@ -147,17 +147,7 @@ pub fn export_no_sync_then<R>(array: &mut AnyArray, then: impl FnOnce(Export) ->
         }
         AnyArray::Imported(f) => {
             f.check_lock("__dlpack_c_exchange_api__", None)?;
-            Ok(then(Export {
-                data: f.data(),
-                device: f.dl(),
-                dtype: f.dtype(),
-                shape: f.shape().clone(),
-                strides: Some(f.strides().clone()),
-                keep: f.keeper(),
-                versioned_minor: Some(DLPACK_MINOR_VERSION),
-                read_only: f.is_read_only(),
-                copied: false,
-            }))
+            Ok(then(Export::of_imported(f, Some(DLPACK_MINOR_VERSION), false)))
         }
     }
 }
