@@ -285,15 +285,17 @@ pub(crate) fn release_deferred() {
 }
 
 /// Refuses `op`, a call that waits for the whole device or its default
-/// stream, where a running capture forbids it: one in
+/// stream, where a running capture forbids it. On a GPU, every capture
+/// does, in any mode: CUDA would invalidate it. On the host, one in
 /// [`CaptureMode::Global`] (any thread) or [`CaptureMode::ThreadLocal`]
-/// begun on this thread. On CUDA such a call would invalidate the capture.
+/// begun on this thread does.
 ///
 /// On the GPU backends the rule spans the process, not the device: CUDA
 /// forbids those calls on every device while a global capture runs on any
 /// (`cuStreamBeginCapture`'s modes), and under the HIP-on-CUDA shim a HIP
 /// capture is a CUDA one. The host backend's captures are gpuport's own
-/// and bind only the host device.
+/// and bind only the host device. Captures another library runs on the
+/// GPU are not seen here (the caching pool keeps its own watch for them).
 pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
     if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
@@ -304,12 +306,17 @@ pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &
     let forbidding = active.iter().find(|a| {
         let binds =
             if backend == host || a.backend == host { a.backend == backend && a.ordinal == ordinal } else { true };
+        // On a GPU every capture forbids it, whatever its mode: CUDA makes
+        // synchronizing a device or context while any of its streams
+        // captures an error that invalidates the capture (the modes govern
+        // only "potentially unsafe" calls such as `cuMemAlloc`).
         binds
-            && match a.mode {
-                CaptureMode::Global => true,
-                CaptureMode::ThreadLocal => a.thread == thread,
-                CaptureMode::Relaxed => false,
-            }
+            && (a.backend != host
+                || match a.mode {
+                    CaptureMode::Global => true,
+                    CaptureMode::ThreadLocal => a.thread == thread,
+                    CaptureMode::Relaxed => false,
+                })
     });
     match forbidding {
         Some(a) => Err(graph_error(
@@ -612,6 +619,16 @@ mod tests {
         assert!(refused(BackendKind::Cuda, 9), "another CUDA device");
         assert!(refused(BackendKind::Rocm, 9), "a HIP device (the shim shares CUDA's rule)");
         assert!(!refused(BackendKind::Host, 9), "the host device");
+        unregister(id);
+        // Any mode on a GPU: CUDA invalidates a capture of any mode on a device-wide wait.
+        for mode in [CaptureMode::Relaxed, CaptureMode::ThreadLocal] {
+            let id = register(BackendKind::Cuda, 7, mode);
+            let other_thread = std::thread::spawn(move || refused(BackendKind::Cuda, 7)).join().unwrap();
+            assert!(refused(BackendKind::Cuda, 7) && other_thread, "{mode:?} on a GPU");
+            unregister(id);
+        }
+        let id = register(BackendKind::Host, 9, CaptureMode::Relaxed);
+        assert!(!refused(BackendKind::Host, 9), "a relaxed host capture");
         unregister(id);
         let id = register(BackendKind::Host, 9, CaptureMode::Global);
         assert!(refused(BackendKind::Host, 9));

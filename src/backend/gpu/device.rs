@@ -13,7 +13,7 @@ use super::memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 use super::module::{builtin_kernel_from, GpuKernel, GpuModule, BUILTIN_HEADERS};
 use super::stream::{apart_from_captures, apart_from_captures_if_any, GpuEvent, GpuStream};
 use super::Gpu;
-use crate::backend::graph;
+use crate::backend::graph::{self, CaptureStream};
 use crate::backend::{
     check_alloc_size, check_range, check_same_device, Device, DeviceInfo, DeviceMemory, KernelArgs, LaunchConfig,
     MemoryInfo, MemoryKind, ModuleSource,
@@ -405,31 +405,58 @@ impl<D: Driver> Device for GpuDevice<D> {
         self.check_stream(stream)?;
         check_same_device("event", D::KIND, self.info.ordinal, event.driver().ordinal())?;
         self.driver.bind()?;
+        // The capture asked about and the record agree (`gate.rs`); the
+        // event remembers which capture, if any, it was recorded in.
+        let _section = stream.gate_ref().shared();
+        let capture = CaptureStream::capture_id(stream)?;
         // SAFETY: the device is current; both handles are alive and belong to it.
-        unsafe { self.driver.event_record(event.raw(), stream.raw()) }
+        unsafe { self.driver.event_record(event.raw(), stream.raw()) }?;
+        event.set_captured_in(capture);
+        Ok(())
     }
 
+    /// As the host backend: inside a capture, only an event recorded in the
+    /// same capture is waited for by the driver (an event recorded outside
+    /// is the driver's to refuse); outside captures, an event recorded in
+    /// one is [`GraphErrorKind::Isolation`], without a driver call.
     fn wait_event(&self, stream: &GpuStream<D>, event: &GpuEvent<D>) -> Result<()> {
         self.check_stream(stream)?;
         self.driver.bind()?;
+        let _section = stream.gate_ref().shared();
+        if let Some(recorded_in) = event.captured_in() {
+            if CaptureStream::capture_id(stream)? != Some(recorded_in) {
+                return Err(graph::graph_error(
+                    D::KIND,
+                    "wait_event",
+                    GraphErrorKind::Isolation,
+                    "the event was last recorded inside a capture, and the stream does not capture in it: the \
+                     event is recorded only when the graph runs"
+                        .into(),
+                ));
+            }
+        }
         // SAFETY: the device is current; both handles are alive (an event of
         // another device is allowed by both vendors).
         unsafe { self.driver.stream_wait_event(stream.raw(), event.raw()) }
     }
 
     fn synchronize_event(&self, event: &GpuEvent<D>) -> Result<()> {
+        refuse_captured_event(event, "synchronize_event")?;
         event.driver().bind()?;
         // SAFETY: the event's device is current; the event is alive.
         apart_from_captures(event.driver(), || unsafe { event.driver().event_synchronize(event.raw()) })
     }
 
     fn event_is_complete(&self, event: &GpuEvent<D>) -> Result<bool> {
+        refuse_captured_event(event, "event_is_complete")?;
         event.driver().bind()?;
         // SAFETY: as in `synchronize_event`.
         apart_from_captures_if_any(event.driver(), || unsafe { event.driver().event_query(event.raw()) })
     }
 
     fn elapsed_ms(&self, start: &GpuEvent<D>, end: &GpuEvent<D>) -> Result<f32> {
+        refuse_captured_event(start, "elapsed_ms")?;
+        refuse_captured_event(end, "elapsed_ms")?;
         self.driver.bind()?;
         // SAFETY: the device is current; both events are alive. The driver
         // reports unrecorded or incomplete events as errors.
@@ -650,5 +677,19 @@ impl<D: Driver> Device for GpuDevice<D> {
         // copies parameters at launch); the caller guarantees argument types
         // and buffer lifetimes.
         unsafe { self.driver.launch(kernel.func(), &config, stream.raw(), pointers) }
+    }
+}
+
+/// [`GraphErrorKind::CapturedEvent`] for `op` where the event's latest
+/// recording was made inside a capture (see `GpuEvent::captured_in`).
+fn refuse_captured_event<D: Driver>(event: &GpuEvent<D>, op: &'static str) -> Result<()> {
+    match event.captured_in() {
+        None => Ok(()),
+        Some(_) => Err(graph::graph_error(
+            D::KIND,
+            op,
+            GraphErrorKind::CapturedEvent,
+            "the event was last recorded inside a capture: it is recorded only when the graph runs".into(),
+        )),
     }
 }

@@ -226,6 +226,13 @@ impl<D: Driver> GpuStream<D> {
 pub struct GpuEvent<D: Driver> {
     raw: D::Event,
     driver: Arc<D>,
+    /// The driver's id of the capture the latest recording was made in,
+    /// plus one (0: not in a capture). Such an event is recorded only when
+    /// the graph runs: queries, waits and timings of it are refused without
+    /// asking the driver, which invalidates the capture while it runs, and
+    /// crashed (SIGSEGV inside `cuEventQuery`, CUDA 13 on an H200) once its
+    /// graph was destroyed.
+    captured_in: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: the driver's contract: its handles may be used from any thread.
@@ -242,7 +249,21 @@ impl<D: Driver> fmt::Debug for GpuEvent<D> {
 impl<D: Driver> GpuEvent<D> {
     /// Takes ownership of `raw`, made by `driver.event_create`.
     pub(crate) fn new(driver: Arc<D>, raw: D::Event) -> Self {
-        GpuEvent { raw, driver }
+        GpuEvent { raw, driver, captured_in: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// The capture the latest recording was made in (see `captured_in`).
+    pub(crate) fn captured_in(&self) -> Option<u64> {
+        self.captured_in.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Notes where the latest recording was made (`None`: outside captures).
+    pub(crate) fn set_captured_in(&self, capture: Option<u64>) {
+        let v = capture.map_or(0, |c| c.saturating_add(1));
+        // A load first: events are recorded on hot paths, mostly outside captures.
+        if self.captured_in.load(Ordering::Relaxed) != v {
+            self.captured_in.store(v, Ordering::Release);
+        }
     }
 
     pub(crate) fn raw(&self) -> D::Event {

@@ -84,6 +84,36 @@ impl Drop for GraphHold {
     }
 }
 
+impl<B: Backend> GraphPool<B> {
+    /// Whether the pool's capture may still run: not seen over, and its
+    /// graph not gone.
+    fn capture_may_run(&self) -> bool {
+        !self.capture_over && !self.gone.load(Ordering::Acquire)
+    }
+}
+
+impl<B: Backend, Seg> State<B, Seg> {
+    /// Whether a capture the pool has served may still run. A device-wide
+    /// synchronization would invalidate it (CUDA forbids synchronizing a
+    /// device while any of its streams captures, in every mode), and the
+    /// pool cannot see another library's capture end: it makes none then.
+    pub(super) fn captures_may_run(&self) -> bool {
+        self.graph_pools.iter().any(GraphPool::capture_may_run)
+    }
+
+    /// Notes that `stream` (`stream_tag`) captures `capture` now (`None`:
+    /// nothing): a graph pool whose capture allocated on that stream and is
+    /// another is over, since a stream stays in a capture it took part in
+    /// until that capture ends.
+    pub(super) fn note_capture_of(&mut self, stream_tag: u64, capture: Option<u64>) {
+        for pool in &mut self.graph_pools {
+            if !pool.capture_over && Some(pool.capture) != capture && pool.lists.iter().any(|(s, _)| *s == stream_tag) {
+                pool.capture_over = true;
+            }
+        }
+    }
+}
+
 impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// Reclaims the graph pools whose graphs are gone, and drops owners the
     /// driver released (one atomic load each when there are none).

@@ -516,7 +516,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         // (and counted in use).
         if device.stream_is_borrowed(stream) && !after.is_empty() {
             let waited = after.iter().all(|e| device.synchronize_event(e).is_ok());
-            if !(waited || device.synchronize_device().is_ok()) {
+            if !(waited || (!st.captures_may_run() && device.synchronize_device().is_ok())) {
                 st.counters.blocks_withheld += 1;
                 return;
             }
@@ -642,6 +642,9 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         // the block with wider loads than they are; from stores still in
         // flight, that stalls (store forwarding fails), ~5 ns an allocation.
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !st.graph_pools.is_empty() {
+            st.note_capture_of(self.dev().stream_id(stream).unwrap_or(0), capture);
+        }
         let handed_out = match capture {
             // An invalidated capture never becomes a graph: nothing will
             // replay into the block, so it needs no graph pool.

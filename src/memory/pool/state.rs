@@ -456,12 +456,14 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// Moves the blocks of the borrowed streams' lists that `which` picks to
     /// the shared list, after one device-wide synchronization (which covers
     /// every stream without naming any), and drops those lists. Without
-    /// such a list, or if the synchronization fails, nothing happens.
+    /// such a list, while a capture the pool served may run (the
+    /// synchronization would invalidate it: `captures_may_run`), or if the
+    /// synchronization fails, nothing happens.
     pub(super) fn release_borrowed(&mut self, device: &B::Device, which: impl Fn(&FreeList<B>) -> bool) {
         let picked: Vec<usize> = (1..self.lists.len())
             .filter(|&l| self.lists[l].borrowed && !self.lists[l].is_empty() && which(&self.lists[l]))
             .collect();
-        if picked.is_empty() || device.synchronize_device().is_err() {
+        if picked.is_empty() || self.captures_may_run() || device.synchronize_device().is_err() {
             return;
         }
         self.counters.fences += 1;
