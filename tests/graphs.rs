@@ -326,7 +326,45 @@ fn a_relaxed_capture_lets_other_streams_wait<D: Device>(d: &D) {
     assert!(host.iter().all(|&x| x == 1));
     let e = d.synchronize(&s).expect_err("the capturing stream itself still refuses");
     assert_eq!(graph_kind(&e), Some(GraphErrorKind::SynchronousCall));
+    if d.info().backend != gpuport::BackendKind::Host {
+        // CUDA invalidates a capture of any mode when its device is synchronized.
+        let e = d.synchronize_device().expect_err("a device-wide wait beside a relaxed GPU capture");
+        assert_eq!(graph_kind(&e), Some(GraphErrorKind::SynchronousCall));
+    }
+    assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "a refused call invalidated the capture");
     capture.end().unwrap();
+}
+
+/// An event recorded inside a capture is recorded only when the graph
+/// runs: its query, host wait and timing are `CapturedEvent`, a wait
+/// outside the capture is `Isolation`, all without invalidating the
+/// capture, and still after the graph is gone (CUDA crashed inside
+/// `cuEventQuery` there), until the event is recorded outside a capture.
+fn an_event_recorded_in_a_capture_is_refused_until_recorded_outside<D: Device>(d: &D) {
+    let _serial = shared();
+    let (s, other) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let event = d.create_event().unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::Relaxed).unwrap();
+    d.record_event(&event, capture.stream()).unwrap();
+    let refused = |what: &str, kind: GraphErrorKind| {
+        let check = |r: gpuport::Result<()>, call: &str| {
+            let e = r.expect_err(&format!("{what}: {call}"));
+            let expected = if call == "wait_event" { GraphErrorKind::Isolation } else { kind };
+            assert_eq!(graph_kind(&e), Some(expected), "{what}: {call}: {e}");
+        };
+        check(d.event_is_complete(&event).map(drop), "event_is_complete");
+        check(d.synchronize_event(&event), "synchronize_event");
+        check(d.elapsed_ms(&event, &event).map(drop), "elapsed_ms");
+        check(d.wait_event(&other, &event), "wait_event");
+    };
+    refused("during the capture", GraphErrorKind::CapturedEvent);
+    assert_eq!(capture.status().unwrap(), CaptureStatus::Active, "a refused call invalidated the capture");
+    drop(capture.end().unwrap());
+    refused("after the graph is gone", GraphErrorKind::CapturedEvent);
+    d.record_event(&event, &s).unwrap();
+    d.synchronize_event(&event).unwrap();
+    assert!(d.event_is_complete(&event).unwrap());
+    d.wait_event(&other, &event).unwrap();
 }
 
 fn capturing_a_capturing_stream_or_the_default_stream_is_refused<D: Device>(d: &D) {
@@ -546,6 +584,7 @@ mod cases {
         cleanup_during_a_global_capture_leaves_it_valid,
         stream_ordered_allocations_are_refused_in_a_capture,
         a_relaxed_capture_lets_other_streams_wait,
+        an_event_recorded_in_a_capture_is_refused_until_recorded_outside,
         capturing_a_capturing_stream_or_the_default_stream_is_refused,
         a_dropped_capture_is_discarded_and_the_stream_runs_work_again,
         an_invalidated_capture_ends_with_a_typed_error_and_the_stream_stays_usable,

@@ -297,6 +297,18 @@ pub(crate) fn release_deferred() {
 /// and bind only the host device. Captures another library runs on the
 /// GPU are not seen here (the caching pool keeps its own watch for them).
 pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
+    check_wait_beside_captures(backend, ordinal, op, true)
+}
+
+/// [`check_device_wide_wait`]'s rule for a wait on the default stream
+/// alone: the capture modes' (on a GPU too, a relaxed capture, or a
+/// thread-local one of another thread, lets the legacy stream wait while
+/// a non-blocking stream captures).
+pub(crate) fn check_default_stream_wait(backend: BackendKind, ordinal: usize, op: &'static str) -> Result<()> {
+    check_wait_beside_captures(backend, ordinal, op, false)
+}
+
+fn check_wait_beside_captures(backend: BackendKind, ordinal: usize, op: &'static str, whole_device: bool) -> Result<()> {
     if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
     }
@@ -306,12 +318,12 @@ pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &
     let forbidding = active.iter().find(|a| {
         let binds =
             if backend == host || a.backend == host { a.backend == backend && a.ordinal == ordinal } else { true };
-        // On a GPU every capture forbids it, whatever its mode: CUDA makes
-        // synchronizing a device or context while any of its streams
-        // captures an error that invalidates the capture (the modes govern
-        // only "potentially unsafe" calls such as `cuMemAlloc`).
+        // On a GPU every capture forbids a device-wide wait, whatever its
+        // mode: CUDA makes synchronizing a device or context while any of
+        // its streams captures an error that invalidates the capture (the
+        // modes govern only "potentially unsafe" calls such as `cuMemAlloc`).
         binds
-            && (a.backend != host
+            && ((whole_device && a.backend != host)
                 || match a.mode {
                     CaptureMode::Global => true,
                     CaptureMode::ThreadLocal => a.thread == thread,
@@ -323,11 +335,19 @@ pub(crate) fn check_device_wide_wait(backend: BackendKind, ordinal: usize, op: &
             backend,
             op,
             GraphErrorKind::SynchronousCall,
-            format!(
-                "a capture in {:?} mode is running on {}:{}, and this call would wait for work the capture \
-                 forbids waiting for; end the capture first, or capture in CaptureMode::Relaxed",
-                a.mode, a.backend, a.ordinal
-            ),
+            if whole_device && a.backend != host {
+                format!(
+                    "a capture ({:?} mode) is running on {}:{}, and a wait for the whole device would invalidate \
+                     it, in any mode; end the capture first",
+                    a.mode, a.backend, a.ordinal
+                )
+            } else {
+                format!(
+                    "a capture in {:?} mode is running on {}:{}, and this call would wait for work the capture \
+                     forbids waiting for; end the capture first, or capture in CaptureMode::Relaxed",
+                    a.mode, a.backend, a.ordinal
+                )
+            },
         )),
         None => Ok(()),
     }

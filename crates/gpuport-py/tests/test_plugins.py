@@ -500,9 +500,9 @@ def test_cupy_uses_the_c_allocator_and_its_failures_raise(cupy_hooked):
 def test_cupy_streams_destroyed_while_their_blocks_are_cached_are_never_named():
     """A CuPy stream destroyed while gpuport's pool caches blocks freed on it:
     the pool's later work (fences for other streams, reset) must not record
-    events on it or ask it about captures. Run 32 crashed the process at exit
-    here (rc -11) while every test passed, so the check is a fresh process's
-    exit status, after the pool had every reason to name the stream."""
+    events on it or ask it about captures. Naming it once crashed the process
+    at exit (rc -11) while every test passed, so the check is a fresh
+    process's exit status, after the pool had every reason to name the stream."""
     _need("cupy")
     out = _run(
         """
@@ -532,6 +532,50 @@ def test_cupy_streams_destroyed_while_their_blocks_are_cached_are_never_named():
         """
     )
     assert "clean" in out
+
+
+@pytest.mark.gpu
+def test_cupy_captures_survive_a_pool_that_has_seen_many_streams():
+    """CuPy's fork-join capture (two streams, CuPy's test_graph.py), after
+    CuPy allocated on more streams than the pool keeps lists for: making the
+    capture's lists once synchronized the device to let the old lists go,
+    which invalidated the capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at
+    the next launch). A blocking stream's capture too."""
+    _need("cupy")
+    out = _run(
+        """
+        import cupy, gpuport.cupy
+        gpuport.cupy.use_gpuport_for_cupy()
+        kept = []
+        for _ in range(24):
+            s = cupy.cuda.Stream(non_blocking=True)
+            with s:
+                x = cupy.ones(1000)
+                del x
+            kept.append(s)
+        a = cupy.random.random((100,))
+        for blocking in (False, True):
+            s1 = cupy.cuda.Stream(non_blocking=not blocking)
+            s2 = cupy.cuda.Stream(non_blocking=True)
+            e1, e2 = cupy.cuda.Event(), cupy.cuda.Event()
+            cupy.cuda.get_current_stream().synchronize()
+            with s1:
+                s1.begin_capture()
+                out1 = a * 100
+                e1.record(s1)
+                s2.wait_event(e1)
+                with s2:
+                    out2 = 3 * out1 + 1
+                    e2.record(s2)
+                s1.wait_event(e2)
+                g = s1.end_capture()
+            g.launch()
+            s1.synchronize()
+            cupy.testing.assert_allclose(out2, 3 * (a * 100) + 1)
+        print("captured")
+        """
+    )
+    assert "captured" in out
 
 
 @pytest.mark.gpu

@@ -114,7 +114,7 @@ impl<D: Driver> GpuDevice<D> {
     /// The caller has made the device current (`bind`).
     fn refuse_wait_in_capture(&self, stream: &GpuStream<D>, op: &'static str) -> Result<()> {
         if stream.id() == self.default_stream.id() {
-            return graph::check_device_wide_wait(D::KIND, self.info.ordinal, op);
+            return graph::check_default_stream_wait(D::KIND, self.info.ordinal, op);
         }
         graph::check_not_capturing(D::KIND, op, stream.capture_status_bound())
     }

@@ -599,7 +599,7 @@ impl Device for HostDevice {
 
     fn synchronize(&self, stream: &HostStream) -> Result<()> {
         if stream.inner.id == self.default_stream.inner.id {
-            crate::backend::graph::check_device_wide_wait(BackendKind::Host, 0, "synchronize (default stream)")?;
+            crate::backend::graph::check_default_stream_wait(BackendKind::Host, 0, "synchronize (default stream)")?;
         }
         stream.synchronize()
     }
