@@ -188,9 +188,8 @@ pub enum CallMode {
     /// Non-blocking communicators (NCCL and RCCL 2.14 and newer): every
     /// call, initialisation included, gives up after the communicator's
     /// timeout with a `Timeout` and aborts it. From NCCL 2.23 on each call
-    /// then goes through the library's helper thread: run 30 measured
-    /// small all-reduces at about 3x the time of blocking ones
-    /// (BENCHMARKS.md).
+    /// then goes through the library's helper thread: small all-reduces
+    /// measured about 3x the time of blocking ones (BENCHMARKS.md).
     Bounded,
 }
 

@@ -6,7 +6,7 @@
 //! bandwidth. The pieces run on rayon's pool, whose threads are started
 //! once and wait for work: on the H100 machine that read 64 MiB in 1.9 ms
 //! where a thread spawned per piece took 2.5 ms (benches/creation.py
-//! `--breakdown`, run 33). Below 8 MiB one thread copies: splitting 1 MiB
+//! `--breakdown`). Below 8 MiB one thread copies: splitting 1 MiB
 //! into four pieces did not make its read faster there (95.6 µs against
 //! 102.4 µs, same run), the pool's wake-up costing what the split saved.
 

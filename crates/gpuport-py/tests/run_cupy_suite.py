@@ -6,7 +6,7 @@ failed / errors / skipped for each, the tests that fail only with gpuport,
 and any process that crashed (with the head of its stderr).
 
     python3 crates/gpuport-py/tests/run_cupy_suite.py --tests DIR [--json out.json] \\
-        [--timeout 1800] [MODULE ...]
+        [--timeout 1800] [--jobs 4] [MODULE ...]
 
 MODULE paths are relative to DIR (default: the graph, stream, memory and
 pinned-array tests, and the creation and random modules). Not collected by
@@ -15,6 +15,7 @@ pytest (no ``test_`` prefix). Needs a GPU, CuPy and gpuport importable (e.g.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -43,13 +44,16 @@ def pytest_configure(config):
 
 
 def outcomes(junit):
-    """{test id: "passed" | "failed" | "error" | "skipped"} from a JUnit XML file."""
+    """{test id: ("passed" | "failed" | "error" | "skipped", message)} from a
+    JUnit XML file; the message is the head of a failure's or error's."""
     result = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        result[name] = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
-        result[name] = {"failure": "failed"}.get(result[name], result[name])
+        found = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        kind = {"failure": "failed", None: "passed"}.get(found.tag if found is not None else None, None)
+        kind = kind or found.tag
+        message = (found.get("message") or "")[:300] if found is not None and kind != "skipped" else ""
+        result[name] = (kind, message)
     return result
 
 
@@ -79,27 +83,31 @@ def main():
     p.add_argument("--tests", required=True, help="CuPy's tests/ folder")
     p.add_argument("--json")
     p.add_argument("--timeout", type=float, default=600, help="seconds per pytest process (one module, one allocator)")
+    p.add_argument("--jobs", type=int, default=1, help="pytest processes at once")
     p.add_argument("modules", nargs="*", default=DEFAULT_MODULES)
     a = p.parse_args()
     theirs, ours, crashed = {}, {}, []
-    for module in a.modules:
-        for label, with_gpuport, into in (("cupy", False, theirs), ("gpuport", True, ours)):
-            res, why = run(a.tests, module, with_gpuport, a.timeout)
-            into.update(res)
+    runs = [(m, label, with_gpuport) for m in a.modules for label, with_gpuport in (("cupy", False), ("gpuport", True))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        done = pool.map(lambda r: (r, run(a.tests, r[0], r[2], a.timeout)), runs)
+        for (module, label, with_gpuport), (res, why) in done:
+            (ours if with_gpuport else theirs).update(res)
             if why:
                 crashed.append(f"{module} with {label}'s allocator: {why}")
                 print(f"CRASH {module} with {label}'s allocator: {why}", flush=True)
     report = {}
     for label, res in (("cupy", theirs), ("gpuport", ours)):
-        counts = {k: sum(1 for v in res.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
+        counts = {k: sum(1 for v, _ in res.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
         report[label] = counts
         print(f"{label:8} {counts}")
-    only_ours = sorted(t for t, v in ours.items() if v in ("failed", "error") and theirs.get(t) == "passed")
-    report["fail_with_gpuport_only"] = only_ours
+    only_ours = sorted(
+        t for t, (v, _) in ours.items() if v in ("failed", "error") and theirs.get(t, ("",))[0] == "passed"
+    )
+    report["fail_with_gpuport_only"] = {t: ours[t][1] for t in only_ours}
     report["crashed"] = crashed
     print(f"fail with gpuport only: {len(only_ours)}")
     for t in only_ours:
-        print("  ", t)
+        print("  ", t, "::", ours[t][1][:200].replace("\n", " "))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)

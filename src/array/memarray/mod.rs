@@ -538,7 +538,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         // No stream synchronize before the copy, even for `Sync`: the wait
         // for the copy's event below covers the stream's earlier work (it
         // was two more driver waits, about 3.5 µs of a zeros array's 19 µs
-        // on the H100, benches/creation.py run 34).
+        // on the H100, benches/creation.py).
         self.order_after_pending(stream)?;
         let copy = self.ensure_buffer(stream)?;
         let bytes = self.len * std::mem::size_of::<T>();

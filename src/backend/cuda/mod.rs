@@ -691,7 +691,7 @@ unsafe impl Driver for CudaDriver {
         // Freed in stream order on the legacy default stream and waited for,
         // which cuMemPoolImportPointer's documentation allows as well as
         // cuMemFree. compute-sanitizer's leak check reported imported blocks
-        // freed with cuMemFree as leaked (docs/gpu-runs run 21); this way it
+        // freed with cuMemFree as leaked; this way it
         // sees the pool free.
         // SAFETY: the caller's contract: imported here, freed once, no queued
         // work uses it; the context is current (the caller binds it).

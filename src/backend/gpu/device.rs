@@ -55,7 +55,7 @@ const OPENED_SLOTS: usize = 16;
 /// The slot of an opened device that `open` reads without the lock: an
 /// export's `current_work_stream` and every DLPack import open the device of
 /// their memory, and the lock, the map's hash and the downcast's extra
-/// reference were about a sixth of the exchange table's export (perf, run 35).
+/// reference were about a sixth of the exchange table's export (measured with perf).
 /// `None` for ordinals past the slots (those take the lock).
 fn opened(kind: BackendKind, ordinal: usize) -> Option<&'static OnceLock<Arc<dyn Any + Send + Sync>>> {
     type Slots = [OnceLock<Arc<dyn Any + Send + Sync>>; OPENED_SLOTS];

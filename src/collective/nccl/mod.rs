@@ -24,7 +24,7 @@
 //! `CollectiveErrorKind::Timeout` instead of a hang. From NCCL 2.23 on,
 //! each call of a non-blocking communicator launches its work through a
 //! helper thread: small all-reduces took about 3x the time of blocking
-//! ones on two H200s (run 30, BENCHMARKS.md), which is why it is not the
+//! ones on two H200s (BENCHMARKS.md), which is why it is not the
 //! default. An older library makes blocking communicators in either mode.
 //!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:

@@ -408,7 +408,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     ///
     /// A borrowed stream's list is left alone: its stream may be gone, and
     /// an event recorded on a destroyed stream is undefined behaviour (it
-    /// crashed the CUDA driver at exit, run 32). Its blocks serve the same
+    /// crashed the CUDA driver at exit). Its blocks serve the same
     /// stream, and reach others through [`State::release_borrowed`].
     pub(super) fn fence(&mut self, device: &B::Device, l: usize) {
         if l == 0 || self.lists[l].borrowed || self.lists[l].private || self.lists[l].is_empty() {
