@@ -190,6 +190,48 @@ fn launches_of_one_executable_on_two_streams_do_not_overlap<D: Device>(dev: &Arc
     assert!(took >= Duration::from_millis(290), "two launches of one executable ran at once ({took:?})");
 }
 
+// ---- item 3: replays are ordered with the arrays they captured, by default ------------------
+
+/// A graph that captured `add_index` on an array, launched on one stream
+/// while the array copies its device copy on others, with no
+/// `before_replay`/`after_replay`: each copy to the host sees exactly the
+/// replays launched before it, and each replay waits for the array's own
+/// work launched before it. The graph sleeps before its kernel and the
+/// array's upload waits behind a longer sleep, so a missing order shows.
+fn replays_are_ordered_with_the_arrays_they_captured_by_default<D: Device>(dev: &Arc<D>) {
+    let _serial = shared();
+    let (s1, s2, s3) = (dev.create_stream().unwrap(), dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    const LEN: usize = 1 << 20;
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [LEN]).unwrap();
+    a.move_to(Location::Device, &s1, Transfer::Sync, None).unwrap();
+    let capture = dev.begin_capture(&s1, CaptureMode::ThreadLocal).unwrap();
+    sleep_on(dev.as_ref(), capture.stream(), 30);
+    a.add_index(capture.stream(), None).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    // The array waits for the replays: no copy reads the device copy under one.
+    for k in 1..=4usize {
+        exec.launch(&s2).unwrap();
+        a.move_to(Location::Host, &s3, Transfer::Sync, None).unwrap();
+        for i in [1, LEN / 2, LEN - 1] {
+            assert_eq!(a.get([i], None).unwrap(), (k * i) as f32, "after {k} replays, at {i}");
+        }
+    }
+    // The replay waits for the array: an upload queued behind a long kernel lands first.
+    a.fill(0.0, None).unwrap();
+    sleep_on(dev.as_ref(), &s3, 100);
+    a.move_to(Location::Device, &s3, Transfer::Async, None).unwrap();
+    exec.launch(&s2).unwrap();
+    a.move_to(Location::Host, &s1, Transfer::Sync, None).unwrap();
+    for i in [1, LEN / 2, LEN - 1] {
+        assert_eq!(a.get([i], None).unwrap(), i as f32, "the replay ran before the upload it follows, at {i}");
+    }
+    // A dropped array's drop waits for the replays; later launches need it no more.
+    exec.launch(&s2).unwrap();
+    drop(a);
+    exec.launch(&s3).unwrap();
+    exec.wait();
+}
+
 // ---- item 5: after_replay keeps the old pending work --------------------------------------
 
 /// `after_replay` on another stream than the array's pending work: the new
@@ -248,6 +290,7 @@ mod cases {
         an_upload_is_never_split_by_a_capture_begun_on_another_thread,
         events_and_launches_are_never_lost_to_a_capture_begun_on_another_thread,
         launches_of_one_executable_on_two_streams_do_not_overlap,
+        replays_are_ordered_with_the_arrays_they_captured_by_default,
         after_replay_on_another_stream_orders_after_the_old_pending_work,
         raw_allocations_freed_in_a_global_capture_are_freed_when_it_ends,
     );

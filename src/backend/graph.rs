@@ -69,6 +69,66 @@ pub(crate) use ops::{CaptureStream, RawGraph, RawGraphExec, Recorder};
 /// Something that keeps memory (or a module) alive while it is held.
 pub type Owner = Arc<dyn Any + Send + Sync>;
 
+/// Something whose own work a graph's replays must be ordered with (a
+/// `MemArray` whose kernel methods the graph captured): each
+/// [`GraphExec::launch`] runs inside [`around_launch`](Self::around_launch)
+/// of every fence of the graph.
+pub(crate) trait ReplayFence<B: Backend>: Send + Sync {
+    /// Runs `launch`, one replay on `stream` (not capturing), after the
+    /// work it fences (a device-side wait, no host wait), and records the
+    /// replay's end as that work; `writes`: the replay writes what it
+    /// fences. Held across the launch, so replays of two graphs on one
+    /// fence are ordered too.
+    fn around_launch(&self, stream: &Stream<B>, writes: bool, launch: &mut dyn FnMut() -> Result<()>) -> Result<()>;
+}
+
+/// A [`ReplayFence`] as a capture's recorder holds it: an owner, which
+/// [`Capture::end`] picks out for the graph.
+struct FenceOwner<B: Backend> {
+    fence: Arc<dyn ReplayFence<B>>,
+    writes: bool,
+}
+
+/// The owner to give a capture's graph (`Device::keep_for_graph`) so that
+/// its replays run inside `fence` ([`ReplayFence::around_launch`]).
+pub(crate) fn fence_owner<B: Backend>(fence: Arc<dyn ReplayFence<B>>, writes: bool) -> Owner {
+    Arc::new(FenceOwner { fence, writes })
+}
+
+/// A graph's fences, each once (whether any capture of it writes), in
+/// address order: the order launches take their locks in.
+type Fences<B> = Arc<[(Arc<dyn ReplayFence<B>>, bool)]>;
+
+fn fences_among<B: Backend>(owners: &[Owner]) -> Fences<B> {
+    let address = |f: &Arc<dyn ReplayFence<B>>| Arc::as_ptr(f).cast::<()>() as usize;
+    let mut fences: Vec<(Arc<dyn ReplayFence<B>>, bool)> = owners
+        .iter()
+        .filter_map(|o| o.downcast_ref::<FenceOwner<B>>())
+        .map(|f| (f.fence.clone(), f.writes))
+        .collect();
+    fences.sort_by_key(|(f, _)| address(f));
+    fences.dedup_by(|(later, w), (kept, kept_writes)| {
+        let same = address(later) == address(kept);
+        *kept_writes |= same && *w;
+        same
+    });
+    fences.into()
+}
+
+/// Runs `launch` inside every fence of `fences`, the first outermost.
+fn launch_fenced<B: Backend>(
+    fences: &[(Arc<dyn ReplayFence<B>>, bool)],
+    stream: &Stream<B>,
+    launch: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    match fences.split_first() {
+        None => launch(),
+        Some(((fence, writes), rest)) => {
+            fence.around_launch(stream, *writes, &mut || launch_fenced(rest, stream, &mut *launch))
+        }
+    }
+}
+
 /// How a capture restricts calls made elsewhere while it runs (CUDA's
 /// `CUstreamCaptureMode`, HIP's `hipStreamCaptureMode`). gpuport applies the
 /// same rule on every backend to the calls that wait for the whole device
@@ -504,7 +564,8 @@ impl<B: Backend> Capture<B> {
         // Releases this capture forbade can run now.
         release_deferred();
         let owners: Arc<[Owner]> = self.recorder.take().into();
-        Ok(Graph { raw: raw?, owners, ordinal: self.ordinal })
+        let fences = fences_among::<B>(&owners);
+        Ok(Graph { raw: raw?, owners, fences, ordinal: self.ordinal })
     }
 }
 
@@ -524,6 +585,7 @@ pub struct Graph<B: Backend> {
     // Declared before `owners`: the graph is destroyed before what it references goes.
     raw: B::RawGraph,
     owners: Arc<[Owner]>,
+    fences: Fences<B>,
     ordinal: usize,
 }
 
@@ -537,7 +599,8 @@ impl<B: Backend> Graph<B> {
     /// An executable graph, to launch.
     pub fn instantiate(&self) -> Result<GraphExec<B>> {
         let raw = self.raw.instantiate()?;
-        Ok(GraphExec { raw, owners: self.owners.clone(), retired: Vec::new(), ordinal: self.ordinal })
+        let (owners, fences) = (self.owners.clone(), self.fences.clone());
+        Ok(GraphExec { raw, owners, fences, retired: Vec::new(), ordinal: self.ordinal })
     }
 
     /// Number of nodes (operations) captured.
@@ -561,6 +624,8 @@ impl<B: Backend> Graph<B> {
 pub struct GraphExec<B: Backend> {
     raw: B::RawGraphExec,
     owners: Arc<[Owner]>,
+    /// What each launch is ordered with (the current graph's, after an update).
+    fences: Fences<B>,
     /// Owners of graphs this one was updated from, while launches may still use them.
     retired: Vec<Arc<[Owner]>>,
     ordinal: usize,
@@ -582,9 +647,31 @@ impl<B: Backend> GraphExec<B> {
     /// the graph's device ([`Error::DeviceMismatch`] otherwise). Safe: what
     /// the graph references is kept alive by it, or was promised alive by
     /// the `unsafe` calls that captured it (see the [module docs](self)).
+    ///
+    /// Ordered with the arrays whose kernel methods the graph captured
+    /// (`MemArray::add_index` and the like): `stream` first waits on the
+    /// device for each array's latest work, and the replay becomes that
+    /// array's pending work (its device copy the current one), so the
+    /// array's later copies, host access and drop wait for it. A capturing
+    /// `stream` is [`GraphErrorKind::NestedLaunch`].
     pub fn launch(&self, stream: &Stream<B>) -> Result<()> {
         super::check_same_device("stream", B::KIND, self.ordinal, stream.capture_ordinal())?;
-        self.raw.launch(stream)
+        if self.fences.is_empty() {
+            return self.raw.launch(stream);
+        }
+        // The capture check, the waits, the launch and the records agree (`gate.rs`).
+        let _section = capture_section::<B>(stream);
+        if stream.capture_status()?.is_capturing() {
+            return Err(graph_error(
+                B::KIND,
+                "launch",
+                GraphErrorKind::NestedLaunch,
+                "the stream is capturing: an executable graph cannot be launched into a capture; launch it after \
+                 the capture ends, or on another stream"
+                    .into(),
+            ));
+        }
+        launch_fenced(&self.fences, stream, &mut || self.raw.launch(stream))
     }
 
     /// Takes the parameters of `graph` (kernel arguments, copy addresses,
@@ -597,6 +684,7 @@ impl<B: Backend> GraphExec<B> {
         super::check_same_device("graph", B::KIND, self.ordinal, graph.ordinal)?;
         self.raw.update(&graph.raw)?;
         let old = std::mem::replace(&mut self.owners, graph.owners.clone());
+        self.fences = graph.fences.clone();
         if self.raw.is_idle() {
             self.retired.clear();
         } else {

@@ -1,6 +1,9 @@
 //! Stream capture of `MemArray`'s kernel methods, and the graph replays
-//! that follow (`docs/design.md#graphs`): what may be captured, who keeps
-//! the device copy, and how replays are ordered with the array's own work.
+//! that follow (`docs/design.md#graphs`): what may be captured and who
+//! keeps the device copy. Replays are ordered with the array's own work by
+//! `GraphExec::launch` itself, through the link `replay.rs` describes;
+//! [`MemArray::before_replay`] and [`MemArray::after_replay`] are no longer
+//! needed.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -61,9 +64,17 @@ pub(super) fn not_capturable<B: Backend>(op: &'static str, why: &str) -> Error {
 /// Graph replays of captured kernel methods (see `add_index`).
 impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// The checks of [`prepare_captured_kernel`](Self::prepare_captured_kernel);
-    /// gives the device copy to the capture's graph.
-    pub(super) fn check_capturable(&self, op: &'static str, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
+    /// gives the device copy to the capture's graph, and links the graph's
+    /// replays with the array (`writes`: the captured work writes the copy).
+    pub(super) fn check_capturable(
+        &mut self,
+        op: &'static str,
+        stream: &Stream<D::B>,
+        lock: Option<LockId>,
+        writes: bool,
+    ) -> Result<()> {
         self.check_lock(op, lock)?;
+        self.sync_replays();
         let refuse = |why: &str| not_capturable::<D::B>(op, why);
         if self.len > 0 && (!self.residency.includes(Location::Device) || self.buffer.is_none()) {
             return Err(refuse(
@@ -83,6 +94,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if let Some(copy) = &self.buffer {
             self.device.keep_for_graph(stream, copy.clone());
         }
+        self.link_for_replays(stream, writes);
         Ok(())
     }
 
@@ -104,6 +116,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Orders `stream` after the array's pending work, before a replay on
     /// `stream` of a graph that captured kernel methods of the array.
     /// A capturing `stream` is [`GraphErrorKind::NotCapturable`].
+    ///
+    /// No longer needed: [`GraphExec::launch`](crate::GraphExec::launch)
+    /// orders each replay after the arrays it captured by itself.
     pub fn before_replay(&self, stream: &Stream<D::B>) -> Result<()> {
         let _section = capture_section::<D::B>(stream);
         self.refuse_replay_in_capture("before_replay", stream)?;
@@ -120,6 +135,11 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// array no longer has that copy (the replay used memory the graph
     /// keeps, no longer the array's). A capturing `stream` is
     /// [`GraphErrorKind::NotCapturable`].
+    ///
+    /// No longer needed for graphs gpuport captured:
+    /// [`GraphExec::launch`](crate::GraphExec::launch) makes each replay
+    /// the pending work of the arrays it captured by itself (the loop below
+    /// gives the same result without `before_replay` and `after_replay`).
     ///
     /// ```
     /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
@@ -142,6 +162,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// ```
     pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &DeviceCopyToken, writes: bool) -> Result<()> {
         let _section = capture_section::<D::B>(stream);
+        self.sync_replays();
         let Some(copy) = &self.buffer else { return Ok(()) };
         if !written.names(copy) {
             return Ok(());
@@ -163,14 +184,14 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// stream or complete (a capture cannot wait for another stream). The
     /// graph keeps that copy alive; `pending` stays as it is, since an
     /// event recorded inside a capture only means something once the graph
-    /// runs. Order replays with [`before_replay`](Self::before_replay) and
-    /// [`after_replay`](Self::after_replay).
+    /// runs. The graph and the array share a link (`replay.rs`): each
+    /// launch waits for the array's latest work and becomes its pending work.
     pub(super) fn prepare_captured_kernel(
         &mut self,
         stream: &Stream<D::B>,
         lock: Option<LockId>,
     ) -> Result<Option<Arc<DeviceCopy<D>>>> {
-        self.check_capturable("kernel", stream, lock)?;
+        self.check_capturable("kernel", stream, lock, true)?;
         self.set_residency(Residency::Device);
         Ok(self.buffer.clone())
     }
@@ -206,6 +227,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
 impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {
     fn drop(&mut self) {
+        // Replays of the device copy count as pending work; later ones no
+        // longer concern the array (the graph keeps the copy).
+        self.sync_replays();
+        self.detach_replays();
         // A pending copy reads or writes the host block through a pointer the
         // stream holds; wait for it before the block can be freed. A refused
         // wait (the event was recorded in a capture) is not a completed one:

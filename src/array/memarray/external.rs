@@ -17,9 +17,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// On a capturing stream the work is captured as a kernel method is
     /// (see `prepare_captured_kernel`): the device copy must be current and
     /// any pending work on this stream or done; the graph keeps the copy;
-    /// the copy is returned ([`device_copy_token`](Self::device_copy_token))
-    /// for ordering replays with [`before_replay`](Self::before_replay) and
-    /// [`after_replay`](Self::after_replay). `None` otherwise.
+    /// the copy is returned ([`device_copy_token`](Self::device_copy_token),
+    /// for [`after_replay`](Self::after_replay), which replays no longer
+    /// need: `GraphExec::launch` orders them). `None` otherwise.
     ///
     /// `enqueue` must only enqueue work on `stream` that uses the address
     /// and must not keep it: the address is valid until that work has run
@@ -35,7 +35,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         let _section = crate::backend::graph::capture_section::<D::B>(stream); // as in `move_to`
         let captured = self.device.capture_status(stream)?.is_capturing();
         if captured {
-            self.check_capturable(what, stream, lock)?;
+            self.check_capturable(what, stream, lock, writes)?;
         } else {
             self.move_to(Location::Device, stream, Transfer::Async, lock)?;
             self.order_after_pending(stream)?;
@@ -56,7 +56,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         };
         if captured {
             // An event recorded inside a capture means nothing until a
-            // replay: `pending` stays, and replays are ordered by the caller.
+            // replay: `pending` stays, and each launch orders its replay.
             return Ok((out, copy.as_ref().map(DeviceCopyToken::of)));
         }
         self.record_pending(stream)?;

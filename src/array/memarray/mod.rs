@@ -52,6 +52,7 @@ mod capture;
 mod external;
 mod host_storage;
 mod peer;
+mod replay;
 mod upload;
 use capture::not_capturable;
 pub use capture::DeviceCopyToken;
@@ -202,8 +203,10 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     /// clears it.
     staged: bool,
     lock: Option<u64>,
-    pending: Option<Event<D::B>>,
+    pending: Option<Arc<Event<D::B>>>,
     pending_stream: Option<Stream<D::B>>,
+    /// Shared with graphs that captured kernel methods on the device copy (`replay.rs`).
+    replay: Option<replay::ArrayLink<D>>,
 }
 
 impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
@@ -285,6 +288,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             lock: None,
             pending: None,
             pending_stream: None,
+            replay: None,
         }
     }
 
@@ -310,9 +314,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         &self.device
     }
 
-    /// Which copies are current.
+    /// Which copies are current (a graph replay that wrote the device copy counts).
     pub fn residency(&self) -> Residency {
-        self.residency
+        self.residency_now()
     }
 
     /// Whether the device copy already holds the host copy's data, uploaded
@@ -334,8 +338,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Whether an asynchronous copy may still be running (see [`Transfer::Async`]).
     pub fn is_transfer_pending(&self) -> Result<bool> {
         match &self.pending {
-            Some(ev) => Ok(!self.device.event_is_complete(ev)?),
-            None => Ok(false),
+            Some(ev) if !self.device.event_is_complete(ev)? => Ok(true),
+            _ => self.unseen_replay_running(),
         }
     }
 
@@ -343,6 +347,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// [`MemArray::synchronize`] does, without waiting), so that later
     /// calls neither ask the device again nor order streams after it.
     pub fn poll_transfer(&mut self) -> Result<bool> {
+        self.sync_replays();
         let pending = self.is_transfer_pending()?;
         if !pending {
             self.pending = None;
@@ -354,11 +359,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// work on another stream after it (`Device::wait_event`). It is a
     /// marker event (`Device::create_marker_event`): not for timing.
     pub fn pending_event(&self) -> Option<&Event<D::B>> {
-        self.pending.as_ref()
+        self.pending.as_deref()
     }
 
     /// Waits for the last asynchronous copy.
     pub fn synchronize(&mut self) -> Result<()> {
+        self.sync_replays();
         if let Some(ev) = &self.pending {
             self.device.synchronize_event(ev)?;
         }
@@ -371,9 +377,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// `stream` itself.
     fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
         match &self.pending {
-            Some(ev) if !self.pending_on(stream) => self.device.wait_event(stream, ev),
-            _ => Ok(()),
+            Some(ev) if !self.pending_on(stream) => self.device.wait_event(stream, ev)?,
+            _ => {}
         }
+        self.order_after_unseen_replays(stream)
     }
 
     /// Whether the pending work was recorded on `stream` (so stream order
@@ -392,8 +399,9 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Records the end of the work just enqueued on `stream` as the array's pending work.
     fn record_pending(&mut self, stream: &Stream<D::B>) -> Result<()> {
-        let ev = self.device.create_marker_event()?;
+        let ev = Arc::new(self.device.create_marker_event()?);
         self.device.record_event(&ev, stream)?;
+        self.publish_pending(&ev, stream);
         self.pending = Some(ev);
         self.pending_stream = Some(stream.clone());
         Ok(())
@@ -401,10 +409,10 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Waits for a pending copy without forgetting it (for `&self` access).
     fn wait_pending(&self) -> Result<()> {
-        match &self.pending {
-            Some(ev) => self.device.synchronize_event(ev),
-            None => Ok(()),
+        if let Some(ev) = &self.pending {
+            self.device.synchronize_event(ev)?;
         }
+        self.wait_unseen_replays()
     }
 
     // ---- locks -------------------------------------------------------------
@@ -447,10 +455,11 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     }
 
     fn check_resident(&self, op: &'static str, loc: Location) -> Result<()> {
-        if self.residency.includes(loc) {
+        let residency = self.residency_now();
+        if residency.includes(loc) {
             Ok(())
         } else {
-            Err(ResidencyError::new(op, loc, self.residency.any_current()).into())
+            Err(ResidencyError::new(op, loc, residency.any_current()).into())
         }
     }
 
@@ -509,6 +518,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn move_to(&mut self, to: Location, stream: &Stream<D::B>, mode: Transfer, lock: Option<LockId>) -> Result<()> {
         let _section = capture_section::<D::B>(stream); // the capture check holds for the copy (`gate.rs`)
         self.check_lock("move_to", lock)?;
+        self.sync_replays();
         if self.residency.includes(to) {
             return Ok(());
         }
@@ -642,6 +652,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// - every `index[i] < shape[i]`;
     /// - no asynchronous copy is pending (the write would race it).
     pub unsafe fn set_unchecked(&mut self, index: [usize; N], value: T) {
+        self.sync_replays();
         let lin = self.linear_unchecked(index);
         // SAFETY: the caller guarantees bounds and no concurrent copy.
         unsafe { *self.host.ptr().add(lin) = value };
@@ -757,6 +768,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// device copy becomes the only current copy. Contract as for
     /// [`device_ptr`](Self::device_ptr).
     pub fn device_ptr_mut(&mut self, lock: Option<LockId>) -> Result<u64> {
+        self.sync_replays();
         let p = self.device_ptr(lock)?;
         self.set_residency(Residency::Device);
         Ok(p)
@@ -800,18 +812,19 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn try_clone(&self, lock: Option<LockId>) -> Result<Self> {
         self.check_lock("clone", lock)?;
         self.wait_pending()?;
+        let residency = self.residency_now();
         let mut host = zeroed_vec::<T>(self.len)?;
-        if self.residency.includes(Location::Host) {
+        if residency.includes(Location::Host) {
             // SAFETY: no copy is writing (waited); writes need `&mut self`.
             host.copy_from_slice(unsafe { self.host.slice() });
         }
-        let buffer = match self.residency.includes(Location::Device) {
+        let buffer = match residency.includes(Location::Device) {
             true => self.copy_device_copy(false)?.map(Arc::new),
             false => None,
         };
         let mut out = Self::from_parts(&self.device, self.shape, self.len, host);
         out.buffer = buffer;
-        out.residency = self.residency;
+        out.residency = residency;
         Ok(out)
     }
 
@@ -1011,7 +1024,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         let _section = capture_section::<D::B>(stream); // as in `move_to`
         if self.device.capture_status(stream)?.is_capturing() {
             // `x` is only read: captured as `self` is, but its residency stays.
-            x.check_capturable("kernel", stream, None)?;
+            x.check_capturable("kernel", stream, None, false)?;
             if let (Some(y), Some(xb)) = (self.prepare_captured_kernel(stream, lock)?, x.buffer.clone()) {
                 // SAFETY: as in `add_index`, captured: the graph keeps both copies.
                 unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &*y, &*xb, alpha, stream)? };

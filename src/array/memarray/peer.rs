@@ -47,6 +47,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
                  writes, and could not tell which device holds its data); move the array before the capture",
             ));
         }
+        self.sync_replays();
         if let Some(ev) = &self.pending {
             // An event of the old device; waiting for it checks that `stream` is `device`'s.
             device.wait_event(stream, ev)?;
@@ -69,9 +70,11 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
             }
         };
         self.device = device.clone();
+        // Replays of the old copy (which their graphs keep) no longer concern the array.
+        self.detach_replays();
         self.buffer = copy.map(Arc::new);
         self.staged = false;
-        self.pending = Some(done);
+        self.pending = Some(Arc::new(done));
         self.pending_stream = Some(stream.clone());
         Ok(())
     }

@@ -1,0 +1,207 @@
+//! Graph replays ordered with the arrays they captured, by default
+//! (`docs/design.md#graphs`).
+//!
+//! When a kernel method of a [`MemArray`] is captured, the array and the
+//! graph share a [`ReplayLink`] for the array's device copy. The array
+//! publishes into it each event it records as its pending work; each
+//! [`GraphExec::launch`](crate::GraphExec::launch) makes its stream wait
+//! for the latest one, then records the replay's end there and bumps the
+//! link's replay count. Every array method first takes the replays it has
+//! not seen ([`MemArray::sync_replays`], one atomic load when there are
+//! none): the latest replay's end becomes the pending work (it was ordered
+//! after the old), and a replay that wrote makes the device copy the only
+//! current one. `&self` methods see the same through
+//! [`MemArray::residency_now`] and the waits below, without taking them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{MemArray, Residency};
+use crate::array::Element;
+use crate::backend::graph::{fence_owner, ReplayFence};
+use crate::backend::{Backend, Device, Event, Stream};
+use crate::error::Result;
+
+/// The work on one device copy that a graph's replays and its array order
+/// themselves after.
+pub(super) struct ReplayLink<D: Device> {
+    device: Arc<D>,
+    /// Bumped by each replay, under `state`'s lock.
+    replays: AtomicU64,
+    state: Mutex<LinkState<D::B>>,
+}
+
+struct LinkState<B: Backend> {
+    /// The latest work on the device copy, and its stream: the array's
+    /// pending work as it published it, or the latest replay's end.
+    latest: Option<(Arc<Event<B>>, Stream<B>)>,
+    /// A replay the array has not taken yet wrote the copy.
+    written: bool,
+    /// The array no longer uses the copy (the graph keeps it alone).
+    detached: bool,
+}
+
+/// The array's side of its link: the replays it has taken.
+pub(super) struct ArrayLink<D: Device> {
+    link: Arc<ReplayLink<D>>,
+    seen: u64,
+}
+
+/// What a replay the array has not taken left: the latest work and whether it wrote.
+struct Unseen<B: Backend> {
+    latest: Option<(Arc<Event<B>>, Stream<B>)>,
+    written: bool,
+}
+
+impl<D: Device> ReplayLink<D> {
+    fn state(&self) -> MutexGuard<'_, LinkState<D::B>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn same_stream(&self, a: &Stream<D::B>, b: &Stream<D::B>) -> bool {
+        matches!((self.device.stream_id(a), self.device.stream_id(b)), (Some(a), Some(b)) if a == b)
+    }
+}
+
+impl<D: Device> ReplayFence<D::B> for ReplayLink<D> {
+    fn around_launch(
+        &self,
+        stream: &Stream<D::B>,
+        writes: bool,
+        launch: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let mut st = self.state();
+        if st.detached {
+            return launch();
+        }
+        if let Some((ev, on)) = &st.latest {
+            if !self.same_stream(on, stream) {
+                self.device.wait_event(stream, ev)?;
+            }
+        }
+        let end = self.device.create_marker_event()?;
+        launch()?;
+        st.latest = match self.device.record_event(&end, stream) {
+            Ok(()) => Some((Arc::new(end), stream.clone())),
+            Err(_) => {
+                // Nothing would order the array after the replay: wait for it here.
+                self.device.synchronize(stream)?;
+                None
+            }
+        };
+        st.written |= writes;
+        self.replays.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// Shares a link with the graph capturing on `stream`, so that its
+    /// replays are ordered with the array's work on the device copy
+    /// (`writes`: the captured work writes it). No-op without a device copy.
+    pub(super) fn link_for_replays(&mut self, stream: &Stream<D::B>, writes: bool) {
+        if self.buffer.is_none() {
+            return;
+        }
+        let link = match &self.replay {
+            Some(l) => l.link.clone(),
+            None => {
+                let latest = self.pending.clone().zip(self.pending_stream.clone());
+                let state = Mutex::new(LinkState { latest, written: false, detached: false });
+                let link = Arc::new(ReplayLink { device: self.device.clone(), replays: AtomicU64::new(0), state });
+                self.replay = Some(ArrayLink { link: link.clone(), seen: 0 });
+                link
+            }
+        };
+        self.device.keep_for_graph(stream, fence_owner::<D::B>(link, writes));
+    }
+
+    /// Takes the replays launched since the array last looked: the latest
+    /// one's end becomes the pending work, and the device copy the only
+    /// current one if a replay wrote it. One atomic load when there are none.
+    pub(super) fn sync_replays(&mut self) {
+        let Some(l) = &mut self.replay else { return };
+        if l.link.replays.load(Ordering::Acquire) == l.seen {
+            return;
+        }
+        let (latest, written) = {
+            let mut st = l.link.state();
+            l.seen = l.link.replays.load(Ordering::Acquire);
+            (st.latest.clone(), std::mem::take(&mut st.written))
+        };
+        (self.pending, self.pending_stream) = match latest {
+            Some((ev, stream)) => (Some(ev), Some(stream)),
+            None => (None, None),
+        };
+        if written {
+            self.set_residency(Residency::Device);
+        }
+    }
+
+    /// What replays the array has not taken left (`None`: there are none).
+    fn unseen_replays(&self) -> Option<Unseen<D::B>> {
+        let l = self.replay.as_ref()?;
+        if l.link.replays.load(Ordering::Acquire) == l.seen {
+            return None;
+        }
+        let st = l.link.state();
+        Some(Unseen { latest: st.latest.clone(), written: st.written })
+    }
+
+    /// Which copies are current, counting replays not taken yet.
+    pub(super) fn residency_now(&self) -> Residency {
+        match self.unseen_replays() {
+            Some(u) if u.written => Residency::Device,
+            _ => self.residency,
+        }
+    }
+
+    /// Waits (on the host) for replays not taken yet.
+    pub(super) fn wait_unseen_replays(&self) -> Result<()> {
+        match self.unseen_replays().and_then(|u| u.latest) {
+            Some((ev, _)) => self.device.synchronize_event(&ev),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a replay not taken yet may still run.
+    pub(super) fn unseen_replay_running(&self) -> Result<bool> {
+        match self.unseen_replays().and_then(|u| u.latest) {
+            Some((ev, _)) => Ok(!self.device.event_is_complete(&ev)?),
+            None => Ok(false),
+        }
+    }
+
+    /// Makes `stream` wait (on the device) for replays not taken yet.
+    pub(super) fn order_after_unseen_replays(&self, stream: &Stream<D::B>) -> Result<()> {
+        match self.unseen_replays().and_then(|u| u.latest) {
+            Some((ev, on)) if !self.same_stream_as(&on, stream) => self.device.wait_event(stream, &ev),
+            _ => Ok(()),
+        }
+    }
+
+    fn same_stream_as(&self, a: &Stream<D::B>, b: &Stream<D::B>) -> bool {
+        matches!((self.device.stream_id(a), self.device.stream_id(b)), (Some(a), Some(b)) if a == b)
+    }
+
+    /// Publishes `ev`, just recorded on `stream` as the array's pending
+    /// work, for the next replay to wait for.
+    pub(super) fn publish_pending(&self, ev: &Arc<Event<D::B>>, stream: &Stream<D::B>) {
+        if let Some(l) = &self.replay {
+            let mut st = l.link.state();
+            if !st.detached {
+                st.latest = Some((ev.clone(), stream.clone()));
+            }
+        }
+    }
+
+    /// The array stops using the linked device copy (replaced or dropped):
+    /// replays no longer need ordering with it. Take the replays first.
+    pub(super) fn detach_replays(&mut self) {
+        if let Some(l) = self.replay.take() {
+            let mut st = l.link.state();
+            st.detached = true;
+            st.latest = None;
+        }
+    }
+}
