@@ -77,7 +77,7 @@ impl Default for PipelineConfig {
 /// staging buffer, then out of it on the backend's stream thread) with no
 /// DMA engine to overlap. On the H100 machine's 16-core host the pipeline ran
 /// at 0.64x (H2D) and 0.69x (D2H) of a plain copy, paired
-/// (docs/gpu-runs/2026-11-22-run14-bench-memory.log).
+/// (BENCHMARKS.md).
 fn pipelines(kind: BackendKind) -> bool {
     kind != BackendKind::Host
 }

@@ -248,8 +248,9 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn a_saved_report_is_redrawn_and_a_bad_one_exits_2() {
+    // A report `gpuport bench --device cuda:0 --json` wrote on the H100 (BENCHMARKS.md, `gpuport bench`).
     // The build tree's path, or the working directory's (the GPU bundle runs from the repo root).
-    let saved = "docs/gpu-runs/2026-11-22-run9-bench.json";
+    let saved = "crates/gpuport-cli/tests/data/bench-h100-2026-11-22.json";
     let built = format!("{}/../../{saved}", env!("CARGO_MANIFEST_DIR"));
     let report = if std::path::Path::new(&built).exists() { built.as_str() } else { saved };
     let png = temp("replot.png");
@@ -259,7 +260,8 @@ fn a_saved_report_is_redrawn_and_a_bad_one_exits_2() {
     let _ = std::fs::remove_file(&png);
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
 
-    let not_a_report = report.replace("bench.json", "summary.txt");
+    let not_a_report = report.replace("bench-h100-2026-11-22.json", "not-a-report.txt");
+    assert!(std::path::Path::new(&not_a_report).exists(), "{not_a_report} is missing");
     let out = gpuport(&["plot", &not_a_report, "/tmp/never.png"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("not a `gpuport bench --json` report"), "{}", text(&out));

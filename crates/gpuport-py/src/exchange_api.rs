@@ -94,7 +94,7 @@ fn with_python(what: &str, f: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int 
 /// `PyObject*` and leave a Python exception on failure): the GIL is not
 /// taken again. pyo3's `attach` from a thread pyo3 has not seen attached
 /// calls `PyGILState_Ensure` and `Release` every time, about a tenth of a
-/// table export's time (perf, run 35).
+/// table export's time (measured with perf).
 ///
 /// # Safety
 /// The calling thread holds the GIL.

@@ -22,7 +22,7 @@ use crate::memory::{current_resource, Held, PinnedFlags};
 /// resource when it can be had (`pinned` owns it; the caching pool keeps
 /// idle pinned blocks, since `cuMemHostAlloc` + `cuMemFreeHost` of 1 MiB made
 /// creating a 1 MiB array from Python take 1.3 ms on the H100, benches/peers.py
-/// run 9): copies from and to pageable memory are not asynchronous on CUDA
+/// BENCHMARKS.md): copies from and to pageable memory are not asynchronous on CUDA
 /// (a D2H copy into pageable memory returns only when it is done; seen on
 /// the H100), so `move_to(.., Transfer::Async)` needs a pinned mirror to
 /// return before the copy runs.

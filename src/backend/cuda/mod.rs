@@ -492,8 +492,9 @@ unsafe impl Driver for CudaDriver {
         param_size(func, index)
     }
 
-    /// Measured: grid-stride kernels on as many blocks as run at once reach
-    /// 99% of a device-to-device copy on the H100 (`add_index`, docs/gpu-runs).
+    /// Measured on the H100 (`add_index`, BENCHMARKS.md): grid-stride kernels on as many
+    /// blocks as run at once reached 93-95% of a device-to-device copy; `add_index` itself
+    /// launches a full grid (99%).
     const RESIDENT_GRIDS: bool = true;
 
     unsafe fn max_potential_block_size(&self, func: sys::CUfunction) -> Result<(i32, i32)> {
