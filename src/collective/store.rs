@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn a_request_that_stalls_is_closed_after_the_limit() {
-        let limits = Limits { connections: 16, request_time: Duration::from_millis(200), min_rate: 1 << 30 };
+        let limits = Limits { connections: 16, request_time: Duration::from_millis(200), min_rate: 1 << 30, ..Limits::DEFAULT };
         let h = TcpStore::host_with("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20), limits).unwrap();
         // Half a header, then nothing.
         let mut header = TcpStream::connect(h.addr()).unwrap();
@@ -547,6 +547,27 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(h.get("again").unwrap(), b"");
+    }
+
+    #[test]
+    fn values_past_the_total_cap_are_refused_and_freed_bytes_serve_again() {
+        let limits = Limits { stored_bytes: 1000, ..Limits::DEFAULT };
+        let h = TcpStore::host_with("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20), limits).unwrap();
+        h.set("a", &[1; 600]).unwrap();
+        // Counted while it arrives: refused before any of its bytes.
+        let other = TcpStore::connect(h.addr(), Duration::from_secs(20)).unwrap();
+        let e = other.set("b", &[2; 600]).unwrap_err();
+        assert_eq!(kind(&e), Some(StoreErrorKind::Closed), "{e}");
+        // A replaced value gives its bytes back (once the new one came); so does a deleted one.
+        h.set("a", &[3; 300]).unwrap();
+        h.delete("a").unwrap();
+        let again = TcpStore::connect(h.addr(), Duration::from_secs(20)).unwrap();
+        again.set("b", &[4; 980]).unwrap();
+        assert_eq!(h.get("b").unwrap(), vec![4; 980]);
+        // Counters and requests whose values are not kept come back too.
+        for _ in 0..100 {
+            assert!(h.add("n", 1).is_ok());
+        }
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! must come within [`Limits::request_time`] plus one second per
 //! [`Limits::min_rate`] bytes of its value, and replies are written under
 //! the same bound; at most [`Limits::connections`] connections are served
-//! at once (one thread each), later ones are closed at once. A connection
-//! may stay idle between requests for as long as it likes: ranks are idle
+//! at once (one thread each), later ones are closed at once; the values
+//! held and being read together stay under [`Limits::stored_bytes`] (a
+//! request that would pass it closes its connection). A connection may
+//! stay idle between requests for as long as it likes: ranks are idle
 //! between collectives.
 
 use std::collections::HashMap;
@@ -44,12 +46,14 @@ pub(super) struct Limits {
     pub request_time: Duration,
     /// The slowest a value may arrive or leave, in bytes per second.
     pub min_rate: u64,
+    /// The most bytes of values held and being read, all keys together.
+    pub stored_bytes: u64,
 }
 
 impl Limits {
     /// The server's defaults.
     pub(super) const DEFAULT: Limits =
-        Limits { connections: 4096, request_time: Duration::from_secs(60), min_rate: 1 << 20 };
+        Limits { connections: 4096, request_time: Duration::from_secs(60), min_rate: 1 << 20, stored_bytes: 4 << 30 };
 
     /// When a transfer of `bytes` that starts now must be done.
     fn deadline(&self, bytes: u64) -> Option<Instant> {
@@ -63,9 +67,20 @@ struct Table {
     values: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
     stopping: AtomicBool,
+    /// Bytes of the values held and being read, against `Limits::stored_bytes`.
+    bytes: AtomicU64,
 }
 
 impl Table {
+    /// Counts `n` more bytes if that stays within `cap`; whether it did.
+    fn reserve(&self, n: u64, cap: u64) -> bool {
+        self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| b.checked_add(n).filter(|&t| t <= cap)).is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        self.bytes.fetch_sub(n as u64, Ordering::AcqRel);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
         // A panic under the lock leaves a whole map: every insert is one call.
         self.values.lock().unwrap_or_else(|p| p.into_inner())
@@ -170,10 +185,18 @@ fn accept_loop(listener: &TcpListener, table: &Arc<Table>, peers: &Arc<Peers>, l
 /// Answers one rank's requests until it disconnects, breaks the protocol
 /// or the limits, or the server stops.
 fn serve(mut conn: TcpStream, table: &Table, limits: Limits) {
-    while let Ok(Some((op, key, value))) = read_request(&mut conn, limits) {
+    // Each request's value arrives counted in `table.bytes`: a SET keeps it
+    // there with the value; every other request gives it back.
+    while let Ok(Some((op, key, value))) = read_request(&mut conn, table, limits) {
+        let counted = value.len();
+        if op != SET {
+            table.release(counted);
+        }
         let reply = match op {
             SET => {
-                table.lock().insert(key, value);
+                if let Some(old) = table.lock().insert(key, value) {
+                    table.release(old.len());
+                }
                 table.changed.notify_all();
                 Vec::new()
             }
@@ -197,12 +220,18 @@ fn serve(mut conn: TcpStream, table: &Table, limits: Limits) {
                     .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
                     .map_or(0, i64::from_le_bytes)
                     .saturating_add(delta);
-                values.insert(key, now.to_le_bytes().to_vec());
+                // A counter's 8 bytes are counted past the cap: they replace a request's.
+                table.bytes.fetch_add(8, Ordering::AcqRel);
+                if let Some(old) = values.insert(key, now.to_le_bytes().to_vec()) {
+                    table.release(old.len());
+                }
                 table.changed.notify_all();
                 now.to_le_bytes().to_vec()
             }
             DELETE => {
-                table.lock().remove(&key);
+                if let Some(old) = table.lock().remove(&key) {
+                    table.release(old.len());
+                }
                 Vec::new()
             }
             _ => return,
@@ -244,7 +273,9 @@ fn read_full(conn: &mut TcpStream, buf: &mut [u8], deadline: Option<Instant>) ->
 
 /// One request, `None` at a clean end of stream. Waits for its first byte
 /// without a bound; the rest must come within `limits`.
-fn read_request(conn: &mut TcpStream, limits: Limits) -> std::io::Result<Option<(u8, String, Vec<u8>)>> {
+/// A value comes counted in `table`'s bytes (refused, `InvalidData`, past
+/// [`Limits::stored_bytes`]).
+fn read_request(conn: &mut TcpStream, table: &Table, limits: Limits) -> std::io::Result<Option<(u8, String, Vec<u8>)>> {
     conn.set_read_timeout(None)?;
     let mut op = [0u8; 1];
     match read_full(conn, &mut op, None) {
@@ -262,7 +293,19 @@ fn read_request(conn: &mut TcpStream, limits: Limits) -> std::io::Result<Option<
     let mut key = vec![0u8; key_len];
     read_full(conn, &mut key, deadline)?;
     let key = String::from_utf8(key).map_err(|_| std::io::Error::from(ErrorKind::InvalidData))?;
-    let value = if op[0] == GET { Vec::new() } else { read_value(conn, Some(limits))? };
+    let mut value = Vec::new();
+    if op[0] != GET {
+        let mut admitted = 0;
+        let read = read_value_into(conn, Some(limits), &mut value, |len| {
+            let ok = table.reserve(len, limits.stored_bytes);
+            admitted = if ok { len } else { 0 };
+            ok
+        });
+        if let Err(e) = read {
+            table.release(admitted as usize);
+            return Err(e);
+        }
+    }
     Ok(Some((op[0], key, value)))
 }
 
@@ -270,16 +313,22 @@ fn read_request(conn: &mut TcpStream, limits: Limits) -> std::io::Result<Option<
 /// alone allocates nothing). With `limits`, it must arrive within them.
 pub(super) fn read_value(conn: &mut TcpStream, limits: Option<Limits>) -> std::io::Result<Vec<u8>> {
     let mut value = Vec::new();
-    read_value_into(conn, limits, &mut value)?;
+    read_value_into(conn, limits, &mut value, |_| true)?;
     Ok(value)
 }
 
 /// [`read_value`] into `value`, which grows with the bytes that arrived.
-fn read_value_into(conn: &mut TcpStream, limits: Option<Limits>, value: &mut Vec<u8>) -> std::io::Result<()> {
+/// `admit` is asked for the length first (`InvalidData` if it says no).
+fn read_value_into(
+    conn: &mut TcpStream,
+    limits: Option<Limits>,
+    value: &mut Vec<u8>,
+    admit: impl FnOnce(u64) -> bool,
+) -> std::io::Result<()> {
     let mut len = [0u8; 8];
     read_full(conn, &mut len, limits.and_then(|l| l.deadline(0)))?;
     let len = u64::from_le_bytes(len);
-    if len > MAX_VALUE {
+    if len > MAX_VALUE || !admit(len) {
         return Err(ErrorKind::InvalidData.into());
     }
     let len = usize::try_from(len).map_err(|_| std::io::Error::from(ErrorKind::InvalidData))?;
@@ -337,7 +386,7 @@ mod tests {
         client.write_all(&[7u8; 100 << 10]).unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let mut value = Vec::new();
-        let e = read_value_into(&mut server, Some(Limits::DEFAULT), &mut value).unwrap_err();
+        let e = read_value_into(&mut server, Some(Limits::DEFAULT), &mut value, |_| true).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "{e}");
         assert!(value.capacity() <= 4 << 20, "{} bytes held for 100 KiB that came", value.capacity());
     }
