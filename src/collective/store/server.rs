@@ -77,8 +77,9 @@ impl Table {
         self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| b.checked_add(n).filter(|&t| t <= cap)).is_ok()
     }
 
-    fn release(&self, n: usize) {
-        self.bytes.fetch_sub(n as u64, Ordering::AcqRel);
+    fn release(&self, n: impl TryInto<u64>) {
+        // Lengths of values in memory: they fit u64.
+        self.bytes.fetch_sub(n.try_into().unwrap_or(u64::MAX), Ordering::AcqRel);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
@@ -302,7 +303,7 @@ fn read_request(conn: &mut TcpStream, table: &Table, limits: Limits) -> std::io:
             ok
         });
         if let Err(e) = read {
-            table.release(admitted as usize);
+            table.release(admitted);
             return Err(e);
         }
     }
