@@ -206,7 +206,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         // Every rank arrives before the engine's initialisation, which
         // blocks until all ranks join: a rank that never comes is the
         // store's typed timeout, not a hang.
-        store.barrier(&format!("{key}/init"), size)?;
+        store.barrier_as(&format!("{key}/init"), rank, size)?;
         let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))

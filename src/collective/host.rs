@@ -488,7 +488,7 @@ unsafe impl Engine<Host> for HostEngine {
         };
         store.set_timeout(timeout)?;
         // Every rank's arrival: the communicator exists once all have come.
-        store.barrier(&format!("{text}/init"), size)?;
+        store.barrier_as(&format!("{text}/init"), rank, size)?;
         Ok(Inner::engine(store, text.to_string(), rank, size, hosts_store))
     }
 

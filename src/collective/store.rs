@@ -230,6 +230,31 @@ impl TcpStore {
     /// another fails, and so do the ones waiting
     /// ([`StoreErrorKind::Protocol`]).
     pub fn barrier(&self, name: &str, world_size: usize) -> Result<()> {
+        self.barrier_of(name, None, world_size)
+    }
+
+    /// [`barrier`](Self::barrier) for `rank` of `world_size`: a rank that
+    /// comes twice (two processes given one rank) fails, and so do the
+    /// ones waiting ([`StoreErrorKind::Protocol`]); a rank outside the
+    /// world is [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let store = gpuport::collective::TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(5))?;
+    /// store.barrier_as("ready", 0, 1)?;
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn barrier_as(&self, name: &str, rank: usize, world_size: usize) -> Result<()> {
+        if rank >= world_size {
+            return Err(crate::Error::InvalidArgument {
+                name: "rank",
+                reason: format!("rank {rank} is outside a world of {world_size} (ranks 0 to {})", world_size.max(1) - 1),
+            });
+        }
+        self.barrier_of(name, Some(rank), world_size)
+    }
+
+    fn barrier_of(&self, name: &str, rank: Option<usize>, world_size: usize) -> Result<()> {
         let n = i64::try_from(world_size).unwrap_or(i64::MAX);
         let base = format!("barrier/{name}");
         let done = format!("{base}/done");
@@ -255,6 +280,15 @@ impl TcpStore {
             );
             decide(reason.as_bytes())?;
             return Err(protocol(reason));
+        }
+        if let Some(rank) = rank {
+            if self.add(&format!("{base}/rank/{rank}"), 1)? > 1 {
+                let reason = format!(
+                    "barrier {name:?}: rank {rank} came twice; every process of the world must have its own rank"
+                );
+                decide(reason.as_bytes())?;
+                return Err(protocol(reason));
+            }
         }
         let arrived = self.add(&base, 1)?;
         if arrived == n {
@@ -587,6 +621,28 @@ mod tests {
             assert_eq!(kind(e), Some(StoreErrorKind::Protocol), "{e}");
             assert!(e.to_string().contains("world of 2") && e.to_string().contains("world of 3"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_rank_that_comes_twice_fails_every_rank() {
+        let h = host(Duration::from_secs(20));
+        let addr = h.addr();
+        // A world of 3 given ranks 0, 1 and 1 again.
+        let first = std::thread::spawn(move || {
+            TcpStore::connect(addr, Duration::from_secs(20)).and_then(|s| s.barrier_as("init", 1, 3))
+        });
+        while h.add("barrier/init/rank/1", 0).unwrap() == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let again = TcpStore::connect(addr, Duration::from_secs(20)).unwrap().barrier_as("init", 1, 3).unwrap_err();
+        let mine = h.barrier_as("init", 0, 3).unwrap_err();
+        let theirs = first.join().unwrap().unwrap_err();
+        for e in [&again, &mine, &theirs] {
+            assert_eq!(kind(e), Some(StoreErrorKind::Protocol), "{e}");
+            assert!(e.to_string().contains("rank 1 came twice"), "{e}");
+        }
+        let e = h.barrier_as("outside", 3, 3).unwrap_err();
+        assert!(matches!(e, crate::Error::InvalidArgument { name: "rank", .. }), "{e}");
     }
 
     #[test]

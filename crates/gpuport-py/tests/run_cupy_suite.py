@@ -15,6 +15,7 @@ pytest (no ``test_`` prefix). Needs a GPU, CuPy and gpuport importable (e.g.
 """
 
 import argparse
+import re
 import concurrent.futures
 import json
 import os
@@ -57,25 +58,51 @@ def outcomes(junit):
     return result
 
 
+VERBOSE_LINE = re.compile(r"^(\S+::\S+(?: \S+)*?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def outcomes_from_verbose(lines):
+    """{test id: (outcome, "")} from pytest -v lines: what a process that was
+    killed or timed out had finished."""
+    kinds = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "error"}
+    result = {}
+    for line in lines:
+        m = VERBOSE_LINE.match(line)
+        if m:
+            result[m.group(1)] = (kinds.get(m.group(2), "skipped"), "")
+    return result
+
+
 def run(tests, module, with_gpuport, timeout):
-    """One pytest process over `module`: its outcomes, and the reason if it
-    wrote no report (a crash: the head of its stderr, which names the test)."""
+    """One pytest process over `module`: its outcomes (by test path), and the
+    reason if it did not finish (a crash: the head of its stderr, which
+    names the test; a timeout). The tests it finished count either way."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         env = dict(os.environ)
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         if with_gpuport:
             with open(os.path.join(tmp, "gpuport_cupy_plugin.py"), "w") as f:
                 f.write(PLUGIN)
             env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
             args += ["-p", "gpuport_cupy_plugin"]
-        try:
-            r = subprocess.run(args + [module], cwd=tests, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {}, f"timed out after {timeout} s"
-        if not os.path.exists(junit):
-            return {}, f"no report (exit {r.returncode}): {r.stderr[:1500]}"
-        return outcomes(junit), None
+        out_path = os.path.join(tmp, "out.txt")
+        with open(out_path, "w") as out:
+            try:
+                r = subprocess.run(args + [module], cwd=tests, env=env, stdout=out, stderr=subprocess.PIPE,
+                                   text=True, timeout=timeout)
+                why = None if os.path.exists(junit) else f"no report (exit {r.returncode}): {r.stderr[:1500]}"
+            except subprocess.TimeoutExpired:
+                why = f"timed out after {timeout} s"
+        with open(out_path) as f:
+            result = outcomes_from_verbose(f)
+        if os.path.exists(junit):
+            # The failure messages, by the same test path.
+            for name, (kind, message) in outcomes(junit).items():
+                path = name.split("::")[0].replace(".", "/") + ".py::" + name.split("::", 1)[1]
+                if path in result and message:
+                    result[path] = (result[path][0], message)
+        return result, why
 
 
 def main():
@@ -89,20 +116,28 @@ def main():
     theirs, ours, crashed = {}, {}, []
     runs = [(m, label, with_gpuport) for m in a.modules for label, with_gpuport in (("cupy", False), ("gpuport", True))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        done = pool.map(lambda r: (r, run(a.tests, r[0], r[2], a.timeout)), runs)
-        for (module, label, with_gpuport), (res, why) in done:
+        futures = {pool.submit(run, a.tests, m, g, a.timeout): (m, label, g) for m, label, g in runs}
+        for future in concurrent.futures.as_completed(futures):
+            module, label, with_gpuport = futures[future]
+            res, why = future.result()
             (ours if with_gpuport else theirs).update(res)
+            print(f"done {module} with {label}'s allocator: {len(res)} tests", flush=True)
             if why:
                 crashed.append(f"{module} with {label}'s allocator: {why}")
                 print(f"CRASH {module} with {label}'s allocator: {why}", flush=True)
+            if a.json:  # so far, in case the whole run is cut short
+                with open(a.json, "w") as f:
+                    json.dump({"cupy": theirs, "gpuport": ours, "crashed": crashed}, f)
     report = {}
     for label, res in (("cupy", theirs), ("gpuport", ours)):
         counts = {k: sum(1 for v, _ in res.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
         report[label] = counts
         print(f"{label:8} {counts}")
+    # Only tests both runs finished are compared (a timeout cuts each short elsewhere).
     only_ours = sorted(
         t for t, (v, _) in ours.items() if v in ("failed", "error") and theirs.get(t, ("",))[0] == "passed"
     )
+    report["compared"] = len(set(ours) & set(theirs))
     report["fail_with_gpuport_only"] = {t: ours[t][1] for t in only_ours}
     report["crashed"] = crashed
     print(f"fail with gpuport only: {len(only_ours)}")
