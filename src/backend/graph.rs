@@ -272,6 +272,18 @@ pub(crate) fn drop_released() {
 }
 
 /// An [`Error::Graph`].
+/// [`GraphErrorKind::NestedLaunch`]: an executable graph launched into a capturing stream.
+pub(crate) fn nested_launch(backend: BackendKind) -> Error {
+    graph_error(
+        backend,
+        "launch",
+        GraphErrorKind::NestedLaunch,
+        "the stream is capturing: an executable graph cannot be launched into a capture; launch it after the \
+         capture ends, or on another stream"
+            .into(),
+    )
+}
+
 pub(crate) fn graph_error(backend: BackendKind, op: &'static str, kind: GraphErrorKind, reason: String) -> Error {
     Error::Graph { backend, op, kind, reason }
 }
@@ -662,14 +674,7 @@ impl<B: Backend> GraphExec<B> {
         // The capture check, the waits, the launch and the records agree (`gate.rs`).
         let _section = capture_section::<B>(stream);
         if stream.capture_status()?.is_capturing() {
-            return Err(graph_error(
-                B::KIND,
-                "launch",
-                GraphErrorKind::NestedLaunch,
-                "the stream is capturing: an executable graph cannot be launched into a capture; launch it after \
-                 the capture ends, or on another stream"
-                    .into(),
-            ));
+            return Err(nested_launch(B::KIND));
         }
         launch_fenced(&self.fences, stream, &mut || self.raw.launch(stream))
     }

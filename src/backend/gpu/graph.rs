@@ -252,14 +252,7 @@ impl<D: Driver> RawGraphExec<Gpu<D>> for GpuGraphExec<D> {
         // and the launch are one section of the stream's gate.
         let _section = crate::backend::graph::capture_section::<Gpu<D>>(stream);
         if stream.capture_status_bound()?.is_capturing() {
-            return Err(graph_error(
-                D::KIND,
-                "launch",
-                GraphErrorKind::NestedLaunch,
-                "the stream is capturing: an executable graph cannot be launched into a capture; launch it after \
-                 the capture ends, or on another stream"
-                    .into(),
-            ));
+            return Err(crate::backend::graph::nested_launch(D::KIND));
         }
         // SAFETY: the device is current; the stream belongs to it (checked
         // by the caller) and is alive; what the graph references is alive
