@@ -101,11 +101,8 @@ type Fences<B> = Arc<[(Arc<dyn ReplayFence<B>>, bool)]>;
 
 fn fences_among<B: Backend>(owners: &[Owner]) -> Fences<B> {
     let address = |f: &Arc<dyn ReplayFence<B>>| Arc::as_ptr(f).cast::<()>() as usize;
-    let mut fences: Vec<(Arc<dyn ReplayFence<B>>, bool)> = owners
-        .iter()
-        .filter_map(|o| o.downcast_ref::<FenceOwner<B>>())
-        .map(|f| (f.fence.clone(), f.writes))
-        .collect();
+    let mut fences: Vec<(Arc<dyn ReplayFence<B>>, bool)> =
+        owners.iter().filter_map(|o| o.downcast_ref::<FenceOwner<B>>()).map(|f| (f.fence.clone(), f.writes)).collect();
     fences.sort_by_key(|(f, _)| address(f));
     fences.dedup_by(|(later, w), (kept, kept_writes)| {
         let same = address(later) == address(kept);
@@ -380,7 +377,12 @@ pub(crate) fn check_default_stream_wait(backend: BackendKind, ordinal: usize, op
     check_wait_beside_captures(backend, ordinal, op, false)
 }
 
-fn check_wait_beside_captures(backend: BackendKind, ordinal: usize, op: &'static str, whole_device: bool) -> Result<()> {
+fn check_wait_beside_captures(
+    backend: BackendKind,
+    ordinal: usize,
+    op: &'static str,
+    whole_device: bool,
+) -> Result<()> {
     if ACTIVE_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
     }

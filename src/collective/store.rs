@@ -248,7 +248,10 @@ impl TcpStore {
         if rank >= world_size {
             return Err(crate::Error::InvalidArgument {
                 name: "rank",
-                reason: format!("rank {rank} is outside a world of {world_size} (ranks 0 to {})", world_size.max(1) - 1),
+                reason: format!(
+                    "rank {rank} is outside a world of {world_size} (ranks 0 to {})",
+                    world_size.max(1) - 1
+                ),
             });
         }
         self.barrier_of(name, Some(rank), world_size)
@@ -531,7 +534,8 @@ mod tests {
 
     #[test]
     fn a_request_that_stalls_is_closed_after_the_limit() {
-        let limits = Limits { connections: 16, request_time: Duration::from_millis(200), min_rate: 1 << 30, ..Limits::DEFAULT };
+        let limits =
+            Limits { connections: 16, request_time: Duration::from_millis(200), min_rate: 1 << 30, ..Limits::DEFAULT };
         let h = TcpStore::host_with("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20), limits).unwrap();
         // Half a header, then nothing.
         let mut header = TcpStream::connect(h.addr()).unwrap();

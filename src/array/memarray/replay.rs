@@ -64,12 +64,7 @@ impl<D: Device> ReplayLink<D> {
 }
 
 impl<D: Device> ReplayFence<D::B> for ReplayLink<D> {
-    fn around_launch(
-        &self,
-        stream: &Stream<D::B>,
-        writes: bool,
-        launch: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<()> {
+    fn around_launch(&self, stream: &Stream<D::B>, writes: bool, launch: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         let mut st = self.state();
         if st.detached {
             return launch();
