@@ -592,23 +592,8 @@ mod cases {
         a_graph_launched_on_another_device_is_refused,
     );
 
-    #[rstest::rstest]
-    #[case::host("host")]
-    #[case::cuda("cuda:0")]
-    #[case::rocm("rocm:0")]
-    fn memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy(#[case] spec: &str) {
-        if let Some(dev) = common::open_or_skip(spec) {
-            gpuport::with_device!(dev, d => super::memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy(d));
-        }
-    }
-
-    #[rstest::rstest]
-    #[case::host("host")]
-    #[case::cuda("cuda:0")]
-    #[case::rocm("rocm:0")]
-    fn the_caching_pool_keeps_its_events_out_of_graphs(#[case] spec: &str) {
-        if let Some(dev) = common::open_or_skip(spec) {
-            gpuport::with_device!(dev, d => super::the_caching_pool_keeps_its_events_out_of_graphs(d));
-        }
-    }
+    crate::arc_backend_tests!(
+        memarray_kernels_are_captured_and_the_graph_keeps_the_device_copy,
+        the_caching_pool_keeps_its_events_out_of_graphs,
+    );
 }

@@ -314,7 +314,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         let stream_tag = device.stream_id(stream).unwrap_or(0);
         let back_to = {
             let pool = &mut st.graph_pools[g];
-            let open = after.is_empty() && !pool.capture_over && !pool.gone.load(Ordering::Acquire);
+            let open = after.is_empty() && pool.capture_may_run();
             match pool.lists.iter().find(|(s, _)| *s == stream_tag) {
                 // A stream the capture allocated on, which the caller found
                 // capturing. The caller does not ask about another library's
