@@ -232,6 +232,54 @@ fn replays_are_ordered_with_the_arrays_they_captured_by_default<D: Device>(dev: 
     exec.wait();
 }
 
+/// Replays launched on one thread while another runs methods of the array
+/// they captured: each replay and each method run one after the other on
+/// the device copy, whatever the interleaving of the two threads.
+fn replays_on_another_thread_are_ordered_with_the_array_methods<D: Device>(dev: &Arc<D>) {
+    let _serial = shared();
+    let (s1, s2) = (dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    const LEN: usize = 1 << 20;
+    let mut a = MemArray::<f64, 1, D>::zeros(dev, [LEN]).unwrap();
+    a.move_to(Location::Device, &s1, Transfer::Sync, None).unwrap();
+    let capture = dev.begin_capture(&s2, CaptureMode::ThreadLocal).unwrap();
+    a.add_index(capture.stream(), None).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    // Kernels and replays both add the index: no update may be lost.
+    let rounds = rounds().clamp(4, 60);
+    std::thread::scope(|scope| {
+        scope.spawn(|| (0..rounds).for_each(|_| exec.launch(&s2).unwrap()));
+        (0..rounds).for_each(|_| a.add_index(&s1, None).unwrap());
+    });
+    a.move_to(Location::Host, &s1, Transfer::Sync, None).unwrap();
+    for i in [1, LEN / 3, LEN - 1] {
+        let want = (2 * rounds * i) as f64; // exact: below 2^53
+        assert_eq!(a.get([i], None).unwrap(), want, "{rounds} kernels and {rounds} replays at {i}: updates were lost");
+    }
+    // A replay launched while a long upload is being enqueued runs wholly
+    // before or wholly after it: the array is all zeros or all indices.
+    let zeros = vec![0.0f64; 8 * LEN];
+    let mut b = MemArray::<f64, 1, D>::zeros(dev, [8 * LEN]).unwrap();
+    b.move_to(Location::Device, &s1, Transfer::Sync, None).unwrap();
+    let capture = dev.begin_capture(&s2, CaptureMode::ThreadLocal).unwrap();
+    b.add_index(capture.stream(), None).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    for round in 0..rounds.min(8) {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1)); // inside the upload, most rounds
+                exec.launch(&s2).unwrap();
+            });
+            b.upload_from_slice(&zeros, &s1, None).unwrap();
+        });
+        b.move_to(Location::Host, &s1, Transfer::Sync, None).unwrap();
+        let v = b.as_slice(None).unwrap();
+        let after = v[1] == 1.0;
+        let torn = (1..v.len()).step_by(4099).find(|&i| v[i] != if after { i as f64 } else { 0.0 });
+        assert_eq!(torn, None, "round {round}: a replay ran in the middle of an upload (element 1 is {})", v[1]);
+    }
+    exec.wait();
+}
+
 // ---- item 5: after_replay keeps the old pending work --------------------------------------
 
 /// `after_replay` on another stream than the array's pending work: the new
@@ -291,6 +339,7 @@ mod cases {
         events_and_launches_are_never_lost_to_a_capture_begun_on_another_thread,
         launches_of_one_executable_on_two_streams_do_not_overlap,
         replays_are_ordered_with_the_arrays_they_captured_by_default,
+        replays_on_another_thread_are_ordered_with_the_array_methods,
         after_replay_on_another_stream_orders_after_the_old_pending_work,
         raw_allocations_freed_in_a_global_capture_are_freed_when_it_ends,
     );

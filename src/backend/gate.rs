@@ -85,6 +85,11 @@ impl CaptureGate {
         HELD.try_with(|h| h.borrow().iter().any(|(k, _)| *k == key)).unwrap_or(false)
     }
 
+    /// Whether this thread is inside a shared section of any gate.
+    pub(crate) fn any_held_here() -> bool {
+        HELD.try_with(|h| !h.borrow().is_empty()).unwrap_or(false)
+    }
+
     /// Enters a shared section: no capture begins or ends on the stream
     /// until it is left. Waits while a capture is beginning or ending.
     #[inline]

@@ -61,6 +61,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::gate::{CaptureGate, GateShared, DEVICE_WIDE};
+use super::order::{hold_in_order, OrderLock};
 use super::{Backend, Device, DeviceMemory, Stream};
 use crate::error::{BackendKind, Error, GraphErrorKind, Result};
 
@@ -71,14 +72,17 @@ pub type Owner = Arc<dyn Any + Send + Sync>;
 
 /// Something whose own work a graph's replays must be ordered with (a
 /// `MemArray` whose kernel methods the graph captured): each
-/// [`GraphExec::launch`] runs inside [`around_launch`](Self::around_launch)
-/// of every fence of the graph.
+/// [`GraphExec::launch`] holds the [`order`](Self::order) lock of every
+/// fence of the graph (`order.rs`), then runs inside
+/// [`around_launch`](Self::around_launch) of each.
 pub(crate) trait ReplayFence<B: Backend>: Send + Sync {
+    /// The lock that the fenced work and the launches hold for each step.
+    fn order(&self) -> OrderLock;
+
     /// Runs `launch`, one replay on `stream` (not capturing), after the
     /// work it fences (a device-side wait, no host wait), and records the
     /// replay's end as that work; `writes`: the replay writes what it
-    /// fences. Held across the launch, so replays of two graphs on one
-    /// fence are ordered too.
+    /// fences. Called with [`order`](Self::order) held.
     fn around_launch(&self, stream: &Stream<B>, writes: bool, launch: &mut dyn FnMut() -> Result<()>) -> Result<()>;
 }
 
@@ -673,7 +677,9 @@ impl<B: Backend> GraphExec<B> {
         if self.fences.is_empty() {
             return self.raw.launch(stream);
         }
-        // The capture check, the waits, the launch and the records agree (`gate.rs`).
+        // No method of a fenced array runs in between (`order.rs`), and the
+        // capture check, the waits, the launch and the records agree (`gate.rs`).
+        let _order = hold_in_order(self.fences.iter().map(|(f, _)| f.order()));
         let _section = capture_section::<B>(stream);
         if stream.capture_status()?.is_capturing() {
             return Err(nested_launch(B::KIND));

@@ -30,6 +30,7 @@ pub(crate) mod kernel_cache;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) mod library;
 mod memory_device;
+pub(crate) mod order;
 mod peer;
 pub mod registry;
 

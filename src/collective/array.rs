@@ -12,6 +12,7 @@
 use std::cell::Cell;
 
 use crate::array::{Element, MemArray};
+use crate::backend::order::hold_in_order;
 use crate::backend::{Device, Stream};
 use crate::dynamic::DType;
 use crate::error::{Error, Result};
@@ -186,6 +187,8 @@ impl<B: CollectiveBackend> Communicator<B> {
             });
         }
         let what = op.kind.name();
+        // Both arrays' replay orders at once, before either section (`src/backend/order.rs`).
+        let _order = hold_in_order(send.order_lock().into_iter().chain(recv.order_lock()));
         send.with_device_data(what, false, stream, None, |s| {
             // SAFETY: `s` and `r` are the arrays' device copies with the
             // element counts checked above, kept alive by the arrays until
@@ -213,6 +216,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         let dtype = dtype_of::<T>()?;
         let s_op = Op { kind: OpKind::Send { peer: to }, dtype, count: send.len() };
         let r_op = Op { kind: OpKind::Recv { peer: from }, dtype, count: recv.len() };
+        let _order = hold_in_order(send.order_lock().into_iter().chain(recv.order_lock())); // as in `two_arrays`
         send.with_device_data("send", false, stream, None, |s| {
             recv.with_device_data("recv", true, stream, None, |r| {
                 // SAFETY: as in `two_arrays`; the group ends before the
@@ -268,6 +272,8 @@ impl<B: CollectiveBackend> Communicator<B> {
         let dtype = dtype_of::<T>()?;
         let lens: Vec<usize> = arrays.iter().map(|a| a.len()).collect();
         let mut addresses = Vec::with_capacity(comms.len());
+        // Every array's replay order at once, before any section (`src/backend/order.rs`).
+        let _order = hold_in_order(arrays.iter().filter_map(|a| a.order_lock()));
         nest(arrays, streams, &mut addresses, &mut |addrs: &[u64]| {
             Self::group_unchecked(|| {
                 for (((c, a), s), len) in comms.iter().zip(addrs).zip(streams).zip(&lens) {

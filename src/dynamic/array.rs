@@ -26,6 +26,7 @@ pub use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
 use crate::array::DeviceCopyToken;
 use crate::array::{Element, Location, LockId, MemArray, Residency, Transfer};
+use crate::backend::order::{hold_in_order, OrderLock};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
@@ -196,6 +197,9 @@ pub trait DynArray: Send + Sync {
     ) -> Result<Option<DeviceCopyToken>>;
     /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_token`).
     fn device_copy_token(&self) -> Option<DeviceCopyToken>;
+    /// The lock of the array's replay link, if a graph replays its device
+    /// copy (see `MemArray::order_lock`).
+    fn order_lock(&self) -> Option<OrderLock>;
     /// Orders `s` after the array's pending work, before a replay on `s`.
     fn before_replay(&self, s: &AnyStream) -> Result<()>;
     /// After a replay on `s` of a graph that used (`writes`: wrote) `written`
@@ -316,6 +320,9 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
         let s = s.of(self.a.device())?;
         T::add_index(&mut self.a, s, lock)
+    }
+    fn order_lock(&self) -> Option<OrderLock> {
+        self.a.order_lock()
     }
     fn device_copy_token(&self) -> Option<DeviceCopyToken> {
         self.a.device_copy_token()
@@ -507,7 +514,9 @@ impl AnyArray {
         }
         match self {
             AnyArray::Owned(a) => {
-                // The capture state asked after the kernel is the one it saw (`gate.rs`).
+                // No replay runs in between (`order.rs`), and the capture
+                // state asked after the kernel is the one it saw (`gate.rs`).
+                let _order = hold_in_order(a.order_lock());
                 let _section = s.capture_section();
                 a.add_index(s, lock)?;
                 let captured = s.capture_status().is_ok_and(|c| c.is_capturing());
@@ -560,6 +569,35 @@ impl AnyArray {
                 // array (and so the memory) alive for the stream or graph.
                 enqueue(f.data()).map(|()| None)
             }
+        }
+    }
+
+    /// [`with_device_data`](Self::with_device_data) of a send and a
+    /// receive operand at once, for one collective: `enqueue` gets both
+    /// addresses. Graph replays of either array wait for both steps
+    /// (their orders are taken together, `src/backend/order.rs`).
+    pub fn with_device_data_pair(
+        send: &mut AnyArray,
+        recv: &mut AnyArray,
+        what: &'static str,
+        s: &AnyStream,
+        enqueue: &mut dyn FnMut(u64, u64) -> Result<()>,
+    ) -> Result<(Option<DeviceCopyToken>, Option<DeviceCopyToken>)> {
+        let _order = hold_in_order(send.order_lock().into_iter().chain(recv.order_lock()));
+        let mut recv_used = None;
+        let send_used = send.with_device_data(what, false, s, &mut |sp| {
+            recv_used = recv.with_device_data(what, true, s, &mut |rp| enqueue(sp, rp))?;
+            Ok(())
+        })?;
+        Ok((send_used, recv_used))
+    }
+
+    /// The lock of the array's replay link (`None` for an import, or an
+    /// array no graph replays).
+    fn order_lock(&self) -> Option<OrderLock> {
+        match self {
+            AnyArray::Owned(a) => a.order_lock(),
+            AnyArray::Imported(_) => None,
         }
     }
 

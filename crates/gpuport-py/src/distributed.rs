@@ -520,10 +520,7 @@ impl PyCommunicator {
                     Ok(())
                 }
                 (Some(a), Some(b)) => {
-                    send_used = a.with_device_data(name, false, &s, &mut |sp| {
-                        recv_used = b.with_device_data(name, true, &s, &mut |rp| run(sp, rp))?;
-                        Ok(())
-                    })?;
+                    (send_used, recv_used) = AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
                     Ok(())
                 }
             }

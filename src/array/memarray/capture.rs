@@ -120,7 +120,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// No longer needed: [`GraphExec::launch`](crate::GraphExec::launch)
     /// orders each replay after the arrays it captured by itself.
     pub fn before_replay(&self, stream: &Stream<D::B>) -> Result<()> {
-        let _section = capture_section::<D::B>(stream);
+        let _section = self.section(stream);
         self.refuse_replay_in_capture("before_replay", stream)?;
         self.order_after_pending(stream)
     }
@@ -161,7 +161,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn after_replay(&mut self, stream: &Stream<D::B>, written: &DeviceCopyToken, writes: bool) -> Result<()> {
-        let _section = capture_section::<D::B>(stream);
+        let _section = self.section(stream);
         self.sync_replays();
         let Some(copy) = &self.buffer else { return Ok(()) };
         if !written.names(copy) {

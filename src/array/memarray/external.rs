@@ -32,7 +32,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         lock: Option<LockId>,
         enqueue: impl FnOnce(u64) -> Result<R>,
     ) -> Result<(R, Option<DeviceCopyToken>)> {
-        let _section = crate::backend::graph::capture_section::<D::B>(stream); // as in `move_to`
+        let _section = self.section(stream); // as in `move_to`
         let captured = self.device.capture_status(stream)?.is_capturing();
         if captured {
             self.check_capturable(what, stream, lock, writes)?;

@@ -39,6 +39,7 @@ use std::sync::Arc;
 
 use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
 use crate::backend::graph::capture_section;
+use crate::backend::order::hold_in_order;
 use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, Stream};
 use crate::dlpack::export::Dims;
 use crate::dlpack::ffi::DLDevice;
@@ -347,6 +348,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// [`MemArray::synchronize`] does, without waiting), so that later
     /// calls neither ask the device again nor order streams after it.
     pub fn poll_transfer(&mut self) -> Result<bool> {
+        let _order = self.replay_order();
         self.sync_replays();
         let pending = self.is_transfer_pending()?;
         if !pending {
@@ -364,6 +366,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Waits for the last asynchronous copy.
     pub fn synchronize(&mut self) -> Result<()> {
+        let _order = self.replay_order();
         self.sync_replays();
         if let Some(ev) = &self.pending {
             self.device.synchronize_event(ev)?;
@@ -516,7 +519,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// With [`Transfer::Sync`] it waits for the copy's event, which the
     /// stream passes only after everything enqueued on it before.
     pub fn move_to(&mut self, to: Location, stream: &Stream<D::B>, mode: Transfer, lock: Option<LockId>) -> Result<()> {
-        let _section = capture_section::<D::B>(stream); // the capture check holds for the copy (`gate.rs`)
+        let _section = self.section(stream); // no replay, nor capture, begins in between (`replay.rs`, `gate.rs`)
         self.check_lock("move_to", lock)?;
         self.sync_replays();
         if self.residency.includes(to) {
@@ -652,6 +655,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// - every `index[i] < shape[i]`;
     /// - no asynchronous copy is pending (the write would race it).
     pub unsafe fn set_unchecked(&mut self, index: [usize; N], value: T) {
+        let _order = self.replay_order();
         self.sync_replays();
         let lin = self.linear_unchecked(index);
         // SAFETY: the caller guarantees bounds and no concurrent copy.
@@ -768,6 +772,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// device copy becomes the only current copy. Contract as for
     /// [`device_ptr`](Self::device_ptr).
     pub fn device_ptr_mut(&mut self, lock: Option<LockId>) -> Result<u64> {
+        let _order = self.replay_order();
         self.sync_replays();
         let p = self.device_ptr(lock)?;
         self.set_residency(Residency::Device);
@@ -810,6 +815,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// A deep copy. Current copies are copied where they are: a current
     /// device copy is copied on the device, not through the host.
     pub fn try_clone(&self, lock: Option<LockId>) -> Result<Self> {
+        // No replay writes the device copy while it is copied.
+        let _order = self.replay_order();
         self.check_lock("clone", lock)?;
         self.wait_pending()?;
         let residency = self.residency_now();
@@ -855,6 +862,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// The pieces of a DLPack export of the copy at `loc` (optionally a
     /// fresh copy of it), keeping the memory alive through an `Arc`.
     pub(crate) fn export_source(&self, loc: Location, copy: bool, lock: Option<LockId>) -> Result<ExportSource> {
+        // No replay writes the device copy while it is copied.
+        let _order = self.replay_order();
         self.check_lock("to_dlpack", lock)?;
         self.check_resident("to_dlpack", loc)?;
         // An export has no stream to order against: finish pending copies.
@@ -959,7 +968,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let _section = capture_section::<D::B>(stream); // as in `move_to`
+        let _section = self.section(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
         let shape = self.shape_i64();
         {
@@ -982,7 +991,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// Multiplies every element by `alpha`.
     pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let _section = capture_section::<D::B>(stream); // as in `move_to`
+        let _section = self.section(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
         match copy {
             // SAFETY: as in `add_index`.
@@ -1021,7 +1030,9 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
                 found: x.device.info().spec(),
             });
         }
-        let _section = capture_section::<D::B>(stream); // as in `move_to`
+        // As in `move_to`, for both arrays (`src/backend/order.rs`).
+        let _order = hold_in_order(self.order_lock().into_iter().chain(x.order_lock()));
+        let _section = capture_section::<D::B>(stream);
         if self.device.capture_status(stream)?.is_capturing() {
             // `x` is only read: captured as `self` is, but its residency stays.
             x.check_capturable("kernel", stream, None, false)?;

@@ -39,7 +39,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         if device.info().ordinal == self.device.info().ordinal {
             return Ok(());
         }
-        let _section = crate::backend::graph::capture_section::<D::B>(stream); // as in `move_to`
+        let _section = self.section(stream); // as in `move_to`
         if device.capture_status(stream)?.is_capturing() {
             return Err(not_capturable::<D::B>(
                 "move_to_device",

@@ -12,13 +12,19 @@
 //! after the old), and a replay that wrote makes the device copy the only
 //! current one. `&self` methods see the same through
 //! [`MemArray::residency_now`] and the waits below, without taking them.
+//!
+//! A launch and a method on two threads do not interleave: both hold the
+//! link's order lock (`src/backend/order.rs`) across their step, the
+//! method through [`MemArray::section`] or [`MemArray::replay_order`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{MemArray, Residency};
 use crate::array::Element;
-use crate::backend::graph::{fence_owner, ReplayFence};
+use crate::backend::gate::GateShared;
+use crate::backend::graph::{capture_section, fence_owner, ReplayFence};
+use crate::backend::order::{hold_in_order, order_lock, OrderLock, ReplayOrder};
 use crate::backend::{Backend, Device, Event, Stream};
 use crate::error::Result;
 
@@ -28,6 +34,9 @@ pub(super) struct ReplayLink<D: Device> {
     device: Arc<D>,
     /// Bumped by each replay, under `state`'s lock.
     replays: AtomicU64,
+    /// Held by each launch and each array method across its step.
+    order: OrderLock,
+    /// Taken briefly, inside `order` or by a drop (never across other locks).
     state: Mutex<LinkState<D::B>>,
 }
 
@@ -64,19 +73,29 @@ impl<D: Device> ReplayLink<D> {
 }
 
 impl<D: Device> ReplayFence<D::B> for ReplayLink<D> {
+    fn order(&self) -> OrderLock {
+        self.order.clone()
+    }
+
     fn around_launch(&self, stream: &Stream<D::B>, writes: bool, launch: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let mut st = self.state();
-        if st.detached {
-            return launch();
-        }
-        if let Some((ev, on)) = &st.latest {
+        // Under `order`: no array method publishes meanwhile. A drop may
+        // detach the link meanwhile; the replay no longer concerns it then.
+        let latest = {
+            let st = self.state();
+            if st.detached {
+                drop(st);
+                return launch();
+            }
+            st.latest.clone()
+        };
+        if let Some((ev, on)) = &latest {
             if !self.same_stream(on, stream) {
                 self.device.wait_event(stream, ev)?;
             }
         }
         let end = self.device.create_marker_event()?;
         launch()?;
-        st.latest = match self.device.record_event(&end, stream) {
+        let end = match self.device.record_event(&end, stream) {
             Ok(()) => Some((Arc::new(end), stream.clone())),
             Err(_) => {
                 // Nothing would order the array after the replay: wait for it here.
@@ -84,13 +103,44 @@ impl<D: Device> ReplayFence<D::B> for ReplayLink<D> {
                 None
             }
         };
-        st.written |= writes;
-        self.replays.fetch_add(1, Ordering::Release);
+        let mut st = self.state();
+        if !st.detached {
+            st.latest = end;
+            st.written |= writes;
+            self.replays.fetch_add(1, Ordering::Release);
+        }
         Ok(())
     }
 }
 
+/// The sections array methods run in: the array's replay order, then the
+/// capture gate of their stream (`src/backend/order.rs`, `gate.rs`).
+pub(crate) struct Section<'s> {
+    // Dropped in this order: the gate, then the order.
+    _gate: GateShared<'s>,
+    _order: ReplayOrder,
+}
+
 impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
+    /// The order lock of the array's replay link (`None`: no graph replays its device copy).
+    pub(crate) fn order_lock(&self) -> Option<OrderLock> {
+        self.replay.as_ref().map(|l| l.link.order.clone())
+    }
+
+    /// Holds the array's replay order, for a step without a stream: no
+    /// replay launches until it is dropped (`src/backend/order.rs`).
+    pub(crate) fn replay_order(&self) -> ReplayOrder {
+        hold_in_order(self.order_lock())
+    }
+
+    /// Holds the array's replay order, then the capture gate of `stream`:
+    /// the section of a method that enqueues on `stream`. For several
+    /// arrays, take [`hold_in_order`] of all first.
+    pub(crate) fn section<'s>(&self, stream: &'s Stream<D::B>) -> Section<'s> {
+        let _order = self.replay_order();
+        Section { _gate: capture_section::<D::B>(stream), _order }
+    }
+
     /// Shares a link with the graph capturing on `stream`, so that its
     /// replays are ordered with the array's work on the device copy
     /// (`writes`: the captured work writes it). No-op without a device copy.
@@ -103,7 +153,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             None => {
                 let latest = self.pending.clone().zip(self.pending_stream.clone());
                 let state = Mutex::new(LinkState { latest, written: false, detached: false });
-                let link = Arc::new(ReplayLink { device: self.device.clone(), replays: AtomicU64::new(0), state });
+                let link = Arc::new(ReplayLink {
+                    device: self.device.clone(),
+                    replays: AtomicU64::new(0),
+                    order: order_lock(),
+                    state,
+                });
                 self.replay = Some(ArrayLink { link: link.clone(), seen: 0 });
                 link
             }

@@ -11,7 +11,6 @@
 
 use super::{Location, LockId, MemArray, Residency, Transfer};
 use crate::array::Element;
-use crate::backend::graph::capture_section;
 use crate::backend::{Backend, Device, Stream};
 use crate::error::{BackendKind, Result};
 use crate::memory::StreamUse;
@@ -121,7 +120,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         // No capture begins between the check below and the pending event
         // recorded after the pieces (`gate.rs`): every piece runs, and the
         // event waits for them.
-        let _section = capture_section::<D::B>(stream);
+        let _section = self.section(stream);
         self.check_lock("upload_from_slice", lock)?;
         self.check_len("upload_from_slice", src.len())?;
         // The host backend's copies run on its stream's thread, after the
