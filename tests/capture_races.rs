@@ -232,6 +232,23 @@ fn replays_are_ordered_with_the_arrays_they_captured_by_default<D: Device>(dev: 
     exec.wait();
 }
 
+/// `order_stream` orders a consumer stream after a replay the array has
+/// not taken yet, where `pending_event` alone would not.
+fn order_stream_waits_for_replays_not_taken_yet<D: Device>(dev: &Arc<D>) {
+    let _serial = shared();
+    let (s1, s2, s3) = (dev.create_stream().unwrap(), dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    let mut a = MemArray::<f32, 1, D>::zeros(dev, [1024]).unwrap();
+    a.move_to(Location::Device, &s1, Transfer::Sync, None).unwrap();
+    let capture = dev.begin_capture(&s1, CaptureMode::ThreadLocal).unwrap();
+    sleep_on(dev.as_ref(), capture.stream(), 200);
+    a.add_index(capture.stream(), None).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&s2).unwrap();
+    a.order_stream(&s3).unwrap();
+    dev.synchronize(&s3).unwrap();
+    assert!(!a.is_transfer_pending().unwrap(), "the consumer stream did not wait for the replay");
+}
+
 /// Replays launched on one thread while another runs methods of the array
 /// they captured: each replay and each method run one after the other on
 /// the device copy, whatever the interleaving of the two threads.
@@ -340,6 +357,7 @@ mod cases {
         launches_of_one_executable_on_two_streams_do_not_overlap,
         replays_are_ordered_with_the_arrays_they_captured_by_default,
         replays_on_another_thread_are_ordered_with_the_array_methods,
+        order_stream_waits_for_replays_not_taken_yet,
         after_replay_on_another_stream_orders_after_the_old_pending_work,
         raw_allocations_freed_in_a_global_capture_are_freed_when_it_ends,
     );

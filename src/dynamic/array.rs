@@ -301,10 +301,7 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
         self.a.with_device_data(what, writes, &st, None, enqueue).map(|((), captured)| captured)
     }
     fn order_on(&self, consumer: &AnyStream) -> Result<()> {
-        match self.a.pending_event() {
-            Some(ev) => self.a.device().wait_event(self.stream(consumer)?, ev),
-            None => Ok(()),
-        }
+        self.a.order_stream(self.stream(consumer)?)
     }
     fn try_clone(&self, lock: Option<LockId>) -> Result<Box<dyn DynArray>> {
         Ok(Box::new(Typed { a: self.a.try_clone(lock)?, dtype: self.dtype }))

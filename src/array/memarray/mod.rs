@@ -360,6 +360,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// The event recorded after the last asynchronous copy, for ordering
     /// work on another stream after it (`Device::wait_event`). It is a
     /// marker event (`Device::create_marker_event`): not for timing.
+    /// A graph replay of the array that no `&mut` method has taken yet is
+    /// not in it: [`order_stream`](Self::order_stream) covers both.
     pub fn pending_event(&self) -> Option<&Event<D::B>> {
         self.pending.as_deref()
     }
@@ -373,6 +375,24 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         }
         self.pending = None;
         Ok(())
+    }
+
+    /// Makes later work on `stream` wait (on the device, without a host
+    /// wait) for the array's pending copy or kernel and for the graph
+    /// replays of it launched so far: for work that uses the array's memory
+    /// on another stream (an export's consumer).
+    ///
+    /// ```
+    /// use gpuport::{Device, array::MemArray};
+    /// let dev = gpuport::HostDevice::open(0)?;
+    /// let (s1, s2) = (dev.create_stream()?, dev.create_stream()?);
+    /// let mut a = MemArray::<f32, 1, _>::zeros(&dev, [4])?;
+    /// a.add_index(&s1, None)?;
+    /// a.order_stream(&s2)?; // work on s2 now runs after the kernel
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn order_stream(&self, stream: &Stream<D::B>) -> Result<()> {
+        self.order_after_pending(stream)
     }
 
     /// Makes later work on `stream` wait (on the device, without a host wait)
