@@ -178,6 +178,33 @@ fn a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated<D: Me
     d.synchronize(&s).unwrap();
 }
 
+/// Inside `without_waiting`, an allocation that would wait (for device
+/// work after an out-of-memory, or on a capturing stream) is refused with
+/// nothing changed, and the same call outside does what it always did.
+fn allocations_without_waiting_are_refused_where_they_would_wait<D: MemoryDevice>(d: &Arc<D>) {
+    use gpuport::memory::{without_waiting, would_wait};
+    const MIB: usize = 1 << 20;
+    let (pool, alloc) = pool(d, Some(8 * MIB));
+    let s = d.create_stream().unwrap();
+    let one = without_waiting(|| alloc.alloc(MIB, &s)).expect("a pool with room serves without waiting");
+    let big = alloc.alloc(6 * MIB, &s).unwrap();
+    let before = pool.report().counters;
+    let e = without_waiting(|| alloc.alloc(4 * MIB, &s)).expect_err("past the limit");
+    assert!(would_wait(&e), "the out-of-memory retry waits for the device: {e}");
+    let after = pool.report().counters;
+    assert_eq!((after.oom_retries, after.oom_failures), (before.oom_retries, before.oom_failures), "nothing changed");
+    assert!(matches!(alloc.alloc(4 * MIB, &s), Err(Error::OutOfMemory { .. })), "outside: the usual error");
+    drop((one, big));
+    let alloc = Allocator::from_arc(Arc::new(CachingPool::<D::B>::new(d.clone(), PoolConfig::default())));
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let e = without_waiting(|| alloc.alloc(MIB, capture.stream())).expect_err("a capturing stream");
+    assert!(would_wait(&e), "{e}");
+    let in_capture = alloc.alloc(MIB, capture.stream()).expect("outside: the capture's graph pool");
+    drop(in_capture);
+    drop(capture.end().unwrap());
+    d.synchronize(&s).unwrap();
+}
+
 mod per_backend {
     crate::arc_backend_tests!(
         a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives,
@@ -185,6 +212,7 @@ mod per_backend {
         out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on,
         two_captures_get_two_graph_pools,
         a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated,
+        allocations_without_waiting_are_refused_where_they_would_wait,
     );
 }
 

@@ -259,6 +259,11 @@ pub(crate) fn release_later(owner: Owner) {
     RELEASED_COUNT.store(released.len(), Ordering::Release);
 }
 
+/// Whether [`drop_released`] has owners to drop.
+pub(crate) fn released_pending() -> bool {
+    RELEASED_COUNT.load(Ordering::Acquire) != 0
+}
+
 /// Drops the owners [`release_later`] kept (one atomic load when there are none).
 #[inline]
 pub(crate) fn drop_released() {

@@ -17,9 +17,11 @@
 //! ```
 
 use std::any::Any as StdAny;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::any::{on_backend, Any, DynDevice, PerBackend};
@@ -40,6 +42,8 @@ use crate::with_device;
 pub struct ObservedResource<B: Backend> {
     stats: Arc<StatisticsResource<B>>,
     log: RwLock<Option<(Arc<LoggingResource<B>>, PathBuf)>>,
+    /// Whether `log` is set: allocations skip its lock while it is not.
+    logging: AtomicBool,
 }
 
 impl<B: Backend> fmt::Debug for ObservedResource<B> {
@@ -50,7 +54,11 @@ impl<B: Backend> fmt::Debug for ObservedResource<B> {
 
 impl<B: Backend> ObservedResource<B> {
     fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
-        ObservedResource { stats: Arc::new(StatisticsResource::new(inner)), log: RwLock::new(None) }
+        ObservedResource {
+            stats: Arc::new(StatisticsResource::new(inner)),
+            log: RwLock::new(None),
+            logging: AtomicBool::new(false),
+        }
     }
 
     /// Where allocations and frees go now: the log while enabled, else the statistics.
@@ -64,7 +72,11 @@ impl<B: Backend> ObservedResource<B> {
     /// Starts the CSV log at `path` (truncated).
     pub fn enable_log(&self, path: PathBuf, with_memory_info: bool) -> Result<()> {
         let log = LoggingResource::to_file(self.stats.clone(), &path, with_memory_info)?;
-        let old = self.log.write().unwrap_or_else(|p| p.into_inner()).replace((Arc::new(log), path));
+        let old = {
+            let mut slot = self.log.write().unwrap_or_else(|p| p.into_inner());
+            self.logging.store(true, Ordering::Release);
+            slot.replace((Arc::new(log), path))
+        };
         if let Some((old, _)) = old {
             old.flush()?;
         }
@@ -73,7 +85,11 @@ impl<B: Backend> ObservedResource<B> {
 
     /// Stops the CSV log, flushing it.
     pub fn disable_log(&self) -> Result<()> {
-        let old = self.log.write().unwrap_or_else(|p| p.into_inner()).take();
+        let old = {
+            let mut slot = self.log.write().unwrap_or_else(|p| p.into_inner());
+            self.logging.store(false, Ordering::Release);
+            slot.take()
+        };
         match old {
             Some((old, _)) => old.flush(),
             None => Ok(()),
@@ -103,9 +119,15 @@ unsafe impl<B: Backend> MemoryResource<B> for ObservedResource<B> {
         "gpuport-observed"
     }
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
+        if !self.logging.load(Ordering::Acquire) {
+            return self.stats.allocate(bytes, stream);
+        }
         self.front().allocate(bytes, stream)
     }
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        if !self.logging.load(Ordering::Acquire) {
+            return self.stats.deallocate(block, stream, after);
+        }
         self.front().deallocate(block, stream, after)
     }
     fn memory_info(&self) -> Result<MemoryInfo> {
@@ -152,17 +174,38 @@ impl<B: Backend> Clone for Resources<B> {
 /// The device's resources, installing the observed resource as its current
 /// resource on first use. If Rust code already took the device's current
 /// resource, that resource is observed instead.
-pub fn resources<D: Device>(device: &Arc<D>) -> Result<Resources<D::B>> {
+pub fn resources<D: Device>(device: &Arc<D>) -> Result<Arc<Resources<D::B>>> {
     resources_of::<D::B>(device)
 }
 
-fn resources_of<B: Backend>(device: &Arc<B::Device>) -> Result<Resources<B>> {
-    type Entries = Mutex<HashMap<(BackendKind, usize), Box<dyn StdAny + Send + Sync>>>;
-    static ENTRIES: OnceLock<Entries> = OnceLock::new();
+type ResourcesKey = (BackendKind, usize);
+
+thread_local! {
+    /// The devices' resources this thread has looked up (a few entries):
+    /// allocations from Python skip the process-wide map's lock and hash.
+    static SEEN: RefCell<Vec<(ResourcesKey, Arc<dyn StdAny + Send + Sync>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn resources_of<B: Backend>(device: &Arc<B::Device>) -> Result<Arc<Resources<B>>> {
     let key = (B::KIND, device.info().ordinal);
+    let seen = SEEN.try_with(|seen| {
+        let seen = seen.borrow();
+        seen.iter().find(|(k, _)| *k == key).and_then(|(_, e)| e.clone().downcast::<Resources<B>>().ok())
+    });
+    if let Ok(Some(e)) = seen {
+        return Ok(e);
+    }
+    let e = resources_in_map::<B>(device, key)?;
+    let _ = SEEN.try_with(|seen| seen.borrow_mut().push((key, e.clone())));
+    Ok(e)
+}
+
+fn resources_in_map<B: Backend>(device: &Arc<B::Device>, key: ResourcesKey) -> Result<Arc<Resources<B>>> {
+    type Entries = Mutex<HashMap<ResourcesKey, Arc<dyn StdAny + Send + Sync>>>;
+    static ENTRIES: OnceLock<Entries> = OnceLock::new();
     let mut map = ENTRIES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = map.get(&key).and_then(|e| e.downcast_ref::<Resources<B>>()) {
-        return Ok(e.clone());
+    if let Some(e) = map.get(&key).and_then(|e| e.clone().downcast::<Resources<B>>().ok()) {
+        return Ok(e);
     }
     let pool: Arc<dyn MemoryResource<B>> = Arc::new(CachingPool::new(device.clone(), PoolConfig::default()));
     let resource = Arc::new(ObservedResource::new(pool));
@@ -181,8 +224,8 @@ fn resources_of<B: Backend>(device: &Arc<B::Device>) -> Result<Resources<B>> {
             resource
         }
     };
-    let e = Resources { allocator, resource };
-    map.insert(key, Box::new(e.clone()));
+    let e = Arc::new(Resources { allocator, resource });
+    map.insert(key, e.clone());
     Ok(e)
 }
 
@@ -269,6 +312,17 @@ fn ipc_handle_of<B: Backend>(a: &DeviceAllocation<B>) -> Result<IpcHandle> {
 /// resource, in the order of `stream` (a stream of `dev`).
 pub fn alloc(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
     with_device!(dev, d => alloc_on(d, size.max(1), stream))
+}
+
+/// [`alloc`], unless it would wait for another thread (see
+/// [`without_waiting`](crate::memory::without_waiting)): `None` then, with
+/// nothing changed. For callers that hold a lock another thread may need
+/// (Python's GIL) and release it only for the `alloc` that may wait.
+pub fn alloc_without_waiting(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Option<Result<AnyAllocation>> {
+    match crate::memory::without_waiting(|| alloc(dev, size, stream)) {
+        Err(e) if crate::memory::would_wait(&e) => None,
+        done => Some(done),
+    }
 }
 
 fn alloc_on<D: DynDevice>(d: &Arc<D>, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {

@@ -58,6 +58,13 @@ pub enum MemoryError {
         /// What was wrong.
         reason: String,
     },
+    /// Inside [`without_waiting`](super::without_waiting): the allocation
+    /// would have waited for another thread, and nothing changed.
+    #[error("memory resource {resource:?} would have waited for another thread (inside `without_waiting`)")]
+    WouldWait {
+        /// The resource's name.
+        resource: &'static str,
+    },
 }
 
 /// A piece of device memory as a resource hands it out and takes it back.

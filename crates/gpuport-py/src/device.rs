@@ -39,7 +39,9 @@ pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResul
     Ok(dev)
 }
 
-fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+/// [`resolve_device`] without installing the memory resource, for calls
+/// that allocate at once (which installs it).
+pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
     match obj {
         None => default_device(py),
         Some(o) if o.is_none() => default_device(py),

@@ -21,7 +21,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::device::{resolve_device, spec, PyStream};
+use crate::device::{open_device, resolve_device, spec, PyStream};
 use crate::errors::IntoPyResult;
 
 // ---- Python -----------------------------------------------------------------------
@@ -41,7 +41,7 @@ pub struct PyAllocation {
     inner: Mutex<Option<AnyAllocation>>,
     ptr: u64,
     size: usize,
-    device: String,
+    device: AnyDevice,
 }
 
 #[pymethods]
@@ -59,7 +59,7 @@ impl PyAllocation {
     /// The device spec (`"cuda:0"`, `"host"`).
     #[getter]
     fn device(&self) -> String {
-        self.device.clone()
+        spec(&self.device)
     }
     /// Whether `free()` was called.
     #[getter]
@@ -105,7 +105,7 @@ impl PyAllocation {
         self.ptr
     }
     fn __repr__(&self) -> String {
-        format!("Allocation({:#x}, {} bytes, {})", self.ptr, self.size, self.device)
+        format!("Allocation({:#x}, {} bytes, {})", self.ptr, self.size, spec(&self.device))
     }
 }
 
@@ -120,7 +120,18 @@ fn stream_arg(py: Python<'_>, dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>
     crate::device::stream_from_handle(py, dev, h)
 }
 
-/// Allocates `size` bytes from the device's current resource.
+/// Allocates ``size`` bytes on the device's current resource
+/// (``gpuport.memory.alloc``).
+///
+/// Returns an :class:`Allocation`: ``.ptr`` is the device address; the
+/// memory goes back to the pool (in ``stream``'s order) on ``.free()`` or
+/// when the object is collected.
+///
+///     >>> import gpuport.memory as gm
+///     >>> a = gm.alloc(1024, device="host")
+///     >>> a.size, a.device
+///     (1024, 'host')
+///     >>> a.free()
 #[pyfunction]
 #[pyo3(name = "mem_alloc", signature = (size, stream=None, device=None))]
 pub fn mem_alloc(
@@ -129,10 +140,15 @@ pub fn mem_alloc(
     stream: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyAllocation> {
-    let dev = resolve_device(py, device)?;
+    let dev = open_device(py, device)?; // the allocation installs the resource
     let s = stream_arg(py, &dev, stream)?;
-    let a = py.detach(|| core_memory::alloc(&dev, size, &s)).py_err(py)?;
-    Ok(PyAllocation { ptr: a.ptr(), size, device: spec(&dev), inner: Mutex::new(Some(a)) })
+    let a = match core_memory::alloc_without_waiting(&dev, size, &s) {
+        Some(done) => done,
+        // It would wait for another thread, which may need the GIL.
+        None => py.detach(|| core_memory::alloc(&dev, size, &s)),
+    }
+    .py_err(py)?;
+    Ok(PyAllocation { ptr: a.ptr(), size, device: dev, inner: Mutex::new(Some(a)) })
 }
 
 /// The statistics of the device's current resource.

@@ -85,6 +85,7 @@ use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
+use super::no_wait::{self, waiting_refused};
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
@@ -270,6 +271,15 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 
     /// Does the frees held back on streams that no longer capture.
     #[inline]
+    /// Whether frees held back or graph pools to reclaim wait for the
+    /// next allocation (which takes locks for them).
+    fn upkeep_due(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.held_back_count.load(Ordering::Acquire) != 0
+            || self.graphs_gone.load(Ordering::Acquire) != 0
+            || crate::backend::graph::released_pending()
+    }
+
     fn free_held_back(&self) {
         if self.held_back_count.load(std::sync::atomic::Ordering::Acquire) != 0 {
             self.free_held_back_now();
@@ -430,6 +440,8 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         // 4. New memory; on out-of-memory release everything free and retry once.
         let node = match self.grow(st, size, small) {
             Ok(n) => n,
+            // The retry waits for device work: not inside `without_waiting`.
+            Err(Error::OutOfMemory { .. }) if waiting_refused() => return Err(no_wait::refused(self.name())),
             Err(Error::OutOfMemory { .. }) => {
                 st.counters.oom_retries += 1;
                 st.fence_all(device);
@@ -610,11 +622,20 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn allocate(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
         check_alloc_size(bytes)?;
+        let no_wait = waiting_refused();
+        if no_wait && self.upkeep_due() {
+            return Err(no_wait::refused(self.name()));
+        }
         self.reclaim_graph_pools();
         // No gpuport capture begins or ends on the stream from the capture
         // check to the hand-out (a capture's first allocation gives its graph
         // the pool's hold). The gate comes before the pool's lock, always.
-        let _section = crate::backend::graph::capture_section::<B>(stream);
+        let _section = match no_wait {
+            false => crate::backend::graph::capture_section::<B>(stream),
+            true => {
+                crate::backend::graph::try_capture_section::<B>(stream).ok_or_else(|| no_wait::refused(self.name()))?
+            }
+        };
         let capture = match self.dev().capture_id(stream) {
             Ok(capture) => capture,
             Err(e) if capturing::<B>(self.dev(), stream) => {
@@ -641,7 +662,16 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         // and the unlock's atomic swap commits those stores. The caller copies
         // the block with wider loads than they are; from stores still in
         // flight, that stalls (store forwarding fails), ~5 ns an allocation.
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = match no_wait {
+            false => self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            // A capture's allocation takes the graph-pool path: not here.
+            true if capture.is_some() => return Err(no_wait::refused(self.name())),
+            true => match self.state.try_lock() {
+                Ok(st) => st,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Err(no_wait::refused(self.name())),
+            },
+        };
         if !st.graph_pools.is_empty() {
             st.note_capture_of(self.dev().stream_id(stream).unwrap_or(0), capture);
         }
@@ -664,6 +694,9 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
             Err(e) => {
                 // The observers may ask the pool for its report: unlocked first.
                 Self::unlock_then_release(st);
+                if no_wait::would_wait(&e) {
+                    return Err(e);
+                }
                 return Err(self.out_of_memory_observed(e, bytes, capture.is_some()));
             }
         };

@@ -47,20 +47,9 @@ __all__ = [
 ]
 
 
-def alloc(size: int, stream: Any = None, device: Any = None) -> Allocation:
-    """Allocates ``size`` bytes on the device's current resource.
-
-    Returns an :class:`Allocation`: ``.ptr`` is the device address; the
-    memory goes back to the pool (in ``stream``'s order) on ``.free()`` or
-    when the object is collected.
-
-        >>> import gpuport.memory as gm
-        >>> a = gm.alloc(1024, device="host")
-        >>> a.size, a.device
-        (1024, 'host')
-        >>> a.free()
-    """
-    return _core.mem_alloc(size, stream, device)
+# The extension's function itself, with no Python frame on the hot path
+# (its docstring is the one below): ``alloc(size, stream=None, device=None)``.
+alloc: Callable[..., Allocation] = _core.mem_alloc
 
 
 def free(allocation: Allocation) -> None:
