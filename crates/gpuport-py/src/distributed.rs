@@ -520,7 +520,8 @@ impl PyCommunicator {
                     Ok(())
                 }
                 (Some(a), Some(b)) => {
-                    (send_used, recv_used) = AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
+                    (send_used, recv_used) =
+                        AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
                     Ok(())
                 }
             }
