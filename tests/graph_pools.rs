@@ -180,28 +180,39 @@ fn a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated<D: Me
 
 /// Inside `without_waiting`, an allocation that would wait (for device
 /// work after an out-of-memory, or on a capturing stream) is refused with
-/// nothing changed, and the same call outside does what it always did.
+/// nothing changed, and the same call outside does what it always did; a
+/// free that would is handed back, and made by `RefusedFrees::finish`.
 fn allocations_without_waiting_are_refused_where_they_would_wait<D: MemoryDevice>(d: &Arc<D>) {
     use gpuport::memory::{without_waiting, would_wait};
     const MIB: usize = 1 << 20;
     let (pool, alloc) = pool(d, Some(8 * MIB));
     let s = d.create_stream().unwrap();
-    let one = without_waiting(|| alloc.alloc(MIB, &s)).expect("a pool with room serves without waiting");
+    let one = without_waiting(|| alloc.alloc(MIB, &s)).0.expect("a pool with room serves without waiting");
     let big = alloc.alloc(6 * MIB, &s).unwrap();
     let before = pool.report().counters;
-    let e = without_waiting(|| alloc.alloc(4 * MIB, &s)).expect_err("past the limit");
+    let e = without_waiting(|| alloc.alloc(4 * MIB, &s)).0.expect_err("past the limit");
     assert!(would_wait(&e), "the out-of-memory retry waits for the device: {e}");
     let after = pool.report().counters;
     assert_eq!((after.oom_retries, after.oom_failures), (before.oom_retries, before.oom_failures), "nothing changed");
     assert!(matches!(alloc.alloc(4 * MIB, &s), Err(Error::OutOfMemory { .. })), "outside: the usual error");
     drop((one, big));
-    let alloc = Allocator::from_arc(Arc::new(CachingPool::<D::B>::new(d.clone(), PoolConfig::default())));
+    let pool = Arc::new(CachingPool::<D::B>::new(d.clone(), PoolConfig::default()));
+    let alloc = Allocator::from_arc(pool.clone());
     let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
-    let e = without_waiting(|| alloc.alloc(MIB, capture.stream())).expect_err("a capturing stream");
+    let e = without_waiting(|| alloc.alloc(MIB, capture.stream())).0.expect_err("a capturing stream");
     assert!(would_wait(&e), "{e}");
     let in_capture = alloc.alloc(MIB, capture.stream()).expect("outside: the capture's graph pool");
-    drop(in_capture);
+    // A free on a capturing stream follows the capture's rules: refused, made by `finish`.
+    let ((), frees) = without_waiting(|| drop(in_capture));
+    assert!(!frees.is_empty(), "a free on a capturing stream was made without waiting");
+    let in_use = pool.report().in_use;
+    frees.finish();
+    assert!(pool.report().in_use < in_use, "the refused free was not made by finish");
     drop(capture.end().unwrap());
+    // A plain free is made at once.
+    let plain = alloc.alloc(MIB, &s).unwrap();
+    let ((), frees) = without_waiting(|| drop(plain));
+    assert!(frees.is_empty(), "{frees:?}");
     d.synchronize(&s).unwrap();
 }
 

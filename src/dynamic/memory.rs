@@ -32,7 +32,8 @@ use crate::error::{BackendKind, Result};
 use crate::memory::pool::PoolReport;
 use crate::memory::{
     current_resource, set_current_resource, Allocator, Block, CachingPool, DeferCleanup, DeviceAllocation, IpcHandle,
-    LoggingResource, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, Statistics, StatisticsResource,
+    LoggingResource, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, RefusedFrees, Statistics,
+    StatisticsResource,
 };
 use crate::with_device;
 
@@ -127,6 +128,10 @@ unsafe impl<B: Backend> MemoryResource<B> for ObservedResource<B> {
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
         if !self.logging.load(Ordering::Acquire) {
             return self.stats.deallocate(block, stream, after);
+        }
+        if crate::memory::no_wait::waiting_refused() {
+            // The log writes a line per free: made later, outside.
+            return Err(crate::memory::no_wait::bounce(self.name(), block, stream, after));
         }
         self.front().deallocate(block, stream, after)
     }
@@ -319,10 +324,19 @@ pub fn alloc(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Result<AnyAllo
 /// nothing changed. For callers that hold a lock another thread may need
 /// (Python's GIL) and release it only for the `alloc` that may wait.
 pub fn alloc_without_waiting(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Option<Result<AnyAllocation>> {
-    match crate::memory::without_waiting(|| alloc(dev, size, stream)) {
+    // A free refused inside (a block the pool's contract check sent back) is made on return.
+    match crate::memory::without_waiting(|| alloc(dev, size, stream)).0 {
         Err(e) if crate::memory::would_wait(&e) => None,
         done => Some(done),
     }
+}
+
+/// Drops `a` (its memory goes back to its resource), unless that would
+/// wait for another thread: then returns the free to make later, where
+/// waiting is allowed (see [`without_waiting`](crate::memory::without_waiting)).
+pub fn free_without_waiting(a: AnyAllocation) -> Option<RefusedFrees> {
+    let ((), frees) = crate::memory::without_waiting(|| drop(a));
+    (!frees.is_empty()).then_some(frees)
 }
 
 fn alloc_on<D: DynDevice>(d: &Arc<D>, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {

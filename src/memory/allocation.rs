@@ -46,7 +46,7 @@ impl<B: Backend> AllocatorInner<B> {
     /// Gives `block` back to the resource, or holds it back while a
     /// [`DeferCleanup`] lives.
     #[inline]
-    fn release(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+    fn release(self: &Arc<Self>, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         if self.defer_depth.load(Ordering::Acquire) > 0 {
             self.defer(block, stream, after);
         } else {
@@ -59,7 +59,7 @@ impl<B: Backend> AllocatorInner<B> {
     /// overlapping moves), and reading such a copy back stalls store forwarding.
     #[cold]
     #[inline(never)]
-    fn defer(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+    fn defer(self: &Arc<Self>, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         let mut deferred = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
         // Checked again under the lock: the last guard decrements before
         // it drains, so nothing pushed here is left behind.
@@ -75,15 +75,26 @@ impl<B: Backend> AllocatorInner<B> {
     /// not know its own block: a broken resource) is recorded and reported
     /// on stderr, and the memory is leaked: the block was dropped unfreed.
     #[inline]
-    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
+    fn deallocate(self: &Arc<Self>, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) {
         if let Err(e) = self.resource.deallocate(block, stream, after) {
-            self.refused_free(&e);
+            self.refused_free(e);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn refused_free(&self, e: &Error) {
+    fn refused_free(self: &Arc<Self>, e: Error) {
+        // Inside `without_waiting`: made later, by its caller.
+        if let Some((block, stream, after)) = super::no_wait::take_bounced::<B>().filter(|_| super::would_wait(&e)) {
+            let inner = self.clone();
+            return super::no_wait::refuse_free(Box::new(move || inner.deallocate(block, &stream, after)));
+        }
+        self.broken_free(&e);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn broken_free(&self, e: &Error) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let message = e.to_string();
         let _ = writeln!(std::io::stderr(), "gpuport: a free was refused, its memory is leaked: {message}");

@@ -75,7 +75,7 @@ impl PyAllocation {
     ///     True
     fn free(&self, py: Python<'_>) {
         let a = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(a));
+        free(py, a);
     }
     /// `(handle, offset)`: the 64-byte driver IPC handle of the allocation's
     /// base and the allocation's offset from that base; another process
@@ -106,6 +106,23 @@ impl PyAllocation {
     }
     fn __repr__(&self) -> String {
         format!("Allocation({:#x}, {} bytes, {})", self.ptr, self.size, spec(&self.device))
+    }
+}
+
+/// Gives `a` back to its resource, releasing the GIL only for a free that
+/// may wait for another thread (`gpuport::memory::without_waiting`).
+fn free(py: Python<'_>, a: Option<AnyAllocation>) {
+    if let Some(frees) = a.and_then(core_memory::free_without_waiting) {
+        py.detach(|| frees.finish());
+    }
+}
+
+impl Drop for PyAllocation {
+    fn drop(&mut self) {
+        let a = self.inner.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if a.is_some() {
+            Python::attach(|py| free(py, a));
+        }
     }
 }
 

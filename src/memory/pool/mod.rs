@@ -271,6 +271,38 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 
     /// Does the frees held back on streams that no longer capture.
     #[inline]
+    /// `deallocate` inside [`without_waiting`](super::without_waiting): the
+    /// block is sent back ([`no_wait::bounce`]) if the free would wait for
+    /// another thread (the gate, the lock, the pool's upkeep), for the
+    /// device (a borrowed stream, segments to release) or would need a
+    /// capture's rules; otherwise the free `deallocate` would make.
+    fn deallocate_without_waiting(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+        let device = self.dev();
+        let simple = !self.upkeep_due()
+            && !device.stream_is_borrowed(stream)
+            && block.check_owner(self.id, self.name()).is_ok()
+            && matches!(device.capture_id(stream), Ok(None));
+        let section = simple.then(|| crate::backend::graph::try_capture_section::<B>(stream)).flatten();
+        let st = section.as_ref().and_then(|_| match self.state.try_lock() {
+            Ok(st) => Some(st),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        });
+        // Past the threshold a free gives segments back to the driver, which may wait.
+        let Some(mut st) = st.filter(|st| st.reserved <= self.config.release_threshold) else {
+            return Err(no_wait::bounce(self.name(), block, stream, after));
+        };
+        let freed = self.free_locked(&mut st, &block, stream, None, &mut after);
+        if !st.released.is_empty() {
+            Self::unlock_then_release(st);
+        }
+        // The owner was checked: a refusal here is a block freed twice or forged.
+        match freed {
+            true => Ok(()),
+            false => Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)")),
+        }
+    }
+
     /// Whether frees held back or graph pools to reclaim wait for the
     /// next allocation (which takes locks for them).
     fn upkeep_due(&self) -> bool {
@@ -711,6 +743,9 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     }
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+        if waiting_refused() {
+            return self.deallocate_without_waiting(block, stream, after);
+        }
         let device = self.dev();
         self.reclaim_graph_pools();
         // The capture check and the free's record on the stream are one
