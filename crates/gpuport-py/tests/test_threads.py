@@ -285,3 +285,43 @@ def test_exports_to_a_gpu_consumer_while_other_threads_move_the_array(gpu_device
     errors = _run_threads(work)
     assert not errors, errors[:3]
     assert not wrong, wrong[:3]
+
+
+def test_allocations_and_frees_while_another_thread_captures_their_stream(device):
+    """``gpuport.memory.alloc`` and ``free`` keep the GIL only where they
+    cannot wait (``src/memory/no_wait.rs``): on a stream another thread
+    keeps beginning and ending captures on, every call returns, none
+    deadlocks, and every byte goes back once the graphs are gone."""
+    s = gpuport.Stream(device)
+    before = gm.stats(device)["current_bytes"]
+    stop = threading.Event()
+
+    def capture_loop():
+        while not stop.is_set():
+            with s.capture(mode="thread_local"):
+                time.sleep(0.0005)
+
+    def allocate(i):
+        end = time.monotonic() + 1.0
+        kept = []
+        while time.monotonic() < end:
+            a = gm.alloc(4096 * (1 + i % 3), s, device)
+            if random.random() < 0.5:
+                a.free()
+            else:
+                kept.append(a)  # collected below, in another order
+            if len(kept) > 16:
+                del kept[:8]
+
+    capturer = threading.Thread(target=capture_loop)
+    capturer.start()
+    try:
+        errors = _run_threads(allocate, n=6)
+    finally:
+        stop.set()
+        capturer.join(30)
+    assert not capturer.is_alive(), "the capturing thread is stuck"
+    assert not errors, [repr(e) for e in errors[:3]]
+    collect()
+    s.synchronize()
+    assert gm.stats(device)["current_bytes"] == before
