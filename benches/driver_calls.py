@@ -18,6 +18,13 @@ Operations:
   ``asarray``, torch's tensor), the capsule dropped.
 - ``import_peer``: ``gpuport.from_dlpack`` of a torch tensor, and
   ``torch.from_dlpack`` of a gpuport array.
+- ``kernel_1MiB``: one elementwise kernel on a 1 MiB device array on a
+  stream: gpuport ``MemArray.add_index(stream=s)``, torch ``t.add_(1)``.
+- ``new_from_host_1MiB``: a new device array from a 1 MiB NumPy array:
+  ``gpuport.asarray(x, device=dev)``, ``torch.from_numpy(x).to(dev)``.
+- ``graph_replay``: a replay of a captured one-kernel graph: gpuport
+  ``Graph.replay(s)`` of a captured ``add_index``, torch
+  ``CUDAGraph.replay()`` of a captured ``add_(1)``.
 - ``stream_synchronize``: the default stream's ``synchronize()`` (a check
   that the counter sees each library's calls: one ``cuStreamSynchronize``).
 
@@ -43,6 +50,12 @@ ROWS: List[Tuple[str, str]] = [
     ("export_idle", "torch"),
     ("import_peer", "gpuport"),
     ("import_peer", "torch"),
+    ("kernel_1MiB", "gpuport"),
+    ("kernel_1MiB", "torch"),
+    ("new_from_host_1MiB", "gpuport"),
+    ("new_from_host_1MiB", "torch"),
+    ("graph_replay", "gpuport"),
+    ("graph_replay", "torch"),
     ("stream_synchronize", "gpuport"),
     ("stream_synchronize", "torch"),
 ]
@@ -74,6 +87,38 @@ def operation(op: str, who: str, device: str) -> Callable[[], None]:
         import torch
 
         tdev = torch.device("cuda", ordinal)
+    if op == "kernel_1MiB" and who == "gpuport":
+        s = gpuport.Stream(dev)
+        k = gpuport.MemArray((MIB // 4,), "float32", device=dev)
+        k.move_memory("device", stream=s)
+        s.synchronize()
+        return lambda: k.add_index(stream=s)
+    if op == "kernel_1MiB":
+        t = torch.zeros(MIB // 4, dtype=torch.float32, device=tdev)
+        return lambda: t.add_(1)
+    if op == "new_from_host_1MiB":
+        x = np.zeros(MIB // 4, np.float32)
+        if who == "gpuport":
+            return lambda: gpuport.asarray(x, device=dev)
+        return lambda: torch.from_numpy(x).to(tdev)
+    if op == "graph_replay" and who == "gpuport":
+        s = gpuport.Stream(dev)
+        g_arr = gpuport.MemArray((MIB // 4,), "float32", device=dev)
+        g_arr.move_memory("device", stream=s)
+        s.synchronize()
+        with s.capture() as g:
+            g_arr.add_index(stream=s)
+        return lambda: g.replay(s)
+    if op == "graph_replay":
+        t = torch.zeros(MIB // 4, dtype=torch.float32, device=tdev)
+        side = torch.cuda.Stream(tdev)
+        with torch.cuda.stream(side):
+            t.add_(1)  # warm-up outside the capture, as torch's docs ask
+        torch.cuda.synchronize()
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            t.add_(1)
+        return lambda: cg.replay()
     if op == "stream_synchronize" and who == "gpuport":
         s = dev.default_stream
         return lambda: s.synchronize()
