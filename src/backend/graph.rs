@@ -267,7 +267,7 @@ pub(crate) fn released_pending() -> bool {
 /// Drops the owners [`release_later`] kept (one atomic load when there are none).
 #[inline]
 pub(crate) fn drop_released() {
-    if RELEASED_COUNT.load(Ordering::Acquire) != 0 {
+    if released_pending() {
         let owners = {
             let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
             RELEASED_COUNT.store(0, Ordering::Release);

@@ -34,7 +34,8 @@ pub(crate) fn order_lock() -> OrderLock {
 }
 
 thread_local! {
-    /// The addresses of the order locks this thread holds, as first taken.
+    /// The addresses of the order locks this thread holds, as first taken
+    /// (kept in debug builds only, for the rules' checks).
     static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -77,7 +78,9 @@ pub(crate) fn hold_in_order(locks: impl IntoIterator<Item = OrderLock>) -> Repla
                 "replay order locks taken out of address order (take them together: `hold_in_order`)"
             );
             let guard = lock.lock_arc();
-            let _ = HELD.try_with(|h| h.borrow_mut().push(at));
+            if cfg!(debug_assertions) {
+                let _ = HELD.try_with(|h| h.borrow_mut().push(at));
+            }
             (guard, Some(at))
         })
         .collect();
@@ -87,7 +90,7 @@ pub(crate) fn hold_in_order(locks: impl IntoIterator<Item = OrderLock>) -> Repla
 impl Drop for ReplayOrder {
     fn drop(&mut self) {
         for (guard, first) in self.guards.drain(..).rev() {
-            if let Some(at) = first {
+            if let (true, Some(at)) = (cfg!(debug_assertions), first) {
                 let _ = HELD.try_with(|h| h.borrow_mut().retain(|&held| held != at));
             }
             drop(guard);

@@ -122,7 +122,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn before_replay(&self, stream: &Stream<D::B>) -> Result<()> {
         let _section = self.section(stream);
         self.refuse_replay_in_capture("before_replay", stream)?;
-        self.order_after_pending(stream)
+        self.order_stream(stream)
     }
 
     /// After a replay on `stream` of a graph that captured work on the
@@ -170,7 +170,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         self.refuse_replay_in_capture("after_replay", stream)?;
         // The event recorded below stands for all the array's work: it must
         // come after the old pending work too.
-        self.order_after_pending(stream)?;
+        self.order_stream(stream)?;
         if writes {
             self.set_residency(Residency::Device);
         }

@@ -38,7 +38,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             self.check_capturable(what, stream, lock, writes)?;
         } else {
             self.move_to(Location::Device, stream, Transfer::Async, lock)?;
-            self.order_after_pending(stream)?;
+            self.order_stream(stream)?;
         }
         let copy = self.device_copy(what, lock)?.cloned();
         if writes {

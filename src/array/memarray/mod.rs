@@ -380,7 +380,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Makes later work on `stream` wait (on the device, without a host
     /// wait) for the array's pending copy or kernel and for the graph
     /// replays of it launched so far: for work that uses the array's memory
-    /// on another stream (an export's consumer).
+    /// on another stream (an export's consumer). Nothing is enqueued for
+    /// pending work recorded on `stream` itself.
     ///
     /// ```
     /// use gpuport::{Device, array::MemArray};
@@ -392,13 +393,6 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn order_stream(&self, stream: &Stream<D::B>) -> Result<()> {
-        self.order_after_pending(stream)
-    }
-
-    /// Makes later work on `stream` wait (on the device, without a host wait)
-    /// for the array's pending copy or kernel, unless that was enqueued on
-    /// `stream` itself.
-    fn order_after_pending(&self, stream: &Stream<D::B>) -> Result<()> {
         match &self.pending {
             Some(ev) if !self.pending_on(stream) => self.device.wait_event(stream, ev)?,
             _ => {}
@@ -561,7 +555,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         if to == Location::Device && self.staged {
             // The device copy holds the data already (or will, once the
             // pending upload is done): order `stream` after that upload.
-            self.order_after_pending(stream)?;
+            self.order_stream(stream)?;
             self.set_residency(Residency::Both);
             if mode == Transfer::Sync {
                 self.synchronize()?;
@@ -572,7 +566,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         // for the copy's event below covers the stream's earlier work (it
         // was two more driver waits, about 3.5 µs of a zeros array's 19 µs
         // on the H100, benches/creation.py).
-        self.order_after_pending(stream)?;
+        self.order_stream(stream)?;
         let copy = self.ensure_buffer(stream)?;
         let bytes = self.len * std::mem::size_of::<T>();
         {
@@ -1063,7 +1057,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             return Ok(());
         }
         x.move_to(Location::Device, stream, Transfer::Async, None)?;
-        x.order_after_pending(stream)?;
+        x.order_stream(stream)?;
         if let ((Some(y), _), Some(xb)) = (self.prepare_kernel(stream, lock)?, x.buffer.clone()) {
             let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
             // SAFETY: as in `add_index`; `x` also records the kernel as pending.
@@ -1086,7 +1080,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
             return Ok((self.prepare_captured_kernel(stream, lock)?, true));
         }
         self.move_to(Location::Device, stream, Transfer::Async, lock)?;
-        self.order_after_pending(stream)?;
+        self.order_stream(stream)?;
         let copy = self.device_copy("kernel", lock)?.cloned();
         self.set_residency(Residency::Device);
         Ok((copy, false))

@@ -269,8 +269,6 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         Ok(())
     }
 
-    /// Does the frees held back on streams that no longer capture.
-    #[inline]
     /// `deallocate` inside [`without_waiting`](super::without_waiting): the
     /// block is sent back ([`no_wait::bounce`]) if the free would wait for
     /// another thread (the gate, the lock, the pool's upkeep), for the
@@ -299,8 +297,14 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         // The owner was checked: a refusal here is a block freed twice or forged.
         match freed {
             true => Ok(()),
-            false => Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)")),
+            false => Err(self.not_live(&block)),
         }
+    }
+
+    /// The refusal of a block that is not live in this pool.
+    #[cold]
+    fn not_live(&self, block: &Block<B>) -> Error {
+        block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)")
     }
 
     /// Whether frees held back or graph pools to reclaim wait for the
@@ -312,6 +316,8 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             || crate::backend::graph::released_pending()
     }
 
+    /// Does the frees held back on streams that no longer capture.
+    #[inline]
     fn free_held_back(&self) {
         if self.held_back_count.load(std::sync::atomic::Ordering::Acquire) != 0 {
             self.free_held_back_now();
@@ -777,18 +783,14 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
                 self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
                 return Ok(());
             };
-            return if freed {
-                Ok(())
-            } else {
-                Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"))
-            };
+            return if freed { Ok(()) } else { Err(self.not_live(&block)) };
         }
         // Only the bookkeeping runs under the lock: a refusal's message is
         // made, and the block and the events not kept are dropped, after it.
         if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after)) {
             Ok(())
         } else {
-            Err(block.refused(self.name(), "it is not a live block of this pool (freed already, or forged)"))
+            Err(self.not_live(&block))
         }
     }
 
