@@ -6,7 +6,7 @@ failed / errors / skipped for each, the tests that fail only with gpuport,
 and any process that crashed (with the head of its stderr).
 
     python3 crates/gpuport-py/tests/run_cupy_suite.py --tests DIR [--json out.json] \\
-        [--timeout 1800] [--jobs 4] [MODULE ...]
+        [--timeout 1800] [--jobs 4] [--shards 1] [MODULE ...]
 
 MODULE paths are relative to DIR (default: the graph, stream, memory and
 pinned-array tests, and the creation and random modules). Not collected by
@@ -43,6 +43,18 @@ def pytest_configure(config):
     gpuport.cupy.use_gpuport_for_cupy()
 """
 
+# A pytest plugin (loaded with -p) that keeps one shard of the collected
+# tests: every N-th, from K, where GPUPORT_CUPY_SHARD is "K/N". Long modules
+# (math_tests/test_arithmetic.py runs for over 9 minutes) are split over
+# several processes this way.
+SHARD_PLUGIN = """
+import os
+
+def pytest_collection_modifyitems(config, items):
+    k, n = map(int, os.environ["GPUPORT_CUPY_SHARD"].split("/"))
+    items[:] = items[k::n]
+"""
+
 
 def outcomes(junit):
     """{test id: ("passed" | "failed" | "error" | "skipped", message)} from a
@@ -73,7 +85,7 @@ def outcomes_from_verbose(lines):
     return result
 
 
-def run(tests, module, with_gpuport, timeout):
+def run(tests, module, with_gpuport, timeout, shard=None):
     """One pytest process over `module`: its outcomes (by test path), and the
     reason if it did not finish (a crash: the head of its stderr, which
     names the test; a timeout). The tests it finished count either way."""
@@ -81,11 +93,16 @@ def run(tests, module, with_gpuport, timeout):
         junit = os.path.join(tmp, "junit.xml")
         env = dict(os.environ)
         args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
         if with_gpuport:
             with open(os.path.join(tmp, "gpuport_cupy_plugin.py"), "w") as f:
                 f.write(PLUGIN)
-            env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
             args += ["-p", "gpuport_cupy_plugin"]
+        if shard:
+            with open(os.path.join(tmp, "gpuport_shard_plugin.py"), "w") as f:
+                f.write(SHARD_PLUGIN)
+            env["GPUPORT_CUPY_SHARD"] = shard
+            args += ["-p", "gpuport_shard_plugin"]
         out_path = os.path.join(tmp, "out.txt")
         with open(out_path, "w") as out:
             try:
@@ -111,12 +128,19 @@ def main():
     p.add_argument("--json")
     p.add_argument("--timeout", type=float, default=600, help="seconds per pytest process (one module, one allocator)")
     p.add_argument("--jobs", type=int, default=1, help="pytest processes at once")
+    p.add_argument("--shards", type=int, default=1, help="pytest processes per module and allocator, each with every N-th test")
     p.add_argument("modules", nargs="*", default=DEFAULT_MODULES)
     a = p.parse_args()
     theirs, ours, crashed = {}, {}, []
-    runs = [(m, label, with_gpuport) for m in a.modules for label, with_gpuport in (("cupy", False), ("gpuport", True))]
+    shards = [None] if a.shards <= 1 else [f"{k}/{a.shards}" for k in range(a.shards)]
+    runs = [
+        (m, s, label, with_gpuport)
+        for m in a.modules
+        for s in shards
+        for label, with_gpuport in (("cupy", False), ("gpuport", True))
+    ]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futures = {pool.submit(run, a.tests, m, g, a.timeout): (m, label, g) for m, label, g in runs}
+        futures = {pool.submit(run, a.tests, m, g, a.timeout, s): (m + (f" [shard {s}]" if s else ""), label, g) for m, s, label, g in runs}
         for future in concurrent.futures.as_completed(futures):
             module, label, with_gpuport = futures[future]
             res, why = future.result()
