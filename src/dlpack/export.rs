@@ -158,7 +158,7 @@ impl ExportSource {
     /// and `fill` pushes the shape, then the strides (`ndim` of each), into
     /// the block's own `dims`. Nothing the size of an `ExportSource` (about
     /// 200 bytes with inline dims) is moved: on the exchange table's export
-    /// those moves were a fifth of the time (perf; BENCHMARKS.md).
+    /// those moves were a fifth of the time (perf, 2026-11-24; `git log -p BENCHMARKS.md`).
     ///
     /// A dtype code newer than `1.minor` (the fp8/fp6/fp4 codes of DLPack
     /// 1.1) raises the stated minor version to the one that defines it:

@@ -105,7 +105,8 @@ pub unsafe fn add_index_async<D: Device, T: Scalar, const N: usize>(
     // One step of UNROLL (4) 16-byte vectors per thread over a full grid of
     // 256-thread blocks: measured on the H100 at 99% of a device-to-device
     // copy, against 93-95% for a resident-sized grid-stride launch (block
-    // scheduling balances the tail better; the sweep is in BENCHMARKS.md).
+    // scheduling balances the tail better; the sweep, 2026-11-22, is in the
+    // git history of BENCHMARKS.md: `git log -p BENCHMARKS.md`).
     let lanes = (16 / std::mem::size_of::<T>()).max(1);
     let cfg = LaunchConfig::for_elements(elements(size)?.div_ceil(lanes * 4), 256)?;
     let mut args = KernelArgs::new();

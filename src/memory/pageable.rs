@@ -55,7 +55,8 @@ impl Default for PipelineConfig {
     /// core up to 16 (`GPUPORT_PAGEABLE_LANES`), one shared stream
     /// (`GPUPORT_PAGEABLE_STREAMS`); transfers under 1 MiB go direct;
     /// streaming stores on (`GPUPORT_PAGEABLE_STREAMING=0` turns them off).
-    /// BENCHMARKS.md has the sweep behind these choices.
+    /// The sweep behind these choices (H100, 2026-11-22) is in the git
+    /// history of BENCHMARKS.md (`git log -p BENCHMARKS.md`).
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let positive_env =

@@ -21,8 +21,8 @@ use crate::memory::{current_resource, Held, PinnedFlags};
 /// On a GPU device the block is page-locked memory from the device's current
 /// resource when it can be had (`pinned` owns it; the caching pool keeps
 /// idle pinned blocks, since `cuMemHostAlloc` + `cuMemFreeHost` of 1 MiB made
-/// creating a 1 MiB array from Python take 1.3 ms on the H100, benches/peers.py
-/// BENCHMARKS.md): copies from and to pageable memory are not asynchronous on CUDA
+/// creating a 1 MiB array from Python take 1.3 ms on the H100, benches/peers.py,
+/// 2026-11-22, `git log -p BENCHMARKS.md`): copies from and to pageable memory are not asynchronous on CUDA
 /// (a D2H copy into pageable memory returns only when it is done; seen on
 /// the H100), so `move_to(.., Transfer::Async)` needs a pinned mirror to
 /// return before the copy runs.

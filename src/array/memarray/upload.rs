@@ -7,7 +7,7 @@
 //! host copy and the DMA one after the other. For 1 MiB on the H100 machine
 //! that was about 95 µs of host copy, then the whole DMA, where torch's
 //! `from_numpy(x).to("cuda")` overlaps its staging copy with its DMA
-//! (BENCHMARKS.md).
+//! (2026-11-23; `git log -p BENCHMARKS.md`).
 
 use super::{Location, LockId, MemArray, Residency, Transfer};
 use crate::array::Element;
@@ -51,10 +51,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// Why: reading host data into an array bound for the device, then
     /// moving it, ran the host copy and the whole DMA one after the other
     /// (the seed's `read_numpy_array` + `move_memory`, 1.23–1.28× torch's
-    /// `from_numpy(x).to("cuda")` for 1 MiB on the H100, BENCHMARKS.md). An array whose host copy is in use gets the plain copy, so
-    /// host-side work never pays for an upload it did not ask for; so does
-    /// an array with a live export, which may write the host copy without
-    /// the array seeing it (the move must copy those writes).
+    /// `from_numpy(x).to("cuda")` for 1 MiB on the H100, 2026-11-23,
+    /// `git log -p BENCHMARKS.md`). An array whose host copy is in use gets
+    /// the plain copy, so host-side work never pays for an upload it did not
+    /// ask for; so does an array with a live export, which may write the
+    /// host copy without the array seeing it (the move must copy those
+    /// writes).
     ///
     /// Errors: locked without the id, a length other than `len()`, or a
     /// copy error of the upload.
