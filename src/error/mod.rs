@@ -2,11 +2,13 @@
 //!
 //! Every fallible call in gpuport returns [`Result<T>`]. Errors describe what
 //! went wrong in terms the caller can act on: which backend, which driver
-//! call, which argument, and what would have been accepted.
+//! call, which argument, and what would have been accepted. [`python`]
+//! words the same errors for the Python package.
 
 use std::fmt;
 
 pub(crate) mod dlpack;
+pub mod python;
 
 use dlpack::DLPackError;
 

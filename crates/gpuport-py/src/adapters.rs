@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use gpuport::dlpack::{is_host_memory, DLDeviceType};
 pub use gpuport::dynamic::raw::Place;
 use gpuport::dynamic::raw::RawRange;
+use gpuport::error::python;
 use gpuport::{AnyDevice, BackendKind, MemoryKind};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -46,7 +47,6 @@ use pyo3::types::{PyDict, PySlice, PyTuple, PyType};
 use crate::buffer::{Acquired, HeldBuffer};
 use crate::cai::{itemsize_of, layout, CaiDesc};
 use crate::dlpack::{take_capsule, Producer};
-use crate::errors::py_tuple;
 
 // ---- allocations and the registry of live ones -----------------------------------
 
@@ -356,7 +356,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             Some(_) => {
                 let strides = desc.strides.as_deref().unwrap_or_default();
                 let shape: Vec<i64> = desc.shape.iter().flatten().map(|&e| e as i64).collect();
-                p.strided = Some(format!("shape {}, strides {} bytes", py_tuple(&shape), py_tuple(strides)));
+                p.strided = Some(format!("shape {}, strides {} bytes", python::tuple(&shape), python::tuple(strides)));
                 p.len = None; // an allocation's tail is not what the object covers
             }
             None => {}
@@ -401,7 +401,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let strides: Vec<i64> = t.strides().iter().map(|&s| s.saturating_mul(itemsize as i64)).collect();
         let l = layout(&shape, Some(&strides), itemsize).map_err(PyValueError::new_err)?;
         if !l.is_dense() {
-            let desc = format!("shape {}, strides {} bytes", crate::errors::py_shape(&shape), py_tuple(&strides));
+            let desc = format!("shape {}, strides {} bytes", python::tuple(&shape), python::tuple(&strides));
             return Err(match need {
                 Need::Range(what) => not_contiguous(what, obj, &desc),
                 Need::Address => PyBufferError::new_err(format!(
@@ -551,7 +551,7 @@ fn nbytes_of(shape: &[usize], itemsize: usize) -> PyResult<usize> {
     shape
         .iter()
         .try_fold(itemsize, |acc, &e| acc.checked_mul(e))
-        .ok_or_else(|| PyOverflowError::new_err(format!("shape {} is too large", crate::errors::py_shape(shape))))
+        .ok_or_else(|| PyOverflowError::new_err(format!("shape {} is too large", python::tuple(shape))))
 }
 
 /// A DeviceArray's shape and type.
@@ -642,7 +642,7 @@ impl PyDeviceArray {
                 if !l.c_order {
                     let strides = desc.strides.as_deref().unwrap_or_default();
                     let shape: Vec<i64> = desc.shape.iter().flatten().map(|&e| e as i64).collect();
-                    let layout = format!("shape {}, strides {} bytes", py_tuple(&shape), py_tuple(strides));
+                    let layout = format!("shape {}, strides {} bytes", python::tuple(&shape), python::tuple(strides));
                     return Err(PyValueError::new_err(format!(
                         "DeviceArray: the {} ({layout}) is not contiguous in C order, and a DeviceArray describes \
                          C-contiguous memory; pass a C-contiguous array (e.g. tensor.contiguous())",
@@ -735,7 +735,7 @@ impl PyDeviceArray {
             Some(h) if need > h && !_force => {
                 return Err(PyValueError::new_err(format!(
                     "configure: {need} bytes ({} of {typestr}) exceed the {h} bytes of the memory; pass _force=True to override",
-                    crate::errors::py_shape(&shape)
+                    python::tuple(&shape)
                 )))
             }
             None if !_force => {
@@ -823,8 +823,7 @@ impl PyDeviceArray {
         if keys.len() > shape.len() {
             return Err(PyIndexError::new_err(format!("{} indices for {} dimensions", keys.len(), shape.len())));
         }
-        let too_big =
-            || PyOverflowError::new_err(format!("shape {} is too large to index", crate::errors::py_shape(&shape)));
+        let too_big = || PyOverflowError::new_err(format!("shape {} is too large to index", python::tuple(&shape)));
         let mut strides = vec![1usize; shape.len()];
         for a in (0..shape.len().saturating_sub(1)).rev() {
             strides[a] = strides[a + 1].checked_mul(shape[a + 1]).ok_or_else(too_big)?;

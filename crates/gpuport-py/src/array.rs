@@ -13,6 +13,7 @@ use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
 use gpuport::dynamic::AnyStream;
+use gpuport::error::python;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -350,8 +351,8 @@ impl PyMemArray {
                 py,
                 format!(
                     "read_numpy_array: the array has shape {}, the MemArray {}",
-                    errors::py_shape(&shape),
-                    errors::py_shape(&self.meta.shape)
+                    python::tuple(&shape),
+                    python::tuple(&self.meta.shape)
                 ),
             ));
         }
@@ -636,7 +637,7 @@ impl PyMemArray {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "MemArray(shape={}, dtype={}, device={:?}, residency={})",
-            errors::py_shape(&self.meta.shape),
+            python::tuple(&self.meta.shape),
             self.meta.dtype.name(),
             spec(&self.meta.device),
             self.residency(py).unwrap_or("busy")

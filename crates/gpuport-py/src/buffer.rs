@@ -4,6 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use gpuport::error::python;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -158,11 +159,8 @@ fn strided_layout(obj: &Bound<'_, PyAny>) -> Option<String> {
         // SAFETY: a strided buffer request fills `shape` and `strides` with `ndim` entries.
         unsafe { std::slice::from_raw_parts(p, n) }.iter().map(|&x| x as i64).collect()
     };
-    let desc = format!(
-        "shape {}, strides {} bytes",
-        crate::errors::py_tuple(&read(view.shape)),
-        crate::errors::py_tuple(&read(view.strides))
-    );
+    let desc =
+        format!("shape {}, strides {} bytes", python::tuple(&read(view.shape)), python::tuple(&read(view.strides)));
     // SAFETY: filled by the successful call above; released once.
     unsafe { PyBuffer_Release(&mut *view) };
     Some(desc)

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use gpuport::array::Location;
 use gpuport::dlpack::{DLDevice, DLDeviceType};
+use gpuport::error::python;
 use gpuport::{AnyDevice, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -17,7 +18,7 @@ use pyo3::types::PyDict;
 
 use crate::device::{resolve_device, spec, stream_from_handle, AnyStream};
 use crate::dtype::DType;
-use crate::errors::{self, py_shape, py_tuple, IntoPyResult};
+use crate::errors::{self, IntoPyResult};
 use crate::exchange::interface_dict;
 use crate::memarray::{AnyArray, ImportedArray, PyMemArray, MAX_EXTENT};
 use gpuport::dynamic::RawImport;
@@ -46,13 +47,17 @@ impl Layout {
 /// `itemsize`-byte elements. Errors (in words for a `ValueError`): sizes
 /// beyond [`MAX_EXTENT`] bytes, strides of another rank.
 pub fn layout(shape: &[usize], strides: Option<&[i64]>, itemsize: usize) -> Result<Layout, String> {
-    let too_large =
-        || format!("shape {} of {itemsize}-byte elements is too large (more than {MAX_EXTENT} bytes)", py_shape(shape));
+    let too_large = || {
+        format!(
+            "shape {} of {itemsize}-byte elements is too large (more than {MAX_EXTENT} bytes)",
+            python::tuple(shape)
+        )
+    };
     let elems = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e)).ok_or_else(too_large)?;
     let bytes = elems.checked_mul(itemsize).filter(|&b| b as u64 <= MAX_EXTENT).ok_or_else(too_large)?;
     let Some(strides) = strides else { return Ok(Layout { bytes, c_order: true, f_order: shape.len() <= 1 }) };
     if strides.len() != shape.len() {
-        return Err(format!("strides {} do not match shape {}", py_tuple(strides), py_shape(shape)));
+        return Err(format!("strides {} do not match shape {}", python::tuple(strides), python::tuple(shape)));
     }
     if elems == 0 {
         return Ok(Layout { bytes: 0, c_order: true, f_order: true });
@@ -260,7 +265,7 @@ pub fn from_cuda_array_interface(
             if bytes.iter().any(|b| b % item != 0) {
                 return Err(PyValueError::new_err(format!(
                     "strides {} (bytes) are not whole {item}-byte elements",
-                    py_tuple(bytes)
+                    python::tuple(bytes)
                 )));
             }
             bytes.iter().map(|b| b / item).collect()

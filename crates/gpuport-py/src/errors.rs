@@ -1,14 +1,14 @@
 //! The exception classes and the one mapping from `gpuport::Error` to them.
 //!
+//! The core decides which class an error raises, its message and its `kind`
+//! (`gpuport::error::python`); this file makes the classes and converts.
 //! Some classes derive from two bases (`OutOfMemoryError(GpuError,
 //! MemoryError)`), which PyO3's `create_exception!` cannot express, so they
 //! are made once at import with `type(name, bases, namespace)` and kept in
 //! a `PyOnceLock`.
 
-use gpuport::{BackendKind, Error, GraphErrorKind};
-use pyo3::exceptions::{
-    PyBufferError, PyMemoryError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError,
-};
+use gpuport::error::python::{self, ExceptionClass};
+use gpuport::Error;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -35,20 +35,30 @@ pub struct Classes {
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 
-/// An exception class `name` of `bases` in module `gpuport`, whose docstring
-/// is `summary` and then `example` (doctest lines) indented as a code block.
+/// The class `class` in module `gpuport`, named and based as the core says:
+/// on `gpu` (`GpuError`; none for `GpuError` itself) and on the builtin the
+/// core names where `gpu` is not one already. Its docstring is `summary` and
+/// then `example` (doctest lines) indented as a code block.
 fn make(
     py: Python<'_>,
-    name: &str,
-    bases: Vec<Bound<'_, PyType>>,
+    gpu: Option<&Py<PyType>>,
+    class: ExceptionClass,
     summary: &str,
     example: &str,
 ) -> PyResult<Py<PyType>> {
+    let builtins = py.import("builtins")?;
+    let builtin = builtins.getattr(class.builtin())?;
+    let bases = match gpu {
+        None => vec![builtin],
+        // `RuntimeError` is already `GpuError`'s base.
+        Some(gpu) if class.builtin() == "RuntimeError" => vec![gpu.bind(py).clone().into_any()],
+        Some(gpu) => vec![gpu.bind(py).clone().into_any(), builtin],
+    };
     let ns = PyDict::new(py);
     ns.set_item("__module__", "gpuport")?;
     ns.set_item("__doc__", with_example(summary, example))?;
     let bases = PyTuple::new(py, bases)?;
-    let ty = py.import("builtins")?.getattr("type")?.call1((name, bases, ns))?;
+    let ty = builtins.getattr("type")?.call1((class.name(), bases, ns))?;
     Ok(ty.cast_into::<PyType>()?.unbind())
 }
 
@@ -74,8 +84,8 @@ fn build(py: Python<'_>) -> PyResult<Classes> {
 fn build_classes(py: Python<'_>) -> PyResult<Classes> {
     let gpu = make(
         py,
-        "GpuError",
-        vec![py.get_type::<PyRuntimeError>()],
+        None,
+        ExceptionClass::Gpu,
         "Base class of every error gpuport raises (a RuntimeError).",
         r#"
 >>> import gpuport
@@ -86,12 +96,12 @@ fn build_classes(py: Python<'_>) -> PyResult<Classes> {
 InvalidDeviceError True
 "#,
     )?;
-    let g = || gpu.bind(py).clone();
+    let g = Some(&gpu);
     Ok(Classes {
         out_of_memory: make(
             py,
-            "OutOfMemoryError",
-            vec![g(), py.get_type::<PyMemoryError>()],
+            g,
+            ExceptionClass::OutOfMemory,
             "The device (or host) has not enough free memory; freeing memory and retrying may help.",
             r#"
 >>> import gpuport
@@ -104,8 +114,8 @@ OutOfMemoryError
         )?,
         unavailable: make(
             py,
-            "DeviceUnavailableError",
-            vec![g()],
+            g,
+            ExceptionClass::Unavailable,
             "A backend is not compiled in, its library could not be loaded, or it has no device.",
             r#"
 >>> import gpuport
@@ -120,8 +130,8 @@ True
         )?,
         invalid_device: make(
             py,
-            "InvalidDeviceError",
-            vec![g(), py.get_type::<PyValueError>()],
+            g,
+            ExceptionClass::InvalidDevice,
             "A device spec could not be parsed or names a device that does not exist.",
             r#"
 >>> import gpuport
@@ -132,8 +142,8 @@ gpuport.InvalidDeviceError: invalid device spec "tpu:0": unknown backend "tpu"; 
         )?,
         device_mismatch: make(
             py,
-            "DeviceMismatchError",
-            vec![g(), py.get_type::<PyValueError>()],
+            g,
+            ExceptionClass::DeviceMismatch,
             "Objects of two different devices were used together (a stream of cuda:1 for an array on cuda:0, \
              say).",
             r#"
@@ -144,8 +154,8 @@ True
         )?,
         lock: make(
             py,
-            "LockError",
-            vec![g()],
+            g,
+            ExceptionClass::Lock,
             "A locked array (inside `with array.get_dlpack()`) was accessed without its lock, or an object was \
              called again from a callback of a call still running on it.",
             r#"
@@ -159,8 +169,8 @@ gpuport.LockError: __dlpack__: the array is locked by a `with array.get_dlpack()
         )?,
         residency: make(
             py,
-            "ResidencyError",
-            vec![g()],
+            g,
+            ExceptionClass::Residency,
             "An operation needs the host or device copy of an array, and that copy is not current.",
             r#"
 >>> import gpuport, numpy as np
@@ -171,8 +181,8 @@ gpuport.ResidencyError: copy() of an imported array: copy it in its producer lib
         )?,
         shape: make(
             py,
-            "ShapeError",
-            vec![g(), py.get_type::<PyValueError>()],
+            g,
+            ExceptionClass::Shape,
             "A shape, index or rank was not accepted.",
             r#"
 >>> import gpuport
@@ -183,8 +193,8 @@ gpuport.ShapeError: extent -1 is negative; extents must be non-negative
         )?,
         dlpack: make(
             py,
-            "DLPackError",
-            vec![g(), py.get_type::<PyBufferError>()],
+            g,
+            ExceptionClass::DLPack,
             "A DLPack tensor could not be imported or exported.",
             r#"
 >>> import gpuport, numpy as np
@@ -198,8 +208,8 @@ gpuport.DLPackError: __dlpack__: this get_dlpack block has ended ...
         )?,
         unsupported_dtype: make(
             py,
-            "UnsupportedDTypeError",
-            vec![g(), py.get_type::<PyTypeError>()],
+            g,
+            ExceptionClass::UnsupportedDType,
             "The dtype is not one gpuport holds, or the operation has no kernel for it.",
             r#"
 >>> import gpuport
@@ -210,8 +220,8 @@ gpuport.UnsupportedDTypeError: add_index has no kernel for bool; ...
         )?,
         unsupported: make(
             py,
-            "UnsupportedError",
-            vec![g(), py.get_type::<PyNotImplementedError>()],
+            g,
+            ExceptionClass::Unsupported,
             "The backend does not implement the operation.",
             r#"
 >>> import gpuport.memory as gm
@@ -222,8 +232,8 @@ gpuport.UnsupportedError: IPC memory handles is not supported by the host backen
         )?,
         invalid_argument: make(
             py,
-            "InvalidArgumentError",
-            vec![g(), py.get_type::<PyValueError>()],
+            g,
+            ExceptionClass::InvalidArgument,
             "An argument is outside what the operation accepts.",
             r#"
 >>> from gpuport import runtime as rt
@@ -234,8 +244,8 @@ gpuport.InvalidArgumentError: invalid argument bytes: a zero-byte allocation was
         )?,
         driver: make(
             py,
-            "DriverError",
-            vec![g()],
+            g,
+            ExceptionClass::Driver,
             "A vendor driver or runtime call failed.",
             r#"
 >>> import gpuport
@@ -245,8 +255,8 @@ True
         )?,
         kernel: make(
             py,
-            "KernelError",
-            vec![g()],
+            g,
+            ExceptionClass::Kernel,
             "Compiling, finding or launching a kernel failed.",
             r#"
 >>> from gpuport import runtime as rt
@@ -257,8 +267,8 @@ gpuport.KernelError: kernel "no_such_kernel" not found in module; available: ...
         )?,
         graph: make(
             py,
-            "GraphError",
-            vec![g()],
+            g,
+            ExceptionClass::Graph,
             "A rule of graph capture or replay was broken (a waiting call during a capture, a stream that cannot \
              be captured, an update with a graph of another shape...). `kind` names the rule: \"synchronous_call\", \
              \"already_capturing\", \"default_stream\", \"invalidated\", \"isolation\", \"captured_event\", \
@@ -277,8 +287,8 @@ synchronous_call
         )?,
         collective: make(
             py,
-            "CollectiveError",
-            vec![g()],
+            g,
+            ExceptionClass::Collective,
             "A collective or a communicator of gpuport.distributed failed. `kind` says how: \"library\" (NCCL or \
              RCCL missing or too old), \"engine\" (a call of the engine failed), \"mismatch\" (the ranks called \
              different collectives, counts, types or roots), \"timeout\" (no progress in time; the communicator \
@@ -331,9 +341,44 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn raise(py: Python<'_>, pick: impl FnOnce(&Classes) -> &Py<PyType>, msg: String) -> PyErr {
+/// The Python class of `class` (the one table).
+fn class_of<'py>(py: Python<'py>, c: &'static Classes, class: ExceptionClass) -> Bound<'py, PyType> {
+    use pyo3::exceptions::{PyBufferError, PyValueError};
+    let ty = match class {
+        ExceptionClass::Value => return py.get_type::<PyValueError>(),
+        ExceptionClass::Buffer => return py.get_type::<PyBufferError>(),
+        ExceptionClass::OutOfMemory => &c.out_of_memory,
+        ExceptionClass::Unavailable => &c.unavailable,
+        ExceptionClass::InvalidDevice => &c.invalid_device,
+        ExceptionClass::DeviceMismatch => &c.device_mismatch,
+        ExceptionClass::Lock => &c.lock,
+        ExceptionClass::Residency => &c.residency,
+        ExceptionClass::Shape => &c.shape,
+        ExceptionClass::DLPack => &c.dlpack,
+        ExceptionClass::UnsupportedDType => &c.unsupported_dtype,
+        ExceptionClass::Unsupported => &c.unsupported,
+        ExceptionClass::InvalidArgument => &c.invalid_argument,
+        ExceptionClass::Driver => &c.driver,
+        ExceptionClass::Kernel => &c.kernel,
+        ExceptionClass::Graph => &c.graph,
+        ExceptionClass::Collective => &c.collective,
+        // `Gpu`, and a class the core adds before this binding makes it.
+        _ => &c.gpu,
+    };
+    ty.bind(py).clone()
+}
+
+fn raise(py: Python<'_>, class: ExceptionClass, msg: String) -> PyErr {
     match classes(py) {
-        Ok(c) => PyErr::from_type(pick(c).bind(py).clone(), msg),
+        Ok(c) => PyErr::from_type(class_of(py, c, class), msg),
+        Err(e) => e,
+    }
+}
+
+/// `err` with its `kind` attribute set.
+fn with_kind(py: Python<'_>, err: PyErr, kind: &str) -> PyErr {
+    match err.value(py).setattr("kind", kind) {
+        Ok(()) => err,
         Err(e) => e,
     }
 }
@@ -346,329 +391,24 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 /// As [`to_py`], naming `call` (the Python method that failed) where the
 /// core names its own inner operation (a lock or residency check).
 pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
-    // The array API standard names these: a bad `stream` is a ValueError, an
-    // export that cannot be made as asked a BufferError.
-    match &e {
-        Error::DLPack(gpuport::dlpack::DLPackError::BadStream { reason }) => {
-            return pyo3::exceptions::PyValueError::new_err(reason.clone())
-        }
-        Error::DLPack(gpuport::dlpack::DLPackError::Refused { reason }) => {
-            return pyo3::exceptions::PyBufferError::new_err(reason.clone())
-        }
-        _ => {}
-    }
-    let msg = message(&e, call);
-    if let Error::Graph { kind, .. } = &e {
-        return graph_error(py, graph_kind_name(*kind), msg);
-    }
-    if let Error::Collective { kind, .. } = &e {
-        let err = raise(py, |c| &c.collective, msg);
-        if let Err(e) = err.value(py).setattr("kind", collective_kind_name(*kind)) {
-            return e;
-        }
-        return err;
-    }
-    let pick: fn(&Classes) -> &Py<PyType> = match &e {
-        Error::OutOfMemory { .. } => |c| &c.out_of_memory,
-        Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => |c| &c.unavailable,
-        Error::InvalidDeviceSpec { .. } => |c| &c.invalid_device,
-        Error::DeviceMismatch { .. } => |c| &c.device_mismatch,
-        Error::OutOfBounds { .. } | Error::InvalidArgument { .. } => |c| &c.invalid_argument,
-        Error::Unsupported { .. } => |c| &c.unsupported,
-        Error::Compile { .. } | Error::KernelNotFound { .. } | Error::KernelArguments { .. } => |c| &c.kernel,
-        Error::Driver(_) | Error::HostTask(_) => |c| &c.driver,
-        Error::Shape(_) => |c| &c.shape,
-        Error::Lock(_) => |c| &c.lock,
-        Error::Residency(_) => |c| &c.residency,
-        Error::DLPack(_) => |c| &c.dlpack,
-        _ => |c| &c.gpu,
-    };
-    raise(py, pick, msg)
-}
-
-/// The `kind` a `CollectiveError` carries.
-pub fn collective_kind_name(kind: gpuport::CollectiveErrorKind) -> &'static str {
-    use gpuport::CollectiveErrorKind as K;
-    match kind {
-        K::Library => "library",
-        K::Engine => "engine",
-        K::Mismatch => "mismatch",
-        K::Timeout => "timeout",
-        K::Aborted => "aborted",
-        K::RemoteFailure => "remote_failure",
-        _ => "other",
+    let err = raise(py, e.python_class(), e.python_message(call));
+    match e.python_kind() {
+        Some(kind) => with_kind(py, err, kind),
+        None => err,
     }
 }
 
-/// The `kind` a `GraphError` carries for a core graph rule.
-pub fn graph_kind_name(kind: GraphErrorKind) -> &'static str {
-    match kind {
-        GraphErrorKind::SynchronousCall => "synchronous_call",
-        GraphErrorKind::AlreadyCapturing => "already_capturing",
-        GraphErrorKind::DefaultStream => "default_stream",
-        GraphErrorKind::Invalidated => "invalidated",
-        GraphErrorKind::Isolation => "isolation",
-        GraphErrorKind::CapturedEvent => "captured_event",
-        GraphErrorKind::UpdateRefused => "update_refused",
-        GraphErrorKind::PoolAllocation => "pool_allocation",
-        GraphErrorKind::OutOfMemory => "out_of_memory",
-        GraphErrorKind::NestedLaunch => "nested_launch",
-        GraphErrorKind::WrongThread => "wrong_thread",
-        GraphErrorKind::NotCapturable => "not_capturable",
-        _ => "other",
-    }
-}
-
-/// A `GraphError` with `kind` set (the binding's own kinds: "capturing",
-/// "not_captured"; the core's through [`graph_kind_name`]).
+/// A `GraphError` of the binding's own kinds: "capturing" and
+/// "not_captured" (the core's come through [`to_py`]).
 pub fn graph_error(py: Python<'_>, kind: &str, msg: String) -> PyErr {
-    let err = raise(py, |c| &c.graph, msg);
-    if let Err(e) = err.value(py).setattr("kind", kind) {
-        return e;
-    }
-    err
-}
-
-/// The Python text of a graph rule broken by `call` (the core's `op` where
-/// no call is named): what was wrong and what is accepted instead.
-fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &str, call: Option<&str>) -> String {
-    let call = call.unwrap_or(op);
-    let leave = "leave the `with ... capture()` block first";
-    match kind {
-        GraphErrorKind::SynchronousCall if reason.starts_with("the stream is capturing") => format!(
-            "{call}: the stream is capturing a graph, so its work has not run (it runs at each Graph.replay()) and \
-             nothing can wait for it; {leave}, and enqueue only asynchronous work (launch_kernel, memcpy_async, \
-             memset_async) on a capturing stream"
-        ),
-        GraphErrorKind::SynchronousCall => {
-            let mode = if reason.contains("ThreadLocal") { "thread_local" } else { "global" };
-            format!(
-                "{call}: a graph capture in mode=\"{mode}\" is running ({}), and this call would wait for the \
-                 device or its default stream, which such a capture forbids{}; {leave}, or capture with \
-                 mode=\"relaxed\" to allow waits outside the capturing stream",
-                if backend == BackendKind::Host { "on the host device" } else { "on a GPU: the rule spans every GPU" },
-                if mode == "thread_local" { " on the thread that began it" } else { " on every thread" }
-            )
-        }
-        GraphErrorKind::AlreadyCapturing => format!(
-            "{call}: the stream is already capturing into another graph; a stream captures one graph at a time: \
-             {leave}, or capture on another gpuport.Stream"
-        ),
-        GraphErrorKind::DefaultStream => format!(
-            "{call}: the device's default stream cannot be captured (CUDA and HIP refuse it); capture on a stream \
-             made by gpuport.Stream(device), or pass stream=None to Graph.capture() to have one made"
-        ),
-        GraphErrorKind::Invalidated => format!(
-            "{call}: the capture was invalidated ({reason}) and what it recorded is discarded; the stream is usable \
-             again: capture again"
-        ),
-        GraphErrorKind::Isolation => {
-            format!("{call}: {reason}; inside a capture, wait only for events recorded inside the same capture")
-        }
-        GraphErrorKind::CapturedEvent => format!(
-            "{call}: the event was recorded inside a graph capture, so it is recorded only when the graph replays; \
-             wait for it after Graph.replay(), or wait for the stream the graph replays on"
-        ),
-        GraphErrorKind::UpdateRefused => format!(
-            "{call}: the graphs differ in shape ({reason}); update takes a re-capture of the same work (the same \
-             kernels, copies and memsets in the same order) with new arguments; capture a new Graph for other work"
-        ),
-        GraphErrorKind::PoolAllocation => format!(
-            "{call}: the stream is capturing, and this runtime cannot say which capture ({reason}), so the caching \
-             pool cannot give the capture memory of its own; allocate before the capture (gpuport.runtime.malloc) \
-             and keep the memory as long as the graph"
-        ),
-        GraphErrorKind::OutOfMemory => format!(
-            "{call}: out of memory inside a graph capture ({reason}); the capture is still running: end it (leave \
-             the `with ... capture()` block) or free memory held outside it"
-        ),
-        GraphErrorKind::NestedLaunch => format!(
-            "{call}: on the {backend} backend a graph cannot be replayed into a capturing stream; replay it after \
-             the capture ends, or on another stream"
-        ),
-        GraphErrorKind::WrongThread => format!(
-            "{call}: the capture was begun on another thread, and a capture in mode \"global\" or \"thread_local\" \
-             ends on the thread that began it (it keeps running until then); capture with mode=\"relaxed\" to end \
-             it from any thread"
-        ),
-        GraphErrorKind::NotCapturable => format!("{call}: {reason}"),
-        _ => format!("{call}: {reason}"),
-    }
-}
-
-/// A shape as Python writes a tuple: `(2, 3)`, `(5,)`, `()`.
-pub fn py_shape(shape: &[usize]) -> String {
-    match shape {
-        [x] => format!("({x},)"),
-        _ => format!("({})", shape.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
-    }
-}
-
-/// `(1, 2)` for a slice of ints.
-pub fn py_tuple(v: &[i64]) -> String {
-    match v {
-        [x] => format!("({x},)"),
-        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
-    }
-}
-
-/// The Python name of an array operation the Rust core names.
-fn py_op(op: &str) -> &str {
-    match op {
-        "move_to" => "move_memory",
-        "clone" => "copy",
-        "copy_from_slice" => "read_numpy_array",
-        "kernel" => "add_index",
-        "to_dlpack" | "host_view" | "device_view" => "the export",
-        "host_ptr" | "host_ptr_mut" | "device_ptr" | "device_ptr_mut" => "the export of an address",
-        "get" | "as_slice" => "a read",
-        "set" | "as_mut_slice" | "fill" => "a write",
-        other => other,
-    }
-}
-
-/// The message of a gpuport error, in Python's terms: the core's texts name
-/// Rust things (`Some(LockId(..))`, `exit()`, `Location::Host`, Cargo
-/// features, `isize::MAX`), which a Python caller can neither type nor use.
-pub fn message(e: &Error, call: Option<&str>) -> String {
-    use gpuport::array::{LockError, ShapeError};
-    use gpuport::dlpack::DLPackError;
-    const MAX: u64 = i64::MAX as u64;
-    let py_op = |op: &'static str| call.unwrap_or(py_op(op)).to_string();
-    let tuple = |v: &[i64]| py_tuple(v);
-    match e {
-        Error::Lock(LockError::Locked { op, held }) => format!(
-            "{}: the array is locked by a `with array.get_dlpack()` block (lock id {held}), in this thread or \
-             another; inside that block use its context object (e.g. numpy.from_dlpack(ctx)), or call this after the block",
-            py_op(op)
-        ),
-        Error::Lock(LockError::WrongId { op, held, given }) => format!(
-            "{}: the get_dlpack block with lock id {given} does not hold the array; the block with lock id {held} does",
-            py_op(op)
-        ),
-        Error::Lock(LockError::AlreadyLocked { held, .. }) => format!(
-            "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id {held}); blocks on \
-             one array cannot nest or overlap, in one thread or several"
-        ),
-        Error::Residency(r) => format!(
-            "{} needs the {} copy, but only the {} copy is current; call move_memory(\"{}\") first",
-            py_op(r.op),
-            r.needed,
-            r.current,
-            r.needed
-        ),
-        Error::BackendNotCompiled { backend, .. } => format!(
-            "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
-        ),
-        Error::Shape(ShapeError::TooLarge { shape, elem_size }) => format!(
-            "shape {} of {elem_size}-byte elements is too large: the number of elements times the element size must be at most {MAX} bytes",
-            py_shape(shape)
-        ),
-        Error::Shape(ShapeError::NotI64 { what, axis, value }) => {
-            format!("{what} {value} on axis {axis} is too large: DLPack takes at most {MAX}")
-        }
-        Error::Shape(ShapeError::LengthMismatch { what, shape, expected, got }) => format!(
-            "{}: shape {} has {expected} elements, but {got} were given",
-            py_op(what),
-            py_shape(shape)
-        ),
-        Error::Shape(ShapeError::ShapeMismatch { what, expected, found }) => format!(
-            "{what}: shape {} differs from {}; the arrays must have the same shape",
-            py_shape(found),
-            py_shape(expected)
-        ),
-        Error::Shape(ShapeError::IndexOutOfBounds { index, shape }) => format!(
-            "index {} is out of bounds for shape {}; each index must be below its extent",
-            py_shape(index),
-            py_shape(shape)
-        ),
-        Error::Shape(ShapeError::OutOfRange { extents, strides, reason }) => {
-            let strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
-            format!(
-                "strided layout with extents {} and strides {} {reason}",
-                py_shape(extents),
-                py_tuple(&strides)
-            )
-        }
-        Error::OutOfBounds { what, offset, len, capacity } => {
-            format!("{what}: {len} bytes at offset {offset} reach past the end of a buffer of {capacity} bytes")
-        }
-        Error::DLPack(DLPackError::NotContiguous { shape, strides }) => format!(
-            "DLPack tensor with shape {} and strides {} (elements) is not compact row-major; export a contiguous copy",
-            tuple(shape),
-            tuple(strides)
-        ),
-        Error::DLPack(DLPackError::Overflow { shape, strides, byte_offset }) => format!(
-            "DLPack tensor shape {} with strides {} and byte offset {byte_offset} overflows the address space",
-            tuple(shape),
-            tuple(strides)
-        ),
-        Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
-        other => other.to_string(),
-    }
+    with_kind(py, raise(py, ExceptionClass::Graph, msg), kind)
 }
 
 /// Every core error the binding forwards, as `(class, message)`: for tests
 /// that check the messages speak Python.
 #[pyfunction]
 pub fn _error_samples(py: Python<'_>) -> PyResult<Vec<(Py<PyType>, String)>> {
-    use gpuport::array::Location;
-    use gpuport::array::{LockError, ResidencyError, ShapeError};
-    use gpuport::dlpack::DLPackError;
-    let samples: Vec<Error> = vec![
-        LockError::Locked { op: "move_to", held: 7 }.into(),
-        LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
-        LockError::AlreadyLocked { held: 7, requested: 9 }.into(),
-        ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device }.into(),
-        Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" },
-        ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 }.into(),
-        ShapeError::NotI64 { what: "extent", axis: 1, value: 1 << 70 }.into(),
-        ShapeError::LengthMismatch { what: "copy_from_slice", shape: vec![2, 3], expected: 6, got: 5 }.into(),
-        ShapeError::ShapeMismatch { what: "x", expected: vec![2], found: vec![3] }.into(),
-        ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] }.into(),
-        ShapeError::InvalidSlice { op: "step", axis: 0, reason: "step 0 is not allowed".into() }.into(),
-        ShapeError::OutOfRange { extents: vec![4], strides: vec![-1], reason: "reaches before the start".into() }
-            .into(),
-        DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] }.into(),
-        DLPackError::ReadOnly.into(),
-        DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
-        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },
-        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: Some("use float32".into()) },
-        Error::InvalidArgument { name: "shape", reason: "negative extent -1".into() },
-        Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 },
-        Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 1 << 40 },
-        Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "host".into() },
-        Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
-        Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
-        Error::HostTask("a kernel panicked".into()),
-    ];
-    let mut samples = samples;
-    for (kind, op, reason) in [
-        (
-            GraphErrorKind::SynchronousCall,
-            "synchronize",
-            "the stream is capturing (Active): its work has not run and will run only when the graph is launched",
-        ),
-        (
-            GraphErrorKind::SynchronousCall,
-            "synchronize_device",
-            "a capture in ThreadLocal mode is running on host:0; end the capture first, or capture in CaptureMode::Relaxed",
-        ),
-        (GraphErrorKind::AlreadyCapturing, "begin_capture", "the stream is already capturing"),
-        (GraphErrorKind::DefaultStream, "begin_capture", "capture a stream made by create_stream"),
-        (GraphErrorKind::Invalidated, "end_capture", "the capture was invalidated: an earlier error"),
-        (GraphErrorKind::Isolation, "wait_event", "waiting inside a capture for an event recorded outside it"),
-        (GraphErrorKind::CapturedEvent, "synchronize_event", "recorded only when the graph runs"),
-        (GraphErrorKind::UpdateRefused, "update", "the graph has 3 nodes, this one 2"),
-        (GraphErrorKind::PoolAllocation, "alloc", "hipStreamGetCaptureInfo_v2 is missing"),
-        (GraphErrorKind::OutOfMemory, "alloc", "the capture's graph pool could not grow by 1048576 bytes"),
-        (GraphErrorKind::NestedLaunch, "launch", "not captured"),
-        (GraphErrorKind::WrongThread, "end_capture", "CaptureMode::Global"),
-        (GraphErrorKind::NotCapturable, "add_index", "MemArray operations are not captured"),
-    ] {
-        samples.push(Error::Graph { backend: BackendKind::Host, op, kind, reason: reason.into() });
-    }
-    samples
+    python::samples()
         .into_iter()
         .map(|e| {
             let err = to_py(py, e);
@@ -697,35 +437,35 @@ impl<T> IntoPyResult<T> for gpuport::Result<T> {
 
 /// An `UnsupportedDTypeError`.
 pub fn unsupported_dtype(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.unsupported_dtype, msg)
+    raise(py, ExceptionClass::UnsupportedDType, msg)
 }
 
 /// A `ShapeError`.
 pub fn shape(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.shape, msg)
+    raise(py, ExceptionClass::Shape, msg)
 }
 
 /// A `DLPackError` (also a `BufferError`).
 pub fn dlpack(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.dlpack, msg)
+    raise(py, ExceptionClass::DLPack, msg)
 }
 
 /// A `DeviceUnavailableError`.
 pub fn unavailable(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.unavailable, msg)
+    raise(py, ExceptionClass::Unavailable, msg)
 }
 
 /// A `DeviceMismatchError`.
 pub fn device_mismatch(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.device_mismatch, msg)
+    raise(py, ExceptionClass::DeviceMismatch, msg)
 }
 
 /// A `LockError`.
 pub fn lock(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.lock, msg)
+    raise(py, ExceptionClass::Lock, msg)
 }
 
 /// A `ResidencyError`.
 pub fn residency(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, |c| &c.residency, msg)
+    raise(py, ExceptionClass::Residency, msg)
 }

@@ -28,7 +28,7 @@
 //! Consumer: [`import_through_table`], used by `gpuport.from_dlpack` when
 //! `type(x).__dlpack_c_exchange_api__` is a usable table.
 
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use gpuport::dlpack::ffi::{
@@ -239,22 +239,10 @@ unsafe extern "C" fn current_work_stream(
 }
 
 /// The builtin Python exception an allocator failure is reported as
-/// (`SetError`'s `kind`): the base of the gpuport class `from_dlpack`
-/// would raise.
-fn builtin_kind(e: &Error) -> &'static CStr {
-    use gpuport::dlpack::DLPackError;
-    match e {
-        Error::OutOfMemory { .. } => c"MemoryError",
-        Error::DLPack(DLPackError::BadStream { .. }) => c"ValueError",
-        Error::DLPack(_) => c"BufferError",
-        Error::Shape(_)
-        | Error::InvalidArgument { .. }
-        | Error::OutOfBounds { .. }
-        | Error::InvalidDeviceSpec { .. }
-        | Error::DeviceMismatch { .. } => c"ValueError",
-        Error::Unsupported { .. } => c"NotImplementedError",
-        _ => c"RuntimeError",
-    }
+/// (`SetError`'s `kind`): the builtin the gpuport class `from_dlpack` would
+/// raise derives from.
+fn builtin_kind(e: &Error) -> CString {
+    CString::new(e.python_class().builtin()).unwrap_or_default()
 }
 
 /// `managed_tensor_allocator`: needs no Python unless it fails and the
@@ -297,11 +285,12 @@ unsafe extern "C" fn managed_tensor_allocator(
     };
     match set_error {
         Some(f) => {
-            let message = CString::new(errors::message(&e, Some(WHAT)).replace('\0', " ")).unwrap_or_default();
+            let kind = builtin_kind(&e);
+            let message = CString::new(e.python_message(Some(WHAT)).replace('\0', " ")).unwrap_or_default();
             // SAFETY: the caller's callback with its own context; both
             // strings outlive the call (the header: called exactly when
             // the allocator fails).
-            unsafe { f(error_ctx, builtin_kind(&e).as_ptr(), message.as_ptr()) };
+            unsafe { f(error_ctx, kind.as_ptr(), message.as_ptr()) };
             -1
         }
         None => with_python(WHAT, |py| Err(errors::to_py_in(py, e, Some(WHAT)))),

@@ -11,6 +11,7 @@ use gpuport::array::{Location, LockId, Transfer};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 pub use gpuport::dynamic::array::natural_of;
 pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
+use gpuport::error::python;
 use gpuport::{AnyDevice, BackendKind, Error};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -84,7 +85,7 @@ pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResu
             format!(
                 "shape {} of {itemsize}-byte elements is too large: the product of the extents (zero extents \
                  counted as one) times the element size must be at most {MAX_EXTENT} bytes",
-                crate::errors::py_shape(shape)
+                python::tuple(shape)
             ),
         )),
     }

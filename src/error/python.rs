@@ -1,0 +1,794 @@
+//! Errors as the Python package words them: the exception class each
+//! [`Error`] raises, its message, and the `kind` it carries.
+//!
+//! `Display` speaks Rust: it names `Some(LockId(..))`, `exit()`,
+//! `Location::Host`, Cargo features and `isize::MAX`, which a Python caller
+//! can neither type nor use. Here the same errors are worded in the Python
+//! API's terms (`with array.get_dlpack()`, `move_memory("host")`,
+//! `Graph.replay()`), next to the errors themselves, as pydantic-core keeps
+//! `message_template_python` beside each error type. The binding
+//! (`crates/gpuport-py`) only converts: it raises the class that
+//! [`Error::python_class`] names with [`Error::python_message`] and sets
+//! [`Error::python_kind`].
+//!
+//! ```
+//! use gpuport::error::python::ExceptionClass;
+//! use gpuport::{BackendKind, Error};
+//!
+//! let e = Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" };
+//! assert_eq!(e.python_class(), ExceptionClass::Unavailable);
+//! assert_eq!(e.python_class().name(), "DeviceUnavailableError");
+//! assert_eq!(
+//!     e.python_message(None),
+//!     "the rocm backend is not compiled into this gpuport build; install a gpuport package built with rocm support"
+//! );
+//! ```
+
+use std::fmt;
+
+use super::dlpack::DLPackError;
+use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
+use crate::array::{LockError, ShapeError};
+
+/// The Python exception class an [`Error`] raises: one of the package's
+/// classes (each a subclass of `gpuport.GpuError`), or one of the two
+/// builtins the array API standard names for `__dlpack__`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExceptionClass {
+    /// `GpuError(RuntimeError)`, the base of every gpuport class; raised for
+    /// errors no subclass names (memory resources, the collective store).
+    Gpu,
+    /// `OutOfMemoryError(GpuError, MemoryError)`.
+    OutOfMemory,
+    /// `DeviceUnavailableError`: not compiled in, no library, or no device.
+    Unavailable,
+    /// `InvalidDeviceError(GpuError, ValueError)`: a bad device spec.
+    InvalidDevice,
+    /// `DeviceMismatchError(GpuError, ValueError)`.
+    DeviceMismatch,
+    /// `LockError`: a locked array accessed without its lock.
+    Lock,
+    /// `ResidencyError`: the needed copy of an array is not current.
+    Residency,
+    /// `ShapeError(GpuError, ValueError)`.
+    Shape,
+    /// `DLPackError(GpuError, BufferError)`.
+    DLPack,
+    /// `UnsupportedDTypeError(GpuError, TypeError)`; raised by the binding
+    /// for dtypes it cannot name to the core.
+    UnsupportedDType,
+    /// `UnsupportedError(GpuError, NotImplementedError)`.
+    Unsupported,
+    /// `InvalidArgumentError(GpuError, ValueError)`.
+    InvalidArgument,
+    /// `DriverError`: a vendor call, or work on a host stream, failed.
+    Driver,
+    /// `KernelError`: compiling, finding or launching a kernel failed.
+    Kernel,
+    /// `GraphError`, with a `kind` ([`GraphErrorKind::name`]).
+    Graph,
+    /// `CollectiveError`, with a `kind` ([`CollectiveErrorKind::name`]).
+    Collective,
+    /// The builtin `ValueError`: a `stream` argument of `__dlpack__` that
+    /// the memory's device does not accept.
+    Value,
+    /// The builtin `BufferError`: an export that cannot be made as asked.
+    Buffer,
+}
+
+impl ExceptionClass {
+    /// The class's Python name, e.g. `"OutOfMemoryError"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExceptionClass::Gpu => "GpuError",
+            ExceptionClass::OutOfMemory => "OutOfMemoryError",
+            ExceptionClass::Unavailable => "DeviceUnavailableError",
+            ExceptionClass::InvalidDevice => "InvalidDeviceError",
+            ExceptionClass::DeviceMismatch => "DeviceMismatchError",
+            ExceptionClass::Lock => "LockError",
+            ExceptionClass::Residency => "ResidencyError",
+            ExceptionClass::Shape => "ShapeError",
+            ExceptionClass::DLPack => "DLPackError",
+            ExceptionClass::UnsupportedDType => "UnsupportedDTypeError",
+            ExceptionClass::Unsupported => "UnsupportedError",
+            ExceptionClass::InvalidArgument => "InvalidArgumentError",
+            ExceptionClass::Driver => "DriverError",
+            ExceptionClass::Kernel => "KernelError",
+            ExceptionClass::Graph => "GraphError",
+            ExceptionClass::Collective => "CollectiveError",
+            ExceptionClass::Value => "ValueError",
+            ExceptionClass::Buffer => "BufferError",
+        }
+    }
+
+    /// The builtin exception every instance of this class also is, and so
+    /// what code that catches only builtins catches it as: the class itself
+    /// for `Value` and `Buffer`, a gpuport class's builtin base
+    /// (`MemoryError` for `OutOfMemoryError`), else `RuntimeError`, the base
+    /// of `GpuError`.
+    ///
+    /// ```
+    /// use gpuport::error::python::ExceptionClass;
+    ///
+    /// assert_eq!(ExceptionClass::Shape.builtin(), "ValueError");
+    /// assert_eq!(ExceptionClass::Lock.builtin(), "RuntimeError");
+    /// ```
+    pub fn builtin(self) -> &'static str {
+        match self {
+            ExceptionClass::OutOfMemory => "MemoryError",
+            ExceptionClass::InvalidDevice
+            | ExceptionClass::DeviceMismatch
+            | ExceptionClass::Shape
+            | ExceptionClass::InvalidArgument
+            | ExceptionClass::Value => "ValueError",
+            ExceptionClass::DLPack | ExceptionClass::Buffer => "BufferError",
+            ExceptionClass::UnsupportedDType => "TypeError",
+            ExceptionClass::Unsupported => "NotImplementedError",
+            ExceptionClass::Gpu
+            | ExceptionClass::Unavailable
+            | ExceptionClass::Lock
+            | ExceptionClass::Residency
+            | ExceptionClass::Driver
+            | ExceptionClass::Kernel
+            | ExceptionClass::Graph
+            | ExceptionClass::Collective => "RuntimeError",
+        }
+    }
+}
+
+impl GraphErrorKind {
+    /// The `kind` of the Python `GraphError`, e.g. `"synchronous_call"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphErrorKind::SynchronousCall => "synchronous_call",
+            GraphErrorKind::AlreadyCapturing => "already_capturing",
+            GraphErrorKind::DefaultStream => "default_stream",
+            GraphErrorKind::Invalidated => "invalidated",
+            GraphErrorKind::Isolation => "isolation",
+            GraphErrorKind::CapturedEvent => "captured_event",
+            GraphErrorKind::UpdateRefused => "update_refused",
+            GraphErrorKind::PoolAllocation => "pool_allocation",
+            GraphErrorKind::OutOfMemory => "out_of_memory",
+            GraphErrorKind::NestedLaunch => "nested_launch",
+            GraphErrorKind::WrongThread => "wrong_thread",
+            GraphErrorKind::NotCapturable => "not_capturable",
+        }
+    }
+}
+
+impl CollectiveErrorKind {
+    /// The `kind` of the Python `CollectiveError`, e.g. `"remote_failure"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveErrorKind::Library => "library",
+            CollectiveErrorKind::Engine => "engine",
+            CollectiveErrorKind::Mismatch => "mismatch",
+            CollectiveErrorKind::Timeout => "timeout",
+            CollectiveErrorKind::Aborted => "aborted",
+            CollectiveErrorKind::RemoteFailure => "remote_failure",
+        }
+    }
+}
+
+impl Error {
+    /// The Python exception class this error raises.
+    pub fn python_class(&self) -> ExceptionClass {
+        use ExceptionClass as C;
+        match self {
+            // The array API standard names these two for `__dlpack__`.
+            Error::DLPack(DLPackError::BadStream { .. }) => C::Value,
+            Error::DLPack(DLPackError::Refused { .. }) => C::Buffer,
+            Error::DLPack(_) => C::DLPack,
+            Error::OutOfMemory { .. } => C::OutOfMemory,
+            Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => C::Unavailable,
+            Error::InvalidDeviceSpec { .. } => C::InvalidDevice,
+            Error::DeviceMismatch { .. } => C::DeviceMismatch,
+            Error::OutOfBounds { .. } | Error::InvalidArgument { .. } => C::InvalidArgument,
+            Error::Unsupported { .. } => C::Unsupported,
+            Error::Compile { .. } | Error::KernelNotFound { .. } | Error::KernelArguments { .. } => C::Kernel,
+            Error::Driver(_) | Error::HostTask(_) => C::Driver,
+            Error::Shape(_) => C::Shape,
+            Error::Lock(_) => C::Lock,
+            Error::Residency(_) => C::Residency,
+            Error::Graph { .. } => C::Graph,
+            Error::Collective { .. } => C::Collective,
+            Error::Memory(_) | Error::Store { .. } => C::Gpu,
+        }
+    }
+
+    /// The `kind` attribute of the Python exception: the rule a
+    /// `GraphError` reports, or how a `CollectiveError` failed.
+    pub fn python_kind(&self) -> Option<&'static str> {
+        match self {
+            Error::Graph { kind, .. } => Some(kind.name()),
+            Error::Collective { kind, .. } => Some(kind.name()),
+            _ => None,
+        }
+    }
+
+    /// The message in Python's terms. `call` names the Python method that
+    /// failed where the core names its own inner operation (a lock,
+    /// residency or graph check); without it the core's operation is
+    /// translated (`move_to` is `move_memory`). Errors with nothing
+    /// Rust-specific in them keep their `Display` text.
+    ///
+    /// ```
+    /// use gpuport::array::LockError;
+    /// use gpuport::Error;
+    ///
+    /// let e = Error::from(LockError::WrongId { op: "move_to", held: 7, given: 9 });
+    /// assert_eq!(
+    ///     e.python_message(Some("to_numpy")),
+    ///     "to_numpy: the get_dlpack block with lock id 9 does not hold the array; the block with lock id 7 does"
+    /// );
+    /// ```
+    pub fn python_message(&self, call: Option<&str>) -> String {
+        let op = |op: &'static str| call.unwrap_or(py_op(op)).to_string();
+        match self {
+            Error::Lock(LockError::Locked { op: o, held }) => format!(
+                "{}: the array is locked by a `with array.get_dlpack()` block (lock id {held}), in this thread or \
+                 another; inside that block use its context object (e.g. numpy.from_dlpack(ctx)), or call this after the block",
+                op(o)
+            ),
+            Error::Lock(LockError::WrongId { op: o, held, given }) => format!(
+                "{}: the get_dlpack block with lock id {given} does not hold the array; the block with lock id {held} does",
+                op(o)
+            ),
+            Error::Lock(LockError::AlreadyLocked { held, .. }) => format!(
+                "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id {held}); blocks on \
+                 one array cannot nest or overlap, in one thread or several"
+            ),
+            Error::Residency(r) => format!(
+                "{} needs the {} copy, but only the {} copy is current; call move_memory(\"{}\") first",
+                op(r.op),
+                r.needed,
+                r.current,
+                r.needed
+            ),
+            Error::BackendNotCompiled { backend, .. } => format!(
+                "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
+            ),
+            Error::Shape(ShapeError::TooLarge { shape, elem_size }) => format!(
+                "shape {} of {elem_size}-byte elements is too large: the number of elements times the element size must be at most {} bytes",
+                tuple(shape),
+                i64::MAX
+            ),
+            Error::Shape(ShapeError::NotI64 { what, axis, value }) => {
+                format!("{what} {value} on axis {axis} is too large: DLPack takes at most {}", i64::MAX)
+            }
+            Error::Shape(ShapeError::LengthMismatch { what, shape, expected, got }) => {
+                format!("{}: shape {} has {expected} elements, but {got} were given", op(what), tuple(shape))
+            }
+            Error::Shape(ShapeError::ShapeMismatch { what, expected, found }) => format!(
+                "{what}: shape {} differs from {}; the arrays must have the same shape",
+                tuple(found),
+                tuple(expected)
+            ),
+            Error::Shape(ShapeError::IndexOutOfBounds { index, shape }) => format!(
+                "index {} is out of bounds for shape {}; each index must be below its extent",
+                tuple(index),
+                tuple(shape)
+            ),
+            Error::Shape(ShapeError::OutOfRange { extents, strides, reason }) => {
+                format!("strided layout with extents {} and strides {} {reason}", tuple(extents), tuple(strides))
+            }
+            Error::OutOfBounds { what, offset, len, capacity } => {
+                format!("{what}: {len} bytes at offset {offset} reach past the end of a buffer of {capacity} bytes")
+            }
+            Error::DLPack(DLPackError::NotContiguous { shape, strides }) => format!(
+                "DLPack tensor with shape {} and strides {} (elements) is not compact row-major; export a contiguous copy",
+                tuple(shape),
+                tuple(strides)
+            ),
+            Error::DLPack(DLPackError::Overflow { shape, strides, byte_offset }) => format!(
+                "DLPack tensor shape {} with strides {} and byte offset {byte_offset} overflows the address space",
+                tuple(shape),
+                tuple(strides)
+            ),
+            Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A sequence as Python writes a tuple: `(2, 3)`, `(5,)`, `()`.
+///
+/// ```
+/// use gpuport::error::python::tuple;
+///
+/// assert_eq!(tuple(&[2usize, 3]), "(2, 3)");
+/// assert_eq!(tuple(&[-1i64]), "(-1,)");
+/// assert_eq!(tuple::<i64>(&[]), "()");
+/// ```
+pub fn tuple<T: fmt::Display>(items: &[T]) -> String {
+    match items {
+        [x] => format!("({x},)"),
+        _ => format!("({})", items.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// The Python name of an array operation the core names.
+fn py_op(op: &str) -> &str {
+    match op {
+        "move_to" => "move_memory",
+        "clone" => "copy",
+        "copy_from_slice" => "read_numpy_array",
+        "kernel" => "add_index",
+        "to_dlpack" | "host_view" | "device_view" => "the export",
+        "host_ptr" | "host_ptr_mut" | "device_ptr" | "device_ptr_mut" => "the export of an address",
+        "get" | "as_slice" => "a read",
+        "set" | "as_mut_slice" | "fill" => "a write",
+        other => other,
+    }
+}
+
+/// The Python text of a graph rule broken by `call` (the core's `op` where
+/// no call is named): what was wrong and what is accepted instead.
+fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &str, call: Option<&str>) -> String {
+    let call = call.unwrap_or(op);
+    let leave = "leave the `with ... capture()` block first";
+    match kind {
+        GraphErrorKind::SynchronousCall if reason.starts_with("the stream is capturing") => format!(
+            "{call}: the stream is capturing a graph, so its work has not run (it runs at each Graph.replay()) and \
+             nothing can wait for it; {leave}, and enqueue only asynchronous work (launch_kernel, memcpy_async, \
+             memset_async) on a capturing stream"
+        ),
+        GraphErrorKind::SynchronousCall => {
+            let thread_local = reason.contains("ThreadLocal");
+            format!(
+                "{call}: a graph capture in mode=\"{}\" is running ({}), and this call would wait for the \
+                 device or its default stream, which such a capture forbids{}; {leave}, or capture with \
+                 mode=\"relaxed\" to allow waits outside the capturing stream",
+                if thread_local { "thread_local" } else { "global" },
+                if backend == BackendKind::Host { "on the host device" } else { "on a GPU: the rule spans every GPU" },
+                if thread_local { " on the thread that began it" } else { " on every thread" }
+            )
+        }
+        GraphErrorKind::AlreadyCapturing => format!(
+            "{call}: the stream is already capturing into another graph; a stream captures one graph at a time: \
+             {leave}, or capture on another gpuport.Stream"
+        ),
+        GraphErrorKind::DefaultStream => format!(
+            "{call}: the device's default stream cannot be captured (CUDA and HIP refuse it); capture on a stream \
+             made by gpuport.Stream(device), or pass stream=None to Graph.capture() to have one made"
+        ),
+        GraphErrorKind::Invalidated => format!(
+            "{call}: the capture was invalidated ({reason}) and what it recorded is discarded; the stream is usable \
+             again: capture again"
+        ),
+        GraphErrorKind::Isolation => {
+            format!("{call}: {reason}; inside a capture, wait only for events recorded inside the same capture")
+        }
+        GraphErrorKind::CapturedEvent => format!(
+            "{call}: the event was recorded inside a graph capture, so it is recorded only when the graph replays; \
+             wait for it after Graph.replay(), or wait for the stream the graph replays on"
+        ),
+        GraphErrorKind::UpdateRefused => format!(
+            "{call}: the graphs differ in shape ({reason}); update takes a re-capture of the same work (the same \
+             kernels, copies and memsets in the same order) with new arguments; capture a new Graph for other work"
+        ),
+        GraphErrorKind::PoolAllocation => format!(
+            "{call}: the stream is capturing, and this runtime cannot say which capture ({reason}), so the caching \
+             pool cannot give the capture memory of its own; allocate before the capture (gpuport.runtime.malloc) \
+             and keep the memory as long as the graph"
+        ),
+        GraphErrorKind::OutOfMemory => format!(
+            "{call}: out of memory inside a graph capture ({reason}); the capture is still running: end it (leave \
+             the `with ... capture()` block) or free memory held outside it"
+        ),
+        GraphErrorKind::NestedLaunch => format!(
+            "{call}: on the {backend} backend a graph cannot be replayed into a capturing stream; replay it after \
+             the capture ends, or on another stream"
+        ),
+        GraphErrorKind::WrongThread => format!(
+            "{call}: the capture was begun on another thread, and a capture in mode \"global\" or \"thread_local\" \
+             ends on the thread that began it (it keeps running until then); capture with mode=\"relaxed\" to end \
+             it from any thread"
+        ),
+        GraphErrorKind::NotCapturable => format!("{call}: {reason}"),
+    }
+}
+
+/// Errors the binding forwards, of every family and most wordings above, for
+/// the tests that check the wording speaks Python: this module's and the
+/// binding's `_error_samples`, which raises each one. Each raises a subclass
+/// of `GpuError` (neither builtin).
+#[doc(hidden)]
+pub fn samples() -> Vec<Error> {
+    use crate::array::{Location, ResidencyError};
+    let mut samples: Vec<Error> = vec![
+        LockError::Locked { op: "move_to", held: 7 }.into(),
+        LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
+        LockError::AlreadyLocked { held: 7, requested: 9 }.into(),
+        ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device }.into(),
+        Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" },
+        ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 }.into(),
+        ShapeError::NotI64 { what: "extent", axis: 1, value: 1 << 70 }.into(),
+        ShapeError::LengthMismatch { what: "copy_from_slice", shape: vec![2, 3], expected: 6, got: 5 }.into(),
+        ShapeError::ShapeMismatch { what: "x", expected: vec![2], found: vec![3] }.into(),
+        ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] }.into(),
+        ShapeError::InvalidSlice { op: "step", axis: 0, reason: "step 0 is not allowed".into() }.into(),
+        ShapeError::OutOfRange { extents: vec![4], strides: vec![-1], reason: "reaches before the start".into() }
+            .into(),
+        DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] }.into(),
+        DLPackError::ReadOnly.into(),
+        DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
+        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },
+        Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: Some("use float32".into()) },
+        Error::InvalidArgument { name: "shape", reason: "negative extent -1".into() },
+        Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 },
+        Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 1 << 40 },
+        Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "host".into() },
+        Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
+        Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
+        Error::HostTask("a kernel panicked".into()),
+    ];
+    for (kind, op, reason) in [
+        (
+            GraphErrorKind::SynchronousCall,
+            "synchronize",
+            "the stream is capturing (Active): its work has not run and will run only when the graph is launched",
+        ),
+        (
+            GraphErrorKind::SynchronousCall,
+            "synchronize_device",
+            "a capture in ThreadLocal mode is running on host:0; end the capture first, or capture in CaptureMode::Relaxed",
+        ),
+        (GraphErrorKind::AlreadyCapturing, "begin_capture", "the stream is already capturing"),
+        (GraphErrorKind::DefaultStream, "begin_capture", "capture a stream made by create_stream"),
+        (GraphErrorKind::Invalidated, "end_capture", "the capture was invalidated: an earlier error"),
+        (GraphErrorKind::Isolation, "wait_event", "waiting inside a capture for an event recorded outside it"),
+        (GraphErrorKind::CapturedEvent, "synchronize_event", "recorded only when the graph runs"),
+        (GraphErrorKind::UpdateRefused, "update", "the graph has 3 nodes, this one 2"),
+        (GraphErrorKind::PoolAllocation, "alloc", "hipStreamGetCaptureInfo_v2 is missing"),
+        (GraphErrorKind::OutOfMemory, "alloc", "the capture's graph pool could not grow by 1048576 bytes"),
+        (GraphErrorKind::NestedLaunch, "launch", "not captured"),
+        (GraphErrorKind::WrongThread, "end_capture", "CaptureMode::Global"),
+        (GraphErrorKind::NotCapturable, "add_index", "MemArray operations are not captured"),
+    ] {
+        samples.push(Error::Graph { backend: BackendKind::Host, op, kind, reason: reason.into() });
+    }
+    samples.extend([
+        Error::KernelNotFound { name: "no_such_kernel".into(), available: "add_index".into() },
+        Error::Driver(super::DriverError {
+            backend: BackendKind::Cuda,
+            call: "cuMemAlloc",
+            code: 2,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            message: "out of memory".into(),
+        }),
+        Error::Collective {
+            engine: "host".into(),
+            rank: Some(1),
+            kind: CollectiveErrorKind::Mismatch,
+            reason: "rank 0 called all_reduce, this rank broadcast".into(),
+        },
+    ]);
+    samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::{Location, ResidencyError};
+    use crate::error::StoreErrorKind;
+    use crate::memory::MemoryError;
+
+    /// What the Python suite (`tests/test_soundness.py`) refuses in a message.
+    const RUST_FORMS: [&str; 9] =
+        ["Some(", "None)", "LockId", "exit()", "Location::", "--features", "::", "isize", "usize"];
+
+    fn graph(backend: BackendKind, op: &'static str, kind: GraphErrorKind, reason: &str) -> Error {
+        Error::Graph { backend, op, kind, reason: reason.into() }
+    }
+
+    #[test]
+    fn every_sample_speaks_python_and_raises_a_gpuport_class() {
+        let samples = samples();
+        for e in &samples {
+            let msg = e.python_message(None);
+            for form in RUST_FORMS {
+                assert!(!msg.contains(form), "{form:?} in {msg:?}");
+            }
+            assert!(!matches!(e.python_class(), ExceptionClass::Value | ExceptionClass::Buffer), "{e}");
+        }
+        // The families a core error can reach, each sampled at least once.
+        for class in [
+            ExceptionClass::OutOfMemory,
+            ExceptionClass::Unavailable,
+            ExceptionClass::InvalidDevice,
+            ExceptionClass::DeviceMismatch,
+            ExceptionClass::Lock,
+            ExceptionClass::Residency,
+            ExceptionClass::Shape,
+            ExceptionClass::DLPack,
+            ExceptionClass::Unsupported,
+            ExceptionClass::InvalidArgument,
+            ExceptionClass::Driver,
+            ExceptionClass::Kernel,
+            ExceptionClass::Graph,
+            ExceptionClass::Collective,
+        ] {
+            assert!(samples.iter().any(|e| e.python_class() == class), "no sample raises {}", class.name());
+        }
+    }
+
+    #[test]
+    fn lock_errors_name_the_python_call_and_the_with_block() {
+        let e = Error::from(LockError::Locked { op: "move_to", held: 7 });
+        assert_eq!(e.python_class(), ExceptionClass::Lock);
+        assert_eq!(
+            e.python_message(None),
+            "move_memory: the array is locked by a `with array.get_dlpack()` block (lock id 7), in this thread or \
+             another; inside that block use its context object (e.g. numpy.from_dlpack(ctx)), or call this after the block"
+        );
+        let e = Error::from(LockError::WrongId { op: "to_dlpack", held: 7, given: 9 });
+        assert_eq!(
+            e.python_message(None),
+            "the export: the get_dlpack block with lock id 9 does not hold the array; the block with lock id 7 does"
+        );
+        assert!(e.python_message(Some("__dlpack__")).starts_with("__dlpack__: the get_dlpack block"));
+        let e = Error::from(LockError::AlreadyLocked { held: 7, requested: 9 });
+        assert_eq!(
+            e.python_message(Some("ignored")),
+            "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id 7); blocks on one \
+             array cannot nest or overlap, in one thread or several"
+        );
+    }
+
+    #[test]
+    fn residency_errors_say_move_memory() {
+        let e = Error::from(ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device });
+        assert_eq!(e.python_class(), ExceptionClass::Residency);
+        assert_eq!(
+            e.python_message(None),
+            "the export needs the host copy, but only the device copy is current; call move_memory(\"host\") first"
+        );
+        assert_eq!(
+            e.python_message(Some("to_numpy")),
+            "to_numpy needs the host copy, but only the device copy is current; call move_memory(\"host\") first"
+        );
+    }
+
+    #[test]
+    fn a_backend_not_compiled_in_asks_for_another_package_not_a_cargo_feature() {
+        let e = Error::BackendNotCompiled { backend: BackendKind::Cuda, feature: "cuda" };
+        assert_eq!(e.python_class(), ExceptionClass::Unavailable);
+        assert_eq!(
+            e.python_message(None),
+            "the cuda backend is not compiled into this gpuport build; install a gpuport package built with cuda support"
+        );
+        let e = Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() };
+        assert_eq!(
+            (e.python_class(), e.python_message(None).as_str()),
+            (ExceptionClass::Unavailable, "cuda is unavailable: no device")
+        );
+        let e = Error::LibraryNotFound { backend: BackendKind::Host, library: "libx", tried: "libx.so".into() };
+        assert_eq!(e.python_class(), ExceptionClass::Unavailable);
+    }
+
+    #[test]
+    fn shape_errors_write_shapes_as_python_tuples() {
+        let e = Error::from(ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 });
+        assert_eq!(e.python_class(), ExceptionClass::Shape);
+        assert_eq!(
+            e.python_message(None),
+            "shape (1099511627776, 1099511627776) of 8-byte elements is too large: the number of elements times the \
+             element size must be at most 9223372036854775807 bytes"
+        );
+        let e = Error::from(ShapeError::NotI64 { what: "extent", axis: 1, value: 1 << 70 });
+        assert_eq!(
+            e.python_message(None),
+            "extent 1180591620717411303424 on axis 1 is too large: DLPack takes at most 9223372036854775807"
+        );
+        let e =
+            Error::from(ShapeError::LengthMismatch { what: "copy_from_slice", shape: vec![2, 3], expected: 6, got: 5 });
+        assert_eq!(e.python_message(None), "read_numpy_array: shape (2, 3) has 6 elements, but 5 were given");
+        let e = Error::from(ShapeError::ShapeMismatch { what: "x", expected: vec![2], found: vec![3] });
+        assert_eq!(e.python_message(None), "x: shape (3,) differs from (2,); the arrays must have the same shape");
+        let e = Error::from(ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] });
+        assert_eq!(
+            e.python_message(None),
+            "index (4,) is out of bounds for shape (3,); each index must be below its extent"
+        );
+        let e = Error::from(ShapeError::OutOfRange {
+            extents: vec![4, 2],
+            strides: vec![-1, 4],
+            reason: "reaches before the start".into(),
+        });
+        assert_eq!(
+            e.python_message(None),
+            "strided layout with extents (4, 2) and strides (-1, 4) reaches before the start"
+        );
+        // No Python wording of its own: the core's text has nothing Rust in it.
+        let e = Error::from(ShapeError::InvalidSlice { op: "step", axis: 0, reason: "step 0 is not allowed".into() });
+        assert_eq!(e.python_message(None), "invalid step on axis 0: step 0 is not allowed");
+    }
+
+    #[test]
+    fn out_of_bounds_is_an_invalid_argument_in_bytes() {
+        let e = Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 };
+        assert_eq!(e.python_class(), ExceptionClass::InvalidArgument);
+        assert_eq!(e.python_message(None), "dst: 64 bytes at offset 0 reach past the end of a buffer of 16 bytes");
+        let e = Error::InvalidArgument { name: "shape", reason: "negative extent -1".into() };
+        assert_eq!(e.python_class(), ExceptionClass::InvalidArgument);
+        assert_eq!(e.python_message(None), "invalid argument shape: negative extent -1");
+    }
+
+    #[test]
+    fn dlpack_errors_write_tuples_and_dlpack_arguments_raise_the_standard_builtins() {
+        let e = Error::from(DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] });
+        assert_eq!(e.python_class(), ExceptionClass::DLPack);
+        assert_eq!(
+            e.python_message(None),
+            "DLPack tensor with shape (4, 4) and strides (1, 8) (elements) is not compact row-major; export a contiguous copy"
+        );
+        let e = Error::from(DLPackError::Overflow { shape: vec![2], strides: vec![-3], byte_offset: 16 });
+        assert_eq!(
+            e.python_message(None),
+            "DLPack tensor shape (2,) with strides (-3,) and byte offset 16 overflows the address space"
+        );
+        let e = Error::from(DLPackError::BadStream { reason: "stream=-1 is not accepted".into() });
+        assert_eq!((e.python_class(), e.python_class().name()), (ExceptionClass::Value, "ValueError"));
+        assert_eq!(e.python_message(Some("__dlpack__")), "stream=-1 is not accepted");
+        let e = Error::from(DLPackError::Refused { reason: "copy=False needs a copy".into() });
+        assert_eq!((e.python_class(), e.python_class().name()), (ExceptionClass::Buffer, "BufferError"));
+        assert_eq!(e.python_message(None), "copy=False needs a copy");
+    }
+
+    #[test]
+    fn graph_errors_name_the_rule_and_what_python_code_to_write_instead() {
+        let e = graph(
+            BackendKind::Host,
+            "synchronize",
+            GraphErrorKind::SynchronousCall,
+            "the stream is capturing (Active)",
+        );
+        assert_eq!((e.python_class(), e.python_kind()), (ExceptionClass::Graph, Some("synchronous_call")));
+        assert_eq!(
+            e.python_message(Some("Stream.synchronize")),
+            "Stream.synchronize: the stream is capturing a graph, so its work has not run (it runs at each \
+             Graph.replay()) and nothing can wait for it; leave the `with ... capture()` block first, and enqueue only \
+             asynchronous work (launch_kernel, memcpy_async, memset_async) on a capturing stream"
+        );
+        let e = graph(BackendKind::Cuda, "synchronize_device", GraphErrorKind::SynchronousCall, "CaptureMode::Global");
+        assert_eq!(
+            e.python_message(None),
+            "synchronize_device: a graph capture in mode=\"global\" is running (on a GPU: the rule spans every GPU), and \
+             this call would wait for the device or its default stream, which such a capture forbids on every thread; \
+             leave the `with ... capture()` block first, or capture with mode=\"relaxed\" to allow waits outside the \
+             capturing stream"
+        );
+        let e = graph(BackendKind::Host, "end_capture", GraphErrorKind::Invalidated, "an earlier error");
+        assert_eq!(
+            e.python_message(None),
+            "end_capture: the capture was invalidated (an earlier error) and what it recorded is discarded; the stream \
+             is usable again: capture again"
+        );
+        let e = graph(BackendKind::Rocm, "launch", GraphErrorKind::NestedLaunch, "not captured");
+        assert_eq!(
+            e.python_message(None),
+            "launch: on the rocm backend a graph cannot be replayed into a capturing stream; replay it after the \
+             capture ends, or on another stream"
+        );
+        let e = graph(
+            BackendKind::Host,
+            "add_index",
+            GraphErrorKind::NotCapturable,
+            "MemArray operations are not captured",
+        );
+        assert_eq!(e.python_message(None), "add_index: MemArray operations are not captured");
+    }
+
+    #[test]
+    fn kind_names_are_the_python_strings() {
+        use CollectiveErrorKind as C;
+        use GraphErrorKind as G;
+        // In declaration order, five to a line.
+        let graph = [G::SynchronousCall, G::AlreadyCapturing, G::DefaultStream, G::Invalidated, G::Isolation]
+            .into_iter()
+            .chain([G::CapturedEvent, G::UpdateRefused, G::PoolAllocation, G::OutOfMemory, G::NestedLaunch])
+            .chain([G::WrongThread, G::NotCapturable])
+            .map(G::name)
+            .collect::<Vec<_>>();
+        assert_eq!(
+            graph.join(" "),
+            "synchronous_call already_capturing default_stream invalidated isolation captured_event update_refused \
+             pool_allocation out_of_memory nested_launch wrong_thread not_capturable"
+        );
+        let collective = [C::Library, C::Engine, C::Mismatch, C::Timeout, C::Aborted, C::RemoteFailure].map(C::name);
+        assert_eq!(collective, ["library", "engine", "mismatch", "timeout", "aborted", "remote_failure"]);
+    }
+
+    #[test]
+    fn collective_errors_keep_their_text_and_carry_a_kind() {
+        let e = Error::Collective {
+            engine: "host".into(),
+            rank: Some(1),
+            kind: CollectiveErrorKind::Aborted,
+            reason: "aborted".into(),
+        };
+        assert_eq!((e.python_class(), e.python_kind()), (ExceptionClass::Collective, Some("aborted")));
+        assert_eq!(e.python_message(Some("all_reduce")), "host communicator (rank 1): aborted");
+    }
+
+    #[test]
+    fn errors_without_python_wording_keep_their_display_text() {
+        let cases: Vec<(Error, ExceptionClass, &str)> = vec![
+            (
+                Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 1 << 40 },
+                ExceptionClass::OutOfMemory,
+                "cuda:0: out of device memory allocating 1099511627776 bytes",
+            ),
+            (
+                Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "host".into() },
+                ExceptionClass::DeviceMismatch,
+                "stream belongs to host, but the operation runs on cuda:0",
+            ),
+            (
+                Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
+                ExceptionClass::InvalidDevice,
+                "invalid device spec \"tpu:0\": unknown backend \"tpu\"; accepted: \"host\", \"cuda[:N]\", \"rocm[:N]\"",
+            ),
+            (
+                Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: Some("use float32".into()) },
+                ExceptionClass::Unsupported,
+                "add_index is not supported by the host backend: use float32",
+            ),
+            (Error::HostTask("a kernel panicked".into()), ExceptionClass::Driver, "host stream work failed: a kernel panicked"),
+            (
+                Error::KernelNotFound { name: "k".into(), available: "add_index".into() },
+                ExceptionClass::Kernel,
+                "kernel \"k\" not found in module; available: add_index",
+            ),
+            (
+                Error::from(MemoryError::WouldWait { resource: "pool" }),
+                ExceptionClass::Gpu,
+                "memory resource \"pool\" would have waited for another thread (inside `without_waiting`)",
+            ),
+            (
+                Error::Store { addr: "h:1".into(), kind: StoreErrorKind::Timeout, reason: "no answer".into() },
+                ExceptionClass::Gpu,
+                "gpuport store at h:1: no answer",
+            ),
+        ];
+        for (e, class, text) in cases {
+            assert_eq!((e.python_class(), e.python_kind()), (class, None), "{e}");
+            assert_eq!(e.python_message(Some("call")), text);
+            assert_eq!(e.python_message(None), e.to_string());
+        }
+    }
+
+    #[test]
+    fn each_error_is_also_the_builtin_its_class_derives_from() {
+        let cases: Vec<(Error, &str)> = vec![
+            (Error::OutOfMemory { backend: BackendKind::Cuda, ordinal: 0, bytes: 8 }, "MemoryError"),
+            (DLPackError::BadStream { reason: "stream=2".into() }.into(), "ValueError"),
+            (DLPackError::Refused { reason: "copy=False".into() }.into(), "BufferError"),
+            (DLPackError::ReadOnly.into(), "BufferError"),
+            (ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] }.into(), "ValueError"),
+            (Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 }, "ValueError"),
+            (Error::InvalidArgument { name: "n", reason: "negative".into() }, "ValueError"),
+            (Error::InvalidDeviceSpec { spec: "tpu".into(), reason: "unknown".into() }, "ValueError"),
+            (Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "host".into() }, "ValueError"),
+            (Error::Unsupported { op: "ipc", backend: BackendKind::Host, hint: None }, "NotImplementedError"),
+            (LockError::AlreadyLocked { held: 1, requested: 2 }.into(), "RuntimeError"),
+            (graph(BackendKind::Host, "update", GraphErrorKind::UpdateRefused, "3 nodes"), "RuntimeError"),
+            (Error::HostTask("panicked".into()), "RuntimeError"),
+        ];
+        for (e, builtin) in cases {
+            assert_eq!(e.python_class().builtin(), builtin, "{e}");
+        }
+        assert_eq!(ExceptionClass::UnsupportedDType.builtin(), "TypeError");
+        assert_eq!(ExceptionClass::Gpu.builtin(), "RuntimeError");
+    }
+
+    #[test]
+    fn tuples_are_written_as_python_writes_them() {
+        assert_eq!(tuple(&[2usize, 3]), "(2, 3)");
+        assert_eq!(tuple(&[5usize]), "(5,)");
+        assert_eq!(tuple::<usize>(&[]), "()");
+        assert_eq!(tuple(&[-1isize, 8]), "(-1, 8)");
+    }
+}
