@@ -1,5 +1,10 @@
 //! The run-time layer (`gpuport::dynamic`): the DLPack stream rules per
-//! device type, device checks of streams, and arrays of run-time dtype.
+//! device type, device checks of streams, arrays of run-time dtype, and the
+//! HIP-shaped runtime calls (`dynamic::runtime`) on every backend.
+
+mod common;
+
+use std::sync::Arc;
 
 use gpuport::dlpack::{DLDeviceType, DLPackError};
 use gpuport::dynamic::exchange::{consumer_stream, export, stream_for_producer, Export, ExportRequest};
@@ -179,7 +184,7 @@ fn raw_allocations_are_device_memory_of_the_current_resource() {
     // Cumulative totals: other tests may free memory meanwhile, never un-allocate it.
     let before = memory::statistics(&dev).unwrap().0.total_bytes;
     let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 4096).unwrap();
-    assert_eq!(a.kind, gpuport::MemoryKind::Device);
+    assert_eq!(a.kind(), gpuport::MemoryKind::Device);
     let after = memory::statistics(&dev).unwrap().0.total_bytes;
     assert!(after >= before + 4096, "total bytes {before} -> {after}");
     drop(a);
@@ -245,4 +250,186 @@ fn read_only_device_memory_is_a_source_never_a_destination() {
     s.synchronize().unwrap(); // `sync` says the caller waits for the stream
     drop(rw_dev);
     assert_eq!(rw, [7u8; 8]);
+}
+
+// ---- dynamic::runtime, on every backend ---------------------------------------------------
+
+use gpuport::dynamic::raw::{self, RawAllocation, RawRange};
+use gpuport::dynamic::runtime::{self, StreamChoice};
+
+/// A range over all of a raw allocation.
+fn whole(a: &RawAllocation) -> RawRange {
+    // SAFETY: every caller keeps `a` until the work given the range has run
+    // (a waiting call, or the allocation is among the owners it keeps).
+    unsafe { RawRange::new(a.ptr(), a.place(), Some(a.len()), None, true) }
+}
+
+/// Work that takes a while on `s`: the built-in sleep kernel, `ms` milliseconds.
+fn busy(s: &AnyStream, ms: u64) {
+    let dev = s.device();
+    let sleep = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&(ms * 1_000_000));
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe {
+        runtime::launch(
+            &sleep,
+            builtin::SLEEP_NS,
+            LaunchConfig::linear(1, 1),
+            &args,
+            None,
+            StreamChoice::stream(s.clone()),
+        )
+    }
+    .unwrap()
+    .keep(())
+    .unwrap();
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn runtime_calls_run_on_the_device_their_operands_name(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    // No stream given: the device is the allocation's, the stream its default.
+    let e = runtime::memset(&whole(&a), 0x5A, 64, StreamChoice::Default, false).unwrap();
+    let s = e.stream().expect("an asynchronous call hands back its stream").clone();
+    assert!(gpuport::dynamic::same_device(&s.device(), &dev));
+    assert_eq!(s.handle(), AnyStream::default_for(&dev).handle());
+    e.keep(a.clone()).unwrap();
+    let mut out = [0u8; 64];
+    let host = held_mut(&mut out);
+    let waited = runtime::memcpy(&host, &whole(&a), 64, None, StreamChoice::Default, true).unwrap();
+    assert!(waited.stream().is_none(), "a waiting call leaves nothing running");
+    waited.keep(()).unwrap();
+    assert_eq!(out, [0x5A; 64]);
+    // Sizes past an operand are refused before anything runs.
+    let e = runtime::memset(&whole(&a), 1, 65, StreamChoice::Default, true).err().expect("65 bytes of 64");
+    assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{e}");
+    let e = runtime::memcpy(&host, &whole(&a), 65, None, StreamChoice::Default, true).err().expect("65 of 64");
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert_eq!(out, [0x5A; 64], "a refused copy wrote");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn runtime_keeps_the_operands_of_asynchronous_work_until_it_has_run(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 1 << 20).unwrap();
+    busy(&s, 300);
+    let owner = Arc::new(());
+    runtime::memset(&whole(&a), 3, 1 << 20, StreamChoice::stream(s.clone()), false)
+        .unwrap()
+        .keep((a.clone(), owner.clone()))
+        .unwrap();
+    keep::prune();
+    assert_eq!(Arc::strong_count(&owner), 2, "the owners went before the memset ran");
+    s.synchronize().unwrap();
+    keep::prune();
+    assert_eq!(Arc::strong_count(&owner), 1, "the owners outlived the memset");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_waiting_runtime_call_on_a_capturing_stream_is_refused_before_it_enqueues(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let mut capture = s.begin_capture(gpuport::CaptureMode::Relaxed).unwrap();
+    let e =
+        runtime::memset(&whole(&a), 1, 64, StreamChoice::stream(s.clone()), true).err().expect("a wait in a capture");
+    assert!(matches!(e, Error::Graph { kind: gpuport::GraphErrorKind::SynchronousCall, .. }), "{e}");
+    let graph = capture.end().expect("the capture is still valid");
+    assert_eq!(graph.node_count().unwrap(), 0, "the refused memset was captured");
+}
+
+#[rstest::rstest]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_gpuport_stream_of_another_device_is_refused(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let on_host = StreamChoice::stream(AnyStream::default_for(&host()));
+    // The stream names the device: the allocation is then memory of another one.
+    let e = runtime::memset(&whole(&a), 1, 64, on_host.clone(), true).err().expect("memory of another device");
+    assert!(matches!(e, Error::InvalidArgument { .. } | Error::DeviceMismatch { .. }), "{e}");
+    let e = on_host.on(&dev).expect_err("a host stream on a GPU");
+    assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+}
+
+#[test]
+fn the_registry_finds_live_allocations_and_keeps_none_alive() {
+    let dev = host();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 100).unwrap();
+    let inside = RawAllocation::containing(a.ptr() + 99).expect("the last byte");
+    assert!(Arc::ptr_eq(&inside, &a));
+    drop(inside);
+    assert!(
+        RawAllocation::containing(a.ptr() + 100).is_none_or(|b| !Arc::ptr_eq(&b, &a)),
+        "one past the end is not inside"
+    );
+    let weak = Arc::downgrade(&a);
+    drop(a);
+    assert!(weak.upgrade().is_none(), "the registry kept an allocation alive");
+}
+
+#[test]
+fn host_launches_run_only_the_builtins_whose_targets_are_checked() {
+    let dev = host();
+    let module = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap();
+    let fill = module.kernel(builtin::FILL_U32).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let args = |ptr: u64, n: u64| {
+        let mut k = KernelArgs::new();
+        k.push(&ptr);
+        k.push(&n);
+        k.push(&9u32);
+        k
+    };
+    let launch = |k: &KernelArgs, first: Option<&RawRange>| {
+        // SAFETY: the host backend runs only the checked built-ins.
+        unsafe {
+            runtime::launch(&fill, builtin::FILL_U32, LaunchConfig::linear(16, 16), k, first, StreamChoice::Default)
+        }
+    };
+    // A bare address inside a live allocation: found, kept, filled.
+    launch(&args(a.ptr(), 16), None).unwrap().keep(()).unwrap();
+    let mut out = [0u8; 64];
+    runtime::memcpy(&held_mut(&mut out), &whole(&a), 64, None, StreamChoice::Default, true).unwrap().keep(()).unwrap();
+    assert!(out.chunks(4).all(|c| c == 9u32.to_ne_bytes()), "{out:?}");
+    // Past the allocation's end, from its middle.
+    let e = launch(&args(a.ptr() + 8, 15), None).err().expect("60 bytes at offset 8 of 64");
+    assert!(e.to_string().contains("exceed the 56 writable bytes"), "{e}");
+    // An address gpuport does not hold.
+    let e = launch(&args(0xDEAD_0000, 1), None).err().expect("unknown memory");
+    assert!(e.to_string().contains("not memory gpuport holds"), "{e}");
+    // A read-only first pointer argument.
+    let ro = [0u8; 64];
+    let e = launch(&args(ro.as_ptr() as u64, 1), Some(&held(&ro))).err().expect("read-only");
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    // Kernels whose pointers cannot be checked do not run on the host.
+    let add = module.kernel("gpuport_add_index_f32_1");
+    if let Ok(add) = add {
+        // SAFETY: refused before it runs (the test asserts so).
+        let e = unsafe {
+            runtime::launch(
+                &add,
+                "gpuport_add_index_f32_1",
+                LaunchConfig::linear(1, 1),
+                &KernelArgs::new(),
+                None,
+                StreamChoice::Default,
+            )
+        }
+        .err()
+        .expect("an unchecked kernel on the host");
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    }
 }

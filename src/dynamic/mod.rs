@@ -16,7 +16,8 @@
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
-//! - [`raw`]: copies, memsets and allocations on address ranges (`gpuport.runtime`).
+//! - [`raw`]: copies, memsets and allocations on address ranges, and the registry of live allocations.
+//! - [`runtime`]: the calls of a HIP-shaped runtime (`gpuport.runtime`) as whole operations: device and stream choice, checks, the wait or the keeping of owners.
 //! - [`keep`]: operands kept alive until their work has run.
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 //! - [`peer`]: peer access between two devices of one backend.
@@ -33,6 +34,7 @@ pub mod memory;
 pub mod module;
 pub mod peer;
 pub mod raw;
+pub mod runtime;
 pub mod stream;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};

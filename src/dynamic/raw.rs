@@ -30,8 +30,9 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::any::{same_device, DynDevice};
 use super::memory::resources;
@@ -385,8 +386,8 @@ pub fn copy(
 /// // below) and hold 8 bytes.
 /// let (src, dst) = unsafe {
 ///     (
-///         RawRange::new(a.ptr, Place::Device(Some(dev.clone())), Some(8), None, false),
-///         RawRange::new(b.ptr, Place::Device(Some(dev.clone())), Some(8), None, true),
+///         RawRange::new(a.ptr(), Place::Device(Some(dev.clone())), Some(8), None, false),
+///         RawRange::new(b.ptr(), Place::Device(Some(dev.clone())), Some(8), None, true),
 ///     )
 /// };
 /// raw::copy_peer(&s, &dst, &dev, &src, &dev, 8)?; // on the host backend, every peer is host:0
@@ -545,25 +546,112 @@ fn memset_on<D: DynDevice>(
     unsafe { d.memset_async(&to, 0, size, value, st) }
 }
 
-/// Memory allocated for a raw address: its address, and what owns it
-/// (dropping the owner frees the memory).
+/// Memory allocated for a raw address (as `cudaMalloc` hands one out): its
+/// address, extent, kind and device, and what owns it. Dropping the last
+/// `Arc` frees the memory. While it lives, [`RawAllocation::containing`]
+/// finds it from any address inside it, so a bare integer handed back by a
+/// binding is recognized as memory gpuport holds.
 pub struct RawAllocation {
-    /// The address handed out (the host address of pinned memory).
-    pub ptr: u64,
-    /// What was allocated: `Device` (the host backend's included), `Pinned` or `Managed`.
-    pub kind: MemoryKind,
-    /// The owner of the memory.
-    pub owner: Box<dyn std::any::Any + Send + Sync>,
+    ptr: u64,
+    len: usize,
+    kind: MemoryKind,
+    device: AnyDevice,
+    /// Frees the memory when dropped; never read.
+    _owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for RawAllocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RawAllocation({:?} at {:#x})", self.kind, self.ptr)
+        write!(f, "RawAllocation({:?}, {} bytes at {:#x})", self.kind, self.len, self.ptr)
+    }
+}
+
+/// The live raw allocations by address (weak: the registry keeps none alive).
+static LIVE: Mutex<BTreeMap<u64, Weak<RawAllocation>>> = Mutex::new(BTreeMap::new());
+
+impl RawAllocation {
+    /// The address handed out (the host address of pinned memory).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The bytes asked for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes were asked for.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What was allocated: `Device` (the host backend's included), `Pinned` or `Managed`.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// The device the memory belongs to.
+    pub fn device(&self) -> &AnyDevice {
+        &self.device
+    }
+
+    /// Where the memory lives, as a [`RawRange`] says it.
+    pub fn place(&self) -> Place {
+        match self.kind {
+            MemoryKind::Managed => Place::Managed(self.device.clone()),
+            MemoryKind::Pinned => Place::Pinned(self.device.clone()),
+            MemoryKind::Device | MemoryKind::Host => Place::Device(Some(self.device.clone())),
+        }
+    }
+
+    /// Whether the host may read and write the memory (pinned or managed
+    /// memory, or the host backend's device memory).
+    pub fn host_accessible(&self) -> bool {
+        match self.kind {
+            MemoryKind::Managed | MemoryKind::Pinned => true,
+            MemoryKind::Device | MemoryKind::Host => self.device.backend() == BackendKind::Host,
+        }
+    }
+
+    /// The live allocation whose bytes include `addr`, if any.
+    ///
+    /// ```
+    /// use gpuport::{dynamic::raw::{self, RawAllocation}, MemoryKind};
+    /// let dev = gpuport::open("host")?;
+    /// let a = raw::alloc(&dev, MemoryKind::Device, 64)?;
+    /// let found = RawAllocation::containing(a.ptr() + 10).expect("inside");
+    /// assert_eq!(found.ptr(), a.ptr());
+    /// assert!(RawAllocation::containing(a.ptr() + 64).map_or(true, |b| b.ptr() != a.ptr()));
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn containing(addr: u64) -> Option<Arc<RawAllocation>> {
+        let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, weak) = live.range(..=addr).next_back()?;
+        let a = weak.upgrade()?;
+        (addr < a.ptr.saturating_add(a.len as u64)).then_some(a)
+    }
+
+    /// Registers a fresh allocation.
+    fn register(self) -> Arc<RawAllocation> {
+        let a = Arc::new(self);
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).insert(a.ptr, Arc::downgrade(&a));
+        a
+    }
+}
+
+impl Drop for RawAllocation {
+    fn drop(&mut self) {
+        let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        // A new allocation at the same address may have replaced the entry.
+        if live.get(&self.ptr).is_some_and(|w| w.strong_count() == 0) {
+            live.remove(&self.ptr);
+        }
     }
 }
 
 /// Allocates `size` bytes of `kind` on `dev`, whose address is handed out
-/// as a bare number (as `cudaMalloc` does). Device and pinned memory come
+/// as a bare number (as `cudaMalloc` does), and registers it so that
+/// [`RawAllocation::containing`] finds it. Device and pinned memory come
 /// from the device's observed resource ([`super::memory::resources`], so
 /// [`super::memory::statistics`] counts them); as with `cudaFree`, their release
 /// waits for the whole device, since any stream may still use the address.
@@ -572,28 +660,31 @@ impl std::fmt::Debug for RawAllocation {
 /// use gpuport::{dynamic::raw, MemoryKind};
 /// let dev = gpuport::open("host")?;
 /// let a = raw::alloc(&dev, MemoryKind::Device, 256)?;
-/// assert_ne!(a.ptr, 0);
+/// assert_ne!(a.ptr(), 0);
+/// assert_eq!(a.len(), 256);
 /// # Ok::<(), gpuport::Error>(())
 /// ```
-pub fn alloc(dev: &AnyDevice, kind: MemoryKind, size: usize) -> Result<RawAllocation> {
-    with_device!(dev, d => alloc_on(d, kind, size))
+pub fn alloc(dev: &AnyDevice, kind: MemoryKind, size: usize) -> Result<Arc<RawAllocation>> {
+    let (ptr, kind, owner) = with_device!(dev, d => alloc_on(d, kind, size))?;
+    Ok(RawAllocation { ptr, len: size, kind, device: dev.clone(), _owner: owner }.register())
 }
 
-fn alloc_on<D: DynDevice>(d: &Arc<D>, kind: MemoryKind, size: usize) -> Result<RawAllocation> {
+type Owner = Box<dyn std::any::Any + Send + Sync>;
+
+fn alloc_on<D: DynDevice>(d: &Arc<D>, kind: MemoryKind, size: usize) -> Result<(u64, MemoryKind, Owner)> {
     Ok(match kind {
         MemoryKind::Pinned => {
             let b = resources(d)?.allocator.alloc_pinned(size, PinnedFlags::PORTABLE)?;
             let ptr = b.as_slice().as_ptr() as usize as u64;
-            RawAllocation { ptr, kind, owner: Box::new(Held::new(b, d, true)) }
+            (ptr, kind, Box::new(Held::new(b, d, true)))
         }
         MemoryKind::Managed => {
             let b = d.alloc_managed(size)?;
-            RawAllocation { ptr: b.device_ptr(), kind, owner: Box::new(b) }
+            (b.device_ptr(), kind, Box::new(b))
         }
         MemoryKind::Device | MemoryKind::Host => {
             let a = resources(d)?.allocator.alloc(size, d.default_stream())?;
-            let ptr = a.device_ptr();
-            RawAllocation { ptr, kind: MemoryKind::Device, owner: Box::new(Held::new(a, d, true)) }
+            (a.device_ptr(), MemoryKind::Device, Box::new(Held::new(a, d, true)))
         }
     })
 }

@@ -30,15 +30,13 @@
 //! borrow can fail and no Python code (an `__index__`, a `__del__`) can
 //! find them taken by another thread.
 
-use std::any::Any;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use gpuport::dlpack::{is_host_memory, DLDeviceType};
 pub use gpuport::dynamic::raw::Place;
-use gpuport::dynamic::raw::RawRange;
+use gpuport::dynamic::raw::{RawAllocation, RawRange};
 use gpuport::error::python;
-use gpuport::{AnyDevice, BackendKind, MemoryKind};
+use gpuport::{AnyDevice, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -48,52 +46,13 @@ use crate::buffer::{Acquired, HeldBuffer};
 use crate::cai::{itemsize_of, layout, CaiDesc};
 use crate::dlpack::{take_capsule, Producer};
 
-// ---- allocations and the registry of live ones -----------------------------------
-
-/// Memory allocated by `malloc*`, owned by Rust and freed on drop.
-pub struct Alloc {
-    pub dev: AnyDevice,
-    pub kind: MemoryKind,
-    pub ptr: u64,
-    pub len: usize,
-    pub mem: Box<dyn Any + Send + Sync>,
-}
-
-static REGISTRY: Mutex<BTreeMap<u64, Weak<Alloc>>> = Mutex::new(BTreeMap::new());
-
-impl Alloc {
-    /// Registers a fresh allocation, so raw ints inside it are recognized.
-    pub fn register(a: Alloc) -> Arc<Alloc> {
-        let a = Arc::new(a);
-        REGISTRY.lock().unwrap_or_else(|p| p.into_inner()).insert(a.ptr, Arc::downgrade(&a));
-        a
-    }
-
-    /// The live allocation containing `addr`, if any.
-    pub fn find(addr: u64) -> Option<Arc<Alloc>> {
-        let reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, w) = reg.range(..=addr).next_back()?;
-        let a = w.upgrade()?;
-        (addr < a.ptr.saturating_add(a.len as u64)).then_some(a)
-    }
-}
-
-impl Drop for Alloc {
-    fn drop(&mut self) {
-        let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-        if reg.get(&self.ptr).is_some_and(|w| w.strong_count() == 0) {
-            reg.remove(&self.ptr);
-        }
-    }
-}
-
 // ---- what a pointer argument resolved to -----------------------------------------
 
 /// Something a `Ptr` keeps alive.
 pub enum Keep {
     Obj(#[allow(dead_code)] Py<PyAny>),
     Buf(#[allow(dead_code)] HeldBuffer),
-    Alloc(Arc<Alloc>),
+    Alloc(Arc<RawAllocation>),
     Dl(#[allow(dead_code)] Producer),
 }
 
@@ -124,7 +83,7 @@ impl Ptr {
         if addr == 0 {
             return Ptr::null();
         }
-        match Alloc::find(addr) {
+        match RawAllocation::containing(addr) {
             Some(a) => Ptr::in_alloc(addr, a),
             None => Ptr { space: Place::Unknown, writable: true, ..Ptr::null_at(addr) },
         }
@@ -136,9 +95,9 @@ impl Ptr {
     }
 
     /// `addr` inside the allocation `a`.
-    pub fn in_alloc(addr: u64, a: Arc<Alloc>) -> Ptr {
-        let space = space_of(&a);
-        let len = a.ptr.saturating_add(a.len as u64).saturating_sub(addr) as usize;
+    pub fn in_alloc(addr: u64, a: Arc<RawAllocation>) -> Ptr {
+        let space = a.place();
+        let len = a.ptr().saturating_add(a.len() as u64).saturating_sub(addr) as usize;
         Ptr { space, len: Some(len), writable: true, keep: vec![Keep::Alloc(a)], ..Ptr::null_at(addr) }
     }
 
@@ -197,14 +156,6 @@ impl Ptr {
             writable: self.writable,
             keep,
         }
-    }
-}
-
-fn space_of(a: &Alloc) -> Place {
-    match a.kind {
-        MemoryKind::Device | MemoryKind::Host => Place::Device(Some(a.dev.clone())),
-        MemoryKind::Managed => Place::Managed(a.dev.clone()),
-        MemoryKind::Pinned => Place::Pinned(a.dev.clone()),
     }
 }
 
@@ -344,7 +295,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let desc = CaiDesc::from_value(&cai)?;
         let layout = desc.layout()?;
         let addr = desc.data;
-        let mut p = match Alloc::find(addr) {
+        let mut p = match RawAllocation::containing(addr) {
             Some(a) => Ptr::in_alloc(addr, a),
             None => Ptr { space: Place::Device(None), ..Ptr::null_at(addr) },
         };
@@ -560,7 +511,7 @@ struct Dims {
     typestr: String,
     itemsize: usize,
     /// The allocation this array owns (from `malloc`), until `free`.
-    owned: Option<Arc<Alloc>>,
+    owned: Option<Arc<RawAllocation>>,
     freed: bool,
 }
 
@@ -588,13 +539,13 @@ pub struct PyDeviceArray {
 }
 
 impl PyDeviceArray {
-    fn with(shape: Option<Vec<usize>>, typestr: &str, itemsize: usize, owned: Option<Arc<Alloc>>) -> Self {
+    fn with(shape: Option<Vec<usize>>, typestr: &str, itemsize: usize, owned: Option<Arc<RawAllocation>>) -> Self {
         PyDeviceArray { dims: Mutex::new(Dims { shape, typestr: typestr.into(), itemsize, owned, freed: false }) }
     }
 
-    pub fn from_alloc(a: Arc<Alloc>) -> PyClassInitializer<PyDeviceArray> {
-        let p = Ptr::in_alloc(a.ptr, a.clone());
-        let len = a.len;
+    pub fn from_alloc(a: Arc<RawAllocation>) -> PyClassInitializer<PyDeviceArray> {
+        let p = Ptr::in_alloc(a.ptr(), a.clone());
+        let len = a.len();
         PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(Some(vec![len]), "|u1", 1, Some(a)))
     }
 

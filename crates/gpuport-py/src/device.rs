@@ -1,16 +1,15 @@
 //! `Device`, `Stream` and `Event`, and how Python objects name streams.
 //! `Stream`'s Python methods are in [`crate::stream`].
 
-use std::sync::OnceLock;
-
 use gpuport::dlpack::dl_device;
+pub use gpuport::dynamic::runtime::StreamChoice;
 pub use gpuport::dynamic::{AnyEvent, AnyStream};
 use gpuport::{AnyDevice, BackendKind, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{self, IntoPyResult};
+use crate::errors::IntoPyResult;
 
 /// The spec that opens `dev` again (`"host"`, `"cuda:0"`).
 pub fn spec(dev: &AnyDevice) -> String {
@@ -64,12 +63,7 @@ pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<A
 }
 
 pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
-    static DEFAULT: OnceLock<AnyDevice> = OnceLock::new();
-    if let Some(d) = DEFAULT.get() {
-        return Ok(d.clone());
-    }
-    let chosen = py.detach(gpuport::default_device).py_err(py)?;
-    Ok(DEFAULT.get_or_init(|| chosen.device).clone())
+    py.detach(gpuport::dynamic::runtime::default_device).py_err(py)
 }
 
 /// The stream a Python argument names, on `dev`, and the Python object that
@@ -80,21 +74,25 @@ pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
 /// stream), or an object with `__cuda_stream__()` (cuda.core protocol),
 /// `cuda_stream` (PyTorch) or `ptr` (CuPy).
 pub fn resolve_stream(py: Python<'_>, dev: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
+    stream_choice(obj)?.on(dev).py_err(py)
+}
+
+/// The stream a Python argument names, before the device of the call is
+/// known (accepted: as [`resolve_stream`]).
+pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<StreamChoice> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(AnyStream::default_for(dev));
+        return Ok(StreamChoice::Default);
     };
     if let Ok(s) = o.cast::<PyStream>() {
-        let s = &s.get().inner;
-        if !same_device(&s.device(), dev) {
-            return Err(errors::to_py(
-                py,
-                gpuport::Error::DeviceMismatch { what: "stream", expected: spec(dev), found: spec(&s.device()) },
-            ));
-        }
-        return Ok(s.clone());
+        return Ok(StreamChoice::stream(s.get().inner.clone()));
     }
     let handle = foreign_handle(o)?;
-    stream_from_handle(py, dev, handle)
+    let handle = usize::try_from(handle)
+        .map_err(|_| PyValueError::new_err(format!("stream {handle} is not a stream handle")))?;
+    // SAFETY: the caller handed us this handle as a live stream of the
+    // device the call runs on (or a sentinel of its vendor), used only
+    // during this call, as HIP Python takes a `hipStream_t`.
+    Ok(unsafe { StreamChoice::handle(handle) })
 }
 
 /// The integer handle of a foreign stream object (or of an int).

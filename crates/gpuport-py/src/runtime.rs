@@ -2,24 +2,25 @@
 //! memcpy (direction given or inferred), memset, modules and kernel launch,
 //! taking every pointer argument through the adapters of [`crate::adapters`].
 //!
-//! Asynchronous work keeps its operands alive: after enqueuing, the operands
-//! that hold memory (held buffers, allocations, Python objects) are parked
-//! behind a marker event recorded on the stream until it completes (see
-//! `gpuport::dynamic::keep`); every runtime call prunes completed ones. A
-//! launch whose arguments hold no memory parks nothing: the driver copies
-//! argument bytes during the launch call.
+//! Each call converts its arguments (pointer-likes into `Ptr`s and their
+//! ranges, the stream into a `StreamChoice`) and makes one call into
+//! `gpuport::dynamic::runtime`, which picks the device and stream, checks,
+//! enqueues and waits; the operands of asynchronous work are then kept
+//! (`Enqueued::keep`) until the stream passes it. Every call first drops
+//! the operands of completed work, with the GIL held, so the Python
+//! objects among them are released under it.
 
-use gpuport::backend::builtin;
 use gpuport::dynamic::raw::{self, Side};
-use gpuport::{AnyDevice, BackendKind, Error, LaunchConfig, MemoryKind};
+use gpuport::dynamic::runtime;
+use gpuport::{LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 
-use crate::adapters::{to_ptr, to_range, Alloc, Ptr, PyDeviceArray};
+use crate::adapters::{to_ptr, to_range, Ptr, PyDeviceArray};
 use crate::arglists::{holds_memory, kernel_args_of, pack_args, Arg, PyKernelArgs, PyListOfBytes};
-use crate::device::{resolve_device, resolve_stream, AnyStream};
-use crate::errors::{self, IntoPyResult};
+use crate::device::{resolve_device, stream_choice, AnyStream};
+use crate::errors::IntoPyResult;
 use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
 
 // ---- pending asynchronous work --------------------------------------------------------
@@ -28,11 +29,6 @@ use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
 /// held, so the Python objects among them are released under it).
 fn prune() {
     keep::prune();
-}
-
-/// Keeps `owners` alive until the work enqueued on `s` so far has run.
-fn park<T: Send + 'static>(py: Python<'_>, s: &AnyStream, owners: T) -> PyResult<()> {
-    keep::keep_until_done(s, Box::new(owners)).py_err(py)
 }
 
 /// Number of asynchronous operations whose operands are still held (for tests).
@@ -79,8 +75,7 @@ pub fn malloc(
     let kind = parse_kind(kind)?;
     let dev = resolve_device(py, device)?;
     let a = py.detach(|| raw::alloc(&dev, kind, size)).py_err(py)?;
-    let a = Alloc { dev, kind: a.kind, ptr: a.ptr, len: size, mem: a.owner };
-    Py::new(py, PyDeviceArray::from_alloc(Alloc::register(a)))
+    Py::new(py, PyDeviceArray::from_alloc(a))
 }
 
 /// ``malloc(size, device, kind="pinned")``: page-locked host memory.
@@ -170,20 +165,6 @@ fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Side, Si
     })
 }
 
-fn pick_device(py: Python<'_>, ptrs: &[&Ptr], stream: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
-    if let Some(s) = stream.filter(|s| !s.is_none()) {
-        if let Ok(s) = s.cast::<crate::device::PyStream>() {
-            return Ok(s.get().inner.device());
-        }
-    }
-    for p in ptrs {
-        if let Some(d) = p.device() {
-            return Ok(d);
-        }
-    }
-    resolve_device(py, None)
-}
-
 fn memcpy_impl(
     py: Python<'_>,
     dst: &Bound<'_, PyAny>,
@@ -194,29 +175,12 @@ fn memcpy_impl(
     wait: bool,
 ) -> PyResult<()> {
     prune();
-    let dst = to_range(dst, "dst")?;
-    let src = to_range(src, "src")?;
+    let (dst, src) = (to_range(dst, "dst")?, to_range(src, "src")?);
+    let (dir, stream) = (parse_direction(kind)?, stream_choice(stream)?);
     let (to, from) = (dst.range(), src.range());
-    to.check_size(size, "dst").py_err(py)?;
-    from.check_size(size, "src").py_err(py)?;
-    let dev = pick_device(py, &[&dst, &src], stream)?;
-    let s = resolve_stream(py, &dev, stream)?;
-    if size == 0 {
-        return Ok(());
-    }
-    let dir = parse_direction(kind)?;
     let call = if wait { "memcpy" } else { "memcpy_async" };
-    if wait {
-        // Refused before anything is enqueued: a capture would otherwise
-        // record the copy that the wait after it then refuses.
-        s.check_can_wait(call).py_err_in(py, call)?;
-    }
-    py.detach(|| raw::copy(&dev, &s, &to, &from, size, dir, wait)).py_err_in(py, call)?;
-    if wait {
-        py.detach(|| s.synchronize()).py_err_in(py, "memcpy")
-    } else {
-        park(py, &s, vec![dst, src])
-    }
+    let enqueued = py.detach(|| runtime::memcpy(&to, &from, size, dir, stream, wait)).py_err_in(py, call)?;
+    enqueued.keep((dst, src)).py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src`` to ``dst`` and waits. Both accept
@@ -288,15 +252,6 @@ pub fn memcpy_async(
 /// The stream of a peer copy: a gpuport ``Stream`` as given (the
 /// dynamic layer checks it is of one of the two devices), else a foreign
 /// handle or the default stream of the source device.
-fn peer_stream(py: Python<'_>, src_dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
-    if let Some(s) = stream.filter(|s| !s.is_none()) {
-        if let Ok(s) = s.cast::<crate::device::PyStream>() {
-            return Ok(s.get().inner.clone());
-        }
-    }
-    resolve_stream(py, src_dev, stream)
-}
-
 #[allow(clippy::too_many_arguments)] // the Python signature, and whether to wait
 fn memcpy_peer_impl(
     py: Python<'_>,
@@ -309,23 +264,15 @@ fn memcpy_peer_impl(
     wait: bool,
 ) -> PyResult<()> {
     prune();
-    let dst = to_range(dst, "dst")?;
-    let src = to_range(src, "src")?;
+    let (dst, src) = (to_range(dst, "dst")?, to_range(src, "src")?);
     let dst_dev = resolve_device(py, Some(dst_device))?;
     let src_dev = resolve_device(py, Some(src_device))?;
-    let s = peer_stream(py, &src_dev, stream)?;
-    let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
-    if wait {
-        // As in `memcpy_impl`: refused before anything is enqueued.
-        s.check_can_wait(call).py_err_in(py, call)?;
-    }
+    let stream = stream_choice(stream)?;
     let (to, from) = (dst.range(), src.range());
-    py.detach(|| raw::copy_peer(&s, &to, &dst_dev, &from, &src_dev, size)).py_err_in(py, call)?;
-    if wait {
-        py.detach(|| s.synchronize()).py_err_in(py, call)
-    } else {
-        park(py, &s, vec![dst, src])
-    }
+    let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
+    let enqueued =
+        py.detach(|| runtime::memcpy_peer(&to, &dst_dev, &from, &src_dev, size, stream, wait)).py_err_in(py, call)?;
+    enqueued.keep((dst, src)).py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src``, device memory of ``src_device``, to
@@ -403,24 +350,10 @@ fn memset_impl(
 ) -> PyResult<()> {
     prune();
     let dst = to_range(dst, "dst")?;
-    let to = dst.range();
-    to.check_size(size, "dst").py_err(py)?;
-    let dev = pick_device(py, &[&dst], stream)?;
-    let s = resolve_stream(py, &dev, stream)?;
-    if size == 0 {
-        return Ok(());
-    }
+    let (to, stream) = (dst.range(), stream_choice(stream)?);
     let call = if wait { "memset" } else { "memset_async" };
-    if wait {
-        // As in `memcpy_impl`: refused before anything is enqueued.
-        s.check_can_wait(call).py_err_in(py, call)?;
-    }
-    py.detach(|| raw::memset(&dev, &s, &to, value, size, wait)).py_err_in(py, call)?;
-    if wait {
-        py.detach(|| s.synchronize()).py_err_in(py, call)
-    } else {
-        park(py, &s, vec![dst])
-    }
+    let enqueued = py.detach(|| runtime::memset(&to, value, size, stream, wait)).py_err_in(py, call)?;
+    enqueued.keep(dst).py_err_in(py, call)
 }
 
 /// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value``
@@ -657,55 +590,6 @@ fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
     Ok(out)
 }
 
-/// The host backend runs built-ins on the host, so pointer arguments must be
-/// memory gpuport holds, with room for what the kernel writes.
-fn check_host_launch(py: Python<'_>, name: &str, args: &[Arg], k: &gpuport::KernelArgs) -> PyResult<Option<Ptr>> {
-    match name {
-        builtin::EMPTY | builtin::SLEEP_NS => Ok(None),
-        builtin::FILL_U32 => {
-            let (Some(ptr), Some(n)) = (k.get::<u64>(0), k.get::<u64>(1)) else {
-                return Err(PyValueError::new_err("gpuport_fill_u32 takes (ptr u64, n u64, value u32)"));
-            };
-            let need = n.checked_mul(4).ok_or_else(|| PyValueError::new_err("gpuport_fill_u32: n is too large"))?;
-            if need == 0 {
-                return Ok(None);
-            }
-            // The target must be a pointer argument (or a live allocation) gpuport holds.
-            let mut candidates: Vec<Ptr> = Vec::new();
-            if let Some(Arg::Pointer(p)) = args.first() {
-                if p.held() && p.host_accessible() && p.addr == ptr {
-                    candidates.push(Ptr::held_at(p.addr, p.space.clone(), p.known_size().unwrap_or(0), p.writable, Vec::new()));
-                }
-            }
-            if candidates.is_empty() {
-                candidates.push(Ptr::raw(ptr));
-            }
-            let p = candidates.swap_remove(0);
-            let len = if p.host_accessible() { p.len } else { None };
-            match len {
-                // `p` keeps a raw address's allocation alive until the launch has run.
-                Some(l) if p.writable && need <= l as u64 => Ok(Some(p)),
-                Some(l) => Err(PyValueError::new_err(format!(
-                    "gpuport_fill_u32: {need} bytes at {ptr:#x} exceed the {l} writable bytes there"
-                ))),
-                None => Err(PyValueError::new_err(format!(
-                    "gpuport_fill_u32 on the host backend: {ptr:#x} is not memory gpuport holds (pass a DeviceArray or a buffer)"
-                ))),
-            }
-        }
-        other => Err(errors::to_py(
-            py,
-            Error::Unsupported {
-                op: "launching this kernel from Python",
-                backend: BackendKind::Host,
-                hint: Some(format!(
-                    "{other}: on the host backend, gpuport_empty, gpuport_sleep_ns and gpuport_fill_u32 can be launched from Python (their pointer arguments are checked)"
-                )),
-            },
-        )),
-    }
-}
-
 /// Launches ``func`` with ``grid`` and ``block`` (an int or a tuple of up to
 /// 3 ints), ``args`` (a KernelArgs, or a list/tuple of ctypes values and
 /// pointer-likes), ``shared_mem`` bytes of dynamic shared memory, on
@@ -737,9 +621,7 @@ pub fn launch_kernel(
     prune();
     let f = func.get();
     let config = LaunchConfig { grid: dim3(grid, "grid")?, block: dim3(block, "block")?, shared_mem_bytes: shared_mem };
-    let dev = f.inner.device();
-    let s = resolve_stream(py, &dev, stream)?;
-    let host = dev.backend() == BackendKind::Host;
+    let stream = stream_choice(stream)?;
     // The arguments: none, a KernelArgs (its pointer arguments' owners stay
     // with it), or a list or tuple converted here, without a KernelArgs object.
     enum Given<'a, 'py> {
@@ -759,27 +641,27 @@ pub fn launch_kernel(
         Given::Adapter(k) => (&k.get().args, k.get().to_kernel_args()),
         Given::List(l) => (l, kernel_args_of(l)),
     };
-    let extra = if host { check_host_launch(py, &f.name, arg_list, &kernel_args)? } else { None };
-    // SAFETY: on the host backend the only kernels allowed are the checked
-    // built-ins (their target range lies inside held memory of the right
-    // size); on GPUs the arguments are the caller's contract, as with HIP's
-    // hipModuleLaunchKernel (documented). The memory behind pointer
-    // arguments gpuport holds is parked below until the launch has run.
-    unsafe { f.inner.launch(config, &kernel_args, &s) }.py_err_in(py, "launch_kernel")?;
+    let first = match arg_list.first() {
+        Some(Arg::Pointer(p)) => Some(p.range()),
+        _ => None,
+    };
+    // SAFETY: on GPUs the arguments are the caller's contract, as with
+    // HIP's hipModuleLaunchKernel (documented); on the host backend the
+    // runtime runs only the built-ins it checks. `first` is the range of
+    // the first pointer argument. The owners of the pointer arguments'
+    // memory are kept below until the launch has run.
+    let enqueued = unsafe { runtime::launch(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream) }
+        .py_err_in(py, "launch_kernel")?;
     // What must outlive the launch: the owners of its pointer arguments'
     // memory (a DeviceArray, a held buffer or DLPack tensor, an allocation
-    // a raw address lies in), and the target `check_host_launch` found.
-    // Nothing else: the driver copies the argument bytes during the launch
-    // call (CUDA's and HIP's kernel parameters; the host backend clones them
-    // into its task), so a launch whose pointers hold nothing (no
-    // arguments, values only, NULL or raw device addresses, which are the
-    // caller's responsibility as in HIP) parks nothing and records no event.
-    if !holds_memory(arg_list) && extra.is_none() {
-        return Ok(());
-    }
+    // a raw address lies in). Nothing else: the driver copies the argument
+    // bytes during the launch call, so a launch whose pointers hold nothing
+    // (no arguments, values only, NULL or raw device addresses, which are
+    // the caller's responsibility as in HIP) records no event.
+    let holds = holds_memory(arg_list);
     match given {
         // The adapter (frozen) keeps its pointer arguments' owners.
-        Given::Adapter(k) => park(py, &s, (k.clone().unbind(), extra)),
+        Given::Adapter(k) => enqueued.keep_some(holds.then(|| k.clone().unbind())),
         Given::List(list) => {
             let owners: Vec<Ptr> = list
                 .into_iter()
@@ -787,12 +669,12 @@ pub fn launch_kernel(
                     Arg::Pointer(p) if !p.keep.is_empty() => Some(p),
                     _ => None,
                 })
-                .chain(extra)
                 .collect();
-            park(py, &s, owners)
+            enqueued.keep_some(holds.then_some(owners))
         }
-        Given::Nothing => park(py, &s, extra),
+        Given::Nothing => enqueued.keep_some(None::<()>),
     }
+    .py_err_in(py, "launch_kernel")
 }
 
 /// Blocks until all work on ``device``'s default stream is done, and drops

@@ -1,0 +1,327 @@
+//! The calls of a HIP-shaped runtime (`gpuport.runtime` in Python) as
+//! whole operations: which device and stream a call runs on, the checks,
+//! the copy, memset or launch, and then the wait or the keeping of the
+//! operands' owners. A binding converts its arguments into [`RawRange`]s
+//! and a [`StreamChoice`], makes one call here, and keeps what the returned
+//! [`Enqueued`] asks it to keep.
+//!
+//! The device of a call: the given stream's, else the first operand that
+//! names its device, else [`default_device`].
+//!
+//! ```
+//! use gpuport::dynamic::raw::{self, Place, RawRange};
+//! use gpuport::dynamic::runtime::{self, StreamChoice};
+//! let dev = gpuport::open("host")?;
+//! let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 16)?;
+//! let mut out = [0u8; 16];
+//! // SAFETY: `out` outlives the synchronous copy below, which waits.
+//! let host = unsafe { RawRange::new(out.as_mut_ptr() as u64, Place::Host, Some(16), None, true) };
+//! // SAFETY: `a` outlives both synchronous calls.
+//! let dst = unsafe { RawRange::new(a.ptr(), a.place(), Some(16), None, true) };
+//! runtime::memset(&dst, 7, 16, StreamChoice::Default, true)?.keep(())?;
+//! runtime::memcpy(&host, &dst, 16, None, StreamChoice::Default, true)?.keep(())?;
+//! assert_eq!(out, [7u8; 16]);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::sync::{Arc, OnceLock};
+
+use super::any::same_device;
+use super::keep;
+use super::module::AnyKernel;
+use super::raw::{self, RawAllocation, RawRange, Side};
+use super::stream::AnyStream;
+use crate::backend::registry::AnyDevice;
+use crate::backend::{builtin, KernelArgs, LaunchConfig};
+use crate::error::{BackendKind, Error, Result};
+
+/// The device a call runs on when nothing names one: `GPUPORT_DEVICE`, else
+/// the first GPU, else the host (see [`crate::default_device`]); chosen
+/// once per process, with its memory resource installed.
+pub fn default_device() -> Result<AnyDevice> {
+    static DEFAULT: OnceLock<AnyDevice> = OnceLock::new();
+    if let Some(d) = DEFAULT.get() {
+        return Ok(d.clone());
+    }
+    let chosen = crate::default_device()?.device;
+    // Errors surface at the first allocation, with the call that made it.
+    let _ = super::memory::install(&chosen);
+    Ok(DEFAULT.get_or_init(|| chosen).clone())
+}
+
+/// The stream a call was given.
+#[derive(Clone)]
+pub struct StreamChoice(Choice);
+
+#[derive(Clone)]
+enum Choice {
+    Default,
+    Stream(AnyStream),
+    Handle(usize),
+}
+
+impl StreamChoice {
+    /// The default stream of the device the call picks.
+    #[allow(non_upper_case_globals)]
+    pub const Default: StreamChoice = StreamChoice(Choice::Default);
+
+    /// A stream gpuport made or borrowed; the call runs on its device.
+    pub fn stream(s: AnyStream) -> StreamChoice {
+        StreamChoice(Choice::Stream(s))
+    }
+
+    /// A vendor stream handle (`0`: the default stream; CUDA's `1` and `2`:
+    /// the legacy and per-thread default streams), borrowed on the device
+    /// the call picks from its operands.
+    ///
+    /// # Safety
+    /// The handle is a live stream of that device (or one of its vendor's
+    /// sentinels), and stays live until the call's work has run.
+    pub unsafe fn handle(handle: usize) -> StreamChoice {
+        StreamChoice(Choice::Handle(handle))
+    }
+
+    /// The device a stream given as a gpuport stream belongs to.
+    pub fn device(&self) -> Option<AnyDevice> {
+        match &self.0 {
+            Choice::Stream(s) => Some(s.device()),
+            _ => None,
+        }
+    }
+
+    /// The stream on `dev`: a gpuport stream of another device is refused
+    /// ([`Error::DeviceMismatch`]).
+    pub fn on(&self, dev: &AnyDevice) -> Result<AnyStream> {
+        match &self.0 {
+            Choice::Default => Ok(AnyStream::default_for(dev)),
+            Choice::Stream(s) if same_device(&s.device(), dev) => Ok(s.clone()),
+            Choice::Stream(s) => Err(Error::DeviceMismatch {
+                what: "stream",
+                expected: dev.info().spec(),
+                found: s.device().info().spec(),
+            }),
+            // SAFETY: `StreamChoice::handle`'s contract: a live stream of
+            // the device the call picked, for as long as its work runs.
+            Choice::Handle(h) => unsafe { AnyStream::borrow(dev, *h) },
+        }
+    }
+
+    /// The device of a call: the stream's, else the first range that names
+    /// its device, else [`default_device`].
+    pub fn device_for(&self, ranges: &[&RawRange]) -> Result<AnyDevice> {
+        match self.device().or_else(|| ranges.iter().find_map(|r| r.place().device())) {
+            Some(d) => Ok(d),
+            None => default_device(),
+        }
+    }
+}
+
+/// What a call left running: nothing (it waited, or had nothing to do), or
+/// work on a stream that reads or writes the operands. Hand it the owners
+/// of the operands' memory with [`Enqueued::keep`].
+#[must_use = "the operands' owners must be kept until the work has run"]
+pub struct Enqueued {
+    stream: Option<AnyStream>,
+    /// An allocation the call found behind a bare address, kept with the owners.
+    found: Option<Arc<RawAllocation>>,
+}
+
+impl Enqueued {
+    fn done() -> Enqueued {
+        Enqueued { stream: None, found: None }
+    }
+
+    /// The stream the work runs on; `None` when the call waited.
+    pub fn stream(&self) -> Option<&AnyStream> {
+        self.stream.as_ref()
+    }
+
+    /// Keeps `owners` alive until the work has run (see
+    /// [`keep::keep_until_done`]); drops them at once where the call waited.
+    pub fn keep<T: Send + 'static>(self, owners: T) -> Result<()> {
+        match self.stream {
+            Some(s) => keep::keep_until_done(&s, Box::new((owners, self.found))),
+            None => Ok(()),
+        }
+    }
+
+    /// As [`Enqueued::keep`] where the caller may have nothing to keep:
+    /// with nothing (and no allocation found by the call), no marker is
+    /// recorded on the stream.
+    pub fn keep_some<T: Send + 'static>(self, owners: Option<T>) -> Result<()> {
+        match (owners, &self.found) {
+            (None, None) => Ok(()),
+            (owners, _) => self.keep(owners),
+        }
+    }
+}
+
+/// After the enqueue: wait for the stream (`wait`), or hand it back.
+fn finish(s: AnyStream, wait: bool) -> Result<Enqueued> {
+    if wait {
+        s.synchronize()?;
+        return Ok(Enqueued::done());
+    }
+    Ok(Enqueued { stream: Some(s), found: None })
+}
+
+/// `hipMemcpy` (`wait`) or `hipMemcpyAsync`: `size` bytes from `src` to
+/// `dst`, in direction `dir` (`None`: inferred from each range's place; see
+/// [`raw::copy`] for the checks). A waiting call on a capturing stream is
+/// refused before anything is enqueued.
+pub fn memcpy(
+    dst: &RawRange,
+    src: &RawRange,
+    size: usize,
+    dir: Option<(Side, Side)>,
+    stream: StreamChoice,
+    wait: bool,
+) -> Result<Enqueued> {
+    let call = if wait { "memcpy" } else { "memcpy_async" };
+    dst.check_size(size, "dst")?;
+    src.check_size(size, "src")?;
+    let dev = stream.device_for(&[dst, src])?;
+    let s = stream.on(&dev)?;
+    if size == 0 {
+        return Ok(Enqueued::done());
+    }
+    if wait {
+        // Refused before anything is enqueued: a capture would otherwise
+        // record the copy that the wait after it then refuses.
+        s.check_can_wait(call)?;
+    }
+    raw::copy(&dev, &s, dst, src, size, dir, wait)?;
+    finish(s, wait)
+}
+
+/// `hipMemcpyPeer` (`wait`) or `hipMemcpyPeerAsync`: `size` bytes from
+/// `src`, memory of `src_dev`, to `dst`, memory of `dst_dev`, on a gpuport
+/// stream of either device (default: `src_dev`'s; see [`raw::copy_peer`]).
+pub fn memcpy_peer(
+    dst: &RawRange,
+    dst_dev: &AnyDevice,
+    src: &RawRange,
+    src_dev: &AnyDevice,
+    size: usize,
+    stream: StreamChoice,
+    wait: bool,
+) -> Result<Enqueued> {
+    let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
+    // A gpuport stream of either device is taken as it is: `copy_peer`
+    // refuses one of a third device.
+    let s = match &stream.0 {
+        Choice::Stream(s) => s.clone(),
+        _ => stream.on(src_dev)?,
+    };
+    if wait {
+        s.check_can_wait(call)?;
+    }
+    raw::copy_peer(&s, dst, dst_dev, src, src_dev, size)?;
+    finish(s, wait)
+}
+
+/// `hipMemset` (`wait`) or `hipMemsetAsync`: `size` bytes at `dst` set to `value`.
+pub fn memset(dst: &RawRange, value: u8, size: usize, stream: StreamChoice, wait: bool) -> Result<Enqueued> {
+    let call = if wait { "memset" } else { "memset_async" };
+    dst.check_size(size, "dst")?;
+    let dev = stream.device_for(&[dst])?;
+    let s = stream.on(&dev)?;
+    if size == 0 {
+        return Ok(Enqueued::done());
+    }
+    if wait {
+        s.check_can_wait(call)?;
+    }
+    raw::memset(&dev, &s, dst, value, size, wait)?;
+    finish(s, wait)
+}
+
+/// `hipModuleLaunchKernel`: `kernel` with `config` and `args` on `stream`,
+/// without waiting. The returned [`Enqueued`] keeps the owners of the
+/// pointer arguments' memory until the launch has run.
+///
+/// On the host backend a kernel runs on the host and dereferences its
+/// pointer arguments there, so only the built-ins whose arguments can be
+/// checked run: `gpuport_empty`, `gpuport_sleep_ns`, and `gpuport_fill_u32`
+/// whose target must be `first_pointer` (the range behind its first
+/// argument, where the caller holds one) or lie in a live
+/// [`RawAllocation`], with room for what it writes.
+///
+/// # Safety
+/// On a GPU backend, as for [`AnyKernel::launch`]: `args` match the
+/// kernel's parameters, and the memory they point to stays alive and
+/// unaliased until the launch has run (keep its owners with the returned
+/// [`Enqueued`]). `first_pointer`, where given, is the range the first
+/// argument's address points into.
+pub unsafe fn launch(
+    kernel: &AnyKernel,
+    name: &str,
+    config: LaunchConfig,
+    args: &KernelArgs,
+    first_pointer: Option<&RawRange>,
+    stream: StreamChoice,
+) -> Result<Enqueued> {
+    let dev = kernel.device();
+    let s = stream.on(&dev)?;
+    let found = if dev.backend() == BackendKind::Host { host_launch_target(name, args, first_pointer)? } else { None };
+    // SAFETY: on the host backend only the checked built-ins run (their
+    // target lies in held memory of the right size, kept below); on GPUs
+    // the arguments are the caller's contract.
+    unsafe { kernel.launch(config, args, &s) }?;
+    Ok(Enqueued { stream: Some(s), found })
+}
+
+/// The check of a host-backend launch (see [`launch`]): the allocation
+/// the target lies in where it was found from a bare address.
+fn host_launch_target(
+    name: &str,
+    args: &KernelArgs,
+    first_pointer: Option<&RawRange>,
+) -> Result<Option<Arc<RawAllocation>>> {
+    let invalid = |reason: String| Error::InvalidArgument { name: "args", reason };
+    match name {
+        builtin::EMPTY | builtin::SLEEP_NS => Ok(None),
+        builtin::FILL_U32 => {
+            let (Some(ptr), Some(n)) = (args.get::<u64>(0), args.get::<u64>(1)) else {
+                return Err(invalid("gpuport_fill_u32 takes (ptr u64, n u64, value u32)".into()));
+            };
+            let need = n.checked_mul(4).ok_or_else(|| invalid("gpuport_fill_u32: n is too large".into()))?;
+            if need == 0 {
+                return Ok(None);
+            }
+            // The target: the first pointer argument where the caller holds
+            // it, else a live allocation the address lies in.
+            let held = first_pointer.filter(|r| r.is_held() && r.host_accessible() && r.addr() == ptr);
+            let (room, writable, found) = match held {
+                Some(r) => (r.known_size(), r.is_writable(), None),
+                None => match RawAllocation::containing(ptr) {
+                    Some(a) if a.host_accessible() => {
+                        // `ptr` lies inside the allocation: the rest is at most its length.
+                        let offset = usize::try_from(ptr - a.ptr()).unwrap_or(usize::MAX);
+                        let room = a.len().saturating_sub(offset);
+                        (Some(room), true, Some(a))
+                    }
+                    _ => (None, false, None),
+                },
+            };
+            match room {
+                Some(l) if writable && need <= l as u64 => Ok(found),
+                Some(l) => Err(invalid(format!(
+                    "gpuport_fill_u32: {need} bytes at {ptr:#x} exceed the {l} writable bytes there"
+                ))),
+                None => Err(invalid(format!(
+                    "gpuport_fill_u32 on the host backend: {ptr:#x} is not memory gpuport holds (pass a DeviceArray \
+                     or a buffer)"
+                ))),
+            }
+        }
+        other => Err(Error::Unsupported {
+            op: "launching this kernel through the runtime",
+            backend: BackendKind::Host,
+            hint: Some(format!(
+                "{other}: on the host backend, gpuport_empty, gpuport_sleep_ns and gpuport_fill_u32 can be launched \
+                 through the runtime (their pointer arguments are checked)"
+            )),
+        }),
+    }
+}
