@@ -433,3 +433,130 @@ fn host_launches_run_only_the_builtins_whose_targets_are_checked() {
         assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     }
 }
+
+// ---- dynamic::graph_slot, on every backend ------------------------------------------------
+
+use gpuport::dynamic::graph_slot::GraphSlot;
+use gpuport::GraphErrorKind;
+
+fn graph_kind(e: &Error) -> Option<GraphErrorKind> {
+    match e {
+        Error::Graph { kind, .. } => Some(*kind),
+        _ => None,
+    }
+}
+
+/// Captures a memset of `value` over `a` on `s` into `slot`.
+fn capture_fill(slot: &mut GraphSlot, s: &AnyStream, a: &Arc<RawAllocation>, value: u8) {
+    slot.begin_capture(s, gpuport::CaptureMode::Relaxed).unwrap();
+    runtime::memset(&whole(a), value, a.len(), StreamChoice::stream(s.clone()), false)
+        .unwrap()
+        .keep(a.clone())
+        .unwrap();
+    slot.end_capture(false).unwrap();
+}
+
+/// The first byte of `a`, read with a waiting copy.
+fn first_byte(a: &RawAllocation) -> u8 {
+    let mut out = [0u8; 1];
+    runtime::memcpy(&held_mut(&mut out), &whole(a), 1, None, StreamChoice::Default, true).unwrap().keep(()).unwrap();
+    out[0]
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_graph_slot_replays_only_what_a_finished_capture_holds(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 256).unwrap();
+    runtime::memset(&whole(&a), 0, 256, StreamChoice::Default, true).unwrap().keep(()).unwrap();
+    let mut slot = GraphSlot::default();
+    let e = slot.replay(StreamChoice::Default).expect_err("an empty slot");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::NotCaptured), "{e}");
+    slot.begin_capture(&s, gpuport::CaptureMode::Relaxed).unwrap();
+    runtime::memset(&whole(&a), 4, 256, StreamChoice::stream(s.clone()), false).unwrap().keep(a.clone()).unwrap();
+    // While capturing: no replay, reset, second capture or update.
+    for e in [
+        slot.replay(StreamChoice::stream(s.clone())).expect_err("capturing"),
+        slot.reset().err().expect("capturing"),
+        slot.begin_capture(&s, gpuport::CaptureMode::Relaxed).expect_err("capturing"),
+        slot.update(&GraphSlot::default()).expect_err("capturing"),
+    ] {
+        assert_eq!(graph_kind(&e), Some(GraphErrorKind::Capturing), "{e}");
+    }
+    slot.end_capture(false).unwrap();
+    assert!(slot.is_captured() && slot.node_count().unwrap() == 1 && slot.kept() == 1);
+    let e = slot.begin_capture(&s, gpuport::CaptureMode::Relaxed).expect_err("holds a graph");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::Capturing), "{e}");
+    assert_eq!(first_byte(&a), 0, "the captured memset ran at capture time");
+    slot.replay(StreamChoice::Default).unwrap();
+    slot.synchronize().unwrap();
+    assert_eq!(first_byte(&a), 4, "the replay did not run");
+    // A reset empties the slot; it can capture again.
+    let retired = slot.reset().unwrap();
+    retired.wait();
+    drop(retired);
+    assert!(!slot.is_captured() && slot.kept() == 0);
+    capture_fill(&mut slot, &s, &a, 6);
+    slot.replay(StreamChoice::stream(s.clone())).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(first_byte(&a), 6);
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_discarded_capture_leaves_the_slot_empty_and_the_stream_usable(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let mut slot = GraphSlot::default();
+    // ThreadLocal, not Global: a Global capture would refuse the other
+    // tests' waits on this device while it runs.
+    slot.begin_capture(&s, gpuport::CaptureMode::ThreadLocal).unwrap();
+    runtime::memset(&whole(&a), 1, 64, StreamChoice::stream(s.clone()), false).unwrap().keep(a.clone()).unwrap();
+    slot.end_capture(true).unwrap();
+    assert!(!slot.is_captured() && !slot.is_capturing());
+    let e = slot.replay(StreamChoice::Default).expect_err("discarded");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::NotCaptured), "{e}");
+    let e = slot.end_capture(false).expect_err("nothing running");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::NotCaptured), "{e}");
+    s.synchronize().expect("the stream is not left capturing");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_graph_slot_takes_the_arguments_of_a_recapture(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let (mut first, mut second) = (GraphSlot::default(), GraphSlot::default());
+    let e = first.update(&second).expect_err("both empty");
+    assert!(e.to_string().contains("the graph holds no captured work"), "{e}");
+    capture_fill(&mut first, &s, &a, 2);
+    let e = first.update(&second).expect_err("the other is empty");
+    assert!(e.to_string().contains("the other graph holds no captured work"), "{e}");
+    capture_fill(&mut second, &s, &a, 3);
+    first.update(&second).unwrap();
+    first.replay(StreamChoice::stream(s.clone())).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(first_byte(&a), 3, "the update's arguments were not taken");
+}
+
+#[rstest::rstest]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_graph_slot_replays_on_streams_of_its_device_only(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let mut slot = GraphSlot::default();
+    capture_fill(&mut slot, &s, &a, 5);
+    let e = slot.replay(StreamChoice::stream(AnyStream::default_for(&host()))).expect_err("a host stream");
+    assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+}

@@ -20,6 +20,7 @@
 //! - [`runtime`]: the calls of a HIP-shaped runtime (`gpuport.runtime`) as whole operations: device and stream choice, checks, the wait or the keeping of owners.
 //! - [`keep`]: operands kept alive until their work has run.
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
+//! - [`graph_slot`]: one captured graph's life (empty, capturing, ready), as a binding's `Graph` holds it.
 //! - [`peer`]: peer access between two devices of one backend.
 
 pub mod any;
@@ -28,6 +29,7 @@ pub mod dtype;
 pub mod exchange;
 pub mod exchange_api;
 pub mod graph;
+pub mod graph_slot;
 mod imported;
 pub mod keep;
 pub mod memory;

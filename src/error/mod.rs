@@ -362,6 +362,14 @@ pub enum GraphErrorKind {
     /// [`AnyCapture`](crate::dynamic::graph::AnyCapture)); the capture keeps
     /// running and can be ended on its own thread.
     WrongThread,
+    /// A [`GraphSlot`](crate::dynamic::graph_slot::GraphSlot) is capturing
+    /// and the call needs it not to (a replay, an update, a reset, another
+    /// capture), or a capture into a slot that already holds a graph.
+    Capturing,
+    /// A replay or update of a
+    /// [`GraphSlot`](crate::dynamic::graph_slot::GraphSlot) that holds no
+    /// captured graph.
+    NotCaptured,
 }
 
 /// How to point gpuport at a vendor library it did not find.

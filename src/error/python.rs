@@ -153,6 +153,8 @@ impl GraphErrorKind {
             GraphErrorKind::NestedLaunch => "nested_launch",
             GraphErrorKind::WrongThread => "wrong_thread",
             GraphErrorKind::NotCapturable => "not_capturable",
+            GraphErrorKind::Capturing => "capturing",
+            GraphErrorKind::NotCaptured => "not_captured",
         }
     }
 }
@@ -323,6 +325,16 @@ fn py_op(op: &str) -> &str {
     }
 }
 
+/// "the other graph" where a graph rule's reason is about the other
+/// operand of `Graph.update`, else "the graph".
+fn which_graph(reason: &str) -> &'static str {
+    if reason.starts_with("the other graph") {
+        "the other graph"
+    } else {
+        "the graph"
+    }
+}
+
 /// The Python text of a graph rule broken by `call` (the core's `op` where
 /// no call is named): what was wrong and what is accepted instead.
 fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &str, call: Option<&str>) -> String {
@@ -387,6 +399,15 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
              it from any thread"
         ),
         GraphErrorKind::NotCapturable => format!("{call}: {reason}"),
+        GraphErrorKind::Capturing if reason.contains("is still capturing") => {
+            format!("{call}: {} is still capturing; {leave}", which_graph(reason))
+        }
+        GraphErrorKind::Capturing => format!("{call}: {reason}"),
+        GraphErrorKind::NotCaptured => format!(
+            "{call}: {} holds no captured work; capture first with `with g.capture(stream):` (a capture whose \
+             block raised holds nothing)",
+            which_graph(reason)
+        ),
     }
 }
 
@@ -446,6 +467,8 @@ pub fn samples() -> Vec<Error> {
         (GraphErrorKind::NestedLaunch, "launch", "not captured"),
         (GraphErrorKind::WrongThread, "end_capture", "CaptureMode::Global"),
         (GraphErrorKind::NotCapturable, "add_index", "MemArray operations are not captured"),
+        (GraphErrorKind::Capturing, "replay", "the graph is still capturing; end the capture first"),
+        (GraphErrorKind::NotCaptured, "replay", "the graph holds no captured work; capture first"),
     ] {
         samples.push(Error::Graph { backend: BackendKind::Host, op, kind, reason: reason.into() });
     }

@@ -9,14 +9,15 @@
 //! capture whatever the body did; with an exception, what was captured is
 //! discarded and the exception goes on.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use gpuport::dynamic::{keep, AnyCapture, AnyGraph, AnyGraphExec, AnyStream};
+use gpuport::dynamic::graph_slot::GraphSlot;
+use gpuport::dynamic::keep;
 use gpuport::{CaptureMode, Error, GraphErrorKind};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::device::{resolve_device, resolve_stream, spec, PyDevice, PyStream};
+use crate::device::{resolve_device, resolve_stream, spec, stream_choice, PyDevice, PyStream};
 use crate::errors::{self, graph_error, IntoPyResult};
 use crate::exclusive::Exclusive;
 
@@ -41,17 +42,12 @@ fn mode_name(mode: CaptureMode) -> &'static str {
     }
 }
 
-/// What a `Graph` holds.
+/// What a `Graph` holds: the core's slot (every rule of the graph's life),
+/// and the Python stream its capture ran on.
 #[derive(Default)]
 struct State {
-    /// A `GraphCapture` of this graph is between `__enter__` and `__exit__`.
-    capturing: bool,
-    /// The captured graph (the template `update` refits from) and its executable.
-    graph: Option<(AnyGraph, AnyGraphExec)>,
-    /// The stream the capture ran on.
+    slot: GraphSlot,
     stream: Option<Py<PyStream>>,
-    /// Operands the capture kept for the graph.
-    kept: usize,
 }
 
 /// A graph of captured work: `with g.capture(stream):` records the kernels,
@@ -85,25 +81,6 @@ impl PyGraph {
     }
 }
 
-fn capturing_error(py: Python<'_>, call: &str) -> PyErr {
-    graph_error(
-        py,
-        "capturing",
-        format!("{call}: the graph is still capturing; leave its `with ... capture()` block first"),
-    )
-}
-
-fn not_captured_error(py: Python<'_>, call: &str) -> PyErr {
-    graph_error(
-        py,
-        "not_captured",
-        format!(
-            "{call}: the graph holds no captured work; capture first with `with g.capture(stream):` (a capture whose \
-             block raised holds nothing)"
-        ),
-    )
-}
-
 /// The stream a capture runs on: a new one on `device` for None, else what
 /// `Stream.external` accepts (a `Stream`, a foreign stream object, a handle).
 fn capture_stream(
@@ -129,7 +106,7 @@ fn capture_stream(
 
 /// A `GraphCapture` that captures `stream` into `graph`.
 pub fn capture_into(graph: Py<PyGraph>, stream: Py<PyStream>, mode: &str) -> PyResult<PyGraphCapture> {
-    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, running: Mutex::new(None) })
+    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, entered: AtomicBool::new(false) })
 }
 
 #[pymethods]
@@ -230,7 +207,6 @@ impl PyGraph {
     ///     6
     fn update(&self, py: Python<'_>, other: &Bound<'_, PyGraph>) -> PyResult<()> {
         keep::prune();
-        let call = "Graph.update";
         if std::ptr::eq(self, other.get()) {
             return Ok(());
         }
@@ -244,19 +220,7 @@ impl PyGraph {
             let o = other.get().state.lock(py)?;
             (self.state.lock(py)?, o)
         };
-        if st.capturing {
-            return Err(capturing_error(py, call));
-        }
-        if o.capturing {
-            return Err(capturing_error(py, "Graph.update (the other graph)"));
-        }
-        let Some((template, _)) = o.graph.as_ref() else {
-            return Err(not_captured_error(py, "Graph.update (the other graph)"));
-        };
-        let Some((_, exec)) = st.graph.as_mut() else {
-            return Err(not_captured_error(py, call));
-        };
-        exec.update(template).map_err(|e| graph_call_error(py, e, call))
+        st.slot.update(&o.slot).map_err(|e| graph_call_error(py, e, "Graph.update"))
     }
 
     /// Waits until every replay enqueued so far has completed.
@@ -273,11 +237,8 @@ impl PyGraph {
     ///     7
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let st = self.state.lock(py)?;
-        if let Some((_, exec)) = st.graph.as_ref() {
-            check_wait(py, exec, "Graph.synchronize")?;
-            py.detach(|| exec.wait());
-        }
-        Ok(())
+        let slot = &st.slot;
+        py.detach(|| slot.synchronize()).py_err_in(py, "Graph.synchronize")
     }
 
     /// Drops the captured work (after its replays have completed) and the
@@ -296,24 +257,15 @@ impl PyGraph {
     ///     >>> g.is_captured
     ///     True
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = {
+        let retired = {
             let mut st = self.state.lock(py)?;
-            if st.capturing {
-                return Err(capturing_error(py, "Graph.reset"));
-            }
-            if let Some((_, exec)) = st.graph.as_ref() {
-                check_wait(py, exec, "Graph.reset")?;
-            }
+            let retired = st.slot.reset().py_err_in(py, "Graph.reset")?;
             st.stream = None;
-            st.kept = 0;
-            st.graph.take()
+            retired
         };
-        if let Some((graph, exec)) = taken {
-            py.detach(|| exec.wait());
-            // Dropped with the interpreter lock: the operands include Python objects.
-            drop(exec);
-            drop(graph);
-        }
+        py.detach(|| retired.wait());
+        // Dropped with the interpreter lock: the operands include Python objects.
+        drop(retired);
         keep::prune();
         Ok(())
     }
@@ -321,37 +273,33 @@ impl PyGraph {
     /// Whether the graph holds captured work (replay is possible).
     #[getter]
     fn is_captured(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock(py)?.graph.is_some())
+        Ok(self.state.lock(py)?.slot.is_captured())
     }
 
     /// Whether a capture into this graph is running.
     #[getter]
     fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock(py)?.capturing)
+        Ok(self.state.lock(py)?.slot.is_capturing())
     }
 
     /// Number of operations captured (0 before a capture).
     #[getter]
     fn node_count(&self, py: Python<'_>) -> PyResult<usize> {
-        let st = self.state.lock(py)?;
-        match st.graph.as_ref() {
-            Some((g, _)) => g.node_count().py_err(py),
-            None => Ok(0),
-        }
+        self.state.lock(py)?.slot.node_count().py_err(py)
     }
 
     /// Number of operand sets (the arrays, buffers and arguments of one
     /// runtime call each) the graph keeps alive from its capture.
     #[getter]
     fn kept_alive(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.lock(py)?.kept)
+        Ok(self.state.lock(py)?.slot.kept())
     }
 
     /// The device of the captured work (None before a capture).
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
         let st = self.state.lock(py)?;
-        Ok(st.graph.as_ref().map(|(g, _)| PyDevice(g.device())))
+        Ok(st.slot.device().filter(|_| st.slot.is_captured()).map(PyDevice))
     }
 
     /// The stream the capture ran on (None before a capture).
@@ -363,23 +311,18 @@ impl PyGraph {
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let st = self.state.lock(py)?;
-        Ok(match (&st.graph, st.capturing) {
-            (_, true) => "Graph(capturing)".into(),
-            (None, false) => "Graph(empty)".into(),
-            (Some((g, _)), false) => format!(
+        let slot = &st.slot;
+        Ok(match slot.device() {
+            _ if slot.is_capturing() => "Graph(capturing)".into(),
+            Some(dev) => format!(
                 "Graph({}, nodes={}, kept_alive={})",
-                spec(&g.device()),
-                g.node_count().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()),
-                st.kept
+                spec(&dev),
+                slot.node_count().map(|n| n.to_string()).unwrap_or_else(|_| "?".into()),
+                slot.kept()
             ),
+            None => "Graph(empty)".into(),
         })
     }
-}
-
-/// Refuses `call`, which waits for the graph's replays, where a capture on
-/// the device forbids waiting (the drivers' event waits would invalidate it).
-fn check_wait(py: Python<'_>, exec: &AnyGraphExec, call: &'static str) -> PyResult<()> {
-    AnyStream::default_for(&exec.device()).check_can_wait(call).py_err_in(py, call)
 }
 
 /// A graph error of `call`, with a device mismatch said in the graph's terms.
@@ -400,22 +343,8 @@ fn graph_call_error(py: Python<'_>, e: Error, call: &str) -> PyErr {
 impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
         keep::prune();
-        let st = self.state.lock(py)?;
-        if st.capturing {
-            return Err(capturing_error(py, call));
-        }
-        let Some((_, exec)) = st.graph.as_ref() else {
-            return Err(not_captured_error(py, call));
-        };
-        let dev = exec.device();
-        let s = match stream.filter(|s| !s.is_none()) {
-            Some(s) => match s.cast::<PyStream>() {
-                Ok(ps) => ps.get().inner.clone(),
-                Err(_) => resolve_stream(py, &dev, Some(s))?,
-            },
-            None => resolve_stream(py, &dev, None)?,
-        };
-        exec.launch(&s).map_err(|e| graph_call_error(py, e, call))
+        let stream = stream_choice(stream)?;
+        self.state.lock(py)?.slot.replay(stream).map_err(|e| graph_call_error(py, e, call))
     }
 }
 
@@ -438,13 +367,8 @@ pub struct PyGraphCapture {
     graph: Py<PyGraph>,
     stream: Py<PyStream>,
     mode: CaptureMode,
-    running: Mutex<Option<AnyCapture>>,
-}
-
-impl PyGraphCapture {
-    fn running(&self) -> std::sync::MutexGuard<'_, Option<AnyCapture>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    /// Between `__enter__` and `__exit__` (the slot holds the capture).
+    entered: AtomicBool,
 }
 
 #[pymethods]
@@ -454,30 +378,11 @@ impl PyGraphCapture {
         keep::prune();
         let call = "Graph.capture";
         let mut st = self.graph.get().state.lock(py)?;
-        if st.capturing {
-            return Err(graph_error(
-                py,
-                "capturing",
-                format!("{call}: the graph is already capturing; a graph captures one stream at a time"),
-            ));
-        }
-        if st.graph.is_some() {
-            return Err(graph_error(
-                py,
-                "capturing",
-                format!(
-                    "{call}: the graph already holds captured work; call reset() first, capture into a new Graph, \
-                     or capture a new Graph and pass it to update() to change the arguments"
-                ),
-            ));
-        }
-        let mut running = self.running();
-        if running.is_some() {
+        if !st.slot.is_capturing() && self.entered.load(Ordering::Acquire) {
             return Err(graph_error(py, "capturing", format!("{call}: this capture context is already entered")));
         }
-        let capture = self.stream.get().inner.begin_capture(self.mode).py_err_in(py, call)?;
-        *running = Some(capture);
-        st.capturing = true;
+        st.slot.begin_capture(&self.stream.get().inner, self.mode).py_err_in(py, call)?;
+        self.entered.store(true, Ordering::Release);
         st.stream = Some(self.stream.clone_ref(py));
         Ok(self.graph.clone_ref(py))
     }
@@ -496,40 +401,27 @@ impl PyGraphCapture {
         let _ = (exc_value, traceback);
         let call = "Graph.capture";
         let raised = exc_type.is_some_and(|t| !t.is_none());
-        let Some(mut capture) = self.running().take() else {
+        if !self.entered.load(Ordering::Acquire) {
             return Err(graph_error(py, "not_captured", format!("{call}: __exit__ without a running capture")));
-        };
-        let kept = capture.kept();
-        let ended = match capture.end() {
-            Err(e @ Error::Graph { kind: GraphErrorKind::WrongThread, .. }) => {
-                // Still running: it can be ended on its own thread.
-                *self.running() = Some(capture);
-                return Err(errors::to_py_in(py, e, Some(call)));
-            }
-            other => other,
-        };
-        drop(capture);
-        let result = ended.and_then(|g| Ok((g.instantiate()?, g))).map(|(exec, g)| (g, exec));
+        }
         let mut st = self.graph.get().state.lock(py)?;
-        st.capturing = false;
-        if raised {
+        let ended = st.slot.end_capture(raised);
+        if let Err(Error::Graph { kind: GraphErrorKind::WrongThread, .. }) = &ended {
+            // Still running: it can be ended on its own thread.
+            return ended.map(|_| false).py_err_in(py, call);
+        }
+        self.entered.store(false, Ordering::Release);
+        if raised || ended.is_err() {
             st.stream = None;
-            drop(st);
-            drop(result);
-            keep::prune();
+        }
+        drop(st);
+        keep::prune();
+        if raised {
+            // The block's exception goes on; what ending the capture said
+            // (an invalidated capture, most likely) is its consequence.
             return Ok(false);
         }
-        match result {
-            Ok(pair) => {
-                st.graph = Some(pair);
-                st.kept = kept;
-                Ok(false)
-            }
-            Err(e) => {
-                st.stream = None;
-                Err(errors::to_py_in(py, e, Some(call)))
-            }
-        }
+        ended.map(|_| false).py_err_in(py, call)
     }
 
     /// The stream being captured.
@@ -551,7 +443,7 @@ impl PyGraphCapture {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.running().is_some() { "running" } else { "not running" };
+        let state = if self.entered.load(Ordering::Acquire) { "running" } else { "not running" };
         format!("GraphCapture({}, mode={:?}, {state})", spec(&self.stream.get().inner.device()), mode_name(self.mode))
     }
 }
@@ -560,12 +452,10 @@ impl Drop for PyGraphCapture {
     /// A capture entered and never exited (a manual `__enter__`): the
     /// capture ends as it drops, and the graph stops capturing.
     fn drop(&mut self) {
-        let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(capture) = running {
-            drop(capture);
+        if *self.entered.get_mut() {
             Python::attach(|py| {
                 if let Ok(mut st) = self.graph.get().state.lock(py) {
-                    st.capturing = false;
+                    st.slot.abandon_capture();
                     st.stream = None;
                 }
             });

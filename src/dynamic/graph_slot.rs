@@ -1,0 +1,250 @@
+//! A slot for one captured graph, as a binding's `Graph` object holds it:
+//! empty, capturing a stream, or holding a graph ready to replay. The
+//! rules of that life live here once, for every binding: one capture at a
+//! time, no replay, update or reset while capturing, a capture whose block
+//! failed holds nothing, and a reset waits for the replays it drops.
+//!
+//! ```
+//! use gpuport::dynamic::graph_slot::GraphSlot;
+//! use gpuport::dynamic::runtime::StreamChoice;
+//! use gpuport::dynamic::{AnyModule, AnyStream, Code};
+//! use gpuport::{builtin, CaptureMode, KernelArgs, LaunchConfig};
+//! let dev = gpuport::open("host")?;
+//! let s = AnyStream::create(&dev)?;
+//! let empty = AnyModule::load(&dev, &Code::Builtin, "builtins", &[])?.kernel(builtin::EMPTY)?;
+//!
+//! let mut slot = GraphSlot::default();
+//! slot.begin_capture(&s, CaptureMode::Global)?;
+//! // SAFETY: the empty kernel takes no arguments and touches no memory.
+//! unsafe { empty.launch(LaunchConfig::linear(1, 1), &KernelArgs::new(), &s)? };
+//! assert!(slot.replay(StreamChoice::Default).is_err()); // still capturing
+//! slot.end_capture(false)?;
+//! assert_eq!(slot.node_count()?, 1);
+//! slot.replay(StreamChoice::Default)?;
+//! slot.synchronize()?;
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use super::graph::{AnyCapture, AnyGraph, AnyGraphExec};
+use super::runtime::StreamChoice;
+use super::stream::AnyStream;
+use crate::backend::registry::AnyDevice;
+use crate::backend::CaptureMode;
+use crate::error::{BackendKind, Error, GraphErrorKind, Result};
+
+/// What a slot holds.
+#[derive(Default)]
+enum State {
+    #[default]
+    Empty,
+    Capturing(AnyCapture),
+    Ready {
+        graph: AnyGraph,
+        exec: AnyGraphExec,
+    },
+}
+
+/// One captured graph's life: empty, capturing, ready (see the module docs).
+#[derive(Default)]
+pub struct GraphSlot {
+    state: State,
+    /// Operands the capture kept for the graph.
+    kept: usize,
+}
+
+/// A graph taken out of its slot by [`GraphSlot::reset`]: wait for its
+/// replays ([`Retired::wait`]), then drop it (a binding drops it where the
+/// operands it kept may be released, e.g. with Python's interpreter lock).
+#[must_use = "a retired graph's replays may still run: wait before dropping it"]
+pub struct Retired(Option<(AnyGraph, AnyGraphExec)>);
+
+impl Retired {
+    /// Waits until every replay of the graph so far has completed.
+    pub fn wait(&self) {
+        if let Some((_, exec)) = &self.0 {
+            exec.wait();
+        }
+    }
+}
+
+fn refused(backend: Option<BackendKind>, op: &'static str, kind: GraphErrorKind, reason: &str) -> Error {
+    Error::Graph { backend: backend.unwrap_or(BackendKind::Host), op, kind, reason: reason.into() }
+}
+
+impl GraphSlot {
+    /// Whether a capture into the slot is running.
+    pub fn is_capturing(&self) -> bool {
+        matches!(self.state, State::Capturing(_))
+    }
+
+    /// Whether the slot holds a graph ready to replay.
+    pub fn is_captured(&self) -> bool {
+        matches!(self.state, State::Ready { .. })
+    }
+
+    /// The device of the graph (or of the running capture).
+    pub fn device(&self) -> Option<AnyDevice> {
+        match &self.state {
+            State::Empty => None,
+            State::Capturing(c) => Some(c.device()),
+            State::Ready { exec, .. } => Some(exec.device()),
+        }
+    }
+
+    /// Operations captured into the graph (0 while empty or capturing).
+    pub fn node_count(&self) -> Result<usize> {
+        match &self.state {
+            State::Ready { graph, .. } => graph.node_count(),
+            _ => Ok(0),
+        }
+    }
+
+    /// Operands the capture kept alive for the graph.
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+
+    fn backend(&self) -> Option<BackendKind> {
+        self.device().map(|d| d.backend())
+    }
+
+    /// The ready graph, or why there is none; `which` names the slot in
+    /// the reason ("the graph", or "the other graph" of an update).
+    fn ready(&self, op: &'static str, which: &str) -> Result<(&AnyGraph, &AnyGraphExec)> {
+        match &self.state {
+            State::Ready { graph, exec } => Ok((graph, exec)),
+            State::Capturing(_) => Err(self.still_capturing(op, which)),
+            State::Empty => Err(refused(
+                self.backend(),
+                op,
+                GraphErrorKind::NotCaptured,
+                &format!("{which} holds no captured work; capture first"),
+            )),
+        }
+    }
+
+    fn still_capturing(&self, op: &'static str, which: &str) -> Error {
+        refused(
+            self.backend(),
+            op,
+            GraphErrorKind::Capturing,
+            &format!("{which} is still capturing; end the capture first"),
+        )
+    }
+
+    /// Begins capturing `stream` in `mode` into the empty slot.
+    pub fn begin_capture(&mut self, stream: &AnyStream, mode: CaptureMode) -> Result<()> {
+        let backend = Some(stream.backend());
+        match self.state {
+            State::Capturing(_) => Err(refused(
+                backend,
+                "begin_capture",
+                GraphErrorKind::Capturing,
+                "the graph is already capturing; a graph captures one stream at a time",
+            )),
+            State::Ready { .. } => Err(refused(
+                backend,
+                "begin_capture",
+                GraphErrorKind::Capturing,
+                "the graph already holds captured work; call reset() first, capture into a new Graph, or capture a \
+                 new Graph and pass it to update() to change the arguments",
+            )),
+            State::Empty => {
+                self.state = State::Capturing(stream.begin_capture(mode)?);
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the running capture. With `discard` (the capturing block
+    /// failed), what was captured is dropped and the slot is empty again;
+    /// else the graph is instantiated, ready to replay. From a thread that
+    /// may not end it ([`GraphErrorKind::WrongThread`]) the capture keeps
+    /// running. Without a running capture: [`GraphErrorKind::NotCaptured`].
+    pub fn end_capture(&mut self, discard: bool) -> Result<()> {
+        let mut capture = match std::mem::take(&mut self.state) {
+            State::Capturing(c) => c,
+            other => {
+                self.state = other;
+                return Err(refused(
+                    self.backend(),
+                    "end_capture",
+                    GraphErrorKind::NotCaptured,
+                    "no capture is running",
+                ));
+            }
+        };
+        let kept = capture.kept();
+        let ended = match capture.end() {
+            Err(e @ Error::Graph { kind: GraphErrorKind::WrongThread, .. }) => {
+                self.state = State::Capturing(capture);
+                return Err(e);
+            }
+            other => other,
+        };
+        drop(capture);
+        let graph = ended?;
+        if discard {
+            return Ok(());
+        }
+        let exec = graph.instantiate()?;
+        self.state = State::Ready { graph, exec };
+        self.kept = kept;
+        Ok(())
+    }
+
+    /// Drops a running capture that will not be ended (its owner went
+    /// away): the capture ends as it drops, and the slot is empty.
+    pub fn abandon_capture(&mut self) {
+        if self.is_capturing() {
+            self.state = State::Empty;
+        }
+    }
+
+    /// Enqueues one replay on the stream chosen: the default stream of the
+    /// graph's device, a gpuport stream (of that device), or a handle
+    /// borrowed on it.
+    pub fn replay(&self, stream: StreamChoice) -> Result<()> {
+        let (_, exec) = self.ready("replay", "the graph")?;
+        exec.launch(&stream.on(&exec.device())?)
+    }
+
+    /// Takes the arguments of `other`'s graph, a re-capture of the same
+    /// work (see [`AnyGraphExec::update`]).
+    pub fn update(&mut self, other: &GraphSlot) -> Result<()> {
+        self.ready("update", "the graph")?;
+        let (template, _) = other.ready("update", "the other graph")?;
+        if let State::Ready { exec, .. } = &mut self.state {
+            exec.update(template)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every replay enqueued so far has completed; refused
+    /// where a capture on the device forbids waiting. Nothing to wait for
+    /// while empty or capturing.
+    pub fn synchronize(&self) -> Result<()> {
+        if let State::Ready { exec, .. } = &self.state {
+            AnyStream::default_for(&exec.device()).check_can_wait("synchronize")?;
+            exec.wait();
+        }
+        Ok(())
+    }
+
+    /// Empties the slot: the graph comes back as [`Retired`], to wait for
+    /// and drop. Refused while capturing, and where a capture on the device
+    /// forbids waiting (the slot is then unchanged).
+    pub fn reset(&mut self) -> Result<Retired> {
+        if self.is_capturing() {
+            return Err(self.still_capturing("reset", "the graph"));
+        }
+        if let State::Ready { exec, .. } = &self.state {
+            AnyStream::default_for(&exec.device()).check_can_wait("reset")?;
+        }
+        self.kept = 0;
+        Ok(Retired(match std::mem::take(&mut self.state) {
+            State::Ready { graph, exec } => Some((graph, exec)),
+            _ => None,
+        }))
+    }
+}
