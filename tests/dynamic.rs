@@ -560,3 +560,63 @@ fn a_graph_slot_replays_on_streams_of_its_device_only(#[case] spec: &str) {
     let e = slot.replay(StreamChoice::stream(AnyStream::default_for(&host()))).expect_err("a host stream");
     assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
 }
+
+// ---- dynamic::cai ---------------------------------------------------------------------------
+
+use gpuport::dynamic::cai::{CudaArrayInterface, Layout};
+
+/// An interface over `a` as `n` little-endian floats.
+fn floats(a: &RawAllocation, n: usize) -> CudaArrayInterface {
+    CudaArrayInterface {
+        version: Some(3),
+        data: a.ptr(),
+        shape: Some(vec![n]),
+        typestr: Some("<f4".into()),
+        ..CudaArrayInterface::default()
+    }
+}
+
+#[test]
+fn layouts_say_which_strides_fill_one_range() {
+    assert_eq!(Layout::of(&[3, 4], None, 2).unwrap(), Layout { bytes: 24, c_order: true, f_order: false });
+    assert!(Layout::of(&[3, 4], Some(&[2, 6]), 2).unwrap().f_order);
+    assert!(!Layout::of(&[3, 4], Some(&[16, 2]), 2).unwrap().is_dense(), "rows with gaps");
+    assert!(Layout::of(&[3, 1], Some(&[2, 999]), 2).unwrap().c_order, "an extent of 1 takes any stride");
+    assert!(Layout::of(&[0, 5], Some(&[7, 7]), 2).unwrap().is_dense(), "nothing to lay out");
+    assert!(Layout::of(&[3], Some(&[2, 2]), 2).is_err(), "strides of another rank");
+    assert!(Layout::of(&[usize::MAX, 2], None, 1).is_err(), "past MAX_EXTENT");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn cuda_array_interfaces_are_checked_before_their_memory_is_trusted(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let keep: Arc<dyn Send + Sync> = a.clone();
+    // SAFETY (every import below): the interface describes 16 floats of `a`,
+    // device memory of `dev` kept alive by `keep`; no stream is given.
+    let import = |c: CudaArrayInterface| unsafe { c.import(&dev, keep.clone()) };
+    let refused = |c: CudaArrayInterface, says: &str| {
+        let e = import(c).err().expect("refused");
+        assert!(e.to_string().contains(says), "{e} (expected {says:?})");
+    };
+    refused(CudaArrayInterface { version: None, ..floats(&a, 16) }, "no \"version\"");
+    refused(CudaArrayInterface { masked: true, ..floats(&a, 16) }, "masked");
+    refused(CudaArrayInterface { typestr: None, ..floats(&a, 16) }, "no \"typestr\"");
+    refused(CudaArrayInterface { typestr: Some("<V4".into()), ..floats(&a, 16) }, "not supported");
+    refused(CudaArrayInterface { strides: Some(vec![6]), ..floats(&a, 16) }, "not whole 4-byte elements");
+    refused(CudaArrayInterface { shape: Some(vec![usize::MAX / 2, 4]), ..floats(&a, 16) }, "too large");
+    if dev.backend() != gpuport::BackendKind::Cuda {
+        let e = import(floats(&a, 16)).err().expect("not a CUDA device");
+        assert!(matches!(e, Error::NoDevice { .. }), "{e}");
+        return;
+    }
+    refused(CudaArrayInterface { data: 0, ..floats(&a, 16) }, "null");
+    refused(CudaArrayInterface { stream: Some(0), ..floats(&a, 16) }, "stream 0 is disallowed");
+    let f = import(CudaArrayInterface { strides: Some(vec![8]), ..floats(&a, 8) }).unwrap();
+    assert_eq!((f.data(), f.shape().as_slice(), f.strides().as_slice()), (a.ptr(), &[8usize][..], &[2i64][..]));
+    let empty = import(CudaArrayInterface { data: 0, shape: Some(vec![0]), ..floats(&a, 0) }).unwrap();
+    assert_eq!(empty.shape().as_slice(), &[0]);
+}

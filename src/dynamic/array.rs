@@ -25,13 +25,30 @@ use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 pub use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
 use crate::array::DeviceCopyToken;
-use crate::array::{Element, Location, LockId, MemArray, Residency, Transfer};
+use crate::array::{Element, Location, LockId, MemArray, Residency, ShapeError, Transfer};
 use crate::backend::order::{hold_in_order, OrderLock};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
 use crate::with_device;
+
+/// The most bytes, elements or extent an array may span: DLPack describes
+/// shapes and strides as signed 64-bit integers.
+pub const MAX_EXTENT: u64 = i64::MAX as u64;
+
+/// Refuses a shape whose row-major span (zero extents counted as one)
+/// passes [`MAX_EXTENT`] bytes of `itemsize`-byte elements.
+pub fn check_extents(shape: &[usize], itemsize: usize) -> Result<()> {
+    let span = shape
+        .iter()
+        .try_fold(itemsize.max(1) as u64, |acc, &e| acc.checked_mul((e as u64).max(1)))
+        .filter(|&b| b <= MAX_EXTENT);
+    match span {
+        Some(_) => Ok(()),
+        None => Err(Error::Shape(ShapeError::TooLarge { shape: shape.to_vec(), elem_size: itemsize })),
+    }
+}
 
 /// An array's extents, inline (an array has at most [`MAX_RANK`] axes).
 pub type Shape = SmallVec<[usize; MAX_RANK]>;

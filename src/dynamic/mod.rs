@@ -12,6 +12,7 @@
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
+//! - [`cai`]: the CUDA Array Interface as data: layouts, and its import with the interface's rules.
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
@@ -25,6 +26,7 @@
 
 pub mod any;
 pub mod array;
+pub mod cai;
 pub mod dtype;
 pub mod exchange;
 pub mod exchange_api;

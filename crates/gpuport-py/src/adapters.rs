@@ -43,8 +43,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PySlice, PyTuple, PyType};
 
 use crate::buffer::{Acquired, HeldBuffer};
-use crate::cai::{itemsize_of, layout, CaiDesc};
+use crate::cai::{itemsize_of, layout, CaiDesc, ReadInterface};
 use crate::dlpack::{take_capsule, Producer};
+use crate::errors::IntoPyResult;
 
 // ---- what a pointer argument resolved to -----------------------------------------
 
@@ -293,7 +294,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
     // 5. the CUDA Array Interface: its shape, strides and type give the extent.
     if let Some(cai) = cuda_array_interface(obj)? {
         let desc = CaiDesc::from_value(&cai)?;
-        let layout = desc.layout()?;
+        let layout = desc.layout().py_err(obj.py())?;
         let addr = desc.data;
         let mut p = match RawAllocation::containing(addr) {
             Some(a) => Ptr::in_alloc(addr, a),
@@ -350,7 +351,7 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
         let itemsize = (dt.bits as usize * dt.lanes as usize).div_ceil(8);
         let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
         let strides: Vec<i64> = t.strides().iter().map(|&s| s.saturating_mul(itemsize as i64)).collect();
-        let l = layout(&shape, Some(&strides), itemsize).map_err(PyValueError::new_err)?;
+        let l = layout(&shape, Some(&strides), itemsize)?;
         if !l.is_dense() {
             let desc = format!("shape {}, strides {} bytes", python::tuple(&shape), python::tuple(&strides));
             return Err(match need {
@@ -589,7 +590,7 @@ impl PyDeviceArray {
             typestr.clone_from(&d.typestr);
         } else if !o.is_instance_of::<PyPointer>() && o.hasattr("__cuda_array_interface__")? {
             let desc = CaiDesc::read(o)?;
-            if let Some(l) = desc.layout()? {
+            if let Some(l) = desc.layout().py_err(o.py())? {
                 if !l.c_order {
                     let strides = desc.strides.as_deref().unwrap_or_default();
                     let shape: Vec<i64> = desc.shape.iter().flatten().map(|&e| e as i64).collect();

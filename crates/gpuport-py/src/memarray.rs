@@ -11,7 +11,6 @@ use gpuport::array::{Location, LockId, Transfer};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 pub use gpuport::dynamic::array::natural_of;
 pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
-use gpuport::error::python;
 use gpuport::{AnyDevice, BackendKind, Error};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -66,29 +65,11 @@ pub struct PyMemArray {
     st: Exclusive<AnyArray>,
 }
 
-/// The largest extent, element count or byte size gpuport's Python arrays
-/// take: DLPack describes shapes and strides as signed 64-bit integers.
-pub const MAX_EXTENT: u64 = i64::MAX as u64;
+pub use gpuport::dynamic::array::MAX_EXTENT;
 
-/// Checks that `shape` of `itemsize`-byte elements spans at most
-/// [`MAX_EXTENT`] bytes, zero extents counted as one (the row-major
-/// strides DLPack exports must fit in 64 signed bits too).
+/// [`gpuport::dynamic::array::check_extents`], as a Python exception.
 pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResult<()> {
-    let span = shape
-        .iter()
-        .try_fold(itemsize.max(1) as u64, |acc, &e| acc.checked_mul((e as u64).max(1)))
-        .filter(|&b| b <= MAX_EXTENT);
-    match span {
-        Some(_) => Ok(()),
-        None => Err(errors::shape(
-            py,
-            format!(
-                "shape {} of {itemsize}-byte elements is too large: the product of the extents (zero extents \
-                 counted as one) times the element size must be at most {MAX_EXTENT} bytes",
-                python::tuple(shape)
-            ),
-        )),
-    }
+    gpuport::dynamic::array::check_extents(shape, itemsize).py_err(py)
 }
 
 /// Moves `st`'s data so that the copy at `to` is current (`lock`: the
