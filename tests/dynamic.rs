@@ -620,3 +620,77 @@ fn cuda_array_interfaces_are_checked_before_their_memory_is_trusted(#[case] spec
     let empty = import(CudaArrayInterface { data: 0, shape: Some(vec![0]), ..floats(&a, 0) }).unwrap();
     assert_eq!(empty.shape().as_slice(), &[0]);
 }
+
+// ---- dynamic::imported::import_tensor ---------------------------------------------------------
+
+use gpuport::array::{ExportOptions, Location, MemArray, Transfer};
+use gpuport::dlpack::ImportedTensor;
+use gpuport::dynamic::imported::{import_tensor, Placement};
+
+/// A tensor another library handed over, as a binding holds it.
+struct Handed(ImportedTensor);
+
+impl AsRef<ImportedTensor> for Handed {
+    fn as_ref(&self) -> &ImportedTensor {
+        &self.0
+    }
+}
+
+// SAFETY: the tensors here are gpuport's own exports, whose deleters may run
+// on any thread; only the description's plain fields are read.
+unsafe impl Send for Handed {}
+// SAFETY: as above; shared access only reads plain fields.
+unsafe impl Sync for Handed {}
+
+/// The host copy of an owned array, as floats (after its stream's work).
+fn host_floats(a: &AnyArray) -> Vec<f32> {
+    let AnyArray::Owned(o) = a else { panic!("not a copy") };
+    AnyStream::default_for(&o.device()).synchronize().unwrap();
+    let (ptr, keep) = o.parts(Location::Host, None).unwrap();
+    let n = o.shape().iter().product::<usize>();
+    // SAFETY: `keep` holds the host copy of `n` floats, current after the sync.
+    let v = unsafe { std::slice::from_raw_parts(ptr as usize as *const f32, n) }.to_vec();
+    drop(keep);
+    v
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn imports_are_placed_where_asked_and_copied_only_from_the_host(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let on_host = host();
+    let values = vec![1.0f32, 2.0, 3.0, 4.0];
+    let h = gpuport::with_device!(on_host, d => MemArray::from_vec(d, [4], values.clone()).unwrap().to_dlpack(Location::Host, false, None).unwrap());
+    // SAFETY: a live tensor we produced, handed over once.
+    let t = Arc::new(Handed(unsafe { ImportedTensor::from_legacy(h.into_raw()) }.unwrap()));
+    let in_place = import_tensor(t.clone(), Placement::InPlace).unwrap();
+    assert!(matches!(in_place, AnyArray::Imported(_)) && in_place.device().backend() == gpuport::BackendKind::Host);
+    let copy = import_tensor(t.clone(), Placement::HostCopy).unwrap();
+    assert_eq!(host_floats(&copy), values);
+    let placed = import_tensor(t.clone(), Placement::On(dev.clone())).unwrap();
+    assert!(gpuport::dynamic::same_device(&placed.device(), &dev));
+    if dev.backend() == gpuport::BackendKind::Host {
+        assert!(matches!(placed, AnyArray::Imported(_)), "host data on the host: no copy");
+        return;
+    }
+    // Host data for a GPU: copied up, both copies current.
+    let AnyArray::Owned(o) = &placed else { panic!("host data for a GPU is copied") };
+    assert!(o.residency().includes(Location::Device) && o.residency().includes(Location::Host));
+    assert_eq!(host_floats(&placed), values);
+    // GPU data is imported where it is, or refused elsewhere: never copied between devices.
+    let s = AnyStream::create(&dev).unwrap();
+    let g = gpuport::with_device!(dev, d => {
+        let mut a = MemArray::from_vec(d, [4], values.clone()).unwrap();
+        a.move_to(Location::Device, s.of(d).unwrap(), Transfer::Sync, None).unwrap();
+        a.to_dlpack_versioned(Location::Device, ExportOptions::default(), None).unwrap()
+    });
+    // SAFETY: as above.
+    let t = Arc::new(Handed(unsafe { ImportedTensor::from_versioned(g.into_raw()) }.unwrap()));
+    assert!(matches!(import_tensor(t.clone(), Placement::On(dev.clone())).unwrap(), AnyArray::Imported(_)));
+    let e = import_tensor(t.clone(), Placement::On(on_host.clone())).err().expect("GPU data for the host");
+    assert!(e.to_string().contains(&format!("the data is on {spec}, not host")), "{e}");
+    let e = import_tensor(t, Placement::HostCopy).err().expect("a host copy of device memory");
+    assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
+}

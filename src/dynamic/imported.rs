@@ -8,8 +8,9 @@
 use std::sync::Arc;
 
 use super::any::DynDevice;
-use super::array::{rank_error, Shape, Stored, Strides};
+use super::array::{check_extents, new_owned, rank_error, AnyArray, Shape, Stored, Strides};
 use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
+use super::same_device;
 use super::stream::AnyStream;
 use crate::array::{Location, LockError};
 use crate::backend::registry::AnyDevice;
@@ -279,4 +280,91 @@ fn foreign_add_index<T: Stored, const N: usize, D: DynDevice>(
     // wait for the stream before returning.
     unsafe { T::add_index_raw::<N, D>(d, data, sh, st)? };
     d.synchronize(st)
+}
+
+/// Where [`import_tensor`] puts another library's tensor.
+#[derive(Clone)]
+pub enum Placement {
+    /// Where it is, without a copy.
+    InPlace,
+    /// A new host array with a copy of the elements (the array API's
+    /// `from_dlpack(copy=True)`); host-accessible tensors only.
+    HostCopy,
+    /// On this device: without a copy where the tensor is already there;
+    /// host memory is copied up to a GPU device; memory of another device
+    /// is refused (no copy between devices is made implicitly).
+    On(AnyDevice),
+}
+
+impl Placement {
+    /// Refuses data on `on` for [`Placement::On`] another device.
+    ///
+    /// ```
+    /// use gpuport::dynamic::imported::Placement;
+    /// let host = gpuport::open("host")?;
+    /// assert!(Placement::On(host.clone()).check(&host).is_ok());
+    /// assert!(Placement::InPlace.check(&host).is_ok());
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn check(&self, on: &AnyDevice) -> Result<()> {
+        match self {
+            Placement::On(to) if !same_device(on, to) => Err(invalid(
+                "device",
+                format!(
+                    "the data is on {}, not {}; only host data is copied to a device, not data between devices \
+                     (import it without a device to keep it where it is)",
+                    on.info().spec(),
+                    to.info().spec()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An array over the tensor `keep` holds, placed as `placement` says (a
+/// copy is made on the target device's default stream, and waited for
+/// only as [`crate::array::MemArray`]'s copies are: later work on that
+/// stream is ordered after it).
+///
+pub fn import_tensor<K: AsRef<ImportedTensor> + Send + Sync + 'static>(
+    keep: Arc<K>,
+    placement: Placement,
+) -> Result<AnyArray> {
+    let t: &ImportedTensor = (*keep).as_ref();
+    let on_host = t.device().device_type == DLDeviceType::CPU;
+    let copy_to = match &placement {
+        Placement::HostCopy if !is_host_accessible(t.device().device_type) => {
+            return Err(Error::DLPack(DLPackError::Refused {
+                reason: "a copy (copy=True) is made of host-accessible tensors only".into(),
+            }))
+        }
+        Placement::HostCopy => Some(crate::open("host")?),
+        Placement::On(dev) if dev.backend() != BackendKind::Host && on_host => Some(dev.clone()),
+        _ => None,
+    };
+    let Some(dev) = copy_to else {
+        let a = ImportedArray::from_tensor(keep)?;
+        placement.check(a.device())?;
+        return Ok(AnyArray::Imported(a));
+    };
+    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
+        let dt = t.dtype();
+        Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
+    })?;
+    let shape = t
+        .shape()
+        .iter()
+        .enumerate()
+        .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
+        .collect::<std::result::Result<Vec<usize>, _>>()?;
+    check_extents(&shape, dtype.itemsize())?;
+    let mut a = new_owned(&dev, dtype, &shape)?;
+    let s = AnyStream::default_for(&dev);
+    if matches!(placement, Placement::HostCopy) {
+        a.read_imported(t, &s, None)?;
+    } else {
+        a.upload_imported(t, &s, None)?;
+    }
+    Ok(AnyArray::Owned(a))
 }

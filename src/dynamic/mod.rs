@@ -13,6 +13,7 @@
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`cai`]: the CUDA Array Interface as data: layouts, and its import with the interface's rules.
+//! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
@@ -32,7 +33,7 @@ pub mod exchange;
 pub mod exchange_api;
 pub mod graph;
 pub mod graph_slot;
-mod imported;
+pub mod imported;
 pub mod keep;
 pub mod memory;
 pub mod module;

@@ -1,21 +1,17 @@
 //! `from_dlpack` and `asarray`: a MemArray from another library's array,
 //! through DLPack 1.3's C exchange API ([`crate::exchange_api`]), the
 //! `__dlpack__` protocol ([`crate::exchange`]) or the CUDA Array Interface
-//! ([`crate::cai`]).
+//! ([`crate::cai`]). Where the result goes (in place, a host copy, a device)
+//! is the core's decision: `gpuport::dynamic::imported::import_tensor`.
 
-use gpuport::dlpack::ImportedTensor;
-use gpuport::dlpack::{is_host_accessible, DLDeviceType};
-use gpuport::dynamic::{new_owned, same_device, DynArray};
-use gpuport::AnyDevice;
-use gpuport::BackendKind;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use gpuport::dynamic::imported::{import_tensor, Placement};
 use pyo3::prelude::*;
 
-use crate::device::{resolve_device, resolve_stream, spec};
-use crate::dtype::{unsupported_dlpack_dtype, DType};
-use crate::errors::{self, IntoPyResult};
+use crate::device::resolve_device;
+use crate::dlpack::Producer;
+use crate::errors::IntoPyResult;
 use crate::exchange::{import_producer, imported_from_producer};
-use crate::memarray::{check_extents, PyMemArray};
+use crate::memarray::PyMemArray;
 
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's
@@ -71,17 +67,9 @@ fn from_dlpack_protocol(
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
     if copy == Some(true) {
-        // An owned copy: import, then copy into a new host-backend array.
+        // An owned copy is made here, so the producer is not asked for one.
         let p = import_producer(py, obj, stream, None)?;
-        let t = &p.0;
-        if !is_host_accessible(t.device().device_type) {
-            return Err(PyBufferError::new_err("from_dlpack(copy=True) copies host-accessible tensors only"));
-        }
-        let host = py.detach(|| gpuport::open("host")).py_err(py)?;
-        let s = resolve_stream(py, &host, None)?;
-        let mut a = new_like(py, t, &host)?;
-        py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err(py)?;
-        return Ok(PyMemArray::from_owned(a));
+        return placed(py, p, Placement::HostCopy, "from_dlpack");
     }
     let p = import_producer(py, obj, stream, copy)?;
     Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
@@ -118,21 +106,19 @@ fn from_dlpack_protocol(
 #[pyo3(signature = (obj, /, *, device=None))]
 pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
     let device = device.filter(|d| !d.is_none());
+    let placement = match device {
+        Some(d) => Placement::On(resolve_device(py, Some(d))?),
+        None => Placement::InPlace,
+    };
     if let Ok(a) = obj.cast::<PyMemArray>() {
-        if let Some(d) = device {
-            let to = resolve_device(py, Some(d))?;
-            let on = &a.get().meta.device;
-            if !same_device(on, &to) {
-                return Err(elsewhere(on, &to));
-            }
-        }
+        placement.check(&a.get().meta.device).py_err_in(py, "asarray")?;
         return Ok(obj.clone().unbind());
     }
     let obj = &crate::dtype::native_byte_order(obj)?;
     if obj.hasattr("__dlpack__")? {
-        let a = match device {
-            None => from_dlpack(py, obj, None, None)?,
-            Some(d) => dlpack_on(py, obj, &resolve_device(py, Some(d))?)?,
+        let a = match placement {
+            Placement::On(_) => placed(py, import_producer(py, obj, None, None)?, placement, "asarray")?,
+            _ => from_dlpack(py, obj, None, None)?,
         };
         return Ok(Bound::new(py, a)?.into_any().unbind());
     }
@@ -143,40 +129,9 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
     asarray(py, &arr, device)
 }
 
-/// A DLPack producer's data as a MemArray on `dev`: imported where it is
-/// there, uploaded from host memory to a GPU device, refused otherwise.
-fn dlpack_on(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: &AnyDevice) -> PyResult<PyMemArray> {
-    let p = import_producer(py, obj, None, None)?;
-    let t = &p.0;
-    if dev.backend() != BackendKind::Host && t.device().device_type == DLDeviceType::CPU {
-        let s = resolve_stream(py, dev, None)?;
-        let mut a = new_like(py, t, dev)?;
-        py.detach(|| a.upload_imported(p.tensor(), &s, None)).py_err_in(py, "asarray")?;
-        return Ok(PyMemArray::from_owned(a));
-    }
-    let a = imported_from_producer(py, p)?;
-    if !same_device(a.device(), dev) {
-        return Err(elsewhere(a.device(), dev));
-    }
-    Ok(PyMemArray::from_imported(a))
-}
-
-/// A new owned array on `dev` with the dtype and shape of tensor `t`, its
-/// extents checked as `MemArray(...)` checks them (its exports' strides
-/// must fit DLPack's 64-bit integers).
-fn new_like(py: Python<'_>, t: &ImportedTensor, dev: &AnyDevice) -> PyResult<Box<dyn DynArray>> {
-    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| errors::dlpack(py, unsupported_dlpack_dtype(t.dtype())))?;
-    let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-    check_extents(py, &shape, dtype.itemsize())?;
-    py.detach(|| new_owned(dev, dtype, &shape)).py_err(py)
-}
-
-/// `asarray(x, device=to)` of data on another device `on`.
-fn elsewhere(on: &AnyDevice, to: &AnyDevice) -> PyErr {
-    PyValueError::new_err(format!(
-        "asarray: the data is on {}, not {}; asarray copies host data to a device, not data between devices \
-         (call asarray without device to import it where it is)",
-        spec(on),
-        spec(to)
-    ))
+/// A MemArray over, or copied from, the producer's tensor, placed as asked.
+fn placed(py: Python<'_>, p: Producer, placement: Placement, call: &str) -> PyResult<PyMemArray> {
+    let keep = std::sync::Arc::new(p);
+    let a = py.detach(|| import_tensor(keep, placement)).py_err_in(py, call)?;
+    Ok(PyMemArray::from_storage(a))
 }

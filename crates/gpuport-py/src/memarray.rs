@@ -107,7 +107,8 @@ fn move_storage(
 }
 
 impl PyMemArray {
-    fn with_storage(st: AnyArray) -> Self {
+    /// An owned or imported array.
+    pub fn from_storage(st: AnyArray) -> Self {
         let meta = Meta {
             dtype: st.dtype(),
             shape: st.shape(),
@@ -120,12 +121,12 @@ impl PyMemArray {
 
     /// An owned array.
     pub fn from_owned(a: Box<dyn DynArray>) -> Self {
-        Self::with_storage(AnyArray::Owned(a))
+        Self::from_storage(AnyArray::Owned(a))
     }
 
     /// An imported array.
     pub fn from_imported(f: ImportedArray) -> Self {
-        Self::with_storage(AnyArray::Imported(f))
+        Self::from_storage(AnyArray::Imported(f))
     }
 
     /// The array's state, waiting (GIL released) while another thread uses it.
