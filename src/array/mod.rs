@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+pub mod dtype;
 pub mod element;
 pub mod indexer;
 pub mod memarray;

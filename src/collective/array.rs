@@ -11,10 +11,10 @@
 
 use std::cell::Cell;
 
+use crate::array::dtype::DType;
 use crate::array::{Element, MemArray};
 use crate::backend::order::hold_in_order;
 use crate::backend::{Device, Stream};
-use crate::dynamic::DType;
 use crate::error::{Error, Result};
 
 use super::engine::{CollectiveBackend, Op, OpKind, ReduceOp};

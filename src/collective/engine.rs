@@ -4,8 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::array::dtype::DType;
 use crate::backend::{Backend, Stream};
-use crate::dynamic::DType;
 use crate::error::Result;
 
 /// How a reduction combines the ranks' elements.

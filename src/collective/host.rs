@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex};
 
 use half::{bf16, f16};
 
+use crate::array::dtype::DType;
 use crate::backend::host::{Host, HostDevice};
 use crate::backend::{address_to_usize, Device, Stream};
-use crate::dynamic::DType;
 use crate::error::{CollectiveErrorKind, Error, Result};
 
 use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp};

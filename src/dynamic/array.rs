@@ -21,9 +21,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::any::DynDevice;
-use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 pub use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
+use crate::array::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use crate::array::DeviceCopyToken;
 use crate::array::{Element, Location, LockId, MemArray, Residency, ShapeError, Transfer};
 use crate::backend::order::{hold_in_order, OrderLock};

@@ -17,9 +17,9 @@
 use std::sync::Arc;
 
 use super::array::{check_extents, MAX_EXTENT};
-use super::dtype::DType;
 use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
+use crate::array::dtype::DType;
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::{DLDevice, DLDeviceType};
 use crate::error::python::tuple;

@@ -32,8 +32,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::array::{natural_of, AnyArray, Shape, Strides};
-use super::dtype::DType;
 use super::stream::AnyStream;
+use crate::array::dtype::DType;
 use crate::array::element::dtype_is_subbyte;
 use crate::array::{Location, LockId, Transfer};
 use crate::backend::registry::AnyDevice;

@@ -48,9 +48,9 @@
 use std::sync::Arc;
 
 use super::array::{device_for_dl, natural_of, new_owned, rank_error, AnyArray, DynArray, Shape};
-use super::dtype::{DType, MAX_RANK};
 use super::exchange::Export;
 use super::stream::AnyStream;
+use crate::array::dtype::{DType, MAX_RANK};
 use crate::array::{Location, Transfer};
 use crate::backend::registry::AnyDevice;
 #[cfg(any(feature = "cuda", feature = "rocm"))]

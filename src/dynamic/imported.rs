@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use super::any::DynDevice;
 use super::array::{check_extents, new_owned, rank_error, AnyArray, Shape, Stored, Strides};
-use super::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use super::same_device;
 use super::stream::AnyStream;
+use crate::array::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use crate::array::{Location, LockError};
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::{is_host_accessible, is_host_memory, DLDevice, DLDeviceType, DLPackError, ImportedTensor};

@@ -28,7 +28,10 @@
 pub mod any;
 pub mod array;
 pub mod cai;
-pub mod dtype;
+/// The run-time element type, at home in [`crate::array::dtype`] (re-exported).
+pub mod dtype {
+    pub use crate::array::dtype::*;
+}
 pub mod exchange;
 pub mod exchange_api;
 pub mod graph;

@@ -39,9 +39,9 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::array::dtype::DType;
 use crate::backend::gpu::{Driver, Gpu, GpuDevice, RawAddress};
 use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
-use crate::dynamic::DType;
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
 use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp};

@@ -273,7 +273,7 @@ pub fn unsupported_dlpack_dtype(dt: DLDataType) -> String {
 /// type of the run-time [`DType`] `dt` (monomorphized once per dtype).
 macro_rules! with_dtype {
     ($dt:expr, $T:ident => $body:expr) => {{
-        use $crate::dynamic::DType as __D;
+        use $crate::array::dtype::DType as __D;
         match $dt {
             __D::Bool => {
                 #[allow(dead_code)]
