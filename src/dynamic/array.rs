@@ -145,14 +145,7 @@ storage_elements!(
 /// The error of an arithmetic kernel asked of an element type it has no
 /// instantiation for: names the kernel and the type.
 pub fn no_kernel_for(op: &'static str, dtype: &str, backend: BackendKind) -> Error {
-    Error::Unsupported {
-        op,
-        backend,
-        hint: Some(format!(
-            "{op} has no kernel for {dtype}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64 \
-             (fill and copies move any dtype)"
-        )),
-    }
+    Error::NoKernel { op, dtype: dtype.into(), backend }
 }
 
 fn no_kernel<T: Element, D: Device>() -> Error {

@@ -179,6 +179,18 @@ pub enum Error {
         hint: Option<String>,
     },
 
+    /// An arithmetic kernel was asked of an element type it has no
+    /// instantiation for (fill and copies move any element type).
+    #[error("{op} has no kernel for {dtype}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64 (fill and copies move any dtype)")]
+    NoKernel {
+        /// The kernel's operation (`add_index`).
+        op: &'static str,
+        /// The element type's name.
+        dtype: String,
+        /// The backend asked.
+        backend: BackendKind,
+    },
+
     /// The runtime compiler rejected a kernel source; `log` is its output.
     #[error("{backend}: compiling {name} failed:\n{log}")]
     Compile {
@@ -398,6 +410,7 @@ impl Error {
             Error::OutOfBounds { .. } => "OutOfBounds",
             Error::InvalidArgument { .. } => "InvalidArgument",
             Error::Unsupported { .. } => "Unsupported",
+            Error::NoKernel { .. } => "NoKernel",
             Error::Compile { .. } => "Compile",
             Error::KernelNotFound { .. } => "KernelNotFound",
             Error::KernelArguments { .. } => "KernelArguments",

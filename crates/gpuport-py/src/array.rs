@@ -463,16 +463,6 @@ impl PyMemArray {
     #[pyo3(signature = (stream=None))]
     fn add_index(slf: &Bound<'_, Self>, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let this = slf.get();
-        let dtype = this.meta.dtype;
-        if !dtype.has_kernels() {
-            return Err(errors::unsupported_dtype(
-                py,
-                format!(
-                    "add_index has no kernel for {}; it runs on int8..int64, uint8..uint64, float16, bfloat16, float32, float64",
-                    dtype.name()
-                ),
-            ));
-        }
         let s = resolve_stream(py, &this.meta.device, stream)?;
         let mut st = this.state(py)?;
         let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
