@@ -536,7 +536,7 @@ impl AnyArray {
     /// capturing `s` an owned array's work is captured and its device copy
     /// returned, to order replays with [`before_replay`](Self::before_replay)
     /// and [`after_replay`](Self::after_replay); `None` otherwise.
-    pub fn with_device_data(
+    pub(crate) fn with_device_data(
         &mut self,
         what: &'static str,
         writes: bool,
@@ -573,7 +573,7 @@ impl AnyArray {
     /// receive operand at once, for one collective: `enqueue` gets both
     /// addresses. Graph replays of either array wait for both steps
     /// (their orders are taken together, `src/backend/order.rs`).
-    pub fn with_device_data_pair(
+    pub(crate) fn with_device_data_pair(
         send: &mut AnyArray,
         recv: &mut AnyArray,
         what: &'static str,

@@ -273,6 +273,13 @@ pub enum Error {
         /// What happened and what to check.
         reason: String,
     },
+
+    /// A collective's arguments that its communicator cannot take: an
+    /// unknown collective or reduction, or a buffer that is missing, too
+    /// small, read-only or in the wrong place (see
+    /// [`crate::collective::Operands`]).
+    #[error(transparent)]
+    CollectiveArgument(#[from] crate::collective::ArgumentError),
 }
 
 /// How a collective failed ([`Error::Collective`]).
@@ -402,6 +409,7 @@ impl Error {
             Error::Graph { .. } => "Graph",
             Error::Store { .. } => "Store",
             Error::Collective { .. } => "Collective",
+            Error::CollectiveArgument(_) => "CollectiveArgument",
         }
     }
 }

@@ -29,6 +29,7 @@ use std::fmt;
 use super::dlpack::DLPackError;
 use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
 use crate::array::{LockError, ShapeError};
+use crate::collective::ArgumentError;
 
 /// The Python exception class an [`Error`] raises: one of the package's
 /// classes (each a subclass of `gpuport.GpuError`), or one of the two
@@ -184,7 +185,9 @@ impl Error {
             Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => C::Unavailable,
             Error::InvalidDeviceSpec { .. } => C::InvalidDevice,
             Error::DeviceMismatch { .. } => C::DeviceMismatch,
-            Error::OutOfBounds { .. } | Error::InvalidArgument { .. } => C::InvalidArgument,
+            Error::OutOfBounds { .. } | Error::InvalidArgument { .. } | Error::CollectiveArgument(_) => {
+                C::InvalidArgument
+            }
             Error::Unsupported { .. } => C::Unsupported,
             Error::Compile { .. } | Error::KernelNotFound { .. } | Error::KernelArguments { .. } => C::Kernel,
             Error::Driver(_) | Error::HostTask(_) => C::Driver,
@@ -287,6 +290,13 @@ impl Error {
                 tuple(strides)
             ),
             Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
+            Error::CollectiveArgument(ArgumentError::HostMemory { what, device }) => format!(
+                "{what} is host memory; a {device} communicator needs memory of its device: move the array there first"
+            ),
+            Error::CollectiveArgument(ArgumentError::NotHeld { what }) => format!(
+                "{what}: the host communicator reads and writes host memory it can check; pass the array or buffer \
+                 object (a raw address is not dereferenced)"
+            ),
             other => other.to_string(),
         }
     }
@@ -423,6 +433,9 @@ pub fn samples() -> Vec<Error> {
         Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
         Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
         Error::HostTask("a kernel panicked".into()),
+        ArgumentError::UnknownReduction("mean".into()).into(),
+        ArgumentError::HostMemory { what: "send", device: "cuda:0".into() }.into(),
+        ArgumentError::NotHeld { what: "recv" }.into(),
     ];
     for (kind, op, reason) in [
         (
