@@ -10,10 +10,10 @@ mod common;
 use std::io::Write;
 use std::sync::Arc;
 
+use gpuport::array::Residency;
 use gpuport::collective::{AnyCommunicator, ArgumentError, CallMode, Op, OpKind, Operand, Operands, ReduceOp};
 use gpuport::dynamic::raw::{self, Place, RawAllocation, RawRange};
 use gpuport::dynamic::runtime::{self, StreamChoice};
-use gpuport::array::Residency;
 use gpuport::dynamic::{keep, new_owned, AnyArray, AnyStream, DType};
 use gpuport::{builtin, AnyDevice, BackendKind, Error, KernelArgs, LaunchConfig, Location, Transfer};
 

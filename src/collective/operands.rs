@@ -262,7 +262,8 @@ impl AnyCommunicator {
         match (send, recv) {
             (Operand::Array(a), None) => captured.recv = a.with_device_data(name, true, &s, &mut |p| run(p, p))?,
             (Operand::Array(a), Some(Operand::Array(b))) => {
-                (captured.send, captured.recv) = AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
+                (captured.send, captured.recv) =
+                    AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
             }
             (Operand::Array(a), Some(r)) => {
                 captured.send = a.with_device_data(name, false, &s, &mut |p| run(p, r.addr()))?;

@@ -135,10 +135,13 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
 
 // ---- work that reaches its stream when a scope ends --------------------------------------
 
+/// Owners whose work has not reached their stream yet, with the stream.
+type Deferred = Vec<(AnyStream, Box<dyn Send>)>;
+
 thread_local! {
     /// Owners given to [`keep_at_scope_end`] inside this thread's open
-    /// [`deferring`] scope, with their streams; `None` outside one.
-    static DEFERRED: RefCell<Option<Vec<(AnyStream, Box<dyn Send>)>>> = const { RefCell::new(None) };
+    /// [`deferring`] scope; `None` outside one.
+    static DEFERRED: RefCell<Option<Deferred>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` as a scope whose work reaches its streams only when it ends (a

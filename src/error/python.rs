@@ -735,7 +735,9 @@ mod tests {
             "send is host memory; a cuda:0 communicator needs memory of its device: move the array there first"
         );
         let e: Error = ArgumentError::NotHeld { what: "recv" }.into();
-        assert!(e.python_message(None).ends_with("pass the array or buffer object (a raw address is not dereferenced)"));
+        assert!(e
+            .python_message(None)
+            .ends_with("pass the array or buffer object (a raw address is not dereferenced)"));
         // The others keep their `Display` text, which names no Rust.
         let e: Error = ArgumentError::UnknownReduction("mean".into()).into();
         assert_eq!(e.python_message(None), e.to_string());
