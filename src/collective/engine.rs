@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, Stream};
 use crate::dynamic::DType;
+use crate::error::collective::ArgumentError;
 use crate::error::Result;
-
-use super::ArgumentError;
 
 /// How a reduction combines the ranks' elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -58,8 +58,9 @@ pub mod nccl;
 pub mod operands;
 pub mod store;
 
+pub use crate::error::collective::ArgumentError;
 pub use any::AnyCommunicator;
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
-pub use operands::{ArgumentError, Captured, Operand, Operands};
+pub use operands::{Captured, Operand, Operands};
 pub use store::TcpStore;

@@ -35,74 +35,10 @@ use crate::dynamic::any::mismatch;
 use crate::dynamic::raw::{Place, RawRange};
 use crate::dynamic::runtime::{Enqueued, StreamChoice};
 use crate::dynamic::{same_device, AnyArray};
+use crate::error::collective::ArgumentError;
 use crate::error::{BackendKind, Result};
 
 use super::{AnyCommunicator, Op};
-
-/// Why a collective refused its arguments (an
-/// [`Error::CollectiveArgument`](crate::Error::CollectiveArgument)).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ArgumentError {
-    /// No collective has this name ([`OpKind::from_name`](super::OpKind::from_name)).
-    #[error("collective {0:?}: use all_reduce, broadcast, reduce, all_gather, reduce_scatter, send or recv")]
-    UnknownCollective(String),
-    /// No reduction has this name.
-    #[error("op {0:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\"")]
-    UnknownReduction(String),
-    /// The collective reads or writes `elems` elements on side `what`, and
-    /// no buffer was given there.
-    #[error("{op}: {what} is needed ({elems} elements)")]
-    Missing {
-        /// The collective.
-        op: Op,
-        /// `"send"` or `"recv"`.
-        what: &'static str,
-        /// The elements it needs.
-        elems: usize,
-    },
-    /// The collective's byte count on one side overflows.
-    #[error("{op}: too many elements")]
-    TooManyElements {
-        /// The collective.
-        op: Op,
-    },
-    /// An array with fewer bytes than the collective reads or writes.
-    #[error("{op}: {what} holds {have} bytes, and the collective needs {need}")]
-    TooSmall {
-        /// The collective.
-        op: Op,
-        /// `"send"` or `"recv"`.
-        what: &'static str,
-        /// The array's bytes.
-        have: usize,
-        /// The collective's bytes on this side.
-        need: usize,
-    },
-    /// A read-only buffer where the collective writes.
-    #[error("{op}: {what} is read-only")]
-    ReadOnly {
-        /// The collective.
-        op: Op,
-        /// The side written (`"recv"`).
-        what: &'static str,
-    },
-    /// Host memory given to a GPU engine, which would fault on it.
-    #[error("{what} is host memory; a {device} communicator needs memory of its device")]
-    HostMemory {
-        /// `"send"` or `"recv"`.
-        what: &'static str,
-        /// The communicator's device, e.g. `"cuda:0"`.
-        device: String,
-    },
-    /// Memory the host engine cannot check: a bare address (never
-    /// dereferenced), or memory the host cannot reach.
-    #[error("{what}: the host engine reads and writes only host memory it holds; a bare address is not dereferenced")]
-    NotHeld {
-        /// `"send"` or `"recv"`.
-        what: &'static str,
-    },
-}
 
 /// One side of a collective: what it reads (send) or writes (receive).
 pub enum Operand<'a> {
@@ -130,9 +66,11 @@ impl Operand<'_> {
     /// Checks this operand as side `what` of `op` on `dev`: `elems`
     /// elements, written where `writes`.
     fn check(&self, op: &Op, what: &'static str, elems: usize, writes: bool, dev: &AnyDevice) -> Result<()> {
-        let bytes = || elems.checked_mul(op.dtype.itemsize()).ok_or(ArgumentError::TooManyElements { op: *op });
+        let bytes = || {
+            elems.checked_mul(op.dtype.itemsize()).ok_or_else(|| ArgumentError::TooManyElements { op: op.to_string() })
+        };
         match self {
-            Operand::None if elems > 0 => Err(ArgumentError::Missing { op: *op, what, elems }.into()),
+            Operand::None if elems > 0 => Err(ArgumentError::Missing { op: op.to_string(), what, elems }.into()),
             Operand::None => Ok(()),
             Operand::Array(a) => {
                 let need = bytes()?;
@@ -142,7 +80,7 @@ impl Operand<'_> {
                 }
                 let have = a.shape().iter().product::<usize>().saturating_mul(a.dtype().itemsize());
                 if have < need {
-                    return Err(ArgumentError::TooSmall { op: *op, what, have, need }.into());
+                    return Err(ArgumentError::TooSmall { op: op.to_string(), what, have, need }.into());
                 }
                 Ok(())
             }
@@ -150,7 +88,7 @@ impl Operand<'_> {
                 let need = bytes()?;
                 r.check_size(need, what)?;
                 if writes && !r.is_writable() {
-                    return Err(ArgumentError::ReadOnly { op: *op, what }.into());
+                    return Err(ArgumentError::ReadOnly { op: op.to_string(), what }.into());
                 }
                 if need > 0 {
                     check_place(r, what, dev)?;

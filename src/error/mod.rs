@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+pub(crate) mod collective;
 pub(crate) mod dlpack;
 pub mod python;
 
@@ -279,7 +280,7 @@ pub enum Error {
     /// small, read-only or in the wrong place (see
     /// [`crate::collective::Operands`]).
     #[error(transparent)]
-    CollectiveArgument(#[from] crate::collective::ArgumentError),
+    CollectiveArgument(#[from] collective::ArgumentError),
 }
 
 /// How a collective failed ([`Error::Collective`]).

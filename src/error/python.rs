@@ -26,10 +26,10 @@
 
 use std::fmt;
 
+use super::collective::ArgumentError;
 use super::dlpack::DLPackError;
 use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
 use crate::array::{LockError, ShapeError};
-use crate::collective::ArgumentError;
 
 /// The Python exception class an [`Error`] raises: one of the package's
 /// classes (each a subclass of `gpuport.GpuError`), or one of the two
