@@ -10,24 +10,6 @@
 //! [`Enqueued`] work: the caller keeps its owners with [`Enqueued::keep`]
 //! until the stream has run it (inside a [`group`](AnyCommunicator::group),
 //! from the group's end on, when the engine enqueues its calls).
-//!
-//! ```
-//! use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, Operand, Operands, ReduceOp};
-//! use gpuport::dynamic::raw::{Place, RawRange};
-//! use gpuport::dynamic::runtime::StreamChoice;
-//! use gpuport::dynamic::DType;
-//! let comm = AnyCommunicator::init_all(&[gpuport::open("host")?], CallMode::Bounded)?.remove(0);
-//! let mut x = vec![1.5f32; 4];
-//! // SAFETY: `x` holds the 16 bytes and outlives the collective, which
-//! // `synchronize` waits for below.
-//! let x_range = unsafe { RawRange::new(x.as_mut_ptr() as u64, Place::Host, Some(16), None, true) };
-//! let op = Op { kind: OpKind::AllReduce(ReduceOp::Max), dtype: DType::Float32, count: 4 };
-//! let (enqueued, _) = comm.collective(&op, Operands::in_place(Operand::Raw(x_range)), &StreamChoice::Default)?;
-//! comm.synchronize(enqueued.stream().expect("work on a stream"))?;
-//! enqueued.keep(())?;
-//! assert_eq!(x, [1.5; 4]); // one rank
-//! # Ok::<(), gpuport::Error>(())
-//! ```
 
 use crate::array::DeviceCopyToken;
 use crate::backend::registry::AnyDevice;
@@ -167,6 +149,24 @@ impl AnyCommunicator {
     /// the collective, from the group's end on inside
     /// [`group`](Self::group), or as long as the graph on a capturing
     /// stream) and, on a capturing stream, the array copies the graph uses.
+    ///
+    /// ```
+    /// use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, Operand, Operands, ReduceOp};
+    /// use gpuport::dynamic::raw::{Place, RawRange};
+    /// use gpuport::dynamic::runtime::StreamChoice;
+    /// use gpuport::dynamic::DType;
+    /// let comm = AnyCommunicator::init_all(&[gpuport::open("host")?], CallMode::Bounded)?.remove(0);
+    /// let mut x = vec![1.5f32; 4];
+    /// // SAFETY: `x` holds the 16 bytes and outlives the collective, which
+    /// // `synchronize` waits for below.
+    /// let x_range = unsafe { RawRange::new(x.as_mut_ptr() as u64, Place::Host, Some(16), None, true) };
+    /// let op = Op { kind: OpKind::AllReduce(ReduceOp::Max), dtype: DType::Float32, count: 4 };
+    /// let (enqueued, _) = comm.collective(&op, Operands::in_place(Operand::Raw(x_range)), &StreamChoice::Default)?;
+    /// comm.synchronize(enqueued.stream().expect("work on a stream"))?;
+    /// enqueued.keep(())?;
+    /// assert_eq!(x, [1.5; 4]); // one rank
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
     pub fn collective(&self, op: &Op, operands: Operands<'_>, stream: &StreamChoice) -> Result<(Enqueued, Captured)> {
         let dev = self.device();
         let s = stream.on(&dev)?;
@@ -186,14 +186,15 @@ impl AnyCommunicator {
         let name = op.kind.name();
         let run = |sp: u64, rp: u64| {
             // SAFETY: a raw operand was checked above against what its range
-            // holds or states (a bare device address is its maker's word, as
-            // `RawRange::new` allows), and its owner is kept by the caller
-            // through the returned `Enqueued` until the stream has run the
-            // collective (from the group's end on, in a group; by the graph,
-            // in a capture). An array gives its device copy through
-            // `with_device_data`, which records the collective as the
-            // array's pending work (or has the graph keep the copy, in a
-            // capture); an import's memory is kept with the owners.
+            // holds or states (a bare device address is its maker's word),
+            // and its memory stays valid until the stream has run the
+            // collective: `RawRange::new`'s contract, which the caller meets
+            // by keeping the owners with the returned `Enqueued` (from the
+            // group's end on, in a group; by the graph, in a capture). An
+            // array gives its device copy through `with_device_data`, which
+            // records the collective as the array's pending work (or has the
+            // graph keep the copy, in a capture); an import's memory is kept
+            // by the `Enqueued` too.
             unsafe { self.enqueue_raw(op, sp, rp, &s) }
         };
         let mut captured = Captured::default();

@@ -17,6 +17,12 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 //!
+//! Work that reaches its stream only when an enclosing call ends (the
+//! collectives of a `Communicator::group`, which the engine enqueues at the
+//! group's end) has its owners parked on the calling thread until then, and
+//! kept from then on: a marker recorded before would complete before the
+//! work ran.
+//!
 //! # Cost per parked operation
 //!
 //! This runs once per asynchronous call from Python (every launch with
