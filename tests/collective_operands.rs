@@ -249,6 +249,45 @@ fn inside_a_group_the_owners_are_kept_from_the_groups_end_on(#[case] spec: &str)
     assert_eq!(raw_values(&x), [4.0; 64]);
 }
 
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn an_imported_arrays_memory_is_kept_until_the_collective_has_run(#[case] spec: &str) {
+    use gpuport::dynamic::{ImportedArray, RawImport, Shape, Strides};
+    let Some((dev, comm)) = one_rank(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let x = raw_floats(&dev, 1 << 16, 2.0);
+    let keeper: Arc<RawAllocation> = x.clone();
+    let desc = RawImport {
+        dtype: DType::Float32,
+        shape: Shape::from_slice(&[1 << 16]),
+        strides: Strides::from_slice(&[1]),
+        data: x.ptr(),
+        dl: gpuport::dlpack::dl_device(dev.backend(), gpuport::MemoryKind::Device, dev.info().ordinal),
+        read_only: false,
+        device: dev.clone(),
+    };
+    drop(x);
+    // SAFETY: `keeper` holds the allocation, which holds the 65536 float32s.
+    let mut import = AnyArray::Imported(unsafe { ImportedArray::from_raw(desc, keeper.clone()) }.unwrap());
+    busy(&s, 300);
+    let (e, _) = comm
+        .collective(
+            &all_reduce(1 << 16),
+            Operands::in_place(Operand::Array(&mut import)),
+            &StreamChoice::stream(s.clone()),
+        )
+        .unwrap();
+    // The caller drops the import and hands over nothing: the call keeps the memory itself.
+    drop((e, import));
+    assert!(Arc::strong_count(&keeper) > 1, "the import's memory was let go before the collective ran");
+    comm.synchronize(&s).unwrap();
+    keep::prune();
+    assert_eq!(Arc::strong_count(&keeper), 1, "the import's memory outlived the collective");
+    assert_eq!(raw_values(&keeper)[..4], [2.0; 4]);
+}
+
 // ---- what the engine cannot use ---------------------------------------------------------
 
 #[rstest::rstest]
