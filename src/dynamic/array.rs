@@ -608,8 +608,8 @@ impl AnyArray {
     }
 
     /// After a replay on `s` of a graph that used `written` (the device
-    /// copy a captured [`add_index`](Self::add_index) or
-    /// [`with_device_data`](Self::with_device_data) gave): the replay
+    /// copy a captured [`add_index`](Self::add_index) or collective
+    /// (`collective::Captured`) gave): the replay
     /// becomes the array's pending work and, when it `writes` the copy, the
     /// device copy the current one.
     pub fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {
