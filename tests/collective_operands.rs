@@ -123,6 +123,28 @@ fn each_collective_takes_the_root_peer_or_reduction_it_has() {
     assert!(e.to_string().contains("use all_reduce, broadcast"), "{e}");
 }
 
+#[test]
+fn argument_errors_are_value_errors_worded_for_python_in_the_error_layer() {
+    use gpuport::error::python::ExceptionClass;
+    let e: Error = ArgumentError::HostMemory { what: "send", device: "cuda:0".into() }.into();
+    assert_eq!(e.python_class(), ExceptionClass::InvalidArgument);
+    assert_eq!(e.python_class().builtin(), "ValueError");
+    assert_eq!(
+        e.python_message(Some("all_reduce")),
+        "send is host memory; a cuda:0 communicator needs memory of its device: move the array there first"
+    );
+    assert_eq!(e.to_string(), "send is host memory; a cuda:0 communicator needs memory of its device");
+    let e: Error = ArgumentError::NotHeld { what: "recv" }.into();
+    assert_eq!(
+        e.python_message(None),
+        "recv: the host communicator reads and writes host memory it can check; pass the array or buffer object (a \
+         raw address is not dereferenced)"
+    );
+    // The others keep their `Display` text, which names no Rust.
+    let e: Error = ArgumentError::ReadOnly { op: "all_reduce(sum) of 4 float32".into(), what: "recv" }.into();
+    assert_eq!(e.python_message(None), "all_reduce(sum) of 4 float32: recv is read-only");
+}
+
 #[rstest::rstest]
 #[case::host("host")]
 #[case::cuda("cuda:0")]

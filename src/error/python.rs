@@ -727,23 +727,6 @@ mod tests {
     }
 
     #[test]
-    fn collective_argument_errors_are_value_errors_that_say_what_to_pass() {
-        let e: Error = ArgumentError::HostMemory { what: "send", device: "cuda:0".into() }.into();
-        assert_eq!(e.python_class(), ExceptionClass::InvalidArgument);
-        assert_eq!(
-            e.python_message(Some("all_reduce")),
-            "send is host memory; a cuda:0 communicator needs memory of its device: move the array there first"
-        );
-        let e: Error = ArgumentError::NotHeld { what: "recv" }.into();
-        assert!(e
-            .python_message(None)
-            .ends_with("pass the array or buffer object (a raw address is not dereferenced)"));
-        // The others keep their `Display` text, which names no Rust.
-        let e: Error = ArgumentError::UnknownReduction("mean".into()).into();
-        assert_eq!(e.python_message(None), e.to_string());
-    }
-
-    #[test]
     fn errors_without_python_wording_keep_their_display_text() {
         let cases: Vec<(Error, ExceptionClass, &str)> = vec![
             (
