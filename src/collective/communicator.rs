@@ -415,6 +415,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// before the group runs them. A panic in `f` ends the group: the host
     /// engine drops the calls `f` queued; NCCL and RCCL cannot drop them,
     /// and run them (`ncclGroupEnd`).
+    ///
+    /// The owners that [`AnyCommunicator::collective`](super::AnyCommunicator::collective)'s
+    /// callers keep for the group's calls are kept from the group's end on
+    /// (see [`keep`](crate::dynamic::keep)), when the engine has enqueued them.
     pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
         struct Depth;
         impl Drop for Depth {
@@ -422,9 +426,11 @@ impl<B: CollectiveBackend> Communicator<B> {
                 GROUP_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
             }
         }
-        GROUP_DEPTH.with(|d| d.set(d.get() + 1));
-        let _depth = Depth;
-        Self::group_unchecked(f)
+        crate::dynamic::keep::deferring(|| {
+            GROUP_DEPTH.with(|d| d.set(d.get() + 1));
+            let _depth = Depth;
+            Self::group_unchecked(f)
+        })
     }
 
     /// [`group`](Self::group) for this crate's own grouped calls, which

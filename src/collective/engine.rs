@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::array::dtype::DType;
 use crate::backend::{Backend, Stream};
+use crate::error::collective::ArgumentError;
 use crate::error::Result;
 
 /// How a reduction combines the ranks' elements.
@@ -90,6 +91,36 @@ impl OpKind {
             OpKind::Send { .. } => "send",
             OpKind::Recv { .. } => "recv",
         }
+    }
+
+    /// The collective named `name` (as [`name`](Self::name) writes it),
+    /// with what it takes: the reduction named `op` (`"sum"`, …; read by
+    /// all-reduce, reduce and reduce-scatter only), the `root` rank
+    /// (broadcast, reduce) and the `peer` rank (send, receive). Whether
+    /// `root` and `peer` are ranks of the group is the communicator's check.
+    ///
+    /// ```
+    /// use gpuport::collective::{OpKind, ReduceOp};
+    /// assert_eq!(OpKind::from_name("reduce", "max", 1, 0)?, OpKind::Reduce { op: ReduceOp::Max, root: 1 });
+    /// assert_eq!(OpKind::from_name("send", "sum", 0, 3)?, OpKind::Send { peer: 3 });
+    /// // A collective without a reduction does not read `op`.
+    /// assert_eq!(OpKind::from_name("broadcast", "mean", 2, 0)?, OpKind::Broadcast { root: 2 });
+    /// assert!(OpKind::from_name("all_reduce", "mean", 0, 0).is_err());
+    /// assert!(OpKind::from_name("scan", "sum", 0, 0).is_err());
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn from_name(name: &str, op: &str, root: usize, peer: usize) -> Result<OpKind> {
+        let reduction = || ReduceOp::from_name(op).ok_or_else(|| ArgumentError::UnknownReduction(op.to_string()));
+        Ok(match name {
+            "all_reduce" => OpKind::AllReduce(reduction()?),
+            "broadcast" => OpKind::Broadcast { root },
+            "reduce" => OpKind::Reduce { op: reduction()?, root },
+            "all_gather" => OpKind::AllGather,
+            "reduce_scatter" => OpKind::ReduceScatter(reduction()?),
+            "send" => OpKind::Send { peer },
+            "recv" => OpKind::Recv { peer },
+            other => return Err(ArgumentError::UnknownCollective(other.to_string()).into()),
+        })
     }
 
     /// The reduction, for the reducing collectives.

@@ -43,7 +43,10 @@
 //! - `array.rs`: collectives on `MemArray`s;
 //! - `nccl/`: the NCCL/RCCL table and the GPU engine;
 //! - `host.rs`: the host engine;
-//! - `any.rs`: [`AnyCommunicator`], a communicator of a backend chosen at run time.
+//! - `any.rs`: [`AnyCommunicator`], a communicator of a backend chosen at run time;
+//! - `operands.rs`: one collective as a binding calls it: its buffers
+//!   ([`Operands`]), their checks, and the whole call
+//!   ([`AnyCommunicator::collective`]).
 
 mod any;
 pub mod array;
@@ -52,9 +55,12 @@ mod engine;
 pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
+pub mod operands;
 pub mod store;
 
+pub use crate::error::collective::ArgumentError;
 pub use any::AnyCommunicator;
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
+pub use operands::{Captured, Operand, Operands};
 pub use store::TcpStore;

@@ -546,7 +546,7 @@ impl AnyArray {
     /// capturing `s` an owned array's work is captured and its device copy
     /// returned, to order replays with [`before_replay`](Self::before_replay)
     /// and [`after_replay`](Self::after_replay); `None` otherwise.
-    pub fn with_device_data(
+    pub(crate) fn with_device_data(
         &mut self,
         what: &'static str,
         writes: bool,
@@ -583,7 +583,7 @@ impl AnyArray {
     /// receive operand at once, for one collective: `enqueue` gets both
     /// addresses. Graph replays of either array wait for both steps
     /// (their orders are taken together, `src/backend/order.rs`).
-    pub fn with_device_data_pair(
+    pub(crate) fn with_device_data_pair(
         send: &mut AnyArray,
         recv: &mut AnyArray,
         what: &'static str,
@@ -618,8 +618,8 @@ impl AnyArray {
     }
 
     /// After a replay on `s` of a graph that used `written` (the device
-    /// copy a captured [`add_index`](Self::add_index) or
-    /// [`with_device_data`](Self::with_device_data) gave): the replay
+    /// copy a captured [`add_index`](Self::add_index) or collective
+    /// (`collective::Captured`) gave): the replay
     /// becomes the array's pending work and, when it `writes` the copy, the
     /// device copy the current one.
     pub fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {

@@ -17,6 +17,12 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 //!
+//! Work that reaches its stream only when an enclosing call ends (the
+//! collectives of a `Communicator::group`, which the engine enqueues at the
+//! group's end) has its owners parked on the calling thread until then, and
+//! kept from then on: a marker recorded before would complete before the
+//! work ran.
+//!
 //! # Cost per parked operation
 //!
 //! This runs once per asynchronous call from Python (every launch with
@@ -46,6 +52,7 @@
 //! entry removed, so no parked operation refers to it any more when it is
 //! recorded again.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -130,6 +137,80 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
         }
     }
     Ok(())
+}
+
+// ---- work that reaches its stream when a scope ends --------------------------------------
+
+/// Owners whose work has not reached their stream yet, with the stream.
+type Deferred = Vec<(AnyStream, Box<dyn Send>)>;
+
+thread_local! {
+    /// Owners given to [`keep_at_scope_end`] inside this thread's open
+    /// [`deferring`] scope; `None` outside one.
+    static DEFERRED: RefCell<Option<Deferred>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` as a scope whose work reaches its streams only when it ends (a
+/// collective group: NCCL enqueues the group's calls at `ncclGroupEnd`, the
+/// host engine runs them then). Owners given to [`keep_at_scope_end`] inside
+/// it are kept as [`keep_until_done`] keeps them once `f` has returned (or
+/// unwound): a marker recorded before would complete before the work ran.
+/// Scopes nest; the outermost keeps everything. Its error, if keeping
+/// failed, comes after `f`'s own.
+pub(crate) fn deferring<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
+    let outer = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        let outer = d.is_none();
+        if outer {
+            *d = Some(Vec::new());
+        }
+        outer
+    });
+    if !outer {
+        return f();
+    }
+    /// Keeps what the scope collected even when `f` unwinds.
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            let _ = keep_deferred();
+        }
+    }
+    let end = End;
+    let out = f();
+    std::mem::forget(end);
+    let kept = keep_deferred();
+    let out = out?;
+    kept.map(|()| out)
+}
+
+/// Ends this thread's scope: keeps each owner it collected on its stream.
+fn keep_deferred() -> Result<()> {
+    let deferred = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+    let mut first = Ok(());
+    for (stream, owners) in deferred {
+        let kept = keep_until_done(&stream, owners);
+        if first.is_ok() {
+            first = kept;
+        }
+    }
+    first
+}
+
+/// [`keep_until_done`] for work that reaches `stream` when this thread's
+/// open [`deferring`] scope ends: parked until then. Outside a scope, at once.
+pub(crate) fn keep_at_scope_end(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> {
+    let owners = DEFERRED.with(|d| match d.borrow_mut().as_mut() {
+        Some(list) => {
+            list.push((stream.clone(), owners));
+            None
+        }
+        None => Some(owners),
+    });
+    match owners {
+        Some(owners) => keep_until_done(stream, owners),
+        None => Ok(()),
+    }
 }
 
 /// Whether an event of `dev` may be queried now: not while a capture on the

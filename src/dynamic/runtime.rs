@@ -118,17 +118,29 @@ impl StreamChoice {
 
 /// What a call left running: nothing (it waited, or had nothing to do), or
 /// work on a stream that reads or writes the operands. Hand it the owners
-/// of the operands' memory with [`Enqueued::keep`].
+/// of the operands' memory with [`Enqueued::keep`]; what the call itself
+/// found it must keep (an allocation behind a bare address, an imported
+/// array's memory) it keeps in any case, even when dropped unkept.
 #[must_use = "the operands' owners must be kept until the work has run"]
 pub struct Enqueued {
     stream: Option<AnyStream>,
-    /// An allocation the call found behind a bare address, kept with the owners.
-    found: Option<Arc<RawAllocation>>,
+    /// What the call found it must keep, kept with the owners.
+    found: Vec<Arc<dyn Send + Sync>>,
+    /// The work reaches the stream when this thread's open
+    /// [`keep::deferring`] scope ends (a collective group), if one is open.
+    at_scope_end: bool,
 }
 
 impl Enqueued {
     fn done() -> Enqueued {
-        Enqueued { stream: None, found: None }
+        Enqueued { stream: None, found: Vec::new(), at_scope_end: false }
+    }
+
+    /// Work on `s` that reaches it when this thread's open
+    /// [`keep::deferring`] scope ends, or now outside one (a collective,
+    /// which a group enqueues at its end); `found` is kept with the owners.
+    pub(crate) fn at_scope_end(s: AnyStream, found: Vec<Arc<dyn Send + Sync>>) -> Enqueued {
+        Enqueued { stream: Some(s), found, at_scope_end: true }
     }
 
     /// The stream the work runs on; `None` when the call waited.
@@ -138,20 +150,37 @@ impl Enqueued {
 
     /// Keeps `owners` alive until the work has run (see
     /// [`keep::keep_until_done`]); drops them at once where the call waited.
-    pub fn keep<T: Send + 'static>(self, owners: T) -> Result<()> {
-        match self.stream {
-            Some(s) => keep::keep_until_done(&s, Box::new((owners, self.found))),
+    pub fn keep<T: Send + 'static>(mut self, owners: T) -> Result<()> {
+        let found = std::mem::take(&mut self.found);
+        match self.stream.take() {
+            Some(s) if self.at_scope_end => keep::keep_at_scope_end(&s, Box::new((owners, found))),
+            Some(s) => keep::keep_until_done(&s, Box::new((owners, found))),
             None => Ok(()),
         }
     }
 
     /// As [`Enqueued::keep`] where the caller may have nothing to keep:
-    /// with nothing (and no allocation found by the call), no marker is
+    /// with nothing (and nothing found by the call), no marker is
     /// recorded on the stream.
     pub fn keep_some<T: Send + 'static>(self, owners: Option<T>) -> Result<()> {
-        match (owners, &self.found) {
-            (None, None) => Ok(()),
+        match (owners, self.found.is_empty()) {
+            (None, true) => Ok(()),
             (owners, _) => self.keep(owners),
+        }
+    }
+}
+
+impl Drop for Enqueued {
+    /// Keeps what the call found (never the caller's owners, which an
+    /// unkept `Enqueued` never had) until the work has run.
+    fn drop(&mut self) {
+        if let (Some(s), false) = (self.stream.take(), self.found.is_empty()) {
+            let found = std::mem::take(&mut self.found);
+            let _ = if self.at_scope_end {
+                keep::keep_at_scope_end(&s, Box::new(found))
+            } else {
+                keep::keep_until_done(&s, Box::new(found))
+            };
         }
     }
 }
@@ -162,7 +191,7 @@ fn finish(s: AnyStream, wait: bool) -> Result<Enqueued> {
         s.synchronize()?;
         return Ok(Enqueued::done());
     }
-    Ok(Enqueued { stream: Some(s), found: None })
+    Ok(Enqueued { stream: Some(s), found: Vec::new(), at_scope_end: false })
 }
 
 /// `hipMemcpy` (`wait`) or `hipMemcpyAsync`: `size` bytes from `src` to
@@ -268,7 +297,8 @@ pub unsafe fn launch(
     // target lies in held memory of the right size, kept below); on GPUs
     // the arguments are the caller's contract.
     unsafe { kernel.launch(config, args, &s) }?;
-    Ok(Enqueued { stream: Some(s), found })
+    let found = found.into_iter().map(|a| a as Arc<dyn Send + Sync>).collect();
+    Ok(Enqueued { stream: Some(s), found, at_scope_end: false })
 }
 
 /// The check of a host-backend launch (see [`launch`]): the allocation

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+pub(crate) mod collective;
 pub(crate) mod dlpack;
 pub mod python;
 
@@ -285,6 +286,13 @@ pub enum Error {
         /// What happened and what to check.
         reason: String,
     },
+
+    /// A collective's arguments that its communicator cannot take: an
+    /// unknown collective or reduction, or a buffer that is missing, too
+    /// small, read-only or in the wrong place (see
+    /// [`crate::collective::Operands`]).
+    #[error(transparent)]
+    CollectiveArgument(#[from] collective::ArgumentError),
 }
 
 /// How a collective failed ([`Error::Collective`]).
@@ -423,6 +431,7 @@ impl Error {
             Error::Graph { .. } => "Graph",
             Error::Store { .. } => "Store",
             Error::Collective { .. } => "Collective",
+            Error::CollectiveArgument(_) => "CollectiveArgument",
         }
     }
 }

@@ -2,32 +2,30 @@
 //! `gpuport::collective`, converted to and from Python objects. The Python
 //! module (`python/gpuport/distributed/__init__.py`) builds the API on these.
 //!
-//! A collective takes any pointer-like object (a gpuport array, a torch or
-//! CuPy tensor, an allocation) through the same adapters as
-//! `gpuport.runtime`, and parks the objects until the stream has run the
-//! collective, as `runtime.memcpy_async` does. Inside a group the parking
-//! waits until the group has ended (the engine enqueues the calls then).
+//! A collective converts its arguments (each operand into a gpuport array's
+//! state or, through the same adapters as `gpuport.runtime`, a `Ptr` and
+//! its range; the strings into an `Op`; the stream into a `StreamChoice`)
+//! and makes one call, `AnyCommunicator::collective`, which checks,
+//! enqueues and hands back the work; the objects are then kept until the
+//! stream has run it (`Enqueued::keep`; inside a group, from the group's
+//! end on: the core defers them).
 
-use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, ReduceOp, TcpStore};
-use gpuport::dynamic::{keep, AnyStream};
+use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, Operand, Operands, TcpStore};
+use gpuport::dynamic::{keep, AnyArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::adapters::{to_range, Keep, Ptr};
 use crate::array::ReplayedArray;
-use crate::device::spec;
-use crate::device::{resolve_device, resolve_stream, PyDevice};
+use crate::device::{resolve_device, resolve_stream, stream_choice, PyDevice};
 use crate::dtype::dtype_from_py;
-use crate::errors;
 use crate::errors::IntoPyResult;
+use crate::exclusive::ExclusiveGuard;
 use crate::memarray::PyMemArray;
-use gpuport::dynamic::AnyArray;
-use gpuport::{AnyDevice, BackendKind};
 
 /// The key-value store through which the ranks of a job meet (rank 0
 /// hosts it), as ``torch.distributed.TCPStore``.
@@ -145,15 +143,6 @@ pub struct PyCommunicator {
     inner: Mutex<AnyCommunicator>,
 }
 
-/// A collective's operands and the stream they wait for.
-type Parked = (AnyStream, Vec<Ptr>);
-
-thread_local! {
-    /// Operands of collectives made inside this thread's open group, parked
-    /// once it ends.
-    static GROUP: RefCell<Option<Vec<Parked>>> = const { RefCell::new(None) };
-}
-
 /// The call mode `mode` names; `None` is `GPUPORT_COLLECTIVE_BOUNDED`'s.
 fn call_mode(mode: Option<&str>) -> PyResult<CallMode> {
     match mode {
@@ -166,132 +155,49 @@ fn call_mode(mode: Option<&str>) -> PyResult<CallMode> {
     }
 }
 
-fn reduce_op(name: &str) -> PyResult<ReduceOp> {
-    ReduceOp::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!("op {name:?}: use \"sum\", \"prod\", \"max\", \"min\" or \"avg\""))
-    })
-}
-
-fn op_kind(kind: &str, op: &str, root: usize, peer: usize) -> PyResult<OpKind> {
-    Ok(match kind {
-        "all_reduce" => OpKind::AllReduce(reduce_op(op)?),
-        "broadcast" => OpKind::Broadcast { root },
-        "reduce" => OpKind::Reduce { op: reduce_op(op)?, root },
-        "all_gather" => OpKind::AllGather,
-        "reduce_scatter" => OpKind::ReduceScatter(reduce_op(op)?),
-        "send" => OpKind::Send { peer },
-        "recv" => OpKind::Recv { peer },
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "collective {other:?}: use all_reduce, broadcast, reduce, all_gather, reduce_scatter, send or recv"
-            )))
-        }
-    })
-}
-
-/// One side of a collective: a gpuport array (its device copy, ordered by
-/// the array itself), another object's memory, or nothing.
-enum Operand<'py> {
+/// One Python operand of a collective, converted: a gpuport array (its
+/// state is entered for the call), another object's memory, or nothing.
+enum PyOperand<'py> {
     None,
     Array(Bound<'py, PyMemArray>),
     Raw(Ptr),
 }
 
-impl<'py> Operand<'py> {
-    /// Resolves `obj` as operand `what` of `elems` elements of `op`, on
-    /// the communicator's device `dev`.
-    fn resolve(
-        py: Python<'py>,
-        obj: Option<&Bound<'py, PyAny>>,
-        what: &'static str,
-        elems: usize,
-        writes: bool,
-        op: &Op,
-        dev: &AnyDevice,
-    ) -> PyResult<Self> {
-        let Some(obj) = obj.filter(|o| !o.is_none()) else {
-            if elems > 0 {
-                return Err(PyValueError::new_err(format!("{op}: {what} is needed ({elems} elements)")));
-            }
-            return Ok(Operand::None);
-        };
-        let bytes = elems
-            .checked_mul(op.dtype.itemsize())
-            .ok_or_else(|| PyValueError::new_err(format!("{op}: too many elements")))?;
-        if let Ok(a) = obj.cast::<PyMemArray>() {
-            let m = &a.get().meta;
-            if !gpuport::dynamic::same_device(&m.device, dev) {
-                return Err(errors::to_py(
-                    py,
-                    gpuport::Error::DeviceMismatch { what, expected: spec(dev), found: spec(&m.device) },
-                ));
-            }
-            let have = m.shape.iter().product::<usize>().saturating_mul(m.dtype.itemsize());
-            if have < bytes {
-                return Err(PyValueError::new_err(format!(
-                    "{op}: {what} holds {have} bytes, and the collective needs {bytes}"
-                )));
-            }
-            return Ok(Operand::Array(a.clone()));
+impl<'py> PyOperand<'py> {
+    /// Converts `obj`, operand `what` ("send" or "recv").
+    fn convert(obj: Option<&Bound<'py, PyAny>>, what: &str) -> PyResult<Self> {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(PyOperand::None) };
+        match obj.cast::<PyMemArray>() {
+            Ok(a) => Ok(PyOperand::Array(a.clone())),
+            Err(_) => Ok(PyOperand::Raw(to_range(obj, what)?)),
         }
-        let ptr = to_range(obj, what)?;
-        let range = ptr.range();
-        range.check_size(bytes, what).py_err(py)?;
-        if writes && !range.is_writable() {
-            return Err(PyValueError::new_err(format!("{op}: {what} is read-only")));
-        }
-        if bytes > 0 {
-            check_place(py, &range, what, dev)?;
-        }
-        Ok(Operand::Raw(ptr))
     }
 
-    fn address(&self) -> u64 {
+    /// The array's state, entered for the call.
+    fn state(&self, py: Python<'_>) -> PyResult<Option<ExclusiveGuard<'_, AnyArray>>> {
         match self {
-            Operand::Raw(p) => p.range().addr(),
-            _ => 0,
+            PyOperand::Array(a) => a.get().state(py).map(Some),
+            _ => Ok(None),
         }
     }
 
-    /// What must stay alive until the stream has run the collective.
+    /// The core's operand: the entered array, or the range.
+    fn operand<'a>(&self, state: Option<&'a mut AnyArray>) -> Operand<'a> {
+        match (self, state) {
+            (_, Some(a)) => Operand::Array(a),
+            (PyOperand::Raw(p), None) => Operand::Raw(p.range()),
+            _ => Operand::None,
+        }
+    }
+
+    /// What must stay alive until the stream has run the collective: the
+    /// object (an import's memory lives as long as its array object).
     fn into_kept(self) -> Option<Ptr> {
         match self {
-            Operand::None => None,
-            Operand::Raw(p) => Some(p),
-            // An import's memory lives as long as its array object.
-            Operand::Array(a) => Some(Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() }),
+            PyOperand::None => None,
+            PyOperand::Raw(p) => Some(p),
+            PyOperand::Array(a) => Some(Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() }),
         }
-    }
-}
-
-/// Refuses memory the communicator's engine cannot use: a GPU engine's
-/// operands are its device's memory (host memory would be a fault on the
-/// device); the host engine reads and writes held host memory only.
-fn check_place(
-    py: Python<'_>,
-    range: &gpuport::dynamic::raw::RawRange,
-    what: &'static str,
-    dev: &AnyDevice,
-) -> PyResult<()> {
-    use gpuport::dynamic::raw::Place;
-    if dev.backend() == BackendKind::Host {
-        if range.host_accessible() && range.is_held() {
-            return Ok(());
-        }
-        return Err(PyValueError::new_err(format!(
-            "{what}: the host communicator reads and writes host memory it can check; pass the array or buffer \
-             object (a raw address is not dereferenced)"
-        )));
-    }
-    match range.place() {
-        Place::Host | Place::Pinned(_) | Place::Null => Err(PyValueError::new_err(format!(
-            "{what} is host memory; a {} communicator needs memory of its device: move the array there first",
-            spec(dev)
-        ))),
-        Place::Device(Some(d)) | Place::Managed(d) if !gpuport::dynamic::same_device(d, dev) => {
-            Err(errors::to_py(py, gpuport::Error::DeviceMismatch { what, expected: spec(dev), found: spec(d) }))
-        }
-        _ => Ok(()),
     }
 }
 
@@ -469,82 +375,32 @@ impl PyCommunicator {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         keep::prune();
-        let op = Op { kind: op_kind(kind, op, root, peer)?, dtype: dtype_from_py(dtype)?, count };
-        let comm = self.lock();
-        let size = comm.size();
-        let dev = comm.device();
-        let s = resolve_stream(py, &dev, stream)?;
-        let send = Operand::resolve(py, send, "send", op.send_len(size), false, &op, &dev)?;
-        let recv = Operand::resolve(py, recv, "recv", op.recv_len(size), true, &op, &dev)?;
-        // A gpuport array as both operands (in place) is entered once.
-        let same = matches!((&send, &recv), (Operand::Array(a), Operand::Array(b)) if a.is(b));
-        let mut send_state = match &send {
-            Operand::Array(a) => Some(a.get().state(py)?),
-            _ => None,
+        let op = Op { kind: OpKind::from_name(kind, op, root, peer).py_err(py)?, dtype: dtype_from_py(dtype)?, count };
+        let stream = stream_choice(stream)?;
+        // One object as both sides (in place) is converted, and entered, once.
+        let in_place = matches!((send, recv), (Some(a), Some(b)) if a.is(b) && !a.is_none());
+        let send = PyOperand::convert(send, "send")?;
+        let recv = if in_place { PyOperand::None } else { PyOperand::convert(recv, "recv")? };
+        let (mut send_st, mut recv_st) = (send.state(py)?, recv.state(py)?);
+        let send_op = send.operand(send_st.as_deref_mut());
+        let operands = match in_place {
+            true => Operands::in_place(send_op),
+            false => Operands::new(send_op, recv.operand(recv_st.as_deref_mut())),
         };
-        let mut recv_state = match &recv {
-            Operand::Array(a) if !same => Some(a.get().state(py)?),
-            _ => None,
-        };
-        let (send_addr, recv_addr) = (send.address(), recv.address());
-        let c: &AnyCommunicator = &comm;
         let name = op.kind.name();
-        let (sa, ra): (Option<&mut AnyArray>, Option<&mut AnyArray>) =
-            (send_state.as_deref_mut(), recv_state.as_deref_mut());
-        // The device copies a capture used, for ordering its replays.
-        let (mut send_used, mut recv_used) = (None, None);
-        py.detach(|| {
-            let run = |sp: u64, rp: u64| {
-                // SAFETY: raw operands were checked against the size their
-                // object holds (or are the caller's raw device pointer, as
-                // in runtime.memcpy) and are parked below until the stream
-                // has run the collective (after the group's end, inside a
-                // group; by the graph, in a capture); a gpuport array gives
-                // its device copy through `with_device_data`, which records
-                // the collective as the array's pending work (or has the
-                // graph keep the copy, in a capture).
-                unsafe { c.enqueue_raw(&op, sp, rp, &s) }
-            };
-            match (sa, ra) {
-                (None, None) => run(send_addr, recv_addr),
-                (Some(a), None) if same => {
-                    recv_used = a.with_device_data(name, true, &s, &mut |p| run(p, p))?;
-                    Ok(())
-                }
-                (Some(a), None) => {
-                    send_used = a.with_device_data(name, false, &s, &mut |p| run(p, recv_addr))?;
-                    Ok(())
-                }
-                (None, Some(b)) => {
-                    recv_used = b.with_device_data(name, true, &s, &mut |p| run(send_addr, p))?;
-                    Ok(())
-                }
-                (Some(a), Some(b)) => {
-                    (send_used, recv_used) =
-                        AnyArray::with_device_data_pair(a, b, name, &s, &mut |sp, rp| run(sp, rp))?;
-                    Ok(())
-                }
-            }
-        })
-        .py_err_in(py, name)?;
-        drop((send_state, recv_state));
-        for (operand, used, writes) in [(&send, send_used, false), (&recv, recv_used, true)] {
-            if let (Operand::Array(a), Some(used)) = (operand, used) {
-                ReplayedArray::order_replays(&s, a, used, writes);
+        let comm = self.lock();
+        let c: &AnyCommunicator = &comm;
+        let (enqueued, captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
+        drop((comm, send_st, recv_st));
+        // A capture's graph uses the arrays' device copies: order its replays.
+        let recv_array = if in_place { &send } else { &recv };
+        for (operand, used, writes) in [(&send, captured.send, false), (recv_array, captured.recv, true)] {
+            if let (PyOperand::Array(a), Some(used), Some(s)) = (operand, used, enqueued.stream()) {
+                ReplayedArray::order_replays(s, a, used, writes);
             }
         }
-        let operands: Vec<Ptr> = [send, recv].into_iter().filter_map(Operand::into_kept).collect();
-        // Inside a group the engine enqueues at the group's end: park then.
-        let mut operands = Some(operands);
-        GROUP.with(|g| {
-            if let Some(list) = g.borrow_mut().as_mut() {
-                list.push((s.clone(), operands.take().unwrap_or_default()));
-            }
-        });
-        if let Some(operands) = operands {
-            keep::keep_until_done(&s, Box::new(operands)).py_err(py)?;
-        }
-        Ok(())
+        let owners: Vec<Ptr> = [send, recv].into_iter().filter_map(PyOperand::into_kept).collect();
+        enqueued.keep(owners).py_err_in(py, name)
     }
 
     /// Waits for ``stream``'s collectives, raising if one failed or did not
@@ -561,17 +417,10 @@ impl PyCommunicator {
         Ok(())
     }
 
-    /// Runs ``fn()`` as one group of this communicator's backend.
+    /// Runs ``fn()`` as one group of this communicator's backend (the
+    /// core keeps the owners of the group's collectives from its end on).
     fn group(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let backend = self.lock().device().backend();
-        let outer = GROUP.with(|g| {
-            let mut g = g.borrow_mut();
-            let outer = g.is_some();
-            if !outer {
-                *g = Some(Vec::new());
-            }
-            outer
-        });
         let mut result: Option<PyResult<Py<PyAny>>> = None;
         let ended = AnyCommunicator::group(backend, || {
             let r = f.call0().map(Bound::unbind);
@@ -583,12 +432,6 @@ impl PyCommunicator {
                 Ok(())
             }
         });
-        if !outer {
-            let parked = GROUP.with(|g| g.borrow_mut().take()).unwrap_or_default();
-            for (s, ptrs) in parked {
-                keep::keep_until_done(&s, Box::new(ptrs)).py_err(py)?;
-            }
-        }
         match (result, ended) {
             (Some(Err(e)), _) => Err(e),
             (_, Err(e)) => Err(crate::errors::to_py_in(py, e, Some("group"))),
