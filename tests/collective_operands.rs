@@ -20,6 +20,15 @@ use gpuport::{builtin, AnyDevice, BackendKind, Error, KernelArgs, LaunchConfig, 
 /// A one-rank communicator on `spec`, or a printed skip.
 fn one_rank(spec: &str) -> Option<(AnyDevice, AnyCommunicator)> {
     let dev = common::open_or_skip(spec)?;
+    // NCCL's own communicator init (ncclCommInitAll) asks cudaFuncGetAttributes
+    // of kernels its build lacks for the GPU, which compute-sanitizer reports
+    // (cudaErrorNoKernelImageForDevice; seen on an H200 with NCCL 2.28): not
+    // gpuport's calls, but they fail `ci/gpu-sanitize`. The plain run covers these tests.
+    if dev.backend() == BackendKind::Cuda
+        && common::provokes_driver_errors(dev.backend(), "NCCL's own init errors (cudaFuncGetAttributes)")
+    {
+        return None;
+    }
     match AnyCommunicator::init_all(std::slice::from_ref(&dev), CallMode::Blocking) {
         Ok(mut comms) => Some((dev, comms.remove(0))),
         Err(e) => {

@@ -86,8 +86,16 @@ def test_host_memory_takes_no_stream(device):
     a = filled(device=device)
     a.__dlpack__(stream=None)
     a.__dlpack__(stream=-1)
-    with pytest.raises(ValueError, match="stream=None"):
-        a.__dlpack__(stream=1)
+    if device.backend == "host":
+        with pytest.raises(ValueError, match="stream=None"):
+            a.__dlpack__(stream=1)
+        return
+    # On a GPU device a stream names GPU memory: the consumer was told the
+    # GPU device, so the device copy is brought back and exported
+    # (`streamed_location` in src/dynamic/exchange.rs), not refused.
+    stream = 1 if device.backend == "cuda" else 0
+    a.__dlpack__(stream=stream)
+    assert a.residency == "device", a.residency  # the exported copy is the only current one
 
 
 def test_dlpack_device_is_kdlcpu_for_host_memory(device):
