@@ -14,7 +14,7 @@ VENV=.venv-ci
 . "$VENV/bin/activate"
 python -m pip install -q --upgrade pip >/dev/null
 # ml_dtypes: NumPy dtypes for fp8/fp6/fp4 (tests/test_low_precision.py skips without it).
-python -m pip install -q "maturin>=1.5,<2" "numpy>=2.1" "pytest>=7" "mypy>=1.10" typing_extensions ml_dtypes
+python -m pip install -q "maturin>=1.16,<2" "numpy>=2.1" "pytest>=7" "mypy>=1.10" typing_extensions ml_dtypes
 
 echo "=== python: rustfmt, clippy (gpuport-py)"
 cargo fmt --check

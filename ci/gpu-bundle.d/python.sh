@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/python
 if ! command -v maturin >/dev/null; then
-    python3 -m pip install -q "maturin>=1.5,<2"
+    python3 -m pip install -q "maturin>=1.16,<2"
 fi
 rm -f .gpu/python/*.whl
 (cd crates/gpuport-py && maturin build --release --strip --out ../../.gpu/python)

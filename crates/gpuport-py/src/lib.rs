@@ -51,8 +51,12 @@ pub mod runtime;
 pub mod stream;
 pub mod torch_hook;
 
-/// The extension module.
-#[pymodule]
+/// The extension module. It declares that it needs the GIL (pyo3 0.28
+/// and later assume free-threaded support unless told): several adapters
+/// rely on the GIL to keep short Rust critical sections from being entered
+/// by another thread, and the abi3 build cannot load on a free-threaded
+/// interpreter anyway.
+#[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<device::PyDevice>()?;
