@@ -10,7 +10,7 @@
 //! stream has run it (`Enqueued::keep`; inside a group, from the group's
 //! end on: the core defers them).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, Operand, Operands, TcpStore};
@@ -24,7 +24,7 @@ use crate::array::ReplayedArray;
 use crate::device::{resolve_device, resolve_stream, stream_choice, PyDevice};
 use crate::dtype::dtype_from_py;
 use crate::errors::IntoPyResult;
-use crate::exclusive::ExclusiveGuard;
+use crate::exclusive::{Exclusive, ExclusiveGuard};
 use crate::memarray::PyMemArray;
 
 /// The key-value store through which the ranks of a job meet (rank 0
@@ -140,7 +140,11 @@ impl PyTcpStore {
 ///     (0, 1, 'host')
 #[pyclass(module = "gpuport._core", name = "Communicator", frozen)]
 pub struct PyCommunicator {
-    inner: Mutex<AnyCommunicator>,
+    /// Taken with the GIL released while another thread holds it (a
+    /// collective that waits runs with the GIL released): a plain mutex
+    /// here let a thread wait for it holding the GIL, which the holder
+    /// needs back to return.
+    inner: Exclusive<AnyCommunicator>,
 }
 
 /// The call mode `mode` names; `None` is `GPUPORT_COLLECTIVE_BOUNDED`'s.
@@ -202,8 +206,12 @@ impl<'py> PyOperand<'py> {
 }
 
 impl PyCommunicator {
-    fn lock(&self) -> MutexGuard<'_, AnyCommunicator> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, AnyCommunicator>> {
+        self.inner.lock(py)
+    }
+
+    fn new(comm: AnyCommunicator) -> Self {
+        PyCommunicator { inner: Exclusive::new(comm, "Communicator") }
     }
 }
 
@@ -234,7 +242,7 @@ impl PyCommunicator {
         let store = store.inner.clone();
         let comm =
             py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store, mode)).py_err_in(py, "init_rank")?;
-        Ok(PyCommunicator { inner: Mutex::new(comm) })
+        Ok(PyCommunicator::new(comm))
     }
 
     /// A new id naming one communicator (bytes): rank 0 makes it and sends
@@ -278,7 +286,7 @@ impl PyCommunicator {
         let comm = py
             .detach(|| AnyCommunicator::init_with_id(&dev, rank, size, id, timeout, mode))
             .py_err_in(py, "init_with_id")?;
-        Ok(PyCommunicator { inner: Mutex::new(comm) })
+        Ok(PyCommunicator::new(comm))
     }
 
     /// One communicator per device, for one process driving them all;
@@ -293,67 +301,67 @@ impl PyCommunicator {
         let mode = call_mode(mode)?;
         let devs = devices.iter().map(|d| resolve_device(py, Some(d))).collect::<PyResult<Vec<_>>>()?;
         let comms = py.detach(|| AnyCommunicator::init_all(&devs, mode)).py_err_in(py, "init_all")?;
-        Ok(comms.into_iter().map(|c| PyCommunicator { inner: Mutex::new(c) }).collect())
+        Ok(comms.into_iter().map(PyCommunicator::new).collect())
     }
 
     /// This rank.
     #[getter]
-    fn rank(&self) -> usize {
-        self.lock().rank()
+    fn rank(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.rank())
     }
 
     /// The number of ranks.
     #[getter]
-    fn size(&self) -> usize {
-        self.lock().size()
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.size())
     }
 
     /// This rank's device.
     #[getter]
-    fn device(&self) -> PyDevice {
-        PyDevice(self.lock().device())
+    fn device(&self, py: Python<'_>) -> PyResult<PyDevice> {
+        Ok(PyDevice(self.lock(py)?.device()))
     }
 
     /// The engine and its version ("NCCL 2.28.5", "host").
     #[getter]
-    fn engine(&self) -> String {
-        self.lock().engine()
+    fn engine(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.lock(py)?.engine())
     }
 
     /// How the calls wait: ``"blocking"`` or ``"bounded"`` (the mode asked
     /// for, except that the host engine is always bounded by its store's
     /// timeout and an NCCL or RCCL older than 2.14 always blocking).
     #[getter]
-    fn mode(&self) -> &'static str {
-        self.lock().mode().name()
+    fn mode(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.lock(py)?.mode().name())
     }
 
     /// Seconds ``synchronize`` waits before it aborts the communicator.
     #[getter]
-    fn timeout(&self) -> f64 {
-        self.lock().timeout().as_secs_f64()
+    fn timeout(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.timeout().as_secs_f64())
     }
 
     #[setter]
     fn set_timeout(&self, py: Python<'_>, seconds_: f64) -> PyResult<()> {
         let t = seconds(seconds_, "timeout")?;
-        self.lock().set_timeout(t).py_err_in(py, "timeout")
+        self.lock(py)?.set_timeout(t).py_err_in(py, "timeout")
     }
 
     /// Turns the cross-rank check of every collective on or off.
     fn set_checks(&self, py: Python<'_>, on: bool) -> PyResult<()> {
-        self.lock().set_checks(on).py_err_in(py, "set_checks")
+        self.lock(py)?.set_checks(on).py_err_in(py, "set_checks")
     }
 
     /// Stops this communicator's collectives; later calls raise.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.lock().abort().py_err_in(py, "abort")
+        self.lock(py)?.abort().py_err_in(py, "abort")
     }
 
     /// Whether the communicator was aborted.
     #[getter]
-    fn aborted(&self) -> bool {
-        self.lock().is_aborted()
+    fn aborted(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.lock(py)?.is_aborted())
     }
 
     /// Enqueues one collective (``kind``) reading ``send`` and writing
@@ -388,7 +396,7 @@ impl PyCommunicator {
             false => Operands::new(send_op, recv.operand(recv_st.as_deref_mut())),
         };
         let name = op.kind.name();
-        let comm = self.lock();
+        let comm = self.lock(py)?;
         let c: &AnyCommunicator = &comm;
         let (enqueued, captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
         drop((comm, send_st, recv_st));
@@ -407,9 +415,9 @@ impl PyCommunicator {
     /// finish within ``timeout`` (the communicator is then aborted).
     #[pyo3(signature = (stream=None))]
     fn synchronize(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let dev = self.lock().device();
+        let dev = self.lock(py)?.device();
         let s = resolve_stream(py, &dev, stream)?;
-        let comm = self.lock();
+        let comm = self.lock(py)?;
         let c: &AnyCommunicator = &comm;
         py.detach(|| c.synchronize(&s)).py_err_in(py, "synchronize")?;
         drop(comm);
@@ -420,7 +428,7 @@ impl PyCommunicator {
     /// Runs ``fn()`` as one group of this communicator's backend (the
     /// core keeps the owners of the group's collectives from its end on).
     fn group(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let backend = self.lock().device().backend();
+        let backend = self.lock(py)?.device().backend();
         let mut result: Option<PyResult<Py<PyAny>>> = None;
         let ended = AnyCommunicator::group(backend, || {
             let r = f.call0().map(Bound::unbind);

@@ -321,3 +321,38 @@ def test_the_host_engine_refuses_a_capturing_stream_and_the_capture_survives():
             comm.all_reduce(x, stream=s)
         assert s.is_capturing
     assert g.is_captured
+
+
+def test_a_communicator_busy_in_another_thread_is_waited_for_without_the_gil():
+    """A thread blocked in a collective holds the communicator with the GIL
+    released; another thread asking it anything (``rank``) waits without the
+    GIL, so the first can take the GIL back and return. A lock taken while
+    holding the GIL made this a deadlock; in a child process, so a
+    regression fails here instead of hanging the suite."""
+    script = r"""
+import threading, time
+import numpy as np
+import gpuport, gpuport.distributed as dist
+comms = dist.init_all(["host", "host"])
+comms[0].timeout = 2.0
+x = gpuport.asarray(np.ones(4), device="host")
+failed = []
+def lonely():
+    try:
+        comms[0].all_reduce(x)  # rank 1 never joins: waits out the timeout
+        comms[0].synchronize()
+    except Exception as e:
+        failed.append(type(e).__name__)
+t = threading.Thread(target=lonely)
+t.start()
+time.sleep(0.5)
+start = time.monotonic()
+rank = comms[0].rank  # waits for the thread, without the GIL
+t.join()
+print(rank, failed, round(time.monotonic() - start, 1))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rank, failed = out.stdout.split()[0], out.stdout
+    assert rank == "0", out.stdout
+    assert "CollectiveError" in failed, out.stdout
