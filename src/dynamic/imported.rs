@@ -70,26 +70,33 @@ fn is_device_of(dl: DLDevice, device: &AnyDevice) -> bool {
     }
 }
 
+/// A tensor's element type and extents as gpuport holds them: a dtype it
+/// has, a rank it takes, extents that are not negative.
+fn dtype_and_shape(t: &ImportedTensor) -> Result<(DType, Shape)> {
+    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
+        let dt = t.dtype();
+        Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
+    })?;
+    if t.ndim() > MAX_RANK {
+        return Err(rank_error(t.ndim()));
+    }
+    // Extents are validated non-negative when the tensor is imported.
+    let shape = t
+        .shape()
+        .iter()
+        .enumerate()
+        .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
+        .collect::<std::result::Result<Shape, _>>()?;
+    Ok((dtype, shape))
+}
+
 impl ImportedArray {
     /// Describes the validated tensor that `keep` holds (the producer's
     /// tensor, or an object that owns it): the import keeps `keep`, and so
     /// the memory, alive.
     pub fn from_tensor<K: AsRef<ImportedTensor> + Send + Sync + 'static>(keep: Arc<K>) -> Result<ImportedArray> {
         let t: &ImportedTensor = (*keep).as_ref();
-        let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
-            let dt = t.dtype();
-            Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
-        })?;
-        if t.ndim() > MAX_RANK {
-            return Err(rank_error(t.ndim()));
-        }
-        // Extents are validated non-negative when the tensor is imported.
-        let shape = t
-            .shape()
-            .iter()
-            .enumerate()
-            .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
-            .collect::<std::result::Result<Shape, _>>()?;
+        let (dtype, shape) = dtype_and_shape(t)?;
         let (strides, data, dl, read_only) =
             (Strides::from_slice(t.strides()), t.data_ptr() as usize as u64, t.device(), t.is_read_only());
         Ok(ImportedArray {
@@ -348,16 +355,7 @@ pub fn import_tensor<K: AsRef<ImportedTensor> + Send + Sync + 'static>(
         placement.check(a.device())?;
         return Ok(AnyArray::Imported(a));
     };
-    let dtype = DType::from_dlpack(t.dtype()).ok_or_else(|| {
-        let dt = t.dtype();
-        Error::from(DLPackError::UnknownDType { code: dt.code.0, bits: dt.bits, lanes: dt.lanes })
-    })?;
-    let shape = t
-        .shape()
-        .iter()
-        .enumerate()
-        .map(|(axis, &value)| usize::try_from(value).map_err(|_| DLPackError::NegativeExtent { axis, value }))
-        .collect::<std::result::Result<Vec<usize>, _>>()?;
+    let (dtype, shape) = dtype_and_shape(t)?;
     check_extents(&shape, dtype.itemsize())?;
     let mut a = new_owned(&dev, dtype, &shape)?;
     let s = AnyStream::default_for(&dev);
