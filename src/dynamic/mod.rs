@@ -24,6 +24,7 @@
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 //! - [`graph_slot`]: one captured graph's life (empty, capturing, ready), as a binding's `Graph` holds it.
 //! - [`peer`]: peer access between two devices of one backend.
+//! - [`target`]: which copy of an array a move or an export goes to, as a caller names it.
 
 pub mod any;
 pub mod array;
@@ -44,6 +45,7 @@ pub mod peer;
 pub mod raw;
 pub mod runtime;
 pub mod stream;
+pub mod target;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
 pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, RawImport, Shape, Strides};

@@ -134,6 +134,17 @@ pub enum DLPackError {
         /// The value and what is accepted.
         reason: String,
     },
+    /// A DLPack device type that names no copy of an array: neither host
+    /// memory nor the device memory of the array's device.
+    #[error("DLPack device type {device_type} names no copy of an array on {device}: its device copy is DLPack type {device_copy}, its host copy type 1 (kDLCPU); ask for Location::Device for the device copy")]
+    NoCopyOn {
+        /// The device type asked for.
+        device_type: i32,
+        /// The array's device, e.g. `cuda:0`.
+        device: String,
+        /// The DLPack device type of the array's device copy.
+        device_copy: i32,
+    },
     /// A view over borrowed memory has no owner to keep alive in an export.
     #[error("this view borrows memory it cannot keep alive, so it cannot be exported as a managed tensor; export the MemArray it came from, or use to_dlpack() for a borrowed DLTensor")]
     NoOwner,

@@ -182,6 +182,8 @@ impl Error {
             // The array API standard names these two for `__dlpack__`.
             Error::DLPack(DLPackError::BadStream { .. }) => C::Value,
             Error::DLPack(DLPackError::Refused { .. }) => C::Buffer,
+            // No copy of the array lives where the DLPack device type says.
+            Error::DLPack(DLPackError::NoCopyOn { .. }) => C::Unavailable,
             Error::DLPack(_) => C::DLPack,
             Error::OutOfMemory { .. } => C::OutOfMemory,
             Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => C::Unavailable,
@@ -291,6 +293,10 @@ impl Error {
                 "DLPack tensor shape {} with strides {} and byte offset {byte_offset} overflows the address space",
                 tuple(shape),
                 tuple(strides)
+            ),
+            Error::DLPack(DLPackError::NoCopyOn { device_type, device, device_copy }) => format!(
+                "DLPack device type {device_type} is not where this array can live: it is on {device} (device copy: \
+                 DLPack type {device_copy}, host copy: 1); use \"device\" for the device copy"
             ),
             Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
             Error::CollectiveArgument(ArgumentError::HostMemory { what, device }) => format!(
@@ -445,6 +451,7 @@ pub fn samples() -> Vec<Error> {
             .into(),
         DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] }.into(),
         DLPackError::ReadOnly.into(),
+        DLPackError::NoCopyOn { device_type: 2, device: "host".into(), device_copy: 1 }.into(),
         DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
         Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },
         Error::NoKernel { op: "add_index", dtype: "bool".into(), backend: BackendKind::Host },

@@ -315,3 +315,14 @@ fn tuples_are_written_as_python_writes_them() {
     assert_eq!(tuple::<usize>(&[]), "()");
     assert_eq!(tuple(&[-1isize, 8]), "(-1, 8)");
 }
+
+#[test]
+fn a_dlpack_type_naming_no_copy_is_unavailable_and_says_use_device() {
+    let e = Error::from(DLPackError::NoCopyOn { device_type: 2, device: "host".into(), device_copy: 1 });
+    assert_eq!(e.python_class(), ExceptionClass::Unavailable);
+    assert_eq!(
+        e.python_message(None),
+        "DLPack device type 2 is not where this array can live: it is on host (device copy: DLPack type 1, host \
+         copy: 1); use \"device\" for the device copy"
+    );
+}

@@ -258,8 +258,7 @@ impl PyMemArray {
         stream: Option<&Bound<'_, PyAny>>,
         async_copy: bool,
     ) -> PyResult<()> {
-        let to = self.target(py, device_type)?;
-        self.check_device_id(py, to, device_id)?;
+        let to = self.target(py, device_type, device_id)?;
         let s = resolve_stream(py, &self.meta.device, stream)?;
         self.move_locked(py, to, &s, async_copy, None, "move_memory")
     }
@@ -305,8 +304,7 @@ impl PyMemArray {
         let me = slf.get();
         let prefer = match device_type.filter(|d| !d.is_none()) {
             Some(d) => {
-                let to = me.target(py, d)?;
-                me.check_device_id(py, to, device_id)?;
+                let to = me.target(py, d, device_id)?;
                 let s = resolve_stream(py, &me.meta.device, stream)?;
                 me.move_locked(py, to, &s, false, None, "get_dlpack")?;
                 Some((to, s))

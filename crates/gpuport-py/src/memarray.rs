@@ -8,11 +8,12 @@
 //! [`crate::exchange_api`]); those name the type from here.
 
 use gpuport::array::{Location, LockId, Transfer};
-use gpuport::dlpack::{is_host_accessible, DLDeviceType};
+use gpuport::dlpack::is_host_accessible;
 pub use gpuport::dynamic::array::natural_of;
+use gpuport::dynamic::target::{move_target, TargetName};
 pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
-use gpuport::{AnyDevice, BackendKind, Error};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use gpuport::AnyDevice;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::device::{spec, AnyStream};
@@ -139,55 +140,22 @@ impl PyMemArray {
         &self.meta.device
     }
 
-    /// Which copy a `move_memory`/`get_dlpack` target names.
-    pub fn target(&self, py: Python<'_>, device_type: &Bound<'_, PyAny>) -> PyResult<Location> {
-        let dev = &self.meta.device;
-        if let Ok(s) = device_type.extract::<String>() {
-            return match s.to_ascii_lowercase().as_str() {
-                "host" | "cpu" => Ok(Location::Host),
-                "device" => Ok(Location::Device),
-                other if other.starts_with(dev.backend().name()) && dev.backend() != BackendKind::Host => {
-                    Ok(Location::Device)
-                }
-                other => Err(PyValueError::new_err(format!(
-                    "unknown target {other:?}; use \"host\", \"device\" or a DLPack device type (the array is on {})",
-                    spec(dev)
-                ))),
-            };
-        }
-        let t: i32 = device_type.extract().map_err(|_| {
-            PyTypeError::new_err("device_type must be a DLPack device type (int), \"host\" or \"device\"")
-        })?;
-        let own = crate::device::device_dl(dev).0;
-        if t == DLDeviceType::CPU.0 as i32 || t == DLDeviceType::CUDA_HOST.0 as i32 {
-            Ok(Location::Host)
-        } else if t == own && dev.backend() != BackendKind::Host {
-            Ok(Location::Device)
-        } else {
-            Err(errors::unavailable(
-                py,
-                format!(
-                    "DLPack device type {t} is not where this array can live: it is on {} (device copy: DLPack type {own}, host copy: 1); use \"device\" for the device copy",
-                    spec(dev)
-                ),
-            ))
-        }
-    }
-
-    /// Checks a `device_id` argument against the array's device.
-    pub fn check_device_id(&self, py: Python<'_>, to: Location, device_id: Option<usize>) -> PyResult<()> {
-        let dev = &self.meta.device;
-        match device_id {
-            Some(id) if to == Location::Device && id != dev.info().ordinal => Err(errors::to_py(
-                py,
-                Error::DeviceMismatch {
-                    what: "device_id",
-                    expected: spec(dev),
-                    found: format!("{}:{id}", dev.backend()),
-                },
-            )),
-            _ => Ok(()),
-        }
+    /// The copy a `move_memory`/`get_dlpack` target names, with its
+    /// `device_id` (the rule is the core's: [`move_target`]).
+    pub fn target(
+        &self,
+        py: Python<'_>,
+        device_type: &Bound<'_, PyAny>,
+        device_id: Option<usize>,
+    ) -> PyResult<Location> {
+        let name = device_type.extract::<String>();
+        let target = match &name {
+            Ok(s) => TargetName::Name(s),
+            Err(_) => TargetName::DLPack(device_type.extract().map_err(|_| {
+                PyTypeError::new_err("device_type must be a DLPack device type (int), \"host\" or \"device\"")
+            })?),
+        };
+        move_target(&self.meta.device, target, device_id).py_err(py)
     }
 
     /// Moves with the lock id `lock` (a get_dlpack block's), under the array's lock.
