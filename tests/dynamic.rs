@@ -559,6 +559,8 @@ fn a_graph_slot_replays_on_streams_of_its_device_only(#[case] spec: &str) {
     capture_fill(&mut slot, &s, &a, 5);
     let e = slot.replay(StreamChoice::stream(AnyStream::default_for(&host()))).expect_err("a host stream");
     assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+    let said = e.python_message_of_graph_call("Graph.replay");
+    assert!(said.contains(&format!("this graph was captured on {spec}; pass a stream of {spec}")), "{said}");
 }
 
 // ---- dynamic::cai ---------------------------------------------------------------------------

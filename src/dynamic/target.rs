@@ -52,13 +52,15 @@ pub fn move_target(device: &AnyDevice, target: TargetName<'_>, device_id: Option
             "host" | "cpu" => Location::Host,
             "device" => Location::Device,
             other if on_gpu && other.starts_with(device.backend().name()) => Location::Device,
-            other => return Err(Error::InvalidArgument {
-                name: "device_type",
-                reason: format!(
+            other => {
+                return Err(Error::InvalidArgument {
+                    name: "device_type",
+                    reason: format!(
                     "unknown target {other:?}; use \"host\", \"device\" or a DLPack device type (the array is on {})",
                     device.info().spec()
                 ),
-            }),
+                })
+            }
         },
         TargetName::DLPack(t) if t == DLDeviceType::CPU.0 as i32 || t == DLDeviceType::CUDA_HOST.0 as i32 => {
             Location::Host

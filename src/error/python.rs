@@ -311,6 +311,36 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The message in Python's terms of an error that `call`, a call on a
+    /// captured graph (`Graph.replay`, `Graph.launch`, `Graph.update`),
+    /// raised: an operand of another device is said in the graph's terms
+    /// (the graph was captured on the device expected); any other error is
+    /// worded as [`python_message`](Self::python_message) words it for
+    /// `call`.
+    ///
+    /// ```
+    /// use gpuport::Error;
+    ///
+    /// let e = Error::DeviceMismatch { what: "stream", expected: "cuda:0".into(), found: "cuda:1".into() };
+    /// assert_eq!(
+    ///     e.python_message_of_graph_call("Graph.replay"),
+    ///     "Graph.replay: the stream belongs to cuda:1, but this graph was captured on cuda:0; pass a stream of \
+    ///      cuda:0 (None: its default stream)"
+    /// );
+    /// ```
+    pub fn python_message_of_graph_call(&self, call: &str) -> String {
+        match self {
+            Error::DeviceMismatch { what, expected, found } => format!(
+                "{call}: the {what} belongs to {found}, but this graph was captured on {expected}; pass a {what} of \
+                 {expected}{}",
+                if *what == "stream" { " (None: its default stream)" } else { "" }
+            ),
+            other => other.python_message(Some(call)),
+        }
+    }
+}
+
 /// A sequence as Python writes a tuple: `(2, 3)`, `(5,)`, `()`.
 ///
 /// ```

@@ -326,3 +326,17 @@ fn a_dlpack_type_naming_no_copy_is_unavailable_and_says_use_device() {
          copy: 1); use \"device\" for the device copy"
     );
 }
+
+#[test]
+fn a_graph_call_says_a_device_mismatch_in_the_graphs_terms_and_other_errors_as_usual() {
+    let mismatch = |what| Error::DeviceMismatch { what, expected: "cuda:0".into(), found: "cuda:1".into() };
+    let stream = mismatch("stream").python_message_of_graph_call("Graph.launch");
+    assert!(stream.starts_with("Graph.launch: the stream belongs to cuda:1, but this graph was captured on cuda:0"));
+    assert!(stream.ends_with("pass a stream of cuda:0 (None: its default stream)"), "{stream}");
+    let of_graph = mismatch("graph").python_message_of_graph_call("Graph.update");
+    assert!(of_graph.ends_with("pass a graph of cuda:0"), "{of_graph}");
+    // Outside a graph call the mismatch keeps its own text.
+    assert_eq!(mismatch("stream").python_message(None), mismatch("stream").to_string());
+    let empty = graph(BackendKind::Host, "replay", GraphErrorKind::NotCaptured, "the graph holds no captured work");
+    assert_eq!(empty.python_message_of_graph_call("Graph.replay"), empty.python_message(Some("Graph.replay")));
+}

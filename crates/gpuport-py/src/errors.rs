@@ -391,7 +391,20 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 /// As [`to_py`], naming `call` (the Python method that failed) where the
 /// core names its own inner operation (a lock or residency check).
 pub fn to_py_in(py: Python<'_>, e: Error, call: Option<&str>) -> PyErr {
-    let err = raise(py, e.python_class(), e.python_message(call));
+    let msg = e.python_message(call);
+    raise_as(py, &e, msg)
+}
+
+/// As [`to_py_in`], for `call` on a captured graph: worded by
+/// [`Error::python_message_of_graph_call`].
+pub fn to_py_graph_call(py: Python<'_>, e: Error, call: &str) -> PyErr {
+    let msg = e.python_message_of_graph_call(call);
+    raise_as(py, &e, msg)
+}
+
+/// `e`'s exception class and kind, with the message `msg`.
+fn raise_as(py: Python<'_>, e: &Error, msg: String) -> PyErr {
+    let err = raise(py, e.python_class(), msg);
     match e.python_kind() {
         Some(kind) => with_kind(py, err, kind),
         None => err,

@@ -220,7 +220,7 @@ impl PyGraph {
             let o = other.get().state.lock(py)?;
             (self.state.lock(py)?, o)
         };
-        st.slot.update(&o.slot).map_err(|e| graph_call_error(py, e, "Graph.update"))
+        st.slot.update(&o.slot).map_err(|e| errors::to_py_graph_call(py, e, "Graph.update"))
     }
 
     /// Waits until every replay enqueued so far has completed.
@@ -325,26 +325,11 @@ impl PyGraph {
     }
 }
 
-/// A graph error of `call`, with a device mismatch said in the graph's terms.
-fn graph_call_error(py: Python<'_>, e: Error, call: &str) -> PyErr {
-    match e {
-        Error::DeviceMismatch { what, expected, found } => errors::device_mismatch(
-            py,
-            format!(
-                "{call}: the {what} belongs to {found}, but this graph was captured on {expected}; pass a {what} of \
-                 {expected}{}",
-                if what == "stream" { " (None: its default stream)" } else { "" }
-            ),
-        ),
-        e => errors::to_py_in(py, e, Some(call)),
-    }
-}
-
 impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
         keep::prune();
         let stream = stream_choice(stream)?;
-        self.state.lock(py)?.slot.replay(stream).map_err(|e| graph_call_error(py, e, call))
+        self.state.lock(py)?.slot.replay(stream).map_err(|e| errors::to_py_graph_call(py, e, call))
     }
 }
 
