@@ -725,3 +725,45 @@ fn a_gpu_array_names_its_device_copy_by_backend_or_dlpack_type(#[case] spec: &st
     assert!(matches!(e, Error::DLPack(DLPackError::NoCopyOn { .. })), "{e}");
     assert_eq!(e.python_class().name(), "DeviceUnavailableError");
 }
+
+// ---- dynamic::cai::export -----------------------------------------------------------
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_cuda_array_interface_is_exported_from_a_current_cuda_device_copy_only(#[case] spec: &str) {
+    use gpuport::dynamic::cai::{export, InterfaceExport};
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let absent = |a: &mut AnyArray, says: &str| match export(a).unwrap() {
+        InterfaceExport::Absent(why) => assert!(why.contains(says), "{why} (expected {says:?})"),
+        InterfaceExport::Present(i) => panic!("exported {i:?}, expected absent: {says}"),
+    };
+    let mut b = AnyArray::Owned(new_owned(&dev, DType::BFloat16, &[2]).unwrap());
+    absent(&mut b, "bfloat16 has no array-interface type string");
+    let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[2, 3]).unwrap());
+    if dev.backend() != gpuport::BackendKind::Cuda {
+        absent(&mut a, &format!("this array is on {spec}"));
+        let h = gpuport::with_device!(host(), d => MemArray::from_vec(d, [2], vec![1.0f32, 2.0]).unwrap().to_dlpack(Location::Host, false, None).unwrap());
+        // SAFETY: a live tensor we produced, handed over once.
+        let t = Arc::new(Handed(unsafe { ImportedTensor::from_legacy(h.into_raw()) }.unwrap()));
+        absent(&mut import_tensor(t, Placement::InPlace).unwrap(), "imported array is on DLPack device 1");
+        return;
+    }
+    let AnyArray::Owned(o) = &mut a else { unreachable!() };
+    if !o.residency().includes(Location::Device) {
+        absent(&mut a, "device copy is not current");
+    }
+    let s = AnyStream::default_for(&dev);
+    a.add_index(&s, None).unwrap();
+    let InterfaceExport::Present(i) = export(&mut a).unwrap() else { panic!("a CUDA device copy") };
+    assert_eq!((i.shape.as_slice(), i.typestr, i.read_only, &i.strides), (&[2usize, 3][..], "<f4", false, &None));
+    if let Some(h) = i.stream {
+        assert_eq!(h, AnyStream::export_stream(&dev).unwrap().handle(), "pending work is handed over");
+    }
+    let AnyArray::Owned(o) = &a else { unreachable!() };
+    assert!(
+        !o.residency().includes(Location::Host),
+        "the consumer may write the device copy: it is the only current one"
+    );
+}

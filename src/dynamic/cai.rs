@@ -1,7 +1,9 @@
 //! The CUDA Array Interface (versions 0 to 3) as data: what a binding
 //! read from an object's `__cuda_array_interface__` ([`CudaArrayInterface`]),
 //! the memory its shape, strides and type describe ([`Layout`]), and its
-//! import as an [`ImportedArray`] with every check of the interface's rules.
+//! import as an [`ImportedArray`] with every check of the interface's rules,
+//! and its export from an array ([`export`]): which arrays have it, which
+//! copy becomes current and which stream the consumer is handed.
 //!
 //! ```
 //! use gpuport::dynamic::cai::Layout;
@@ -16,10 +18,11 @@
 
 use std::sync::Arc;
 
-use super::array::{check_extents, MAX_EXTENT};
+use super::array::{check_extents, AnyArray, Shape, MAX_EXTENT};
 use super::imported::{ImportedArray, RawImport};
 use super::stream::AnyStream;
 use crate::array::dtype::DType;
+use crate::array::Location;
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::{DLDevice, DLDeviceType};
 use crate::error::python::tuple;
@@ -229,4 +232,109 @@ fn row_major(shape: &[usize]) -> Vec<i64> {
         acc = acc.saturating_mul(i64::try_from(shape[a].max(1)).unwrap_or(i64::MAX));
     }
     s
+}
+
+// ---- export -------------------------------------------------------------------------
+
+/// The entries of an array's `__cuda_array_interface__` (version 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedInterface {
+    /// `shape`.
+    pub shape: Shape,
+    /// `typestr` (and `descr`'s one field).
+    pub typestr: &'static str,
+    /// `data`'s address.
+    pub data: u64,
+    /// `data`'s read-only flag.
+    pub read_only: bool,
+    /// `strides` in bytes; `None`: C order.
+    pub strides: Option<Vec<i64>>,
+    /// `stream`: a stream of the device that waits for the array's pending
+    /// work, for the consumer to wait for; `None` when there is none.
+    pub stream: Option<usize>,
+}
+
+/// An array's CUDA Array Interface, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterfaceExport {
+    /// The interface.
+    Present(ExportedInterface),
+    /// The array has no interface: a binding reports the attribute as
+    /// absent (Python's `hasattr` is false), with this message.
+    Absent(String),
+}
+
+fn absent(what: String) -> InterfaceExport {
+    InterfaceExport::Absent(format!(
+        "__cuda_array_interface__ is defined for CUDA-resident arrays only; {what}; use __dlpack__ (ROCm and host \
+         memory have no CUDA Array Interface)"
+    ))
+}
+
+/// The CUDA Array Interface of `array`, defined for CUDA memory only.
+///
+/// An owned array has it on a CUDA device while its device copy is
+/// current; the device copy then becomes the only current one (the
+/// consumer may write it: the next host read copies it back), and pending
+/// work is handed over as a stream that waits for it (an event, not a
+/// host wait). An import has it where its memory is CUDA or CUDA managed
+/// memory, read-only as its producer said, with no stream. A dtype without
+/// an array-interface type string has none.
+///
+/// ```
+/// use gpuport::dynamic::cai::{export, InterfaceExport};
+/// use gpuport::dynamic::{new_owned, AnyArray, DType};
+/// let mut a = AnyArray::Owned(new_owned(&gpuport::open("host")?, DType::Float32, &[3])?);
+/// let InterfaceExport::Absent(why) = export(&mut a)? else { panic!("a host array") };
+/// assert!(why.contains("this array is on host"));
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn export(array: &mut AnyArray) -> Result<InterfaceExport> {
+    let dtype = array.dtype();
+    let Some(typestr) = dtype.typestr() else {
+        return Ok(absent(format!("{} has no array-interface type string", dtype.name())));
+    };
+    match array {
+        AnyArray::Owned(a) => {
+            let dev = a.device();
+            if dev.backend() != BackendKind::Cuda {
+                return Ok(absent(format!("this array is on {}", dev.info().spec())));
+            }
+            if !a.residency().includes(Location::Device) {
+                return Ok(absent("its device copy is not current (call move_memory(\"device\") first)".into()));
+            }
+            let (data, _) = a.parts(Location::Device, None)?;
+            let stream = if a.transfer_pending()? {
+                let s = AnyStream::export_stream(&dev)?;
+                a.order_on(&s)?;
+                Some(s.handle())
+            } else {
+                None
+            };
+            a.mark_written(Location::Device, None)?;
+            Ok(InterfaceExport::Present(ExportedInterface {
+                shape: a.shape(),
+                typestr,
+                data,
+                read_only: false,
+                strides: None,
+                stream,
+            }))
+        }
+        AnyArray::Imported(f) => {
+            let dl = f.dl();
+            if dl.device_type != DLDeviceType::CUDA && dl.device_type != DLDeviceType::CUDA_MANAGED {
+                return Ok(absent(format!("this imported array is on DLPack device {}", dl.device_type.0)));
+            }
+            let item = i64::try_from(f.dtype().itemsize()).unwrap_or(i64::MAX);
+            Ok(InterfaceExport::Present(ExportedInterface {
+                shape: f.shape().clone(),
+                typestr,
+                data: f.data(),
+                read_only: f.is_read_only(),
+                strides: Some(f.strides().iter().map(|&s| s.saturating_mul(item)).collect()),
+                stream: None,
+            }))
+        }
+    }
 }

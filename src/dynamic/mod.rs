@@ -12,7 +12,7 @@
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
-//! - [`cai`]: the CUDA Array Interface as data: layouts, and its import with the interface's rules.
+//! - [`cai`]: the CUDA Array Interface as data: layouts, its import with the interface's rules, and its export from an array.
 //! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.

@@ -8,15 +8,13 @@
 
 use std::sync::Arc;
 
-use gpuport::array::Location;
-use gpuport::dlpack::DLDeviceType;
-use gpuport::dynamic::cai::{self, CudaArrayInterface};
-use gpuport::{AnyDevice, BackendKind};
+use gpuport::dynamic::cai::{self, CudaArrayInterface, InterfaceExport};
+use gpuport::AnyDevice;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::device::{resolve_device, spec, AnyStream};
+use crate::device::resolve_device;
 use crate::errors::IntoPyResult;
 use crate::exchange::interface_dict;
 use crate::memarray::{AnyArray, PyMemArray};
@@ -100,48 +98,14 @@ impl ReadInterface for CudaArrayInterface {
 
 // ---- export ---------------------------------------------------------------------------
 
-/// `__cuda_array_interface__` of a CUDA-resident array. The device copy
-/// becomes the only current one: the consumer (CuPy, Numba, PyTorch) may
-/// write it, and the next host read must copy it back.
+/// `__cuda_array_interface__` of `st` (which arrays have it, the copy made
+/// current and the stream handed out are the core's: [`cai::export`]);
+/// absent (`AttributeError`, so `hasattr` is false) where it has none.
 pub fn export<'py>(py: Python<'py>, st: &mut AnyArray) -> PyResult<Bound<'py, PyDict>> {
-    let not_cuda = |what: String| {
-        PyAttributeError::new_err(format!(
-            "__cuda_array_interface__ is defined for CUDA-resident arrays only; {what}; use __dlpack__ (ROCm and host memory have no CUDA Array Interface)"
-        ))
-    };
-    let dtype = st.dtype();
-    let typestr =
-        dtype.typestr().ok_or_else(|| not_cuda(format!("{} has no array-interface type string", dtype.name())))?;
-    match st {
-        AnyArray::Owned(a) => {
-            let dev = a.device();
-            if dev.backend() != BackendKind::Cuda {
-                return Err(not_cuda(format!("this array is on {}", spec(&dev))));
-            }
-            if !a.residency().includes(Location::Device) {
-                return Err(not_cuda("its device copy is not current (call move_memory(\"device\") first)".into()));
-            }
-            let (data, _) = py.detach(|| a.parts(Location::Device, None)).py_err_in(py, "__cuda_array_interface__")?;
-            // Pending work is handed to the consumer through a stream that
-            // waits for it (an event, not a host sync); None when idle.
-            let stream = if a.transfer_pending().py_err_in(py, "__cuda_array_interface__")? {
-                let s = AnyStream::export_stream(&dev).py_err_in(py, "__cuda_array_interface__")?;
-                a.order_on(&s).py_err_in(py, "__cuda_array_interface__")?;
-                Some(s.handle())
-            } else {
-                None
-            };
-            a.mark_written(Location::Device, None).py_err_in(py, "__cuda_array_interface__")?;
-            interface_dict(py, &a.shape(), typestr, data, false, None, Some(stream), 3)
-        }
-        AnyArray::Imported(f) => {
-            let dl = f.dl();
-            if dl.device_type != DLDeviceType::CUDA && dl.device_type != DLDeviceType::CUDA_MANAGED {
-                return Err(not_cuda(format!("this imported array is on DLPack device {}", dl.device_type.0)));
-            }
-            let item = f.dtype().itemsize() as i64;
-            let strides: Vec<i64> = f.strides().iter().map(|&s| s * item).collect();
-            interface_dict(py, f.shape(), typestr, f.data(), f.is_read_only(), Some(strides), Some(None), 3)
+    match py.detach(|| cai::export(st)).py_err_in(py, "__cuda_array_interface__")? {
+        InterfaceExport::Absent(why) => Err(PyAttributeError::new_err(why)),
+        InterfaceExport::Present(i) => {
+            interface_dict(py, &i.shape, i.typestr, i.data, i.read_only, i.strides, Some(i.stream), 3)
         }
     }
 }
