@@ -1,7 +1,8 @@
 //! One collective as a binding calls it (`AnyCommunicator::collective`,
 //! src/collective/operands.rs): the operands' checks, in place, the owners
 //! kept until the stream has run the collective (from a group's end on,
-//! inside a group), and captures. On the host backend always, and on
+//! inside a group), captures, a binding's objects sorted into sides (`Sides`)
+//! and the precedence of its group's errors (`group_with`). On the host backend always, and on
 //! cuda:0 and rocm:0 with a one-rank NCCL or RCCL communicator where the
 //! device and the library exist (skipped with a printed reason otherwise).
 
@@ -409,4 +410,61 @@ fn a_captured_collective_hands_back_the_array_copies_its_replays_use(#[case] spe
         }
     }
     capture.end().expect("the capture is still valid");
+}
+
+// ---- a binding's objects (Sides) and groups (group_with) -----------------------------------
+
+#[test]
+fn one_object_as_both_sides_is_one_operand_in_place_and_two_objects_are_two() {
+    use gpuport::collective::Sides;
+    let dev = gpuport::open("host").unwrap();
+    let comms = AnyCommunicator::init_all(&[dev.clone(), dev.clone()], CallMode::Bounded).unwrap();
+    let (mut a, mut b, mut c) = (array(&dev, 3, 1.0), array(&dev, 3, 10.0), array(&dev, 3, 0.0));
+    // Rank 0 passes `a` as both sides; rank 1 passes `b` and a separate `c`
+    // (objects named, and compared by name as Python's `is` compares them).
+    let rank0 = Sides::of(Some("a"), Some("a"), |x, y| x == y);
+    let rank1 = Sides::of(Some("b"), Some("c"), |x, y| x == y);
+    assert!(rank0.is_in_place() && !rank1.is_in_place());
+    let mut objects = std::collections::HashMap::from([("a", &mut a), ("b", &mut b), ("c", &mut c)]);
+    AnyCommunicator::group(BackendKind::Host, || {
+        // Each object is converted (and entered) once: a second take would find it gone.
+        let mut take = |name| Operand::Array(objects.remove(name).expect("converted once"));
+        let operands = [Operands::from(rank0.map(&mut take)), Operands::from(rank1.map(&mut take))];
+        for (comm, operands) in comms.iter().zip(operands) {
+            comm.collective(&all_reduce(3), operands, &StreamChoice::Default)?.0.keep(())?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(values(&mut a), [11.0; 3], "in place: read and written");
+    assert_eq!((values(&mut b), values(&mut c)), (vec![10.0; 3], vec![11.0; 3]), "apart: b read, c written");
+    let absent = Sides::of(Some(1), None, |_, _| true);
+    assert_eq!((absent.send(), absent.recv()), (Some(&1), None));
+    assert_eq!(absent.into_vec(), [1]);
+}
+
+#[test]
+fn a_groups_body_error_is_reported_before_its_ends() {
+    use gpuport::collective::GroupFailure;
+    let dev = gpuport::open("host").unwrap();
+    // Two ranks of which only rank 0 calls: the group's end waits for rank 1, in vain.
+    let unmatched = || {
+        let mut comms = AnyCommunicator::init_all(&[dev.clone(), dev.clone()], CallMode::Bounded).unwrap();
+        comms[0].set_timeout(std::time::Duration::from_millis(200)).unwrap();
+        (comms, array(&dev, 3, 1.0))
+    };
+    let (comms, mut x) = unmatched();
+    let ended = AnyCommunicator::group_with(BackendKind::Host, || {
+        let operands = Operands::in_place(Operand::Array(&mut x));
+        comms[0].collective(&all_reduce(3), operands, &StreamChoice::Default)?.0.keep(())
+    });
+    let Err(GroupFailure::End(e)) = ended else { panic!("the end fails: rank 1 never joins") };
+    assert!(matches!(e, Error::Store { .. } | Error::Collective { .. }), "{e}");
+    let (comms, mut x) = unmatched();
+    let ended = AnyCommunicator::group_with(BackendKind::Host, || {
+        let operands = Operands::in_place(Operand::Array(&mut x));
+        comms[0].collective(&all_reduce(3), operands, &StreamChoice::Default).unwrap().0.keep(()).unwrap();
+        Err::<(), _>("the body raised")
+    });
+    assert!(matches!(ended, Err(GroupFailure::Body("the body raised"))), "the body's error comes first");
 }

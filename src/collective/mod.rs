@@ -45,8 +45,9 @@
 //! - `host.rs`: the host engine;
 //! - `any.rs`: [`AnyCommunicator`], a communicator of a backend chosen at run time;
 //! - `operands.rs`: one collective as a binding calls it: its buffers
-//!   ([`Operands`]), their checks, and the whole call
-//!   ([`AnyCommunicator::collective`]).
+//!   ([`Operands`], sorted from the caller's objects by [`Sides`]), their
+//!   checks, the whole call ([`AnyCommunicator::collective`]), and a
+//!   binding's group ([`AnyCommunicator::group_with`]).
 
 mod any;
 pub mod array;
@@ -62,5 +63,5 @@ pub use crate::error::collective::ArgumentError;
 pub use any::AnyCommunicator;
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
-pub use operands::{Captured, Operand, Operands};
+pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
 pub use store::TcpStore;

@@ -10,6 +10,12 @@
 //! [`Enqueued`] work: the caller keeps its owners with [`Enqueued::keep`]
 //! until the stream has run it (inside a [`group`](AnyCommunicator::group),
 //! from the group's end on, when the engine enqueues its calls).
+//!
+//! Before converting, a binding sorts its caller's objects into [`Sides`]:
+//! one object given as both sides is one operand, in place, converted and
+//! entered once. A binding's group whose body fails in the binding's own
+//! terms (a Python exception) runs through
+//! [`group_with`](AnyCommunicator::group_with), which says whose error wins.
 
 use crate::array::DeviceCopyToken;
 use crate::backend::registry::AnyDevice;
@@ -18,7 +24,7 @@ use crate::dynamic::raw::{Place, RawRange};
 use crate::dynamic::runtime::{Enqueued, StreamChoice};
 use crate::dynamic::{same_device, AnyArray};
 use crate::error::collective::ArgumentError;
-use crate::error::{BackendKind, Result};
+use crate::error::{BackendKind, Error, Result};
 
 use super::{AnyCommunicator, Op};
 
@@ -118,6 +124,159 @@ impl<'a> Operands<'a> {
     /// is checked as both sides, and an array is entered once.
     pub fn in_place(x: Operand<'a>) -> Self {
         Operands { send: x, recv: None }
+    }
+}
+
+/// A collective's objects as a binding's caller passed them, before they
+/// are converted: one object given as both sides (the same object, not
+/// two over one memory) is one operand, in place; else each side is its
+/// own, either absent.
+///
+/// ```
+/// use gpuport::collective::operands::Sides;
+/// let same = |a: &&str, b: &&str| a == b;
+/// assert!(Sides::of(Some("x"), Some("x"), same).is_in_place());
+/// assert!(!Sides::of(Some("x"), Some("y"), same).is_in_place());
+/// assert_eq!(Sides::of(None, None, same).into_vec(), Vec::<&str>::new());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sides<T> {
+    /// One object, read and written.
+    InPlace(T),
+    /// The object read and the object written, where given.
+    Apart(Option<T>, Option<T>),
+}
+
+impl<T> Sides<T> {
+    /// Sorts `send` and `recv`; `same` says whether two objects are one
+    /// (Python's `is`).
+    pub fn of(send: Option<T>, recv: Option<T>, same: impl FnOnce(&T, &T) -> bool) -> Self {
+        match (send, recv) {
+            (Some(a), Some(b)) if same(&a, &b) => Sides::InPlace(a),
+            (send, recv) => Sides::Apart(send, recv),
+        }
+    }
+
+    /// Whether one object is both sides.
+    pub fn is_in_place(&self) -> bool {
+        matches!(self, Sides::InPlace(_))
+    }
+
+    /// Each object converted once by `f`, which is told its side (`"send"`;
+    /// in place, the one object is the send side).
+    pub fn try_map<U, E>(
+        self,
+        mut f: impl FnMut(T, &'static str) -> std::result::Result<U, E>,
+    ) -> std::result::Result<Sides<U>, E> {
+        Ok(match self {
+            Sides::InPlace(x) => Sides::InPlace(f(x, "send")?),
+            Sides::Apart(s, r) => {
+                Sides::Apart(s.map(|s| f(s, "send")).transpose()?, r.map(|r| f(r, "recv")).transpose()?)
+            }
+        })
+    }
+
+    /// Each object converted once by `f`.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> Sides<U> {
+        match self {
+            Sides::InPlace(x) => Sides::InPlace(f(x)),
+            Sides::Apart(s, r) => Sides::Apart(s.map(&mut f), r.map(f)),
+        }
+    }
+
+    /// The objects, borrowed.
+    pub fn as_ref(&self) -> Sides<&T> {
+        match self {
+            Sides::InPlace(x) => Sides::InPlace(x),
+            Sides::Apart(s, r) => Sides::Apart(s.as_ref(), r.as_ref()),
+        }
+    }
+
+    /// The objects, borrowed mutably.
+    pub fn as_mut(&mut self) -> Sides<&mut T> {
+        match self {
+            Sides::InPlace(x) => Sides::InPlace(x),
+            Sides::Apart(s, r) => Sides::Apart(s.as_mut(), r.as_mut()),
+        }
+    }
+
+    /// The object read (in place: the one).
+    pub fn send(&self) -> Option<&T> {
+        match self {
+            Sides::InPlace(x) => Some(x),
+            Sides::Apart(s, _) => s.as_ref(),
+        }
+    }
+
+    /// The object written (in place: the one).
+    pub fn recv(&self) -> Option<&T> {
+        match self {
+            Sides::InPlace(x) => Some(x),
+            Sides::Apart(_, r) => r.as_ref(),
+        }
+    }
+
+    /// Each object once.
+    pub fn into_vec(self) -> Vec<T> {
+        match self {
+            Sides::InPlace(x) => vec![x],
+            Sides::Apart(s, r) => s.into_iter().chain(r).collect(),
+        }
+    }
+}
+
+impl<'a> From<Sides<Operand<'a>>> for Operands<'a> {
+    /// In place as [`Operands::in_place`]; an absent side is [`Operand::None`].
+    fn from(sides: Sides<Operand<'a>>) -> Self {
+        match sides {
+            Sides::InPlace(x) => Operands::in_place(x),
+            Sides::Apart(s, r) => Operands::new(s.unwrap_or(Operand::None), r.unwrap_or(Operand::None)),
+        }
+    }
+}
+
+/// Why a binding's group ([`AnyCommunicator::group_with`]) failed.
+#[derive(Debug)]
+pub enum GroupFailure<E> {
+    /// The body failed with the binding's own error: it comes first, as
+    /// the cause of whatever the group's end then reported.
+    Body(E),
+    /// The body succeeded and the group's end failed (e.g. a peer did not
+    /// join the group's collectives in time).
+    End(Error),
+}
+
+impl AnyCommunicator {
+    /// Runs `f` as one group of `backend` (see [`AnyCommunicator::group`])
+    /// for a binding whose body fails with an error of its own (a Python
+    /// exception): the body's error is reported before the end's, which
+    /// still runs (the engine may run the calls the body queued).
+    ///
+    /// ```
+    /// use gpuport::collective::operands::GroupFailure;
+    /// use gpuport::collective::AnyCommunicator;
+    /// use gpuport::BackendKind;
+    /// let failed = AnyCommunicator::group_with(BackendKind::Host, || Err::<(), _>("the body raised"));
+    /// assert!(matches!(failed, Err(GroupFailure::Body("the body raised"))));
+    /// assert_eq!(AnyCommunicator::group_with(BackendKind::Host, || Ok::<_, ()>(7)).ok(), Some(7));
+    /// ```
+    pub fn group_with<R, E>(
+        backend: BackendKind,
+        f: impl FnOnce() -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, GroupFailure<E>> {
+        let mut body = None;
+        let ended = AnyCommunicator::group(backend, || {
+            f().map_err(|e| {
+                body = Some(e);
+                // Stands for the body's error inside the group; never returned.
+                Error::InvalidArgument { name: "group", reason: "the group's body failed".into() }
+            })
+        });
+        match (body, ended) {
+            (Some(e), _) => Err(GroupFailure::Body(e)),
+            (None, Err(e)) => Err(GroupFailure::End(e)),
+            (None, Ok(r)) => Ok(r),
+        }
     }
 }
 

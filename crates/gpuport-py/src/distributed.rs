@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuport::collective::{AnyCommunicator, CallMode, Op, OpKind, Operand, Operands, TcpStore};
+use gpuport::collective::{AnyCommunicator, CallMode, GroupFailure, Op, OpKind, Operand, Operands, Sides, TcpStore};
 use gpuport::dynamic::{keep, AnyArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -160,20 +160,18 @@ fn call_mode(mode: Option<&str>) -> PyResult<CallMode> {
 }
 
 /// One Python operand of a collective, converted: a gpuport array (its
-/// state is entered for the call), another object's memory, or nothing.
+/// state is entered for the call) or another object's memory.
 enum PyOperand<'py> {
-    None,
     Array(Bound<'py, PyMemArray>),
     Raw(Ptr),
 }
 
 impl<'py> PyOperand<'py> {
     /// Converts `obj`, operand `what` ("send" or "recv").
-    fn convert(obj: Option<&Bound<'py, PyAny>>, what: &str) -> PyResult<Self> {
-        let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(PyOperand::None) };
+    fn convert(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
         match obj.cast::<PyMemArray>() {
             Ok(a) => Ok(PyOperand::Array(a.clone())),
-            Err(_) => Ok(PyOperand::Raw(to_range(obj, what)?)),
+            Err(_) => Ok(PyOperand::Raw(to_range(&obj, what)?)),
         }
     }
 
@@ -190,17 +188,16 @@ impl<'py> PyOperand<'py> {
         match (self, state) {
             (_, Some(a)) => Operand::Array(a),
             (PyOperand::Raw(p), None) => Operand::Raw(p.range()),
-            _ => Operand::None,
+            (PyOperand::Array(_), None) => Operand::None,
         }
     }
 
     /// What must stay alive until the stream has run the collective: the
     /// object (an import's memory lives as long as its array object).
-    fn into_kept(self) -> Option<Ptr> {
+    fn into_kept(self) -> Ptr {
         match self {
-            PyOperand::None => None,
-            PyOperand::Raw(p) => Some(p),
-            PyOperand::Array(a) => Some(Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() }),
+            PyOperand::Raw(p) => p,
+            PyOperand::Array(a) => Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() },
         }
     }
 }
@@ -369,12 +366,12 @@ impl PyCommunicator {
     /// such side) of ``count`` elements of ``dtype``, on ``stream``.
     #[pyo3(signature = (kind, send, recv, dtype, count, op="sum", root=0, peer=0, stream=None))]
     #[allow(clippy::too_many_arguments)]
-    fn collective(
+    fn collective<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         kind: &str,
-        send: Option<&Bound<'_, PyAny>>,
-        recv: Option<&Bound<'_, PyAny>>,
+        send: Option<&Bound<'py, PyAny>>,
+        recv: Option<&Bound<'py, PyAny>>,
         dtype: &Bound<'_, PyAny>,
         count: usize,
         op: &str,
@@ -385,29 +382,23 @@ impl PyCommunicator {
         keep::prune();
         let op = Op { kind: OpKind::from_name(kind, op, root, peer).py_err(py)?, dtype: dtype_from_py(dtype)?, count };
         let stream = stream_choice(stream)?;
-        // One object as both sides (in place) is converted, and entered, once.
-        let in_place = matches!((send, recv), (Some(a), Some(b)) if a.is(b) && !a.is_none());
-        let send = PyOperand::convert(send, "send")?;
-        let recv = if in_place { PyOperand::None } else { PyOperand::convert(recv, "recv")? };
-        let (mut send_st, mut recv_st) = (send.state(py)?, recv.state(py)?);
-        let send_op = send.operand(send_st.as_deref_mut());
-        let operands = match in_place {
-            true => Operands::in_place(send_op),
-            false => Operands::new(send_op, recv.operand(recv_st.as_deref_mut())),
-        };
+        // One object as both sides is one operand, in place (the core's rule).
+        let given = |o: Option<&Bound<'py, PyAny>>| o.filter(|o| !o.is_none()).cloned();
+        let sides = Sides::of(given(send), given(recv), |a, b| a.is(b)).try_map(PyOperand::convert)?;
+        let mut entered = sides.as_ref().try_map(|o, _| o.state(py).map(|st| (o, st)))?;
+        let operands = Operands::from(entered.as_mut().map(|(o, st)| o.operand(st.as_deref_mut())));
         let name = op.kind.name();
         let comm = self.lock(py)?;
         let c: &AnyCommunicator = &comm;
         let (enqueued, captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
-        drop((comm, send_st, recv_st));
+        drop((comm, entered));
         // A capture's graph uses the arrays' device copies: order its replays.
-        let recv_array = if in_place { &send } else { &recv };
-        for (operand, used, writes) in [(&send, captured.send, false), (recv_array, captured.recv, true)] {
-            if let (PyOperand::Array(a), Some(used), Some(s)) = (operand, used, enqueued.stream()) {
+        for (operand, used, writes) in [(sides.send(), captured.send, false), (sides.recv(), captured.recv, true)] {
+            if let (Some(PyOperand::Array(a)), Some(used), Some(s)) = (operand, used, enqueued.stream()) {
                 ReplayedArray::order_replays(s, a, used, writes);
             }
         }
-        let owners: Vec<Ptr> = [send, recv].into_iter().filter_map(PyOperand::into_kept).collect();
+        let owners: Vec<Ptr> = sides.into_vec().into_iter().map(PyOperand::into_kept).collect();
         enqueued.keep(owners).py_err_in(py, name)
     }
 
@@ -429,22 +420,10 @@ impl PyCommunicator {
     /// core keeps the owners of the group's collectives from its end on).
     fn group(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let backend = self.lock(py)?.device().backend();
-        let mut result: Option<PyResult<Py<PyAny>>> = None;
-        let ended = AnyCommunicator::group(backend, || {
-            let r = f.call0().map(Bound::unbind);
-            let failed = r.is_err();
-            result = Some(r);
-            if failed {
-                Err(gpuport::Error::InvalidArgument { name: "group", reason: "the group's function raised".into() })
-            } else {
-                Ok(())
-            }
-        });
-        match (result, ended) {
-            (Some(Err(e)), _) => Err(e),
-            (_, Err(e)) => Err(crate::errors::to_py_in(py, e, Some("group"))),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (None, Ok(())) => Ok(py.None()),
+        match AnyCommunicator::group_with(backend, || f.call0().map(Bound::unbind)) {
+            Ok(v) => Ok(v),
+            Err(GroupFailure::Body(e)) => Err(e),
+            Err(GroupFailure::End(e)) => Err(crate::errors::to_py_in(py, e, Some("group"))),
         }
     }
 }
