@@ -1,10 +1,11 @@
 //! One collective as a binding calls it (`AnyCommunicator::collective`,
 //! src/collective/operands.rs): the operands' checks, in place, the owners
 //! kept until the stream has run the collective (from a group's end on,
-//! inside a group), captures, a binding's objects sorted into sides (`Sides`)
-//! and the precedence of its group's errors (`group_with`). On the host backend always, and on
-//! cuda:0 and rocm:0 with a one-rank NCCL or RCCL communicator where the
-//! device and the library exist (skipped with a printed reason otherwise).
+//! inside a group), captures, a binding's objects sorted into sides
+//! (`Sides`) and the precedence of its group's errors (`group_with`). On the
+//! host backend always, and on cuda:0 and rocm:0 with a one-rank NCCL or
+//! RCCL communicator where the device and the library exist (skipped with a
+//! printed reason otherwise).
 
 mod common;
 

@@ -706,11 +706,11 @@ fn imports_are_placed_where_asked_and_copied_only_from_the_host(#[case] spec: &s
 fn a_gpu_array_names_its_device_copy_by_backend_or_dlpack_type(#[case] spec: &str) {
     use gpuport::dynamic::target::{device_copy_type, move_target, TargetName};
     let Some(dev) = common::open_or_skip(spec) else { return };
-    let own = device_copy_type(&dev);
+    let own = i64::from(device_copy_type(&dev).0);
     let to = |t: TargetName<'_>, id: Option<usize>| move_target(&dev, t, id);
-    assert_eq!(to(TargetName::DLPack(CPU), Some(5)).unwrap(), Location::Host, "the host copy takes any id");
+    assert_eq!(to(TargetName::DLPack(CPU.into()), Some(5)).unwrap(), Location::Host, "the host copy takes any id");
     if dev.backend() == gpuport::BackendKind::Host {
-        assert_eq!(own, CPU);
+        assert_eq!(own, i64::from(CPU));
         assert!(to(TargetName::Name("cuda"), None).is_err());
         return;
     }
@@ -720,8 +720,8 @@ fn a_gpu_array_names_its_device_copy_by_backend_or_dlpack_type(#[case] spec: &st
     assert_eq!(to(TargetName::DLPack(own), Some(dev.info().ordinal)).unwrap(), Location::Device);
     let e = to(TargetName::DLPack(own), Some(dev.info().ordinal + 1)).unwrap_err();
     assert!(matches!(e, Error::DeviceMismatch { what: "device_id", .. }), "{e}");
-    let other = if own == CUDA { ROCM } else { CUDA };
-    let e = to(TargetName::DLPack(other), None).unwrap_err();
+    let other = if own == i64::from(CUDA) { ROCM } else { CUDA };
+    let e = to(TargetName::DLPack(other.into()), None).unwrap_err();
     assert!(matches!(e, Error::DLPack(DLPackError::NoCopyOn { .. })), "{e}");
     assert_eq!(e.python_class().name(), "DeviceUnavailableError");
 }

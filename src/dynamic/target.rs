@@ -27,13 +27,13 @@ pub enum TargetName<'a> {
     Name(&'a str),
     /// A DLPack device type: `kDLCPU` or `kDLCUDAHost` for the host copy,
     /// the device memory type of a GPU array's backend for its device copy.
-    DLPack(i32),
+    DLPack(i64),
 }
 
 /// The DLPack device type of `device`'s device memory (`kDLCUDA`,
 /// `kDLROCM`; `kDLCPU` for the host backend).
-pub fn device_copy_type(device: &AnyDevice) -> i32 {
-    dl_device(device.backend(), MemoryKind::Device, device.info().ordinal).device_type.0 as i32
+pub fn device_copy_type(device: &AnyDevice) -> DLDeviceType {
+    dl_device(device.backend(), MemoryKind::Device, device.info().ordinal).device_type
 }
 
 /// The copy that `target` names of an array on `device`, where a
@@ -47,6 +47,8 @@ pub fn device_copy_type(device: &AnyDevice) -> i32 {
 /// ([`Error::DeviceMismatch`]).
 pub fn move_target(device: &AnyDevice, target: TargetName<'_>, device_id: Option<usize>) -> Result<Location> {
     let on_gpu = device.backend() != BackendKind::Host;
+    let own = device_copy_type(device);
+    let is = |t: i64, d: DLDeviceType| t == i64::from(d.0);
     let to = match target {
         TargetName::Name(name) => match name.to_ascii_lowercase().as_str() {
             "host" | "cpu" => Location::Host,
@@ -62,17 +64,12 @@ pub fn move_target(device: &AnyDevice, target: TargetName<'_>, device_id: Option
                 })
             }
         },
-        TargetName::DLPack(t) if t == DLDeviceType::CPU.0 as i32 || t == DLDeviceType::CUDA_HOST.0 as i32 => {
-            Location::Host
-        }
-        TargetName::DLPack(t) if on_gpu && t == device_copy_type(device) => Location::Device,
+        TargetName::DLPack(t) if is(t, DLDeviceType::CPU) || is(t, DLDeviceType::CUDA_HOST) => Location::Host,
+        TargetName::DLPack(t) if on_gpu && is(t, own) => Location::Device,
         TargetName::DLPack(t) => {
-            return Err(DLPackError::NoCopyOn {
-                device_type: t,
-                device: device.info().spec(),
-                device_copy: device_copy_type(device),
-            }
-            .into())
+            return Err(
+                DLPackError::NoCopyOn { device_type: t, device: device.info().spec(), device_copy: own.0 }.into()
+            )
         }
     };
     match device_id {
@@ -114,12 +111,12 @@ mod tests {
     fn dlpack_host_types_name_the_host_copy_and_others_name_no_copy_of_a_host_array() {
         let dev = host();
         for t in [DLDeviceType::CPU, DLDeviceType::CUDA_HOST] {
-            assert_eq!(move_target(&dev, TargetName::DLPack(t.0 as i32), None).unwrap(), Location::Host);
+            assert_eq!(move_target(&dev, TargetName::DLPack(t.0.into()), None).unwrap(), Location::Host);
         }
         for t in [DLDeviceType::CUDA, DLDeviceType::ROCM, DLDeviceType::CUDA_MANAGED] {
-            let e = move_target(&dev, TargetName::DLPack(t.0 as i32), None).unwrap_err();
+            let e = move_target(&dev, TargetName::DLPack(t.0.into()), None).unwrap_err();
             let Error::DLPack(DLPackError::NoCopyOn { device_type, device_copy, .. }) = e else { panic!("{e}") };
-            assert_eq!((device_type, device_copy), (t.0 as i32, DLDeviceType::CPU.0 as i32));
+            assert_eq!((device_type, device_copy), (t.0.into(), DLDeviceType::CPU.0));
         }
     }
 

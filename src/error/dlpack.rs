@@ -139,11 +139,11 @@ pub enum DLPackError {
     #[error("DLPack device type {device_type} names no copy of an array on {device}: its device copy is DLPack type {device_copy}, its host copy type 1 (kDLCPU); ask for Location::Device for the device copy")]
     NoCopyOn {
         /// The device type asked for.
-        device_type: i32,
+        device_type: i64,
         /// The array's device, e.g. `cuda:0`.
         device: String,
         /// The DLPack device type of the array's device copy.
-        device_copy: i32,
+        device_copy: u32,
     },
     /// A view over borrowed memory has no owner to keep alive in an export.
     #[error("this view borrows memory it cannot keep alive, so it cannot be exported as a managed tensor; export the MemArray it came from, or use to_dlpack() for a borrowed DLTensor")]
