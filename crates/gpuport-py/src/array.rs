@@ -422,11 +422,7 @@ impl PyMemArray {
         } else {
             let np = py.import("numpy")?;
             let Some(nd) = crate::dtype::value_dtype(&np, dtype) else {
-                let hint = if dtype.in_ml_dtypes() {
-                    " (install ml_dtypes to fill it from numbers)"
-                } else {
-                    ""
-                };
+                let hint = if dtype.in_ml_dtypes() { " (install ml_dtypes to fill it from numbers)" } else { "" };
                 return Err(errors::unsupported_dtype(
                     py,
                     format!(
