@@ -1,7 +1,11 @@
-//! Element types chosen at run time: [`DType`], with names, array-interface
-//! type strings and DLPack codes, and the `with_dtype!` / `with_rank!`
-//! macros that turn a run-time dtype and rank into the Rust types
-//! `MemArray<T, N, D>` needs.
+//! Element types chosen at run time: [`DType`], written once in the
+//! `dtypes!` table below with each dtype's Rust type, name, DLPack code and
+//! bits, NumPy type string (or ml_dtypes), kernels and other spellings. The
+//! enum and its lookups, the `with_dtype!` macro that turns a run-time dtype
+//! into the Rust type `MemArray<T, N, D>` needs, and the [`Stored`] impls
+//! (which dtypes the built-in arithmetic kernels take) all come from it; a
+//! new dtype is one line of the table (and, for a new Rust type, its
+//! [`Element`] impl in `src/array/element.rs`).
 //!
 //! ```
 //! use gpuport::dynamic::DType;
@@ -10,155 +14,194 @@
 //! assert_eq!(DType::from_typestr("<f8"), Some(DType::Float64));
 //! ```
 
-use half::{bf16, f16};
-use num_complex::Complex;
-
 use crate::array::element::dtype_name;
-use crate::dlpack::DLDataType;
+use crate::array::{LockId, MemArray};
+use crate::backend::{Backend, Device, Stream as BackendStream};
+use crate::dlpack::{DLDataType, DLDataTypeCode};
+use crate::error::{BackendKind, Error, Result};
 use crate::Element;
 
 /// Most dimensions a Python `MemArray` has: the built-in kernels' `MAX_RANK`.
 /// Ranks are dispatched to const generics by `with_rank!` over `0..=MAX_RANK`.
 pub const MAX_RANK: usize = crate::kernels::MAX_RANK;
 
-/// Every scalar element type of gpuport's [`Element`] implementations.
-///
-/// Vector-lane types (`[f32; 4]`, DLPack lanes > 1) are not listed: NumPy and
-/// the other array libraries have no such dtype; a trailing axis of the lane
-/// type describes the same memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// `bool`.
-    Bool,
-    /// `i8`.
-    Int8,
-    /// `i16`.
-    Int16,
-    /// `i32`.
-    Int32,
-    /// `i64`.
-    Int64,
-    /// `u8`.
-    UInt8,
-    /// `u16`.
-    UInt16,
-    /// `u32`.
-    UInt32,
-    /// `u64`.
-    UInt64,
-    /// `half::f16`.
-    Float16,
-    /// `half::bf16`.
-    BFloat16,
-    /// `f32`.
-    Float32,
-    /// `f64`.
-    Float64,
-    /// `Complex<f16>`.
-    Complex32,
-    /// `Complex<f32>`.
-    Complex64,
-    /// `Complex<f64>`.
-    Complex128,
-    /// `kDLFloat8_e3m4` ([`Float8E3M4`](crate::array::element::Float8E3M4)).
-    Float8E3M4,
-    /// `kDLFloat8_e4m3` ([`Float8E4M3`](crate::array::element::Float8E4M3)).
-    Float8E4M3,
-    /// `kDLFloat8_e4m3b11fnuz` ([`Float8E4M3B11Fnuz`](crate::array::element::Float8E4M3B11Fnuz)).
-    Float8E4M3B11Fnuz,
-    /// `kDLFloat8_e4m3fn` (`float8::F8E4M3`).
-    Float8E4M3Fn,
-    /// `kDLFloat8_e4m3fnuz` ([`Float8E4M3Fnuz`](crate::array::element::Float8E4M3Fnuz)).
-    Float8E4M3Fnuz,
-    /// `kDLFloat8_e5m2` (`float8::F8E5M2`).
-    Float8E5M2,
-    /// `kDLFloat8_e5m2fnuz` ([`Float8E5M2Fnuz`](crate::array::element::Float8E5M2Fnuz)).
-    Float8E5M2Fnuz,
-    /// `kDLFloat8_e8m0fnu` ([`Float8E8M0Fnu`](crate::array::element::Float8E8M0Fnu)).
-    Float8E8M0Fnu,
-    /// `kDLFloat6_e2m3fn`, padded ([`Float6E2M3Fn`](crate::array::element::Float6E2M3Fn)).
-    Float6E2M3Fn,
-    /// `kDLFloat6_e3m2fn`, padded ([`Float6E3M2Fn`](crate::array::element::Float6E3M2Fn)).
-    Float6E3M2Fn,
-    /// `kDLFloat4_e2m1fn`, padded ([`Float4E2M1Fn`](crate::array::element::Float4E2M1Fn)).
-    Float4E2M1Fn,
+/// Writes every per-dtype item from one table. A row is
+/// `Variant => RustType, "name", DLPACK_CODE bits, numpy, kernels, [other names];`
+/// where `numpy` is `numpy "<typestr>"`, `ml_dtypes` (NumPy has the dtype
+/// only through ml_dtypes) or `none`, and `kernels` is `kernels` (the
+/// built-in arithmetic kernels take it) or `bytes` (stored, copied, filled
+/// and exchanged as bytes only). The leading `$` lets the table define the
+/// `with_dtype!` macro.
+macro_rules! dtypes {
+    (@typestr numpy $typestr:literal) => { Some($typestr) };
+    (@typestr $other:ident) => { None };
+    (@ml_dtypes ml_dtypes) => { true };
+    (@ml_dtypes $other:ident) => { false };
+    (@kernels kernels) => { true };
+    (@kernels bytes) => { false };
+    (@stored kernels $t:ty) => {
+        impl Stored for $t {
+            fn add_index<const N: usize, D: Device>(
+                a: &mut MemArray<Self, N, D>,
+                s: &BackendStream<D::B>,
+                lock: Option<LockId>,
+            ) -> Result<()> {
+                a.add_index(s, lock)
+            }
+            unsafe fn add_index_raw<const N: usize, D: Device>(
+                d: &D,
+                data: u64,
+                shape: [i64; N],
+                s: &BackendStream<D::B>,
+            ) -> Result<()> {
+                // SAFETY: forwarded contract.
+                unsafe { crate::kernels::add_index_async::<D, $t, N>(d, data, shape, s) }
+            }
+        }
+    };
+    (@stored bytes $t:ty) => {
+        impl Stored for $t {
+            fn add_index<const N: usize, D: Device>(
+                _: &mut MemArray<Self, N, D>,
+                _: &BackendStream<D::B>,
+                _: Option<LockId>,
+            ) -> Result<()> {
+                Err(no_kernel::<Self, D>())
+            }
+            unsafe fn add_index_raw<const N: usize, D: Device>(
+                _: &D,
+                _: u64,
+                _: [i64; N],
+                _: &BackendStream<D::B>,
+            ) -> Result<()> {
+                Err(no_kernel::<Self, D>())
+            }
+        }
+    };
+    ($d:tt $(
+        $variant:ident => $t:ty, $name:literal, $code:ident $bits:literal,
+        $numpy:ident $($typestr:literal)?, $kernels:ident, [$($alias:literal),*];
+    )*) => {
+        /// Every scalar element type of gpuport's [`Element`] implementations.
+        ///
+        /// Vector-lane types (`[f32; 4]`, DLPack lanes > 1) are not listed: NumPy and
+        /// the other array libraries have no such dtype; a trailing axis of the lane
+        /// type describes the same memory.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum DType {
+            $(
+                #[doc = concat!("`", $name, "`: `", stringify!($t), "`, DLPack `", stringify!($code), "` ", $bits, " bits.")]
+                $variant,
+            )*
+        }
+
+        impl DType {
+            /// Every dtype, in the order error messages list them.
+            pub const ALL: [DType; [$(DType::$variant),*].len()] = [$(DType::$variant),*];
+
+            /// The NumPy-style name (`"float32"`, `"bfloat16"`, `"complex32"`).
+            pub fn name(self) -> &'static str {
+                match self { $(DType::$variant => $name,)* }
+            }
+
+            /// The DLPack data type (what `Element::DTYPE` says for the Rust type).
+            pub const fn dlpack(self) -> DLDataType {
+                match self { $(DType::$variant => DLDataType { code: DLDataTypeCode::$code, bits: $bits, lanes: 1 },)* }
+            }
+
+            /// The array-interface type string (`"<f4"`), where NumPy defines one;
+            /// bfloat16, complex32 and the fp8/fp6/fp4 types have none.
+            pub fn typestr(self) -> Option<&'static str> {
+                match self { $(DType::$variant => dtypes!(@typestr $numpy $($typestr)?),)* }
+            }
+
+            /// Whether NumPy has this dtype only through ml_dtypes (bfloat16,
+            /// the fp8/fp6/fp4 types), which names it as gpuport does.
+            pub fn in_ml_dtypes(self) -> bool {
+                match self { $(DType::$variant => dtypes!(@ml_dtypes $numpy),)* }
+            }
+
+            /// Whether the built-in arithmetic kernels (add_index, ...) exist for
+            /// this dtype. The byte-moving ones (fill, copy_strided) take every dtype.
+            pub fn has_kernels(self) -> bool {
+                match self { $(DType::$variant => dtypes!(@kernels $kernels),)* }
+            }
+
+            /// The dtype of a name or another spelling NumPy, PyTorch or
+            /// JAX use for it (`"single"`, `"f"`), without prefixes.
+            fn by_name(n: &str) -> Option<DType> {
+                match n {
+                    $($name $(| $alias)* => Some(DType::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        // The table's DLPack code and bits are those of the Rust type.
+        const _: () = { $(
+            let dt = <$t as Element>::DTYPE;
+            assert!(dt.code.0 == DLDataTypeCode::$code.0 && dt.bits == $bits && dt.lanes == 1);
+        )* };
+
+        $(dtypes!(@stored $kernels $t);)*
+
+        /// `with_dtype!(dt, T => body)`: evaluates `body` with `T` the Rust element
+        /// type of the run-time [`DType`] `dt` (monomorphized once per dtype).
+        macro_rules! with_dtype {
+            ($d dt:expr, $d T:ident => $d body:expr) => {{
+                use $d crate::array::dtype::DType as __D;
+                match $d dt { $(
+                    __D::$variant => {
+                        #[allow(dead_code)]
+                        type $d T = $t;
+                        $d body
+                    }
+                )* }
+            }};
+        }
+    };
+}
+
+// The built-in kernels are instantiated for the `kernels` rows
+// (`src/backend/array_kernels.rs`); a test below checks that they agree.
+// Paths are absolute: `with_dtype!` names the types where it is used.
+dtypes! { $
+    // variant           Rust type                                    name                  DLPack                 NumPy          kernels  other names
+    Bool              => bool,                                        "bool",               BOOL 8,                numpy "|b1",   bytes,   ["bool_", "?"];
+    Int8              => i8,                                          "int8",               INT 8,                 numpy "|i1",   kernels, ["b"];
+    Int16             => i16,                                         "int16",              INT 16,                numpy "<i2",   kernels, ["h", "short"];
+    Int32             => i32,                                         "int32",              INT 32,                numpy "<i4",   kernels, ["i"];
+    Int64             => i64,                                         "int64",              INT 64,                numpy "<i8",   kernels, ["l", "q", "long", "int"];
+    UInt8             => u8,                                          "uint8",              UINT 8,                numpy "|u1",   kernels, ["B"];
+    UInt16            => u16,                                         "uint16",             UINT 16,               numpy "<u2",   kernels, ["H"];
+    UInt32            => u32,                                         "uint32",             UINT 32,               numpy "<u4",   kernels, ["I"];
+    UInt64            => u64,                                         "uint64",             UINT 64,               numpy "<u8",   kernels, ["L", "Q"];
+    Float16           => half::f16,                                   "float16",            FLOAT 16,              numpy "<f2",   kernels, ["e", "half"];
+    BFloat16          => half::bf16,                                  "bfloat16",           BFLOAT 16,             ml_dtypes,     kernels, [];
+    Float32           => f32,                                         "float32",            FLOAT 32,              numpy "<f4",   kernels, ["f", "single"];
+    Float64           => f64,                                         "float64",            FLOAT 64,              numpy "<f8",   kernels, ["d", "double", "float"];
+    Complex32         => num_complex::Complex<half::f16>,             "complex32",          COMPLEX 32,            none,          bytes,   ["chalf"];
+    Complex64         => num_complex::Complex<f32>,                   "complex64",          COMPLEX 64,            numpy "<c8",   bytes,   ["F", "cfloat"];
+    Complex128        => num_complex::Complex<f64>,                   "complex128",         COMPLEX 128,           numpy "<c16",  bytes,   ["D", "cdouble", "complex"];
+    Float8E3M4        => crate::array::element::Float8E3M4,           "float8_e3m4",        FLOAT8_E3M4 8,         ml_dtypes,     bytes,   [];
+    Float8E4M3        => crate::array::element::Float8E4M3,           "float8_e4m3",        FLOAT8_E4M3 8,         ml_dtypes,     bytes,   [];
+    Float8E4M3B11Fnuz => crate::array::element::Float8E4M3B11Fnuz,    "float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ 8,  ml_dtypes,     bytes,   [];
+    Float8E4M3Fn      => crate::array::element::F8E4M3,               "float8_e4m3fn",      FLOAT8_E4M3FN 8,       ml_dtypes,     bytes,   [];
+    Float8E4M3Fnuz    => crate::array::element::Float8E4M3Fnuz,       "float8_e4m3fnuz",    FLOAT8_E4M3FNUZ 8,     ml_dtypes,     bytes,   [];
+    Float8E5M2        => crate::array::element::F8E5M2,               "float8_e5m2",        FLOAT8_E5M2 8,         ml_dtypes,     bytes,   [];
+    Float8E5M2Fnuz    => crate::array::element::Float8E5M2Fnuz,       "float8_e5m2fnuz",    FLOAT8_E5M2FNUZ 8,     ml_dtypes,     bytes,   [];
+    Float8E8M0Fnu     => crate::array::element::Float8E8M0Fnu,        "float8_e8m0fnu",     FLOAT8_E8M0FNU 8,      ml_dtypes,     bytes,   [];
+    Float6E2M3Fn      => crate::array::element::Float6E2M3Fn,         "float6_e2m3fn",      FLOAT6_E2M3FN 6,       ml_dtypes,     bytes,   [];
+    Float6E3M2Fn      => crate::array::element::Float6E3M2Fn,         "float6_e3m2fn",      FLOAT6_E3M2FN 6,       ml_dtypes,     bytes,   [];
+    Float4E2M1Fn      => crate::array::element::Float4E2M1Fn,         "float4_e2m1fn",      FLOAT4_E2M1FN 4,       ml_dtypes,     bytes,   [];
 }
 
 impl DType {
-    /// Every dtype, in the order error messages list them.
-    pub const ALL: [DType; 27] = [
-        DType::Bool,
-        DType::Int8,
-        DType::Int16,
-        DType::Int32,
-        DType::Int64,
-        DType::UInt8,
-        DType::UInt16,
-        DType::UInt32,
-        DType::UInt64,
-        DType::Float16,
-        DType::BFloat16,
-        DType::Float32,
-        DType::Float64,
-        DType::Complex32,
-        DType::Complex64,
-        DType::Complex128,
-        DType::Float8E3M4,
-        DType::Float8E4M3,
-        DType::Float8E4M3B11Fnuz,
-        DType::Float8E4M3Fn,
-        DType::Float8E4M3Fnuz,
-        DType::Float8E5M2,
-        DType::Float8E5M2Fnuz,
-        DType::Float8E8M0Fnu,
-        DType::Float6E2M3Fn,
-        DType::Float6E3M2Fn,
-        DType::Float4E2M1Fn,
-    ];
-
-    /// The NumPy-style name (`"float32"`, `"bfloat16"`, `"complex32"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::Bool => "bool",
-            DType::Int8 => "int8",
-            DType::Int16 => "int16",
-            DType::Int32 => "int32",
-            DType::Int64 => "int64",
-            DType::UInt8 => "uint8",
-            DType::UInt16 => "uint16",
-            DType::UInt32 => "uint32",
-            DType::UInt64 => "uint64",
-            DType::Float16 => "float16",
-            DType::BFloat16 => "bfloat16",
-            DType::Float32 => "float32",
-            DType::Float64 => "float64",
-            DType::Complex32 => "complex32",
-            DType::Complex64 => "complex64",
-            DType::Complex128 => "complex128",
-            DType::Float8E3M4 => "float8_e3m4",
-            DType::Float8E4M3 => "float8_e4m3",
-            DType::Float8E4M3B11Fnuz => "float8_e4m3b11fnuz",
-            DType::Float8E4M3Fn => "float8_e4m3fn",
-            DType::Float8E4M3Fnuz => "float8_e4m3fnuz",
-            DType::Float8E5M2 => "float8_e5m2",
-            DType::Float8E5M2Fnuz => "float8_e5m2fnuz",
-            DType::Float8E8M0Fnu => "float8_e8m0fnu",
-            DType::Float6E2M3Fn => "float6_e2m3fn",
-            DType::Float6E3M2Fn => "float6_e3m2fn",
-            DType::Float4E2M1Fn => "float4_e2m1fn",
-        }
-    }
-
     /// Whether this is a DLPack 1.1 low-precision float (fp8, fp6, fp4):
     /// NumPy has no dtype for these (ml_dtypes registers them), and the
     /// built-in arithmetic kernels do not take them.
     pub fn is_low_precision_float(self) -> bool {
-        crate::array::element::minifloat_name(self.dlpack().code).is_some()
-    }
-
-    /// The DLPack data type (what `Element::DTYPE` says for the Rust type).
-    pub fn dlpack(self) -> DLDataType {
-        with_dtype!(self, T => <T as Element>::DTYPE)
+        self.dlpack().code.since_minor() >= 1
     }
 
     /// Size of one element in bytes.
@@ -171,40 +214,6 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.dlpack() == dt)
     }
 
-    /// The array-interface type string (`"<f4"`), where NumPy defines one;
-    /// bfloat16, complex32 and the fp8/fp6/fp4 types have none.
-    pub fn typestr(self) -> Option<&'static str> {
-        Some(match self {
-            DType::Bool => "|b1",
-            DType::Int8 => "|i1",
-            DType::Int16 => "<i2",
-            DType::Int32 => "<i4",
-            DType::Int64 => "<i8",
-            DType::UInt8 => "|u1",
-            DType::UInt16 => "<u2",
-            DType::UInt32 => "<u4",
-            DType::UInt64 => "<u8",
-            DType::Float16 => "<f2",
-            DType::Float32 => "<f4",
-            DType::Float64 => "<f8",
-            DType::Complex64 => "<c8",
-            DType::Complex128 => "<c16",
-            DType::BFloat16
-            | DType::Complex32
-            | DType::Float8E3M4
-            | DType::Float8E4M3
-            | DType::Float8E4M3B11Fnuz
-            | DType::Float8E4M3Fn
-            | DType::Float8E4M3Fnuz
-            | DType::Float8E5M2
-            | DType::Float8E5M2Fnuz
-            | DType::Float8E8M0Fnu
-            | DType::Float6E2M3Fn
-            | DType::Float6E3M2Fn
-            | DType::Float4E2M1Fn => return None,
-        })
-    }
-
     /// The dtype of an array-interface type string.
     pub fn from_typestr(s: &str) -> Option<DType> {
         let s = s.trim();
@@ -215,45 +224,17 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.typestr().is_some_and(|t| t[1..] == *body))
     }
 
-    /// Parses a dtype name as NumPy, PyTorch and JAX spell it.
+    /// Parses a dtype name as NumPy, PyTorch, JAX and ml_dtypes spell it
+    /// (`"float32"`, `"torch.float8_e4m3fn"`, `"single"`, `"<f4"`, `"f4"`).
     pub fn parse(name: &str) -> Option<DType> {
         let n = name.trim().trim_start_matches("torch.").trim_start_matches("numpy.").trim_start_matches("jnp.");
         let n = n.trim_start_matches("dtype('").trim_end_matches("')");
-        Some(match n {
-            "bool" | "bool_" | "?" | "b1" => DType::Bool,
-            "int8" | "i1" | "b" => DType::Int8,
-            "int16" | "i2" | "h" | "short" => DType::Int16,
-            "int32" | "i4" | "i" => DType::Int32,
-            "int64" | "i8" | "l" | "q" | "long" | "int" => DType::Int64,
-            "uint8" | "u1" | "B" => DType::UInt8,
-            "uint16" | "u2" | "H" => DType::UInt16,
-            "uint32" | "u4" | "I" => DType::UInt32,
-            "uint64" | "u8" | "L" | "Q" => DType::UInt64,
-            "float16" | "f2" | "e" | "half" => DType::Float16,
-            "bfloat16" => DType::BFloat16,
-            "float32" | "f4" | "f" | "single" => DType::Float32,
-            "float64" | "f8" | "d" | "double" | "float" => DType::Float64,
-            "complex32" | "chalf" => DType::Complex32,
-            "complex64" | "c8" | "F" | "cfloat" => DType::Complex64,
-            "complex128" | "c16" | "D" | "cdouble" | "complex" => DType::Complex128,
-            // ml_dtypes' and PyTorch's names (`torch.float8_e4m3fn`).
-            other => match DType::ALL.into_iter().find(|d| d.is_low_precision_float() && d.name() == other) {
-                Some(d) => d,
-                None => return DType::from_typestr(other),
-            },
-        })
+        DType::by_name(n).or_else(|| DType::from_typestr(n))
     }
 
     /// The supported names, for error messages.
     pub fn supported() -> String {
         DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
-    }
-
-    /// Whether the built-in arithmetic kernels (add_index, ...) exist for
-    /// this dtype. The byte-moving ones (fill, copy_strided) take every dtype.
-    pub fn has_kernels(self) -> bool {
-        !matches!(self, DType::Bool | DType::Complex32 | DType::Complex64 | DType::Complex128)
-            && !self.is_low_precision_float()
     }
 }
 
@@ -269,149 +250,39 @@ pub fn unsupported_dlpack_dtype(dt: DLDataType) -> String {
     )
 }
 
-/// `with_dtype!(dt, T => body)`: evaluates `body` with `T` the Rust element
-/// type of the run-time [`DType`] `dt` (monomorphized once per dtype).
-macro_rules! with_dtype {
-    ($dt:expr, $T:ident => $body:expr) => {{
-        use $crate::array::dtype::DType as __D;
-        match $dt {
-            __D::Bool => {
-                #[allow(dead_code)]
-                type $T = bool;
-                $body
-            }
-            __D::Int8 => {
-                #[allow(dead_code)]
-                type $T = i8;
-                $body
-            }
-            __D::Int16 => {
-                #[allow(dead_code)]
-                type $T = i16;
-                $body
-            }
-            __D::Int32 => {
-                #[allow(dead_code)]
-                type $T = i32;
-                $body
-            }
-            __D::Int64 => {
-                #[allow(dead_code)]
-                type $T = i64;
-                $body
-            }
-            __D::UInt8 => {
-                #[allow(dead_code)]
-                type $T = u8;
-                $body
-            }
-            __D::UInt16 => {
-                #[allow(dead_code)]
-                type $T = u16;
-                $body
-            }
-            __D::UInt32 => {
-                #[allow(dead_code)]
-                type $T = u32;
-                $body
-            }
-            __D::UInt64 => {
-                #[allow(dead_code)]
-                type $T = u64;
-                $body
-            }
-            __D::Float16 => {
-                #[allow(dead_code)]
-                type $T = ::half::f16;
-                $body
-            }
-            __D::BFloat16 => {
-                #[allow(dead_code)]
-                type $T = ::half::bf16;
-                $body
-            }
-            __D::Float32 => {
-                #[allow(dead_code)]
-                type $T = f32;
-                $body
-            }
-            __D::Float64 => {
-                #[allow(dead_code)]
-                type $T = f64;
-                $body
-            }
-            __D::Complex32 => {
-                #[allow(dead_code)]
-                type $T = ::num_complex::Complex<::half::f16>;
-                $body
-            }
-            __D::Complex64 => {
-                #[allow(dead_code)]
-                type $T = ::num_complex::Complex<f32>;
-                $body
-            }
-            __D::Complex128 => {
-                #[allow(dead_code)]
-                type $T = ::num_complex::Complex<f64>;
-                $body
-            }
-            __D::Float8E3M4 => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E3M4;
-                $body
-            }
-            __D::Float8E4M3 => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E4M3;
-                $body
-            }
-            __D::Float8E4M3B11Fnuz => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E4M3B11Fnuz;
-                $body
-            }
-            __D::Float8E4M3Fn => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::F8E4M3;
-                $body
-            }
-            __D::Float8E4M3Fnuz => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E4M3Fnuz;
-                $body
-            }
-            __D::Float8E5M2 => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::F8E5M2;
-                $body
-            }
-            __D::Float8E5M2Fnuz => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E5M2Fnuz;
-                $body
-            }
-            __D::Float8E8M0Fnu => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float8E8M0Fnu;
-                $body
-            }
-            __D::Float6E2M3Fn => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float6E2M3Fn;
-                $body
-            }
-            __D::Float6E3M2Fn => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float6E3M2Fn;
-                $body
-            }
-            __D::Float4E2M1Fn => {
-                #[allow(dead_code)]
-                type $T = $crate::array::element::Float4E2M1Fn;
-                $body
-            }
-        }
-    }};
+// ---- elements of run-time arrays -------------------------------------------------
+
+/// The element types of [`DType`] (the Python layer stores these), with
+/// their kernels where the built-ins have one; the `dtypes!` table
+/// implements it.
+pub trait Stored: Element {
+    /// `MemArray::add_index`, or `NoKernel` for types without the kernel.
+    fn add_index<const N: usize, D: Device>(
+        a: &mut MemArray<Self, N, D>,
+        s: &BackendStream<D::B>,
+        lock: Option<LockId>,
+    ) -> Result<()>;
+
+    /// `kernels::add_index_async` on raw memory.
+    ///
+    /// # Safety
+    /// As for `crate::kernels::add_index_async`.
+    unsafe fn add_index_raw<const N: usize, D: Device>(
+        d: &D,
+        data: u64,
+        shape: [i64; N],
+        s: &BackendStream<D::B>,
+    ) -> Result<()>;
+}
+
+/// The error of an arithmetic kernel asked of an element type it has no
+/// instantiation for: names the kernel and the type.
+pub fn no_kernel_for(op: &'static str, dtype: &str, backend: BackendKind) -> Error {
+    Error::NoKernel { op, dtype: dtype.into(), backend }
+}
+
+fn no_kernel<T: Element, D: Device>() -> Error {
+    no_kernel_for("add_index", &dtype_name(T::DTYPE), <D::B as Backend>::KIND)
 }
 
 /// `with_rank!(n, N => body, else => fallback)`: evaluates `body` with the
@@ -460,23 +331,7 @@ macro_rules! with_rank {
     }};
 }
 
-// The element types the macros name must be gpuport elements.
-const _: fn() = || {
-    fn is_element<T: Element>() {}
-    is_element::<f16>();
-    is_element::<bf16>();
-    is_element::<Complex<f16>>();
-};
-
 pub(crate) use {with_dtype, with_rank};
-
-// The element types the macros name must be gpuport elements.
-const _: fn() = || {
-    fn is_element<T: Element>() {}
-    is_element::<f16>();
-    is_element::<bf16>();
-    is_element::<Complex<f16>>();
-};
 
 #[cfg(test)]
 mod tests {
@@ -488,6 +343,89 @@ mod tests {
             assert_eq!(DType::from_dlpack(d.dlpack()), Some(d), "{}", d.name());
             assert_eq!(DType::parse(d.name()), Some(d), "{}", d.name());
         }
+    }
+
+    /// Every spelling `parse` took before the table (written out here), to
+    /// the same dtype.
+    #[test]
+    fn parse_takes_the_names_numpy_pytorch_and_jax_use() {
+        let spellings: [(&[&str], DType); 16] = [
+            (&["bool", "bool_", "?", "b1", "|b1"], DType::Bool),
+            (&["int8", "i1", "b", "numpy.int8"], DType::Int8),
+            (&["int16", "i2", "h", "short"], DType::Int16),
+            (&["int32", "i4", "i", "<i4", "dtype('int32')"], DType::Int32),
+            (&["int64", "i8", "l", "q", "long", "int"], DType::Int64),
+            (&["uint8", "u1", "B"], DType::UInt8),
+            (&["uint16", "u2", "H"], DType::UInt16),
+            (&["uint32", "u4", "I"], DType::UInt32),
+            (&["uint64", "u8", "L", "Q"], DType::UInt64),
+            (&["float16", "f2", "e", "half"], DType::Float16),
+            (&["bfloat16", "torch.bfloat16"], DType::BFloat16),
+            (&["float32", "f4", "f", "single", "torch.float32", "jnp.float32", "=f4"], DType::Float32),
+            (&["float64", "f8", "d", "double", "float"], DType::Float64),
+            (&["complex32", "chalf"], DType::Complex32),
+            (&["complex64", "c8", "F", "cfloat"], DType::Complex64),
+            (&["complex128", "c16", "D", "cdouble", "complex"], DType::Complex128),
+        ];
+        for (names, d) in spellings {
+            for n in names {
+                assert_eq!(DType::parse(n), Some(d), "{n}");
+            }
+        }
+        for n in [">f4", "float128", "f16", "", "torch.cfloat32"] {
+            assert_eq!(DType::parse(n), None, "{n}");
+        }
+    }
+
+    /// The `kernels` rows are the element types the built-in kernels are
+    /// instantiated for (`src/backend/array_kernels.rs`): their `Stored`
+    /// impls call the kernels (a compile error for a type without them),
+    /// and there are as many as the backend has `scale` kernels.
+    #[test]
+    fn the_kernels_rows_are_the_backends_kernel_types() {
+        let kernel_types = crate::backend::array_kernels::all_kernel_names()
+            .iter()
+            .filter(|n| n.starts_with("gpuport_scale_"))
+            .count();
+        assert_eq!(DType::ALL.iter().filter(|d| d.has_kernels()).count(), kernel_types);
+    }
+
+    /// `Error::NoKernel` (in the error layer, which cannot read this table)
+    /// lists the `kernels` rows; runs of one family shown as `first..last`.
+    #[test]
+    fn the_no_kernel_message_lists_the_kernels_rows() {
+        let names: Vec<&str> = DType::ALL.iter().filter(|d| d.has_kernels()).map(|d| d.name()).collect();
+        let family = |n: &str| n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
+        let mut runs: Vec<Vec<&str>> = Vec::new();
+        for n in names {
+            match runs.last_mut() {
+                Some(run) if family(run[0]) == family(n) => run.push(n),
+                _ => runs.push(vec![n]),
+            }
+        }
+        let listed: Vec<String> = runs
+            .iter()
+            .flat_map(|run| match run.len() {
+                1 | 2 => run.iter().map(|n| n.to_string()).collect(),
+                _ => vec![format!("{}..{}", run[0], run[run.len() - 1])],
+            })
+            .collect();
+        let e = no_kernel_for("add_index", "bool", BackendKind::Host).to_string();
+        assert!(e.contains(&format!("it runs on {} (", listed.join(", "))), "{e}");
+    }
+
+    #[test]
+    fn numpy_has_each_dtype_by_typestr_or_ml_dtypes_or_not_at_all() {
+        for d in DType::ALL {
+            assert!(!(d.typestr().is_some() && d.in_ml_dtypes()), "{}", d.name());
+            if let Some(t) = d.typestr() {
+                assert_eq!(DType::from_typestr(t), Some(d));
+                assert_eq!(t[2..].parse::<usize>().ok(), Some(d.itemsize()), "{}", d.name());
+            }
+        }
+        let neither: Vec<DType> =
+            DType::ALL.into_iter().filter(|d| d.typestr().is_none() && !d.in_ml_dtypes()).collect();
+        assert_eq!(neither, [DType::Complex32]);
     }
 
     /// The DLPack 1.1 codes, written out from `dlpack.h` (not from the constants).

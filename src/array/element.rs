@@ -18,6 +18,7 @@ use std::fmt;
 use half::{bf16, f16};
 use num_complex::Complex;
 
+use crate::array::dtype::DType;
 use crate::dlpack::ffi::{DLDataType, DLDataTypeCode};
 
 /// A type that can be an array element and has a DLPack data type.
@@ -268,22 +269,13 @@ unsafe impl<T: Scalar, const L: usize> Element for [T; L] {
 }
 
 /// The name of a DLPack 1.1 low-precision float code and the bits it has
-/// (`float8_e4m3fn`, 8), as ml_dtypes and PyTorch spell it.
+/// (`float8_e4m3fn`, 8), as ml_dtypes and PyTorch spell it: the dtype table's
+/// (`src/array/dtype.rs`).
 pub fn minifloat_name(code: DLDataTypeCode) -> Option<(&'static str, u8)> {
-    Some(match code {
-        DLDataTypeCode::FLOAT8_E3M4 => ("float8_e3m4", 8),
-        DLDataTypeCode::FLOAT8_E4M3 => ("float8_e4m3", 8),
-        DLDataTypeCode::FLOAT8_E4M3B11FNUZ => ("float8_e4m3b11fnuz", 8),
-        DLDataTypeCode::FLOAT8_E4M3FN => ("float8_e4m3fn", 8),
-        DLDataTypeCode::FLOAT8_E4M3FNUZ => ("float8_e4m3fnuz", 8),
-        DLDataTypeCode::FLOAT8_E5M2 => ("float8_e5m2", 8),
-        DLDataTypeCode::FLOAT8_E5M2FNUZ => ("float8_e5m2fnuz", 8),
-        DLDataTypeCode::FLOAT8_E8M0FNU => ("float8_e8m0fnu", 8),
-        DLDataTypeCode::FLOAT6_E2M3FN => ("float6_e2m3fn", 6),
-        DLDataTypeCode::FLOAT6_E3M2FN => ("float6_e3m2fn", 6),
-        DLDataTypeCode::FLOAT4_E2M1FN => ("float4_e2m1fn", 4),
-        _ => return None,
-    })
+    DType::ALL
+        .into_iter()
+        .find(|d| d.is_low_precision_float() && d.dlpack().code == code)
+        .map(|d| (d.name(), d.dlpack().bits))
 }
 
 /// Whether `dtype` is a sub-byte type (fewer than 8 bits per lane: fp6, fp4).
@@ -318,24 +310,13 @@ pub fn dtype_name(dtype: DLDataType) -> String {
     s
 }
 
-/// Whether gpuport can hold elements of this data type: the codes and bit
-/// widths of the [`Element`] implementations, with at least one lane.
+/// Whether gpuport can hold elements of this data type: the code and bits
+/// of a [`DType`] (the dtype table, `src/array/dtype.rs`), with at least one
+/// lane, and exactly one for a padded sub-byte type (fp6, fp4). DLPack 1.1
+/// fixes the bits of each low-precision code, so other bits are refused.
 pub fn dtype_is_supported(dtype: DLDataType) -> bool {
-    let bits_ok = match dtype.code {
-        DLDataTypeCode::INT | DLDataTypeCode::UINT => matches!(dtype.bits, 8 | 16 | 32 | 64),
-        DLDataTypeCode::FLOAT => matches!(dtype.bits, 16 | 32 | 64),
-        DLDataTypeCode::BFLOAT => dtype.bits == 16,
-        DLDataTypeCode::COMPLEX => matches!(dtype.bits, 32 | 64 | 128),
-        DLDataTypeCode::BOOL => dtype.bits == 8,
-        // DLPack 1.1 fixes the bits of each low-precision code (a consumer
-        // must refuse others); sub-byte ones are held padded, one lane.
-        code => match minifloat_name(code) {
-            Some((_, 8)) => dtype.bits == 8,
-            Some((_, bits)) => return dtype.bits == bits && dtype.lanes == 1,
-            None => false,
-        },
-    };
-    bits_ok && dtype.lanes >= 1
+    let scalar = DLDataType { lanes: 1, ..dtype };
+    DType::from_dlpack(scalar).is_some() && dtype.lanes >= 1 && (dtype.lanes == 1 || !dtype_is_subbyte(dtype))
 }
 
 /// Size in bytes of one element of `dtype` (`bits * lanes / 8`, rounded up).

@@ -200,9 +200,8 @@ pub fn single_kernel_program(dialect_source: &str, name: &str) -> Option<String>
 
 /// Names of every built-in array kernel, as the host and GPU modules define them.
 pub fn all_kernel_names() -> Vec<String> {
-    let dtypes = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64"];
     let mut names = Vec::new();
-    for t in dtypes {
+    for (t, _) in C_TYPES {
         names.extend((1..=MAX_RANK).map(|n| kernel_name("add_index", t, Some(n))));
         names.push(kernel_name("scale", t, None));
         names.push(kernel_name("axpy", t, None));

@@ -28,7 +28,7 @@ use crate::array::DeviceCopyToken;
 use crate::array::{Element, Location, LockId, MemArray, Residency, ShapeError, Transfer};
 use crate::backend::order::{hold_in_order, OrderLock};
 use crate::backend::registry::AnyDevice;
-use crate::backend::{Backend, Device, Stream as BackendStream};
+use crate::backend::{Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
 use crate::with_device;
@@ -58,99 +58,9 @@ pub type Strides = SmallVec<[i64; MAX_RANK]>;
 
 // ---- elements ------------------------------------------------------------------
 
-/// The element types the Python layer stores, with their kernels where the
-/// built-ins have one.
-pub trait Stored: Element {
-    /// `MemArray::add_index`, or `Unsupported` for types without the kernel.
-    fn add_index<const N: usize, D: Device>(
-        a: &mut MemArray<Self, N, D>,
-        s: &BackendStream<D::B>,
-        lock: Option<LockId>,
-    ) -> Result<()>;
-
-    /// `kernels::add_index_async` on raw memory.
-    ///
-    /// # Safety
-    /// As for `crate::kernels::add_index_async`.
-    unsafe fn add_index_raw<const N: usize, D: Device>(
-        d: &D,
-        data: u64,
-        shape: [i64; N],
-        s: &BackendStream<D::B>,
-    ) -> Result<()>;
-}
-
-macro_rules! kernel_elements {
-    ($($t:ty),*) => { $(
-        impl Stored for $t {
-            fn add_index<const N: usize, D: Device>(
-                a: &mut MemArray<Self, N, D>,
-                s: &BackendStream<D::B>,
-                lock: Option<LockId>,
-            ) -> Result<()> {
-                a.add_index(s, lock)
-            }
-            unsafe fn add_index_raw<const N: usize, D: Device>(
-                d: &D,
-                data: u64,
-                shape: [i64; N],
-                s: &BackendStream<D::B>,
-            ) -> Result<()> {
-                // SAFETY: forwarded contract.
-                unsafe { crate::kernels::add_index_async::<D, $t, N>(d, data, shape, s) }
-            }
-        }
-    )* };
-}
-kernel_elements!(i8, i16, i32, i64, u8, u16, u32, u64, half::f16, half::bf16, f32, f64);
-
-macro_rules! storage_elements {
-    ($($t:ty),*) => { $(
-        impl Stored for $t {
-            fn add_index<const N: usize, D: Device>(
-                _: &mut MemArray<Self, N, D>,
-                _: &BackendStream<D::B>,
-                _: Option<LockId>,
-            ) -> Result<()> {
-                Err(no_kernel::<Self, D>())
-            }
-            unsafe fn add_index_raw<const N: usize, D: Device>(
-                _: &D,
-                _: u64,
-                _: [i64; N],
-                _: &BackendStream<D::B>,
-            ) -> Result<()> {
-                Err(no_kernel::<Self, D>())
-            }
-        }
-    )* };
-}
-storage_elements!(bool, num_complex::Complex<half::f16>, num_complex::Complex<f32>, num_complex::Complex<f64>);
-// The DLPack 1.1 low-precision floats: stored, copied, filled and exchanged
-// as bytes; no arithmetic kernel takes them.
-storage_elements!(
-    crate::array::element::Float8E3M4,
-    crate::array::element::Float8E4M3,
-    crate::array::element::Float8E4M3B11Fnuz,
-    crate::array::element::F8E4M3,
-    crate::array::element::Float8E4M3Fnuz,
-    crate::array::element::F8E5M2,
-    crate::array::element::Float8E5M2Fnuz,
-    crate::array::element::Float8E8M0Fnu,
-    crate::array::element::Float6E2M3Fn,
-    crate::array::element::Float6E3M2Fn,
-    crate::array::element::Float4E2M1Fn
-);
-
-/// The error of an arithmetic kernel asked of an element type it has no
-/// instantiation for: names the kernel and the type.
-pub fn no_kernel_for(op: &'static str, dtype: &str, backend: BackendKind) -> Error {
-    Error::NoKernel { op, dtype: dtype.into(), backend }
-}
-
-fn no_kernel<T: Element, D: Device>() -> Error {
-    no_kernel_for("add_index", &crate::array::element::dtype_name(T::DTYPE), <D::B as Backend>::KIND)
-}
+/// The element types the Python layer stores, and the error of a kernel
+/// one lacks: written by the dtype table (`src/array/dtype.rs`).
+pub use crate::array::dtype::{no_kernel_for, Stored};
 
 // ---- owned arrays ------------------------------------------------------------------
 

@@ -7,8 +7,10 @@
 
 use std::fmt;
 
+pub(crate) mod array;
 pub(crate) mod collective;
 pub(crate) mod dlpack;
+pub(crate) mod memory;
 pub mod python;
 
 use dlpack::DLPackError;
@@ -227,15 +229,15 @@ pub enum Error {
 
     /// An array shape, index, slice or stride was not accepted.
     #[error(transparent)]
-    Shape(#[from] crate::array::ShapeError),
+    Shape(#[from] array::ShapeError),
 
     /// A locked array was accessed without its lock id.
     #[error(transparent)]
-    Lock(#[from] crate::array::LockError),
+    Lock(#[from] array::LockError),
 
     /// An array operation needs a copy (host or device) that is not current.
     #[error(transparent)]
-    Residency(#[from] crate::array::ResidencyError),
+    Residency(#[from] array::ResidencyError),
 
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
@@ -243,7 +245,7 @@ pub enum Error {
 
     /// A memory resource refused a block, or broke its contract.
     #[error(transparent)]
-    Memory(#[from] crate::memory::MemoryError),
+    Memory(#[from] memory::MemoryError),
 
     /// A rule of stream capture or graphs was broken (see
     /// [`crate::backend::graph`]); `kind` says which. The stream, the
@@ -379,15 +381,15 @@ pub enum GraphErrorKind {
     /// [`CaptureMode::ThreadLocal`](crate::CaptureMode::ThreadLocal) ended
     /// from a thread other than the one that began it (CUDA's rule, applied
     /// on every backend by the run-time layer's
-    /// [`AnyCapture`](crate::dynamic::graph::AnyCapture)); the capture keeps
+    /// `AnyCapture`, `src/dynamic/graph.rs`); the capture keeps
     /// running and can be ended on its own thread.
     WrongThread,
-    /// A [`GraphSlot`](crate::dynamic::graph_slot::GraphSlot) is capturing
+    /// A `GraphSlot` (`src/dynamic/graph_slot.rs`) is capturing
     /// and the call needs it not to (a replay, an update, a reset, another
     /// capture), or a capture into a slot that already holds a graph.
     Capturing,
     /// A replay or update of a
-    /// [`GraphSlot`](crate::dynamic::graph_slot::GraphSlot) that holds no
+    /// `GraphSlot` (`src/dynamic/graph_slot.rs`) that holds no
     /// captured graph.
     NotCaptured,
 }

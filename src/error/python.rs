@@ -29,7 +29,7 @@ use std::fmt;
 use super::collective::ArgumentError;
 use super::dlpack::DLPackError;
 use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
-use crate::array::{LockError, ShapeError};
+use crate::error::array::{LockError, ShapeError};
 
 /// The Python exception class an [`Error`] raises: one of the package's
 /// classes (each a subclass of `gpuport.GpuError`), or one of the two
@@ -464,7 +464,7 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
 /// of `GpuError` (neither builtin).
 #[doc(hidden)]
 pub fn samples() -> Vec<Error> {
-    use crate::array::{Location, ResidencyError};
+    use crate::error::array::{Location, ResidencyError};
     let mut samples: Vec<Error> = vec![
         LockError::Locked { op: "move_to", held: 7 }.into(),
         LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),

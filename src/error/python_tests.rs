@@ -1,8 +1,8 @@
 //! Tests of `python.rs`: the Python wording and classes of core errors.
 use super::*;
-use crate::array::{Location, ResidencyError};
+use crate::error::array::{Location, ResidencyError};
+use crate::error::memory::MemoryError;
 use crate::error::StoreErrorKind;
-use crate::memory::MemoryError;
 
 /// What the Python suite (`tests/test_soundness.py`) refuses in a message.
 const RUST_FORMS: [&str; 9] =

@@ -30,42 +30,7 @@ impl ResourceId {
     }
 }
 
-/// Why a resource refused a block, or why a resource's answer was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum MemoryError {
-    /// [`MemoryResource::deallocate`](super::MemoryResource::deallocate) was
-    /// given a block the resource did not hand out, or that is not live
-    /// there (freed already, or forged). Nothing was freed; a buffer the
-    /// block carried is leaked rather than freed under a possible user.
-    #[error("memory resource {resource:?} refused {block}: {reason}; nothing was freed")]
-    ForeignBlock {
-        /// The refusing resource's name.
-        resource: &'static str,
-        /// The block, as its `Debug` prints it.
-        block: String,
-        /// What did not match.
-        reason: String,
-    },
-    /// A resource broke the contract of [`MemoryResource`](super::MemoryResource)
-    /// in a way [`Allocator`](super::Allocator) can see (a block shorter than
-    /// requested, of another device, or wrapping around the address space).
-    /// The block was given back to the resource and not handed out.
-    #[error("memory resource {resource:?} broke its contract: {reason}")]
-    ContractViolation {
-        /// The resource's name.
-        resource: &'static str,
-        /// What was wrong.
-        reason: String,
-    },
-    /// Inside [`without_waiting`](super::without_waiting): the allocation
-    /// would have waited for another thread, and nothing changed.
-    #[error("memory resource {resource:?} would have waited for another thread (inside `without_waiting`)")]
-    WouldWait {
-        /// The resource's name.
-        resource: &'static str,
-    },
-}
+pub use crate::error::memory::MemoryError;
 
 /// A piece of device memory as a resource hands it out and takes it back.
 ///

@@ -381,7 +381,7 @@ impl PyMemArray {
         let py = slf.py();
         let np = py.import("numpy")?;
         let dtype = slf.get().meta.dtype;
-        if dtype.is_low_precision_float() || dtype == DType::BFloat16 {
+        if dtype.in_ml_dtypes() {
             return slf.get().low_precision_to_numpy(py, &np, dtype);
         }
         // Always asked for on the CPU: which copy is current can change
@@ -420,11 +420,7 @@ impl PyMemArray {
         } else {
             let np = py.import("numpy")?;
             let Some(nd) = crate::dtype::value_dtype(&np, dtype) else {
-                let hint = if dtype.is_low_precision_float() || dtype == DType::BFloat16 {
-                    " (install ml_dtypes to fill it from numbers)"
-                } else {
-                    ""
-                };
+                let hint = if dtype.in_ml_dtypes() { " (install ml_dtypes to fill it from numbers)" } else { "" };
                 return Err(errors::unsupported_dtype(
                     py,
                     format!(

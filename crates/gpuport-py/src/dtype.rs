@@ -17,14 +17,6 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
     if obj.is_none() {
         return Ok(DType::Float64);
     }
-    let builtins = py.import("builtins")?;
-    for (name, dt) in
-        [("bool", DType::Bool), ("int", DType::Int64), ("float", DType::Float64), ("complex", DType::Complex128)]
-    {
-        if obj.is(&builtins.getattr(name)?) {
-            return Ok(dt);
-        }
-    }
     let mut candidates = Vec::new();
     if let Ok(s) = obj.extract::<String>() {
         candidates.push(s);
@@ -56,7 +48,7 @@ pub const CASTINGS: [&str; 5] = ["no", "equiv", "safe", "same_kind", "unsafe"];
 /// The ml_dtypes scalar type of `d` (`ml_dtypes.float8_e4m3fn`) for the
 /// fp8/fp6/fp4 dtypes and bfloat16, when ml_dtypes is installed (and has it).
 pub fn ml_dtype<'py>(py: Python<'py>, d: DType) -> Option<Bound<'py, PyAny>> {
-    if !d.is_low_precision_float() && d != DType::BFloat16 {
+    if !d.in_ml_dtypes() {
         return None;
     }
     py.import("ml_dtypes").ok()?.getattr(d.name()).ok()
@@ -66,7 +58,7 @@ pub fn ml_dtype<'py>(py: Python<'py>, d: DType) -> Option<Bound<'py, PyAny>> {
 /// bfloat16 and the fp8/fp6/fp4 dtypes, the one ml_dtypes registers, when
 /// it is installed.
 fn numpy_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
-    if d.is_low_precision_float() || d == DType::BFloat16 {
+    if d.in_ml_dtypes() {
         let ml = ml_dtype(np.py(), d)?;
         return np.getattr("dtype").ok()?.call1((ml,)).ok();
     }
@@ -79,7 +71,7 @@ fn numpy_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, Py
 pub fn value_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py, PyAny>> {
     match ml_dtype(np.py(), d) {
         Some(ml) => np.getattr("dtype").ok()?.call1((ml,)).ok(),
-        None if d == DType::BFloat16 => None,
+        None if d.in_ml_dtypes() => None,
         None => numpy_dtype(np, d),
     }
 }
@@ -93,7 +85,7 @@ pub fn low_precision_numpy_dtype(obj: &Bound<'_, PyAny>) -> PyResult<Option<DTyp
         return Ok(None);
     }
     let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
-    Ok(DType::parse(&name).filter(|d| d.is_low_precision_float() || *d == DType::BFloat16))
+    Ok(DType::parse(&name).filter(|d| d.in_ml_dtypes()))
 }
 
 /// `obj` in native byte order, for `asarray`: a NumPy array of the other

@@ -106,6 +106,22 @@ def test_bad_arguments_raise_saying_what_is_accepted():
     assert e.value.kind == "aborted"
 
 
+def test_operand_dtypes_are_named_to_the_extension_as_they_print():
+    # No parser of its own: "torch.float32" and NumPy's names reach DType::parse.
+    class TorchLike:
+        dtype = type("dtype", (), {"__str__": lambda self: "torch.float32"})()
+
+        def numel(self) -> int:
+            return 3
+
+    assert dist._dtype_and_count(TorchLike()) == ("torch.float32", 3)
+    np = __import__("numpy")
+    assert dist._dtype_and_count(np.zeros(4, ">f4")) == (">f4", 4)
+    assert gpuport.MemArray(1, "torch.float32").dtype == "float32"
+    with pytest.raises(gpuport.UnsupportedDTypeError, match="supported dtypes: bool, int8"):
+        gpuport.MemArray(1, ">f4")
+
+
 def test_a_short_recv_buffer_is_refused():
     import numpy as np
 

@@ -62,10 +62,11 @@ def _dtype_and_count(x: Any) -> tuple[str, int]:
         raise TypeError(
             f"{type(x).__name__} has no dtype: pass a gpuport array, a torch or CuPy tensor, or a NumPy-like array"
         )
-    name = str(dtype).replace("torch.", "")
     numel = getattr(x, "numel", None)
     count = int(numel()) if callable(numel) else int(getattr(x, "size"))
-    return name, count
+    # The extension reads the name (``DType::parse``: "float32",
+    # "torch.float32", ">f4" refused as big-endian), as for any dtype it takes.
+    return str(dtype), count
 
 
 def rank_and_size() -> tuple[int, int]:
