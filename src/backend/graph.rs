@@ -325,7 +325,7 @@ fn unregister(id: u64) {
 }
 
 /// Things whose release needs a device-wide wait that a running capture
-/// forbids (memory whose address was handed out: `memory::Held`), kept
+/// forbids (memory whose address was handed out: `memory::GuardedRelease`), kept
 /// until no capture forbids it, with the device they wait for.
 static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
 

@@ -338,7 +338,7 @@ impl AnyCommunicator {
             .into_iter()
             .flatten()
             .filter_map(|o| match o {
-                Operand::Array(AnyArray::Imported(f)) => Some(f.keeper()),
+                Operand::Array(AnyArray::Imported(f)) => Some(f.owner()),
                 _ => None,
             })
             .collect();

@@ -570,11 +570,11 @@ impl AnyArray {
         }
     }
 
-    /// Exports (or other holders) of the array's memory still alive.
+    /// Exports (or other owners) of the array's memory still alive.
     pub fn live_exports(&self) -> usize {
         match self {
             AnyArray::Owned(a) => a.live_exports(),
-            AnyArray::Imported(f) => f.holders(),
+            AnyArray::Imported(f) => f.other_owners(),
         }
     }
 }

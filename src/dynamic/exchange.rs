@@ -102,7 +102,7 @@ impl Export {
             dtype: f.dtype(),
             shape: f.shape().clone(),
             strides: Some(f.strides().clone()),
-            keep: f.keeper(),
+            keep: f.owner(),
             versioned_minor,
             read_only: read_only || f.is_read_only(),
             copied: false,

@@ -19,7 +19,7 @@ use crate::error::{BackendKind, Error, Result};
 use crate::with_device;
 
 /// Another library's memory, imported without a copy and kept alive by its
-/// keeper (the producer's DLPack tensor, or the Python object of a CUDA
+/// owner (the producer's DLPack tensor, or the Python object of a CUDA
 /// Array Interface import).
 pub struct ImportedArray {
     dtype: DType,
@@ -183,12 +183,12 @@ impl ImportedArray {
     pub fn lock(&self) -> Option<u64> {
         self.lock
     }
-    /// What keeps the memory alive; hold a clone while using [`data`](Self::data).
-    pub fn keeper(&self) -> Arc<dyn Send + Sync> {
+    /// The owner that keeps the memory alive; keep a clone while using [`data`](Self::data).
+    pub fn owner(&self) -> Arc<dyn Send + Sync> {
         self.keep.clone()
     }
-    /// Holders of the memory other than the import (exports, views).
-    pub fn holders(&self) -> usize {
+    /// Owners of the memory other than the import (exports, views).
+    pub fn other_owners(&self) -> usize {
         Arc::strong_count(&self.keep) - 1
     }
 

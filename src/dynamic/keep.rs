@@ -1,7 +1,7 @@
 //! Operands of asynchronous work, kept alive until the work has run.
 //!
 //! A binding that enqueues a copy or a launch on memory its caller owns
-//! parks the owners here with [`keep_until_done`]; [`prune`] drops those
+//! keeps the owners here with [`keep_until_done`]; [`prune`] drops those
 //! whose work is complete. The caller decides when to prune (the Python
 //! package does it at each runtime call, with the interpreter lock held, so
 //! the owners it drops are Python objects released under that lock).
@@ -19,11 +19,11 @@
 //!
 //! Work that reaches its stream only when an enclosing call ends (the
 //! collectives of a `Communicator::group`, which the engine enqueues at the
-//! group's end) has its owners parked on the calling thread until then, and
+//! group's end) has its owners kept on the calling thread until then, and
 //! kept from then on: a marker recorded before would complete before the
 //! work ran.
 //!
-//! # Cost per parked operation
+//! # Cost per kept operation
 //!
 //! This runs once per asynchronous call from Python (every launch with
 //! arguments to keep), so it is built to cost little:
@@ -33,11 +33,11 @@
 //!   whose earlier record has completed and whose owners were dropped, so a
 //!   GPU records an event that exists instead of creating and destroying
 //!   one per call.
-//! - Parked operations sit in one queue per stream (a *lane*), oldest
+//! - Kept operations sit in one queue per stream (a *lane*), oldest
 //!   first. A stream runs its work in order, so its markers complete in the
 //!   order they were recorded: [`prune`] asks the oldest marker of each lane
 //!   and stops at the first that is not complete, instead of asking every
-//!   parked operation's event (one query per busy stream, plus one per
+//!   kept operation's event (one query per busy stream, plus one per
 //!   operation it releases).
 //!
 //! # Soundness
@@ -49,7 +49,7 @@
 //! lane's scan at the first incomplete marker only keeps owners longer: it
 //! never releases anything whose marker was not seen complete. An event
 //! returns to the pool only after its record was seen complete and its
-//! entry removed, so no parked operation refers to it any more when it is
+//! entry removed, so no kept operation refers to it any more when it is
 //! recorded again.
 
 use std::cell::RefCell;
@@ -60,19 +60,19 @@ use super::graph::StreamKey;
 use super::stream::{AnyEvent, AnyStream};
 use crate::error::{BackendKind, Result};
 
-struct Parked {
+struct Kept {
     done: AnyEvent,
     _owners: Box<dyn Send>,
 }
 
-/// The parked operations of one stream, oldest first.
+/// The kept operations of one stream, oldest first.
 struct Lane {
     /// `None` for streams the backend cannot tell apart: such a lane's
     /// markers may come from several streams, so every one is asked.
     key: Option<StreamKey>,
     backend: BackendKind,
     ordinal: usize,
-    queue: VecDeque<Parked>,
+    queue: VecDeque<Kept>,
 }
 
 struct State {
@@ -122,17 +122,17 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
     let done = stream.record_marker(reuse)?;
     let key = stream.key();
     let mut st = state();
-    let parked = Parked { done, _owners: owners };
+    let kept = Kept { done, _owners: owners };
     match key.and_then(|k| st.lanes.iter_mut().find(|l| l.key == Some(k))) {
-        Some(lane) => lane.queue.push_back(parked),
+        Some(lane) => lane.queue.push_back(kept),
         None => {
             let lane = match key {
                 Some(_) => None,
                 None => st.lanes.iter_mut().find(|l| l.key.is_none() && l.backend == backend && l.ordinal == ordinal),
             };
             match lane {
-                Some(lane) => lane.queue.push_back(parked),
-                None => st.lanes.push(Lane { key, backend, ordinal, queue: VecDeque::from([parked]) }),
+                Some(lane) => lane.queue.push_back(kept),
+                None => st.lanes.push(Lane { key, backend, ordinal, queue: VecDeque::from([kept]) }),
             }
         }
     }
@@ -198,7 +198,7 @@ fn keep_deferred() -> Result<()> {
 }
 
 /// [`keep_until_done`] for work that reaches `stream` when this thread's
-/// open [`deferring`] scope ends: parked until then. Outside a scope, at once.
+/// open [`deferring`] scope ends: kept until then. Outside a scope, at once.
 pub(crate) fn keep_at_scope_end(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> {
     let owners = DEFERRED.with(|d| match d.borrow_mut().as_mut() {
         Some(list) => {
@@ -225,10 +225,10 @@ fn may_query(backend: BackendKind, ordinal: usize) -> bool {
 /// counts as complete: its device failed, and nothing will run). Work on a
 /// device where a capture forbids event queries is left for a later prune.
 ///
-/// Asks the oldest marker of each stream with parked work, and the next
+/// Asks the oldest marker of each stream with kept work, and the next
 /// ones only while they are complete (see the module docs).
 pub fn prune() {
-    let mut released: Vec<Parked> = Vec::new();
+    let mut released: Vec<Kept> = Vec::new();
     {
         // No capture begins between `may_query` and the queries (`gate.rs`).
         let _section = crate::backend::graph::device_wide_section();
@@ -267,11 +267,11 @@ pub fn prune() {
             !lane.queue.is_empty()
         });
     }
-    // Dropped outside the lock: an owner's drop may park more work.
+    // Dropped outside the lock: an owner's drop may keep more work.
     drop(released);
 }
 
-/// Number of parked operations, completed or not.
+/// Number of kept operations, completed or not.
 pub fn pending() -> usize {
     state().lanes.iter().map(|l| l.queue.len()).sum()
 }

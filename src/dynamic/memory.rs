@@ -412,27 +412,27 @@ pub unsafe fn pin(dev: &AnyDevice, ptr: *mut u8, len: usize, mapped: bool) -> Re
     with_device!(dev, d => Ok(wrap::<_, Registrations>(d, unsafe { resources(d)?.allocator.pin(ptr, len, mapped) }?)))
 }
 
-/// Allocations held by address until released, for C interfaces that free
-/// by pointer (PyTorch's `CUDAPluggableAllocator`).
-fn held() -> &'static Mutex<HashMap<u64, AnyAllocation>> {
-    static HELD: OnceLock<Mutex<HashMap<u64, AnyAllocation>>> = OnceLock::new();
-    HELD.get_or_init(Default::default)
+/// Allocations kept by address until released, for C interfaces that free
+/// by pointer (PyTorch's `CUDAPluggableAllocator`, CuPy's allocator hook).
+fn kept_by_address() -> &'static Mutex<HashMap<u64, AnyAllocation>> {
+    static KEPT: OnceLock<Mutex<HashMap<u64, AnyAllocation>>> = OnceLock::new();
+    KEPT.get_or_init(Default::default)
 }
 
-/// Keeps `a` until [`release_held`] is called with its address; returns it.
-pub fn hold(a: AnyAllocation) -> u64 {
+/// Keeps `a` until [`release_by_address`] is called with its address; returns it.
+pub fn keep_by_address(a: AnyAllocation) -> u64 {
     let ptr = a.ptr();
-    held().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, a);
+    kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, a);
     ptr
 }
 
-/// Frees the allocation [`hold`] keeps at `ptr`; false if there is none.
-pub fn release_held(ptr: u64) -> bool {
-    let a = held().lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+/// Frees the allocation [`keep_by_address`] keeps at `ptr`; false if there is none.
+pub fn release_by_address(ptr: u64) -> bool {
+    let a = kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
     a.is_some()
 }
 
-/// Number of allocations [`hold`] keeps.
-pub fn held_count() -> usize {
-    held().lock().unwrap_or_else(|p| p.into_inner()).len()
+/// Number of allocations [`keep_by_address`] keeps.
+pub fn kept_by_address_count() -> usize {
+    kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).len()
 }

@@ -40,7 +40,7 @@ use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind, PeerDevice};
 use crate::error::{BackendKind, Error, Result};
-use crate::memory::{pageable_copier, Held, PageableCopier, PinnedFlags};
+use crate::memory::{pageable_copier, GuardedRelease, PageableCopier, PinnedFlags};
 use crate::with_device;
 
 /// Where a range's memory lives, as far as the object that named it knows.
@@ -676,7 +676,7 @@ fn alloc_on<D: DynDevice>(d: &Arc<D>, kind: MemoryKind, size: usize) -> Result<(
         MemoryKind::Pinned => {
             let b = resources(d)?.allocator.alloc_pinned(size, PinnedFlags::PORTABLE)?;
             let ptr = b.as_slice().as_ptr() as usize as u64;
-            (ptr, kind, Box::new(Held::new(b, d, true)))
+            (ptr, kind, Box::new(GuardedRelease::new(b, d, true)))
         }
         MemoryKind::Managed => {
             let b = d.alloc_managed(size)?;
@@ -684,7 +684,7 @@ fn alloc_on<D: DynDevice>(d: &Arc<D>, kind: MemoryKind, size: usize) -> Result<(
         }
         MemoryKind::Device | MemoryKind::Host => {
             let a = resources(d)?.allocator.alloc(size, d.default_stream())?;
-            (a.device_ptr(), MemoryKind::Device, Box::new(Held::new(a, d, true)))
+            (a.device_ptr(), MemoryKind::Device, Box::new(GuardedRelease::new(a, d, true)))
         }
     })
 }

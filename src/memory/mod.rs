@@ -79,13 +79,13 @@
 //! `MemArray` marks such memory exported, and when it is finally released
 //! synchronizes the whole device (`Device::synchronize_device`, what a
 //! synchronous `cudaFree` implies) before returning it to the resource; see
-//! [`Held`], which the Python `runtime.malloc` uses too.
+//! [`GuardedRelease`], which the Python `runtime.malloc` uses too.
 
 mod allocation;
 mod block;
 mod current;
 pub mod ext;
-mod held;
+mod guarded_release;
 pub(crate) mod host_copy;
 pub mod ipc;
 mod ipc_handle;
@@ -104,7 +104,7 @@ pub use allocation::{Allocator, DeferCleanup, DeviceAllocation, StreamUse};
 pub use block::{Block, MemoryError, ResourceId, SHARED_SERIAL};
 pub use current::{current_resource, release_all, set_current_resource};
 pub use ext::MemoryDevice;
-pub use held::Held;
+pub use guarded_release::GuardedRelease;
 pub use ipc::{allow_pool_importers, imported_pool_count, PoolImporters};
 pub use ipc_handle::{IpcHandle, IpcKind};
 pub use ipc_memory::{open_ipc, IpcMemory};

@@ -42,7 +42,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PySlice, PyTuple, PyType};
 
-use crate::buffer::{Acquired, HeldBuffer};
+use crate::buffer::{Acquired, BufferExport};
 use crate::cai::{itemsize_of, layout, CaiDesc, ReadInterface};
 use crate::dlpack::{take_capsule, Producer};
 use crate::errors::IntoPyResult;
@@ -50,9 +50,9 @@ use crate::errors::IntoPyResult;
 // ---- what a pointer argument resolved to -----------------------------------------
 
 /// Something a `Ptr` keeps alive.
-pub enum Keep {
+pub enum Owner {
     Obj(#[allow(dead_code)] Py<PyAny>),
-    Buf(#[allow(dead_code)] HeldBuffer),
+    Buf(#[allow(dead_code)] BufferExport),
     Alloc(Arc<RawAllocation>),
     Dl(#[allow(dead_code)] Producer),
 }
@@ -71,12 +71,12 @@ pub struct Ptr {
     /// range (a strided view): fine as an address, refused by copies.
     pub strided: Option<String>,
     pub writable: bool,
-    pub keep: Vec<Keep>,
+    pub owners: Vec<Owner>,
 }
 
 impl Ptr {
     pub fn null() -> Ptr {
-        Ptr { addr: 0, space: Place::Null, len: None, size: None, strided: None, writable: false, keep: Vec::new() }
+        Ptr { addr: 0, space: Place::Null, len: None, size: None, strided: None, writable: false, owners: Vec::new() }
     }
 
     /// A raw address: recognized when it lies inside a live allocation.
@@ -99,26 +99,26 @@ impl Ptr {
     pub fn in_alloc(addr: u64, a: Arc<RawAllocation>) -> Ptr {
         let space = a.place();
         let len = a.ptr().saturating_add(a.len() as u64).saturating_sub(addr) as usize;
-        Ptr { space, len: Some(len), writable: true, keep: vec![Keep::Alloc(a)], ..Ptr::null_at(addr) }
+        Ptr { space, len: Some(len), writable: true, owners: vec![Owner::Alloc(a)], ..Ptr::null_at(addr) }
     }
 
-    /// Held memory of `len` bytes (a buffer, a DLPack tensor, a C array).
-    pub fn held_at(addr: u64, space: Place, len: usize, writable: bool, keep: Vec<Keep>) -> Ptr {
-        Ptr { space, len: Some(len), size: Some(len), writable, keep, ..Ptr::null_at(addr) }
+    /// Kept memory of `len` bytes (a buffer, a DLPack tensor, a C array).
+    pub fn kept_at(addr: u64, space: Place, len: usize, writable: bool, owners: Vec<Owner>) -> Ptr {
+        Ptr { space, len: Some(len), size: Some(len), writable, owners, ..Ptr::null_at(addr) }
     }
 
     /// Whether the memory is known and kept alive (safe to touch from the host side).
-    pub fn held(&self) -> bool {
+    pub fn is_kept(&self) -> bool {
         self.len.is_some()
     }
 
     /// The range for the core's copies and memsets ([`gpuport::dynamic::raw`]).
     pub fn range(&self) -> RawRange {
         // SAFETY: `len` is `Some` only for memory this `Ptr` keeps alive
-        // through `keep` (a buffer export, a DLPack tensor, an allocation),
+        // through `owners` (a buffer export, a DLPack tensor, an allocation),
         // writable only where the object allows writes; a caller keeps the
         // `Ptr` until its work has run (a synchronous call waits, an async
-        // one parks it with `keep::keep_until_done`). A range not held is a
+        // one hands it to `keep::keep_until_done`). A range not kept is a
         // bare address taken at the caller's word, as in HIP Python.
         unsafe { RawRange::new(self.addr, self.space.clone(), self.len, self.size, self.writable) }
     }
@@ -140,12 +140,12 @@ impl Ptr {
 
     /// Another `Ptr` to the same memory (buffers are kept through `obj`).
     fn share(&self, obj: &Bound<'_, PyAny>) -> Ptr {
-        let allocs = self.keep.iter().filter(|k| matches!(k, Keep::Alloc(_))).count();
-        let mut keep: Vec<Keep> = Vec::with_capacity(1 + allocs);
-        keep.push(Keep::Obj(obj.clone().unbind()));
-        for k in &self.keep {
-            if let Keep::Alloc(a) = k {
-                keep.push(Keep::Alloc(a.clone()));
+        let allocs = self.owners.iter().filter(|k| matches!(k, Owner::Alloc(_))).count();
+        let mut owners: Vec<Owner> = Vec::with_capacity(1 + allocs);
+        owners.push(Owner::Obj(obj.clone().unbind()));
+        for k in &self.owners {
+            if let Owner::Alloc(a) = k {
+                owners.push(Owner::Alloc(a.clone()));
             }
         }
         Ptr {
@@ -155,7 +155,7 @@ impl Ptr {
             size: self.size,
             strided: self.strided.clone(),
             writable: self.writable,
-            keep,
+            owners,
         }
     }
 }
@@ -314,19 +314,19 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             None => {}
         }
         p.writable = !desc.read_only;
-        p.keep.push(Keep::Obj(obj.clone().unbind()));
+        p.owners.push(Owner::Obj(obj.clone().unbind()));
         return Ok(p);
     }
     // 6. the buffer protocol
-    match HeldBuffer::acquire(obj)? {
-        Acquired::Held(b) => {
+    match BufferExport::acquire(obj)? {
+        Acquired::Contiguous(b) => {
             let (addr, len, writable) = (b.addr(), b.byte_len(), b.writable());
-            return Ok(Ptr::held_at(
+            return Ok(Ptr::kept_at(
                 addr,
                 Place::Host,
                 len,
                 writable,
-                vec![Keep::Buf(b), Keep::Obj(obj.clone().unbind())],
+                vec![Owner::Buf(b), Owner::Obj(obj.clone().unbind())],
             ));
         }
         Acquired::NotContiguous(layout, err) => {
@@ -380,8 +380,8 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             },
             other => return Err(PyValueError::new_err(format!("DLPack device type {} is not supported", other.0))),
         };
-        let keep = vec![Keep::Dl(prod), Keep::Obj(obj.clone().unbind())];
-        let mut p = Ptr::held_at(addr, space, nbytes, writable, keep);
+        let owners = vec![Owner::Dl(prod), Owner::Obj(obj.clone().unbind())];
+        let mut p = Ptr::kept_at(addr, space, nbytes, writable, owners);
         if matches!(p.space, Place::Device(None)) {
             p.len = None; // managed memory of a device we cannot open: size known, not held
         }

@@ -30,7 +30,7 @@ fn host_array<T: Copy>(v: &[T]) -> Ptr {
     if v.is_empty() {
         return Ptr::null();
     }
-    Ptr::held_at(v.as_ptr() as usize as u64, Place::Host, std::mem::size_of_val(v), false, Vec::new())
+    Ptr::kept_at(v.as_ptr() as usize as u64, Place::Host, std::mem::size_of_val(v), false, Vec::new())
 }
 
 macro_rules! list_of_numbers {
@@ -430,7 +430,7 @@ pub fn kernel_args_of(args: &[Arg]) -> gpuport::KernelArgs {
 /// clones them into its task), and raw unknown addresses and NULL have no
 /// owner gpuport could keep.
 pub fn holds_memory(args: &[Arg]) -> bool {
-    args.iter().any(|a| matches!(a, Arg::Pointer(p) if !p.keep.is_empty()))
+    args.iter().any(|a| matches!(a, Arg::Pointer(p) if !p.owners.is_empty()))
 }
 
 impl PyKernelArgs {

@@ -496,7 +496,7 @@ impl PyMemArray {
                 if !is_host_accessible(f.dl().device_type) || !f.is_row_major() {
                     return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
                 }
-                (f.data(), f.keeper())
+                (f.data(), f.owner())
             }
         };
         if n == 0 {

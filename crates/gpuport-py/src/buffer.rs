@@ -57,29 +57,29 @@ const PYBUF_ND: c_int = 0x0008;
 const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
 const PYBUF_ANY_CONTIGUOUS: c_int = 0x0080 | PYBUF_STRIDES;
 
-/// A buffer export held until drop (then released, under the GIL).
-pub struct HeldBuffer {
+/// A buffer export, kept until drop (then released, under the GIL).
+pub struct BufferExport {
     view: Box<RawBuffer>,
 }
 
 // SAFETY: the view is only touched in `acquire` and in `Drop`, both with the
 // GIL held; the address it exposes is plain data.
-unsafe impl Send for HeldBuffer {}
+unsafe impl Send for BufferExport {}
 // SAFETY: as above; shared references never touch the view.
-unsafe impl Sync for HeldBuffer {}
+unsafe impl Sync for BufferExport {}
 
-/// What `HeldBuffer::acquire` found.
+/// What `BufferExport::acquire` found.
 pub enum Acquired {
     /// `obj` exports no buffer.
     NoBuffer,
-    /// A contiguous buffer, held.
-    Held(HeldBuffer),
+    /// A contiguous buffer, kept until drop.
+    Contiguous(BufferExport),
     /// A buffer that is not contiguous: its shape and strides in words, and
     /// the error the contiguous request raised.
     NotContiguous(String, PyErr),
 }
 
-impl HeldBuffer {
+impl BufferExport {
     /// Acquires a contiguous (C or Fortran order) buffer of `obj`, writable
     /// if it can be.
     pub fn acquire(obj: &Bound<'_, PyAny>) -> PyResult<Acquired> {
@@ -93,7 +93,7 @@ impl HeldBuffer {
             // SAFETY: `view` is a writable `Py_buffer`; on success it must be
             // released once, which `Drop` does.
             if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } == 0 {
-                return Ok(Acquired::Held(HeldBuffer { view }));
+                return Ok(Acquired::Contiguous(BufferExport { view }));
             }
             let err = PyErr::fetch(py);
             if flags & PYBUF_WRITABLE == 0 {
@@ -166,7 +166,7 @@ fn strided_layout(obj: &Bound<'_, PyAny>) -> Option<String> {
     Some(desc)
 }
 
-impl Drop for HeldBuffer {
+impl Drop for BufferExport {
     fn drop(&mut self) {
         Python::attach(|_| {
             // SAFETY: the view was filled by a successful `PyObject_GetBuffer`

@@ -100,7 +100,7 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
     // names it only during this call (see crates/gpuport-py/src/memory.rs).
     let stream = unsafe { AnyStream::borrow(&dev, handle) }.py_err(py)?;
     let a = core_memory::alloc(&dev, size, &stream).map_err(|e| cupy_error(py, &dev, e, size))?;
-    Ok(core_memory::hold(a))
+    Ok(core_memory::keep_by_address(a))
 }
 
 /// gpuport's error as CuPy raises its own: out of memory (after the pool's
@@ -165,7 +165,7 @@ pub extern "C" fn gpuport_cupy_free(_param: *mut c_void, ptr: *mut c_void, _devi
     if ptr == FAILED || ptr.is_null() {
         return;
     }
-    let _ = catch_unwind(|| core_memory::release_held(ptr as usize as u64));
+    let _ = catch_unwind(|| core_memory::release_by_address(ptr as usize as u64));
 }
 
 /// Installs CuPy's stream function and backend; returns the addresses of

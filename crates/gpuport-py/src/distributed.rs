@@ -19,7 +19,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::adapters::{to_range, Keep, Ptr};
+use crate::adapters::{to_range, Owner, Ptr};
 use crate::array::ReplayedArray;
 use crate::device::{resolve_device, resolve_stream, stream_choice, PyDevice};
 use crate::dtype::dtype_from_py;
@@ -197,7 +197,7 @@ impl<'py> PyOperand<'py> {
     fn into_kept(self) -> Ptr {
         match self {
             PyOperand::Raw(p) => p,
-            PyOperand::Array(a) => Ptr { keep: vec![Keep::Obj(a.into_any().unbind())], ..Ptr::null() },
+            PyOperand::Array(a) => Ptr { owners: vec![Owner::Obj(a.into_any().unbind())], ..Ptr::null() },
         }
     }
 }

@@ -666,7 +666,7 @@ pub fn launch_kernel(
             let owners: Vec<Ptr> = list
                 .into_iter()
                 .filter_map(|a| match a {
-                    Arg::Pointer(p) if !p.keep.is_empty() => Some(p),
+                    Arg::Pointer(p) if !p.owners.is_empty() => Some(p),
                     _ => None,
                 })
                 .collect();

@@ -45,7 +45,7 @@ fn torch_malloc(size: isize, device: c_int, stream: usize) -> gpuport::Result<*m
     // SAFETY: PyTorch passes the live stream it allocates on (0: default).
     let s = unsafe { AnyStream::borrow(&dev, stream) }?;
     let a = core_memory::alloc(&dev, size, &s)?;
-    Ok(core_memory::hold(a) as usize as *mut c_void)
+    Ok(core_memory::keep_by_address(a) as usize as *mut c_void)
 }
 
 /// Copies `text` into `message` (`capacity` bytes), cut to fit, NUL-ended.
@@ -109,13 +109,13 @@ pub extern "C-unwind" fn gpuport_torch_malloc(size: isize, device: c_int, stream
 #[no_mangle]
 pub extern "C" fn gpuport_torch_free(ptr: *mut c_void, _size: isize, _device: c_int, _stream: *mut c_void) {
     let ptr = ptr as usize as u64;
-    let _ = catch_unwind(|| core_memory::release_held(ptr));
+    let _ = catch_unwind(|| core_memory::release_by_address(ptr));
 }
 
 /// Number of live allocations made through [`gpuport_torch_malloc`].
 #[no_mangle]
 pub extern "C" fn gpuport_torch_live_count() -> usize {
-    catch_unwind(core_memory::held_count).unwrap_or(0)
+    catch_unwind(core_memory::kept_by_address_count).unwrap_or(0)
 }
 
 /// Names of the C functions for `CUDAPluggableAllocator`.

@@ -9,7 +9,7 @@ use super::Exportable;
 use crate::array::Element;
 use crate::backend::{Backend, Device, HostMemory};
 use crate::error::{BackendKind, Error, Result};
-use crate::memory::{current_resource, Held, PinnedFlags};
+use crate::memory::{current_resource, GuardedRelease, PinnedFlags};
 
 /// The host copy: a heap block shared between the array and its DLPack
 /// exports, so an export keeps it alive after the array is dropped.
@@ -80,7 +80,7 @@ impl<T: Element> HostStorage<T> {
             return None;
         }
         // The block's address does not move with `pinned`.
-        Some((ptr.cast::<T>(), Box::new(Held::new(pinned, device, false))))
+        Some((ptr.cast::<T>(), Box::new(GuardedRelease::new(pinned, device, false))))
     }
 
     /// The host mirror for an array on `device`: pinned memory of the
@@ -272,7 +272,7 @@ impl<T: Element> HostStorage<T> {
 impl<T> Drop for HostStorage<T> {
     fn drop(&mut self) {
         if let Some(pinned) = self.pinned.take() {
-            drop(pinned); // back to the resource's pinned pool (see `memory::Held`)
+            drop(pinned); // back to the resource's pinned pool (see `memory::GuardedRelease`)
             return;
         }
         // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[T]>` in

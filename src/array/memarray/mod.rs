@@ -46,11 +46,11 @@ use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
 use crate::kernels::{self, Scalar};
-use crate::memory::{current_resource, DeviceAllocation, Held, StreamUse};
+use crate::memory::{current_resource, DeviceAllocation, GuardedRelease, StreamUse};
 use crate::HostDevice;
 
 mod capture;
-mod external;
+mod device_data;
 mod host_storage;
 mod peer;
 mod replay;
@@ -123,15 +123,15 @@ trait Exportable: Send + Sync {
     fn mark_exported(&self);
 }
 
-impl<M: Send + Sync + 'static, D: Device> Exportable for Held<M, D> {
+impl<M: Send + Sync + 'static, D: Device> Exportable for GuardedRelease<M, D> {
     fn mark_exported(&self) {
-        Held::mark_exported(self);
+        GuardedRelease::mark_exported(self);
     }
 }
 
 /// The device copy: an allocation of the device's current resource, held
 /// by the array and its exports (through an `Arc`).
-type DeviceCopy<D> = Held<DeviceAllocation<<D as Device>::B>, D>;
+type DeviceCopy<D> = GuardedRelease<DeviceAllocation<<D as Device>::B>, D>;
 
 impl<D: Device> DeviceCopy<D> {
     /// Marks the copy exported and returns its address, for handing out.
@@ -149,7 +149,7 @@ impl<D: Device> fmt::Debug for DeviceCopy<D> {
 
 /// The device copy is memory of the device's backend, so kernels and copies
 /// take it (or a [`StreamUse`] of it) directly.
-// SAFETY: forwards the allocation's answers; `Held` owns the allocation.
+// SAFETY: forwards the allocation's answers; `GuardedRelease` owns the allocation.
 unsafe impl<D: Device> DeviceMemory for DeviceCopy<D> {
     type B = D::B;
     fn len(&self) -> usize {
@@ -508,7 +508,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     /// A new device-copy-sized allocation of the current resource on `stream`.
     fn alloc_device_copy(&self, stream: &Stream<D::B>, exported: bool) -> Result<DeviceCopy<D>> {
         let memory = current_resource::<D::B>(&self.device)?.alloc(self.len * std::mem::size_of::<T>(), stream)?;
-        Ok(Held::new(memory, &self.device, exported))
+        Ok(GuardedRelease::new(memory, &self.device, exported))
     }
 
     /// A copy of the device copy, made on the default stream (where the new
@@ -519,7 +519,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         let mut memory = current_resource::<D::B>(&self.device)?.alloc(src.len(), stream)?;
         let from = src.use_on(stream)?;
         self.device.copy_device(&from, 0, &mut memory, 0, src.len())?;
-        Ok(Some(Held::new(memory, &self.device, exported)))
+        Ok(Some(GuardedRelease::new(memory, &self.device, exported)))
     }
 
     /// Makes the copy at `to` current, copying on `stream` if it is not.

@@ -9,7 +9,7 @@ use super::{DeviceCopy, Location, MemArray};
 use crate::array::{Element, LockId};
 use crate::backend::{PeerDevice, Stream};
 use crate::error::Result;
-use crate::memory::{current_resource, Held};
+use crate::memory::{current_resource, GuardedRelease};
 
 impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
     /// Moves the array to `device`, another device of its backend, in the
@@ -104,6 +104,6 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
             let _ = device.synchronize(stream);
             return Err(e);
         }
-        Ok(Held::new(memory, device, false))
+        Ok(GuardedRelease::new(memory, device, false))
     }
 }

@@ -1,4 +1,4 @@
-//! [`Held`]: memory whose release waits for the whole device once its
+//! [`GuardedRelease`]: memory whose release waits for the whole device once its
 //! address has been handed to code we do not see.
 
 use std::mem::ManuallyDrop;
@@ -20,16 +20,20 @@ use crate::backend::Device;
 /// `MemArray` holds its device copy and pinned host block in one; the
 /// Python `gpuport.runtime.malloc` holds its memory in one, exported from
 /// the start.
-pub struct Held<M: Send + Sync + 'static, D: Device> {
+pub struct GuardedRelease<M: Send + Sync + 'static, D: Device> {
     memory: ManuallyDrop<M>,
     device: Arc<D>,
     exported: AtomicBool,
 }
 
-impl<M: Send + Sync + 'static, D: Device> Held<M, D> {
+impl<M: Send + Sync + 'static, D: Device> GuardedRelease<M, D> {
     /// Holds `memory` of `device`; `exported` says its address is already out.
     pub fn new(memory: M, device: &Arc<D>, exported: bool) -> Self {
-        Held { memory: ManuallyDrop::new(memory), device: device.clone(), exported: AtomicBool::new(exported) }
+        GuardedRelease {
+            memory: ManuallyDrop::new(memory),
+            device: device.clone(),
+            exported: AtomicBool::new(exported),
+        }
     }
 
     /// Records that the memory's address was handed out.
@@ -43,14 +47,14 @@ impl<M: Send + Sync + 'static, D: Device> Held<M, D> {
     }
 }
 
-impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for Held<M, D> {
+impl<M: Send + Sync + 'static, D: Device> std::ops::Deref for GuardedRelease<M, D> {
     type Target = M;
     fn deref(&self) -> &M {
         &self.memory
     }
 }
 
-impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
+impl<M: Send + Sync + 'static, D: Device> Drop for GuardedRelease<M, D> {
     fn drop(&mut self) {
         if *self.exported.get_mut() {
             match self.device.synchronize_device() {
@@ -59,7 +63,7 @@ impl<M: Send + Sync + 'static, D: Device> Drop for Held<M, D> {
                     // SAFETY: `memory` is taken once, here, and not used
                     // afterwards (the drop below is skipped).
                     let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
-                    let later = Held::new(memory, &self.device, true);
+                    let later = GuardedRelease::new(memory, &self.device, true);
                     let info = self.device.info();
                     crate::backend::graph::defer_until_device_waits_allowed(
                         info.backend,
