@@ -145,7 +145,8 @@ fn held_mut(bytes: &mut [u8]) -> gpuport::dynamic::raw::RawRange {
 
 #[test]
 fn raw_copies_check_every_operand_before_touching_memory() {
-    use gpuport::dynamic::raw::{self, Place, RawRange, Side};
+    use gpuport::array::Location;
+    use gpuport::dynamic::raw::{self, Place, RawRange};
     let dev = host();
     let s = AnyStream::default_for(&dev);
     let src = vec![5u8; 32];
@@ -157,7 +158,7 @@ fn raw_copies_check_every_operand_before_touching_memory() {
     assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{e}");
     assert!(e.to_string().contains("32 bytes exceed the 16 bytes"), "{e}");
     // A read-only destination.
-    let e = raw::copy(&dev, &s, &r, &d, 16, Some((Side::Host, Side::Host)), true).unwrap_err();
+    let e = raw::copy(&dev, &s, &r, &d, 16, Some((Location::Host, Location::Host)), true).unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
     // A bare host address is never dereferenced.
     // SAFETY: not held: the core must refuse to read it on the host.
@@ -226,7 +227,8 @@ fn a_raw_import_is_checked_before_its_memory_is_trusted() {
 
 #[test]
 fn read_only_device_memory_is_a_source_never_a_destination() {
-    use gpuport::dynamic::raw::{self, Place, RawRange, Side};
+    use gpuport::array::Location;
+    use gpuport::dynamic::raw::{self, Place, RawRange};
     let dev = host();
     let s = AnyStream::default_for(&dev);
     let ro = vec![7u8; 8];
@@ -238,7 +240,8 @@ fn read_only_device_memory_is_a_source_never_a_destination() {
     let rw_dev =
         unsafe { RawRange::new(rw.as_mut_ptr() as u64, Place::Device(Some(dev.clone())), Some(8), None, true) };
     let host_src = held(&ro);
-    for (dir, src) in [((Side::Device, Side::Device), &rw_dev), ((Side::Host, Side::Device), &host_src)] {
+    for (dir, src) in [((Location::Device, Location::Device), &rw_dev), ((Location::Host, Location::Device), &host_src)]
+    {
         let e = raw::copy(&dev, &s, &ro_dev, src, 8, Some(dir), true).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{dir:?}: {e}");
         assert!(e.to_string().contains("read-only") && e.to_string().contains("source"), "{e}");
@@ -246,7 +249,7 @@ fn read_only_device_memory_is_a_source_never_a_destination() {
     let e = raw::memset(&dev, &s, &ro_dev, 1, 8, true).unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
     assert_eq!(ro, [7u8; 8]);
-    raw::copy(&dev, &s, &rw_dev, &ro_dev, 8, Some((Side::Device, Side::Device)), true).unwrap();
+    raw::copy(&dev, &s, &rw_dev, &ro_dev, 8, Some((Location::Device, Location::Device)), true).unwrap();
     s.synchronize().unwrap(); // `sync` says the caller waits for the stream
     drop(rw_dev);
     assert_eq!(rw, [7u8; 8]);

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, Weak};
 use super::any::{same_device, DynDevice};
 use super::memory::resources;
 use super::stream::AnyStream;
+use crate::array::Location;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind, PeerDevice};
 use crate::error::{BackendKind, Error, Result};
@@ -81,15 +82,6 @@ impl Place {
             _ => None,
         }
     }
-}
-
-/// Which side of a copy an operand is on.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Side {
-    /// Memory the host reads and writes.
-    Host,
-    /// Memory a device's copy engine reads and writes.
-    Device,
 }
 
 /// A range of memory named by address, with what is known of it.
@@ -162,14 +154,15 @@ impl RawRange {
         }
     }
 
-    /// The side a copy on `dev` reads or writes this range from, inferred
+    /// Where a copy on `dev` reads or writes this range: host memory the
+    /// host touches, or memory the device's copy engine reaches. Inferred
     /// from its place; `what` names the operand in the error.
-    pub fn side(&self, dev: &AnyDevice, what: &'static str) -> Result<Side> {
+    pub fn location(&self, dev: &AnyDevice, what: &'static str) -> Result<Location> {
         Ok(match &self.place {
-            Place::Host | Place::Pinned(_) => Side::Host,
-            Place::Device(_) | Place::Managed(_) => Side::Device,
+            Place::Host | Place::Pinned(_) => Location::Host,
+            Place::Device(_) | Place::Managed(_) => Location::Device,
             Place::Null => return Err(invalid(what, "is NULL".into())),
-            Place::Unknown if dev.backend() == BackendKind::Host => Side::Device,
+            Place::Unknown if dev.backend() == BackendKind::Host => Location::Device,
             Place::Unknown => {
                 return Err(invalid(
                     what,
@@ -340,7 +333,7 @@ pub fn copy(
     dst: &RawRange,
     src: &RawRange,
     size: usize,
-    dir: Option<(Side, Side)>,
+    dir: Option<(Location, Location)>,
     sync: bool,
 ) -> Result<()> {
     dst.check_size(size, "dst")?;
@@ -350,11 +343,11 @@ pub fn copy(
     }
     let dir = match dir {
         Some(d) => d,
-        None => (src.side(dev, "src")?, dst.side(dev, "dst")?),
+        None => (src.location(dev, "src")?, dst.location(dev, "dst")?),
     };
     // Device memory of two devices: a peer copy, on the stream of `dev`
     // (one of the two, else `copy_peer` says so).
-    if dir == (Side::Device, Side::Device) {
+    if dir == (Location::Device, Location::Device) {
         if let (Some(sd), Some(dd)) = (src.place.device(), dst.place.device()) {
             if !same_device(&sd, &dd) {
                 return copy_peer(stream, dst, &dd, src, &sd, size);
@@ -459,12 +452,12 @@ fn copy_on<D: DynDevice>(
     dst: &RawRange,
     src: &RawRange,
     size: usize,
-    dir: (Side, Side),
+    dir: (Location, Location),
     sync: bool,
 ) -> Result<()> {
     let st = s.of(d)?;
     match dir {
-        (Side::Host, Side::Host) => {
+        (Location::Host, Location::Host) => {
             let from = src.host_ptr(size, "src", false)?;
             let to = dst.host_ptr(size, "dst", true)?;
             s.refuse_in_capture(if sync { "memcpy" } else { "memcpy_async" }, HOST_SIDE)?;
@@ -475,7 +468,7 @@ fn copy_on<D: DynDevice>(
             unsafe { std::ptr::copy(from, to, size) };
             Ok(())
         }
-        (Side::Host, Side::Device) => {
+        (Location::Host, Location::Device) => {
             let from = src.host_ptr(size, "src", false)?;
             // SAFETY: held memory of at least `size` bytes, alive for this call.
             let from = unsafe { std::slice::from_raw_parts(from as *const u8, size) };
@@ -488,7 +481,7 @@ fn copy_on<D: DynDevice>(
             // copy (`RawRange::new`'s contract).
             unsafe { d.copy_to_device_async(from, &to, 0, st) }
         }
-        (Side::Device, Side::Host) => {
+        (Location::Device, Location::Host) => {
             let from = src.device_mem::<D::B>(size, dev, "src", false)?;
             let to = dst.host_ptr(size, "dst", true)?;
             // SAFETY: held writable memory of at least `size` bytes with no
@@ -501,7 +494,7 @@ fn copy_on<D: DynDevice>(
             // SAFETY: as above.
             unsafe { d.copy_to_host_async(&from, 0, to, st) }
         }
-        (Side::Device, Side::Device) => {
+        (Location::Device, Location::Device) => {
             let from = src.device_mem::<D::B>(size, dev, "src", false)?;
             let to = dst.device_mem::<D::B>(size, dev, "dst", true)?;
             // SAFETY: as above.

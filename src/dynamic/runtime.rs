@@ -29,8 +29,9 @@ use std::sync::{Arc, OnceLock};
 use super::any::same_device;
 use super::keep;
 use super::module::AnyKernel;
-use super::raw::{self, RawAllocation, RawRange, Side};
+use super::raw::{self, RawAllocation, RawRange};
 use super::stream::AnyStream;
+use crate::array::Location;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{builtin, KernelArgs, LaunchConfig};
 use crate::error::{BackendKind, Error, Result};
@@ -202,7 +203,7 @@ pub fn memcpy(
     dst: &RawRange,
     src: &RawRange,
     size: usize,
-    dir: Option<(Side, Side)>,
+    dir: Option<(Location, Location)>,
     stream: StreamChoice,
     wait: bool,
 ) -> Result<Enqueued> {

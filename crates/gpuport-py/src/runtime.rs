@@ -10,7 +10,8 @@
 //! the operands of completed work, with the GIL held, so the Python
 //! objects among them are released under it.
 
-use gpuport::dynamic::raw::{self, Side};
+use gpuport::array::Location;
+use gpuport::dynamic::raw;
 use gpuport::dynamic::runtime;
 use gpuport::{LaunchConfig, MemoryKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -134,9 +135,9 @@ pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
 
 // ---- copies ---------------------------------------------------------------------------
 
-fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Side, Side)>> {
+fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Location, Location)>> {
     let Some(k) = kind.filter(|k| !k.is_none()) else { return Ok(None) };
-    use Side::*;
+    use Location::*;
     let name: String = if let Ok(i) = k.extract::<i64>() {
         match i {
             0 => "host_to_host".into(),
