@@ -31,7 +31,7 @@ use crate::backend::registry::AnyDevice;
 use crate::backend::{Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
-use crate::with_device;
+use crate::on_backend;
 
 /// The most bytes, elements or extent an array may span: DLPack describes
 /// shapes and strides as signed 64-bit integers.
@@ -310,7 +310,7 @@ pub fn rank_error(n: usize) -> Error {
 
 /// A zero-filled array of any dtype, rank (0..=8) and device.
 pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
-    with_device!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
+    on_backend!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
         else => Err(rank_error(shape.len())))))
 }
 
