@@ -57,10 +57,10 @@ pub mod variant {
     #[cfg(not(feature = "cuda"))]
     pub use super::Any::Host as Cuda;
 
-    #[cfg(feature = "rocm")]
-    pub use super::Any::Rocm;
     #[cfg(not(feature = "rocm"))]
     pub use super::Any::Host as Rocm;
+    #[cfg(feature = "rocm")]
+    pub use super::Any::Rocm;
 }
 
 /// Runs generic code on whichever backend an [`Any`] holds (an

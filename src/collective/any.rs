@@ -1,6 +1,7 @@
 //! [`AnyCommunicator`]: a communicator of a backend chosen at run time, for
-//! bindings (the Python package's `gpuport.distributed`), as
-//! [`crate::dynamic`] holds streams and arrays of any backend.
+//! bindings (the Python package's `gpuport.distributed`): the backend
+//! layer's [`Any`] over [`Communicators`], as [`crate::dynamic`]'s streams
+//! and arrays are, dispatched with [`on_backend!`](crate::on_backend).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -14,8 +14,8 @@ use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device};
 use crate::error::Error;
 
-pub use crate::backend::any::{Any, DynDevice, PerBackend};
 pub(crate) use crate::backend::any::rewrap;
+pub use crate::backend::any::{Any, DynDevice, PerBackend};
 pub(crate) use crate::on_backend;
 
 /// A value of backend `B` and the device it belongs to.

@@ -2,7 +2,7 @@
 //!
 //! [`AnyArray`] is an owned gpuport `MemArray<T, N, D>` behind the
 //! object-safe [`DynArray`] trait, or another library's memory imported
-//! without a copy ([`ImportedArray`]). Dispatch: `with_device!` over the
+//! without a copy ([`ImportedArray`]). Dispatch: `on_backend!` over the
 //! compiled-in backends, `with_dtype!` over every scalar element type and
 //! `with_rank!` over ranks 0..=8 (the kernels' `MAX_RANK`) pick one
 //! `MemArray<T, N, D>`; nothing else is a table of instantiations.
