@@ -42,6 +42,26 @@ pub enum Any<F: PerBackend> {
     Rocm(F::Of<Hip>),
 }
 
+pub(crate) use per_kind::PerHostOrGpu;
+
+/// Kept private to the crate: the GPU side names the crate's `gpu::Driver`.
+mod per_kind {
+    use std::fmt;
+
+    /// A type for the host backend and one for the GPU backend over any
+    /// driver. A family names through it (`backend::sealed::Sealed::Pick`)
+    /// a type per backend that needs more of the backend than [`Backend`](super::Backend)
+    /// says: a communicator needs `collective::CollectiveBackend`, which
+    /// `Backend` cannot name, yet every backend has (`src/collective/any.rs`).
+    pub trait PerHostOrGpu: 'static {
+        /// The host backend's type.
+        type Host: Send + Sync + fmt::Debug;
+        /// The GPU backend's type over driver `D`.
+        #[cfg(any(feature = "cuda", feature = "rocm"))]
+        type Gpu<D: crate::backend::gpu::Driver>: Send + Sync + fmt::Debug;
+    }
+}
+
 /// `Any`'s variants under names that exist whatever features gpuport was
 /// built with: the variant of a backend that is not compiled in is named
 /// `Host` again. [`on_backend!`](crate::on_backend) matches all three

@@ -49,29 +49,14 @@ pub mod hip;
 /// this crate's backends: the array, memory and DLPack layers' unsafe code
 /// relies on what a backend's copies, buffers and kernels do.
 pub(crate) mod sealed {
-    use std::fmt;
+    use super::any::PerHostOrGpu;
 
     /// What every backend is: the host, or the GPU core over a driver.
     pub trait Sealed {
         /// `M::Host` on the host backend, `M::Gpu<D>` on the GPU backend
         /// over driver `D`.
-        type Pick<M: PerHostOrGpu>: Send + Sync + fmt::Debug;
+        type Pick<M: PerHostOrGpu>: Send + Sync + std::fmt::Debug;
     }
-
-    /// A type for the host backend and one for the GPU backend over any
-    /// driver. A layer above names through it (`Sealed::Pick`) a type per
-    /// backend that needs more of the backend than [`Backend`](super::Backend)
-    /// says: a communicator needs `collective::CollectiveBackend`, which
-    /// `Backend` cannot name, yet every backend has
-    /// (`src/collective/any.rs`).
-    pub trait PerHostOrGpu: 'static {
-        /// The host backend's type.
-        type Host: Send + Sync + fmt::Debug;
-        /// The GPU backend's type over driver `D`.
-        #[cfg(any(feature = "cuda", feature = "rocm"))]
-        type Gpu<D: super::gpu::Driver>: Send + Sync + fmt::Debug;
-    }
-
     impl Sealed for super::host::Host {
         type Pick<M: PerHostOrGpu> = M::Host;
     }

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::any::{Any, DynDevice, PerBackend};
+use crate::backend::any::{Any, DynDevice, PerBackend, PerHostOrGpu};
 use crate::backend::registry::{AnyDevice, Devices};
-use crate::backend::sealed::{PerHostOrGpu, Sealed};
+use crate::backend::sealed::Sealed;
 use crate::backend::{Backend, Device};
 use crate::dynamic::AnyStream;
 use crate::error::{Error, Result};
