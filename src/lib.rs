@@ -24,8 +24,10 @@
 //!   backend's stream, event, buffer and kernel types, so objects of two
 //!   backends cannot be mixed; objects of two devices of one backend are
 //!   checked at run time ([`Error::DeviceMismatch`]).
-//! - **Run-time choice through a closed enum**: [`AnyDevice`] and
-//!   [`with_device!`] instead of trait objects and downcasts.
+//! - **Run-time choice through one closed enum**: [`Any`](backend::any::Any)
+//!   (a device is an [`AnyDevice`], a stream an `AnyStream`, a communicator
+//!   an `AnyCommunicator`) and one macro, [`on_backend!`] ([`with_device!`]
+//!   on a borrowed device), instead of trait objects and downcasts.
 //! - **Vendor libraries load at run time**: a binary built with every
 //!   feature starts anywhere; a missing library is an [`Error`], never a panic.
 //! - **Asynchronous operations are `unsafe`**, with their obligations in

@@ -29,14 +29,8 @@ macro_rules! pair_tests {
         #[case::rocm("rocm:0", "rocm:1")]
         fn $name(#[case] spec0: &str, #[case] spec1: &str) {
             let Some([a, b]) = pair(spec0, spec1) else { return };
-            match (&a, &b) {
-                (gpuport::AnyDevice::Host(a), gpuport::AnyDevice::Host(b)) => super::$name([a.clone(), b.clone()]),
-                #[cfg(feature = "cuda")]
-                (gpuport::AnyDevice::Cuda(a), gpuport::AnyDevice::Cuda(b)) => super::$name([a.clone(), b.clone()]),
-                #[cfg(feature = "rocm")]
-                (gpuport::AnyDevice::Rocm(a), gpuport::AnyDevice::Rocm(b)) => super::$name([a.clone(), b.clone()]),
-                _ => unreachable!("a pair of one backend"),
-            }
+            gpuport::on_backend!((&a, &b), (a, b) => super::$name([a.clone(), b.clone()]),
+                else => unreachable!("a pair of one backend"))
         }
     )* };
 }

@@ -30,10 +30,8 @@ fn expectation() -> String {
 /// `rocm:0`, or `None` after printing why the test is skipped.
 fn device() -> Option<Arc<HipDevice>> {
     match gpuport::open("rocm:0") {
-        Ok(any) => match any.as_rocm() {
-            Some(dev) => Some(dev.clone()),
-            None => panic!("open(\"rocm:0\") returned a {} device", any.backend()),
-        },
+        Ok(gpuport::AnyDevice::Rocm(dev)) => Some(dev),
+        Ok(other) => panic!("open(\"rocm:0\") returned a {} device", other.backend()),
         Err(e) => {
             assert!(expectation() != "device", "{EXPECT_ENV}=device but rocm:0 did not open: {e}");
             println!("skipped: {e}");

@@ -4,8 +4,9 @@
 //! [`Backend`], whose associated types name that backend's streams, events,
 //! buffers and kernels. Static dispatch means a CUDA buffer cannot even be
 //! passed where a host device is expected. Run-time choice ("cuda:0" from a
-//! string) goes through the closed enum [`AnyDevice`](crate::AnyDevice) and the
-//! [`with_device!`](crate::with_device) macro, which monomorphizes generic
+//! string) goes through the closed enum [`Any`](any::Any) (a device is an
+//! [`AnyDevice`](crate::AnyDevice)) and the
+//! [`on_backend!`](crate::on_backend) macro, which monomorphizes generic
 //! code once per compiled-in backend.
 //!
 //! Asynchronous operations are `unsafe fn`s: the GPU (or a host worker
@@ -22,6 +23,7 @@ pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 pub use peer::PeerDevice;
 
+pub mod any;
 pub(crate) mod array_kernels;
 pub(crate) mod gate;
 pub mod graph;
@@ -46,12 +48,23 @@ pub mod hip;
 /// Keeps [`Backend`] (and so [`Device`], whose backend names it) closed to
 /// this crate's backends: the array, memory and DLPack layers' unsafe code
 /// relies on what a backend's copies, buffers and kernels do.
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::host::Host {}
+pub(crate) mod sealed {
+    use super::any::PerHostOrGpu;
+
+    /// What every backend is: the host, or the GPU core over a driver.
+    pub trait Sealed {
+        /// `M::Host` on the host backend, `M::Gpu<D>` on the GPU backend
+        /// over driver `D`.
+        type Pick<M: PerHostOrGpu>: Send + Sync + std::fmt::Debug;
+    }
+    impl Sealed for super::host::Host {
+        type Pick<M: PerHostOrGpu> = M::Host;
+    }
     // Every `Gpu<D>`: `D` is a `gpu::Driver`, which only this crate can name.
     #[cfg(any(feature = "cuda", feature = "rocm"))]
-    impl<D: super::gpu::Driver> Sealed for super::gpu::Gpu<D> {}
+    impl<D: super::gpu::Driver> Sealed for super::gpu::Gpu<D> {
+        type Pick<M: PerHostOrGpu> = M::Gpu<D>;
+    }
 }
 
 /// A backend: a family of devices and the types they hand out.

@@ -5,14 +5,15 @@
 //! (`"host"`, `"cuda:0"`, `"rocm:1"`), [`default_device`] from
 //! `GPUPORT_DEVICE` or the first GPU, else the host.
 //!
-//! The result is an [`AnyDevice`], a closed enum over the compiled-in
-//! backends; [`with_device!`](crate::with_device) runs generic code on it.
+//! The result is an [`AnyDevice`], an [`Any`] over the compiled-in
+//! backends; [`on_backend!`](crate::on_backend) runs generic code on it.
 
 use std::fmt;
 use std::sync::{Arc, Once};
 
+use super::any::{rewrap, Any, PerBackend};
 use super::host::HostDevice;
-use super::{Device, DeviceInfo};
+use super::{Backend, Device, DeviceInfo};
 use crate::error::{BackendKind, Error, Result};
 
 #[cfg(feature = "cuda")]
@@ -23,128 +24,31 @@ use super::hip::HipDevice;
 /// The environment variable naming the default device spec.
 pub const DEVICE_ENV: &str = "GPUPORT_DEVICE";
 
-/// A device of any compiled-in backend, chosen at run time.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum AnyDevice {
-    /// The host backend.
-    Host(Arc<HostDevice>),
-    /// A CUDA device.
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<CudaDevice>),
-    /// A ROCm (HIP) device.
-    #[cfg(feature = "rocm")]
-    Rocm(Arc<HipDevice>),
+/// What [`AnyDevice`] holds per backend: the device.
+#[derive(Debug)]
+pub struct Devices;
+
+impl PerBackend for Devices {
+    type Of<B: Backend> = Arc<B::Device>;
+}
+
+/// A device of any compiled-in backend, chosen at run time:
+/// `AnyDevice::Host(d)`, `AnyDevice::Cuda(d)` or `AnyDevice::Rocm(d)`, with
+/// `d` an `Arc` of the backend's device. [`on_backend!`](crate::on_backend)
+/// (or [`with_device!`](crate::with_device)) runs generic code on it.
+pub type AnyDevice = Any<Devices>;
+
+impl Clone for AnyDevice {
+    fn clone(&self) -> Self {
+        rewrap!(self, d => d.clone())
+    }
 }
 
 impl AnyDevice {
     /// The device's properties.
     pub fn info(&self) -> &DeviceInfo {
-        crate::with_device!(self, d => d.info())
+        crate::on_backend!(self, d => d.info())
     }
-
-    /// The device's backend.
-    pub fn backend(&self) -> BackendKind {
-        self.info().backend
-    }
-
-    /// The host device, if this is one (used by [`with_device!`](crate::with_device)).
-    #[doc(hidden)]
-    pub fn as_host(&self) -> Option<&Arc<HostDevice>> {
-        match self {
-            AnyDevice::Host(d) => Some(d),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    /// The CUDA device, if this is one (used by [`with_device!`](crate::with_device)).
-    #[cfg(feature = "cuda")]
-    #[doc(hidden)]
-    pub fn as_cuda(&self) -> Option<&Arc<CudaDevice>> {
-        match self {
-            AnyDevice::Cuda(d) => Some(d),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    /// The ROCm device, if this is one (used by [`with_device!`](crate::with_device)).
-    #[cfg(feature = "rocm")]
-    #[doc(hidden)]
-    pub fn as_rocm(&self) -> Option<&Arc<HipDevice>> {
-        match self {
-            AnyDevice::Rocm(d) => Some(d),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-}
-
-/// Runs generic code on whichever backend an [`AnyDevice`] holds.
-///
-/// `with_device!(dev, d => expr)` evaluates `expr` with `d` bound to the
-/// concrete `&Arc<impl Device>`; `expr` is compiled once per backend.
-///
-/// ```
-/// use gpuport::{Device, with_device};
-/// let dev = gpuport::open("host").unwrap();
-/// let name = with_device!(dev, d => d.info().name.clone());
-/// assert!(name.starts_with("host"));
-/// ```
-#[macro_export]
-macro_rules! with_device {
-    ($dev:expr, $d:ident => $body:expr) => {{
-        let __gpuport_dev: &$crate::AnyDevice = &$dev;
-        #[allow(clippy::never_loop, unreachable_code)]
-        loop {
-            $crate::__if_cuda! {
-                if let Some($d) = __gpuport_dev.as_cuda() {
-                    break $body;
-                }
-            }
-            $crate::__if_rocm! {
-                if let Some($d) = __gpuport_dev.as_rocm() {
-                    break $body;
-                }
-            }
-            if let Some($d) = __gpuport_dev.as_host() {
-                break $body;
-            }
-            unreachable!("AnyDevice has a variant with_device! does not know");
-        }
-    }};
-}
-
-/// Expands its input only when the `cuda` feature is on (in gpuport itself,
-/// so the choice follows how gpuport was built, not the calling crate).
-#[cfg(feature = "cuda")]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __if_cuda {
-    ($($t:tt)*) => { $($t)* };
-}
-
-#[cfg(not(feature = "cuda"))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __if_cuda {
-    ($($t:tt)*) => {};
-}
-
-/// Expands its input only when the `rocm` feature is on (see `__if_cuda!`).
-#[cfg(feature = "rocm")]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __if_rocm {
-    ($($t:tt)*) => { $($t)* };
-}
-
-#[cfg(not(feature = "rocm"))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __if_rocm {
-    ($($t:tt)*) => {};
 }
 
 /// What one backend looks like from this process.

@@ -1,84 +1,67 @@
 //! [`AnyCommunicator`]: a communicator of a backend chosen at run time, for
-//! bindings (the Python package's `gpuport.distributed`), as
-//! [`crate::dynamic`] holds streams and arrays of any backend.
+//! bindings (the Python package's `gpuport.distributed`): the backend
+//! layer's [`Any`] over [`Communicators`], as [`crate::dynamic`]'s streams
+//! and arrays are, dispatched with [`on_backend!`](crate::on_backend).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::registry::AnyDevice;
-use crate::backend::Device;
-use crate::dynamic::{AnyStream, DynDevice};
+use crate::backend::any::{Any, DynDevice, PerBackend, PerHostOrGpu};
+use crate::backend::registry::{AnyDevice, Devices};
+use crate::backend::sealed::Sealed;
+use crate::backend::{Backend, Device};
+use crate::dynamic::AnyStream;
 use crate::error::{Error, Result};
-use crate::Host;
+use crate::{on_backend, Host};
 
 use super::{CallMode, Communicator, Op, TcpStore};
 
 #[cfg(feature = "cuda")]
 use crate::backend::cuda::Cuda;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+use crate::backend::gpu::{Driver, Gpu};
 #[cfg(feature = "rocm")]
 use crate::backend::hip::Hip;
 
-/// A communicator of any compiled-in backend.
+/// What [`AnyCommunicator`] holds per backend: a communicator
+/// (`Communicator<Host>`, NCCL's `Communicator<Cuda>`, RCCL's
+/// `Communicator<Hip>`).
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum AnyCommunicator {
-    /// The host backend's.
-    Host(Communicator<Host>),
-    /// A CUDA device's (NCCL).
-    #[cfg(feature = "cuda")]
-    Cuda(Communicator<Cuda>),
-    /// A ROCm device's (RCCL).
-    #[cfg(feature = "rocm")]
-    Rocm(Communicator<Hip>),
+pub struct Communicators;
+
+// `Communicator<B>` needs `B: CollectiveBackend`, which a `PerBackend` type
+// cannot ask of its `B`; every backend is the host or a `Gpu<D>`, both
+// collective backends, so the type is named per kind of backend.
+impl PerHostOrGpu for Communicators {
+    type Host = Communicator<Host>;
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    type Gpu<D: Driver> = Communicator<Gpu<D>>;
 }
 
-/// `on_comm!(value, c => body)`: `body` with `c` bound to the variant's communicator.
-macro_rules! on_comm {
-    ($value:expr, $c:ident => $body:expr) => {
-        match $value {
-            AnyCommunicator::Host($c) => $body,
-            #[cfg(feature = "cuda")]
-            AnyCommunicator::Cuda($c) => $body,
-            #[cfg(feature = "rocm")]
-            AnyCommunicator::Rocm($c) => $body,
-        }
-    };
+impl PerBackend for Communicators {
+    type Of<B: Backend> = <B as Sealed>::Pick<Self>;
 }
 
-/// `on_device!(device, d, Variant => body)`: `body` with `d` the typed
-/// device and `Variant` the matching `AnyCommunicator` constructor.
-macro_rules! on_device {
-    ($dev:expr, $d:ident, $variant:ident, $get:ident => $body:expr) => {
-        match $dev {
-            AnyDevice::Host($d) => {
-                #[allow(unused_imports)]
-                use AnyCommunicator::Host as $variant;
-                let $get = AnyDevice::as_host;
-                $body
-            }
-            #[cfg(feature = "cuda")]
-            AnyDevice::Cuda($d) => {
-                #[allow(unused_imports)]
-                use AnyCommunicator::Cuda as $variant;
-                let $get = AnyDevice::as_cuda;
-                $body
-            }
-            #[cfg(feature = "rocm")]
-            AnyDevice::Rocm($d) => {
-                #[allow(unused_imports)]
-                use AnyCommunicator::Rocm as $variant;
-                let $get = AnyDevice::as_rocm;
-                $body
-            }
-        }
-    };
+/// A communicator of any compiled-in backend: `AnyCommunicator::Host(c)`,
+/// `AnyCommunicator::Cuda(c)` (NCCL) or `AnyCommunicator::Rocm(c)` (RCCL).
+pub type AnyCommunicator = Any<Communicators>;
+
+/// `comm`, a communicator on `_device`, as an [`AnyCommunicator`].
+fn wrap<D: DynDevice>(_device: &Arc<D>, comm: <Communicators as PerBackend>::Of<D::B>) -> AnyCommunicator {
+    D::wrap(comm)
 }
 
-/// [`Communicator::new_id`] of device `d`'s backend.
-fn id_for<D: Device>(d: &std::sync::Arc<D>) -> Result<Vec<u8>>
+/// [`Communicator::new_id`] of `device`'s backend.
+fn new_id_on<D: Device>(device: &Arc<D>) -> Result<Vec<u8>>
 where
     D::B: super::CollectiveBackend,
 {
-    Communicator::<D::B>::new_id(d)
+    Communicator::<D::B>::new_id(device)
+}
+
+/// `device` as a device of `_like`'s backend, if it is one.
+fn typed_like<'a, D: DynDevice>(_like: &Arc<D>, device: &'a AnyDevice) -> Option<&'a Arc<<D::B as Backend>::Device>> {
+    D::get::<Devices>(device)
 }
 
 impl AnyCommunicator {
@@ -93,12 +76,12 @@ impl AnyCommunicator {
     /// # Ok::<(), gpuport::Error>(())
     /// ```
     pub fn init_rank(device: &AnyDevice, rank: usize, size: usize, store: &TcpStore, mode: CallMode) -> Result<Self> {
-        on_device!(device, d, V, _get => Ok(V(Communicator::init_rank_with(d, rank, size, store, mode)?)))
+        on_backend!(device, d => Ok(wrap(d, Communicator::init_rank_with(d, rank, size, store, mode)?)))
     }
 
     /// [`Communicator::new_id`] for a device of any backend.
     pub fn new_id(device: &AnyDevice) -> Result<Vec<u8>> {
-        on_device!(device, d, _V, _get => id_for(d))
+        on_backend!(device, d => new_id_on(d))
     }
 
     /// [`Communicator::init_with_id_mode`] on a device of any backend;
@@ -123,7 +106,7 @@ impl AnyCommunicator {
             Some(t) => t,
             None => super::communicator::timeout_from_env()?,
         };
-        on_device!(device, d, V, _get => Ok(V(Communicator::init_with_id_mode(d, rank, size, id, timeout, mode)?)))
+        on_backend!(device, d => Ok(wrap(d, Communicator::init_with_id_mode(d, rank, size, id, timeout, mode)?)))
     }
 
     /// [`Communicator::init_all_with`] on devices of one backend.
@@ -134,69 +117,69 @@ impl AnyCommunicator {
                 reason: "a communicator needs at least one device".into(),
             });
         };
-        on_device!(first, d, V, get => {
+        on_backend!(first, d => {
             let typed = devices
                 .iter()
                 .map(|x| {
-                    get(x).cloned().ok_or_else(|| Error::DeviceMismatch {
+                    typed_like(d, x).cloned().ok_or_else(|| Error::DeviceMismatch {
                         what: "devices",
                         expected: format!("a {} device", d.info().backend.name()),
                         found: x.info().spec(),
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok(Communicator::init_all_with(&typed, mode)?.into_iter().map(V).collect())
+            Ok(Communicator::init_all_with(&typed, mode)?.into_iter().map(|c| wrap(d, c)).collect())
         })
     }
 
     /// This rank.
     pub fn rank(&self) -> usize {
-        on_comm!(self, c => c.rank())
+        on_backend!(self, c => c.rank())
     }
 
     /// The number of ranks.
     pub fn size(&self) -> usize {
-        on_comm!(self, c => c.size())
+        on_backend!(self, c => c.size())
     }
 
     /// This rank's device.
     pub fn device(&self) -> AnyDevice {
-        on_comm!(self, c => DynDevice::any_device(c.device()))
+        on_backend!(self, c => DynDevice::any_device(c.device()))
     }
 
     /// The engine's name and version.
     pub fn engine(&self) -> String {
-        on_comm!(self, c => c.engine())
+        on_backend!(self, c => c.engine())
     }
 
     /// See [`Communicator::mode`].
     pub fn mode(&self) -> CallMode {
-        on_comm!(self, c => c.mode())
+        on_backend!(self, c => c.mode())
     }
 
     /// See [`Communicator::set_checks`].
     pub fn set_checks(&self, on: bool) -> Result<()> {
-        on_comm!(self, c => c.set_checks(on))
+        on_backend!(self, c => c.set_checks(on))
     }
 
     /// See [`Communicator::set_timeout`].
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
-        on_comm!(self, c => c.set_timeout(timeout))
+        on_backend!(self, c => c.set_timeout(timeout))
     }
 
     /// See [`Communicator::timeout`].
     pub fn timeout(&self) -> Duration {
-        on_comm!(self, c => c.timeout())
+        on_backend!(self, c => c.timeout())
     }
 
     /// See [`Communicator::abort`].
     pub fn abort(&self) -> Result<()> {
-        on_comm!(self, c => c.abort())
+        on_backend!(self, c => c.abort())
     }
 
     /// See [`Communicator::is_aborted`].
     pub fn is_aborted(&self) -> bool {
-        on_comm!(self, c => c.is_aborted())
+        on_backend!(self, c => c.is_aborted())
     }
 
     /// [`Communicator::enqueue_raw`] on a stream of the communicator's device.
@@ -205,12 +188,12 @@ impl AnyCommunicator {
     /// As [`Communicator::enqueue_raw`]'s.
     pub unsafe fn enqueue_raw(&self, op: &Op, send: u64, recv: u64, stream: &AnyStream) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        on_comm!(self, c => unsafe { c.enqueue_raw(op, send, recv, stream.of(c.device())?) })
+        on_backend!(self, c => unsafe { c.enqueue_raw(op, send, recv, stream.of(c.device())?) })
     }
 
     /// See [`Communicator::synchronize`].
     pub fn synchronize(&self, stream: &AnyStream) -> Result<()> {
-        on_comm!(self, c => c.synchronize(stream.of(c.device())?))
+        on_backend!(self, c => c.synchronize(stream.of(c.device())?))
     }
 
     /// Runs `f` as one group of the backend of `comms` (see [`Communicator::group`]).

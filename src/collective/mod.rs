@@ -60,7 +60,7 @@ pub mod operands;
 pub mod store;
 
 pub use crate::error::collective::ArgumentError;
-pub use any::AnyCommunicator;
+pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};

@@ -2,7 +2,7 @@
 //!
 //! [`AnyArray`] is an owned gpuport `MemArray<T, N, D>` behind the
 //! object-safe [`DynArray`] trait, or another library's memory imported
-//! without a copy ([`ImportedArray`]). Dispatch: `with_device!` over the
+//! without a copy ([`ImportedArray`]). Dispatch: `on_backend!` over the
 //! compiled-in backends, `with_dtype!` over every scalar element type and
 //! `with_rank!` over ranks 0..=8 (the kernels' `MAX_RANK`) pick one
 //! `MemArray<T, N, D>`; nothing else is a table of instantiations.
@@ -31,7 +31,7 @@ use crate::backend::registry::AnyDevice;
 use crate::backend::{Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
-use crate::with_device;
+use crate::on_backend;
 
 /// The most bytes, elements or extent an array may span: DLPack describes
 /// shapes and strides as signed 64-bit integers.
@@ -310,7 +310,7 @@ pub fn rank_error(n: usize) -> Error {
 
 /// A zero-filled array of any dtype, rank (0..=8) and device.
 pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
-    with_device!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
+    on_backend!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
         else => Err(rank_error(shape.len())))))
 }
 

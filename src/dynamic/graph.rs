@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 
-use super::any::{mismatch, on_backend, on_backends, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
 use super::stream::AnyStream;
 use crate::backend::graph::{check_device_wide_wait, check_not_capturing};
 use crate::backend::registry::AnyDevice;
@@ -418,7 +418,7 @@ impl AnyGraphExec {
         for u in &uses {
             u.before(stream)?;
         }
-        on_backends!((self, stream), (g, s) => g.item.launch(&s.item),
+        on_backend!((self, stream), (g, s) => g.item.launch(&s.item),
             else => Err(mismatch("stream", &self.device(), &stream.device())))?;
         uses.iter().try_for_each(|u| u.after(stream))
     }
@@ -437,7 +437,7 @@ impl AnyGraphExec {
     /// shape; [`Error::DeviceMismatch`] for a graph of another device).
     pub fn update(&mut self, graph: &AnyGraph) -> Result<()> {
         let (expected, found) = (self.device(), graph.device());
-        on_backends!((self, graph), (e, g) => e.item.update(&g.item),
+        on_backend!((self, graph), (e, g) => e.item.update(&g.item),
             else => Err(mismatch("graph", &expected, &found)))
     }
 

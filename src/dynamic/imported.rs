@@ -16,7 +16,7 @@ use crate::array::{Location, LockError};
 use crate::backend::registry::AnyDevice;
 use crate::dlpack::{is_host_accessible, is_host_memory, DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
-use crate::with_device;
+use crate::on_backend;
 
 /// Another library's memory, imported without a copy and kept alive by its
 /// owner (the producer's DLPack tensor, or the Python object of a CUDA
@@ -259,7 +259,7 @@ impl ImportedArray {
     pub(super) fn add_index_imported(&self, s: &AnyStream) -> Result<()> {
         self.check_usable("add_index", true)?;
         let n = self.shape.len();
-        with_device!(self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
+        on_backend!(&self.device, d => with_dtype!(self.dtype, T => with_rank!(n, N =>
             foreign_add_index::<T, N, _>(d, self.data, &self.shape, s), else => Err(rank_error(n)))))
     }
 }

@@ -35,7 +35,6 @@ use crate::memory::{
     LoggingResource, MemoryResource, PinnedFlags, PinnedMemory, PoolConfig, RefusedFrees, Statistics,
     StatisticsResource,
 };
-use crate::with_device;
 
 /// The current resource the run-time layer installs on a device: statistics
 /// over the caching pool, with a CSV log (like RMM's `csv_log`) switched in
@@ -238,7 +237,7 @@ fn resources_in_map<B: Backend>(device: &Arc<B::Device>, key: ResourcesKey) -> R
 /// device's [`Resources`], for any backend.
 macro_rules! with_resources {
     ($dev:expr, $r:ident => $body:expr) => {
-        with_device!($dev, d => match resources(d) {
+        on_backend!($dev, d => match resources(d) {
             Ok($r) => $body,
             Err(e) => Err(e),
         })
@@ -316,7 +315,7 @@ fn ipc_handle_of<B: Backend>(a: &DeviceAllocation<B>) -> Result<IpcHandle> {
 /// Allocates `size` bytes (at least 1 is reserved) from `dev`'s current
 /// resource, in the order of `stream` (a stream of `dev`).
 pub fn alloc(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
-    with_device!(dev, d => alloc_on(d, size.max(1), stream))
+    on_backend!(dev, d => alloc_on(d, size.max(1), stream))
 }
 
 /// [`alloc`], unless it would wait for another thread (see
@@ -363,7 +362,7 @@ impl AnyDeferCleanup {
 
 /// Holds back every free on `dev` until the guard is dropped.
 pub fn defer_cleanup(dev: &AnyDevice) -> Result<AnyDeferCleanup> {
-    with_device!(dev, d => Ok(wrap::<_, Deferrals>(d, resources(d)?.allocator.defer_cleanup())))
+    on_backend!(dev, d => Ok(wrap::<_, Deferrals>(d, resources(d)?.allocator.defer_cleanup())))
 }
 
 /// What [`AnyPinned`] holds per backend.
@@ -389,7 +388,7 @@ impl AnyPinned {
 
 /// Allocates `size` bytes (at least 1) of pinned host memory for `dev`.
 pub fn alloc_pinned(dev: &AnyDevice, size: usize, flags: PinnedFlags) -> Result<AnyPinned> {
-    with_device!(dev, d => Ok(wrap::<_, Pinned>(d, resources(d)?.allocator.alloc_pinned(size.max(1), flags)?)))
+    on_backend!(dev, d => Ok(wrap::<_, Pinned>(d, resources(d)?.allocator.alloc_pinned(size.max(1), flags)?)))
 }
 
 /// What [`AnyRegistration`] holds per backend.
@@ -409,7 +408,7 @@ pub type AnyRegistration = Any<Registrations>;
 /// is not moved while registered.
 pub unsafe fn pin(dev: &AnyDevice, ptr: *mut u8, len: usize, mapped: bool) -> Result<AnyRegistration> {
     // SAFETY: forwarded caller contract.
-    with_device!(dev, d => Ok(wrap::<_, Registrations>(d, unsafe { resources(d)?.allocator.pin(ptr, len, mapped) }?)))
+    on_backend!(dev, d => Ok(wrap::<_, Registrations>(d, unsafe { resources(d)?.allocator.pin(ptr, len, mapped) }?)))
 }
 
 /// Allocations kept by address until released, for C interfaces that free

@@ -8,7 +8,7 @@
 //! per-device memory resources live here, once, for every backend; a
 //! binding holds no backend dispatch of its own.
 //!
-//! - [`any`]: [`Any`], the closed enum every type here is made of.
+//! - [`any`]: [`Any`] (the backend layer's, re-exported), the closed enum every type here is made of, and [`OnDevice`].
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.

@@ -15,12 +15,11 @@
 
 use std::sync::Arc;
 
-use super::any::{mismatch, on_backend, on_backends, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Kernel, KernelArgs, LaunchConfig, Module, ModuleSource};
 use crate::error::Result;
-use crate::with_device;
 
 /// What a module is loaded from.
 #[derive(Debug, Clone)]
@@ -84,7 +83,7 @@ fn kernel_of<B: Backend>(m: &OnDevice<B, Arc<Module<B>>>, name: &str) -> Result<
 impl AnyModule {
     /// Loads a module on `dev` (`name` and `options` are for source code).
     pub fn load(dev: &AnyDevice, code: &Code, name: &str, options: &[String]) -> Result<AnyModule> {
-        with_device!(dev, d => load_on(d, code, name, options))
+        on_backend!(dev, d => load_on(d, code, name, options))
     }
 
     /// The module's device.
@@ -111,7 +110,7 @@ impl AnyKernel {
     /// the memory they point to stays alive and unaliased until the launch
     /// has run.
     pub unsafe fn launch(&self, config: LaunchConfig, args: &KernelArgs, stream: &AnyStream) -> Result<()> {
-        on_backends!((self, stream), (k, s) => {
+        on_backend!((self, stream), (k, s) => {
             if k.device.info().ordinal != s.device.info().ordinal {
                 return Err(mismatch("stream", &self.device(), &stream.device()));
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::any::{mismatch, DynDevice};
 use crate::backend::{Backend, PeerDevice};
 use crate::error::Result;
-use crate::{with_device, AnyDevice};
+use crate::{on_backend, AnyDevice};
 
 /// `peer` as a device of `d`'s backend, or [`Error::DeviceMismatch`](crate::Error::DeviceMismatch).
 fn peer_of<D: DynDevice + PeerDevice>(d: &Arc<D>, peer: &AnyDevice) -> Result<Arc<D>> {
@@ -25,7 +25,7 @@ fn peer_of<D: DynDevice + PeerDevice>(d: &Arc<D>, peer: &AnyDevice) -> Result<Ar
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 pub fn can_access_peer(device: &AnyDevice, peer: &AnyDevice) -> Result<bool> {
-    with_device!(device, d => peer_of(d, peer).and_then(|p| d.can_access_peer(&p)))
+    on_backend!(device, d => peer_of(d, peer).and_then(|p| d.can_access_peer(&p)))
 }
 
 /// Lets `device` address `peer`'s memory directly (idempotent; see
@@ -37,5 +37,5 @@ pub fn can_access_peer(device: &AnyDevice, peer: &AnyDevice) -> Result<bool> {
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 pub fn enable_peer_access(device: &AnyDevice, peer: &AnyDevice) -> Result<()> {
-    with_device!(device, d => peer_of(d, peer).and_then(|p| d.enable_peer_access(&p)))
+    on_backend!(device, d => peer_of(d, peer).and_then(|p| d.enable_peer_access(&p)))
 }

@@ -42,7 +42,7 @@ use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind, PeerDevice};
 use crate::error::{BackendKind, Error, Result};
 use crate::memory::{pageable_copier, GuardedRelease, PageableCopier, PinnedFlags};
-use crate::with_device;
+use crate::on_backend;
 
 /// Where a range's memory lives, as far as the object that named it knows.
 #[derive(Clone, Debug)]
@@ -354,7 +354,7 @@ pub fn copy(
             }
         }
     }
-    with_device!(dev, d => copy_on(d, dev, stream, dst, src, size, dir, sync))
+    on_backend!(dev, d => copy_on(d, dev, stream, dst, src, size, dir, sync))
 }
 
 /// Copies `size` bytes from `src`, device memory of `src_dev`, to `dst`,
@@ -423,7 +423,7 @@ pub fn copy_peer(
     if size == 0 {
         return Ok(());
     }
-    with_device!(on, d => copy_peer_on(d, stream, dst, dst_dev, src, src_dev, size))
+    on_backend!(&on, d => copy_peer_on(d, stream, dst, dst_dev, src, src_dev, size))
 }
 
 fn copy_peer_on<D: DynDevice + PeerDevice>(
@@ -513,7 +513,7 @@ pub fn memset(dev: &AnyDevice, stream: &AnyStream, dst: &RawRange, value: u8, si
         return Ok(());
     }
     let op = if sync { "memset" } else { "memset_async" };
-    with_device!(dev, d => memset_on(d, dev, stream, dst, value, size, op))
+    on_backend!(dev, d => memset_on(d, dev, stream, dst, value, size, op))
 }
 
 fn memset_on<D: DynDevice>(
@@ -658,7 +658,7 @@ impl Drop for RawAllocation {
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 pub fn alloc(dev: &AnyDevice, kind: MemoryKind, size: usize) -> Result<Arc<RawAllocation>> {
-    let (ptr, kind, owner) = with_device!(dev, d => alloc_on(d, kind, size))?;
+    let (ptr, kind, owner) = on_backend!(dev, d => alloc_on(d, kind, size))?;
     Ok(RawAllocation { ptr, len: size, kind, device: dev.clone(), _owner: owner }.register())
 }
 

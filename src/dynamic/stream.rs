@@ -13,11 +13,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::any::{mismatch, on_backend, on_backends, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Event, Stream};
 use crate::error::{BackendKind, Error, Result};
-use crate::with_device;
 
 /// What [`AnyStream`] holds per backend: a stream and its device.
 #[derive(Debug)]
@@ -71,12 +70,12 @@ fn record_on<D: DynDevice>(d: &Arc<D>, s: &Stream<D::B>) -> Result<AnyEvent> {
 impl AnyStream {
     /// The device's default stream.
     pub fn default_for(dev: &AnyDevice) -> AnyStream {
-        with_device!(dev, d => stream_on(d, d.default_stream().clone()))
+        on_backend!(dev, d => stream_on(d, d.default_stream().clone()))
     }
 
     /// A new stream on `dev`.
     pub fn create(dev: &AnyDevice) -> Result<AnyStream> {
-        with_device!(dev, d => Ok(stream_on(d, d.create_stream()?)))
+        on_backend!(dev, d => Ok(stream_on(d, d.create_stream()?)))
     }
 
     /// The stream's device.
@@ -123,7 +122,7 @@ impl AnyStream {
     /// and a new one made.
     pub fn record_marker(&self, reuse: Option<AnyEvent>) -> Result<AnyEvent> {
         if let Some(ev) = reuse {
-            let recorded = on_backends!((self, &ev), (s, e) => {
+            let recorded = on_backend!((self, &ev), (s, e) => {
                 if s.device.info().ordinal == e.device.info().ordinal {
                     s.device.record_event(&e.item, &s.item).map(|()| true)
                 } else {
@@ -143,7 +142,7 @@ impl AnyStream {
 
     /// Makes later work on this stream wait for `event` (no host wait).
     pub fn wait(&self, event: &AnyEvent) -> Result<()> {
-        on_backends!((self, event), (s, e) => s.device.wait_event(&s.item, &e.item),
+        on_backend!((self, event), (s, e) => s.device.wait_event(&s.item, &e.item),
             else => Err(mismatch("event", &self.device(), &event.device())))
     }
 
@@ -227,7 +226,7 @@ impl AnyEvent {
 
     /// Milliseconds from this event to `end` (both recorded and complete).
     pub fn elapsed_ms(&self, end: &AnyEvent) -> Result<f32> {
-        on_backends!((self, end), (a, b) => a.device.elapsed_ms(&a.item, &b.item),
+        on_backend!((self, end), (a, b) => a.device.elapsed_ms(&a.item, &b.item),
             else => Err(mismatch("event", &self.device(), &end.device())))
     }
 

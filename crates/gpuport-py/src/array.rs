@@ -2,7 +2,7 @@
 //! the Rust `MemArray<T, N, D>`, or a zero-copy import of another library's
 //! array. The type and its state are in [`crate::memarray`].
 //!
-//! Dispatch: [`with_device!`] over the compiled-in backends, [`with_dtype!`]
+//! Dispatch: `on_backend!` over the compiled-in backends, [`with_dtype!`]
 //! over every scalar `Element` type and [`with_rank!`] over ranks 0..=8 (the
 //! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
