@@ -72,4 +72,4 @@ pub use error::{BackendKind, CollectiveErrorKind, DriverError, Error, GraphError
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{Cuda, CudaDevice};
 #[cfg(feature = "rocm")]
-pub use backend::hip::{Hip, HipDevice};
+pub use backend::hip::{Rocm, RocmDevice};

@@ -18,7 +18,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuport::backend::hip::{compile_source, HipBuffer, HipDevice};
+use gpuport::backend::hip::{compile_source, RocmBuffer, RocmDevice};
 use gpuport::{builtin, BackendKind, Device, DeviceMemory, Error, HostMemory, KernelArgs, LaunchConfig, ModuleSource};
 
 const EXPECT_ENV: &str = "GPUPORT_EXPECT_ROCM";
@@ -28,7 +28,7 @@ fn expectation() -> String {
 }
 
 /// `rocm:0`, or `None` after printing why the test is skipped.
-fn device() -> Option<Arc<HipDevice>> {
+fn device() -> Option<Arc<RocmDevice>> {
     match gpuport::open("rocm:0") {
         Ok(gpuport::AnyDevice::Rocm(dev)) => Some(dev),
         Ok(other) => panic!("open(\"rocm:0\") returned a {} device", other.backend()),
@@ -45,7 +45,7 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
-fn read_back(dev: &HipDevice, buf: &HipBuffer) -> Vec<u8> {
+fn read_back(dev: &RocmDevice, buf: &RocmBuffer) -> Vec<u8> {
     let mut out = vec![0u8; buf.len()];
     dev.copy_to_host(buf, 0, &mut out).unwrap();
     out
@@ -54,7 +54,7 @@ fn read_back(dev: &HipDevice, buf: &HipBuffer) -> Vec<u8> {
 /// Enqueues `gpuport_sleep_ns(ns)` on `stream`. The built-in module is
 /// compiled at its first use; call `load_module` first where that must not
 /// count (it is cached per device).
-fn sleep_kernel_ns(dev: &HipDevice, ns: u64, stream: &gpuport::Stream<gpuport::Hip>) {
+fn sleep_kernel_ns(dev: &RocmDevice, ns: u64, stream: &gpuport::Stream<gpuport::Rocm>) {
     let module = dev.load_module(ModuleSource::Builtin).unwrap();
     let sleep = dev.kernel(&module, builtin::SLEEP_NS).unwrap();
     let mut args = KernelArgs::new();

@@ -20,7 +20,7 @@ use crate::error::BackendKind;
 #[cfg(feature = "cuda")]
 use super::cuda::{Cuda, CudaDevice};
 #[cfg(feature = "rocm")]
-use super::hip::{Hip, HipDevice};
+use super::hip::{Rocm, RocmDevice};
 
 /// What a value of [`Any`] holds for each backend `B`.
 pub trait PerBackend: 'static {
@@ -29,7 +29,7 @@ pub trait PerBackend: 'static {
 }
 
 /// A value of any compiled-in backend: `F::Of<Host>`, `F::Of<Cuda>` or
-/// `F::Of<Hip>`.
+/// `F::Of<Rocm>`.
 #[non_exhaustive]
 pub enum Any<F: PerBackend> {
     /// The host backend's.
@@ -39,7 +39,7 @@ pub enum Any<F: PerBackend> {
     Cuda(F::Of<Cuda>),
     /// The ROCm (HIP) backend's.
     #[cfg(feature = "rocm")]
-    Rocm(F::Of<Hip>),
+    Rocm(F::Of<Rocm>),
 }
 
 pub(crate) use per_kind::PerHostOrGpu;
@@ -240,6 +240,6 @@ dyn_device!(
 );
 dyn_device!(
     #[cfg(feature = "rocm")]
-    HipDevice,
+    RocmDevice,
     Rocm
 );

@@ -19,7 +19,7 @@ use crate::error::{BackendKind, Error, Result};
 #[cfg(feature = "cuda")]
 use super::cuda::CudaDevice;
 #[cfg(feature = "rocm")]
-use super::hip::HipDevice;
+use super::hip::RocmDevice;
 
 /// The environment variable naming the default device spec.
 pub const DEVICE_ENV: &str = "GPUPORT_DEVICE";
@@ -115,7 +115,7 @@ pub fn backends() -> Vec<BackendStatus> {
                 #[cfg(feature = "cuda")]
                 BackendKind::Cuda => (true, list::<CudaDevice>()),
                 #[cfg(feature = "rocm")]
-                BackendKind::Rocm => (true, list::<HipDevice>()),
+                BackendKind::Rocm => (true, list::<RocmDevice>()),
                 #[allow(unreachable_patterns)]
                 _ => (false, Err(not_compiled(kind))),
             };
@@ -175,7 +175,7 @@ pub fn open_kind(kind: BackendKind, ordinal: usize) -> Result<AnyDevice> {
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => Ok(AnyDevice::Cuda(CudaDevice::open(ordinal)?)),
         #[cfg(feature = "rocm")]
-        BackendKind::Rocm => Ok(AnyDevice::Rocm(HipDevice::open(ordinal)?)),
+        BackendKind::Rocm => Ok(AnyDevice::Rocm(RocmDevice::open(ordinal)?)),
         #[allow(unreachable_patterns)]
         other => Err(not_compiled(other)),
     }

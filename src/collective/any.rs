@@ -21,11 +21,11 @@ use crate::backend::cuda::Cuda;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use crate::backend::gpu::{Driver, Gpu};
 #[cfg(feature = "rocm")]
-use crate::backend::hip::Hip;
+use crate::backend::hip::Rocm;
 
 /// What [`AnyCommunicator`] holds per backend: a communicator
 /// (`Communicator<Host>`, NCCL's `Communicator<Cuda>`, RCCL's
-/// `Communicator<Hip>`).
+/// `Communicator<Rocm>`).
 #[derive(Debug)]
 pub struct Communicators;
 
@@ -202,7 +202,7 @@ impl AnyCommunicator {
             #[cfg(feature = "cuda")]
             crate::BackendKind::Cuda => Communicator::<Cuda>::group(f),
             #[cfg(feature = "rocm")]
-            crate::BackendKind::Rocm => Communicator::<Hip>::group(f),
+            crate::BackendKind::Rocm => Communicator::<Rocm>::group(f),
             _ => Communicator::<Host>::group(f),
         }
     }

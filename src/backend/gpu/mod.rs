@@ -5,9 +5,9 @@
 //! configurations), the memory layer's device support, and the mapping of
 //! vendor statuses to errors are written here once, over a `Driver`: the
 //! table of vendor calls one opened device makes. CUDA and ROCm are its two
-//! instantiations, `Cuda` = `Gpu<CudaDriver>` and `Hip` =
+//! instantiations, `Cuda` = `Gpu<CudaDriver>` and `Rocm` =
 //! `Gpu<HipDriver>`, with `CudaDevice`, `CudaBuffer`,
-//! `HipDevice`, `HipBuffer` … as aliases of the types here. The vendor
+//! `RocmDevice`, `RocmBuffer` … as aliases of the types here. The vendor
 //! parts hold only what differs: library loading, the calls and their
 //! constants, the kernel compiler, and the few real behavioural differences,
 //! each noted where its driver implements it.
@@ -58,7 +58,7 @@ pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 pub use module::{GpuKernel, GpuModule};
 pub use stream::{GpuEvent, GpuStream};
 
-/// A GPU backend over driver `D`: `Cuda` (`gpuport::Cuda`) or `Hip` (`gpuport::Hip`).
+/// A GPU backend over driver `D`: `Cuda` (`gpuport::Cuda`) or `Rocm` (`gpuport::Rocm`).
 pub struct Gpu<D>(PhantomData<fn() -> D>);
 
 impl<D: Driver> fmt::Debug for Gpu<D> {

@@ -58,8 +58,8 @@ const BUILTINS_SOURCE: &str = include_str!("../../../kernels/hip/builtins.hip");
 const ARRAY_OPS_SOURCE: &str = include_str!("../../../kernels/hip/array_ops.hip");
 
 gpu::vendor_types! {
-    HipDriver, "ROCm", "rocm" => Hip, HipDevice, HipStream, HipEvent, HipBuffer, HipPinnedBuffer,
-    HipHostRegistration, HipModule, HipKernel
+    HipDriver, "ROCm", "rocm" => Rocm, RocmDevice, RocmStream, RocmEvent, RocmBuffer, RocmPinnedBuffer,
+    RocmHostRegistration, RocmModule, RocmKernel
 }
 
 /// Attaches the call name to a HIP status.
@@ -159,7 +159,7 @@ fn dptr(addr: u64) -> sys::hipDeviceptr_t {
 unsafe impl Driver for HipDriver {
     const KIND: BackendKind = BackendKind::Rocm;
 
-    const NAME: &'static str = "Hip";
+    const NAME: &'static str = "Rocm";
 
     const PLATFORM: &'static str = "ROCm";
 
