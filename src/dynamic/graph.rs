@@ -105,11 +105,13 @@ pub type AnyGraphExec = Any<GraphExecs>;
 /// Owners a binding handed over while a capture ran; one owner of its graph.
 type Bag = Arc<Mutex<Vec<Box<dyn Send>>>>;
 
-/// What a binding does around each replay of a graph for an object whose
-/// work the graph captured (a `MemArray` whose `add_index` it captured:
+/// What is done around each replay of a graph for an object whose work
+/// the graph captured ([`ReplayedArray`](super::replayed::ReplayedArray):
 /// order the replay after the array's pending work, and make the replay
 /// the array's pending work after it). Registered with [`use_in_replays`].
-pub trait ReplayUse: Send + Sync {
+/// Crate-private: the ordering of an array with replays is the core's,
+/// and no caller's implementation stands in for it.
+pub(crate) trait ReplayUse: Send + Sync {
     /// Before the replay is enqueued on `stream`.
     fn before(&self, stream: &AnyStream) -> Result<()>;
     /// After the replay was enqueued on `stream`.
@@ -134,7 +136,7 @@ fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag, Arc<ReplayUs
 /// Has every replay of the graph that the [`AnyCapture`] running on
 /// `stream` makes call `user` before and after it. Hands `user` back when
 /// no capture runs there.
-pub fn use_in_replays(stream: &AnyStream, user: Arc<dyn ReplayUse>) -> std::result::Result<(), Arc<dyn ReplayUse>> {
+pub(crate) fn use_in_replays(stream: &AnyStream, user: Arc<dyn ReplayUse>) -> std::result::Result<(), Arc<dyn ReplayUse>> {
     if RUNNING_COUNT.load(Ordering::Acquire) == 0 {
         return Err(user);
     }
@@ -453,7 +455,7 @@ mod tests {
 
     use super::*;
     use crate::array::{Location, Transfer};
-    use crate::dynamic::{keep, new_owned, AnyArray, DType};
+    use crate::dynamic::{keep, new_owned, AnyArray, DType, Exclusive, ReplayedArray, SharedArray};
 
     fn host() -> AnyDevice {
         crate::open("host").unwrap()
@@ -530,19 +532,7 @@ mod tests {
         AnyStream::default_for(&dev).check_can_wait("memcpy").unwrap();
     }
 
-    /// A binding's `ReplayUse` for an array whose `add_index` a graph captured.
-    struct ArrayUse(Arc<Mutex<AnyArray>>, crate::array::DeviceCopyToken);
-
-    impl ReplayUse for ArrayUse {
-        fn before(&self, s: &AnyStream) -> Result<()> {
-            self.0.lock().unwrap().before_replay(s)
-        }
-        fn after(&self, s: &AnyStream) -> Result<()> {
-            self.0.lock().unwrap().after_replay(s, &self.1, true)
-        }
-    }
-
-    fn host_f32(a: &Mutex<AnyArray>, s: &AnyStream) -> Vec<f32> {
+    fn host_f32(a: &SharedArray, s: &AnyStream) -> Vec<f32> {
         let AnyArray::Owned(a) = &mut *a.lock().unwrap() else { unreachable!() };
         a.move_to(Location::Host, s, Transfer::Sync, None).unwrap();
         let (ptr, _keep) = a.parts(Location::Host, None).unwrap();
@@ -555,7 +545,7 @@ mod tests {
     fn memarray_kernels_are_captured_and_replays_are_ordered_with_the_array() {
         let dev = host();
         let s = AnyStream::create(&dev).unwrap();
-        let a = Arc::new(Mutex::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap())));
+        let a: SharedArray = Arc::new(Exclusive::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()), "MemArray"));
         // Host-resident data cannot be captured (the copy to the device would be).
         let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
         match a.lock().unwrap().add_index(&s, None) {
@@ -583,7 +573,7 @@ mod tests {
             let AnyArray::Owned(o) = &*a.lock().unwrap() else { unreachable!() };
             Arc::downgrade(&o.parts(Location::Device, None).unwrap().1)
         };
-        assert!(use_in_replays(&s, Arc::new(ArrayUse(a.clone(), written))).is_ok());
+        ReplayedArray::order_replays(&s, &a, written, true);
         let graph = capture.end().unwrap();
         assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");
         let exec = graph.instantiate().unwrap();

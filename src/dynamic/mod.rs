@@ -22,6 +22,8 @@
 //! - [`runtime`]: the calls of a HIP-shaped runtime (`gpuport.runtime`) as whole operations: device and stream choice, checks, the wait or the keeping of owners.
 //! - [`keep`]: operands kept alive until their work has run.
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
+//! - [`exclusive`]: [`Exclusive`], a value threads use one at a time, whose waits a binding can run without its interpreter lock.
+//! - [`replayed`]: [`ReplayedArray`], a shared array ordered with the replays of a graph that captured work on it.
 //! - [`graph_slot`]: one captured graph's life (empty, capturing, ready), as a binding's `Graph` holds it.
 //! - [`peer`]: peer access between two devices of one backend.
 //! - [`target`]: which copy of an array a move or an export goes to, as a caller names it.
@@ -35,6 +37,7 @@ pub mod dtype {
 }
 pub mod exchange;
 pub mod exchange_api;
+pub mod exclusive;
 pub mod graph;
 pub mod graph_slot;
 pub mod imported;
@@ -43,6 +46,7 @@ pub mod memory;
 pub mod module;
 pub mod peer;
 pub mod raw;
+pub mod replayed;
 pub mod runtime;
 pub mod stream;
 pub mod target;
@@ -50,6 +54,8 @@ pub mod target;
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
 pub use array::{device_for_dl, new_owned, AnyArray, DynArray, ImportedArray, RawImport, Shape, Strides};
 pub use dtype::{DType, MAX_RANK};
+pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};
+pub use replayed::{ReplayedArray, SharedArray};
 pub use stream::{AnyEvent, AnyStream};

@@ -129,6 +129,13 @@ pub enum LockError {
         /// The id that tried to enter.
         requested: u64,
     },
+    /// A thread that holds an object's `Exclusive` (`src/dynamic/exclusive.rs`)
+    /// locked it again (a callback run under the lock called the object).
+    #[error("this {what} is already locked by this thread: a call on it is still running and called it again")]
+    Busy {
+        /// The object's name ("MemArray").
+        what: &'static str,
+    },
 }
 
 /// An operation needs a copy of the array that is not current.

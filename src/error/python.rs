@@ -247,6 +247,10 @@ impl Error {
                 "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id {held}); blocks on \
                  one array cannot nest or overlap, in one thread or several"
             ),
+            Error::Lock(LockError::Busy { what }) => format!(
+                "this {what} is busy in this thread: a call on it is still running and the Python code it ran \
+                 (a callback such as __index__, __dlpack__ or __del__) called it again; call it after that call returns"
+            ),
             Error::Residency(r) => format!(
                 "{} needs the {} copy, but only the {} copy is current; call move_memory(\"{}\") first",
                 op(r.op),
@@ -469,6 +473,7 @@ pub fn samples() -> Vec<Error> {
         LockError::Locked { op: "move_to", held: 7 }.into(),
         LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
         LockError::AlreadyLocked { held: 7, requested: 9 }.into(),
+        LockError::Busy { what: "MemArray" }.into(),
         ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device }.into(),
         Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" },
         ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 }.into(),

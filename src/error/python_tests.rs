@@ -64,6 +64,14 @@ fn lock_errors_name_the_python_call_and_the_with_block() {
         "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id 7); blocks on one \
          array cannot nest or overlap, in one thread or several"
     );
+    // The wording the binding's tests quote (test_threads*.py, test_soundness.py).
+    let e = Error::from(LockError::Busy { what: "MemArray" });
+    assert_eq!(e.python_class(), ExceptionClass::Lock);
+    assert_eq!(
+        e.python_message(Some("ignored")),
+        "this MemArray is busy in this thread: a call on it is still running and the Python code it ran (a \
+         callback such as __index__, __dlpack__ or __del__) called it again; call it after that call returns"
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
-use gpuport::dynamic::AnyStream;
+use gpuport::dynamic::ReplayedArray;
 use gpuport::error::python;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -455,14 +455,13 @@ impl PyMemArray {
     ///     array([[10, 11, 12],
     ///            [11, 12, 13]], dtype=int32)
     #[pyo3(signature = (stream=None))]
-    fn add_index(slf: &Bound<'_, Self>, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let this = slf.get();
-        let s = resolve_stream(py, &this.meta.device, stream)?;
-        let mut st = this.state(py)?;
+    fn add_index(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let s = resolve_stream(py, &self.meta.device, stream)?;
+        let mut st = self.state(py)?;
         let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
         drop(st);
         if let Some(written) = written {
-            ReplayedArray::order_replays(&s, slf, written, true);
+            ReplayedArray::order_replays(&s, self.shared(), written, true);
         }
         Ok(())
     }
@@ -626,51 +625,5 @@ impl PyMemArray {
             spec(&self.meta.device),
             self.residency(py).unwrap_or("busy")
         )
-    }
-}
-
-/// A `MemArray` whose device copy a gpuport graph captured work on
-/// (`add_index`, a collective): each replay is ordered after the array's
-/// pending work, and becomes its pending work.
-pub(crate) struct ReplayedArray {
-    array: Py<PyMemArray>,
-    /// The device copy the graph uses.
-    written: gpuport::array::DeviceCopyToken,
-    /// Whether the graph writes it (then it becomes the current copy).
-    writes: bool,
-}
-
-impl ReplayedArray {
-    /// Orders replays on `stream` of the graph it is capturing with the
-    /// work on `array`'s device copy `used` that was just captured. Refused
-    /// (and ignored) where another library (torch, CuPy) captures the
-    /// stream: its replays are not seen (README: Graphs).
-    pub(crate) fn order_replays(
-        stream: &AnyStream,
-        array: &Bound<'_, PyMemArray>,
-        used: gpuport::array::DeviceCopyToken,
-        writes: bool,
-    ) {
-        let user = Arc::new(ReplayedArray { array: array.clone().unbind(), written: used, writes });
-        let _ = gpuport::dynamic::graph::use_in_replays(stream, user);
-    }
-
-    fn with_state(&self, f: impl FnOnce(&mut AnyArray) -> gpuport::Result<()> + Send) -> gpuport::Result<()> {
-        Python::attach(|py| {
-            let mut st = self.array.get().state(py).map_err(|e| gpuport::Error::InvalidArgument {
-                name: "array",
-                reason: format!("a graph replay could not reach an array it writes: {e}"),
-            })?;
-            py.detach(|| f(&mut st))
-        })
-    }
-}
-
-impl gpuport::dynamic::graph::ReplayUse for ReplayedArray {
-    fn before(&self, stream: &AnyStream) -> gpuport::Result<()> {
-        self.with_state(|a| a.before_replay(stream))
-    }
-    fn after(&self, stream: &AnyStream) -> gpuport::Result<()> {
-        self.with_state(|a| a.after_replay(stream, &self.written, self.writes))
     }
 }

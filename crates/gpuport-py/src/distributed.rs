@@ -14,17 +14,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuport::collective::{AnyCommunicator, CallMode, GroupFailure, Op, OpKind, Operand, Operands, Sides, TcpStore};
-use gpuport::dynamic::{keep, AnyArray};
+use gpuport::dynamic::{keep, AnyArray, ReplayedArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::adapters::{to_range, Owner, Ptr};
-use crate::array::ReplayedArray;
 use crate::device::{resolve_device, resolve_stream, stream_choice, PyDevice};
 use crate::dtype::dtype_from_py;
 use crate::errors::IntoPyResult;
-use crate::exclusive::{Exclusive, ExclusiveGuard};
+use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
 use crate::memarray::PyMemArray;
 
 /// The key-value store through which the ranks of a job meet (rank 0
@@ -204,7 +203,7 @@ impl<'py> PyOperand<'py> {
 
 impl PyCommunicator {
     fn lock(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, AnyCommunicator>> {
-        self.inner.lock(py)
+        self.inner.lock_detached(py)
     }
 
     fn new(comm: AnyCommunicator) -> Self {
@@ -395,7 +394,7 @@ impl PyCommunicator {
         // A capture's graph uses the arrays' device copies: order its replays.
         for (operand, used, writes) in [(sides.send(), captured.send, false), (sides.recv(), captured.recv, true)] {
             if let (Some(PyOperand::Array(a)), Some(used), Some(s)) = (operand, used, enqueued.stream()) {
-                ReplayedArray::order_replays(s, a, used, writes);
+                ReplayedArray::order_replays(s, a.get().shared(), used, writes);
             }
         }
         let owners: Vec<Ptr> = sides.into_vec().into_iter().map(PyOperand::into_kept).collect();

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::device::{resolve_device, resolve_stream, spec, stream_choice, PyDevice, PyStream};
 use crate::errors::{self, graph_error, IntoPyResult};
-use crate::exclusive::Exclusive;
+use crate::exclusive::{Exclusive, LockDetached};
 
 /// A capture mode from its Python name (torch's `capture_error_mode` names).
 pub fn parse_mode(mode: &str) -> PyResult<CaptureMode> {
@@ -214,11 +214,11 @@ impl PyGraph {
         // graphs from each other cannot deadlock.
         let me_first = (self as *const Self) < (other.get() as *const Self);
         let (mut st, o) = if me_first {
-            let st = self.state.lock(py)?;
-            (st, other.get().state.lock(py)?)
+            let st = self.state.lock_detached(py)?;
+            (st, other.get().state.lock_detached(py)?)
         } else {
-            let o = other.get().state.lock(py)?;
-            (self.state.lock(py)?, o)
+            let o = other.get().state.lock_detached(py)?;
+            (self.state.lock_detached(py)?, o)
         };
         st.slot.update(&o.slot).map_err(|e| errors::to_py_graph_call(py, e, "Graph.update"))
     }
@@ -236,7 +236,7 @@ impl PyGraph {
     ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
     ///     7
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let st = self.state.lock(py)?;
+        let st = self.state.lock_detached(py)?;
         let slot = &st.slot;
         py.detach(|| slot.synchronize()).py_err_in(py, "Graph.synchronize")
     }
@@ -258,7 +258,7 @@ impl PyGraph {
     ///     True
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
         let retired = {
-            let mut st = self.state.lock(py)?;
+            let mut st = self.state.lock_detached(py)?;
             let retired = st.slot.reset().py_err_in(py, "Graph.reset")?;
             st.stream = None;
             retired
@@ -273,44 +273,44 @@ impl PyGraph {
     /// Whether the graph holds captured work (replay is possible).
     #[getter]
     fn is_captured(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock(py)?.slot.is_captured())
+        Ok(self.state.lock_detached(py)?.slot.is_captured())
     }
 
     /// Whether a capture into this graph is running.
     #[getter]
     fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock(py)?.slot.is_capturing())
+        Ok(self.state.lock_detached(py)?.slot.is_capturing())
     }
 
     /// Number of operations captured (0 before a capture).
     #[getter]
     fn node_count(&self, py: Python<'_>) -> PyResult<usize> {
-        self.state.lock(py)?.slot.node_count().py_err(py)
+        self.state.lock_detached(py)?.slot.node_count().py_err(py)
     }
 
     /// Number of operand sets (the arrays, buffers and arguments of one
     /// runtime call each) the graph keeps alive from its capture.
     #[getter]
     fn kept_alive(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.lock(py)?.slot.kept())
+        Ok(self.state.lock_detached(py)?.slot.kept())
     }
 
     /// The device of the captured work (None before a capture).
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
-        let st = self.state.lock(py)?;
+        let st = self.state.lock_detached(py)?;
         Ok(st.slot.device().filter(|_| st.slot.is_captured()).map(PyDevice))
     }
 
     /// The stream the capture ran on (None before a capture).
     #[getter]
     fn stream(&self, py: Python<'_>) -> PyResult<Option<Py<PyStream>>> {
-        let st = self.state.lock(py)?;
+        let st = self.state.lock_detached(py)?;
         Ok(st.stream.as_ref().map(|s| s.clone_ref(py)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let st = self.state.lock(py)?;
+        let st = self.state.lock_detached(py)?;
         let slot = &st.slot;
         Ok(match slot.device() {
             _ if slot.is_capturing() => "Graph(capturing)".into(),
@@ -329,7 +329,12 @@ impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
         keep::prune();
         let stream = stream_choice(stream)?;
-        self.state.lock(py)?.slot.replay(stream).map_err(|e| errors::to_py_graph_call(py, e, call))
+        let st = self.state.lock_detached(py)?;
+        let slot = &st.slot;
+        // Detached: the replay waits for the locks of the arrays it orders
+        // (`gpuport::dynamic::replayed`), which their holders may keep while
+        // they wait for the GIL.
+        py.detach(|| slot.replay(stream)).map_err(|e| errors::to_py_graph_call(py, e, call))
     }
 }
 
@@ -362,7 +367,7 @@ impl PyGraphCapture {
     fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyGraph>> {
         keep::prune();
         let call = "Graph.capture";
-        let mut st = self.graph.get().state.lock(py)?;
+        let mut st = self.graph.get().state.lock_detached(py)?;
         if !st.slot.is_capturing() && self.entered.load(Ordering::Acquire) {
             return Err(graph_error(py, "capturing", format!("{call}: this capture context is already entered")));
         }
@@ -389,7 +394,7 @@ impl PyGraphCapture {
         if !self.entered.load(Ordering::Acquire) {
             return Err(graph_error(py, "not_captured", format!("{call}: __exit__ without a running capture")));
         }
-        let mut st = self.graph.get().state.lock(py)?;
+        let mut st = self.graph.get().state.lock_detached(py)?;
         let ended = st.slot.end_capture(raised);
         if let Err(Error::Graph { kind: GraphErrorKind::WrongThread, .. }) = &ended {
             // Still running: it can be ended on its own thread.
@@ -439,7 +444,7 @@ impl Drop for PyGraphCapture {
     fn drop(&mut self) {
         if *self.entered.get_mut() {
             Python::attach(|py| {
-                if let Ok(mut st) = self.graph.get().state.lock(py) {
+                if let Ok(mut st) = self.graph.get().state.lock_detached(py) {
                     st.slot.abandon_capture();
                     st.stream = None;
                 }

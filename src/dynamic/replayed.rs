@@ -1,0 +1,53 @@
+//! [`ReplayedArray`]: an array whose device copy a graph captured work on
+//! (`AnyArray::add_index`, a collective), ordered with each replay of that
+//! graph. The array is shared as the binding holds it, an
+//! `Arc<Exclusive<AnyArray>>` ([`SharedArray`]), so a replay takes the
+//! array's lock itself and never calls back into the binding.
+//!
+//! A replay waits for the array's lock with [`Exclusive::lock`]: a binding
+//! replays with its interpreter lock released (`super::exclusive`'s rule).
+
+use std::sync::Arc;
+
+use super::array::AnyArray;
+use super::exclusive::Exclusive;
+use super::graph::{use_in_replays, ReplayUse};
+use super::stream::AnyStream;
+use crate::array::DeviceCopyToken;
+use crate::error::Result;
+
+/// An array that several objects and threads share, one call at a time.
+pub type SharedArray = Arc<Exclusive<AnyArray>>;
+
+/// An array a graph captured work on: each replay is ordered after the
+/// array's pending work, and becomes its pending work.
+pub struct ReplayedArray {
+    array: SharedArray,
+    /// The device copy the graph uses.
+    used: DeviceCopyToken,
+    /// Whether the graph writes it (then it becomes the current copy).
+    writes: bool,
+}
+
+impl ReplayedArray {
+    /// Orders the replays on `stream` of the graph it is capturing with the
+    /// captured work on `array`'s device copy `used` (as `add_index` or
+    /// `collective::Captured` gave it; `writes`: the work writes it).
+    /// Nothing to do where no gpuport capture runs on `stream` (another
+    /// library's capture, such as torch's or CuPy's: its replays are not
+    /// seen; README: Graphs).
+    pub fn order_replays(stream: &AnyStream, array: &SharedArray, used: DeviceCopyToken, writes: bool) {
+        let user = Arc::new(ReplayedArray { array: array.clone(), used, writes });
+        let _ = use_in_replays(stream, user);
+    }
+}
+
+impl ReplayUse for ReplayedArray {
+    fn before(&self, stream: &AnyStream) -> Result<()> {
+        self.array.lock()?.before_replay(stream)
+    }
+
+    fn after(&self, stream: &AnyStream) -> Result<()> {
+        self.array.lock()?.after_replay(stream, &self.used, self.writes)
+    }
+}
