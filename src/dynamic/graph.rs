@@ -136,7 +136,10 @@ fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag, Arc<ReplayUs
 /// Has every replay of the graph that the [`AnyCapture`] running on
 /// `stream` makes call `user` before and after it. Hands `user` back when
 /// no capture runs there.
-pub(crate) fn use_in_replays(stream: &AnyStream, user: Arc<dyn ReplayUse>) -> std::result::Result<(), Arc<dyn ReplayUse>> {
+pub(crate) fn use_in_replays(
+    stream: &AnyStream,
+    user: Arc<dyn ReplayUse>,
+) -> std::result::Result<(), Arc<dyn ReplayUse>> {
     if RUNNING_COUNT.load(Ordering::Acquire) == 0 {
         return Err(user);
     }
@@ -545,7 +548,8 @@ mod tests {
     fn memarray_kernels_are_captured_and_replays_are_ordered_with_the_array() {
         let dev = host();
         let s = AnyStream::create(&dev).unwrap();
-        let a: SharedArray = Arc::new(Exclusive::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()), "MemArray"));
+        let a: SharedArray =
+            Arc::new(Exclusive::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()), "MemArray"));
         // Host-resident data cannot be captured (the copy to the device would be).
         let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
         match a.lock().unwrap().add_index(&s, None) {
