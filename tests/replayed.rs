@@ -25,7 +25,7 @@ fn shared_on_device(dev: &gpuport::AnyDevice, s: &AnyStream) -> SharedArray {
 fn add_index_graph(a: &SharedArray, s: &AnyStream) -> AnyGraphExec {
     let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
     let used = a.lock().unwrap().add_index(s, None).unwrap().expect("captured: the copy the graph writes");
-    ReplayedArray::order_replays(s, a, used, true);
+    assert!(ReplayedArray::order_replays(s, a, used, true), "a gpuport capture runs on `s`");
     let graph = capture.end().unwrap();
     assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");
     graph.instantiate().unwrap()

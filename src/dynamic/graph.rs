@@ -577,7 +577,7 @@ mod tests {
             let AnyArray::Owned(o) = &*a.lock().unwrap() else { unreachable!() };
             Arc::downgrade(&o.parts(Location::Device, None).unwrap().1)
         };
-        ReplayedArray::order_replays(&s, &a, written, true);
+        assert!(ReplayedArray::order_replays(&s, &a, written, true), "a gpuport capture runs on `s`");
         let graph = capture.end().unwrap();
         assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");
         let exec = graph.instantiate().unwrap();

@@ -33,12 +33,12 @@ impl ReplayedArray {
     /// Orders the replays on `stream` of the graph it is capturing with the
     /// captured work on `array`'s device copy `used` (as `add_index` or
     /// `collective::Captured` gave it; `writes`: the work writes it).
-    /// Nothing to do where no gpuport capture runs on `stream` (another
-    /// library's capture, such as torch's or CuPy's: its replays are not
-    /// seen; README: Graphs).
-    pub fn order_replays(stream: &AnyStream, array: &SharedArray, used: DeviceCopyToken, writes: bool) {
+    /// Whether a gpuport capture runs on `stream` and took it; where none
+    /// does (another library's capture, such as torch's or CuPy's: its
+    /// replays are not seen; README: Graphs) there is nothing to order.
+    pub fn order_replays(stream: &AnyStream, array: &SharedArray, used: DeviceCopyToken, writes: bool) -> bool {
         let user = Arc::new(ReplayedArray { array: array.clone(), used, writes });
-        let _ = use_in_replays(stream, user);
+        use_in_replays(stream, user).is_ok()
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
-use gpuport::dynamic::ReplayedArray;
+use gpuport::dynamic::{keep, ReplayedArray};
 use gpuport::error::python;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -455,13 +455,17 @@ impl PyMemArray {
     ///     array([[10, 11, 12],
     ///            [11, 12, 13]], dtype=int32)
     #[pyo3(signature = (stream=None))]
-    fn add_index(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let s = resolve_stream(py, &self.meta.device, stream)?;
-        let mut st = self.state(py)?;
+    fn add_index(slf: &Bound<'_, Self>, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let this = slf.get();
+        let s = resolve_stream(py, &this.meta.device, stream)?;
+        let mut st = this.state(py)?;
         let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
         drop(st);
         if let Some(written) = written {
-            ReplayedArray::order_replays(&s, self.shared(), written, true);
+            if ReplayedArray::order_replays(&s, this.shared(), written, true) {
+                // The graph keeps the object too, as it keeps a runtime call's operands.
+                keep::keep_until_done(&s, Box::new(slf.clone().unbind())).py_err_in(py, "add_index")?;
+            }
         }
         Ok(())
     }
