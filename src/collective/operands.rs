@@ -282,7 +282,7 @@ impl AnyCommunicator {
 
 /// The device copies of array operands that a capturing stream's graph
 /// uses (none off a capture): each array's replays are to be ordered with
-/// its copy ([`graph::use_in_replays`](crate::dynamic::graph::use_in_replays),
+/// its copy ([`ReplayedArray::order_replays`](crate::dynamic::ReplayedArray::order_replays),
 /// [`AnyArray::before_replay`], [`AnyArray::after_replay`]). The graph reads
 /// the send copy and writes the receive one; in place, only `recv` is set.
 #[derive(Default)]

@@ -423,7 +423,7 @@ impl AnyArray {
     /// `MemArray::add_index`), and the result is the device copy the graph
     /// writes: give it to [`after_replay`](Self::after_replay) after each
     /// replay, and call [`before_replay`](Self::before_replay) before it
-    /// (`graph::use_in_replays` does both for a binding). `None` otherwise.
+    /// (`ReplayedArray::order_replays` has every replay do both). `None` otherwise.
     pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<Option<DeviceCopyToken>> {
         let dtype = self.dtype();
         if !dtype.has_kernels() {

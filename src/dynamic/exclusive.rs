@@ -76,12 +76,11 @@ fn token() -> usize {
 }
 
 /// A value that one thread at a time may use (see the module docs).
-///
-/// `state` is 0 when free, else the holder's [`token`], with [`WAITING`]
-/// set while another thread waits: taking and releasing a free value is one
-/// atomic operation each. Waiters sleep on `released` under `sleep`, which
-/// only the slow path touches.
 pub struct Exclusive<T> {
+    // `state` is 0 when free, else the holder's `token()`, with `WAITING`
+    // set while another thread waits: taking and releasing a free value is
+    // one atomic operation each. Waiters sleep on `released` under `sleep`,
+    // which only the slow path touches.
     state: AtomicUsize,
     sleep: Mutex<()>,
     released: Condvar,

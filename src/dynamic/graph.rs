@@ -416,8 +416,13 @@ impl AnyGraphExec {
     }
 
     /// Enqueues one replay on `stream`, a stream of the graph's device
-    /// ([`Error::DeviceMismatch`] otherwise), between the
-    /// [`ReplayUse`]s registered during the capture.
+    /// ([`Error::DeviceMismatch`] otherwise), ordered with the arrays
+    /// registered during the capture
+    /// ([`ReplayedArray::order_replays`](super::ReplayedArray::order_replays)).
+    /// It takes each one's lock, waiting while another thread holds it
+    /// (so a binding calls it without its interpreter lock:
+    /// `super::exclusive`'s rule); an array this thread holds is
+    /// [`LockError::Busy`](crate::array::LockError::Busy), and the graph is not launched.
     pub fn launch(&self, stream: &AnyStream) -> Result<()> {
         let uses = self.replay_uses();
         for u in &uses {

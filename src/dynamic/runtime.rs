@@ -50,9 +50,15 @@ pub fn default_device() -> Result<AnyDevice> {
     Ok(DEFAULT.get_or_init(|| chosen).clone())
 }
 
-/// The stream a call was given.
+/// The stream a call was given. `Send`: a binding makes the call (a graph
+/// replay, which may wait for an array's lock) without its interpreter lock.
 #[derive(Clone)]
 pub struct StreamChoice(Choice);
+
+const _: () = {
+    const fn is_send<T: Send>() {}
+    is_send::<StreamChoice>();
+};
 
 #[derive(Clone)]
 enum Choice {

@@ -9,8 +9,8 @@
 //! (`from_dlpack`, `asarray`), [`exchange_api`]
 //! (DLPack 1.3's C exchange API: `MemArray.__dlpack_c_exchange_api__` and
 //! its use by `from_dlpack`), [`context`]
-//! (`get_dlpack`'s context manager), [`exclusive`] (the lock that lets
-//! threads share one object), [`dlpack`] (capsules), [`cai`] (CUDA Array
+//! (`get_dlpack`'s context manager), [`exclusive`] (the core's lock that
+//! lets threads share one object, taken with the GIL released), [`dlpack`] (capsules), [`cai`] (CUDA Array
 //! Interface; the layout of CAI, DLPack and buffer objects),
 //! [`errors`] (the exception classes and the one error mapping), [`dtype`],
 //! [`graph`] (Graph and its capture context, over the core's run-time graphs),
