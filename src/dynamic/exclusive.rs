@@ -102,11 +102,6 @@ impl<T> Exclusive<T> {
         self.sleep.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The object's name in errors.
-    pub fn what(&self) -> &'static str {
-        self.what
-    }
-
     /// Frees the value and wakes the threads waiting for it.
     fn release(&self) {
         let was = self.state.swap(0, Ordering::Release);
