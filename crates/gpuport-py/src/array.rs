@@ -19,8 +19,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::context::DLPackContext;
-use crate::device::{resolve_device, resolve_stream, spec, PyDevice};
-use crate::dtype::{dtype_from_py, DType, MAX_RANK};
+use crate::convert::device::{resolve_device, spec, PyDevice};
+use crate::convert::dtype::{dtype_from_py, DType, MAX_RANK};
+use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
@@ -70,7 +71,7 @@ impl PyMemArray {
         np: &Bound<'py, PyModule>,
         dtype: DType,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let Some(ml) = crate::dtype::ml_dtype(py, dtype) else {
+        let Some(ml) = crate::convert::dtype::ml_dtype(py, dtype) else {
             return Err(errors::unsupported_dtype(
                 py,
                 format!(
@@ -339,7 +340,7 @@ impl PyMemArray {
     ///     TypeError: read_numpy_array: cannot cast complex128 to float64 under casting='same_kind' ...
     #[pyo3(signature = (array, casting="same_kind"))]
     fn read_numpy_array(&self, py: Python<'_>, array: &Bound<'_, PyAny>, casting: &str) -> PyResult<()> {
-        let src = crate::dtype::cast_for_read(array, self.meta.dtype, casting)?;
+        let src = crate::convert::dtype::cast_for_read(array, self.meta.dtype, casting)?;
         // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;
         let t = &p.0;
@@ -419,7 +420,7 @@ impl PyMemArray {
             b.as_bytes().to_vec()
         } else {
             let np = py.import("numpy")?;
-            let Some(nd) = crate::dtype::value_dtype(&np, dtype) else {
+            let Some(nd) = crate::convert::dtype::value_dtype(&np, dtype) else {
                 let hint = if dtype.in_ml_dtypes() { " (install ml_dtypes to fill it from numbers)" } else { "" };
                 return Err(errors::unsupported_dtype(
                     py,

@@ -7,8 +7,8 @@
 use gpuport::dynamic::imported::{import_tensor, Placement};
 use pyo3::prelude::*;
 
-use crate::device::resolve_device;
-use crate::dlpack::Producer;
+use crate::convert::capsule::Producer;
+use crate::convert::device::resolve_device;
 use crate::errors::IntoPyResult;
 use crate::exchange::{import_producer, imported_from_producer};
 use crate::memarray::PyMemArray;
@@ -114,7 +114,7 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
         placement.check(&a.get().meta.device).py_err_in(py, "asarray")?;
         return Ok(obj.clone().unbind());
     }
-    let obj = &crate::dtype::native_byte_order(obj)?;
+    let obj = &crate::convert::dtype::native_byte_order(obj)?;
     if obj.hasattr("__dlpack__")? {
         let a = match placement {
             Placement::On(_) => placed(py, import_producer(py, obj, None, None)?, placement, "asarray")?,

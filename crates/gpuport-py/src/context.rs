@@ -16,7 +16,7 @@ use gpuport::array::Location;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::device::AnyStream;
+use crate::convert::stream::AnyStream;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{parse_dl_device, parse_version, ExportRequest};
 use crate::memarray::PyMemArray;

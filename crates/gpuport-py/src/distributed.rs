@@ -19,9 +19,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::adapters::{to_range, Owner, Ptr};
-use crate::device::{resolve_device, resolve_stream, stream_choice, PyDevice};
-use crate::dtype::dtype_from_py;
+use crate::convert::device::{resolve_device, PyDevice};
+use crate::convert::dtype::dtype_from_py;
+use crate::convert::pointer::{to_range, Owner, Ptr};
+use crate::convert::stream::{resolve_stream, stream_choice};
 use crate::errors::IntoPyResult;
 use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
 use crate::memarray::PyMemArray;

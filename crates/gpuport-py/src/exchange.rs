@@ -17,9 +17,10 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::device::{is_cuda_dl, resolve_stream};
-use crate::dlpack::{make_capsule, take_capsule, Producer};
-use crate::dtype::{unsupported_dlpack_dtype, DType};
+use crate::convert::capsule::{dlpack_capsule, make_capsule, take_capsule, Producer};
+use crate::convert::device::is_cuda_dl;
+use crate::convert::dtype::{unsupported_dlpack_dtype, DType};
+use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
 
 /// Exports `st` as a DLPack capsule following the array API standard (the
@@ -65,7 +66,7 @@ pub fn import_producer(
     if obj.is_instance_of::<pyo3::types::PyCapsule>() {
         return take_capsule(py, obj);
     }
-    if let Some(dt) = crate::dtype::low_precision_numpy_dtype(obj)? {
+    if let Some(dt) = crate::convert::dtype::low_precision_numpy_dtype(obj)? {
         // NumPy exports no ml_dtypes dtype through DLPack (BufferError; or
         // float8_e5m2 as an 8-bit kDLFloat, which is no DLPack type): import
         // the same memory as unsigned integers of the element's size and
@@ -93,34 +94,6 @@ pub fn import_producer(
         None
     };
     take_capsule(py, &dlpack_capsule(obj, stream_arg, copy)?)
-}
-
-/// `obj.__dlpack__(stream=stream, max_version=(1, minor), copy=copy)`: a
-/// versioned capsule where the producer makes one (it carries the
-/// read-only and padded sub-byte flags), else, from a producer older than
-/// DLPack 1.0 (a `TypeError` for the keywords), a legacy one.
-pub fn dlpack_capsule<'py>(
-    obj: &Bound<'py, PyAny>,
-    stream: Option<i64>,
-    copy: Option<bool>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = obj.py();
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", stream)?;
-    kwargs.set_item("max_version", (1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION))?;
-    if let Some(c) = copy {
-        kwargs.set_item("copy", c)?;
-    }
-    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
-        Ok(c) => Ok(c),
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            // A producer older than DLPack 1.0 takes only `stream`.
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("stream", stream)?;
-            obj.call_method("__dlpack__", (), Some(&kwargs))
-        }
-        Err(e) => Err(e),
-    }
 }
 
 pub fn parse_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {

@@ -46,8 +46,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::device::resolve_stream;
-use crate::dlpack::{count_table_export, count_table_import, take_versioned, track, Producer};
+use crate::convert::capsule::{count_table_export, count_table_import, take_versioned, track, Producer};
+use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{device_of, imported_from_producer};
 use crate::memarray::{AnyArray, PyMemArray};

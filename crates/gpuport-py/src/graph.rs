@@ -17,7 +17,8 @@ use gpuport::{CaptureMode, Error, GraphErrorKind};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::device::{resolve_device, resolve_stream, spec, stream_choice, PyDevice, PyStream};
+use crate::convert::device::{resolve_device, spec, PyDevice};
+use crate::convert::stream::{resolve_stream, stream_choice, PyStream};
 use crate::errors::{self, graph_error, IntoPyResult};
 use crate::exclusive::{Exclusive, LockDetached};
 

@@ -1,22 +1,27 @@
 //! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.9+).
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
-//! Layout: [`device`] (Device, Stream, Event, stream arguments; Stream's
-//! methods in [`stream`]), [`array`]
-//! (MemArray over every dtype, rank 0..=8 and device; the type and its
-//! state in [`memarray`]), [`exchange`] (its
-//! DLPack export and import, array-interface dicts), [`asarray`]
-//! (`from_dlpack`, `asarray`), [`exchange_api`]
-//! (DLPack 1.3's C exchange API: `MemArray.__dlpack_c_exchange_api__` and
-//! its use by `from_dlpack`), [`context`]
-//! (`get_dlpack`'s context manager), [`exclusive`] (the core's lock that
-//! lets threads share one object, taken with the GIL released), [`dlpack`] (capsules), [`cai`] (CUDA Array
-//! Interface; the layout of CAI, DLPack and buffer objects),
-//! [`errors`] (the exception classes and the one error mapping), [`dtype`],
-//! [`graph`] (Graph and its capture context, over the core's run-time graphs),
-//! [`memory`] (the current memory resource from Python; the C-ABI
-//! allocation functions for PyTorch's `CUDAPluggableAllocator`), [`cupy_hook`] (the C
-//! allocation functions for CuPy's `CFunctionAllocator`).
+//! Layout, in floors: [`errors`] (the exception classes and the one error
+//! mapping) at the bottom; [`convert`] (Python objects into the core's
+//! values: pointers, argument lists, buffers, CAI, capsules, dtypes,
+//! devices and streams; the types `Pointer`, `Device`, `Stream` that those
+//! conversions recognise) on it; the Python classes above, in files named
+//! after their counterparts in `src/dynamic/`: [`array`](mod@array) (MemArray's
+//! methods; the type and its state in [`memarray`]), [`exchange`] (its
+//! DLPack export and import, array-interface dicts), [`exchange_api`]
+//! (DLPack 1.3's C exchange API), [`cai`] (MemArray's CUDA Array Interface,
+//! `from_cuda_array_interface`), [`exclusive`] (the core's lock that lets
+//! threads share one object, taken with the GIL released), [`graph`] (Graph
+//! and its capture context), [`memory`] (the current memory resource from
+//! Python), [`module`] (the list adapters and `KernelArgs`), [`raw`]
+//! (`Pointer`'s methods, `DeviceArray`), [`runtime`] (`gpuport.runtime`'s
+//! functions, modules and kernels), [`stream`] (Stream, Event); and those
+//! without a counterpart there: [`device`] (Device's methods, the device
+//! functions), [`asarray`] (`from_dlpack`, `asarray`), [`context`]
+//! (`get_dlpack`'s context manager), [`distributed`] (the store and
+//! communicators of `gpuport::collective`); the C entry points of the
+//! allocator hooks, [`torch_hook`] (PyTorch's `CUDAPluggableAllocator`) and
+//! [`cupy_hook`] (CuPy's `CFunctionAllocator`).
 //!
 //! No panic is meant to cross into Python: user input is validated and every
 //! gpuport error becomes an exception whose message speaks Python. Long
@@ -28,18 +33,14 @@
 
 use pyo3::prelude::*;
 
-pub mod adapters;
-pub mod arglists;
 pub mod array;
 pub mod asarray;
-pub mod buffer;
 pub mod cai;
 pub mod context;
+pub mod convert;
 pub mod cupy_hook;
 pub mod device;
 pub mod distributed;
-pub mod dlpack;
-pub mod dtype;
 pub mod errors;
 pub mod exchange;
 pub mod exchange_api;
@@ -47,6 +48,8 @@ pub mod exclusive;
 pub mod graph;
 pub mod memarray;
 pub mod memory;
+pub mod module;
+pub mod raw;
 pub mod runtime;
 pub mod stream;
 pub mod torch_hook;
@@ -59,11 +62,11 @@ pub mod torch_hook;
 #[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
-    m.add_class::<device::PyDevice>()?;
+    m.add_class::<convert::device::PyDevice>()?;
     m.add_class::<distributed::PyTcpStore>()?;
     m.add_class::<distributed::PyCommunicator>()?;
-    m.add_class::<device::PyStream>()?;
-    m.add_class::<device::PyEvent>()?;
+    m.add_class::<convert::stream::PyStream>()?;
+    m.add_class::<stream::PyEvent>()?;
     m.add_class::<memarray::PyMemArray>()?;
     m.add_class::<context::DLPackContext>()?;
     m.add_class::<graph::PyGraph>()?;
@@ -79,16 +82,16 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(asarray::_from_dlpack_protocol, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
     m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::capsule::_dlpack_stats, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_samples, m)?)?;
-    m.add_class::<adapters::PyPointer>()?;
-    m.add_class::<adapters::PyDeviceArray>()?;
-    m.add_class::<arglists::PyListOfBytes>()?;
-    m.add_class::<arglists::PyListOfPointer>()?;
-    m.add_class::<arglists::PyListOfInt>()?;
-    m.add_class::<arglists::PyListOfUnsigned>()?;
-    m.add_class::<arglists::PyListOfUnsignedLong>()?;
-    m.add_class::<arglists::PyKernelArgs>()?;
+    m.add_class::<convert::pointer::PyPointer>()?;
+    m.add_class::<raw::PyDeviceArray>()?;
+    m.add_class::<module::PyListOfBytes>()?;
+    m.add_class::<module::PyListOfPointer>()?;
+    m.add_class::<module::PyListOfInt>()?;
+    m.add_class::<module::PyListOfUnsigned>()?;
+    m.add_class::<module::PyListOfUnsignedLong>()?;
+    m.add_class::<module::PyKernelArgs>()?;
     m.add_class::<runtime::PyModule_>()?;
     m.add_class::<runtime::PyFunction>()?;
     m.add_function(wrap_pyfunction!(runtime::malloc, m)?)?;
@@ -106,8 +109,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::launch_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::device_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_pending_operations, m)?)?;
-    m.add("MAX_RANK", dtype::MAX_RANK)?;
-    m.add("DTYPES", dtype::DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
+    m.add("MAX_RANK", convert::dtype::MAX_RANK)?;
+    m.add("DTYPES", convert::dtype::DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     // Every build carries every backend (each loads its library at run time).
     m.add("CUDA_COMPILED", true)?;
     m.add("ROCM_COMPILED", true)?;

@@ -16,8 +16,9 @@ use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::device::{spec, AnyStream};
-use crate::dtype::DType;
+use crate::convert::device::spec;
+use crate::convert::dtype::DType;
+use crate::convert::stream::AnyStream;
 use crate::errors::{self, IntoPyResult};
 use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
 

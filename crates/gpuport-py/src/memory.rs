@@ -21,7 +21,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::device::{open_device, resolve_device, spec, PyStream};
+use crate::convert::device::{open_device, resolve_device, spec};
+use crate::convert::stream::PyStream;
 use crate::errors::IntoPyResult;
 
 // ---- Python -----------------------------------------------------------------------
@@ -131,10 +132,10 @@ fn stream_arg(py: Python<'_>, dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>
         return Ok(AnyStream::default_for(dev));
     };
     if o.cast::<PyStream>().is_ok() {
-        return crate::device::resolve_stream(py, dev, Some(o));
+        return crate::convert::stream::resolve_stream(py, dev, Some(o));
     }
-    let h = crate::device::foreign_handle(o)?;
-    crate::device::stream_from_handle(py, dev, h)
+    let h = crate::convert::stream::foreign_handle(o)?;
+    crate::convert::stream::stream_from_handle(py, dev, h)
 }
 
 /// Allocates ``size`` bytes on the device's current resource

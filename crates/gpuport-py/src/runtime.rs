@@ -1,6 +1,7 @@
 //! The low-level runtime for Python (`gpuport.runtime`): malloc/free,
 //! memcpy (direction given or inferred), memset, modules and kernel launch,
-//! taking every pointer argument through the adapters of [`crate::adapters`].
+//! taking every pointer argument through the conversions of
+//! [`crate::convert::pointer`].
 //!
 //! Each call converts its arguments (pointer-likes into `Ptr`s and their
 //! ranges, the stream into a `StreamChoice`) and makes one call into
@@ -18,10 +19,13 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 
-use crate::adapters::{to_ptr, to_range, Ptr, PyDeviceArray};
-use crate::arglists::{holds_memory, kernel_args_of, pack_args, Arg, PyKernelArgs, PyListOfBytes};
-use crate::device::{resolve_device, stream_choice, AnyStream};
+use crate::convert::arglist::{holds_memory, kernel_args_of, pack_args, Arg};
+use crate::convert::device::resolve_device;
+use crate::convert::pointer::{to_ptr, to_range, Ptr};
+use crate::convert::stream::{stream_choice, AnyStream};
 use crate::errors::IntoPyResult;
+use crate::module::{PyKernelArgs, PyListOfBytes};
+use crate::raw::PyDeviceArray;
 use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
 
 // ---- pending asynchronous work --------------------------------------------------------

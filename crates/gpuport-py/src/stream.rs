@@ -1,15 +1,30 @@
-//! `Stream`'s Python methods. The type, [`PyStream`], is in
-//! [`crate::device`], where `Device` and the graphs name it; its methods
-//! stand above [`crate::graph`], since `Stream.capture` starts a graph capture.
+//! `Stream` and `Event`, over the core's run-time streams and events
+//! (`gpuport::dynamic::stream`). The type of `Stream`, [`PyStream`], is in
+//! [`crate::convert::stream`], where stream arguments are converted; its
+//! methods stand above [`crate::graph`], since `Stream.capture` starts a
+//! graph capture.
 
-use gpuport::dynamic::AnyStream;
-use gpuport::BackendKind;
+use gpuport::dynamic::{AnyEvent, AnyStream};
+use gpuport::{AnyDevice, BackendKind};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::device::{foreign_handle, resolve_device, spec, stream_from_handle, PyDevice, PyEvent, PyStream};
+use crate::convert::device::{resolve_device, spec, PyDevice};
+use crate::convert::stream::{foreign_handle, stream_from_handle, PyStream};
 use crate::errors::IntoPyResult;
 use crate::graph::{graph_capture, PyGraphCapture};
+
+impl PyStream {
+    /// A new stream of gpuport's on `dev`.
+    pub fn create(py: Python<'_>, dev: &AnyDevice) -> PyResult<Self> {
+        Ok(PyStream { inner: AnyStream::create(dev).py_err(py)?, owner: None })
+    }
+
+    /// `inner`, keeping `owner` (a foreign stream object) alive with it.
+    pub fn wrap(inner: AnyStream, owner: Option<Py<PyAny>>) -> Self {
+        PyStream { inner, owner }
+    }
+}
 
 #[pymethods]
 impl PyStream {
@@ -138,5 +153,58 @@ impl PyStream {
 
     fn __repr__(&self) -> String {
         format!("Stream({}, handle={:#x})", spec(&self.inner.device()), self.inner.handle())
+    }
+}
+
+/// A marker recorded on a stream (`Stream.record_event`).
+///
+///     >>> import gpuport
+///     >>> s = gpuport.Stream("host")
+///     >>> start = s.record_event()
+///     >>> a = gpuport.MemArray(1000, device="host")
+///     >>> a.add_index(stream=s)
+///     >>> end = s.record_event()
+///     >>> end.synchronize()
+///     >>> start.query(), end.query(), start.elapsed_ms(end) >= 0
+///     (True, True, True)
+#[pyclass(module = "gpuport._core", name = "Event", frozen)]
+pub struct PyEvent(pub AnyEvent);
+
+#[pymethods]
+impl PyEvent {
+    /// Blocks until the event has completed.
+    ///
+    ///     >>> import gpuport
+    ///     >>> e = gpuport.Stream("host").record_event()
+    ///     >>> e.synchronize()
+    ///     >>> e.query()
+    ///     True
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.0.synchronize()).py_err_in(py, "Event.synchronize")
+    }
+
+    /// Whether the event has completed; does not wait.
+    ///
+    ///     >>> import gpuport
+    ///     >>> e = gpuport.Stream("host").record_event()
+    ///     >>> e.query() in (True, False)          # the stream may still be running
+    ///     True
+    ///     >>> e.synchronize(); e.query()
+    ///     True
+    fn query(&self, py: Python<'_>) -> PyResult<bool> {
+        self.0.is_complete().py_err_in(py, "Event.query")
+    }
+
+    /// Milliseconds from this event to `end` (both completed).
+    ///
+    ///     >>> import gpuport
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> start, end = s.record_event(), s.record_event()
+    ///     >>> end.synchronize()
+    ///     >>> ms = start.elapsed_ms(end)
+    ///     >>> isinstance(ms, float) and ms >= 0
+    ///     True
+    fn elapsed_ms(&self, py: Python<'_>, end: PyRef<'_, PyEvent>) -> PyResult<f32> {
+        self.0.elapsed_ms(&end.0).py_err(py)
     }
 }

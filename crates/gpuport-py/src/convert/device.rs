@@ -1,0 +1,95 @@
+//! Devices from Python arguments: `None`, a spec string, a CUDA ordinal or a
+//! `Device`, whose type, [`PyDevice`], is here for that reason (its Python
+//! methods are in [`crate::device`]).
+
+use gpuport::dlpack::dl_device;
+use gpuport::{AnyDevice, MemoryKind};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::errors::IntoPyResult;
+
+/// The spec that opens `dev` again (`"host"`, `"cuda:0"`).
+pub fn spec(dev: &AnyDevice) -> String {
+    dev.info().spec()
+}
+
+pub use gpuport::dynamic::same_device;
+
+/// The DLPack device of `dev`'s device memory.
+pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
+    let d = dl_device(dev.backend(), MemoryKind::Device, dev.info().ordinal);
+    (d.device_type.0 as i32, d.device_id)
+}
+
+/// Opens a device from `None` (the default device), a spec string, an int
+/// (a CUDA ordinal) or a `Device`.
+///
+/// Also installs the Python package's memory resource (statistics and CSV
+/// log over a caching pool) as the device's current resource, so that every
+/// allocation made for Python, `MemArray`s included, shows in
+/// `gpuport.memory.stats()` whichever call touched the device first.
+pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+    let dev = open_device(py, obj)?;
+    // Errors surface at the first allocation, with the call that made it.
+    let _ = gpuport::dynamic::memory::install(&dev);
+    Ok(dev)
+}
+
+/// [`resolve_device`] without installing the memory resource, for calls
+/// that allocate at once (which installs it).
+pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+    match obj {
+        None => default_device(py),
+        Some(o) if o.is_none() => default_device(py),
+        Some(o) => {
+            if let Ok(d) = o.cast::<PyDevice>() {
+                return Ok(d.get().0.clone());
+            }
+            if let Ok(s) = o.extract::<String>() {
+                return py.detach(|| gpuport::open(&s)).py_err(py);
+            }
+            if let Ok(i) = o.extract::<usize>() {
+                return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
+            }
+            Err(PyTypeError::new_err(format!(
+                "device must be None, a Device, a spec such as \"host\" or \"cuda:0\", or a CUDA ordinal; got {}",
+                o.get_type().name()?
+            )))
+        }
+    }
+}
+
+pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
+    py.detach(gpuport::dynamic::runtime::default_device).py_err(py)
+}
+
+pub use gpuport::dynamic::exchange::is_cuda_type as is_cuda_dl;
+
+/// A device: the host backend (`"host"`) or a GPU (`"cuda:0"`).
+///
+///     >>> import gpuport
+///     >>> d = gpuport.Device("host")
+///     >>> d.backend, d.spec, d.ordinal, d.dlpack_device
+///     ('host', 'host', 0, (1, 0))
+///     >>> d == gpuport.Device("host"), d.total_memory > 0
+///     (True, True)
+///     >>> d.name.startswith("host"), isinstance(d.arch, str)
+///     (True, True)
+///     >>> d.default_stream.handle                # the host backend's streams have no handle
+///     0
+#[pyclass(module = "gpuport._core", name = "Device", frozen, eq, hash)]
+#[derive(Clone)]
+pub struct PyDevice(pub AnyDevice);
+
+impl PartialEq for PyDevice {
+    fn eq(&self, other: &Self) -> bool {
+        same_device(&self.0, &other.0)
+    }
+}
+
+impl std::hash::Hash for PyDevice {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        spec(&self.0).hash(state)
+    }
+}
