@@ -12,6 +12,7 @@ use crate::convert::pointer::{to_ptr, Place, Ptr, PyPointer, ACCEPTED};
 
 // ---- lists -------------------------------------------------------------------------
 
+/// The items of a list or tuple; `None` for any other object.
 pub fn seq_items<'py>(obj: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
     if let Ok(l) = obj.cast::<PyList>() {
         return Some(l.iter().collect());
@@ -22,6 +23,8 @@ pub fn seq_items<'py>(obj: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>>
     None
 }
 
+/// The C array `v` as a kept host range (NULL when empty); the adapter
+/// that owns `v` keeps it alive.
 pub fn host_array<T: Copy>(v: &[T]) -> Ptr {
     if v.is_empty() {
         return Ptr::null();

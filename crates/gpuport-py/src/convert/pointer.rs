@@ -92,7 +92,7 @@ impl Ptr {
     }
 
     /// `addr` with nothing known about it yet.
-    pub(crate) fn null_at(addr: u64) -> Ptr {
+    fn null_at(addr: u64) -> Ptr {
         Ptr { addr, ..Ptr::null() }
     }
 
