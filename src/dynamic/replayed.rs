@@ -6,6 +6,15 @@
 //!
 //! A replay waits for the array's lock with [`Exclusive::lock`]: a binding
 //! replays with its interpreter lock released (`super::exclusive`'s rule).
+//!
+//! For ordering alone this is redundant: the graph and the array share a
+//! replay link (`src/array/memarray/replay.rs`), through which
+//! `GraphExec::launch` already orders each replay after the array's work
+//! and makes it the array's pending work (`MemArray::before_replay`'s doc).
+//! No test fails when `before_replay` or `after_replay` is skipped here;
+//! what this type adds that a test checks is the lock (`tests/replayed.rs`):
+//! a replay waits for a thread that holds the array, and a replay on that
+//! thread is `LockError::Busy`.
 
 use std::sync::Arc;
 
