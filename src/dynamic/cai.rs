@@ -326,13 +326,12 @@ pub fn export(array: &mut AnyArray) -> Result<InterfaceExport> {
             if dl.device_type != DLDeviceType::CUDA && dl.device_type != DLDeviceType::CUDA_MANAGED {
                 return Ok(absent(format!("this imported array is on DLPack device {}", dl.device_type.0)));
             }
-            let item = i64::try_from(f.dtype().itemsize()).unwrap_or(i64::MAX);
             Ok(InterfaceExport::Present(ExportedInterface {
                 shape: f.shape().clone(),
                 typestr,
                 data: f.data(),
                 read_only: f.is_read_only(),
-                strides: Some(f.strides().iter().map(|&s| s.saturating_mul(item)).collect()),
+                strides: Some(f.byte_strides()),
                 stream: None,
             }))
         }

@@ -163,6 +163,13 @@ impl ImportedArray {
     pub fn strides(&self) -> &Strides {
         &self.strides
     }
+    /// Strides in bytes, as the array interfaces state them (an import's
+    /// strides in elements times the itemsize fit in `i64`: its extent was
+    /// checked when it was imported).
+    pub fn byte_strides(&self) -> Vec<i64> {
+        let item = i64::try_from(self.dtype.itemsize()).unwrap_or(i64::MAX);
+        self.strides.iter().map(|&s| s.saturating_mul(item)).collect()
+    }
     /// Address of the element at index 0.
     pub fn data(&self) -> u64 {
         self.data

@@ -599,11 +599,7 @@ impl PyMemArray {
                 a.mark_written(loc, None).py_err_in(py, "__array_interface__")?;
                 (data, None, false)
             }
-            AnyArray::Imported(f) => {
-                let item = f.dtype().itemsize() as i64;
-                let s: Vec<i64> = f.strides().iter().map(|&s| s * item).collect();
-                (f.data(), Some(s), f.is_read_only())
-            }
+            AnyArray::Imported(f) => (f.data(), Some(f.byte_strides()), f.is_read_only()),
         };
         drop(st);
         interface_dict(py, &self.meta.shape, typestr, data, ro, strides, None, 3)
