@@ -707,9 +707,9 @@ fn imports_are_placed_where_asked_and_copied_only_from_the_host(#[case] spec: &s
 #[case::cuda("cuda:0")]
 #[case::rocm("rocm:0")]
 fn a_gpu_array_names_its_device_copy_by_backend_or_dlpack_type(#[case] spec: &str) {
-    use gpuport::dynamic::target::{device_copy_type, move_target, TargetName};
+    use gpuport::dynamic::target::{device_copy_dl, move_target, TargetName};
     let Some(dev) = common::open_or_skip(spec) else { return };
-    let own = i64::from(device_copy_type(&dev).0);
+    let own = i64::from(device_copy_dl(&dev).device_type.0);
     let to = |t: TargetName<'_>, id: Option<usize>| move_target(&dev, t, id);
     assert_eq!(to(TargetName::DLPack(CPU.into()), Some(5)).unwrap(), Location::Host, "the host copy takes any id");
     if dev.backend() == gpuport::BackendKind::Host {

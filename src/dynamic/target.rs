@@ -15,7 +15,7 @@
 use crate::array::Location;
 use crate::backend::registry::AnyDevice;
 use crate::backend::MemoryKind;
-use crate::dlpack::{dl_device, DLDeviceType, DLPackError};
+use crate::dlpack::{dl_device, DLDevice, DLDeviceType, DLPackError};
 use crate::error::{BackendKind, Error, Result};
 
 /// A target as the caller wrote it.
@@ -30,10 +30,10 @@ pub enum TargetName<'a> {
     DLPack(i64),
 }
 
-/// The DLPack device type of `device`'s device memory (`kDLCUDA`,
-/// `kDLROCM`; `kDLCPU` for the host backend).
-pub fn device_copy_type(device: &AnyDevice) -> DLDeviceType {
-    dl_device(device.backend(), MemoryKind::Device, device.info().ordinal).device_type
+/// The DLPack device of `device`'s device memory (type `kDLCUDA`,
+/// `kDLROCM`; `kDLCPU` for the host backend; id the ordinal).
+pub fn device_copy_dl(device: &AnyDevice) -> DLDevice {
+    dl_device(device.backend(), MemoryKind::Device, device.info().ordinal)
 }
 
 /// The copy that `target` names of an array on `device`, where a
@@ -47,7 +47,7 @@ pub fn device_copy_type(device: &AnyDevice) -> DLDeviceType {
 /// ([`Error::DeviceMismatch`]).
 pub fn move_target(device: &AnyDevice, target: TargetName<'_>, device_id: Option<usize>) -> Result<Location> {
     let on_gpu = device.backend() != BackendKind::Host;
-    let own = device_copy_type(device);
+    let own = device_copy_dl(device).device_type;
     let is = |t: i64, d: DLDeviceType| t == i64::from(d.0);
     let to = match target {
         TargetName::Name(name) => match name.to_ascii_lowercase().as_str() {

@@ -2,8 +2,7 @@
 //! `Device`, whose type, [`PyDevice`], is here for that reason (its Python
 //! methods are in [`crate::device`]).
 
-use gpuport::dlpack::dl_device;
-use gpuport::{AnyDevice, MemoryKind};
+use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
@@ -18,7 +17,7 @@ pub use gpuport::dynamic::same_device;
 
 /// The DLPack device of `dev`'s device memory.
 pub fn device_dl(dev: &AnyDevice) -> (i32, i32) {
-    let d = dl_device(dev.backend(), MemoryKind::Device, dev.info().ordinal);
+    let d = gpuport::dynamic::target::device_copy_dl(dev);
     (d.device_type.0 as i32, d.device_id)
 }
 
