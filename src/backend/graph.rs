@@ -661,11 +661,6 @@ impl<B: Backend> fmt::Debug for GraphExec<B> {
 }
 
 impl<B: Backend> GraphExec<B> {
-    /// What the graph keeps alive (the current graph's, after an update).
-    pub(crate) fn owners(&self) -> &[Owner] {
-        &self.owners
-    }
-
     /// Enqueues one replay of the graph on `stream`, which must belong to
     /// the graph's device ([`Error::DeviceMismatch`] otherwise). Safe: what
     /// the graph references is kept alive by it, or was promised alive by

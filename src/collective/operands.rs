@@ -281,12 +281,11 @@ impl AnyCommunicator {
 }
 
 /// The device copies of array operands that a capturing stream's graph
-/// uses (none off a capture): each array's replays are to be ordered with
-/// its copy ([`ReplayedArray::order_replays`](crate::dynamic::ReplayedArray::order_replays),
-/// [`AnyArray::before_replay`], [`AnyArray::after_replay`]). The graph reads
-/// the send copy and writes the receive one; in place, only `recv` is set.
+/// uses (none off a capture). Each replay is ordered with those arrays by
+/// the core (`AnyGraphExec::launch`); the tokens only name the copies
+/// (`MemArray::device_copy_token`). The graph reads the send copy and
+/// writes the receive one; in place, only `recv` is set.
 #[derive(Default)]
-#[must_use = "a captured array's replays must be ordered with its device copy"]
 pub struct Captured {
     /// The send array's device copy, read by each replay.
     pub send: Option<DeviceCopyToken>,

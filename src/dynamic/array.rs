@@ -102,11 +102,11 @@ pub trait DynArray: Send + Sync {
     /// array, the upload enqueued on `s` (see `MemArray::upload_from_slice`).
     fn upload_imported(&mut self, t: &ImportedTensor, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
     /// Runs the built-in `add_index` kernel on the array (captured on a
-    /// capturing stream; see `MemArray::after_replay`).
+    /// capturing stream; see `MemArray::add_index`).
     fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
     /// Runs `enqueue` with the address of the array's device copy, ordered
     /// on `s` as a kernel method is, or captured when `s` is capturing
-    /// (then the device copy, for ordering replays; see
+    /// (then the device copy the graph uses; see
     /// `MemArray::with_device_data`).
     fn with_device_data(
         &mut self,
@@ -115,16 +115,11 @@ pub trait DynArray: Send + Sync {
         s: &AnyStream,
         enqueue: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<Option<DeviceCopyToken>>;
-    /// The device copy, as the token `after_replay` takes (see `MemArray::device_copy_token`).
+    /// The device copy, as a token that names it (see `MemArray::device_copy_token`).
     fn device_copy_token(&self) -> Option<DeviceCopyToken>;
     /// The lock of the array's replay link, if a graph replays its device
     /// copy (see `MemArray::order_lock`).
     fn order_lock(&self) -> Option<OrderLock>;
-    /// Orders `s` after the array's pending work, before a replay on `s`.
-    fn before_replay(&self, s: &AnyStream) -> Result<()>;
-    /// After a replay on `s` of a graph that used (`writes`: wrote) `written`
-    /// (see `MemArray::after_replay`).
-    fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()>;
     /// Sets every element of the host copy (which becomes the only current
     /// one) to the element whose bytes are `value` (`itemsize` bytes, a valid
     /// value of the dtype).
@@ -243,13 +238,6 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
     }
     fn device_copy_token(&self) -> Option<DeviceCopyToken> {
         self.a.device_copy_token()
-    }
-    fn before_replay(&self, s: &AnyStream) -> Result<()> {
-        self.a.before_replay(self.stream(s)?)
-    }
-    fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {
-        let s = s.of(self.a.device())?;
-        self.a.after_replay(s, written, writes)
     }
     fn fill_bytes(&mut self, value: &[u8], lock: Option<LockId>) -> Result<()> {
         let v = element_from_bytes::<T>(value, self.dtype)?;
@@ -421,9 +409,8 @@ impl AnyArray {
     /// On a stream that is capturing a graph, the kernel is captured (an
     /// owned array only, whose device copy is current; see
     /// `MemArray::add_index`), and the result is the device copy the graph
-    /// writes: give it to [`after_replay`](Self::after_replay) after each
-    /// replay, and call [`before_replay`](Self::before_replay) before it
-    /// (`ReplayedArray::order_replays` has every replay do both). `None` otherwise.
+    /// writes. Each replay of the graph is ordered with the array's work by
+    /// the core (`AnyGraphExec::launch`). `None` otherwise.
     pub fn add_index(&mut self, s: &AnyStream, lock: Option<LockId>) -> Result<Option<DeviceCopyToken>> {
         let dtype = self.dtype();
         if !dtype.has_kernels() {
@@ -453,9 +440,9 @@ impl AnyArray {
     /// work, as its kernel methods do; an import gives its memory when it
     /// is the device's own (the caller keeps the import alive until `s`
     /// has run the work). `writes`: the work writes the data. On a
-    /// capturing `s` an owned array's work is captured and its device copy
-    /// returned, to order replays with [`before_replay`](Self::before_replay)
-    /// and [`after_replay`](Self::after_replay); `None` otherwise.
+    /// capturing `s` an owned array's work is captured (its replays are
+    /// ordered with the array by `AnyGraphExec::launch`) and its device copy
+    /// returned; `None` otherwise.
     pub(crate) fn with_device_data(
         &mut self,
         what: &'static str,
@@ -515,27 +502,6 @@ impl AnyArray {
         match self {
             AnyArray::Owned(a) => a.order_lock(),
             AnyArray::Imported(_) => None,
-        }
-    }
-
-    /// Orders `s` after the array's pending work, before a replay on `s` of
-    /// a graph that captured work on the array (nothing for an import).
-    pub fn before_replay(&self, s: &AnyStream) -> Result<()> {
-        match self {
-            AnyArray::Owned(a) => a.before_replay(s),
-            AnyArray::Imported(_) => Ok(()),
-        }
-    }
-
-    /// After a replay on `s` of a graph that used `written` (the device
-    /// copy a captured [`add_index`](Self::add_index) or collective
-    /// (`collective::Captured`) gave): the replay
-    /// becomes the array's pending work and, when it `writes` the copy, the
-    /// device copy the current one.
-    pub fn after_replay(&mut self, s: &AnyStream, written: &DeviceCopyToken, writes: bool) -> Result<()> {
-        match self {
-            AnyArray::Owned(a) => a.after_replay(s, written, writes),
-            AnyArray::Imported(_) => Ok(()),
         }
     }
 

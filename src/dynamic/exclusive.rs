@@ -11,9 +11,7 @@
 //! rule that excludes a deadlock: nobody blocks on an `Exclusive` while
 //! holding the interpreter lock (the holder may wait for the interpreter
 //! lock; a holder of the interpreter lock never waits for the `Exclusive`).
-//! The core itself waits with [`Exclusive::lock`] (a graph replay ordering
-//! an array, `super::replayed`), so a binding calls into such core code
-//! with its interpreter lock released. A free value is taken and given back
+//! A free value is taken and given back
 //! with one atomic operation each; the internal `std` mutex and condvar
 //! serve only threads that must wait, and the mutex is never held across a
 //! wait for the interpreter lock or for the binding's code.

@@ -105,53 +105,14 @@ pub type AnyGraphExec = Any<GraphExecs>;
 /// Owners a binding handed over while a capture ran; one owner of its graph.
 type Bag = Arc<Mutex<Vec<Box<dyn Send>>>>;
 
-/// What is done around each replay of a graph for an object whose work
-/// the graph captured ([`ReplayedArray`](super::replayed::ReplayedArray):
-/// order the replay after the array's pending work, and make the replay
-/// the array's pending work after it). Registered with [`use_in_replays`].
-/// Crate-private: the ordering of an array with replays is the core's,
-/// and no caller's implementation stands in for it.
-pub(crate) trait ReplayUse: Send + Sync {
-    /// Before the replay is enqueued on `stream`.
-    fn before(&self, stream: &AnyStream) -> Result<()>;
-    /// After the replay was enqueued on `stream`.
-    fn after(&self, stream: &AnyStream) -> Result<()>;
-}
-
-/// The [`ReplayUse`]s of one capture; its graph keeps them as an owner, and
-/// [`AnyGraphExec::launch`] finds them there.
-#[derive(Default)]
-struct ReplayUses(Mutex<Vec<Arc<dyn ReplayUse>>>);
-
 /// A stream, named across clones: backend, device ordinal, `Device::stream_id`.
 pub(crate) type StreamKey = (BackendKind, usize, u64);
 
 static RUNNING_COUNT: AtomicUsize = AtomicUsize::new(0);
-static RUNNING: Mutex<Vec<(StreamKey, Bag, Arc<ReplayUses>)>> = Mutex::new(Vec::new());
+static RUNNING: Mutex<Vec<(StreamKey, Bag)>> = Mutex::new(Vec::new());
 
-fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag, Arc<ReplayUses>)>> {
+fn running() -> std::sync::MutexGuard<'static, Vec<(StreamKey, Bag)>> {
     RUNNING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Has every replay of the graph that the [`AnyCapture`] running on
-/// `stream` makes call `user` before and after it. Hands `user` back when
-/// no capture runs there.
-pub(crate) fn use_in_replays(
-    stream: &AnyStream,
-    user: Arc<dyn ReplayUse>,
-) -> std::result::Result<(), Arc<dyn ReplayUse>> {
-    if RUNNING_COUNT.load(Ordering::Acquire) == 0 {
-        return Err(user);
-    }
-    let Some(key) = stream.key() else { return Err(user) };
-    let uses = running().iter().find(|(k, _, _)| *k == key).map(|(_, _, u)| u.clone());
-    match uses {
-        Some(uses) => {
-            uses.0.lock().unwrap_or_else(|p| p.into_inner()).push(user);
-            Ok(())
-        }
-        None => Err(user),
-    }
 }
 
 /// Gives `owners` to the [`AnyCapture`] running on `stream`, if there is
@@ -161,7 +122,7 @@ pub(crate) fn keep_for_capture(stream: &AnyStream, owners: Box<dyn Send>) -> std
         return Err(owners);
     }
     let Some(key) = stream.key() else { return Err(owners) };
-    let bag = running().iter().find(|(k, _, _)| *k == key).map(|(_, b, _)| b.clone());
+    let bag = running().iter().find(|(k, _)| *k == key).map(|(_, b)| b.clone());
     match bag {
         Some(bag) => {
             bag.lock().unwrap_or_else(|p| p.into_inner()).push(owners);
@@ -249,13 +210,10 @@ impl AnyStream {
             item: Running(v.device.begin_capture(&v.item, mode)?),
         });
         let bag: Bag = Arc::default();
-        let uses: Arc<ReplayUses> = Arc::default();
-        // `uses` first: `AnyGraphExec::launch` looks for it among the owners.
-        on_backend!(&inner, v => v.item.0.keep_alive(uses.clone()));
         on_backend!(&inner, v => v.item.0.keep_alive(bag.clone()));
         let key = self.key();
         if let Some(k) = key {
-            running().push((k, bag.clone(), uses));
+            running().push((k, bag.clone()));
             RUNNING_COUNT.fetch_add(1, Ordering::AcqRel);
         }
         Ok(AnyCapture {
@@ -339,7 +297,7 @@ impl AnyCapture {
     fn unregister(&mut self) {
         if std::mem::take(&mut self.registered) {
             let mut r = running();
-            if let Some(i) = r.iter().position(|(_, b, _)| Arc::ptr_eq(b, &self.bag)) {
+            if let Some(i) = r.iter().position(|(_, b)| Arc::ptr_eq(b, &self.bag)) {
                 r.swap_remove(i);
                 RUNNING_COUNT.fetch_sub(1, Ordering::AcqRel);
             }
@@ -416,30 +374,14 @@ impl AnyGraphExec {
     }
 
     /// Enqueues one replay on `stream`, a stream of the graph's device
-    /// ([`Error::DeviceMismatch`] otherwise), ordered with the arrays
-    /// registered during the capture
-    /// ([`ReplayedArray::order_replays`](super::ReplayedArray::order_replays)).
-    /// It takes each one's lock, waiting while another thread holds it
-    /// (so a binding calls it without its interpreter lock:
-    /// `super::exclusive`'s rule); an array this thread holds is
-    /// [`LockError::Busy`](crate::array::LockError::Busy), and the graph is not launched.
+    /// ([`Error::DeviceMismatch`] otherwise). Each replay is ordered after
+    /// the work of the arrays whose kernel methods or collectives the graph
+    /// captured, and becomes their pending work: the core's replay link
+    /// does this (`src/array/memarray/replay.rs`), with no lock of the
+    /// arrays taken, so a replay never waits for a thread that holds one.
     pub fn launch(&self, stream: &AnyStream) -> Result<()> {
-        let uses = self.replay_uses();
-        for u in &uses {
-            u.before(stream)?;
-        }
         on_backend!((self, stream), (g, s) => g.item.launch(&s.item),
-            else => Err(mismatch("stream", &self.device(), &stream.device())))?;
-        uses.iter().try_for_each(|u| u.after(stream))
-    }
-
-    /// The graph's [`ReplayUse`]s (the first owner `begin_capture` gave it).
-    fn replay_uses(&self) -> Vec<Arc<dyn ReplayUse>> {
-        let owners = on_backend!(self, v => v.item.owners());
-        match owners.first().and_then(|o| o.downcast_ref::<ReplayUses>()) {
-            Some(u) => u.0.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            None => Vec::new(),
-        }
+            else => Err(mismatch("stream", &self.device(), &stream.device())))
     }
 
     /// Takes the parameters of `graph`, a re-capture of the same work
@@ -463,7 +405,7 @@ mod tests {
 
     use super::*;
     use crate::array::{Location, Transfer};
-    use crate::dynamic::{keep, new_owned, AnyArray, DType, Exclusive, ReplayedArray, SharedArray};
+    use crate::dynamic::{keep, new_owned, AnyArray, DType, Exclusive};
 
     fn host() -> AnyDevice {
         crate::open("host").unwrap()
@@ -540,7 +482,7 @@ mod tests {
         AnyStream::default_for(&dev).check_can_wait("memcpy").unwrap();
     }
 
-    fn host_f32(a: &SharedArray, s: &AnyStream) -> Vec<f32> {
+    fn host_f32(a: &Exclusive<AnyArray>, s: &AnyStream) -> Vec<f32> {
         let AnyArray::Owned(a) = &mut *a.lock().unwrap() else { unreachable!() };
         a.move_to(Location::Host, s, Transfer::Sync, None).unwrap();
         let (ptr, _keep) = a.parts(Location::Host, None).unwrap();
@@ -553,8 +495,7 @@ mod tests {
     fn memarray_kernels_are_captured_and_replays_are_ordered_with_the_array() {
         let dev = host();
         let s = AnyStream::create(&dev).unwrap();
-        let a: SharedArray =
-            Arc::new(Exclusive::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()), "MemArray"));
+        let a = Exclusive::new(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()), "MemArray");
         // Host-resident data cannot be captured (the copy to the device would be).
         let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
         match a.lock().unwrap().add_index(&s, None) {
@@ -569,7 +510,7 @@ mod tests {
             o.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
         }
         let mut capture = s.begin_capture(CaptureMode::Relaxed).unwrap();
-        let written = a.lock().unwrap().add_index(&s, None).unwrap().expect("captured: the copy the graph writes");
+        a.lock().unwrap().add_index(&s, None).unwrap().expect("captured: the copy the graph writes");
         {
             // Moves inside the capture are refused, the capture stays valid.
             let AnyArray::Owned(o) = &mut *a.lock().unwrap() else { unreachable!() };
@@ -582,7 +523,6 @@ mod tests {
             let AnyArray::Owned(o) = &*a.lock().unwrap() else { unreachable!() };
             Arc::downgrade(&o.parts(Location::Device, None).unwrap().1)
         };
-        assert!(ReplayedArray::order_replays(&s, &a, written, true), "a gpuport capture runs on `s`");
         let graph = capture.end().unwrap();
         assert_eq!(graph.node_count().unwrap(), 1, "one captured kernel");
         let exec = graph.instantiate().unwrap();

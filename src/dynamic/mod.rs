@@ -23,7 +23,6 @@
 //! - [`keep`]: operands kept alive until their work has run.
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 //! - [`exclusive`]: [`Exclusive`], a value threads use one at a time, whose waits a binding can run without its interpreter lock.
-//! - [`replayed`]: [`ReplayedArray`], a shared array ordered with the replays of a graph that captured work on it.
 //! - [`graph_slot`]: one captured graph's life (empty, capturing, ready), as a binding's `Graph` holds it.
 //! - [`peer`]: peer access between two devices of one backend.
 //! - [`target`]: which copy of an array a move or an export goes to, as a caller names it.
@@ -46,7 +45,6 @@ pub mod memory;
 pub mod module;
 pub mod peer;
 pub mod raw;
-pub mod replayed;
 pub mod runtime;
 pub mod stream;
 pub mod target;
@@ -57,5 +55,4 @@ pub use dtype::{DType, MAX_RANK};
 pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use graph::{AnyCapture, AnyGraph, AnyGraphExec};
 pub use module::{AnyKernel, AnyModule, Code};
-pub use replayed::{ReplayedArray, SharedArray};
 pub use stream::{AnyEvent, AnyStream};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use gpuport::array::{Location, Residency};
 use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
-use gpuport::dynamic::{keep, ReplayedArray};
+use gpuport::dynamic::keep;
 use gpuport::error::python;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -462,11 +462,10 @@ impl PyMemArray {
         let mut st = this.state(py)?;
         let written = py.detach(|| st.add_index(&s, None)).py_err_in(py, "add_index")?;
         drop(st);
-        if let Some(written) = written {
-            if ReplayedArray::order_replays(&s, this.shared(), written, true) {
-                // The graph keeps the object too, as it keeps a runtime call's operands.
-                keep::keep_until_done(&s, Box::new(slf.clone().unbind())).py_err_in(py, "add_index")?;
-            }
+        if written.is_some() {
+            // Captured (the core orders the replays with the array): the
+            // graph keeps the object, as it keeps a runtime call's operands.
+            keep::keep_until_done(&s, Box::new(slf.clone().unbind())).py_err_in(py, "add_index")?;
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuport::collective::{AnyCommunicator, CallMode, GroupFailure, Op, OpKind, Operand, Operands, Sides, TcpStore};
-use gpuport::dynamic::{keep, AnyArray, ReplayedArray};
+use gpuport::dynamic::{keep, AnyArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -390,14 +390,10 @@ impl PyCommunicator {
         let name = op.kind.name();
         let comm = self.lock(py)?;
         let c: &AnyCommunicator = &comm;
-        let (enqueued, captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
+        // On a capturing stream the core orders the graph's replays with the
+        // arrays it captured; the copies it names are not needed here.
+        let (enqueued, _captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
         drop((comm, entered));
-        // A capture's graph uses the arrays' device copies: order its replays.
-        for (operand, used, writes) in [(sides.send(), captured.send, false), (sides.recv(), captured.recv, true)] {
-            if let (Some(PyOperand::Array(a)), Some(used), Some(s)) = (operand, used, enqueued.stream()) {
-                ReplayedArray::order_replays(s, a.get().shared(), used, writes);
-            }
-        }
         let owners: Vec<Ptr> = sides.into_vec().into_iter().map(PyOperand::into_kept).collect();
         enqueued.keep(owners).py_err_in(py, name)
     }

@@ -332,9 +332,8 @@ impl PyGraph {
         let stream = stream_choice(stream)?;
         let st = self.state.lock_detached(py)?;
         let slot = &st.slot;
-        // Detached: the replay waits for the locks of the arrays it orders
-        // (`gpuport::dynamic::replayed`), which their holders may keep while
-        // they wait for the GIL.
+        // Detached: the replay may wait for an array method's step on
+        // another thread (the replay link's order, `src/backend/order.rs`).
         py.detach(|| slot.replay(stream)).map_err(|e| errors::to_py_graph_call(py, e, call))
     }
 }

@@ -11,7 +11,7 @@ use gpuport::array::{Location, LockId, Transfer};
 use gpuport::dlpack::is_host_accessible;
 pub use gpuport::dynamic::array::natural_of;
 use gpuport::dynamic::target::{move_target, TargetName};
-pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray, SharedArray};
+pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -61,12 +61,12 @@ pub(crate) struct Meta {
 /// `frozen`, with its mutable state in an [`Exclusive`]: calls from several
 /// threads take turns (a waiting call releases the GIL), so no PyO3 borrow
 /// error or panic can reach Python and no call sees another's half-done work.
-/// The state is shared ([`SharedArray`]) with the graphs that captured work
-/// on it, whose replays lock it in the core (`gpuport::dynamic::replayed`).
+/// Graph replays do not take it: the core orders them with the array
+/// (`src/array/memarray/replay.rs`).
 #[pyclass(module = "gpuport._core", name = "MemArray", weakref, frozen)]
 pub struct PyMemArray {
     pub(crate) meta: Meta,
-    st: SharedArray,
+    st: Exclusive<AnyArray>,
 }
 
 pub use gpuport::dynamic::array::MAX_EXTENT;
@@ -120,7 +120,7 @@ impl PyMemArray {
             imported: matches!(st, AnyArray::Imported(_)),
             read_only: matches!(&st, AnyArray::Imported(f) if f.is_read_only()),
         };
-        PyMemArray { meta, st: SharedArray::new(Exclusive::new(st, "MemArray")) }
+        PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
     }
 
     /// An owned array.
@@ -136,11 +136,6 @@ impl PyMemArray {
     /// The array's state, waiting (GIL released) while another thread uses it.
     pub fn state(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, AnyArray>> {
         self.st.lock_detached(py)
-    }
-
-    /// The state as graphs that captured work on it share it.
-    pub fn shared(&self) -> &SharedArray {
-        &self.st
     }
 
     /// The array's device.
