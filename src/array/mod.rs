@@ -21,7 +21,7 @@ pub use view::{DLPackTensor, DLTensorRef, DeviceSpace, HostSpace, ManagedSpace, 
 /// Defined in the error layer (`src/error/array.rs`) so that
 /// [`Error`](crate::Error) wraps them without importing this layer; this is
 /// their public path.
-pub use crate::error::array::{Location, LockError, ResidencyError, ShapeError};
+pub use crate::error::array::{ImportRefusal, Location, LockError, ResidencyError, ShapeError};
 
 /// The number of elements of `shape` and a check that they fit in
 /// `isize::MAX` bytes of `elem_size`-byte elements.

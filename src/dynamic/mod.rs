@@ -12,6 +12,7 @@
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
+//! - [`array_access`]: an [`AnyArray`]'s data used directly (moves, host views and bytes, copies), and what an import refuses.
 //! - [`cai`]: the CUDA Array Interface as data: layouts, its import with the interface's rules, and its export from an array.
 //! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
@@ -29,6 +30,7 @@
 
 pub mod any;
 pub mod array;
+pub mod array_access;
 pub mod cai;
 /// The run-time element type, at home in [`crate::array::dtype`] (re-exported).
 pub mod dtype {

@@ -2,7 +2,7 @@
 //! defined here so that [`Error`](super::Error) wraps them without the error
 //! layer importing the array layer (`docs/design.md#layers`). Their public
 //! paths are `gpuport::array::{Location, ShapeError, LockError,
-//! ResidencyError}` (`src/array/mod.rs` re-exports them).
+//! ResidencyError, ImportRefusal}` (`src/array/mod.rs` re-exports them).
 
 use std::fmt;
 
@@ -154,4 +154,32 @@ impl ResidencyError {
     pub(crate) fn new(op: &'static str, needed: Location, current: Location) -> Self {
         ResidencyError { op, needed, current }
     }
+}
+
+/// What an array over another library's memory (an import) refuses: its
+/// memory and where it lives are its producer's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportRefusal {
+    /// A move: an import stays where its producer put it.
+    #[error("{op}: an imported array stays where its producer put it ({at}); it has no {to} copy to move to")]
+    Move {
+        /// The operation.
+        op: &'static str,
+        /// Where the import's memory is (a device spec, such as `cuda:0`).
+        at: String,
+        /// The copy asked for.
+        to: Location,
+    },
+    /// Writing into the import, or copying it: done through its producer.
+    #[error("{op} of an imported array: do it in its producer library")]
+    ProducerOnly {
+        /// The operation.
+        op: &'static str,
+    },
+    /// Reading the import's bytes on the host needs compact host memory.
+    #[error("{op} needs compact (row-major) host memory; the import is not")]
+    NotCompactHost {
+        /// The operation.
+        op: &'static str,
+    },
 }

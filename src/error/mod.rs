@@ -239,6 +239,10 @@ pub enum Error {
     #[error(transparent)]
     Residency(#[from] array::ResidencyError),
 
+    /// An imported array cannot do this: its memory is its producer's.
+    #[error(transparent)]
+    Import(#[from] array::ImportRefusal),
+
     /// A DLPack tensor could not be imported or exported.
     #[error(transparent)]
     DLPack(#[from] DLPackError),
@@ -428,6 +432,7 @@ impl Error {
             Error::Shape(_) => "Shape",
             Error::Lock(_) => "Lock",
             Error::Residency(_) => "Residency",
+            Error::Import(_) => "Import",
             Error::DLPack(_) => "DLPack",
             Error::Memory(_) => "Memory",
             Error::Graph { .. } => "Graph",

@@ -29,7 +29,7 @@ use std::fmt;
 use super::collective::ArgumentError;
 use super::dlpack::DLPackError;
 use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
-use crate::error::array::{LockError, ShapeError};
+use crate::error::array::{ImportRefusal, LockError, ShapeError};
 
 /// The Python exception class an [`Error`] raises: one of the package's
 /// classes (each a subclass of `gpuport.GpuError`), or one of the two
@@ -198,7 +198,7 @@ impl Error {
             Error::Driver(_) | Error::HostTask(_) => C::Driver,
             Error::Shape(_) => C::Shape,
             Error::Lock(_) => C::Lock,
-            Error::Residency(_) => C::Residency,
+            Error::Residency(_) | Error::Import(_) => C::Residency,
             Error::Graph { .. } => C::Graph,
             Error::Collective { .. } => C::Collective,
             Error::Memory(_) | Error::Store { .. } => C::Gpu,
@@ -258,6 +258,16 @@ impl Error {
                 r.current,
                 r.needed
             ),
+            Error::Import(ImportRefusal::Move { op: o, at, to }) => format!(
+                "{}: an imported array stays where its producer put it ({at}); move_memory(\"{to}\") is not possible",
+                op(o)
+            ),
+            Error::Import(ImportRefusal::ProducerOnly { op: o }) => {
+                format!("{} of an imported array: do it through its producer library", op(o))
+            }
+            Error::Import(ImportRefusal::NotCompactHost { op: o }) => {
+                format!("{} needs compact host memory; the imported array is not", op(o))
+            }
             Error::BackendNotCompiled { backend, .. } => format!(
                 "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
             ),

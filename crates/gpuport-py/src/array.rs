@@ -7,10 +7,7 @@
 //! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
-use std::sync::Arc;
-
 use gpuport::array::{Location, Residency};
-use gpuport::dlpack::{is_host_accessible, DLDeviceType};
 use gpuport::dynamic::array::rank_error;
 use gpuport::dynamic::keep;
 use gpuport::error::python;
@@ -174,13 +171,11 @@ impl PyMemArray {
     /// (`"imported"` for an array imported from another library).
     #[getter]
     fn residency(&self, py: Python<'_>) -> PyResult<&'static str> {
-        Ok(match &*self.state(py)? {
-            AnyArray::Owned(a) => match a.residency() {
-                Residency::Host => "host",
-                Residency::Device => "device",
-                Residency::Both => "both",
-            },
-            AnyArray::Imported(_) => "imported",
+        Ok(match self.state(py)?.residency() {
+            Some(Residency::Host) => "host",
+            Some(Residency::Device) => "device",
+            Some(Residency::Both) => "both",
+            None => "imported",
         })
     }
 
@@ -215,19 +210,7 @@ impl PyMemArray {
     #[getter]
     fn data_ptr(&self, py: Python<'_>) -> PyResult<u64> {
         let mut st = self.state(py)?;
-        let loc = st.natural();
-        let host_reachable = is_host_accessible(st.dl(loc).device_type);
-        match &mut *st {
-            AnyArray::Owned(a) => {
-                if host_reachable {
-                    py.detach(|| a.synchronize()).py_err_in(py, "data_ptr")?;
-                }
-                let (p, _) = py.detach(|| a.parts(loc, None)).py_err_in(py, "data_ptr")?;
-                a.mark_written(loc, None).py_err_in(py, "data_ptr")?;
-                Ok(p)
-            }
-            AnyArray::Imported(f) => Ok(f.data()),
-        }
+        py.detach(|| st.data_ptr()).py_err_in(py, "data_ptr")
     }
 
     /// DLPack exports and views that still share this array's memory.
@@ -357,13 +340,7 @@ impl PyMemArray {
         }
         let s = resolve_stream(py, &self.meta.device, None)?;
         let mut st = self.state(py)?;
-        match &mut *st {
-            AnyArray::Owned(a) => py.detach(|| a.read_imported(p.tensor(), &s, None)).py_err_in(py, "read_numpy_array"),
-            AnyArray::Imported(_) => Err(errors::residency(
-                py,
-                "read_numpy_array into an imported array: write through its producer instead".into(),
-            )),
-        }
+        py.detach(|| st.read_host("read_numpy_array", p.tensor(), &s)).py_err_in(py, "read_numpy_array")
     }
 
     /// The array as a NumPy array: zero-copy for a current host copy (the
@@ -482,26 +459,7 @@ impl PyMemArray {
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let n = self.nbytes();
         let mut st = self.state(py)?;
-        let natural = st.natural();
-        let (ptr, keep): (u64, Arc<dyn Send + Sync>) = match &mut *st {
-            AnyArray::Owned(a) => {
-                py.detach(|| a.synchronize()).py_err_in(py, "tobytes")?;
-                let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
-                if a.dl_device(loc).device_type != DLDeviceType::CPU {
-                    return Err(errors::residency(
-                        py,
-                        "tobytes() needs the host copy; call move_memory(\"host\")".into(),
-                    ));
-                }
-                py.detach(|| a.parts(loc, None)).py_err_in(py, "tobytes")?
-            }
-            AnyArray::Imported(f) => {
-                if !is_host_accessible(f.dl().device_type) || !f.is_row_major() {
-                    return Err(errors::residency(py, "tobytes() needs compact host memory".into()));
-                }
-                (f.data(), f.owner())
-            }
-        };
+        let (ptr, keep) = py.detach(|| st.host_bytes("tobytes")).py_err_in(py, "tobytes")?;
         if n == 0 {
             return Ok(PyBytes::new(py, &[]));
         }
@@ -523,12 +481,7 @@ impl PyMemArray {
     ///     (array([0, 0, 0], dtype=int32), array([0, 1, 2], dtype=int32))
     fn copy(&self, py: Python<'_>) -> PyResult<PyMemArray> {
         let st = self.state(py)?;
-        match &*st {
-            AnyArray::Owned(a) => Ok(PyMemArray::from_owned(py.detach(|| a.try_clone(None)).py_err_in(py, "copy")?)),
-            AnyArray::Imported(_) => {
-                Err(errors::residency(py, "copy() of an imported array: copy it in its producer library".into()))
-            }
-        }
+        Ok(PyMemArray::from_owned(py.detach(|| st.deep_copy("copy")).py_err_in(py, "copy")?))
     }
 
     /// DLPack export (array API standard): a versioned capsule when
@@ -576,30 +529,17 @@ impl PyMemArray {
     /// exported copy becomes the only current one (NumPy may write it).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let mut st = self.state(py)?;
-        let loc = st.natural();
-        let dl = st.dl(loc);
-        if !is_host_accessible(dl.device_type)
-            || (matches!(*st, AnyArray::Owned(_)) && dl.device_type != DLDeviceType::CPU)
-        {
-            return Err(PyAttributeError::new_err(
-                "__array_interface__ is defined for host-resident arrays only; use __dlpack__ or move_memory(\"host\")",
-            ));
-        }
         let dtype = self.meta.dtype;
         let typestr = dtype
             .typestr()
             .ok_or_else(|| PyAttributeError::new_err(format!("{} has no array-interface type string", dtype.name())))?;
-        let (data, strides, ro) = match &mut *st {
-            AnyArray::Owned(a) => {
-                // The host reads it: pending kernels on a host-backend device copy must finish.
-                py.detach(|| a.synchronize()).py_err_in(py, "__array_interface__")?;
-                let data = py.detach(|| a.parts(loc, None)).py_err_in(py, "__array_interface__")?.0;
-                a.mark_written(loc, None).py_err_in(py, "__array_interface__")?;
-                (data, None, false)
-            }
-            AnyArray::Imported(f) => (f.data(), Some(f.byte_strides()), f.is_read_only()),
+        let mut st = self.state(py)?;
+        let Some(view) = py.detach(|| st.host_interface()).py_err_in(py, "__array_interface__")? else {
+            return Err(PyAttributeError::new_err(
+                "__array_interface__ is defined for host-resident arrays only; use __dlpack__ or move_memory(\"host\")",
+            ));
         };
+        let (data, strides, ro) = (view.data, view.byte_strides, view.read_only);
         drop(st);
         interface_dict(py, &self.meta.shape, typestr, data, ro, strides, None, 3)
     }

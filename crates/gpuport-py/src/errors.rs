@@ -176,7 +176,7 @@ gpuport.LockError: __dlpack__: the array is locked by a `with array.get_dlpack()
 >>> import gpuport, numpy as np
 >>> gpuport.from_dlpack(np.zeros(3)).copy()      # imported memory stays with its producer
 Traceback (most recent call last):
-gpuport.ResidencyError: copy() of an imported array: copy it in its producer library
+gpuport.ResidencyError: copy of an imported array: do it through its producer library
 "#,
         )?,
         shape: make(

@@ -8,7 +8,6 @@
 //! [`crate::exchange_api`]); those name the type from here.
 
 use gpuport::array::{Location, LockId, Transfer};
-use gpuport::dlpack::is_host_accessible;
 pub use gpuport::dynamic::array::natural_of;
 use gpuport::dynamic::target::{move_target, TargetName};
 pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
@@ -16,18 +15,10 @@ use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::convert::device::spec;
 use crate::convert::dtype::DType;
 use crate::convert::stream::AnyStream;
-use crate::errors::{self, IntoPyResult};
+use crate::errors::IntoPyResult;
 use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
-
-fn loc_name(l: Location) -> &'static str {
-    match l {
-        Location::Host => "host",
-        Location::Device => "device",
-    }
-}
 
 /// What never changes about an array: read without its lock.
 pub(crate) struct Meta {
@@ -87,27 +78,8 @@ fn move_storage(
     lock: Option<u64>,
     call: &str,
 ) -> PyResult<()> {
-    match st {
-        AnyArray::Owned(a) => {
-            let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
-            py.detach(|| a.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
-        }
-        AnyArray::Imported(f) => {
-            f.check_lock("move_memory", lock).py_err_in(py, call)?;
-            if f.location() == to || is_host_accessible(f.dl().device_type) {
-                Ok(())
-            } else {
-                Err(errors::residency(
-                    py,
-                    format!(
-                        "an imported array stays where its producer put it ({}); move_memory({:?}) is not possible",
-                        spec(f.device()),
-                        loc_name(to)
-                    ),
-                ))
-            }
-        }
-    }
+    let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
+    py.detach(|| st.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
 }
 
 impl PyMemArray {

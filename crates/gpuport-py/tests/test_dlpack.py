@@ -267,3 +267,22 @@ def test_device_copy_round_trips_through_gpuport_zero_copy(gpu_device):
     after = stats()
     assert after["exports_live"] == before["exports_live"]
     assert after["imports_live"] == before["imports_live"]
+
+
+def test_an_import_refuses_what_only_its_producer_can_do():
+    """The core's import rules (``src/dynamic/array_access.rs``): an
+    import is copied and written through its producer, and its bytes are
+    read on the host only from compact host memory; each refusal is a
+    ``ResidencyError`` naming the call."""
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    a = gpuport.from_dlpack(x)
+    assert a.is_imported and a.residency == "imported"
+    assert a.tobytes() == x.tobytes()
+    with pytest.raises(gpuport.ResidencyError, match=r"^copy of an imported array: do it through its producer"):
+        a.copy()
+    with pytest.raises(gpuport.ResidencyError, match=r"^read_numpy_array of an imported array"):
+        a.read_numpy_array(np.zeros((2, 3), dtype=np.int32))
+    a.move_memory("host")  # host memory: already where it is asked to be
+    t = gpuport.from_dlpack(x.T)
+    with pytest.raises(gpuport.ResidencyError, match=r"^tobytes needs compact host memory; the imported array is not"):
+        t.tobytes()

@@ -1,0 +1,194 @@
+//! What a caller of the run-time layer does with an [`AnyArray`]'s data
+//! directly: moves, the address of its natural copy, host views and bytes,
+//! host uploads and deep copies. Each method says what an owned array does
+//! and what an import refuses ([`ImportRefusal`]): an import's memory, and
+//! where it lives, are its producer's.
+//!
+//! ```
+//! use gpuport::array::{Location, Transfer};
+//! use gpuport::dynamic::{new_owned, AnyArray, AnyStream, DType};
+//! let dev = gpuport::open("host")?;
+//! let s = AnyStream::default_for(&dev);
+//! let mut a = AnyArray::Owned(new_owned(&dev, DType::Int32, &[3])?);
+//! a.move_to(Location::Device, &s, Transfer::Sync, None)?;
+//! let (ptr, _keep) = a.host_bytes("tobytes")?; // the device copy: host memory on this backend
+//! assert_ne!(ptr, 0);
+//! # Ok::<(), gpuport::Error>(())
+//! ```
+
+use std::sync::Arc;
+
+use super::array::{AnyArray, DynArray};
+use super::stream::AnyStream;
+use crate::array::{ImportRefusal, LockId, Residency, ResidencyError, Transfer};
+use crate::dlpack::{is_host_accessible, DLDeviceType, ImportedTensor};
+use crate::error::array::Location;
+use crate::error::Result;
+
+/// The host-readable memory of an array, as the NumPy array interface
+/// describes it ([`AnyArray::host_interface`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostInterface {
+    /// The address of the first element.
+    pub data: u64,
+    /// Strides in bytes; `None` for a compact row-major array.
+    pub byte_strides: Option<Vec<i64>>,
+    /// Whether consumers must not write it.
+    pub read_only: bool,
+}
+
+impl AnyArray {
+    /// Which copies are current; `None` for an import (its memory is its producer's).
+    pub fn residency(&self) -> Option<Residency> {
+        match self {
+            AnyArray::Owned(a) => Some(a.residency()),
+            AnyArray::Imported(_) => None,
+        }
+    }
+
+    /// Makes the copy at `to` current (see `MemArray::move_to`). An
+    /// import does not move: `to` must be where its memory is, or its
+    /// memory must be host-accessible ([`ImportRefusal::Move`] otherwise).
+    pub fn move_to(&mut self, to: Location, s: &AnyStream, mode: Transfer, lock: Option<LockId>) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.move_to(to, s, mode, lock),
+            AnyArray::Imported(f) => {
+                f.check_lock("move_memory", lock.map(|l| l.0))?;
+                if f.location() == to || is_host_accessible(f.dl().device_type) {
+                    return Ok(());
+                }
+                Err(ImportRefusal::Move { op: "move_memory", at: f.device().info().spec(), to }.into())
+            }
+        }
+    }
+
+    /// The address of the copy DLPack exports by default, to write
+    /// through: that copy becomes the only current one (after pending work
+    /// on host-reachable memory is waited for). An import gives its memory.
+    pub fn data_ptr(&mut self) -> Result<u64> {
+        let loc = self.natural();
+        let host_reachable = is_host_accessible(self.dl(loc).device_type);
+        match self {
+            AnyArray::Owned(a) => {
+                if host_reachable {
+                    a.synchronize()?;
+                }
+                let (p, _) = a.parts(loc, None)?;
+                a.mark_written(loc, None)?;
+                Ok(p)
+            }
+            AnyArray::Imported(f) => Ok(f.data()),
+        }
+    }
+
+    /// The host memory the NumPy array interface hands out, or `None` when
+    /// the array's natural copy is not host memory (then the interface is
+    /// absent). An owned array's exported copy becomes the only current one
+    /// (the consumer may write it), after its pending work.
+    pub fn host_interface(&mut self) -> Result<Option<HostInterface>> {
+        let loc = self.natural();
+        let dl = self.dl(loc);
+        let owned = matches!(self, AnyArray::Owned(_));
+        if !is_host_accessible(dl.device_type) || (owned && dl.device_type != DLDeviceType::CPU) {
+            return Ok(None);
+        }
+        Ok(Some(match self {
+            AnyArray::Owned(a) => {
+                a.synchronize()?;
+                let data = a.parts(loc, None)?.0;
+                a.mark_written(loc, None)?;
+                HostInterface { data, byte_strides: None, read_only: false }
+            }
+            AnyArray::Imported(f) => {
+                HostInterface { data: f.data(), byte_strides: Some(f.byte_strides()), read_only: f.is_read_only() }
+            }
+        }))
+    }
+
+    /// The address of the array's bytes in row-major order in host memory,
+    /// and an owner that keeps them alive, for `op` to read: an owned
+    /// array's current host copy (or its device copy where that is host
+    /// memory), after its pending work ([`ResidencyError`] when the data is
+    /// only in device memory); an import's compact host memory
+    /// ([`ImportRefusal::NotCompactHost`] otherwise).
+    pub fn host_bytes(&mut self, op: &'static str) -> Result<(u64, Arc<dyn Send + Sync>)> {
+        let natural = self.natural();
+        match self {
+            AnyArray::Owned(a) => {
+                a.synchronize()?;
+                let loc = if a.residency().includes(Location::Host) { Location::Host } else { natural };
+                if a.dl_device(loc).device_type != DLDeviceType::CPU {
+                    return Err(ResidencyError::new(op, Location::Host, Location::Device).into());
+                }
+                a.parts(loc, None)
+            }
+            AnyArray::Imported(f) => {
+                if !is_host_accessible(f.dl().device_type) || !f.is_row_major() {
+                    return Err(ImportRefusal::NotCompactHost { op }.into());
+                }
+                Ok((f.data(), f.owner()))
+            }
+        }
+    }
+
+    /// Copies the elements of host-accessible `t` (same shape and dtype)
+    /// into an owned array (see `MemArray::read_from_slice`); an import is
+    /// written through its producer ([`ImportRefusal::ProducerOnly`]).
+    pub fn read_host(&mut self, op: &'static str, t: &ImportedTensor, s: &AnyStream) -> Result<()> {
+        match self {
+            AnyArray::Owned(a) => a.read_imported(t, s, None),
+            AnyArray::Imported(_) => Err(ImportRefusal::ProducerOnly { op }.into()),
+        }
+    }
+
+    /// A new owned array with the same contents; an import is copied by
+    /// its producer ([`ImportRefusal::ProducerOnly`]).
+    pub fn deep_copy(&self, op: &'static str) -> Result<Box<dyn DynArray>> {
+        match self {
+            AnyArray::Owned(a) => a.try_clone(None),
+            AnyArray::Imported(_) => Err(ImportRefusal::ProducerOnly { op }.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dynamic::{new_owned, DType};
+    use crate::error::Error;
+
+    fn host_array() -> (AnyArray, AnyStream) {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::default_for(&dev);
+        (AnyArray::Owned(new_owned(&dev, DType::Int32, &[3]).unwrap()), s)
+    }
+
+    #[test]
+    fn an_owned_array_moves_and_gives_its_host_bytes() {
+        let (mut a, s) = host_array();
+        assert_eq!(a.residency(), Some(Residency::Host));
+        a.move_to(Location::Device, &s, Transfer::Sync, None).unwrap();
+        assert_eq!(a.residency(), Some(Residency::Both));
+        let (ptr, _keep) = a.host_bytes("tobytes").unwrap();
+        assert_ne!(ptr, 0);
+        let view = a.host_interface().unwrap().expect("host memory on the host backend");
+        assert_eq!(view.byte_strides, None);
+        assert!(!view.read_only);
+        assert!(a.deep_copy("copy").is_ok());
+    }
+
+    #[test]
+    fn refusals_are_typed() {
+        let e: Error = ImportRefusal::Move { op: "move_memory", at: "cuda:0".into(), to: Location::Host }.into();
+        assert_eq!(e.python_class().name(), "ResidencyError");
+        assert!(
+            e.python_message(None).contains("stays where its producer put it (cuda:0)"),
+            "{}",
+            e.python_message(None)
+        );
+        let e: Error = ImportRefusal::ProducerOnly { op: "copy" }.into();
+        assert!(e.to_string().starts_with("copy of an imported array"), "{e}");
+        let e: Error = ImportRefusal::NotCompactHost { op: "tobytes" }.into();
+        assert_eq!(e.python_message(None), "tobytes needs compact host memory; the imported array is not");
+    }
+}
