@@ -29,8 +29,7 @@ pub(crate) mod gate;
 pub mod graph;
 pub mod host;
 pub(crate) mod kernel_cache;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-pub(crate) mod library;
+pub mod library;
 mod memory_device;
 pub(crate) mod order;
 mod peer;

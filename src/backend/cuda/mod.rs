@@ -3,7 +3,9 @@
 //!
 //! cudarc is built with `dynamic-loading`: `libcuda` and `libnvrtc` are
 //! opened at run time, so a binary with this backend starts on machines
-//! without CUDA. cudarc panics when a library it needs cannot be loaded, so
+//! without CUDA; `loading.rs` picks the files first (a copy already
+//! loaded, `GPUPORT_CUDA_LIBRARY` / `GPUPORT_NVRTC_LIBRARY`, pip wheels,
+//! the loader path). cudarc panics when a library it needs cannot be loaded, so
 //! every entry point first probes for the library (`driver`) and turns its
 //! absence into [`Error::LibraryNotFound`].
 //!
@@ -33,6 +35,7 @@ use cudarc::driver::sys;
 
 mod graph;
 mod info;
+mod loading;
 mod nvrtc;
 mod peer;
 
@@ -90,11 +93,15 @@ fn candidates(lib: &str) -> String {
 pub(crate) fn driver() -> Result<i32> {
     static STATE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
     let state = STATE.get_or_init(|| {
+        let searched = loading::preload(&loading::CUDA_SPEC);
         // SAFETY: only tries `dlopen` on cudarc's candidate names.
         if !unsafe { sys::is_culib_present() } {
-            return Err(format!("libcuda: tried {}", candidates("cuda")));
+            let tried = searched.err().unwrap_or_default();
+            return Err(format!("libcuda: tried {tried}, then cudarc's names {}", candidates("cuda")));
         }
         check("cuInit", cu::init()).map_err(|e| e.to_string())?;
+        // SAFETY: cuInit went through cudarc's library, so it is loaded.
+        loading::record_used(&loading::CUDA_SPEC, unsafe { sys::culib() }, "cuInit");
         let mut version = 0;
         // SAFETY: writes one int; the library is loaded (probed above).
         status("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) }).map_err(|e| e.to_string())?;

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
-use super::candidates;
+use super::{candidates, loading};
 use crate::backend::gpu::{Program, ProgramText};
 use crate::error::{BackendKind, DriverError, Error, Result};
 
@@ -25,17 +25,23 @@ fn nvrtc_error(call: &'static str, e: rtc::NvrtcError) -> Error {
 
 /// Checks NVRTC can be loaded before cudarc touches it (cudarc would panic).
 fn nvrtc_available() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries `dlopen` on cudarc's candidate names.
-    if *PRESENT.get_or_init(|| unsafe { rtc_sys::is_culib_present() }) {
+    static PRESENT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let present = PRESENT.get_or_init(|| {
+        let searched = loading::preload(&loading::NVRTC_SPEC);
+        // SAFETY: only tries `dlopen` on cudarc's candidate names.
+        if !unsafe { rtc_sys::is_culib_present() } {
+            let tried = searched.err().unwrap_or_default();
+            return Err(format!("{tried}, then cudarc's names {}", candidates("nvrtc")));
+        }
+        // SAFETY: present (checked above); cudarc loads it once per process.
+        loading::record_used(&loading::NVRTC_SPEC, unsafe { rtc_sys::culib() }, "nvrtcVersion");
         Ok(())
-    } else {
-        Err(Error::LibraryNotFound {
-            backend: BackendKind::Cuda,
-            library: "libnvrtc (needed to compile kernel source)",
-            tried: candidates("nvrtc"),
-        })
-    }
+    });
+    present.clone().map_err(|tried| Error::LibraryNotFound {
+        backend: BackendKind::Cuda,
+        library: "libnvrtc (needed to compile kernel source)",
+        tried,
+    })
 }
 
 /// Compiles CUDA C++ to a cubin for `arch` with NVRTC, through the on-disk

@@ -4,9 +4,10 @@
 use std::ffi::c_char;
 use std::sync::OnceLock;
 
-use super::runtime::{c_str_or, hip_candidates};
+use super::runtime::c_str_or;
 use super::sys::{self, hiprtcResult, Loaded, RtcApi};
 use crate::backend::gpu::{Program, ProgramText};
+use crate::backend::library::{self, Candidate, Source};
 use crate::error::{BackendKind, DriverError, Error, Result};
 
 /// Converts a hiprtc status into our error.
@@ -51,24 +52,29 @@ static HIPRTC: OnceLock<std::result::Result<Loaded<RtcApi>, String>> = OnceLock:
 
 /// Loads hiprtc before compiling kernel source.
 ///
-/// Search: `GPUPORT_HIPRTC_LIBRARY` alone if set; else, when
-/// `GPUPORT_HIP_LIBRARY` forces a runtime, that library first (so a stand-in
-/// runtime is not paired with a system hiprtc); then the `libhiprtc` names;
-/// then the HIP runtime itself, which holds hiprtc in ROCm 5.2.
+/// The search of [`sys::HIPRTC_SPEC`] (a copy already loaded, then
+/// `GPUPORT_HIPRTC_LIBRARY`, then wheels, the loader path and the ROCm
+/// folders); when the HIP runtime came from elsewhere than a loaded copy
+/// or the search, as a stand-in named by `GPUPORT_HIP_LIBRARY`, that file
+/// first, so a stand-in runtime is not paired with a system hiprtc; last,
+/// the HIP runtime itself, which holds hiprtc in ROCm 5.2.
 fn hiprtc() -> Result<&'static Loaded<RtcApi>> {
     let state = HIPRTC.get_or_init(|| {
-        let candidates = match std::env::var(sys::HIPRTC_LIBRARY_ENV) {
-            Ok(path) if !path.is_empty() => vec![path],
-            _ => {
-                let forced = std::env::var(sys::HIP_LIBRARY_ENV).ok().filter(|p| !p.is_empty());
-                let mut c: Vec<String> = forced.into_iter().collect();
-                c.extend(sys::candidates(&sys::HIPRTC_NAMES));
-                c.extend(hip_candidates().into_iter().filter(|p| !c.contains(p)).collect::<Vec<_>>());
-                c
+        let runtime = super::runtime::driver().ok().map(|rt| Candidate {
+            path: rt.loaded.path.clone(),
+            source: rt.loaded.source.clone(),
+        });
+        let forced = runtime.clone().filter(|c| matches!(c.source, Source::Override(_)));
+        let own_override = std::env::var(sys::HIPRTC_LIBRARY_ENV).is_ok_and(|p| !p.is_empty());
+        if let (Some(forced), false) = (forced, own_override) {
+            // SAFETY: the forced HIP runtime (a stand-in exporting hiprtc too), resolved with the header signatures.
+            if let Ok(rtc) = unsafe { library::open_first(std::slice::from_ref(&forced), RtcApi::resolve) } {
+                library::record(&sys::HIPRTC_SPEC, &rtc.path, &rtc.source);
+                return Ok(rtc);
             }
-        };
+        }
         // SAFETY: loads only hiprtc (or HIP runtime) candidates, resolved with the header signatures.
-        unsafe { sys::open_first(&candidates, RtcApi::resolve) }
+        unsafe { sys::search(&sys::HIPRTC_SPEC, runtime.into_iter().collect(), RtcApi::resolve) }
     });
     state.as_ref().map_err(|tried| Error::LibraryNotFound {
         backend: BackendKind::Rocm,

@@ -46,14 +46,6 @@ pub(super) fn c_str_or(ptr: *const c_char, fallback: impl FnOnce() -> String) ->
     }
 }
 
-/// The HIP runtime search list: `GPUPORT_HIP_LIBRARY` alone, else [`sys::candidates`].
-pub(super) fn hip_candidates() -> Vec<String> {
-    match std::env::var(sys::HIP_LIBRARY_ENV) {
-        Ok(path) if !path.is_empty() => vec![path],
-        _ => sys::candidates(&sys::HIP_NAMES),
-    }
-}
-
 /// Loads the HIP runtime and calls `hipInit(0)` once; the outcome (and why it
 /// failed) is cached.
 ///
@@ -65,7 +57,7 @@ pub(super) fn hip_candidates() -> Vec<String> {
 pub(crate) fn driver() -> Result<&'static Runtime> {
     let state = RUNTIME.get_or_init(|| {
         // SAFETY: loads only HIP runtime candidates; symbols are resolved with the header signatures.
-        let loaded = unsafe { sys::open_first(&hip_candidates(), HipApi::resolve) }?;
+        let loaded = unsafe { sys::search(&sys::HIP_SPEC, Vec::new(), HipApi::resolve) }?;
         // SAFETY: the library is loaded and resolved; hipInit takes flags only.
         let init = unsafe { (loaded.api.hipInit)(0) };
         let mut version = 0;

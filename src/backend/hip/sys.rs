@@ -29,14 +29,16 @@
 //! field's offset in each layout; see [`GCN_ARCH_NAME_OFFSET_R0600`].
 //!
 //! # Library search
-//! [`candidates`] lists, in order: `$ROCM_PATH/lib`, `$HIP_PATH/lib`, the
-//! dynamic loader's own search (`LD_LIBRARY_PATH`, `ld.so.cache`), then
-//! `/opt/rocm/lib`, each with the unversioned name and then `.so.7`, `.so.6`,
-//! `.so.5` (ROCm 7-only installs ship no unversioned name: ROCm/TheRock#1204;
-//! Debian ships only `.so.5` without the `-dev` package). `GPUPORT_HIP_LIBRARY`
-//! and `GPUPORT_HIPRTC_LIBRARY` replace the search with one path (the test
-//! shim uses them). The libraries are never unloaded: unloading ROCm has
-//! crashed in its own teardown (ROCm/rocm-systems#4442).
+//! [`HIP_SPEC`] and [`HIPRTC_SPEC`] give `crate::backend::library` the
+//! names, the override variable and the pip wheel folders; it searches a
+//! copy already loaded, `GPUPORT_HIP_LIBRARY` / `GPUPORT_HIPRTC_LIBRARY`
+//! (the test shim uses them), wheels (`torch/lib`, TheRock's
+//! `_rocm_sdk_core/lib`), the loader path, `$ROCM_PATH/lib`,
+//! `$HIP_PATH/lib`, then `/opt/rocm/lib`, each with the unversioned name
+//! and then `.so.7`, `.so.6`, `.so.5` (ROCm 7-only installs ship no
+//! unversioned name: ROCm/TheRock#1204; Debian ships only `.so.5` without
+//! the `-dev` package). The libraries are never unloaded: unloading ROCm
+//! has crashed in its own teardown (ROCm/rocm-systems#4442).
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -586,30 +588,35 @@ pub const HIP_NAMES: [&str; 4] = ["libamdhip64.so", "libamdhip64.so.7", "libamdh
 /// `libamdhip64` (seen in Debian's 5.2.3), which the backend's hiprtc loader tries last.
 pub const HIPRTC_NAMES: [&str; 4] = ["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5"];
 
-/// Where to look for a library, in order, for the given file names.
-pub fn candidates(names: &[&str]) -> Vec<String> {
-    let var = |name| std::env::var(name).ok().filter(|d: &String| !d.is_empty());
-    candidates_in(var("ROCM_PATH").as_deref(), var("HIP_PATH").as_deref(), names)
-}
+/// Where pip wheels put the ROCm libraries under a site-packages folder:
+/// torch's ROCm wheels, and AMD's TheRock wheels (`rocm-sdk-core`, and
+/// `rocm-sdk-libraries-<gfx family>` for RCCL).
+pub const ROCM_WHEEL_DIRS: [&str; 4] =
+    ["torch/lib", "_rocm_sdk_core/lib", "_rocm_sdk_libraries/lib", "_rocm_sdk_libraries_*/lib"];
 
-/// [`candidates`] for given `ROCM_PATH` and `HIP_PATH` values.
-pub fn candidates_in(rocm_path: Option<&str>, hip_path: Option<&str>, names: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut push = |c: String| {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    };
-    for dir in [rocm_path, hip_path].into_iter().flatten() {
-        let dir = dir.trim_end_matches('/');
-        names.iter().for_each(|n| push(format!("{dir}/lib/{n}")));
-    }
-    names.iter().for_each(|n| push(n.to_string()));
-    names.iter().for_each(|n| push(format!("/opt/rocm/lib/{n}")));
-    out
-}
+/// The search for the HIP runtime (see [`crate::backend::library`]).
+pub const HIP_SPEC: LibrarySpec = LibrarySpec {
+    backend: BackendKind::Rocm,
+    library: "libamdhip64",
+    names: &HIP_NAMES,
+    override_env: HIP_LIBRARY_ENV,
+    wheel_dirs: &ROCM_WHEEL_DIRS,
+    rocm: true,
+};
 
-pub use crate::backend::library::{open_first, Loaded};
+/// The search for hiprtc.
+pub const HIPRTC_SPEC: LibrarySpec = LibrarySpec {
+    backend: BackendKind::Rocm,
+    library: "libhiprtc",
+    names: &HIPRTC_NAMES,
+    override_env: HIPRTC_LIBRARY_ENV,
+    wheel_dirs: &ROCM_WHEEL_DIRS,
+    rocm: true,
+};
+
+pub(crate) use crate::backend::library::{search, Loaded};
+use crate::backend::library::LibrarySpec;
+use crate::error::BackendKind;
 
 /// Formats `HIP_VERSION` (`major * 10^7 + minor * 10^5 + patch`) as `5.2.21153`.
 pub fn version_string(v: c_int) -> String {
@@ -619,27 +626,6 @@ pub fn version_string(v: c_int) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn candidates_search_rocm_path_and_hip_path_first() {
-        let c = candidates_in(Some("/x/rocm/"), Some("/y/hip"), &HIP_NAMES);
-        assert_eq!(c[0], "/x/rocm/lib/libamdhip64.so");
-        assert_eq!(c[3], "/x/rocm/lib/libamdhip64.so.5");
-        assert_eq!(c[4], "/y/hip/lib/libamdhip64.so");
-        assert_eq!(c.len(), 4 * HIP_NAMES.len());
-    }
-
-    #[test]
-    fn candidates_cover_versioned_names_and_rocm_lib() {
-        let c = candidates_in(None, None, &HIP_NAMES);
-        for name in HIP_NAMES {
-            assert!(c.iter().any(|x| x == name), "{name} missing from {c:?}");
-            assert!(c.iter().any(|x| *x == format!("/opt/rocm/lib/{name}")), "/opt/rocm/lib/{name} missing");
-        }
-        let bare = c.iter().position(|x| x == "libamdhip64.so").unwrap();
-        let opt = c.iter().position(|x| x == "/opt/rocm/lib/libamdhip64.so").unwrap();
-        assert!(bare < opt, "the loader path is searched before /opt/rocm");
-    }
 
     #[test]
     fn ipc_open_flags_follow_the_rocm_6_abi_break() {

@@ -3,13 +3,13 @@
 //! Written once over the vendor `Driver`, as the rest of the GPU core is.
 //!
 //! # Which library
-//! - CUDA: `GPUPORT_NCCL_LIBRARY` (a path) replaces the search; else
-//!   `libnccl.so.2` and `libnccl.so` through the dynamic loader, which also
-//!   finds a copy PyTorch or CuPy already loaded. The Python package points
-//!   `GPUPORT_NCCL_LIBRARY` at the `nvidia-nccl-cu*` wheel's
-//!   `nvidia/nccl/lib` when it is installed and the variable is unset.
-//! - ROCm: `GPUPORT_RCCL_LIBRARY`, else `librccl.so.1`, `librccl.so`,
-//!   `$ROCM_PATH/lib/librccl.so.1` and `/opt/rocm/lib/librccl.so.1`.
+//! The search of `crate::backend::library` (a copy already loaded, the
+//! override, pip wheels, the loader path, then for RCCL `$ROCM_PATH` and
+//! `/opt/rocm`), with `NCCL_SPEC` and `RCCL_SPEC`:
+//! - CUDA: `GPUPORT_NCCL_LIBRARY`; `libnccl.so.2`, `libnccl.so`; the
+//!   `nvidia-nccl-cu*` wheel's `nvidia/nccl/lib`.
+//! - ROCm: `GPUPORT_RCCL_LIBRARY`; `librccl.so.1`, `librccl.so`; torch's
+//!   `torch/lib` and TheRock's `_rocm_sdk_libraries*/lib`.
 //!
 //! # Timeouts
 //! Communicators are blocking by default ([`CallMode::Blocking`], NCCL's
@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::array::dtype::DType;
 use crate::backend::gpu::{Driver, Gpu, GpuDevice, RawAddress};
+use crate::backend::library::LibrarySpec;
 use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
@@ -63,30 +64,33 @@ impl<D: Driver> CollectiveBackend for Gpu<D> {
     type Engine = NcclEngine<D>;
 }
 
-/// The library's name in messages and its search list, for a backend.
-fn library_for(kind: BackendKind) -> (&'static str, &'static str, Vec<String>) {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+/// The search for NCCL: the `nvidia-nccl-cu*` wheels put it in
+/// `nvidia/nccl/lib`, the CUDA 13 toolkit wheels in `nvidia/cu13/lib`.
+const NCCL_SPEC: LibrarySpec = LibrarySpec {
+    backend: BackendKind::Cuda,
+    library: "libnccl",
+    names: &["libnccl.so.2", "libnccl.so"],
+    override_env: "GPUPORT_NCCL_LIBRARY",
+    wheel_dirs: &["nvidia/nccl/lib", "nvidia/cu13/lib"],
+    rocm: false,
+};
+
+/// The search for RCCL: torch's ROCm wheels and TheRock's share the HIP
+/// runtime's folders.
+const RCCL_SPEC: LibrarySpec = LibrarySpec {
+    backend: BackendKind::Rocm,
+    library: "librccl",
+    names: &["librccl.so.1", "librccl.so"],
+    override_env: "GPUPORT_RCCL_LIBRARY",
+    wheel_dirs: &["torch/lib", "_rocm_sdk_libraries/lib", "_rocm_sdk_libraries_*/lib", "_rocm_sdk_core/lib"],
+    rocm: true,
+};
+
+/// The library's name in messages and its search, for a backend.
+fn library_for(kind: BackendKind) -> (&'static str, &'static LibrarySpec) {
     match kind {
-        BackendKind::Rocm => {
-            let env = "GPUPORT_RCCL_LIBRARY";
-            let list = var(env).map_or_else(
-                || {
-                    let mut l = vec!["librccl.so.1".to_string(), "librccl.so".to_string()];
-                    if let Some(root) = var("ROCM_PATH") {
-                        l.push(format!("{}/lib/librccl.so.1", root.trim_end_matches('/')));
-                    }
-                    l.push("/opt/rocm/lib/librccl.so.1".into());
-                    l
-                },
-                |p| vec![p],
-            );
-            ("RCCL", env, list)
-        }
-        _ => {
-            let env = "GPUPORT_NCCL_LIBRARY";
-            let list = var(env).map_or_else(|| vec!["libnccl.so.2".to_string(), "libnccl.so".to_string()], |p| vec![p]);
-            ("NCCL", env, list)
-        }
+        BackendKind::Rocm => ("RCCL", &RCCL_SPEC),
+        _ => ("NCCL", &NCCL_SPEC),
     }
 }
 
@@ -94,16 +98,18 @@ fn library_for(kind: BackendKind) -> (&'static str, &'static str, Vec<String>) {
 fn library(kind: BackendKind) -> Result<&'static sys::Nccl> {
     static NCCL: OnceLock<std::result::Result<sys::Nccl, String>> = OnceLock::new();
     static RCCL: OnceLock<std::result::Result<sys::Nccl, String>> = OnceLock::new();
-    let (name, env, candidates) = library_for(kind);
+    let (name, spec) = library_for(kind);
+    let env = spec.override_env;
     let cell = if kind == BackendKind::Rocm { &RCCL } else { &NCCL };
     let loaded = cell.get_or_init(|| {
-        let lib = sys::open(&candidates).map_err(|tried| {
+        let lib = sys::open(spec).map_err(|tried| {
             format!("could not load {name} (tried {tried}); install it, or set {env}=/path/to/the/library")
         })?;
         if lib.api.version < MIN_VERSION {
             return Err(format!(
-                "{} is {name} {}, older than the {} gpuport needs; set {env} to a newer one",
+                "{} ({}) is {name} {}, older than the {} gpuport needs; set {env} to a newer one",
                 lib.path,
+                lib.source,
                 version_text(lib.api.version),
                 version_text(MIN_VERSION)
             ));
@@ -569,23 +575,12 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_library_names_what_was_tried() {
-        let tried =
-            sys::open(&["/nonexistent/libnccl.so.2".into(), "libgpuport-no-such-nccl.so".into()]).err().unwrap();
-        assert!(tried.contains("/nonexistent/libnccl.so.2") && tried.contains("libgpuport-no-such-nccl.so"), "{tried}");
-    }
-
-    #[test]
-    fn the_library_variables_replace_the_search() {
-        let (name, env, list) = library_for(BackendKind::Rocm);
-        assert_eq!((name, env), ("RCCL", "GPUPORT_RCCL_LIBRARY"));
-        if std::env::var(env).is_err() {
-            assert_eq!(list[0], "librccl.so.1");
-        }
-        let (name, _, list) = library_for(BackendKind::Cuda);
-        assert_eq!(name, "NCCL");
-        if std::env::var("GPUPORT_NCCL_LIBRARY").is_err() {
-            assert_eq!(list[0], "libnccl.so.2");
-        }
+    fn the_library_searches_name_their_variables_and_wheels() {
+        let (name, spec) = library_for(BackendKind::Rocm);
+        assert_eq!((name, spec.override_env, spec.names[0]), ("RCCL", "GPUPORT_RCCL_LIBRARY", "librccl.so.1"));
+        assert!(spec.rocm && spec.wheel_dirs.contains(&"torch/lib"));
+        let (name, spec) = library_for(BackendKind::Cuda);
+        assert_eq!((name, spec.override_env, spec.names[0]), ("NCCL", "GPUPORT_NCCL_LIBRARY", "libnccl.so.2"));
+        assert!(!spec.rocm && spec.wheel_dirs.contains(&"nvidia/nccl/lib"));
     }
 }

@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use libloading::Library;
 
-use crate::backend::library::{open_first, Loaded};
+use crate::backend::library::{search, LibrarySpec, Loaded};
 
 /// `ncclResult_t`: a C enum, `int`-sized.
 pub type ncclResult_t = c_int;
@@ -187,13 +187,14 @@ unsafe fn resolve_versioned(lib: &Library) -> Result<Versioned, Vec<&'static str
     Ok(Versioned { fns, version, non_blocking })
 }
 
-/// Opens the first of `candidates` that loads, has every function of
-/// [`Api`] and answers `ncclGetVersion` (with [`NonBlockingApi`] where it has it); else the list of what was tried
-/// and why each failed.
-pub fn open(candidates: &[String]) -> Result<Nccl, String> {
+/// Searches for `spec`'s library (`crate::backend::library`) and opens the
+/// first that loads, has every function of [`Api`] and answers
+/// `ncclGetVersion` (with [`NonBlockingApi`] where it has it); else the
+/// list of what was tried and why each failed.
+pub fn open(spec: &LibrarySpec) -> Result<Nccl, String> {
     // SAFETY: loading runs the library's initialisers; NCCL's and RCCL's
     // only set up their own state, and `resolve` declares their signatures.
-    unsafe { open_first(candidates, resolve_versioned) }
+    unsafe { search(spec, Vec::new(), resolve_versioned) }
 }
 
 #[cfg(test)]
