@@ -21,7 +21,7 @@ fn a_missing_hip_library_is_reported_with_every_path_tried_and_the_host_still_wo
         Err(Error::LibraryNotFound { backend, library, tried }) => {
             assert_eq!(backend, BackendKind::Rocm);
             assert_eq!(library, "libamdhip64");
-            assert_eq!(tried, MISSING_HIP);
+            assert_eq!(tried, format!("{MISSING_HIP} [set by GPUPORT_HIP_LIBRARY]"), "the override alone, with why");
         }
         other => panic!("expected LibraryNotFound, got {other:?}"),
     }
@@ -31,7 +31,9 @@ fn a_missing_hip_library_is_reported_with_every_path_tried_and_the_host_still_wo
 
     // hiprtc is looked for on its own, where it was forced to be.
     match gpuport::backend::hip::compile_source("extern \"C\" __global__ void k() {}", "k.hip", &[]) {
-        Err(Error::LibraryNotFound { backend: BackendKind::Rocm, tried, .. }) => assert_eq!(tried, MISSING_HIPRTC),
+        Err(Error::LibraryNotFound { backend: BackendKind::Rocm, tried, .. }) => {
+            assert_eq!(tried, format!("{MISSING_HIPRTC} [set by GPUPORT_HIPRTC_LIBRARY]"))
+        }
         other => panic!("expected LibraryNotFound for hiprtc, got {other:?}"),
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Once};
 
 use super::any::{rewrap, Any, PerBackend};
 use super::host::HostDevice;
+use super::library::{self, LibraryChoice};
 use super::{Backend, Device, DeviceInfo};
 use crate::error::{BackendKind, Error, Result};
 
@@ -64,6 +65,9 @@ pub struct BackendStatus {
     pub compiled: bool,
     /// Its devices, or why there are none.
     pub devices: Result<Vec<DeviceInfo>>,
+    /// The vendor libraries it loaded so far: which file, and why
+    /// (docs/design.md#loading-vendor-libraries).
+    pub libraries: Vec<LibraryChoice>,
 }
 
 impl fmt::Display for BackendStatus {
@@ -119,7 +123,7 @@ pub fn backends() -> Vec<BackendStatus> {
                 #[allow(unreachable_patterns)]
                 _ => (false, Err(not_compiled(kind))),
             };
-            BackendStatus { kind, compiled, devices }
+            BackendStatus { kind, compiled, devices, libraries: library::chosen_for(kind) }
         })
         .collect()
 }
@@ -282,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_status_line_names_its_backend_once() {
-        let status = |kind, devices| BackendStatus { kind, compiled: true, devices }.to_string();
+        let status = |kind, devices| BackendStatus { kind, compiled: true, devices, libraries: vec![] }.to_string();
         let missing =
             Error::LibraryNotFound { backend: BackendKind::Cuda, library: "libcuda", tried: "libcuda.so.1".into() };
         assert_eq!(

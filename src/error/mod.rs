@@ -402,8 +402,8 @@ pub enum GraphErrorKind {
 fn library_hint(backend: BackendKind) -> &'static str {
     match backend {
         BackendKind::Rocm => {
-            "; point gpuport at it with GPUPORT_HIP_LIBRARY=/path/to/libamdhip64.so, or ROCM_PATH=/path/to/rocm \
-             (its lib/ is searched first)"
+            "; point gpuport at it with GPUPORT_HIP_LIBRARY=/path/to/libamdhip64.so, ROCM_PATH=/path/to/rocm, or \
+             GPUPORT_SITE_PACKAGES=/path/to/site-packages (for torch/lib or _rocm_sdk_core/lib)"
         }
         BackendKind::Cuda => "; it comes with the NVIDIA driver, and the loader searches LD_LIBRARY_PATH",
         BackendKind::Host => "",

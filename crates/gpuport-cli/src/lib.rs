@@ -157,6 +157,10 @@ fn info() -> ExitCode {
     for status in gpuport::backends() {
         // One line per backend, naming it once ("cuda: unavailable: could not load libcuda ...").
         println!("{status}");
+        // Which file each vendor library came from, and why it was chosen.
+        for lib in &status.libraries {
+            println!("  {:<8} {} ({})", lib.library, lib.path, lib.source);
+        }
         for d in status.devices.iter().flatten() {
             println!(
                 "  {:<8} {} | {} | {} multiprocessors | {} | managed: {} | stream-ordered alloc: {}",

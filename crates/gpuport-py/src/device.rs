@@ -148,7 +148,9 @@ pub fn devices(py: Python<'_>) -> PyResult<Vec<PyDevice>> {
 
 /// Each backend as `(name, available, note)`: the note gives the device
 /// count of a backend that loaded, else why it is unavailable (the library
-/// tried, and where). `gpuport.show_config()` prints it.
+/// tried, and where), then each vendor library it loaded, with the file
+/// and why it was chosen (`libamdhip64 from /x/torch/lib/libamdhip64.so
+/// (pip wheel in /x)`). `gpuport.show_config()` prints it.
 ///
 ///     >>> import gpuport
 ///     >>> status = {name: ok for name, ok, note in gpuport.backend_status()}
@@ -162,7 +164,7 @@ pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
         gpuport::backends()
             .into_iter()
             .map(|s| {
-                let (ok, note) = match &s.devices {
+                let (ok, mut note) = match &s.devices {
                     Ok(d) => (true, format!("{} device(s)", d.len())),
                     // The core's one line, without the backend's name it starts with.
                     Err(_) => {
@@ -171,10 +173,22 @@ pub fn backend_status(py: Python<'_>) -> Vec<(String, bool, String)> {
                         (false, line.strip_prefix(&prefix).unwrap_or(&line).to_string())
                     }
                 };
+                // "; libamdhip64 from /x/torch/lib/libamdhip64.so (pip wheel in /x)" per library loaded.
+                for lib in &s.libraries {
+                    note.push_str(&format!("; {lib}"));
+                }
                 (s.kind.name().to_string(), s.compiled && ok, note)
             })
             .collect()
     })
+}
+
+/// Adds folders to search for pip wheel copies of vendor libraries
+/// (`torch/lib`, `nvidia/cu13/lib`, …), after `GPUPORT_SITE_PACKAGES`'s.
+/// The package passes `sys.path` at import, before any library is loaded.
+#[pyfunction]
+pub fn _set_site_packages(paths: Vec<std::path::PathBuf>) {
+    gpuport::backend::library::set_site_packages(paths.into_iter().filter(|p| p.is_dir()));
 }
 
 /// The default device (`GPUPORT_DEVICE`, else the first GPU, else the host),

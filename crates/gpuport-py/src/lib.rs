@@ -78,6 +78,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
     m.add_function(wrap_pyfunction!(device::py_default_device, m)?)?;
     m.add_function(wrap_pyfunction!(device::backend_status, m)?)?;
+    m.add_function(wrap_pyfunction!(device::_set_site_packages, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::_from_dlpack_protocol, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;

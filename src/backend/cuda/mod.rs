@@ -81,10 +81,11 @@ fn status(call: &'static str, status: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, status)
 }
 
-/// The library names cudarc tries for `lib`, without repeats, comma separated.
-fn candidates(lib: &str) -> String {
+/// The library names cudarc tries for `lib`, without repeats and without
+/// `searched` (tried already by gpuport's search), comma separated.
+fn candidates(lib: &str, searched: &[&str]) -> String {
     let mut names = cudarc::get_lib_name_candidates(lib);
-    let mut seen = std::collections::HashSet::new();
+    let mut seen: std::collections::HashSet<String> = searched.iter().map(|s| s.to_string()).collect();
     names.retain(|n| seen.insert(n.clone()));
     names.join(", ")
 }
@@ -97,7 +98,10 @@ pub(crate) fn driver() -> Result<i32> {
         // SAFETY: only tries `dlopen` on cudarc's candidate names.
         if !unsafe { sys::is_culib_present() } {
             let tried = searched.err().unwrap_or_default();
-            return Err(format!("libcuda: tried {tried}, then cudarc's names {}", candidates("cuda")));
+            return Err(format!(
+                "libcuda: tried {tried}, then cudarc's names {}",
+                candidates("cuda", loading::CUDA_SPEC.names)
+            ));
         }
         check("cuInit", cu::init()).map_err(|e| e.to_string())?;
         // SAFETY: cuInit went through cudarc's library, so it is loaded.

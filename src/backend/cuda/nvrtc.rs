@@ -31,7 +31,7 @@ fn nvrtc_available() -> Result<()> {
         // SAFETY: only tries `dlopen` on cudarc's candidate names.
         if !unsafe { rtc_sys::is_culib_present() } {
             let tried = searched.err().unwrap_or_default();
-            return Err(format!("{tried}, then cudarc's names {}", candidates("nvrtc")));
+            return Err(format!("{tried}, then cudarc's names {}", candidates("nvrtc", loading::NVRTC_SPEC.names)));
         }
         // SAFETY: present (checked above); cudarc loads it once per process.
         loading::record_used(&loading::NVRTC_SPEC, unsafe { rtc_sys::culib() }, "nvrtcVersion");

@@ -60,10 +60,9 @@ static HIPRTC: OnceLock<std::result::Result<Loaded<RtcApi>, String>> = OnceLock:
 /// the HIP runtime itself, which holds hiprtc in ROCm 5.2.
 fn hiprtc() -> Result<&'static Loaded<RtcApi>> {
     let state = HIPRTC.get_or_init(|| {
-        let runtime = super::runtime::driver().ok().map(|rt| Candidate {
-            path: rt.loaded.path.clone(),
-            source: rt.loaded.source.clone(),
-        });
+        let runtime = super::runtime::driver()
+            .ok()
+            .map(|rt| Candidate { path: rt.loaded.path.clone(), source: rt.loaded.source.clone() });
         let forced = runtime.clone().filter(|c| matches!(c.source, Source::Override(_)));
         let own_override = std::env::var(sys::HIPRTC_LIBRARY_ENV).is_ok_and(|p| !p.is_empty());
         if let (Some(forced), false) = (forced, own_override) {

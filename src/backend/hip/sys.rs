@@ -614,8 +614,8 @@ pub const HIPRTC_SPEC: LibrarySpec = LibrarySpec {
     rocm: true,
 };
 
-pub(crate) use crate::backend::library::{search, Loaded};
 use crate::backend::library::LibrarySpec;
+pub(crate) use crate::backend::library::{search, Loaded};
 use crate::error::BackendKind;
 
 /// Formats `HIP_VERSION` (`major * 10^7 + minor * 10^5 + patch`) as `5.2.21153`.

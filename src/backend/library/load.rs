@@ -70,9 +70,7 @@ pub(crate) unsafe fn open_first<T>(
             // SAFETY: `lib` is moved into the returned `Loaded` with the table.
             Ok(lib) => match unsafe { resolve(&lib) } {
                 Ok(api) => return Ok(Loaded { path: path.clone(), source: source.clone(), api, _lib: lib }),
-                Err(missing) => {
-                    tried.push(format!("{path} [{source}] (loaded, but lacks {})", missing.join(", ")))
-                }
+                Err(missing) => tried.push(format!("{path} [{source}] (loaded, but lacks {})", missing.join(", "))),
             },
             Err(e) => {
                 // libloading's own message is only "dlopen failed"; dlerror()'s is in the source.
@@ -87,4 +85,3 @@ pub(crate) unsafe fn open_first<T>(
     }
     Err(tried.join(", "))
 }
-

@@ -129,7 +129,8 @@ impl SearchEnv {
                 site_packages.push(dir.clone());
             }
         }
-        let rocm_roots = if spec.rocm { ["ROCM_PATH", "HIP_PATH"].into_iter().filter_map(var).collect() } else { vec![] };
+        let rocm_roots =
+            if spec.rocm { ["ROCM_PATH", "HIP_PATH"].into_iter().filter_map(var).collect() } else { vec![] };
         SearchEnv { override_path: var(spec.override_env), site_packages, rocm_roots }
     }
 }
@@ -248,7 +249,12 @@ static CHOSEN: Mutex<Vec<LibraryChoice>> = Mutex::new(Vec::new());
 pub(crate) fn record(spec: &LibrarySpec, path: &str, source: &Source) {
     let mut list = CHOSEN.lock().unwrap_or_else(|p| p.into_inner());
     if !list.iter().any(|c| c.library == spec.library) {
-        list.push(LibraryChoice { backend: spec.backend, library: spec.library, path: path.to_string(), source: source.clone() });
+        list.push(LibraryChoice {
+            backend: spec.backend,
+            library: spec.library,
+            path: path.to_string(),
+            source: source.clone(),
+        });
     }
 }
 

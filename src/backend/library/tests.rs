@@ -76,7 +76,10 @@ fn an_override_or_a_loaded_copy_is_the_only_candidate() {
         rocm_roots: vec![],
     };
     let list = candidates(&spec(&NAMES, true), &env, None);
-    assert_eq!(list, [Candidate { path: "/forced/libgpuport_test.so".into(), source: Source::Override("GPUPORT_TEST_LIBRARY") }]);
+    assert_eq!(
+        list,
+        [Candidate { path: "/forced/libgpuport_test.so".into(), source: Source::Override("GPUPORT_TEST_LIBRARY") }]
+    );
     let list = candidates(&spec(&NAMES, true), &env, Some("/already/libgpuport_test.so.1".into()));
     assert_eq!(list, [Candidate { path: "/already/libgpuport_test.so.1".into(), source: Source::AlreadyLoaded }]);
 }

@@ -13,9 +13,17 @@ NumPy, PyTorch, CuPy, JAX and Numba without copies, through DLPack
            [1., 2., 3.]], dtype=float32)
 """
 
+import sys
 from enum import IntEnum
 
-from . import _core, memory
+from . import _core
+
+# Vendor libraries in pip wheels (torch/lib, nvidia/cu13/lib, _rocm_sdk_core/lib)
+# are searched under each of these, before the loader path
+# (docs/design.md#loading-vendor-libraries); nothing is loaded yet.
+_core._set_site_packages([p for p in sys.path if isinstance(p, str) and p])
+
+from . import memory  # noqa: E402
 from ._core import (
     CUDA_COMPILED,
     ROCM_COMPILED,

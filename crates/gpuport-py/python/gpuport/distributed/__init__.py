@@ -36,26 +36,6 @@ from gpuport._core import TcpStore
 __all__ = ["Communicator", "TcpStore", "init", "init_all", "rank_and_size"]
 
 
-def _nccl_from_wheel() -> None:
-    """Points gpuport at the ``nvidia-nccl-cu*`` wheel's library (where
-    PyTorch's and CuPy's wheels put NCCL) unless ``GPUPORT_NCCL_LIBRARY``
-    is set."""
-    if os.environ.get("GPUPORT_NCCL_LIBRARY"):
-        return
-    try:
-        import nvidia.nccl  # type: ignore[import-not-found]
-    except ImportError:
-        return
-    for root in getattr(nvidia.nccl, "__path__", []):
-        path = os.path.join(root, "lib", "libnccl.so.2")
-        if os.path.exists(path):
-            os.environ["GPUPORT_NCCL_LIBRARY"] = path
-            return
-
-
-_nccl_from_wheel()
-
-
 def _dtype_and_count(x: Any) -> tuple[str, int]:
     dtype = getattr(x, "dtype", None)
     if dtype is None:
