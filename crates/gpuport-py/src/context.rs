@@ -16,7 +16,7 @@ use gpuport::array::Location;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::convert::stream::AnyStream;
+use crate::convert::stream::StreamArg;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{parse_dl_device, parse_version, ExportRequest};
 use crate::memarray::PyMemArray;
@@ -57,14 +57,15 @@ pub struct DLPackContext {
     array: Py<PyMemArray>,
     lock_id: u64,
     readonly: bool,
-    /// The copy `get_dlpack(device_type)` asked for, and the stream to move it on.
-    prefer: Option<(Location, AnyStream)>,
+    /// The copy `get_dlpack(device_type)` asked for, and the stream to move it
+    /// on (a foreign stream's object kept with it).
+    prefer: Option<(Location, StreamArg)>,
     /// FRESH, ENTERED or CLOSED; changed only while holding the array's lock.
     phase: AtomicU8,
 }
 
 impl DLPackContext {
-    pub fn new(array: Py<PyMemArray>, readonly: bool, prefer: Option<(Location, AnyStream)>) -> Self {
+    pub fn new(array: Py<PyMemArray>, readonly: bool, prefer: Option<(Location, StreamArg)>) -> Self {
         DLPackContext { array, lock_id: next_lock_id(), readonly, prefer, phase: AtomicU8::new(FRESH) }
     }
 

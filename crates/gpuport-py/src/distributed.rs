@@ -392,10 +392,10 @@ impl PyCommunicator {
         let c: &AnyCommunicator = &comm;
         // On a capturing stream the core orders the graph's replays with the
         // arrays it captured; the copies it names are not needed here.
-        let (enqueued, _captured) = py.detach(|| c.collective(&op, operands, &stream)).py_err_in(py, name)?;
+        let (enqueued, _captured) = py.detach(|| c.collective(&op, operands, &stream.choice)).py_err_in(py, name)?;
         drop((comm, entered));
         let owners: Vec<Ptr> = sides.into_vec().into_iter().map(PyOperand::into_kept).collect();
-        enqueued.keep(owners).py_err_in(py, name)
+        enqueued.keep((owners, stream.owner)).py_err_in(py, name)
     }
 
     /// Waits for ``stream``'s collectives, raising if one failed or did not

@@ -99,7 +99,7 @@ fn capture_stream(
             Err(_) => {
                 let dev = resolve_device(py, device)?;
                 let inner = resolve_stream(py, &dev, Some(s))?;
-                Py::new(py, PyStream::wrap(inner, Some(s.clone().unbind())))
+                Py::new(py, PyStream::wrap(inner.into_stream(), Some(s.clone().unbind())))
             }
         },
     }
@@ -334,7 +334,8 @@ impl PyGraph {
         let slot = &st.slot;
         // Detached: the replay may wait for an array method's step on
         // another thread (the replay link's order, `src/backend/order.rs`).
-        py.detach(|| slot.replay(stream)).map_err(|e| errors::to_py_graph_call(py, e, call))
+        // A foreign stream's object lives through the call (`stream`).
+        py.detach(|| slot.replay(stream.choice.clone())).map_err(|e| errors::to_py_graph_call(py, e, call))
     }
 }
 

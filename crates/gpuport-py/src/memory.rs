@@ -14,7 +14,6 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use gpuport::dynamic::memory::{self as core_memory, AnyAllocation, AnyDeferCleanup, AnyPinned, AnyRegistration};
-use gpuport::dynamic::AnyStream;
 use gpuport::memory::{self as core_mem, IpcKind, ObserverId, PinnedFlags};
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyValueError;
@@ -22,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::convert::device::{open_device, resolve_device, spec};
-use crate::convert::stream::PyStream;
+use crate::convert::stream::StreamArg;
 use crate::errors::IntoPyResult;
 
 // ---- Python -----------------------------------------------------------------------
@@ -127,15 +126,8 @@ impl Drop for PyAllocation {
     }
 }
 
-fn stream_arg(py: Python<'_>, dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
-    let Some(o) = stream.filter(|o| !o.is_none()) else {
-        return Ok(AnyStream::default_for(dev));
-    };
-    if o.cast::<PyStream>().is_ok() {
-        return crate::convert::stream::resolve_stream(py, dev, Some(o));
-    }
-    let h = crate::convert::stream::foreign_handle(o)?;
-    crate::convert::stream::stream_from_handle(py, dev, h)
+fn stream_arg(py: Python<'_>, dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>) -> PyResult<StreamArg> {
+    crate::convert::stream::resolve_stream(py, dev, stream)
 }
 
 /// Allocates ``size`` bytes on the device's current resource

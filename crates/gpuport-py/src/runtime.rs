@@ -184,8 +184,8 @@ fn memcpy_impl(
     let (dir, stream) = (parse_direction(kind)?, stream_choice(stream)?);
     let (to, from) = (dst.range(), src.range());
     let call = if wait { "memcpy" } else { "memcpy_async" };
-    let enqueued = py.detach(|| runtime::memcpy(&to, &from, size, dir, stream, wait)).py_err_in(py, call)?;
-    enqueued.keep((dst, src)).py_err_in(py, call)
+    let enqueued = py.detach(|| runtime::memcpy(&to, &from, size, dir, stream.choice, wait)).py_err_in(py, call)?;
+    enqueued.keep((dst, src, stream.owner)).py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src`` to ``dst`` and waits. Both accept
@@ -275,9 +275,10 @@ fn memcpy_peer_impl(
     let stream = stream_choice(stream)?;
     let (to, from) = (dst.range(), src.range());
     let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
-    let enqueued =
-        py.detach(|| runtime::memcpy_peer(&to, &dst_dev, &from, &src_dev, size, stream, wait)).py_err_in(py, call)?;
-    enqueued.keep((dst, src)).py_err_in(py, call)
+    let enqueued = py
+        .detach(|| runtime::memcpy_peer(&to, &dst_dev, &from, &src_dev, size, stream.choice, wait))
+        .py_err_in(py, call)?;
+    enqueued.keep((dst, src, stream.owner)).py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src``, device memory of ``src_device``, to
@@ -357,8 +358,8 @@ fn memset_impl(
     let dst = to_range(dst, "dst")?;
     let (to, stream) = (dst.range(), stream_choice(stream)?);
     let call = if wait { "memset" } else { "memset_async" };
-    let enqueued = py.detach(|| runtime::memset(&to, value, size, stream, wait)).py_err_in(py, call)?;
-    enqueued.keep(dst).py_err_in(py, call)
+    let enqueued = py.detach(|| runtime::memset(&to, value, size, stream.choice, wait)).py_err_in(py, call)?;
+    enqueued.keep((dst, stream.owner)).py_err_in(py, call)
 }
 
 /// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value``
@@ -655,7 +656,7 @@ pub fn launch_kernel(
     // runtime runs only the built-ins it checks. `first` is the range of
     // the first pointer argument. The owners of the pointer arguments'
     // memory are kept below until the launch has run.
-    let enqueued = unsafe { runtime::launch(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream) }
+    let enqueued = unsafe { runtime::launch(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice) }
         .py_err_in(py, "launch_kernel")?;
     // What must outlive the launch: the owners of its pointer arguments'
     // memory (a DeviceArray, a held buffer or DLPack tensor, an allocation
@@ -663,10 +664,11 @@ pub fn launch_kernel(
     // bytes during the launch call, so a launch whose pointers hold nothing
     // (no arguments, values only, NULL or raw device addresses, which are
     // the caller's responsibility as in HIP) records no event.
+    // And a foreign stream's object, where one named the stream.
     let holds = holds_memory(arg_list);
-    match given {
+    let args: Option<Box<dyn Send>> = match given {
         // The adapter (frozen) keeps its pointer arguments' owners.
-        Given::Adapter(k) => enqueued.keep_some(holds.then(|| k.clone().unbind())),
+        Given::Adapter(k) => holds.then(|| Box::new(k.clone().unbind()) as Box<dyn Send>),
         Given::List(list) => {
             let owners: Vec<Ptr> = list
                 .into_iter()
@@ -675,11 +677,13 @@ pub fn launch_kernel(
                     _ => None,
                 })
                 .collect();
-            enqueued.keep_some(holds.then_some(owners))
+            holds.then(|| Box::new(owners) as Box<dyn Send>)
         }
-        Given::Nothing => enqueued.keep_some(None::<()>),
-    }
-    .py_err_in(py, "launch_kernel")
+        Given::Nothing => None,
+    };
+    let stream_owner = stream.owner;
+    let owners = (args.is_some() || stream_owner.is_some()).then_some((args, stream_owner));
+    enqueued.keep_some(owners).py_err_in(py, "launch_kernel")
 }
 
 /// Blocks until all work on ``device``'s default stream is done, and drops

@@ -78,11 +78,15 @@ impl PyStream {
         self.inner.handle()
     }
 
-    /// The cuda.core stream protocol: `(0, handle)` for CUDA streams.
+    /// The cuda.core stream protocol: `(0, handle)`, the `CUstream` of a
+    /// CUDA stream or, as torch's ROCm build does, the `hipStream_t` of a
+    /// ROCm stream. A host stream has no handle to give (`TypeError`).
     fn __cuda_stream__(&self) -> PyResult<(i32, usize)> {
         match self.inner.device().backend() {
-            BackendKind::Cuda => Ok((0, self.inner.handle())),
-            b => Err(PyTypeError::new_err(format!("a {b} stream is not a CUDA stream"))),
+            BackendKind::Cuda | BackendKind::Rocm => Ok((0, self.inner.handle())),
+            b => Err(PyTypeError::new_err(format!(
+                "a {b} stream is not a CUDA or ROCm stream: it has no handle for __cuda_stream__"
+            ))),
         }
     }
 

@@ -11,44 +11,96 @@ use pyo3::types::PyTuple;
 
 use crate::errors::IntoPyResult;
 
-/// The stream a Python argument names, on `dev`, and the Python object that
-/// must stay alive while it is used (a foreign stream's owner).
+/// A stream argument on its device, and the foreign stream object it was
+/// named by: the object is kept, once the call is done with the stream,
+/// until the work the call enqueued on it has run (`Drop`), so the stream
+/// lives as long as gpuport uses its handle. Derefs to the stream.
+pub struct StreamArg {
+    stream: AnyStream,
+    owner: Option<Py<PyAny>>,
+}
+
+impl std::ops::Deref for StreamArg {
+    type Target = AnyStream;
+    fn deref(&self) -> &AnyStream {
+        &self.stream
+    }
+}
+
+impl StreamArg {
+    /// The stream alone, for a caller that keeps the stream object itself
+    /// (`Stream.external`'s wrapper).
+    pub fn into_stream(mut self) -> AnyStream {
+        self.owner = None;
+        self.stream.clone()
+    }
+}
+
+impl Drop for StreamArg {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            // An error here (the device lost) leaves nothing to order the
+            // release after; the owner then goes at once, as the work failed.
+            let _ = gpuport::dynamic::keep::keep_until_done(&self.stream, Box::new(owner));
+        }
+    }
+}
+
+/// The stream a Python argument names, on `dev`, with the foreign stream
+/// object it came from kept while the call's work runs ([`StreamArg`]).
 ///
 /// Accepted: `None` or `0` (the device's default stream), a `Stream`, an int
 /// handle (CUDA: a `CUstream`, or 1 / 2 for the legacy / per-thread default
-/// stream), or an object with `__cuda_stream__()` (cuda.core protocol),
-/// `cuda_stream` (PyTorch) or `ptr` (CuPy).
-pub fn resolve_stream(py: Python<'_>, dev: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyStream> {
-    stream_choice(obj)?.on(dev).py_err(py)
+/// stream), or an object with `__cuda_stream__` (cuda.core protocol, see
+/// [`foreign_handle`]), `cuda_stream` (PyTorch) or `ptr` (CuPy).
+pub fn resolve_stream(py: Python<'_>, dev: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<StreamArg> {
+    let chosen = stream_choice(obj)?;
+    let stream = chosen.choice.on(dev).py_err(py)?;
+    Ok(StreamArg { stream, owner: chosen.owner })
+}
+
+/// A stream argument before the device of the call is known, and the
+/// foreign stream object it came from: the call keeps `owner` with its
+/// operands until its work has run.
+pub struct ChosenStream {
+    /// The stream, for the core's call.
+    pub choice: StreamChoice,
+    /// The foreign stream object that named a handle, if one did.
+    pub owner: Option<Py<PyAny>>,
 }
 
 /// The stream a Python argument names, before the device of the call is
 /// known (accepted: as [`resolve_stream`]).
-pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<StreamChoice> {
+pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<ChosenStream> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(StreamChoice::Default);
+        return Ok(ChosenStream { choice: StreamChoice::Default, owner: None });
     };
     if let Ok(s) = o.cast::<PyStream>() {
-        return Ok(StreamChoice::stream(s.get().inner.clone()));
+        return Ok(ChosenStream { choice: StreamChoice::stream(s.get().inner.clone()), owner: None });
     }
     let handle = foreign_handle(o)?;
     let handle = usize::try_from(handle)
         .map_err(|_| PyValueError::new_err(format!("stream {handle} is not a stream handle")))?;
+    // An int names no object to keep; a stream object is kept (see `ChosenStream`).
+    let owner = (handle != 0 && o.extract::<isize>().is_err()).then(|| o.clone().unbind());
     // SAFETY: the caller handed us this handle as a live stream of the
-    // device the call runs on (or a sentinel of its vendor), used only
-    // during this call, as HIP Python takes a `hipStream_t`.
-    Ok(unsafe { StreamChoice::handle(handle) })
+    // device the call runs on (or a sentinel of its vendor); its object,
+    // where there is one, is kept until the call's work has run.
+    Ok(ChosenStream { choice: unsafe { StreamChoice::handle(handle) }, owner })
 }
 
 /// The integer handle of a foreign stream object (or of an int).
+///
+/// `__cuda_stream__` (the cuda.core protocol) is called where it is a
+/// method and read where it is an attribute; it must give a 2-tuple of
+/// ints `(version, handle)` with version 0 (`TypeError` for another
+/// shape or type, `ValueError` for another version).
 pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
     if let Ok(i) = o.extract::<isize>() {
         return Ok(i);
     }
-    if o.hasattr("__cuda_stream__")? {
-        let t = o.call_method0("__cuda_stream__")?;
-        let t = t.cast::<PyTuple>()?;
-        return t.get_item(1)?.extract::<isize>();
+    if let Ok(protocol) = o.getattr("__cuda_stream__") {
+        return cuda_stream_handle(o, &protocol);
     }
     for attr in ["cuda_stream", "ptr"] {
         if let Ok(v) = o.getattr(attr) {
@@ -61,6 +113,41 @@ pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
         "stream must be None, a gpuport.Stream, an int handle, or an object with __cuda_stream__, cuda_stream or ptr; got {}",
         o.get_type().name()?
     )))
+}
+
+/// `"an int"`, `"a tuple"`: a type's name with its article.
+fn a_or_an(name: &str) -> String {
+    let vowel = name.starts_with(|c: char| "aeiouAEIOU".contains(c));
+    format!("{} {name}", if vowel { "an" } else { "a" })
+}
+
+/// The handle in `o.__cuda_stream__` (`protocol`): its `(0, handle)`.
+fn cuda_stream_handle(o: &Bound<'_, PyAny>, protocol: &Bound<'_, PyAny>) -> PyResult<isize> {
+    let owner = o.get_type().name()?;
+    let value = if protocol.is_callable() { protocol.call0()? } else { protocol.clone() };
+    let expected = "a 2-tuple of ints (version, handle), with version 0";
+    let wrong_shape =
+        |got: String| PyTypeError::new_err(format!("{owner}.__cuda_stream__ must give {expected}; got {got}"));
+    let Ok(pair) = value.cast::<PyTuple>() else {
+        return Err(wrong_shape(a_or_an(&value.get_type().name()?.to_string())));
+    };
+    if pair.len() != 2 {
+        return Err(wrong_shape(format!("a tuple of {} item(s)", pair.len())));
+    }
+    let int = |i: usize, what: &str| -> PyResult<isize> {
+        let item = pair.get_item(i)?;
+        item.extract::<isize>().map_err(|_| {
+            let got = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            wrong_shape(format!("{} as the {what}", a_or_an(&got)))
+        })
+    };
+    let (version, handle) = (int(0, "version")?, int(1, "handle")?);
+    if version != 0 {
+        return Err(PyValueError::new_err(format!(
+            "{owner}.__cuda_stream__ gave version {version}; gpuport accepts version 0 only, (0, handle)"
+        )));
+    }
+    Ok(handle)
 }
 
 /// The stream with native handle `handle` on `dev` (0: the default stream).
