@@ -27,7 +27,10 @@ use crate::error::BackendKind;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 mod load;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-pub(crate) use load::{open_first, plan, search, Loaded};
+pub(crate) use load::{open_first, search, Loaded};
+// The CUDA backend loads its picks ahead of cudarc (`cuda/loading.rs`).
+#[cfg(feature = "cuda")]
+pub(crate) use load::plan;
 
 #[cfg(test)]
 mod tests;
@@ -246,6 +249,8 @@ impl fmt::Display for LibraryChoice {
 static CHOSEN: Mutex<Vec<LibraryChoice>> = Mutex::new(Vec::new());
 
 /// Notes that `spec`'s library was loaded from `path` for `source`.
+// Called by the loaders, which exist only with a GPU backend compiled in.
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) fn record(spec: &LibrarySpec, path: &str, source: &Source) {
     let mut list = CHOSEN.lock().unwrap_or_else(|p| p.into_inner());
     if !list.iter().any(|c| c.library == spec.library) {
