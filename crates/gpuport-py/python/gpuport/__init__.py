@@ -182,7 +182,7 @@ def show_config(file=None) -> None:
         else:
             hint = {
                 "cuda": " (install the NVIDIA driver, or put its libcuda.so.1 on LD_LIBRARY_PATH)",
-                "rocm": " (set GPUPORT_HIP_LIBRARY or ROCM_PATH)",
+                "rocm": " (set GPUPORT_HIP_LIBRARY, ROCM_PATH, or GPUPORT_SITE_PACKAGES for a wheel's torch/lib)",
             }.get(name, "")
             print(f"{name}: unavailable: {note}{hint}", file=out)
 
