@@ -375,7 +375,7 @@ where
         BenchConfig { bandwidth_bytes: config.copy_bytes, batch: config.copy_batch, reps: config.reps, ..common };
     Ok(BenchReport {
         schema: 1,
-        gpuport_version: env!("CARGO_PKG_VERSION").to_string(),
+        gpuport_version: gpuport::VERSION.to_string(),
         unix_time,
         quick,
         config: bench,
