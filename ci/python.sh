@@ -1,32 +1,49 @@
 #!/usr/bin/env bash
 # The Python package's checks, from a fresh checkout: `bash ci/python.sh`.
-# Makes a venv under crates/gpuport-py/.venv-ci (git-ignored), installs
-# maturin, numpy, pytest, mypy and ml_dtypes from PyPI, builds the extension in debug
-# (it always carries every backend: CUDA and ROCm load at run time, so it
-# starts here and falls back to the host; GPU tests skip with a reason), then runs clippy,
-# rustfmt, pytest (strict: warnings are errors) and mypy's stubtest.
+# Runs rustfmt and clippy on crates/gpuport-py, builds the wheel users get
+# (ci/wheel --dev: abi3, manylinux_2_28, every backend; CUDA and ROCm load at
+# run time, so it starts here and falls back to the host; GPU tests skip with
+# a reason), installs it into a fresh venv (crates/gpuport-py/.venv-test,
+# git-ignored) with numpy, pytest, mypy and ml_dtypes from PyPI, and runs
+# pytest (strict: warnings are errors) and mypy's stubtest there with no
+# Rust toolchain on the PATH: as a user without Rust would.
 set -euo pipefail
-cd "$(dirname "$0")/../crates/gpuport-py"
+cd "$(dirname "$0")/.."
+root=$PWD
 PY=${PYTHON:-python3}
-VENV=.venv-ci
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-# shellcheck disable=SC1091
-. "$VENV/bin/activate"
-python -m pip install -q --upgrade pip >/dev/null
-# ml_dtypes: NumPy dtypes for fp8/fp6/fp4 (tests/test_low_precision.py skips without it).
-python -m pip install -q "maturin>=1.16,<2" "numpy>=2.1" "pytest>=7" "mypy>=1.10" typing_extensions ml_dtypes
 
 echo "=== python: rustfmt, clippy (gpuport-py)"
-cargo fmt --check
-cargo clippy --all-targets -- -D warnings
+(cd crates/gpuport-py && cargo fmt --check && cargo clippy --all-targets -- -D warnings)
 
-echo "=== python: build (debug, every backend) and install into $VENV"
-maturin develop
+echo "=== python: build the wheel and the sdist (ci/wheel --dev)"
+bash ci/wheel --dev
+wheel=$(ls "$root"/dist/gpuport-*-cp39-abi3-manylinux_*_x86_64.whl)
 
-echo "=== python: pytest"
-python -m pytest -q -rs tests
+cd crates/gpuport-py
+VENV=$PWD/.venv-test
+echo "=== python: install $(basename "$wheel") into a fresh $VENV"
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+# ml_dtypes: NumPy dtypes for fp8/fp6/fp4 (tests/test_low_precision.py skips without it).
+"$VENV/bin/python" -m pip install -q "$wheel" "numpy>=2.1" "pytest>=7" "mypy>=1.10" typing_extensions ml_dtypes
+
+# The PATH without any folder holding cargo or rustc, the venv first.
+no_rust=$VENV/bin
+IFS=: read -ra dirs <<<"$PATH"
+for d in "${dirs[@]}"; do
+    [ -e "$d/cargo" ] || [ -e "$d/rustc" ] || no_rust=$no_rust:$d
+done
+run() { env -u VIRTUAL_ENV PATH="$no_rust" "$@"; }
+if run bash -c 'command -v cargo || command -v rustc'; then
+    echo "ci/python.sh: a Rust toolchain is still on the test PATH" >&2
+    exit 1
+fi
+run python -c 'import gpuport, sys; assert gpuport.__file__.startswith(sys.prefix), gpuport.__file__; print("testing", gpuport.__file__)'
+
+echo "=== python: pytest (the installed wheel, no Rust on the PATH)"
+run python -m pytest -q -rs tests
 
 echo "=== python: stubtest (python/gpuport/_core.pyi against the binary)"
-python -m mypy.stubtest gpuport._core --allowlist stubtest-allowlist.txt
+run python -m mypy.stubtest gpuport._core --allowlist stubtest-allowlist.txt
 
 echo "ci/python.sh: all passed"

@@ -56,6 +56,10 @@ pub mod error;
 pub mod kernels;
 pub mod memory;
 
+/// This crate's version (`Cargo.toml`): the one the Python package
+/// (`gpuport.__version__`) and the `gpuport` command report.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub use array::{ArrayIndexer, Element, Location, LockId, MemArray, Transfer, View};
 pub use backend::host::{Host, HostDevice};
 pub use backend::registry::{

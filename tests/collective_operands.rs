@@ -77,7 +77,7 @@ fn whole(a: &RawAllocation) -> RawRange {
 /// A raw allocation of `n` float32 elements on `dev`, every one `value`.
 fn raw_floats(dev: &AnyDevice, n: usize, value: f32) -> Arc<RawAllocation> {
     let a = raw::alloc(dev, gpuport::MemoryKind::Device, n * 4).unwrap();
-    let mut bytes: Vec<u8> = std::iter::repeat(value.to_ne_bytes()).take(n).flatten().collect();
+    let mut bytes: Vec<u8> = std::iter::repeat_n(value.to_ne_bytes(), n).flatten().collect();
     // SAFETY: `bytes` outlives the synchronous copy below.
     let src = unsafe { RawRange::new(bytes.as_mut_ptr() as u64, Place::Host, Some(bytes.len()), None, false) };
     runtime::memcpy(&whole(&a), &src, n * 4, None, StreamChoice::Default, true).unwrap().keep(()).unwrap();

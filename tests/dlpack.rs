@@ -38,7 +38,7 @@ sample_num!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
 
 impl Sample for bool {
     fn sample(i: usize) -> Self {
-        i % 3 == 0
+        i.is_multiple_of(3)
     }
 }
 impl Sample for f16 {

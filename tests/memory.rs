@@ -634,7 +634,7 @@ fn stress<D: MemoryDevice>(d: &Dev<D>, ops: usize, validate: bool) {
                 let mut live: Vec<(gpuport::memory::DeviceAllocation<D::B>, u8)> = Vec::new();
                 for _ in 0..ops / threads {
                     let r = xorshift(&mut rng);
-                    if !(live.len() < 48 && (live.is_empty() || r % 3 != 0)) {
+                    if !(live.len() < 48 && (live.is_empty() || !r.is_multiple_of(3))) {
                         let (block, value) = live.swap_remove((r >> 16) as usize % live.len());
                         verify(d.as_ref(), &block, value, pool);
                         checker.remove(block.device_ptr());

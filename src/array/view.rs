@@ -167,7 +167,7 @@ fn span<const N: usize>(
     }
     let max = isize::MAX as i128;
     let size = elem_size.max(1) as i128;
-    if lo * size < -max || (hi + 1) * size > max || checked_count(extents).map_or(true, |n| n * size > max) {
+    if lo * size < -max || (hi + 1) * size > max || checked_count(extents).is_none_or(|n| n * size > max) {
         return Err(ShapeError::OutOfRange {
             extents: extents.to_vec(),
             strides: strides.to_vec(),

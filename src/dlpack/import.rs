@@ -367,7 +367,7 @@ impl ImportedTensor {
             );
         }
         let addr = self.data_ptr() as usize;
-        if !self.is_empty() && addr % std::mem::align_of::<T>() != 0 {
+        if !self.is_empty() && !addr.is_multiple_of(std::mem::align_of::<T>()) {
             return Err(DLPackError::Misaligned {
                 address: addr,
                 align: std::mem::align_of::<T>(),

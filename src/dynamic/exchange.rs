@@ -506,7 +506,7 @@ impl Export {
 /// strides in elements.
 fn push_row_major_strides(dims: &mut Dims) {
     let ndim = dims.len();
-    dims.extend(std::iter::repeat(0).take(ndim));
+    dims.extend(std::iter::repeat_n(0, ndim));
     let mut acc = 1i64;
     for axis in (0..ndim).rev() {
         dims[ndim + axis] = acc;

@@ -41,7 +41,7 @@ fn find_kernel<D: Device>(d: &D, name: &str) -> Result<Kernel<D::B>> {
 /// Elements of `T` in `mem`, if its size is a whole number of them.
 fn element_count<T, M: DeviceMemory + ?Sized>(mem: &M, what: &'static str) -> Result<usize> {
     let size = std::mem::size_of::<T>();
-    if size == 0 || mem.len() % size != 0 {
+    if size == 0 || !mem.len().is_multiple_of(size) {
         return Err(Error::InvalidArgument {
             name: what,
             reason: format!("{} bytes is not a whole number of {}-byte elements", mem.len(), size),

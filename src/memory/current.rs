@@ -161,7 +161,7 @@ fn release(patience: Option<Duration>, only: Option<BackendKind>) -> Result<()> 
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .filter(|((kind, _), _)| only.map_or(true, |o| o == *kind))
+        .filter(|((kind, _), _)| only.is_none_or(|o| o == *kind))
         .map(|(_, s)| s.release.clone())
         .collect();
     let mut outcome = Ok(());

@@ -496,7 +496,7 @@ pub fn run<D: MemoryDevice>(d: &Arc<D>, config: BenchConfig, mut progress: impl 
 
     Ok(BenchReport {
         schema: 1,
-        gpuport_version: env!("CARGO_PKG_VERSION").to_string(),
+        gpuport_version: gpuport::VERSION.to_string(),
         unix_time,
         quick: config == BenchConfig::quick(),
         config,

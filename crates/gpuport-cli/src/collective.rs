@@ -250,7 +250,7 @@ where
     let n = devices.len();
     let count = buffers.iter().map(|b| b.len() / 4).min().unwrap_or(0).min(COUNT);
     for (r, (d, b)) in devices.iter().zip(buffers.iter_mut()).enumerate() {
-        let bytes: Vec<u8> = std::iter::repeat((r as f32 + 1.0).to_ne_bytes()).take(count).flatten().collect();
+        let bytes: Vec<u8> = std::iter::repeat_n((r as f32 + 1.0).to_ne_bytes(), count).flatten().collect();
         d.copy_to_device(&bytes, b, 0)?;
     }
     Ranks { comms, buffers: &*buffers, streams, events }.time(count, 1)?;
@@ -375,7 +375,7 @@ where
         BenchConfig { bandwidth_bytes: config.copy_bytes, batch: config.copy_batch, reps: config.reps, ..common };
     Ok(BenchReport {
         schema: 1,
-        gpuport_version: env!("CARGO_PKG_VERSION").to_string(),
+        gpuport_version: gpuport::VERSION.to_string(),
         unix_time,
         quick,
         config: bench,
@@ -456,7 +456,7 @@ where
 pub fn size_name(bytes: usize) -> String {
     let units = [(GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")];
     for (unit, name) in units {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{} {name}", bytes / unit);
         }
     }

@@ -43,7 +43,7 @@ pub const USAGE_ERROR: u8 = 2;
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
-#[command(name = "gpuport", version, about = "A portable GPU runtime: device report, demo workload and benchmarks")]
+#[command(name = "gpuport", version = gpuport::VERSION, about = "A portable GPU runtime: device report, demo workload and benchmarks")]
 pub struct Cli {
     /// What to do; without one: `info`, then `demo`.
     #[command(subcommand)]
@@ -153,7 +153,7 @@ fn memory_line<D: MemoryDevice>(d: &std::sync::Arc<D>) -> String {
 }
 
 fn info() -> ExitCode {
-    println!("gpuport {}", env!("CARGO_PKG_VERSION"));
+    println!("gpuport {}", gpuport::VERSION);
     for status in gpuport::backends() {
         // One line per backend, naming it once ("cuda: unavailable: could not load libcuda ...").
         println!("{status}");

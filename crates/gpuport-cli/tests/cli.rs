@@ -319,3 +319,10 @@ fn output_paths_in_missing_or_unwritable_folders_are_refused_before_the_run() {
     refused_before_running(&["--json", good.to_str().expect("utf-8"), "--plot", "chart.gif"], &[".png"]);
     assert!(!good.exists(), "the good --json path was written although --plot was refused");
 }
+
+#[test]
+fn version_is_the_gpuport_crates() {
+    let out = gpuport(&["--version"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("gpuport {}\n", gpuport::VERSION));
+}

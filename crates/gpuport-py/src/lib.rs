@@ -110,6 +110,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::launch_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::device_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_pending_operations, m)?)?;
+    // The core's version, so the package reports the crate's one version.
+    m.add("__version__", gpuport::VERSION)?;
     m.add("MAX_RANK", convert::dtype::MAX_RANK)?;
     m.add("DTYPES", convert::dtype::DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     // Every build carries every backend (each loads its library at run time).

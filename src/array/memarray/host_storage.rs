@@ -76,7 +76,7 @@ impl<T: Element> HostStorage<T> {
             current_resource::<D::B>(device).and_then(|a| a.alloc_pinned(bytes, PinnedFlags::PORTABLE)).ok()?;
         let ptr = NonNull::new(pinned.as_mut_slice().as_mut_ptr())?;
         // Page-locked allocations are page aligned, so any element type fits.
-        if (ptr.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        if !(ptr.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return None;
         }
         // The block's address does not move with `pinned`.

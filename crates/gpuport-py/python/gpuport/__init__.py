@@ -253,4 +253,6 @@ __all__ = [
     "float6_e3m2fn",
     "float4_e2m1fn",
 ]
-__version__ = "0.1.0"
+# The crate's version (gpuport::VERSION): one number for the crate, the
+# package and both `gpuport` commands (tests/test_version.py checks them).
+__version__: str = _core.__version__

@@ -16,12 +16,15 @@ def main(argv: "list[str] | None" = None) -> int:
     import gpuport
 
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "--version":
+        print(f"gpuport {gpuport.__version__}")
+        return 0
     if args and args[0] not in ("info", "-h", "--help"):
         print(f"gpuport: unknown command {args[0]!r}; the Python package runs 'info' "
               "(the Rust command `gpuport` has the others: demo, bench)", file=sys.stderr)
         return 2
     if args and args[0] in ("-h", "--help"):
-        print("usage: python -m gpuport [info]\n\nReports each backend (loaded or not, and why) and its devices.")
+        print("usage: python -m gpuport [info | --version]\n\nReports each backend (loaded or not, and why) and its devices.")
         return 0
     gpuport.show_config()
     return 0

@@ -5,6 +5,7 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from typing_extensions import CapsuleType, Self, disjoint_base, final
 
+__version__: str
 MAX_RANK: int
 DTYPES: list[str]
 CUDA_COMPILED: bool
