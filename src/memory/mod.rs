@@ -86,6 +86,7 @@ mod block;
 mod current;
 pub mod ext;
 mod guarded_release;
+pub mod history;
 pub(crate) mod host_copy;
 pub mod ipc;
 mod ipc_handle;
