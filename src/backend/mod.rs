@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::error::{BackendKind, Error, Result};
 
 pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
+pub use managed::{Advice, ManagedPlace};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 pub use peer::PeerDevice;
 
@@ -31,6 +32,7 @@ pub mod host;
 pub(crate) mod kernel_cache;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) mod library;
+pub(crate) mod managed;
 mod memory_device;
 pub(crate) mod order;
 mod peer;

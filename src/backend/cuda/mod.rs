@@ -33,6 +33,7 @@ use cudarc::driver::sys;
 
 mod graph;
 mod info;
+mod managed;
 mod nvrtc;
 mod peer;
 
@@ -704,6 +705,8 @@ unsafe impl Driver for CudaDriver {
     type Graphs = graph::CudaGraphs;
 
     type Peers = peer::CudaPeers;
+
+    type Managed = managed::CudaManaged;
 }
 
 /// A [`RawPool`] as the driver's handle.
