@@ -17,10 +17,10 @@
 //!
 //! ```
 //! use gpuport::memory::{history, Allocator, CachingPool, PoolConfig};
-//! use gpuport::{Device, HostDevice};
+//! use gpuport::{Device, Host, HostDevice};
 //!
 //! let d = HostDevice::open(0)?;
-//! let pool = Allocator::new(CachingPool::new(d.clone(), PoolConfig::default()));
+//! let pool = Allocator::<Host>::new(CachingPool::new(d.clone(), PoolConfig::default()));
 //! history::start(history::HistoryConfig::default());
 //! drop(pool.alloc(4096, d.default_stream())?);
 //! history::stop();
