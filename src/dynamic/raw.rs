@@ -608,8 +608,8 @@ impl RawAllocation {
     }
 
     /// Enqueues on `stream` (of the allocation's device) moving managed
-    /// memory toward `to` ([`MemoryDevice::prefetch_managed`](crate::memory::MemoryDevice::prefetch_managed));
-    /// other memory is [`MemoryError::NotManaged`](crate::memory::MemoryError::NotManaged).
+    /// memory toward `to` ([`MemoryDevice::prefetch_managed`]);
+    /// other memory is [`MemoryError::NotManaged`].
     ///
     /// ```
     /// use gpuport::{dynamic::{raw, AnyStream}, ManagedPlace, MemoryKind};
@@ -626,7 +626,7 @@ impl RawAllocation {
     }
 
     /// Gives the driver `advice` about managed memory for `place`
-    /// ([`MemoryDevice::advise_managed`](crate::memory::MemoryDevice::advise_managed)).
+    /// ([`MemoryDevice::advise_managed`]).
     pub fn advise(&self, advice: Advice, place: ManagedPlace) -> Result<()> {
         on_backend!(&self.device, d => self.managed_buffer(d, "advise")
             .and_then(|b| d.advise_managed(b, advice, place)))

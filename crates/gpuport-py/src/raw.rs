@@ -494,7 +494,7 @@ fn managed_place(py: Python<'_>, owner: &AnyDevice, obj: Option<&Bound<'_, PyAny
     let Some(o) = obj.filter(|o| !o.is_none()) else {
         return Ok(ManagedPlace::Device(owner.info().ordinal));
     };
-    if o.extract::<&str>().is_ok_and(|s| s == "host" || s == "cpu") {
+    if o.extract::<String>().is_ok_and(|s| s == "host" || s == "cpu") {
         return Ok(ManagedPlace::Host);
     }
     let dev = open_device(py, Some(o))?;
