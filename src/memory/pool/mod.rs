@@ -802,12 +802,15 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         };
         let h = match handed_out {
             Ok(h) => {
-                // The history's record runs unlocked (its frame source may run foreign code).
+                // The history's record runs with no lock or capture section
+                // held (its frame source may run foreign code); the block is
+                // handed out already.
                 let record = history::recording();
                 if record || !st.released.is_empty() {
                     Self::unlock_then_release(st);
                 }
                 if record {
+                    drop(_section);
                     self.record_block(history::Action::Alloc, h.ptr, bytes, stream);
                 }
                 h
