@@ -75,6 +75,7 @@
 //! device, is refused before any block is cut from it.
 
 mod graph_pools;
+mod observed;
 mod state;
 
 use std::fmt;
@@ -342,30 +343,6 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         }
     }
 
-    /// Tells the out-of-memory observers (`memory/oom.rs`) of `e` if it is
-    /// an out-of-memory error; returns it.
-    #[cold]
-    fn out_of_memory_observed(&self, e: Error, bytes: usize, stream: &Stream<B>, in_capture: bool) -> Error {
-        let oom = matches!(e, Error::OutOfMemory { .. } | Error::Graph { kind: GraphErrorKind::OutOfMemory, .. });
-        if oom && history::recording() {
-            let free = self.dev().memory_info().map_or(0, |m| m.free);
-            history::record_oom(self.history_key(), bytes, self.dev().stream_id(stream).unwrap_or(0), free);
-        }
-        if oom && super::oom::observed() {
-            let report = self.report();
-            let device = self.dev().info().spec();
-            let key = self.history_key();
-            super::oom::notify(&super::oom::OutOfMemoryEvent {
-                device,
-                device_key: key,
-                requested: bytes,
-                in_capture,
-                report: &report,
-            });
-        }
-        e
-    }
-
     /// `deallocate` without the history's record.
     #[inline(always)]
     fn deallocate_block(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
@@ -412,20 +389,6 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         } else {
             Err(self.not_live(&block))
         }
-    }
-
-    /// The device as the allocation history names it.
-    fn history_key(&self) -> history::DeviceKey {
-        history::DeviceKey { backend: <B as Backend>::KIND, ordinal: st_ordinal(self.dev()) }
-    }
-
-    /// Records a block handed out or taken back (the lock is not held: the
-    /// history's frame source may run foreign code).
-    #[cold]
-    #[inline(never)]
-    fn record_block(&self, action: history::Action, ptr: u64, bytes: usize, stream: &Stream<B>) {
-        let stream = self.dev().stream_id(stream).unwrap_or(0);
-        history::record_block(action, self.history_key(), ptr, bytes, stream);
     }
 
     /// A usage and fragmentation report.
