@@ -2,7 +2,9 @@
 //!
 //! - `alloc_free_1MiB`: caching pool vs plain `cuMemAlloc`/`cuMemFree` vs
 //!   `cuMemAllocAsync`/`cuMemFreeAsync` directly and through our
-//!   `NativePoolResource` (issue target: pool median ≤ 0.25 µs);
+//!   `NativePoolResource` (issue target: pool median ≤ 0.25 µs), and the
+//!   pool with the allocation history recording (`pool_history_on`; `pool`
+//!   is the same with recording off);
 //! - `pinned_h2d_64MiB`, `pinned_d2h_64MiB`: a pooled pinned buffer vs a plain
 //!   pinned buffer, async copy + synchronize (target: ≥ 95% of plain);
 //! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
@@ -26,7 +28,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gpuport::memory::{
-    Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PinnedFlags, PipelineConfig, PoolConfig,
+    history, Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PinnedFlags, PipelineConfig,
+    PoolConfig,
 };
 use gpuport::{with_device, HostMemory};
 
@@ -44,6 +47,15 @@ fn alloc_free<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     group.bench_function(BenchmarkId::new("pool", &label), |b| {
         b.iter(|| drop(std::hint::black_box(pool.alloc(ALLOC_BYTES, &stream).expect("pool alloc"))))
     });
+    // The pool with the allocation history recording (no stacks, a small
+    // ring): `pool` above is the same path with recording off, which costs
+    // one relaxed atomic load per allocation and free (`memory::history`).
+    history::start(history::HistoryConfig { max_entries: 1024, rust_backtrace: false });
+    group.bench_function(BenchmarkId::new("pool_history_on", &label), |b| {
+        b.iter(|| drop(std::hint::black_box(pool.alloc(ALLOC_BYTES, &stream).expect("pool alloc"))))
+    });
+    history::stop();
+    history::clear();
     group.bench_function(BenchmarkId::new("plain", &label), |b| {
         b.iter(|| drop(std::hint::black_box(d.alloc(ALLOC_BYTES).expect("alloc"))))
     });

@@ -66,9 +66,9 @@ pub use backend::registry::{
     backends, default_device, open, open_kind, parse_spec, AnyDevice, BackendStatus, DefaultDevice,
 };
 pub use backend::{
-    builtin, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits, DeviceMemory,
-    DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, MemoryInfo, MemoryKind, Module,
-    ModuleSource, PeerDevice, PinnedBuffer, Stream,
+    builtin, Advice, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits,
+    DeviceMemory, DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, ManagedPlace,
+    MemoryInfo, MemoryKind, Module, ModuleSource, PeerDevice, PinnedBuffer, Stream,
 };
 pub use backend::{Graph, GraphExec};
 pub use error::{BackendKind, CollectiveErrorKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};

@@ -11,6 +11,7 @@
 //! `Device` call), so a new backend joins the memory layer with one empty
 //! `impl` and gains features method by method.
 
+use super::managed::{check_managed, Advice, ManagedPlace};
 use super::{Backend, Buffer, Device, HostRegistration, PinnedBuffer, Stream};
 use crate::error::{Error, Result};
 
@@ -224,5 +225,31 @@ pub trait MemoryDevice: Device {
     unsafe fn pool_free_imported(&self, ptr: u64) -> Result<()> {
         let _ = ptr;
         Err(unsupported::<Self>("IPC of stream-ordered pool memory", "nothing to free"))
+    }
+
+    // ---- managed memory -----------------------------------------------------------
+
+    /// Enqueues on `stream` moving the managed `memory` toward `to`
+    /// (`cuMemPrefetchAsync`, `hipMemPrefetchAsync`), so that work there
+    /// finds it in place. Memory that is not managed is
+    /// [`MemoryError::NotManaged`](crate::memory::MemoryError::NotManaged);
+    /// a place that cannot take it (no such device, or a device without
+    /// concurrent managed access) is
+    /// [`MemoryError::NotAccessible`](crate::memory::MemoryError::NotAccessible).
+    /// The host backend checks the same and moves nothing.
+    fn prefetch_managed(&self, memory: &Buffer<Self::B>, to: ManagedPlace, stream: &Stream<Self::B>) -> Result<()> {
+        check_managed("prefetch", memory)?;
+        let _ = (to, stream);
+        Err(unsupported::<Self>("prefetching managed memory", "leave the driver to migrate it on access"))
+    }
+
+    /// Gives the driver `advice` about the managed `memory` for `place`
+    /// (`cuMemAdvise`, `hipMemAdvise`); the read-mostly advice ignores
+    /// `place`. Errors as [`prefetch_managed`](Self::prefetch_managed)'s;
+    /// the host backend checks and does nothing.
+    fn advise_managed(&self, memory: &Buffer<Self::B>, advice: Advice, place: ManagedPlace) -> Result<()> {
+        check_managed("advise", memory)?;
+        let _ = (advice, place);
+        Err(unsupported::<Self>("advice on managed memory", "leave the driver to place it"))
     }
 }

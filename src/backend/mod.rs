@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::error::{BackendKind, Error, Result};
 
 pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
+pub use managed::{Advice, ManagedPlace};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 pub use peer::PeerDevice;
 
@@ -30,6 +31,7 @@ pub mod graph;
 pub mod host;
 pub(crate) mod kernel_cache;
 pub mod library;
+pub(crate) mod managed;
 mod memory_device;
 pub(crate) mod order;
 mod peer;

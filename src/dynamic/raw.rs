@@ -39,9 +39,10 @@ use super::memory::resources;
 use super::stream::AnyStream;
 use crate::array::Location;
 use crate::backend::registry::AnyDevice;
-use crate::backend::{Backend, DeviceMemory, DeviceMemoryMut, HostMemory, MemoryKind, PeerDevice};
+use crate::backend::{Advice, Backend, Buffer, DeviceMemory, DeviceMemoryMut, HostMemory, ManagedPlace, MemoryKind};
+use crate::backend::{MemoryDevice, PeerDevice};
 use crate::error::{BackendKind, Error, Result};
-use crate::memory::{pageable_copier, GuardedRelease, PageableCopier, PinnedFlags};
+use crate::memory::{pageable_copier, GuardedRelease, MemoryError, PageableCopier, PinnedFlags};
 use crate::on_backend;
 
 /// Where a range's memory lives, as far as the object that named it knows.
@@ -549,8 +550,8 @@ pub struct RawAllocation {
     len: usize,
     kind: MemoryKind,
     device: AnyDevice,
-    /// Frees the memory when dropped; never read.
-    _owner: Box<dyn std::any::Any + Send + Sync>,
+    /// Frees the memory when dropped; managed memory's is the backend's `Buffer`.
+    owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for RawAllocation {
@@ -606,6 +607,37 @@ impl RawAllocation {
         }
     }
 
+    /// Enqueues on `stream` (of the allocation's device) moving managed
+    /// memory toward `to` ([`MemoryDevice::prefetch_managed`]);
+    /// other memory is [`MemoryError::NotManaged`].
+    ///
+    /// ```
+    /// use gpuport::{dynamic::{raw, AnyStream}, ManagedPlace, MemoryKind};
+    /// let dev = gpuport::open("host")?;
+    /// let m = raw::alloc(&dev, MemoryKind::Managed, 64)?;
+    /// m.prefetch(ManagedPlace::Host, &AnyStream::default_for(&dev))?;
+    /// let d = raw::alloc(&dev, MemoryKind::Device, 64)?;
+    /// assert!(d.prefetch(ManagedPlace::Host, &AnyStream::default_for(&dev)).is_err());
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn prefetch(&self, to: ManagedPlace, stream: &AnyStream) -> Result<()> {
+        on_backend!(&self.device, d => self.managed_buffer(d, "prefetch")
+            .and_then(|b| d.prefetch_managed(b, to, stream.of(d)?)))
+    }
+
+    /// Gives the driver `advice` about managed memory for `place`
+    /// ([`MemoryDevice::advise_managed`]).
+    pub fn advise(&self, advice: Advice, place: ManagedPlace) -> Result<()> {
+        on_backend!(&self.device, d => self.managed_buffer(d, "advise")
+            .and_then(|b| d.advise_managed(b, advice, place)))
+    }
+
+    /// The managed buffer behind this allocation, or `NotManaged`.
+    fn managed_buffer<D: DynDevice>(&self, _: &Arc<D>, op: &'static str) -> Result<&Buffer<D::B>> {
+        let buffer = (self.kind == MemoryKind::Managed).then(|| self.owner.downcast_ref::<Buffer<D::B>>()).flatten();
+        buffer.ok_or_else(|| MemoryError::NotManaged { op, kind: format!("{:?}", self.kind).to_lowercase() }.into())
+    }
+
     /// The live allocation whose bytes include `addr`, if any.
     ///
     /// ```
@@ -659,7 +691,7 @@ impl Drop for RawAllocation {
 /// ```
 pub fn alloc(dev: &AnyDevice, kind: MemoryKind, size: usize) -> Result<Arc<RawAllocation>> {
     let (ptr, kind, owner) = on_backend!(dev, d => alloc_on(d, kind, size))?;
-    Ok(RawAllocation { ptr, len: size, kind, device: dev.clone(), _owner: owner }.register())
+    Ok(RawAllocation { ptr, len: size, kind, device: dev.clone(), owner }.register())
 }
 
 type Owner = Box<dyn std::any::Any + Send + Sync>;

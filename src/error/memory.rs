@@ -40,4 +40,24 @@ pub enum MemoryError {
         /// The resource's name.
         resource: &'static str,
     },
+    /// Prefetch or advice asked of memory that is not managed (unified)
+    /// memory; nothing was done.
+    #[error("{op} needs managed memory, and this is {kind} memory; allocate it as managed memory")]
+    NotManaged {
+        /// `"prefetch"` or `"advise"`.
+        op: &'static str,
+        /// The memory's kind (`"device"`, `"pinned"`, ...).
+        kind: String,
+    },
+    /// Managed memory cannot be placed there: no such device, or one that
+    /// cannot access managed memory concurrently with the host. Nothing was done.
+    #[error("{op} to {place}: {reason}")]
+    NotAccessible {
+        /// `"prefetch"` or `"advise"`.
+        op: &'static str,
+        /// The place asked for (`"device 3"`).
+        place: String,
+        /// Why not.
+        reason: String,
+    },
 }

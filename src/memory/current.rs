@@ -14,7 +14,9 @@ use std::time::Duration;
 use crate::backend::{Backend, Device};
 use crate::error::{BackendKind, Error, Result};
 
+use super::history::DeviceKey;
 use super::pool::{CachingPool, PoolConfig};
+use super::report::PoolReport;
 use super::Allocator;
 #[cfg(doc)]
 use super::MemoryResource;
@@ -22,6 +24,9 @@ use super::MemoryResource;
 /// Gives back a slot's cached memory: its resource's `reset` (`None`), or
 /// its `release_cached` with that patience.
 type Release = Arc<dyn Fn(Option<Duration>) -> Result<()> + Send + Sync>;
+
+/// A slot's resource's report, without knowing its backend.
+type Report = Arc<dyn Fn() -> Option<PoolReport> + Send + Sync>;
 
 /// How long the release at process exit waits for work still queued.
 const EXIT_PATIENCE: Duration = Duration::from_secs(2);
@@ -31,6 +36,8 @@ struct Slot {
     allocator: Box<dyn Any + Send + Sync>,
     /// Resets that allocator, without knowing its backend.
     release: Release,
+    /// Reports on that allocator's resource.
+    report: Report,
     /// Whether `current_resource` has handed it out.
     used: bool,
 }
@@ -42,7 +49,9 @@ impl Slot {
             None => handle.reset(),
             Some(patience) => handle.resource().release_cached(patience),
         };
-        Slot { allocator: Box::new(allocator), release: Arc::new(release), used: false }
+        let handle = allocator.clone();
+        let report = move || handle.report();
+        Slot { allocator: Box::new(allocator), release: Arc::new(release), report: Arc::new(report), used: false }
     }
 }
 
@@ -108,6 +117,21 @@ pub fn set_current_resource<B: Backend>(allocator: Allocator<B>) -> Result<()> {
     }
     slots.insert(key, Slot::new(allocator));
     Ok(())
+}
+
+/// The report of every device's current resource that has one (a caching
+/// pool's), for `history::snapshot`. The reports are made after the slots'
+/// lock is released.
+pub(crate) fn current_reports() -> Vec<(DeviceKey, PoolReport)> {
+    let reporters: Vec<(DeviceKey, Report)> = slots()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(&(backend, ordinal), slot)| (DeviceKey { backend, ordinal }, slot.report.clone()))
+        .collect();
+    let mut reports: Vec<_> = reporters.into_iter().filter_map(|(k, r)| r().map(|r| (k, r))).collect();
+    reports.sort_by_key(|(k, _)| *k);
+    reports
 }
 
 /// Gives back to the driver every byte the process-wide caches hold and no

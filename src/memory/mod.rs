@@ -28,6 +28,10 @@
 //! ordinary host memory through pinned staging buffers on several streams
 //! (on a GPU; the host backend's copies are plain).
 //!
+//! [`history`] records, while asked to, every allocation, free and segment
+//! of the caching pools with its stack, and writes snapshots PyTorch's
+//! memory viewer reads.
+//!
 //! Each device has a current resource ([`current_resource`]), a caching pool
 //! unless [`set_current_resource`] replaced it before first use. Every
 //! allocation of the library goes through it: a
@@ -86,6 +90,7 @@ mod block;
 mod current;
 pub mod ext;
 mod guarded_release;
+pub mod history;
 pub(crate) mod host_copy;
 pub mod ipc;
 mod ipc_handle;

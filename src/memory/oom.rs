@@ -29,6 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::history::{DeviceKey, Snapshot};
 use super::report::PoolReport;
 
 /// An allocation the pool could not serve.
@@ -36,12 +37,23 @@ use super::report::PoolReport;
 pub struct OutOfMemoryEvent<'a> {
     /// The device, as `gpuport::open` names it (`"cuda:0"`).
     pub device: String,
+    /// The device, as the allocation history names it.
+    pub device_key: DeviceKey,
     /// Bytes asked for.
     pub requested: usize,
     /// Whether the allocation was for a stream capture (a graph pool's).
     pub in_capture: bool,
     /// The pool's report after its retry.
     pub report: &'a PoolReport,
+}
+
+impl OutOfMemoryEvent<'_> {
+    /// A snapshot of the failing pool's segments and the allocation
+    /// history recorded so far (`memory::history`; no entries unless it
+    /// records), for `Snapshot::write_pickle`.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::of_pool(self.device_key, self.report)
+    }
 }
 
 type Observer = Arc<dyn Fn(&OutOfMemoryEvent<'_>) + Send + Sync>;

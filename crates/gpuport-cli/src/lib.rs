@@ -26,6 +26,8 @@
 pub mod bench;
 pub mod collective;
 pub mod collective_report;
+pub mod memory_plot;
+pub mod pickle;
 pub mod plot;
 
 use std::path::{Path, PathBuf};
@@ -87,6 +89,12 @@ pub enum Command {
         #[arg(long, value_name = "N", requires = "collective")]
         devices: Option<usize>,
     },
+    /// Work with memory snapshots (`gpuport.memory.dump_snapshot`, or PyTorch's `_dump_snapshot`).
+    Memory {
+        /// What to do.
+        #[command(subcommand)]
+        action: MemoryCommand,
+    },
     /// Draw the chart of a saved `bench --json` report (e.g. one from a machine without fonts).
     Plot {
         /// The JSON report written by `gpuport bench --json`.
@@ -94,6 +102,20 @@ pub enum Command {
         report: PathBuf,
         /// The PNG to write.
         #[arg(value_name = "FILE.png")]
+        out: PathBuf,
+    },
+}
+
+/// `gpuport memory` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Draw memory in use over time, one line per stream, from a snapshot's history, as a PNG.
+    Plot {
+        /// The snapshot pickle.
+        #[arg(value_name = "FILE")]
+        snapshot: PathBuf,
+        /// The PNG to write.
+        #[arg(short = 'o', long = "out", value_name = "FILE.png")]
         out: PathBuf,
     },
 }
@@ -127,6 +149,7 @@ where
             bench(device.as_deref(), json, quick, plot, mode)
         }
         Some(Command::Plot { report, out }) => plot_saved(&report, &out),
+        Some(Command::Memory { action: MemoryCommand::Plot { snapshot, out } }) => plot_memory(&snapshot, &out),
     }
 }
 
@@ -304,6 +327,22 @@ fn usage_error(message: &str) -> ExitCode {
 
 /// `gpuport plot REPORT.json FILE.png`: a bad or unreadable report, or an
 /// output that cannot be written, exits 2.
+fn plot_memory(snapshot: &Path, out: &Path) -> ExitCode {
+    if let Err(e) = check_output("FILE.png", out, true) {
+        return usage_error(&e);
+    }
+    match memory_plot::plot_file(snapshot, out) {
+        Ok(note) => {
+            println!("chart: {}{}", out.display(), note.map(|n| format!(" ({n})")).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpuport: cannot plot {}: {e}", snapshot.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn plot_saved(report: &Path, out: &Path) -> ExitCode {
     if let Err(e) = check_output("FILE.png", out, true) {
         return usage_error(&e);

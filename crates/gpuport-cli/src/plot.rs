@@ -33,7 +33,7 @@ const FONT_PATHS: [&str; 6] = [
 ];
 
 /// The first usable font, loaded once.
-fn font() -> Option<&'static FontArc> {
+pub(crate) fn font() -> Option<&'static FontArc> {
     static FONT: OnceLock<Option<FontArc>> = OnceLock::new();
     FONT.get_or_init(|| {
         let candidates = std::env::var_os(FONT_ENV).map(PathBuf::from).into_iter().chain(FONT_PATHS.map(PathBuf::from));
@@ -43,7 +43,7 @@ fn font() -> Option<&'static FontArc> {
 }
 
 /// Draws `text` in black with its top-left corner at `(x, top)`, `size` pixels high.
-fn put_text<DB: DrawingBackend>(
+pub(crate) fn put_text<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     font: &FontArc,
     text: &str,
@@ -287,7 +287,7 @@ fn draw_collective(report: &BenchReport, c: &CollectiveReport, path: &Path) -> R
     Ok(font_note())
 }
 
-fn write_png(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), String> {
+pub(crate) fn write_png(path: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), String> {
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
     encoder.set_color(png::ColorType::Rgb);

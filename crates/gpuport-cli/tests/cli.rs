@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Arc;
 
 /// The binary cargo built; in the GPU bundle (test binaries in `.gpu/tests/`,
 /// the command in `.gpu/bin/`, see ci/gpu-bundle) `$GPUPORT_BIN` or `../bin/gpuport`.
@@ -325,4 +326,51 @@ fn version_is_the_gpuport_crates() {
     let out = gpuport(&["--version"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("gpuport {}\n", gpuport::VERSION));
+}
+
+/// Pixels of the PNG at `path` that are not white.
+fn inked_pixels(path: &std::path::Path) -> usize {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).expect("open the png")));
+    let mut reader = decoder.read_info().expect("a png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("png size")];
+    let info = reader.next_frame(&mut buf).expect("png pixels");
+    buf[..info.buffer_size()].chunks(info.color_type.samples()).filter(|px| px.iter().any(|&c| c < 250)).count()
+}
+
+#[test]
+fn memory_plot_draws_a_recorded_history_and_refuses_a_file_that_is_not_a_snapshot() {
+    use gpuport::memory::{history, Allocator, CachingPool, PoolConfig};
+    use gpuport::{Device, HostDevice};
+    let d = HostDevice::open(0).expect("host");
+    let pool = Arc::new(CachingPool::<gpuport::Host>::new(d.clone(), PoolConfig::default()));
+    let alloc = Allocator::<gpuport::Host>::from_arc(pool.clone());
+    let (s1, s2) = (d.create_stream().expect("stream"), d.create_stream().expect("stream"));
+    history::start(history::HistoryConfig::default());
+    let mut kept = Vec::new();
+    for i in 1..=6 {
+        kept.push(alloc.alloc(i << 20, &s1).expect("alloc"));
+        kept.push(alloc.alloc(i << 19, &s2).expect("alloc"));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    kept.drain(..6);
+    history::stop();
+    drop(kept);
+    let key = history::DeviceKey { backend: gpuport::BackendKind::Host, ordinal: 0 };
+    let snap = history::Snapshot::of_pool(key, &pool.report());
+    history::clear();
+    let file = temp("snapshot.pickle");
+    snap.write_pickle(&file).expect("write the snapshot");
+    let png_path = temp("memory.png");
+    let out = gpuport(&["memory", "plot", file.to_str().expect("utf-8"), "-o", png_path.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(inked_pixels(&png_path) > 2000, "the chart is nearly blank");
+    let not_a_snapshot = temp("not-a-snapshot.pickle");
+    std::fs::write(&not_a_snapshot, b"hello").expect("write");
+    let out =
+        gpuport(&["memory", "plot", not_a_snapshot.to_str().expect("utf-8"), "-o", png_path.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("not-a-snapshot"), "{}", text(&out));
+    for p in [file, png_path, not_a_snapshot] {
+        let _ = std::fs::remove_file(p);
+    }
 }

@@ -464,18 +464,94 @@ fn report_dict<'py>(py: Python<'py>, r: &core_mem::PoolReport) -> PyResult<Bound
 
 /// Calls `callback(device, size, in_capture, report)` for every allocation a
 /// caching pool could not serve (after its retry), before the error is
-/// raised. An exception in it goes to `sys.unraisablehook`.
+/// raised; with `with_snapshot`, `callback(device, size, in_capture,
+/// report, snapshot)`, the snapshot as `mem_snapshot_pickle` pickles it
+/// (the failing pool's segments and the history). An exception in it goes
+/// to `sys.unraisablehook`.
 #[pyfunction]
-pub fn mem_on_out_of_memory(callback: Py<PyAny>) -> PyOomObserver {
+#[pyo3(signature = (callback, with_snapshot=false))]
+pub fn mem_on_out_of_memory(callback: Py<PyAny>, with_snapshot: bool) -> PyOomObserver {
     let id = core_mem::add_out_of_memory_observer(move |e| {
+        let snapshot = with_snapshot.then(|| e.snapshot().to_pickle());
         Python::attach(|py| {
-            let args = report_dict(py, e.report).map(|r| (e.device.clone(), e.requested, e.in_capture, r));
-            if let Err(err) = args.and_then(|a| callback.call1(py, a)) {
+            let called = report_dict(py, e.report).and_then(|r| {
+                let (device, size, in_capture) = (e.device.clone(), e.requested, e.in_capture);
+                match &snapshot {
+                    None => callback.call1(py, (device, size, in_capture, r)),
+                    Some(bytes) => {
+                        let snap = py.import("pickle")?.call_method1("loads", (PyBytes::new(py, bytes),))?;
+                        callback.call1(py, (device, size, in_capture, r, snap))
+                    }
+                }
+            });
+            if let Err(err) = called {
                 err.write_unraisable(py, Some(callback.bind(py)));
             }
         })
     });
     PyOomObserver { id: Mutex::new(Some(id)) }
+}
+
+/// Starts (`enabled`) or stops recording the allocation history
+/// (`gpuport::memory::history`), keeping at most `max_entries`. While it
+/// records, `frame_source()` (if given) is called on every allocation,
+/// free and failure for the Python stack: a list of `(filename, line,
+/// name)`, innermost first. `rust_backtrace` adds the Rust frames.
+#[pyfunction]
+#[pyo3(signature = (enabled, max_entries=100_000, rust_backtrace=false, frame_source=None))]
+pub fn mem_record_history(enabled: bool, max_entries: usize, rust_backtrace: bool, frame_source: Option<Py<PyAny>>) {
+    use gpuport::memory::history;
+    if !enabled {
+        history::stop();
+        history::set_frame_source(None);
+        return;
+    }
+    let source = frame_source.map(|f| -> history::FrameSource {
+        std::sync::Arc::new(move || {
+            // At interpreter shutdown there is no Python to ask: no frames.
+            Python::try_attach(|py| {
+                let frames = f.call0(py).and_then(|l| l.extract::<Vec<(String, u32, String)>>(py));
+                match frames {
+                    Ok(frames) => frames
+                        .into_iter()
+                        .map(|(filename, line, name)| history::Frame { filename, line, name })
+                        .collect(),
+                    Err(err) => {
+                        err.write_unraisable(py, Some(f.bind(py)));
+                        Vec::new()
+                    }
+                }
+            })
+            .unwrap_or_default()
+        })
+    });
+    history::set_frame_source(source);
+    history::start(history::HistoryConfig { max_entries, rust_backtrace });
+}
+
+/// Forgets the recorded history.
+#[pyfunction]
+pub fn mem_clear_history() {
+    gpuport::memory::history::clear();
+}
+
+/// The snapshot of every device's current resource and the history, as
+/// the pickle PyTorch's memory viewer reads; with `backend` (`"cuda"`,
+/// `"rocm"`, `"host"`), only that backend's.
+#[pyfunction]
+#[pyo3(signature = (backend=None))]
+pub fn mem_snapshot_pickle<'py>(py: Python<'py>, backend: Option<&str>) -> PyResult<Bound<'py, PyBytes>> {
+    let backend = match backend {
+        None => None,
+        Some(name) => Some(
+            gpuport::BackendKind::ALL
+                .into_iter()
+                .find(|b| b.name() == name)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown backend {name:?}; one of cuda, rocm, host")))?,
+        ),
+    };
+    let bytes = py.detach(|| gpuport::memory::history::snapshot(backend).to_pickle());
+    Ok(PyBytes::new(py, &bytes))
 }
 
 /// Registers this module's classes and functions.
@@ -495,6 +571,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mem_reset, m)?)?;
     m.add_function(wrap_pyfunction!(mem_defer_cleanup, m)?)?;
     m.add_function(wrap_pyfunction!(mem_on_out_of_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_record_history, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_clear_history, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_snapshot_pickle, m)?)?;
     m.add_class::<PyOomObserver>()?;
     Ok(())
 }

@@ -13,13 +13,15 @@ use std::sync::{Arc, Mutex};
 
 use gpuport::dynamic::raw::{Place, RawAllocation};
 use gpuport::error::python;
-use gpuport::BackendKind;
+use gpuport::{Advice, AnyDevice, BackendKind, ManagedPlace};
 use pyo3::exceptions::{PyAttributeError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::convert::cai::{itemsize_of, CaiDesc, ReadInterface};
+use crate::convert::device::open_device;
 use crate::convert::pointer::{state, to_ptr, Ptr, PyPointer};
+use crate::convert::stream::resolve_stream;
 use crate::errors::IntoPyResult;
 
 #[pymethods]
@@ -139,6 +141,13 @@ impl PyDeviceArray {
         PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(Some(vec![len]), "|u1", 1, Some(a)))
     }
 
+    /// The owned allocation, or a ValueError naming `op`.
+    fn allocation(&self, op: &str) -> PyResult<Arc<RawAllocation>> {
+        state(&self.dims)?.owned.clone().ok_or_else(|| {
+            PyValueError::new_err(format!("{op}: this DeviceArray owns no memory (only malloc_managed's is placed)"))
+        })
+    }
+
     /// Frees the owned allocation (the memory goes when no view or pending work needs it).
     pub fn free(slf: &Bound<'_, Self>) -> PyResult<()> {
         let owned = {
@@ -217,6 +226,54 @@ impl PyDeviceArray {
     #[getter]
     fn itemsize(&self) -> PyResult<usize> {
         Ok(state(&self.dims)?.itemsize)
+    }
+
+    /// Enqueues on ``stream`` moving managed memory (``malloc_managed``)
+    /// toward ``to`` (``cudaMemPrefetchAsync``): ``"host"``, or a device of
+    /// the memory's backend (a Device, a spec, a CUDA ordinal; default: the
+    /// memory's device). Memory that is not managed, or a device that cannot
+    /// take it, raises ``GpuError``; on the host backend nothing moves.
+    ///
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> m = rt.malloc_managed(64, device="host")
+    ///     >>> m.prefetch("host")
+    ///     >>> m.prefetch()
+    #[pyo3(signature = (to=None, stream=None))]
+    fn prefetch(
+        &self,
+        py: Python<'_>,
+        to: Option<&Bound<'_, PyAny>>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let a = self.allocation("prefetch")?;
+        let place = managed_place(py, a.device(), to)?;
+        let stream = resolve_stream(py, a.device(), stream)?;
+        py.detach(|| a.prefetch(place, &stream)).py_err(py)
+    }
+
+    /// Gives the driver ``advice`` about managed memory for ``device``
+    /// (``cudaMemAdvise``): ``"set_read_mostly"``, ``"unset_read_mostly"``,
+    /// ``"set_preferred_location"``, ``"unset_preferred_location"``,
+    /// ``"set_accessed_by"`` or ``"unset_accessed_by"``; ``device`` as
+    /// ``prefetch``'s ``to``.
+    ///
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> m = rt.malloc_managed(64, device="host")
+    ///     >>> m.advise("set_preferred_location", "host")
+    ///     >>> m.advise("loud")
+    ///     Traceback (most recent call last):
+    ///     ValueError: advise: unknown advice 'loud'; one of set_read_mostly, unset_read_mostly, set_preferred_location, unset_preferred_location, set_accessed_by, unset_accessed_by
+    #[pyo3(signature = (advice, device=None))]
+    fn advise(&self, py: Python<'_>, advice: &str, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(advice) = Advice::ALL.into_iter().find(|a| a.name() == advice) else {
+            let names: Vec<&str> = Advice::ALL.iter().map(|a| a.name()).collect();
+            return Err(PyValueError::new_err(
+                format!("advise: unknown advice {advice:?}; one of {}", names.join(", ")).replace('"', "'"),
+            ));
+        };
+        let a = self.allocation("advise")?;
+        let place = managed_place(py, a.device(), device)?;
+        py.detach(|| a.advise(advice, place)).py_err(py)
     }
 
     /// Whether this array owns an allocation (from ``malloc``) not yet freed.
@@ -428,4 +485,25 @@ impl PyDeviceArray {
         ));
         Py::new(py, init)
     }
+}
+
+/// Where to place managed memory of `owner`'s device: `None` is that
+/// device, `"host"` or `"cpu"` the host, anything else a device of the same
+/// backend.
+fn managed_place(py: Python<'_>, owner: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<ManagedPlace> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(ManagedPlace::Device(owner.info().ordinal));
+    };
+    if o.extract::<String>().is_ok_and(|s| s == "host" || s == "cpu") {
+        return Ok(ManagedPlace::Host);
+    }
+    let dev = open_device(py, Some(o))?;
+    if dev.backend() != owner.backend() {
+        return Err(PyValueError::new_err(format!(
+            "managed memory of {} is placed on the host or a device of its backend, not on {}",
+            owner.info().spec(),
+            dev.info().spec()
+        )));
+    }
+    Ok(ManagedPlace::Device(dev.info().ordinal))
 }

@@ -36,6 +36,7 @@ use cudarc::driver::sys;
 mod graph;
 mod info;
 mod loading;
+mod managed;
 mod nvrtc;
 mod peer;
 
@@ -715,6 +716,8 @@ unsafe impl Driver for CudaDriver {
     type Graphs = graph::CudaGraphs;
 
     type Peers = peer::CudaPeers;
+
+    type Managed = managed::CudaManaged;
 }
 
 /// A [`RawPool`] as the driver's handle.

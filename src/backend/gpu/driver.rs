@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::graph::{CaptureMode, CaptureStatus};
-use crate::backend::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
+use crate::backend::{Advice, DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, ManagedPlace, MemoryInfo, RawPool};
 use crate::error::{BackendKind, Result};
 
 use super::compile::Program;
@@ -498,6 +498,42 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// The vendor's peer-access and peer-copy calls, in a file of their own
     /// (`cuda/peer.rs`, `hip/peer.rs`).
     type Peers: PeerCalls<Self>;
+
+    /// The vendor's calls that place managed memory, in a file of their own
+    /// (`cuda/managed.rs`, `hip/managed.rs`).
+    type Managed: ManagedCalls<Self>;
+}
+
+/// The managed-memory placement calls of vendor `D` (`cuMemPrefetchAsync`,
+/// `hipMemAdvise`, ...), for the generic core's `resource.rs`.
+///
+/// # Safety
+/// As [`Driver`]'s: each call makes the vendor call its name says and
+/// reports failure as an error. Prefetching and advice move or map pages of
+/// the range they name and never change its contents. Every `unsafe fn`
+/// asks of its caller what `Driver`'s do: `d`'s device is current, and
+/// every handle passed was made by `d` and is alive.
+pub unsafe trait ManagedCalls<D: Driver>: 'static {
+    /// Whether device `ordinal` of the vendor can access managed memory
+    /// concurrently with the host, which prefetching to it needs
+    /// (`CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`,
+    /// `hipDeviceAttributeConcurrentManagedAccess`).
+    fn concurrent_managed_access(d: &D, ordinal: usize) -> Result<bool>;
+
+    /// Enqueues on `stream` (of `d`) moving `ptr..ptr+len` toward `to`.
+    ///
+    /// # Safety
+    /// As the trait's; `ptr..ptr+len` is live managed memory, alive until
+    /// `stream` passes the prefetch, and `to` names the host or an existing
+    /// device.
+    unsafe fn prefetch(d: &D, ptr: u64, len: usize, to: ManagedPlace, stream: D::Stream) -> Result<()>;
+
+    /// Gives the driver `advice` about `ptr..ptr+len`, for `place`.
+    ///
+    /// # Safety
+    /// As the trait's; `ptr..ptr+len` is live managed memory and `place`
+    /// names the host or an existing device.
+    unsafe fn advise(d: &D, ptr: u64, len: usize, advice: Advice, place: ManagedPlace) -> Result<()>;
 }
 
 /// The peer calls of vendor `D` (`cuDeviceCanAccessPeer`,

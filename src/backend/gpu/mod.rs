@@ -51,7 +51,7 @@ mod stream;
 
 pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::{Driver, GraphCalls, Params, PeerCalls, RawAddress};
+pub(crate) use driver::{Driver, GraphCalls, ManagedCalls, Params, PeerCalls, RawAddress};
 pub(crate) use error::{check, driver_error, ready};
 pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};

@@ -3,10 +3,13 @@
 //! ([`MemoryDevice`], whose contracts apply to every method here).
 
 use super::device::GpuDevice;
-use super::driver::Driver;
+use super::driver::{Driver, ManagedCalls};
 use super::stream::apart_from_captures;
+use crate::backend::managed::{check_managed, check_place};
 use crate::backend::{check_alloc_size, Buffer, Device, HostRegistration, MemoryKind, PinnedBuffer, Stream};
+use crate::backend::{Advice, DeviceMemory, ManagedPlace};
 use crate::backend::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
+use crate::error::memory::MemoryError;
 use crate::error::{Error, Result};
 
 impl<D: Driver> GpuDevice<D> {
@@ -25,6 +28,43 @@ impl<D: Driver> GpuDevice<D> {
 }
 
 impl<D: Driver> MemoryDevice for GpuDevice<D> {
+    fn prefetch_managed(&self, memory: &Buffer<Self::B>, to: ManagedPlace, stream: &Stream<Self::B>) -> Result<()> {
+        check_managed("prefetch", memory)?;
+        self.check_stream(stream)?;
+        check_place("prefetch", to, D::count()?)?;
+        if let ManagedPlace::Device(n) = to {
+            if !D::Managed::concurrent_managed_access(self.driver(), n)? {
+                let reason = "that device cannot access managed memory concurrently with the host \
+                              (no concurrent managed access), so the driver cannot prefetch to it"
+                    .to_string();
+                return Err(MemoryError::NotAccessible { op: "prefetch", place: to.to_string(), reason }.into());
+            }
+        }
+        if memory.len() == 0 {
+            return Ok(());
+        }
+        self.driver().bind()?;
+        // SAFETY: the buffer is live managed memory (checked) borrowed for
+        // the call; a managed buffer is freed with the synchronous free,
+        // which waits for the device, so it outlives the queued prefetch.
+        // The stream is this device's (checked), the device is current, and
+        // `to` names the host or an existing device (checked).
+        unsafe { D::Managed::prefetch(self.driver(), memory.device_ptr(), memory.len(), to, stream.raw()) }
+    }
+
+    fn advise_managed(&self, memory: &Buffer<Self::B>, advice: Advice, place: ManagedPlace) -> Result<()> {
+        check_managed("advise", memory)?;
+        check_place("advise", place, D::count()?)?;
+        if memory.len() == 0 {
+            return Ok(());
+        }
+        self.driver().bind()?;
+        // SAFETY: the buffer is live managed memory (checked) borrowed for
+        // the call, the device is current, and `place` names the host or an
+        // existing device (checked).
+        unsafe { D::Managed::advise(self.driver(), memory.device_ptr(), memory.len(), advice, place) }
+    }
+
     fn alloc_pinned_with(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedBuffer<Self::B>> {
         let mut bits = 0;
         if flags.portable {

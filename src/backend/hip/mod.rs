@@ -38,6 +38,7 @@ use std::ffi::{c_int, c_void, CStr, CString};
 mod graph;
 mod hiprtc;
 mod info;
+mod managed;
 mod peer;
 mod runtime;
 pub mod sys;
@@ -748,6 +749,8 @@ unsafe impl Driver for HipDriver {
     type Graphs = graph::HipGraphs;
 
     type Peers = peer::HipPeers;
+
+    type Managed = managed::HipManaged;
 }
 
 #[cfg(test)]

@@ -246,6 +246,8 @@ pub mod attr {
     use super::hipDeviceAttribute_t as A;
     /// `hipDeviceAttributeComputeCapabilityMajor`.
     pub const COMPUTE_CAPABILITY_MAJOR: A = 23;
+    /// `hipDeviceAttributeConcurrentManagedAccess`.
+    pub const CONCURRENT_MANAGED_ACCESS: A = 9;
     /// `hipDeviceAttributeManagedMemory`.
     pub const MANAGED_MEMORY: A = 24;
     /// `hipDeviceAttributeMaxBlockDimX` (Y and Z follow).
@@ -454,6 +456,11 @@ function_table! {
         // The memory layer's calls (`crate::backend::MemoryDevice`). All are in
         // ROCm 5.2 (the pool calls since 5.1), but optional: a runtime without
         // one still runs everything else, and the call says it is missing.
+        /// `hipError_t hipMemPrefetchAsync(const void* dev_ptr, size_t count, int device, hipStream_t stream);`
+        fn hipMemPrefetchAsync(*const c_void, usize, c_int, hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemAdvise(const void* dev_ptr, size_t count, hipMemoryAdvise advice, int device);`
+        /// (`hipMemoryAdvise`: a C enum, `int`-sized; 1 to 6 as CUDA's.)
+        fn hipMemAdvise(*const c_void, usize, c_int, c_int) -> hipError_t;
         /// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int flags);`
         fn hipHostGetDevicePointer(*mut *mut c_void, *mut c_void, c_uint) -> hipError_t;
         /// `hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t* mem_pool, int device);` (ROCm 5.1+)

@@ -17,6 +17,8 @@
 
 mod kernels;
 
+use crate::backend::managed::{check_managed, check_place};
+use crate::backend::{Advice, ManagedPlace};
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::fmt;
@@ -865,5 +867,17 @@ impl MemoryDevice for HostDevice {
 
     fn trim_native_pool(&self, _keep: usize) -> Result<()> {
         Ok(())
+    }
+
+    /// Checks as a GPU does, and moves nothing: host memory is where it is.
+    fn prefetch_managed(&self, memory: &HostBuffer, to: ManagedPlace, _stream: &HostStream) -> Result<()> {
+        check_managed("prefetch", memory)?;
+        check_place("prefetch", to, 1)
+    }
+
+    /// Checks as a GPU does, and does nothing.
+    fn advise_managed(&self, memory: &HostBuffer, _advice: Advice, place: ManagedPlace) -> Result<()> {
+        check_managed("advise", memory)?;
+        check_place("advise", place, 1)
     }
 }

@@ -75,6 +75,7 @@
 //! device, is refused before any block is cut from it.
 
 mod graph_pools;
+mod observed;
 mod state;
 
 use std::fmt;
@@ -85,6 +86,7 @@ use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
+use super::history;
 use super::no_wait::{self, waiting_refused};
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
@@ -335,22 +337,58 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             self.held_back_count.store(held.len(), Ordering::Release);
             ready
         };
+        // Recorded in the history when they were held back.
         for (block, stream, after) in ready {
-            let _ = self.deallocate(block, &stream, after);
+            let _ = self.deallocate_block(block, &stream, after);
         }
     }
 
-    /// Tells the out-of-memory observers (`memory/oom.rs`) of `e` if it is
-    /// an out-of-memory error; returns it.
-    #[cold]
-    fn out_of_memory_observed(&self, e: Error, bytes: usize, in_capture: bool) -> Error {
-        let oom = matches!(e, Error::OutOfMemory { .. } | Error::Graph { kind: GraphErrorKind::OutOfMemory, .. });
-        if oom && super::oom::observed() {
-            let report = self.report();
-            let device = self.dev().info().spec();
-            super::oom::notify(&super::oom::OutOfMemoryEvent { device, requested: bytes, in_capture, report: &report });
+    /// `deallocate` without the history's record.
+    #[inline(always)]
+    fn deallocate_block(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+        if waiting_refused() {
+            return self.deallocate_without_waiting(block, stream, after);
         }
-        e
+        let device = self.dev();
+        self.reclaim_graph_pools();
+        // The capture check and the free's record on the stream are one
+        // decision: no gpuport capture begins or ends between them.
+        let _section = crate::backend::graph::capture_section::<B>(stream);
+        if let Err(e) = block.check_owner(self.id, self.name()) {
+            self.locked(|st| st.counters.refused_frees += 1);
+            return Err(e);
+        }
+        // A borrowed stream may have been destroyed by its owner before this
+        // free (a CuPy array outliving its stream): it is not asked about
+        // captures (see `State::fence`), and its frees are never held back.
+        // On a capturing stream, a block of the capture's graph pool goes
+        // back to it; any other is held back until the capture is over.
+        let capture = if device.stream_is_borrowed(stream) {
+            None
+        } else {
+            match device.capture_id(stream) {
+                Ok(capture) => capture,
+                Err(_) if capturing::<B>(device, stream) => Some(0),
+                Err(_) => None,
+            }
+        };
+        if let Some(capture) = capture {
+            let freed = self.locked(|st| self.free_in_capture(st, &block, stream, capture, &mut after));
+            let Some(freed) = freed else {
+                let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
+                held.push((block, stream.clone(), after));
+                self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
+                return Ok(());
+            };
+            return if freed { Ok(()) } else { Err(self.not_live(&block)) };
+        }
+        // Only the bookkeeping runs under the lock: a refusal's message is
+        // made, and the block and the events not kept are dropped, after it.
+        if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after)) {
+            Ok(())
+        } else {
+            Err(self.not_live(&block))
+        }
     }
 
     /// A usage and fragmentation report.
@@ -415,6 +453,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         });
         st.segments[seg_index as usize] =
             Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node, graph: 0 });
+        if history::recording() {
+            history::record_segment(history::Action::SegmentAlloc, self.history_key(), base, seg_size, 0);
+        }
         Ok(node)
     }
 
@@ -724,8 +765,16 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         };
         let h = match handed_out {
             Ok(h) => {
-                if !st.released.is_empty() {
+                // The history's record runs with no lock or capture section
+                // held (its frame source may run foreign code); the block is
+                // handed out already.
+                let record = history::recording();
+                if record || !st.released.is_empty() {
                     Self::unlock_then_release(st);
+                }
+                if record {
+                    drop(_section);
+                    self.record_block(history::Action::Alloc, h.ptr, bytes, stream);
                 }
                 h
             }
@@ -735,7 +784,7 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
                 if no_wait::would_wait(&e) {
                     return Err(e);
                 }
-                return Err(self.out_of_memory_observed(e, bytes, capture.is_some()));
+                return Err(self.out_of_memory_observed(e, bytes, stream, capture.is_some()));
             }
         };
         // SAFETY: node `h.token` is `size >= bytes` bytes at `h.ptr` of a live
@@ -748,50 +797,13 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         Ok(unsafe { Block::with_serial(self.id, st_ordinal(self.dev()), h.ptr, bytes, h.token, h.serial) })
     }
 
-    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
-        if waiting_refused() {
-            return self.deallocate_without_waiting(block, stream, after);
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        let recorded = history::recording().then(|| (block.ptr(), block.len()));
+        let freed = self.deallocate_block(block, stream, after);
+        if let (Some((ptr, len)), Ok(())) = (recorded, &freed) {
+            self.record_block(history::Action::FreeCompleted, ptr, len, stream);
         }
-        let device = self.dev();
-        self.reclaim_graph_pools();
-        // The capture check and the free's record on the stream are one
-        // decision: no gpuport capture begins or ends between them.
-        let _section = crate::backend::graph::capture_section::<B>(stream);
-        if let Err(e) = block.check_owner(self.id, self.name()) {
-            self.locked(|st| st.counters.refused_frees += 1);
-            return Err(e);
-        }
-        // A borrowed stream may have been destroyed by its owner before this
-        // free (a CuPy array outliving its stream): it is not asked about
-        // captures (see `State::fence`), and its frees are never held back.
-        // On a capturing stream, a block of the capture's graph pool goes
-        // back to it; any other is held back until the capture is over.
-        let capture = if device.stream_is_borrowed(stream) {
-            None
-        } else {
-            match device.capture_id(stream) {
-                Ok(capture) => capture,
-                Err(_) if capturing::<B>(device, stream) => Some(0),
-                Err(_) => None,
-            }
-        };
-        if let Some(capture) = capture {
-            let freed = self.locked(|st| self.free_in_capture(st, &block, stream, capture, &mut after));
-            let Some(freed) = freed else {
-                let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
-                held.push((block, stream.clone(), after));
-                self.held_back_count.store(held.len(), std::sync::atomic::Ordering::Release);
-                return Ok(());
-            };
-            return if freed { Ok(()) } else { Err(self.not_live(&block)) };
-        }
-        // Only the bookkeeping runs under the lock: a refusal's message is
-        // made, and the block and the events not kept are dropped, after it.
-        if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after)) {
-            Ok(())
-        } else {
-            Err(self.not_live(&block))
-        }
+        freed
     }
 
     fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {

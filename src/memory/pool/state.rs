@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use crate::backend::{Device, DeviceMemory, Event, Stream};
 
 use crate::backend::Backend;
+use crate::memory::history;
 use crate::memory::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 
 pub(super) const ROUND: usize = 512;
@@ -645,6 +646,10 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                     self.reserved -= seg.size;
                     self.vacant_segments.push(index(s));
                     self.counters.segments_released += 1;
+                    if history::recording() {
+                        let device = history::DeviceKey { backend: B::KIND, ordinal: seg._memory.ordinal() };
+                        history::record_segment(history::Action::SegmentFree, device, seg.base, seg.size, 0);
+                    }
                     drop(seg); // frees the memory
                 }
             }

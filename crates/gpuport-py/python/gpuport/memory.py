@@ -22,7 +22,9 @@ default device, a spec such as ``"cuda:0"``, a CUDA ordinal, a Device).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+import pickle
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from ._core import Allocation, DeferCleanup, PinnedAllocation
@@ -36,12 +38,15 @@ __all__ = [
     "csv_log",
     "defer_cleanup",
     "disable_logging",
+    "dump_snapshot",
     "enable_logging",
     "free",
     "log_path",
     "memory_info",
     "on_out_of_memory",
+    "record_memory_history",
     "reset",
+    "snapshot",
     "stats",
     "torch_allocator_library",
 ]
@@ -208,13 +213,17 @@ def defer_cleanup(device: Any = None) -> DeferCleanup:
     return _core.mem_defer_cleanup(device)
 
 
-def on_out_of_memory(callback: Callable[[str, int, bool, Dict[str, int]], Any]) -> Any:
+def on_out_of_memory(callback: Callable[..., Any], with_snapshot: bool = False) -> Any:
     """Calls ``callback(device, size, in_capture, report)`` for every allocation
     a caching pool could not serve, after it gave back its cached memory and
     retried, just before the error is raised (PyTorch's out-of-memory
     observers play the same part). ``report`` has the pool's ``reserved``,
     ``in_use``, ``requested``, ``free``, ``pending``, ``segments`` and
-    ``largest_free_block``. An exception in ``callback`` goes to
+    ``largest_free_block``. With ``with_snapshot``, the call is
+    ``callback(device, size, in_capture, report, snapshot)``: ``snapshot``
+    is a :func:`snapshot` dict of the failing pool's segments and the
+    recorded history (see :func:`record_memory_history`), ready for
+    ``pickle.dump``. An exception in ``callback`` goes to
     ``sys.unraisablehook``; the allocation fails as it would have. Returns an
     object whose ``remove()`` unregisters the callback.
 
@@ -230,7 +239,91 @@ def on_out_of_memory(callback: Callable[[str, int, bool, Dict[str, int]], Any]) 
         >>> observer.remove()
         True
     """
-    return _core.mem_on_out_of_memory(callback)
+    return _core.mem_on_out_of_memory(callback, with_snapshot)
+
+
+def _python_frames() -> List[Tuple[str, int, str]]:
+    """The caller's Python stack, innermost first, without gpuport's own frames."""
+    frames = []
+    f: Any = sys._getframe(1)
+    here = __file__
+    while f is not None:
+        code = f.f_code
+        if code.co_filename != here:
+            frames.append((code.co_filename, f.f_lineno or 0, code.co_name))
+        f = f.f_back
+    return frames
+
+
+def record_memory_history(
+    enabled: Optional[str] = "all",
+    max_entries: int = 100_000,
+    stacks: Optional[str] = "python",
+    clear_history: bool = False,
+) -> None:
+    """Starts (``enabled="all"``) or stops (``enabled=None``) recording every
+    allocation, free, segment and out-of-memory failure of gpuport's caching
+    pools, like ``torch.cuda.memory._record_memory_history``. At most
+    ``max_entries`` are kept (the oldest go first). ``stacks``: ``"python"``
+    records the Python stack of each allocation and free, ``"all"`` adds
+    the Rust backtrace (slower), ``None`` records none. While recording is
+    off the pools pay nothing for it.
+
+        >>> import gpuport.memory as gm
+        >>> gm.record_memory_history(max_entries=100, clear_history=True)
+        >>> gm.alloc(1024, device="host").free()
+        >>> gm.record_memory_history(None)
+        >>> [e["action"] for e in gm.snapshot("host")["device_traces"][0]][-3:]
+        ['alloc', 'free_requested', 'free_completed']
+    """
+    if clear_history:
+        _core.mem_clear_history()
+    if enabled is None:
+        _core.mem_record_history(False)
+        return
+    if enabled not in ("all", "state"):
+        raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
+    if stacks not in ("python", "all", None):
+        raise ValueError(f"stacks must be 'python', 'all' or None, not {stacks!r}")
+    source = None if stacks is None else _python_frames
+    _core.mem_record_history(True, max_entries, stacks == "all", source)
+
+
+def snapshot(backend: Optional[str] = None) -> Dict[str, Any]:
+    """The segments of every device's caching pool, block by block, and the
+    recorded history, as ``torch.cuda.memory._snapshot()`` lays them out:
+    ``{"segments": [...], "device_traces": [[...], ...]}`` (one trace list
+    per device ordinal). ``backend`` (``"cuda"``, ``"rocm"``, ``"host"``)
+    keeps only that backend's devices.
+
+        >>> import gpuport.memory as gm
+        >>> a = gm.alloc(1 << 20, device="host")
+        >>> snap = gm.snapshot("host")
+        >>> any(b["address"] == a.ptr and b["state"] == "active_allocated"
+        ...     for s in snap["segments"] for b in s["blocks"])
+        True
+        >>> a.free()
+    """
+    snap: Dict[str, Any] = pickle.loads(_core.mem_snapshot_pickle(backend))
+    return snap
+
+
+def dump_snapshot(path: "str | os.PathLike[str]", backend: Optional[str] = None) -> None:
+    """Writes :func:`snapshot` to ``path`` as the pickle PyTorch's memory
+    viewer (pytorch.org/memory_viz, ``torch.cuda._memory_viz``) reads. A path
+    that cannot be written raises ``OSError``; the history is kept.
+
+        >>> import os, pickle, tempfile
+        >>> import gpuport.memory as gm
+        >>> path = os.path.join(tempfile.mkdtemp(), "snapshot.pickle")
+        >>> gm.dump_snapshot(path, backend="host")
+        >>> with open(path, "rb") as f:
+        ...     sorted(pickle.load(f))
+        ['device_traces', 'segments']
+    """
+    data = _core.mem_snapshot_pickle(backend)
+    with open(os.fspath(path), "wb") as f:
+        f.write(data)
 
 
 def torch_allocator_library() -> Tuple[str, str, str]:

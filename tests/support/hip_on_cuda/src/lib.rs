@@ -314,6 +314,7 @@ pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, device:
 /// The CUDA attribute for a `hipDeviceAttribute_t` (numbering of ROCm 5.2..7.x).
 fn cuda_attribute(attr: c_int) -> Option<A> {
     Some(match attr {
+        9 => A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
         23 => A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
         24 => A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
         26 => A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
@@ -492,6 +493,57 @@ pub unsafe extern "C" fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, fl
         // SAFETY: the caller passes a writable pointer.
         unsafe { *ptr = d as usize as *mut c_void };
         HIP_SUCCESS
+    })
+}
+
+/// HIP's device id for managed placement (`hipCpuDeviceId`, -1: the host) as CUDA's location.
+fn managed_location(device: c_int) -> cu::CUmemLocation {
+    use cu::CUmemLocationType::{CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST};
+    match device {
+        -1 => cu::CUmemLocation { type_: CU_MEM_LOCATION_TYPE_HOST, id: 0 },
+        n => cu::CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: n },
+    }
+}
+
+/// `hipError_t hipMemPrefetchAsync(const void*, size_t, int device, hipStream_t)`.
+///
+/// # Safety
+/// `ptr..ptr+count` must be managed memory; `stream` a live stream or null.
+#[no_mangle]
+pub unsafe extern "C" fn hipMemPrefetchAsync(
+    ptr: *const c_void,
+    count: usize,
+    device: c_int,
+    stream: cu::CUstream,
+) -> HipError {
+    guard(|| {
+        try_hip!(bind());
+        // SAFETY: the caller's range and stream; flags must be 0.
+        hip(unsafe { cu::cuMemPrefetchAsync_v2(ptr as usize as u64, count, managed_location(device), 0, stream) })
+    })
+}
+
+/// `hipError_t hipMemAdvise(const void*, size_t, hipMemoryAdvise, int device)`;
+/// the advice values 1 to 6 are CUDA's.
+///
+/// # Safety
+/// `ptr..ptr+count` must be managed memory.
+#[no_mangle]
+pub unsafe extern "C" fn hipMemAdvise(ptr: *const c_void, count: usize, advice: c_int, device: c_int) -> HipError {
+    use cu::CUmem_advise::*;
+    guard(|| {
+        let advice = match advice {
+            1 => CU_MEM_ADVISE_SET_READ_MOSTLY,
+            2 => CU_MEM_ADVISE_UNSET_READ_MOSTLY,
+            3 => CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+            4 => CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+            5 => CU_MEM_ADVISE_SET_ACCESSED_BY,
+            6 => CU_MEM_ADVISE_UNSET_ACCESSED_BY,
+            _ => return HIP_ERROR_INVALID_VALUE,
+        };
+        try_hip!(bind());
+        // SAFETY: the caller's range.
+        hip(unsafe { cu::cuMemAdvise_v2(ptr as usize as u64, count, advice, managed_location(device)) })
     })
 }
 
