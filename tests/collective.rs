@@ -29,10 +29,28 @@ macro_rules! pair_tests {
         #[case::rocm("rocm:0", "rocm:1")]
         fn $name(#[case] spec0: &str, #[case] spec1: &str) {
             let Some([a, b]) = pair(spec0, spec1) else { return };
-            gpuport::on_backend!((&a, &b), (a, b) => super::$name([a.clone(), b.clone()]),
-                else => unreachable!("a pair of one backend"))
+            gpuport::on_backend!((&a, &b), (a, b) => {
+                if super::engine_or_skip(a, stringify!($name)) {
+                    super::$name([a.clone(), b.clone()])
+                }
+            }, else => unreachable!("a pair of one backend"))
         }
     )* };
+}
+
+/// Whether `device`'s collective engine loads; else a printed skip (a GPU
+/// without NCCL or RCCL).
+fn engine_or_skip<D: Device>(device: &Arc<D>, test: &str) -> bool
+where
+    D::B: CollectiveBackend,
+{
+    match Communicator::<D::B>::engine_on(device) {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "skipped: {test} on {}: {e}", device.info().spec());
+            false
+        }
+    }
 }
 
 /// Runs `body(rank, communicator)` on two threads, one rank each, joined
@@ -483,9 +501,74 @@ fn ranks_that_disagree_on_the_world_size_are_refused_at_init() {
     });
     let mine = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &host).map(|_| ());
     let theirs = other.join().unwrap();
-    for r in [&mine, &theirs] {
-        assert!(matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. })), "{r:?}");
+    // The rank that came second finds the difference; the other learns of
+    // it through the store, as of any rank's failure at init.
+    let protocol = |r: &gpuport::Result<()>| matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. }));
+    let told = |r: &gpuport::Result<()>, by: usize| {
+        matches!(r, Err(Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, reason, .. })
+            if *rank == by && reason.contains("world size"))
+    };
+    assert!(
+        (protocol(&mine) && told(&theirs, 0)) || (protocol(&theirs) && told(&mine, 1)),
+        "rank 0: {mine:?}; rank 1: {theirs:?}"
+    );
+}
+
+/// Ranks of a group of `size` on threads, meeting through one store; rank
+/// `failing` fails its initialisation (the test hook stands for a missing
+/// library): every other rank's init fails within 2 s, naming it and why,
+/// though the store would wait 60 s.
+fn a_failed_init_fails_the_others(size: usize, failing: usize) {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(60)).unwrap();
+    let addr = host.addr();
+    let results = within(Duration::from_secs(20), move || {
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..size)
+                .map(|rank| {
+                    let dev = dev.clone();
+                    let host = &host;
+                    s.spawn(move || {
+                        let store = TcpStore::connect(addr, Duration::from_secs(60)).unwrap();
+                        let store = if rank == 0 { host } else { &store };
+                        if rank == failing {
+                            // The others are already waiting when it fails.
+                            std::thread::sleep(Duration::from_millis(300));
+                            gpuport::collective::fail_next_init_on_this_thread("libnccl.so.2: not found (test)");
+                        }
+                        let start = Instant::now();
+                        let r = Communicator::<gpuport::Host>::init_rank(&dev, rank, size, store).map(|_| ());
+                        (r, start.elapsed())
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        })
+    });
+    for (rank, (r, took)) in results.iter().enumerate() {
+        let e = r.as_ref().unwrap_err();
+        if rank == failing {
+            assert!(is_collective(e, CollectiveErrorKind::Engine) && e.to_string().contains("not found"), "{e}");
+            continue;
+        }
+        assert!(
+            matches!(e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, rank: Some(me), .. }
+                if *rank == failing && *me != failing),
+            "rank {rank}: {e}"
+        );
+        assert!(e.to_string().contains("libnccl.so.2: not found (test)"), "rank {rank}: {e}");
+        assert!(*took < Duration::from_secs(2), "rank {rank} took {took:?}");
     }
+}
+
+#[test]
+fn a_rank_whose_init_fails_fails_the_others_within_two_seconds() {
+    a_failed_init_fails_the_others(4, 2);
+}
+
+#[test]
+fn a_rank_zero_whose_init_fails_fails_the_others_waiting_for_its_id() {
+    a_failed_init_fails_the_others(3, 0);
 }
 
 #[test]

@@ -12,6 +12,7 @@ use crate::error::{CollectiveErrorKind, Error, Result};
 
 use super::array::GROUP_DEPTH;
 use super::engine::{CallMode, CollectiveBackend, Engine, Op, OpKind};
+use super::rendezvous::Meeting;
 use super::TcpStore;
 
 /// How long [`Communicator::synchronize`], and the calls of a
@@ -195,21 +196,57 @@ impl<B: CollectiveBackend> Communicator<B> {
     ) -> Result<Self> {
         check_rank(rank, size)?;
         let key = format!("gpuport/communicator/{}", store.next_communicator());
-        let id_key = format!("{key}/id");
-        let id = if rank == 0 {
-            let id = B::Engine::new_id(device)?;
-            store.set(&id_key, &id)?;
-            id
-        } else {
-            store.get(&id_key)?
+        // Each rank first loads what its engine needs (a library that is
+        // missing, a device that is bad, fails here); the waits after it
+        // poll for other ranks' failures, which each rank reports under the
+        // communicator's key (see `rendezvous.rs`).
+        let engine = match B::Engine::prepare(device).and_then(|name| {
+            super::rendezvous::injected_failure(&name, rank)?;
+            Ok(name)
+        }) {
+            Ok(name) => name,
+            Err(e) => {
+                let meeting = Meeting { store, key: &key, rank, size, engine: "" };
+                meeting.report(&e);
+                return Err(e);
+            }
         };
-        // Every rank arrives before the engine's initialisation, which
-        // blocks until all ranks join: a rank that never comes is the
-        // store's typed timeout, not a hang.
-        store.barrier_as(&format!("{key}/init"), rank, size)?;
+        let meeting = Meeting { store, key: &key, rank, size, engine: &engine };
+        let met = (|| {
+            let id = if rank == 0 {
+                let id = B::Engine::new_id(device)?;
+                meeting.publish("id", &id)?;
+                id
+            } else {
+                meeting.wait("id")?
+            };
+            store.set(&format!("{key}/engines/{rank}"), engine.as_bytes())?;
+            // Every rank arrives before the engine's initialisation, which
+            // blocks until all ranks join: a rank that never comes is the
+            // store's typed timeout, not a hang, and one that failed is
+            // its error.
+            meeting.arrive("init")?;
+            meeting.same_engines(&engine)?;
+            Ok(id)
+        })();
+        let id = met.inspect_err(|e| meeting.report(e))?;
         let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))
+    }
+
+    /// The engine a communicator on `device` runs, with its version
+    /// (`"NCCL 2.28.5"`, `"host"`), loading its library: a missing or too
+    /// old NCCL or RCCL is a [`CollectiveErrorKind::Library`].
+    ///
+    /// ```
+    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::collective::Communicator;
+    /// assert_eq!(Communicator::<Host>::engine_on(&HostDevice::open(0)?)?, "host");
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn engine_on(device: &Arc<B::Device>) -> Result<String> {
+        B::Engine::prepare(device)
     }
 
     /// A new id naming one communicator, for ranks that meet through

@@ -274,6 +274,11 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// request on a library older than 2.14).
     fn mode(&self) -> CallMode;
 
+    /// Loads what the engine needs on `device` (NCCL's or RCCL's library)
+    /// and returns the engine's name and version, as [`name`](Self::name)
+    /// will: the ranks of one communicator must agree on it.
+    fn prepare(device: &Arc<B::Device>) -> Result<String>;
+
     /// A new id naming one communicator: rank 0 makes it, every rank
     /// passes it to [`init_with_id`](Self::init_with_id).
     fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>>;

@@ -57,6 +57,7 @@ pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
 pub mod operands;
+mod rendezvous;
 pub mod store;
 
 pub use crate::error::collective::ArgumentError;
@@ -64,4 +65,5 @@ pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
+pub use rendezvous::fail_next_init_on_this_thread;
 pub use store::TcpStore;

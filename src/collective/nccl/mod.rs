@@ -311,6 +311,12 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         }
     }
 
+    fn prepare(device: &Arc<GpuDevice<D>>) -> Result<String> {
+        let lib = library(D::KIND)?;
+        device.driver().bind()?;
+        Ok(engine_name(D::KIND, lib))
+    }
+
     fn new_id(device: &Arc<GpuDevice<D>>) -> Result<Vec<u8>> {
         let lib = library(D::KIND)?;
         device.driver().bind()?;
