@@ -3,7 +3,7 @@
 //! watchdog that turns a hang into an error.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,17 +27,21 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// One rank of a group of devices that run collectives together (see the
 /// [module docs](super)). Dropping it releases the engine's communicator.
 pub struct Communicator<B: CollectiveBackend> {
-    engine: B::Engine,
-    device: Arc<B::Device>,
-    rank: usize,
-    size: usize,
+    pub(super) engine: B::Engine,
+    pub(super) device: Arc<B::Device>,
+    pub(super) rank: usize,
+    pub(super) size: usize,
     aborted: AtomicBool,
-    timeout: Duration,
+    pub(super) timeout: Duration,
     /// Cross-rank checks of each collective, through the store (see
     /// [`set_checks`](Self::set_checks)).
     checks: Mutex<Option<Checks>>,
-    /// The store and key the communicator was made with, for checks.
-    store: Option<(TcpStore, String)>,
+    /// The store and key the communicator was made with, for checks,
+    /// splits and shrinks.
+    pub(super) store: Option<(TcpStore, String)>,
+    /// Splits and shrinks so far: the number names the same one on every
+    /// rank (see `regroup.rs`).
+    pub(super) regroups: AtomicU64,
 }
 
 /// The state of the cross-rank check: how many collectives were checked.
@@ -78,7 +82,7 @@ fn collective_timeout(value: Option<&str>) -> Result<Duration> {
 }
 
 impl<B: CollectiveBackend> Communicator<B> {
-    fn new(
+    pub(super) fn new(
         engine: B::Engine,
         device: Arc<B::Device>,
         rank: usize,
@@ -102,6 +106,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             timeout,
             checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
             store,
+            regroups: AtomicU64::new(0),
         }
     }
 

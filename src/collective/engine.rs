@@ -344,4 +344,52 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
 
     /// The engine's asynchronous error, if it reported one.
     fn async_error(&self) -> Result<()>;
+
+    /// The engine's own split (NCCL's and RCCL's `ncclCommSplit`): ranks
+    /// of one `color` form a communicator, ordered by `key` and then by
+    /// their rank here; `None` for `color` takes this rank in none. `None`
+    /// where the engine has no split of its own: the communicator then
+    /// meets the other ranks through its store (`regroup.rs`).
+    fn split(&self, _color: Option<u32>, _key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
+        None
+    }
+
+    /// The engine's own shrink (NCCL's `ncclCommShrink`, 2.27 on): every
+    /// rank but `exclude`, in their order here; `after_error` when the
+    /// communicator failed or was aborted. `None` where the engine has
+    /// none, as for [`split`](Self::split).
+    fn shrink(&self, _exclude: &[usize], _after_error: bool) -> Option<Result<Regrouped<Self>>> {
+        None
+    }
+
+    /// The store the engine itself meets through, and its key (the host
+    /// engine's), for splits and shrinks of a communicator made without one.
+    fn store(&self) -> Option<(&super::TcpStore, &str)> {
+        None
+    }
+
+    /// Registers `bytes` at `address` of this communicator's device with
+    /// the engine, for collectives that skip its staging copies (NCCL's
+    /// `ncclCommRegister`); the handle to [`deregister`](Self::deregister).
+    /// 0 where the engine keeps nothing (the host engine, a library
+    /// without registration).
+    fn register(&self, _address: u64, _bytes: usize) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Releases a [`register`](Self::register)ation; a 0 handle is nothing.
+    fn deregister(&self, _handle: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A communicator an engine made from another one, with this rank's
+/// place in it.
+pub struct Regrouped<E> {
+    /// The new communicator.
+    pub engine: E,
+    /// This rank in it.
+    pub rank: usize,
+    /// Its number of ranks.
+    pub size: usize,
 }

@@ -615,6 +615,10 @@ unsafe impl Engine<Host> for HostEngine {
     fn async_error(&self) -> Result<()> {
         Ok(())
     }
+
+    fn store(&self) -> Option<(&TcpStore, &str)> {
+        Some((&self.inner.store, &self.inner.key))
+    }
 }
 
 #[cfg(test)]

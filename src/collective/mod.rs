@@ -40,6 +40,9 @@
 //!   server, which trusts no client;
 //! - `engine.rs`: what an engine does, the collectives' description ([`Op`]);
 //! - `communicator.rs`: [`Communicator`], its checks and its watchdog;
+//! - `rendezvous.rs`: ranks meeting to make a communicator, failing fast
+//!   when one of them fails;
+//! - `regroup.rs`: [`Communicator::split`] and [`Communicator::shrink`];
 //! - `array.rs`: collectives on `MemArray`s;
 //! - `nccl/`: the NCCL/RCCL table and the GPU engine;
 //! - `host.rs`: the host engine;
@@ -57,6 +60,7 @@ pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
 pub mod operands;
+mod regroup;
 mod rendezvous;
 pub mod store;
 
