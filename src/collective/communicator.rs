@@ -245,7 +245,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// old NCCL or RCCL is a [`CollectiveErrorKind::Library`].
     ///
     /// ```
-    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::{Device, Host, HostDevice};
     /// use gpuport::collective::Communicator;
     /// assert_eq!(Communicator::<Host>::engine_on(&HostDevice::open(0)?)?, "host");
     /// # Ok::<(), gpuport::Error>(())

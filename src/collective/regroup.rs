@@ -49,7 +49,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::{Device, Host, HostDevice};
     /// use gpuport::collective::{Communicator, TcpStore};
     /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
     /// let comm = Communicator::<Host>::init_rank(&HostDevice::open(0)?, 0, 1, &store)?;
@@ -88,7 +88,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use gpuport::{Host, HostDevice};
+    /// use gpuport::{Device, Host, HostDevice};
     /// use gpuport::collective::{Communicator, TcpStore};
     /// let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(30))?;
     /// let comm = Communicator::<Host>::init_rank(&HostDevice::open(0)?, 0, 1, &store)?;
