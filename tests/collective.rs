@@ -209,6 +209,41 @@ where
     }
 }
 
+fn registered_memory_runs_collectives_and_another_devices_is_refused<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let comms = Communicator::<D::B>::init_all(&devs).unwrap();
+    let mut bufs = [devs[0].alloc(1 << 20).unwrap(), devs[1].alloc(1 << 20).unwrap()];
+    for (i, (d, b)) in devs.iter().zip(&mut bufs).enumerate() {
+        d.copy_to_device(&vec![i as u8 + 1; 1 << 20], b, 0).unwrap();
+    }
+    {
+        let held: Vec<_> = comms.iter().zip(&bufs).map(|(c, b)| c.register(b).unwrap()).collect();
+        let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::UInt8, count: 1 << 20 };
+        let streams = [devs[0].default_stream(), devs[1].default_stream()];
+        Communicator::<D::B>::group(|| {
+            for (i, c) in comms.iter().enumerate() {
+                // SAFETY: the buffers live to the end of the test, after the synchronize below.
+                unsafe { c.enqueue(&op, &bufs[i], &bufs[i], streams[i])? };
+            }
+            Ok(())
+        })
+        .unwrap();
+        for (i, c) in comms.iter().enumerate() {
+            c.synchronize(streams[i]).unwrap();
+            let mut out = vec![0u8; 1 << 20];
+            devs[i].copy_to_host(&bufs[i], 0, &mut out).unwrap();
+            assert!(out.iter().all(|&x| x == 3), "rank {i}");
+        }
+        drop(held);
+    }
+    if devs[0].info().ordinal != devs[1].info().ordinal {
+        let e = comms[0].register(&bufs[1]).unwrap_err();
+        assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    }
+}
+
 fn mismatched_calls_are_errors_on_every_rank<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
@@ -411,6 +446,7 @@ mod pairs {
     pair_tests!(
         every_collective_gives_the_right_values,
         one_process_drives_both_ranks_in_a_group,
+        registered_memory_runs_collectives_and_another_devices_is_refused,
         mismatched_calls_are_errors_on_every_rank,
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,

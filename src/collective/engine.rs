@@ -354,11 +354,12 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
         None
     }
 
-    /// The engine's own shrink (NCCL's `ncclCommShrink`, 2.27 on): every
-    /// rank but `exclude`, in their order here; `after_error` when the
-    /// communicator failed or was aborted. `None` where the engine has
-    /// none, as for [`split`](Self::split).
-    fn shrink(&self, _exclude: &[usize], _after_error: bool) -> Option<Result<Regrouped<Self>>> {
+    /// The engine's own shrink (NCCL's `ncclCommShrink`, 2.27 on) of this
+    /// group of `size`: every rank but `exclude` (sorted, without this
+    /// rank), in their order here; `after_error` when the communicator
+    /// failed or was aborted. `None` where the engine has none, as for
+    /// [`split`](Self::split).
+    fn shrink(&self, _size: usize, _exclude: &[usize], _after_error: bool) -> Option<Result<Regrouped<Self>>> {
         None
     }
 

@@ -43,6 +43,7 @@
 //! - `rendezvous.rs`: ranks meeting to make a communicator, failing fast
 //!   when one of them fails;
 //! - `regroup.rs`: [`Communicator::split`] and [`Communicator::shrink`];
+//! - `registration.rs`: [`Communicator::register`];
 //! - `array.rs`: collectives on `MemArray`s;
 //! - `nccl/`: the NCCL/RCCL table and the GPU engine;
 //! - `host.rs`: the host engine;
@@ -60,6 +61,7 @@ pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
 pub mod operands;
+mod registration;
 mod regroup;
 mod rendezvous;
 pub mod store;
@@ -69,5 +71,6 @@ pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
+pub use registration::Registration;
 pub use rendezvous::fail_next_init_on_this_thread;
 pub use store::TcpStore;

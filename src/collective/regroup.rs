@@ -112,7 +112,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             });
         }
         let n = self.regroups.fetch_add(1, Ordering::Relaxed);
-        if let Some(native) = self.engine.shrink(&excluded, self.is_aborted()) {
+        if let Some(native) = self.engine.shrink(self.size, &excluded, self.is_aborted()) {
             return self.child(native?, n, 0);
         }
         let members: Vec<usize> = (0..self.size).filter(|r| excluded.binary_search(r).is_err()).collect();
