@@ -1,7 +1,7 @@
 """gpuport.distributed beyond one group of one node, on the host engine in
-processes the launcher starts: split, recovery after a rank dies (abort,
-then shrink), and a job of two nodes on one machine (two launchers, their
-store on a second loopback address)."""
+processes the launcher starts: ranks that fail fast at init, split,
+recovery after a rank dies (abort, then shrink), and a job of two nodes on
+one machine (two launchers, their store on a second loopback address)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,35 @@ def finish(p: subprocess.Popen[str], timeout: float = 60) -> str:
     out, _ = p.communicate(timeout=timeout)
     assert p.returncode == 0, out
     return out
+
+
+def test_a_rank_that_fails_at_init_fails_the_other_within_two_seconds(tmp_path):
+    """Rank 1 comes for a world of 3: whichever rank comes second finds the
+    difference, and the other learns of it through the store at once,
+    though the store would wait its default 300 s."""
+    body = """
+    import os, time
+    import gpuport
+    from gpuport import distributed as dist
+    r = int(os.environ["GPUPORT_RANK"])
+    store = dist.TcpStore.from_env(r)
+    start = time.monotonic()
+    try:
+        dist.init(device="host", rank=r, world_size=3 if r == 1 else 2, store=store)
+    except gpuport.CollectiveError as e:
+        assert e.kind == "peer_init_failed" and "world" in str(e), e
+        print(f"rank {r} told in {time.monotonic() - start:.2f} s")
+    except Exception as e:
+        assert "world size" in str(e), e
+        print(f"rank {r} found it")
+    else:
+        raise AssertionError("init with another world size returned")
+    """
+    p = launch(tmp_path, body, "-n", "2")
+    out = finish(p)
+    told = [line for line in out.splitlines() if "told in" in line]
+    assert len(told) == 1 and "found it" in out, out
+    assert float(told[0].split()[4]) < 2.0, out
 
 
 def test_split_groups_ranks_by_color_and_key(tmp_path):
