@@ -157,6 +157,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// NCCL's or RCCL's own initialisation, a
     /// [`CollectiveErrorKind::Timeout`]); the communicator's
     /// [`timeout`](Self::timeout) then is `GPUPORT_COLLECTIVE_TIMEOUT`'s.
+    /// A rank that fails before the engine's initialisation (its library
+    /// missing or of another version than rank 0's, its device bad) writes
+    /// why to the store, and the ranks waiting for it fail within about
+    /// 20 ms with [`CollectiveErrorKind::PeerInitFailed`] naming it.
     ///
     /// ```
     /// use std::time::Duration;

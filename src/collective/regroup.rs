@@ -43,7 +43,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// by their rank here. A negative `color` (NCCL's `NCCL_SPLIT_NOCOLOR`)
     /// puts this rank in none: `None`. A color no other rank gives makes a
     /// communicator of one rank. Runs over `ncclCommSplit` where the library
-    /// has it, else through the store (see [`regroup.rs`](self)); each rank
+    /// has it, else through the store (see `src/collective/regroup.rs`); each rank
     /// of a group [`init_all`](Self::init_all) made calls it from its own
     /// thread. Waits up to [`timeout`](Self::timeout) for the other ranks.
     ///
@@ -83,7 +83,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// collective's `Timeout` or `RemoteFailure`. Runs over
     /// `ncclCommShrink` (NCCL 2.27 on) where the library has it and the
     /// communicator was not aborted, else through the store among the
-    /// survivors (see [`regroup.rs`](self)): then the store's host, rank 0
+    /// survivors (see `src/collective/regroup.rs`): then the store's host, rank 0
     /// of the job, must be alive. This communicator is left as it is.
     ///
     /// ```
