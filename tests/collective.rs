@@ -287,6 +287,62 @@ where
     assert!(is_collective(&e, CollectiveErrorKind::Aborted), "{e}");
 }
 
+/// The sum over `comm`'s ranks of `[x, 2 x]`, read on the host.
+fn sum_of<B: CollectiveBackend>(comm: &Communicator<B>, x: f32) -> Vec<f32> {
+    let d = comm.device().clone();
+    let mut a = MemArray::<f32, 1, _>::from_vec(&d, [2], vec![x, 2.0 * x]).unwrap();
+    comm.all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream()).unwrap();
+    read(&mut a)
+}
+
+/// Split (over `ncclCommSplit` where the library has it) and shrink of a
+/// healthy communicator (`ncclCommShrink`, NCCL 2.27) make communicators
+/// that all-reduce the right values.
+fn split_and_shrink_make_working_communicators<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    within(Duration::from_secs(120), move || {
+        two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+            let alone = comm.split(rank as i32, 0).unwrap().unwrap();
+            assert_eq!((alone.rank(), alone.size()), (0, 1));
+            assert_eq!(sum_of(&alone, 3.0), vec![3.0, 6.0]);
+            let reversed = comm.split(7, -(rank as i32)).unwrap().unwrap();
+            assert_eq!((reversed.rank(), reversed.size()), (1 - rank, 2));
+            assert_eq!(sum_of(&reversed, 1.0 + rank as f32), vec![3.0, 6.0]);
+            assert!(comm.split(-1, 0).unwrap().is_none());
+            let same = comm.shrink(&[]).unwrap();
+            assert_eq!((same.rank(), same.size()), (rank, 2));
+            assert_eq!(sum_of(&same, 2.0), vec![4.0, 8.0]);
+            // The parent goes on too.
+            assert_eq!(sum_of(&comm, 1.0), vec![2.0, 4.0]);
+        });
+    });
+}
+
+/// Rank 1 leaves (aborts its communicator); rank 0 shrinks past it
+/// (`ncclCommShrink` where the library has it) and all-reduces alone.
+fn a_survivor_shrinks_past_a_rank_that_left<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    within(Duration::from_secs(120), move || {
+        two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+            assert_eq!(sum_of(&comm, 1.0), vec![2.0, 4.0]);
+            if rank == 1 {
+                comm.abort().unwrap();
+                return;
+            }
+            let alone = comm.shrink(&[1]).unwrap();
+            // The former communicator is done with (the host engine's rank 0
+            // would otherwise wait, on drop, for rank 1 to leave it).
+            comm.abort().unwrap();
+            assert_eq!((alone.rank(), alone.size()), (0, 1));
+            assert_eq!(sum_of(&alone, 5.0), vec![5.0, 10.0]);
+        });
+    });
+}
+
 fn a_rank_that_stops_calling_is_a_timeout_not_a_hang<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
@@ -447,6 +503,8 @@ mod pairs {
         every_collective_gives_the_right_values,
         one_process_drives_both_ranks_in_a_group,
         registered_memory_runs_collectives_and_another_devices_is_refused,
+        split_and_shrink_make_working_communicators,
+        a_survivor_shrinks_past_a_rank_that_left,
         mismatched_calls_are_errors_on_every_rank,
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,
