@@ -51,7 +51,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// writes it without staging copies. Memory of another device is a
     /// [`Error::DeviceMismatch`]. On the host engine, or a library without
     /// `ncclCommRegister`, it registers nothing ([`Registration::is_held`]
-    /// is false) and collectives run as before.
+    /// is false) and collectives run as before. The registration borrows
+    /// `memory`, so it cannot be freed while registered (NCCL asks for the
+    /// deregistration first); collectives on it go through
+    /// [`enqueue`](Self::enqueue), which takes it shared.
     ///
     /// ```
     /// use gpuport::{Device, Host, HostDevice};
