@@ -29,10 +29,28 @@ macro_rules! pair_tests {
         #[case::rocm("rocm:0", "rocm:1")]
         fn $name(#[case] spec0: &str, #[case] spec1: &str) {
             let Some([a, b]) = pair(spec0, spec1) else { return };
-            gpuport::on_backend!((&a, &b), (a, b) => super::$name([a.clone(), b.clone()]),
-                else => unreachable!("a pair of one backend"))
+            gpuport::on_backend!((&a, &b), (a, b) => {
+                if super::engine_or_skip(a, stringify!($name)) {
+                    super::$name([a.clone(), b.clone()])
+                }
+            }, else => unreachable!("a pair of one backend"))
         }
     )* };
+}
+
+/// Whether `device`'s collective engine loads; else a printed skip (a GPU
+/// without NCCL or RCCL).
+fn engine_or_skip<D: Device>(device: &Arc<D>, test: &str) -> bool
+where
+    D::B: CollectiveBackend,
+{
+    match Communicator::<D::B>::engine_on(device) {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "skipped: {test} on {}: {e}", device.info().spec());
+            false
+        }
+    }
 }
 
 /// Runs `body(rank, communicator)` on two threads, one rank each, joined
@@ -191,6 +209,41 @@ where
     }
 }
 
+fn registered_memory_runs_collectives_and_another_devices_is_refused<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    let comms = Communicator::<D::B>::init_all(&devs).unwrap();
+    let mut bufs = [devs[0].alloc(1 << 20).unwrap(), devs[1].alloc(1 << 20).unwrap()];
+    for (i, (d, b)) in devs.iter().zip(&mut bufs).enumerate() {
+        d.copy_to_device(&vec![i as u8 + 1; 1 << 20], b, 0).unwrap();
+    }
+    {
+        let held: Vec<_> = comms.iter().zip(&bufs).map(|(c, b)| c.register(b).unwrap()).collect();
+        let op = Op { kind: OpKind::AllReduce(ReduceOp::Sum), dtype: DType::UInt8, count: 1 << 20 };
+        let streams = [devs[0].default_stream(), devs[1].default_stream()];
+        Communicator::<D::B>::group(|| {
+            for (i, c) in comms.iter().enumerate() {
+                // SAFETY: the buffers live to the end of the test, after the synchronize below.
+                unsafe { c.enqueue(&op, &bufs[i], &bufs[i], streams[i])? };
+            }
+            Ok(())
+        })
+        .unwrap();
+        for (i, c) in comms.iter().enumerate() {
+            c.synchronize(streams[i]).unwrap();
+            let mut out = vec![0u8; 1 << 20];
+            devs[i].copy_to_host(&bufs[i], 0, &mut out).unwrap();
+            assert!(out.iter().all(|&x| x == 3), "rank {i}");
+        }
+        drop(held);
+    }
+    if devs[0].info().ordinal != devs[1].info().ordinal {
+        let e = comms[0].register(&bufs[1]).unwrap_err();
+        assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    }
+}
+
 fn mismatched_calls_are_errors_on_every_rank<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
@@ -232,6 +285,62 @@ where
     let mut a = MemArray::<f32, 1, D>::zeros(&devs[0], [4]).unwrap();
     let e = comms[0].all_reduce_array(&mut a, ReduceOp::Sum, devs[0].default_stream()).unwrap_err();
     assert!(is_collective(&e, CollectiveErrorKind::Aborted), "{e}");
+}
+
+/// The sum over `comm`'s ranks of `[x, 2 x]`, read on the host.
+fn sum_of<B: CollectiveBackend>(comm: &Communicator<B>, x: f32) -> Vec<f32> {
+    let d = comm.device().clone();
+    let mut a = MemArray::<f32, 1, _>::from_vec(&d, [2], vec![x, 2.0 * x]).unwrap();
+    comm.all_reduce_array(&mut a, ReduceOp::Sum, d.default_stream()).unwrap();
+    read(&mut a)
+}
+
+/// Split (over `ncclCommSplit` where the library has it) and shrink of a
+/// healthy communicator (`ncclCommShrink`, NCCL 2.27) make communicators
+/// that all-reduce the right values.
+fn split_and_shrink_make_working_communicators<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    within(Duration::from_secs(120), move || {
+        two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+            let alone = comm.split(rank as i32, 0).unwrap().unwrap();
+            assert_eq!((alone.rank(), alone.size()), (0, 1));
+            assert_eq!(sum_of(&alone, 3.0), vec![3.0, 6.0]);
+            let reversed = comm.split(7, -(rank as i32)).unwrap().unwrap();
+            assert_eq!((reversed.rank(), reversed.size()), (1 - rank, 2));
+            assert_eq!(sum_of(&reversed, 1.0 + rank as f32), vec![3.0, 6.0]);
+            assert!(comm.split(-1, 0).unwrap().is_none());
+            let same = comm.shrink(&[]).unwrap();
+            assert_eq!((same.rank(), same.size()), (rank, 2));
+            assert_eq!(sum_of(&same, 2.0), vec![4.0, 8.0]);
+            // The parent goes on too.
+            assert_eq!(sum_of(&comm, 1.0), vec![2.0, 4.0]);
+        });
+    });
+}
+
+/// Rank 1 leaves (aborts its communicator); rank 0 shrinks past it
+/// (`ncclCommShrink` where the library has it) and all-reduces alone.
+fn a_survivor_shrinks_past_a_rank_that_left<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    within(Duration::from_secs(120), move || {
+        two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
+            assert_eq!(sum_of(&comm, 1.0), vec![2.0, 4.0]);
+            if rank == 1 {
+                comm.abort().unwrap();
+                return;
+            }
+            let alone = comm.shrink(&[1]).unwrap();
+            // The former communicator is done with (the host engine's rank 0
+            // would otherwise wait, on drop, for rank 1 to leave it).
+            comm.abort().unwrap();
+            assert_eq!((alone.rank(), alone.size()), (0, 1));
+            assert_eq!(sum_of(&alone, 5.0), vec![5.0, 10.0]);
+        });
+    });
 }
 
 fn a_rank_that_stops_calling_is_a_timeout_not_a_hang<D: Device>(devs: [Arc<D>; 2])
@@ -393,6 +502,9 @@ mod pairs {
     pair_tests!(
         every_collective_gives_the_right_values,
         one_process_drives_both_ranks_in_a_group,
+        registered_memory_runs_collectives_and_another_devices_is_refused,
+        split_and_shrink_make_working_communicators,
+        a_survivor_shrinks_past_a_rank_that_left,
         mismatched_calls_are_errors_on_every_rank,
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,
@@ -483,9 +595,74 @@ fn ranks_that_disagree_on_the_world_size_are_refused_at_init() {
     });
     let mine = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &host).map(|_| ());
     let theirs = other.join().unwrap();
-    for r in [&mine, &theirs] {
-        assert!(matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. })), "{r:?}");
+    // The rank that came second finds the difference; the other learns of
+    // it through the store, as of any rank's failure at init.
+    let protocol = |r: &gpuport::Result<()>| matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. }));
+    let told = |r: &gpuport::Result<()>, by: usize| {
+        matches!(r, Err(Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, reason, .. })
+            if *rank == by && reason.contains("world size"))
+    };
+    assert!(
+        (protocol(&mine) && told(&theirs, 0)) || (protocol(&theirs) && told(&mine, 1)),
+        "rank 0: {mine:?}; rank 1: {theirs:?}"
+    );
+}
+
+/// Ranks of a group of `size` on threads, meeting through one store; rank
+/// `failing` fails its initialisation (the test hook stands for a missing
+/// library): every other rank's init fails within 2 s, naming it and why,
+/// though the store would wait 60 s.
+fn a_failed_init_fails_the_others(size: usize, failing: usize) {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(60)).unwrap();
+    let addr = host.addr();
+    let results = within(Duration::from_secs(20), move || {
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..size)
+                .map(|rank| {
+                    let dev = dev.clone();
+                    let host = &host;
+                    s.spawn(move || {
+                        let store = TcpStore::connect(addr, Duration::from_secs(60)).unwrap();
+                        let store = if rank == 0 { host } else { &store };
+                        if rank == failing {
+                            // The others are already waiting when it fails.
+                            std::thread::sleep(Duration::from_millis(300));
+                            gpuport::collective::fail_next_init_on_this_thread("libnccl.so.2: not found (test)");
+                        }
+                        let start = Instant::now();
+                        let r = Communicator::<gpuport::Host>::init_rank(&dev, rank, size, store).map(|_| ());
+                        (r, start.elapsed())
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        })
+    });
+    for (rank, (r, took)) in results.iter().enumerate() {
+        let e = r.as_ref().unwrap_err();
+        if rank == failing {
+            assert!(is_collective(e, CollectiveErrorKind::Engine) && e.to_string().contains("not found"), "{e}");
+            continue;
+        }
+        assert!(
+            matches!(e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, rank: Some(me), .. }
+                if *rank == failing && *me != failing),
+            "rank {rank}: {e}"
+        );
+        assert!(e.to_string().contains("libnccl.so.2: not found (test)"), "rank {rank}: {e}");
+        assert!(*took < Duration::from_secs(2), "rank {rank} took {took:?}");
     }
+}
+
+#[test]
+fn a_rank_whose_init_fails_fails_the_others_within_two_seconds() {
+    a_failed_init_fails_the_others(4, 2);
+}
+
+#[test]
+fn a_rank_zero_whose_init_fails_fails_the_others_waiting_for_its_id() {
+    a_failed_init_fails_the_others(3, 0);
 }
 
 #[test]

@@ -177,6 +177,16 @@ impl AnyCommunicator {
         on_backend!(self, c => c.abort())
     }
 
+    /// See [`Communicator::split`].
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Self>> {
+        on_backend!(self, c => Ok(c.split(color, key)?.map(|child| wrap(c.device(), child))))
+    }
+
+    /// See [`Communicator::shrink`].
+    pub fn shrink(&self, exclude: &[usize]) -> Result<Self> {
+        on_backend!(self, c => Ok(wrap(c.device(), c.shrink(exclude)?)))
+    }
+
     /// See [`Communicator::is_aborted`].
     pub fn is_aborted(&self) -> bool {
         on_backend!(self, c => c.is_aborted())

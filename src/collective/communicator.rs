@@ -3,7 +3,7 @@
 //! watchdog that turns a hang into an error.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use crate::error::{CollectiveErrorKind, Error, Result};
 
 use super::array::GROUP_DEPTH;
 use super::engine::{CallMode, CollectiveBackend, Engine, Op, OpKind};
+use super::rendezvous::Meeting;
 use super::TcpStore;
 
 /// How long [`Communicator::synchronize`], and the calls of a
@@ -26,17 +27,21 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// One rank of a group of devices that run collectives together (see the
 /// [module docs](super)). Dropping it releases the engine's communicator.
 pub struct Communicator<B: CollectiveBackend> {
-    engine: B::Engine,
-    device: Arc<B::Device>,
-    rank: usize,
-    size: usize,
+    pub(super) engine: B::Engine,
+    pub(super) device: Arc<B::Device>,
+    pub(super) rank: usize,
+    pub(super) size: usize,
     aborted: AtomicBool,
-    timeout: Duration,
+    pub(super) timeout: Duration,
     /// Cross-rank checks of each collective, through the store (see
     /// [`set_checks`](Self::set_checks)).
     checks: Mutex<Option<Checks>>,
-    /// The store and key the communicator was made with, for checks.
-    store: Option<(TcpStore, String)>,
+    /// The store and key the communicator was made with, for checks,
+    /// splits and shrinks.
+    pub(super) store: Option<(TcpStore, String)>,
+    /// Splits and shrinks so far: the number names the same one on every
+    /// rank (see `regroup.rs`).
+    pub(super) regroups: AtomicU64,
 }
 
 /// The state of the cross-rank check: how many collectives were checked.
@@ -77,7 +82,7 @@ fn collective_timeout(value: Option<&str>) -> Result<Duration> {
 }
 
 impl<B: CollectiveBackend> Communicator<B> {
-    fn new(
+    pub(super) fn new(
         engine: B::Engine,
         device: Arc<B::Device>,
         rank: usize,
@@ -101,6 +106,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             timeout,
             checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
             store,
+            regroups: AtomicU64::new(0),
         }
     }
 
@@ -151,6 +157,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// NCCL's or RCCL's own initialisation, a
     /// [`CollectiveErrorKind::Timeout`]); the communicator's
     /// [`timeout`](Self::timeout) then is `GPUPORT_COLLECTIVE_TIMEOUT`'s.
+    /// A rank that fails before the engine's initialisation (its library
+    /// missing or of another version than rank 0's, its device bad) writes
+    /// why to the store, and the ranks waiting for it fail within about
+    /// 20 ms with [`CollectiveErrorKind::PeerInitFailed`] naming it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -195,21 +205,57 @@ impl<B: CollectiveBackend> Communicator<B> {
     ) -> Result<Self> {
         check_rank(rank, size)?;
         let key = format!("gpuport/communicator/{}", store.next_communicator());
-        let id_key = format!("{key}/id");
-        let id = if rank == 0 {
-            let id = B::Engine::new_id(device)?;
-            store.set(&id_key, &id)?;
-            id
-        } else {
-            store.get(&id_key)?
+        // Each rank first loads what its engine needs (a library that is
+        // missing, a device that is bad, fails here); the waits after it
+        // poll for other ranks' failures, which each rank reports under the
+        // communicator's key (see `rendezvous.rs`).
+        let engine = match B::Engine::prepare(device).and_then(|name| {
+            super::rendezvous::injected_failure(&name, rank)?;
+            Ok(name)
+        }) {
+            Ok(name) => name,
+            Err(e) => {
+                let meeting = Meeting { store, key: &key, rank, size, engine: "" };
+                meeting.report(&e);
+                return Err(e);
+            }
         };
-        // Every rank arrives before the engine's initialisation, which
-        // blocks until all ranks join: a rank that never comes is the
-        // store's typed timeout, not a hang.
-        store.barrier_as(&format!("{key}/init"), rank, size)?;
+        let meeting = Meeting { store, key: &key, rank, size, engine: &engine };
+        let met = (|| {
+            let id = if rank == 0 {
+                let id = B::Engine::new_id(device)?;
+                meeting.publish("id", &id)?;
+                id
+            } else {
+                meeting.wait("id")?
+            };
+            store.set(&format!("{key}/engines/{rank}"), engine.as_bytes())?;
+            // Every rank arrives before the engine's initialisation, which
+            // blocks until all ranks join: a rank that never comes is the
+            // store's typed timeout, not a hang, and one that failed is
+            // its error.
+            meeting.arrive("init")?;
+            meeting.same_engines(&engine)?;
+            Ok(id)
+        })();
+        let id = met.inspect_err(|e| meeting.report(e))?;
         let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))
+    }
+
+    /// The engine a communicator on `device` runs, with its version
+    /// (`"NCCL 2.28.5"`, `"host"`), loading its library: a missing or too
+    /// old NCCL or RCCL is a [`CollectiveErrorKind::Library`].
+    ///
+    /// ```
+    /// use gpuport::{Device, Host, HostDevice};
+    /// use gpuport::collective::Communicator;
+    /// assert_eq!(Communicator::<Host>::engine_on(&HostDevice::open(0)?)?, "host");
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn engine_on(device: &Arc<B::Device>) -> Result<String> {
+        B::Engine::prepare(device)
     }
 
     /// A new id naming one communicator, for ranks that meet through

@@ -274,6 +274,11 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// request on a library older than 2.14).
     fn mode(&self) -> CallMode;
 
+    /// Loads what the engine needs on `device` (NCCL's or RCCL's library)
+    /// and returns the engine's name and version, as [`name`](Self::name)
+    /// will: the ranks of one communicator must agree on it.
+    fn prepare(device: &Arc<B::Device>) -> Result<String>;
+
     /// A new id naming one communicator: rank 0 makes it, every rank
     /// passes it to [`init_with_id`](Self::init_with_id).
     fn new_id(device: &Arc<B::Device>) -> Result<Vec<u8>>;
@@ -339,4 +344,53 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
 
     /// The engine's asynchronous error, if it reported one.
     fn async_error(&self) -> Result<()>;
+
+    /// The engine's own split (NCCL's and RCCL's `ncclCommSplit`): ranks
+    /// of one `color` form a communicator, ordered by `key` and then by
+    /// their rank here; `None` for `color` takes this rank in none. `None`
+    /// where the engine has no split of its own: the communicator then
+    /// meets the other ranks through its store (`regroup.rs`).
+    fn split(&self, _color: Option<u32>, _key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
+        None
+    }
+
+    /// The engine's own shrink (NCCL's `ncclCommShrink`, 2.27 on) of this
+    /// group of `size`: every rank but `exclude` (sorted, without this
+    /// rank), in their order here; `after_error` when the communicator
+    /// failed or was aborted. `None` where the engine has none, as for
+    /// [`split`](Self::split).
+    fn shrink(&self, _size: usize, _exclude: &[usize], _after_error: bool) -> Option<Result<Regrouped<Self>>> {
+        None
+    }
+
+    /// The store the engine itself meets through, and its key (the host
+    /// engine's), for splits and shrinks of a communicator made without one.
+    fn store(&self) -> Option<(&super::TcpStore, &str)> {
+        None
+    }
+
+    /// Registers `bytes` at `address` of this communicator's device with
+    /// the engine, for collectives that skip its staging copies (NCCL's
+    /// `ncclCommRegister`); the handle to [`deregister`](Self::deregister).
+    /// 0 where the engine keeps nothing (the host engine, a library
+    /// without registration).
+    fn register(&self, _address: u64, _bytes: usize) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Releases a [`register`](Self::register)ation; a 0 handle is nothing.
+    fn deregister(&self, _handle: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A communicator an engine made from another one, with this rank's
+/// place in it.
+pub struct Regrouped<E> {
+    /// The new communicator.
+    pub engine: E,
+    /// This rank in it.
+    pub rank: usize,
+    /// Its number of ranks.
+    pub size: usize,
 }

@@ -441,6 +441,10 @@ unsafe impl Engine<Host> for HostEngine {
         CallMode::Bounded
     }
 
+    fn prepare(_device: &Arc<HostDevice>) -> Result<String> {
+        Ok("host".into())
+    }
+
     fn new_id(_device: &Arc<HostDevice>) -> Result<Vec<u8>> {
         // Rank 0 hosts the group's own store; the id is its address (on
         // `GPUPORT_MASTER_ADDR` when set, so that other machines reach it)
@@ -610,6 +614,10 @@ unsafe impl Engine<Host> for HostEngine {
 
     fn async_error(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn store(&self) -> Option<(&TcpStore, &str)> {
+        Some((&self.inner.store, &self.inner.key))
     }
 }
 

@@ -40,6 +40,10 @@
 //!   server, which trusts no client;
 //! - `engine.rs`: what an engine does, the collectives' description ([`Op`]);
 //! - `communicator.rs`: [`Communicator`], its checks and its watchdog;
+//! - `rendezvous.rs`: ranks meeting to make a communicator, failing fast
+//!   when one of them fails;
+//! - `regroup.rs`: [`Communicator::split`] and [`Communicator::shrink`];
+//! - `registration.rs`: [`Communicator::register`];
 //! - `array.rs`: collectives on `MemArray`s;
 //! - `nccl/`: the NCCL/RCCL table and the GPU engine;
 //! - `host.rs`: the host engine;
@@ -57,6 +61,9 @@ pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
 pub mod operands;
+mod registration;
+mod regroup;
+mod rendezvous;
 pub mod store;
 
 pub use crate::error::collective::ArgumentError;
@@ -64,4 +71,6 @@ pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
+pub use registration::Registration;
+pub use rendezvous::fail_next_init_on_this_thread;
 pub use store::TcpStore;

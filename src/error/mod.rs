@@ -320,6 +320,12 @@ pub enum CollectiveErrorKind {
     /// Another rank failed, or the engine reported an asynchronous error;
     /// the communicator was aborted.
     RemoteFailure,
+    /// Another rank's part of the communicator's initialisation failed
+    /// (its library, device or version); the reason says why.
+    PeerInitFailed {
+        /// The rank that failed.
+        rank: usize,
+    },
 }
 
 /// How a [`TcpStore`](crate::collective::TcpStore) call failed ([`Error::Store`]).

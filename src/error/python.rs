@@ -170,6 +170,7 @@ impl CollectiveErrorKind {
             CollectiveErrorKind::Timeout => "timeout",
             CollectiveErrorKind::Aborted => "aborted",
             CollectiveErrorKind::RemoteFailure => "remote_failure",
+            CollectiveErrorKind::PeerInitFailed { .. } => "peer_init_failed",
         }
     }
 }

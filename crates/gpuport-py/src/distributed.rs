@@ -361,6 +361,39 @@ impl PyCommunicator {
         Ok(self.lock(py)?.is_aborted())
     }
 
+    /// Splits the group: every rank calls it, and the ranks that give the
+    /// same ``color`` form a new communicator, ordered by ``key`` and then
+    /// by rank; a negative ``color`` puts this rank in none (``None``).
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> comm = dist.Communicator.init_rank("host", 0, 1, store)
+    ///     >>> comm.split(3).size, comm.split(-1)
+    ///     (1, None)
+    #[pyo3(signature = (color, key=0))]
+    fn split(&self, py: Python<'_>, color: i32, key: i32) -> PyResult<Option<Self>> {
+        let comm = self.lock(py)?;
+        let c: &AnyCommunicator = &comm;
+        let child = py.detach(|| c.split(color, key)).py_err_in(py, "split")?;
+        Ok(child.map(PyCommunicator::new))
+    }
+
+    /// A communicator of every rank but ``exclude`` (ranks that died), in
+    /// their order here: what the survivors of a failure call, all with the
+    /// same ``exclude``, after ``abort()`` or a collective that failed.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+    ///     >>> comm = dist.Communicator.init_rank("host", 0, 1, store)
+    ///     >>> comm.abort(); comm.shrink([]).size
+    ///     1
+    fn shrink(&self, py: Python<'_>, exclude: Vec<usize>) -> PyResult<Self> {
+        let comm = self.lock(py)?;
+        let c: &AnyCommunicator = &comm;
+        let child = py.detach(|| c.shrink(&exclude)).py_err_in(py, "shrink")?;
+        Ok(PyCommunicator::new(child))
+    }
+
     /// Enqueues one collective (``kind``) reading ``send`` and writing
     /// ``recv`` (pointer-like objects; ``None`` where the collective has no
     /// such side) of ``count`` elements of ``dtype``, on ``stream``.

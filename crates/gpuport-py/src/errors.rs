@@ -292,7 +292,8 @@ synchronous_call
             "A collective or a communicator of gpuport.distributed failed. `kind` says how: \"library\" (NCCL or \
              RCCL missing or too old), \"engine\" (a call of the engine failed), \"mismatch\" (the ranks called \
              different collectives, counts, types or roots), \"timeout\" (no progress in time; the communicator \
-             was aborted), \"aborted\" or \"remote_failure\" (another rank or the network failed).",
+             was aborted), \"aborted\", \"remote_failure\" (another rank or the network failed) or \
+             \"peer_init_failed\" (another rank's initialisation failed; the message names it and says why).",
             r#"
 >>> import gpuport
 >>> from gpuport import distributed as dist

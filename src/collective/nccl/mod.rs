@@ -32,6 +32,7 @@
 //! broadcast, all-gather, send and receive move bytes, so they take any type.
 
 mod comm;
+mod regroup;
 mod sys;
 mod wait;
 
@@ -45,7 +46,7 @@ use crate::backend::library::LibrarySpec;
 use crate::backend::{address_to_usize, Device, DeviceMemory, Stream};
 use crate::error::{BackendKind, CollectiveErrorKind, Error, Result};
 
-use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp};
+use super::engine::{sealed, CallMode, CollectiveBackend, Engine, Op, OpKind, ReduceOp, Regrouped};
 
 pub use sys::NCCL_UNIQUE_ID_BYTES;
 
@@ -317,6 +318,12 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         }
     }
 
+    fn prepare(device: &Arc<GpuDevice<D>>) -> Result<String> {
+        let lib = library(D::KIND)?;
+        device.driver().bind()?;
+        Ok(engine_name(D::KIND, lib))
+    }
+
     fn new_id(device: &Arc<GpuDevice<D>>) -> Result<Vec<u8>> {
         let lib = library(D::KIND)?;
         device.driver().bind()?;
@@ -524,6 +531,29 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         } else {
             self.comm.check("a collective (asynchronous error)", state)
         }
+    }
+
+    fn split(&self, color: Option<u32>, key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
+        let api = self.lib().api.split.as_ref()?;
+        Some(self.split_with(api, color, key))
+    }
+
+    /// `None` (the store's re-init) for a communicator that was aborted:
+    /// `ncclCommAbort` freed it, and `ncclCommShrink` needs it.
+    fn shrink(&self, size: usize, exclude: &[usize], after_error: bool) -> Option<Result<Regrouped<Self>>> {
+        let api = self.lib().api.shrink.as_ref()?;
+        if self.is_aborted() {
+            return None;
+        }
+        Some(self.shrink_with(api, size, exclude, after_error || self.async_error().is_err()))
+    }
+
+    fn register(&self, address: u64, bytes: usize) -> Result<usize> {
+        self.register_with(address, bytes)
+    }
+
+    fn deregister(&self, handle: usize) -> Result<()> {
+        self.deregister_with(handle)
     }
 }
 

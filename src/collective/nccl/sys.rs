@@ -6,8 +6,11 @@
 //! cudarc's `nccl` module loads only NCCL's library names and takes
 //! cudarc's own stream type; the `rccl-sys` crates link RCCL at build time.
 //! gpuport needs eighteen functions from either library, so this file
-//! declares exactly those and resolves them with `libloading`, plus one of
-//! NCCL 2.14 ([`NonBlockingApi`]), used where the library has it.
+//! declares exactly those and resolves them with `libloading`, plus the
+//! optional ones, each used where the library has it: NCCL 2.14's
+//! non-blocking init ([`NonBlockingApi`]), 2.18's split ([`SplitApi`]),
+//! 2.19's buffer registration ([`RegisterApi`]) and 2.27's shrink
+//! ([`ShrinkApi`]).
 //! Every signature, constant and enum value is copied from `nccl.h` (NCCL
 //! 2.28's `src/nccl.h.in`; [`ncclConfig_t`] from 2.14.3's), and RCCL's
 //! `rccl.h` declares the same ones.
@@ -150,6 +153,31 @@ table! {
     ncclCommInitRankConfig: fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int, *mut ncclConfig_t) -> ncclResult_t;
 }
 
+table! {
+    SplitApi, resolve_split, "Splitting a communicator (NCCL 2.18 on), with the new one's rank and size.";
+    ncclCommSplit: fn(ncclComm_t, c_int, c_int, *mut ncclComm_t, *mut ncclConfig_t) -> ncclResult_t;
+    ncclCommCount: fn(ncclComm_t, *mut c_int) -> ncclResult_t;
+    ncclCommUserRank: fn(ncclComm_t, *mut c_int) -> ncclResult_t;
+}
+
+table! {
+    ShrinkApi, resolve_shrink, "Shrinking a communicator (NCCL 2.27 on).";
+    ncclCommShrink: fn(ncclComm_t, *mut c_int, c_int, *mut ncclComm_t, *mut ncclConfig_t, c_int) -> ncclResult_t;
+}
+
+table! {
+    RegisterApi, resolve_register, "Registering user buffers with a communicator (NCCL 2.19 on).";
+    ncclCommRegister: fn(ncclComm_t, *mut c_void, usize, *mut *mut c_void) -> ncclResult_t;
+    ncclCommDeregister: fn(ncclComm_t, *mut c_void) -> ncclResult_t;
+}
+
+/// `NCCL_SPLIT_NOCOLOR`: a rank of no new communicator.
+pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// `NCCL_SHRINK_DEFAULT`: shrink a communicator in a good state.
+pub const NCCL_SHRINK_DEFAULT: c_int = 0x00;
+/// `NCCL_SHRINK_ABORT`: end the parent's operations first (after an error).
+pub const NCCL_SHRINK_ABORT: c_int = 0x01;
+
 /// A library's table and its version.
 pub struct Versioned {
     /// The functions.
@@ -158,6 +186,12 @@ pub struct Versioned {
     pub version: i32,
     /// The non-blocking API, where the library is 2.14 or newer and has it.
     pub non_blocking: Option<NonBlockingApi>,
+    /// `ncclCommSplit` and its helpers, where the library has them.
+    pub split: Option<SplitApi>,
+    /// `ncclCommShrink`, where the library has it.
+    pub shrink: Option<ShrinkApi>,
+    /// `ncclCommRegister`/`ncclCommDeregister`, where the library has them.
+    pub register: Option<RegisterApi>,
 }
 
 /// An opened NCCL or RCCL library with its table and version; never
@@ -184,7 +218,14 @@ unsafe fn resolve_versioned(lib: &Library) -> Result<Versioned, Vec<&'static str
     } else {
         None
     };
-    Ok(Versioned { fns, version, non_blocking })
+    // Each table below is optional: a library without one runs without it.
+    // SAFETY: the caller's promise, passed on.
+    let split = unsafe { resolve_split(lib) }.ok();
+    // SAFETY: as above.
+    let shrink = unsafe { resolve_shrink(lib) }.ok();
+    // SAFETY: as above.
+    let register = unsafe { resolve_register(lib) }.ok();
+    Ok(Versioned { fns, version, non_blocking, split, shrink, register })
 }
 
 /// Searches for `spec`'s library (`crate::backend::library`) and opens the

@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``gpuport._core`` (checked by mypy.stubtest)."""
 
 from types import TracebackType
-from typing import Any, Callable, ClassVar, Literal, Optional, Union
+from typing import Any, Callable, ClassVar, Literal, Optional, Sequence, Union
 
 from typing_extensions import CapsuleType, Self, disjoint_base, final
 
@@ -542,6 +542,8 @@ class Communicator:
     def aborted(self) -> bool: ...
     def set_checks(self, on: bool) -> None: ...
     def abort(self) -> None: ...
+    def split(self, color: int, key: int = 0) -> Communicator | None: ...
+    def shrink(self, exclude: Sequence[int]) -> Communicator: ...
     def collective(
         self,
         kind: str,

@@ -280,6 +280,36 @@ class Communicator:
     def aborted(self) -> bool:
         return self._c.aborted
 
+    def split(self, color: int, key: int = 0) -> Communicator | None:
+        """Splits the group: every rank calls it, and the ranks that give
+        the same ``color`` form a new communicator, ordered by ``key`` and
+        then by rank (NCCL's ``ncclCommSplit`` where the library has it).
+        A negative ``color`` puts this rank in none: ``None``.
+
+        >>> from gpuport import distributed as dist
+        >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+        >>> comm = dist.init(device="host", rank=0, world_size=1, store=store)
+        >>> comm.split(0).size, comm.split(-1)
+        (1, None)
+        """
+        child = self._c.split(color, key)
+        return None if child is None else Communicator(child)
+
+    def shrink(self, exclude: Sequence[int]) -> Communicator:
+        """A communicator of every rank but ``exclude`` (ranks that died),
+        in their order here. The survivors of a failure call it, all with
+        the same ``exclude``, after ``abort()`` or a collective that raised
+        (NCCL's ``ncclCommShrink`` where the library has it, else a new
+        communicator through the store).
+
+        >>> from gpuport import distributed as dist
+        >>> store = dist.TcpStore("127.0.0.1", 0, is_host=True)
+        >>> comm = dist.init(device="host", rank=0, world_size=1, store=store)
+        >>> comm.abort(); comm.shrink([]).rank
+        0
+        """
+        return Communicator(self._c.shrink(list(exclude)))
+
     def set_checks(self, on: bool = True) -> None:
         """Before each collective, compare what every rank calls (through
         the store), so that mismatched calls raise instead of hanging.

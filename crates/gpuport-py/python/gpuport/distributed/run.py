@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             LOCAL_RANK=str(local),
             GPUPORT_MASTER_ADDR=a.master_addr,
             GPUPORT_MASTER_PORT=str(port),
+            # Jobs this launcher starts never use NVLink multicast (NVLS).
+            NCCL_NVLS_ENABLE="0",
         )
         procs.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env))
     status = 0
