@@ -112,3 +112,36 @@ def test_a_foreign_stream_object_is_kept_while_work_on_its_handle_runs(gpu_devic
     rt.device_synchronize(device=gpu_device)  # drops what completed work kept
     gc.collect()
     assert gone() is None
+
+
+def _peer_stream(name):
+    """A CUDA stream of a peer library on device 0, or a skip saying why."""
+    if "cuda:0" not in [d.spec for d in gpuport.devices()]:
+        pytest.skip("no CUDA device here")
+    if name == "cupy":
+        cupy = pytest.importorskip("cupy")
+        return cupy.cuda.Stream(non_blocking=True)
+    if name == "torch":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("torch has no CUDA here")
+        return torch.cuda.Stream()
+    core = pytest.importorskip("cuda.core.experimental")
+    dev = core.Device(0)
+    dev.set_current()
+    return dev.create_stream()
+
+
+@pytest.mark.parametrize("peer", ["cupy", "torch", "cuda.core"])
+def test_peer_streams_are_accepted_as_they_come(peer):
+    """CuPy's and cuda.core's streams have the method; torch's stream is
+    accepted through its ``cuda_stream`` handle when it lacks the method."""
+    s = _peer_stream(peer)
+    if not hasattr(s, "__cuda_stream__"):
+        s = gpuport.Stream.external(s.cuda_stream, device="cuda:0")
+    buf = rt.malloc(1 << 16, device="cuda:0")
+    rt.memset_async(buf, 7, 1 << 16, stream=s)
+    rt.device_synchronize(device="cuda:0")
+    out = bytearray(1 << 16)
+    rt.memcpy(out, buf, 1 << 16)
+    assert bytes(out) == b"\x07" * (1 << 16)
