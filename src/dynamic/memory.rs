@@ -375,6 +375,17 @@ pub fn alloc_from_without_waiting(
 }
 
 /// [`alloc`] from resources already looked up; `stream` must be a stream of their device.
+///
+/// ```
+/// use gpuport::dynamic::{memory, AnyStream};
+/// let dev = gpuport::open("host")?;
+/// let kept = memory::resources_of_any(&dev)?;
+/// let before = memory::statistics(&dev)?.0.total_count;
+/// let a = memory::alloc_from(&kept, 1024, &AnyStream::default_for(&dev))?;
+/// assert_eq!(memory::statistics(&dev)?.0.total_count, before + 1, "the device's observed resource");
+/// drop(a);
+/// # Ok::<(), gpuport::Error>(())
+/// ```
 pub fn alloc_from(resources: &AnyResources, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
     on_backend!(resources, r => {
         let d = r.resource.device();
