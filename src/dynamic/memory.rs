@@ -169,6 +169,12 @@ pub struct Resources<B: Backend> {
     pub resource: Arc<ObservedResource<B>>,
 }
 
+impl<B: Backend> fmt::Debug for Resources<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Resources({:?})", self.resource)
+    }
+}
+
 impl<B: Backend> Clone for Resources<B> {
     fn clone(&self) -> Self {
         Resources { allocator: self.allocator.clone(), resource: self.resource.clone() }
@@ -336,6 +342,55 @@ pub fn alloc_without_waiting(dev: &AnyDevice, size: usize, stream: &AnyStream) -
 pub fn free_without_waiting(a: AnyAllocation) -> Option<RefusedFrees> {
     let ((), frees) = crate::memory::without_waiting(|| drop(a));
     (!frees.is_empty()).then_some(frees)
+}
+
+/// What [`AnyResources`] holds per backend.
+#[derive(Debug)]
+pub struct ResourcesOf;
+impl PerBackend for ResourcesOf {
+    type Of<B: Backend> = Arc<Resources<B>>;
+}
+
+/// A device's [`Resources`] of any backend, for a caller that allocates on
+/// the device often and keeps them, skipping the per-call lookup (the
+/// Python `Device` object does).
+pub type AnyResources = Any<ResourcesOf>;
+
+/// `dev`'s resources, installing the observed resource on first use.
+pub fn resources_of_any(dev: &AnyDevice) -> Result<AnyResources> {
+    on_backend!(dev, d => Ok(wrap::<_, ResourcesOf>(d, resources(d)?)))
+}
+
+/// [`alloc_without_waiting`] from resources already looked up; `stream`
+/// must be a stream of their device.
+pub fn alloc_from_without_waiting(
+    resources: &AnyResources,
+    size: usize,
+    stream: &AnyStream,
+) -> Option<Result<AnyAllocation>> {
+    match crate::memory::without_waiting(|| alloc_from(resources, size, stream)).0 {
+        Err(e) if crate::memory::would_wait(&e) => None,
+        done => Some(done),
+    }
+}
+
+/// [`alloc`] from resources already looked up; `stream` must be a stream of their device.
+///
+/// ```
+/// use gpuport::dynamic::{memory, AnyStream};
+/// let dev = gpuport::open("host")?;
+/// let kept = memory::resources_of_any(&dev)?;
+/// let before = memory::statistics(&dev)?.0.total_count;
+/// let a = memory::alloc_from(&kept, 1024, &AnyStream::default_for(&dev))?;
+/// assert_eq!(memory::statistics(&dev)?.0.total_count, before + 1, "the device's observed resource");
+/// drop(a);
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn alloc_from(resources: &AnyResources, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {
+    on_backend!(resources, r => {
+        let d = r.resource.device();
+        Ok(wrap::<_, Allocations>(d, r.allocator.alloc(size.max(1), stream.of(d)?)?))
+    })
 }
 
 fn alloc_on<D: DynDevice>(d: &Arc<D>, size: usize, stream: &AnyStream) -> Result<AnyAllocation> {

@@ -43,12 +43,20 @@ type Free = Box<dyn FnOnce() + Send>;
 /// A block a resource sent back, with what its `deallocate` was given.
 pub(crate) type Bounced<B> = (Block<B>, Stream<B>, Vec<Event<B>>);
 
+/// This thread's state: one thread-local, so that `without_waiting` looks
+/// it up once (a lookup is a call in a shared library such as the Python
+/// extension).
+struct NoWait {
+    /// Whether the thread is inside `without_waiting`.
+    refused: Cell<bool>,
+    /// Frees refused inside `without_waiting`, for its caller.
+    frees: RefCell<Vec<Free>>,
+}
+
 thread_local! {
-    static REFUSED: Cell<bool> = const { Cell::new(false) };
+    static STATE: NoWait = const { NoWait { refused: Cell::new(false), frees: RefCell::new(Vec::new()) } };
     /// The block a resource refused to free, for its allocator to take back.
     static BOUNCED: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
-    /// Frees refused inside `without_waiting`, for its caller.
-    static FREES: RefCell<Vec<Free>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Frees refused inside [`without_waiting`]; [`finish`](Self::finish) (or
@@ -84,23 +92,34 @@ impl std::fmt::Debug for RefusedFrees {
 /// docs), and returns the frees refused meanwhile. Nests; the previous
 /// setting comes back after `f`, also when it panics.
 pub fn without_waiting<R>(f: impl FnOnce() -> R) -> (R, RefusedFrees) {
-    struct Restore(bool);
-    impl Drop for Restore {
+    struct Restore<'a>(&'a NoWait, bool);
+    impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            let _ = REFUSED.try_with(|r| r.set(self.0));
+            self.0.refused.set(self.1);
         }
     }
-    let before = FREES.try_with(|q| q.borrow().len()).unwrap_or(0);
-    let restore = Restore(REFUSED.try_with(|r| r.replace(true)).unwrap_or(false));
-    let r = f();
-    drop(restore);
-    let frees = FREES.try_with(|q| q.borrow_mut().split_off(before)).unwrap_or_default();
-    (r, RefusedFrees(frees))
+    let mut f = Some(f);
+    let inside = STATE.try_with(|st| {
+        let before = st.frees.borrow().len();
+        let restore = Restore(st, st.refused.replace(true));
+        let r = (f.take().expect("called once"))();
+        drop(restore);
+        let mut q = st.frees.borrow_mut();
+        // Most calls refuse nothing: no new vector then.
+        let frees = if q.len() > before { q.split_off(before) } else { Vec::new() };
+        (r, RefusedFrees(frees))
+    });
+    match (inside, f) {
+        (Ok(done), _) => done,
+        // Without the thread's locals (an exit handler): nothing is refused.
+        (Err(_), Some(f)) => (f(), RefusedFrees(Vec::new())),
+        (Err(_), None) => unreachable!("the closure ran, so the locals were there"),
+    }
 }
 
 /// Whether this thread is inside [`without_waiting`].
 pub(crate) fn waiting_refused() -> bool {
-    REFUSED.try_with(Cell::get).unwrap_or(false)
+    STATE.try_with(|st| st.refused.get()).unwrap_or(false)
 }
 
 /// The error of an allocation refused inside [`without_waiting`].
@@ -139,7 +158,7 @@ pub(crate) fn take_bounced<B: Backend>() -> Option<Bounced<B>> {
 pub(crate) fn refuse_free(free: Free) {
     let mut free = Some(free);
     if waiting_refused() {
-        let _ = FREES.try_with(|q| q.borrow_mut().extend(free.take()));
+        let _ = STATE.try_with(|st| st.frees.borrow_mut().extend(free.take()));
     }
     if let Some(free) = free {
         free();

@@ -164,7 +164,7 @@ impl PyMemArray {
     /// The device that holds the array's device copy.
     #[getter]
     fn device(&self) -> PyDevice {
-        PyDevice(self.meta.device.clone())
+        PyDevice::from(self.meta.device.clone())
     }
 
     /// Which copies are current: `"host"`, `"device"` or `"both"`

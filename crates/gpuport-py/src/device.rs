@@ -18,7 +18,7 @@ impl PyDevice {
     #[new]
     #[pyo3(signature = (spec=None))]
     fn new(py: Python<'_>, spec: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        resolve_device(py, spec).map(PyDevice)
+        resolve_device(py, spec).map(PyDevice::from)
     }
 
     /// The backend: `"host"`, `"cuda"` or `"rocm"`.
@@ -140,7 +140,7 @@ pub fn devices(py: Python<'_>) -> PyResult<Vec<PyDevice>> {
     });
     let mut out = Vec::new();
     for s in specs {
-        out.push(PyDevice(py.detach(|| gpuport::open(&s)).py_err(py)?));
+        out.push(PyDevice::from(py.detach(|| gpuport::open(&s)).py_err(py)?));
     }
     out.sort_by_key(|d| (d.0.backend() != BackendKind::Host, spec(&d.0)));
     Ok(out)
@@ -200,5 +200,5 @@ pub fn _set_site_packages(paths: Vec<std::path::PathBuf>) {
 ///     (True, True)
 #[pyfunction(name = "default_device")]
 pub fn py_default_device(py: Python<'_>) -> PyResult<PyDevice> {
-    default_device(py).map(PyDevice)
+    default_device(py).map(PyDevice::from)
 }

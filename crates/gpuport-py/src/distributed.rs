@@ -316,7 +316,7 @@ impl PyCommunicator {
     /// This rank's device.
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<PyDevice> {
-        Ok(PyDevice(self.lock(py)?.device()))
+        Ok(PyDevice::from(self.lock(py)?.device()))
     }
 
     /// The engine and its version ("NCCL 2.28.5", "host").

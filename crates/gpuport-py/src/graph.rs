@@ -300,7 +300,7 @@ impl PyGraph {
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
         let st = self.state.lock_detached(py)?;
-        Ok(st.slot.device().filter(|_| st.slot.is_captured()).map(PyDevice))
+        Ok(st.slot.device().filter(|_| st.slot.is_captured()).map(PyDevice::from))
     }
 
     /// The stream the capture ran on (None before a capture).

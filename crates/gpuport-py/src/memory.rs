@@ -20,7 +20,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::convert::device::{open_device, resolve_device, spec};
+use crate::convert::device::{given_device, open_device, resolve_device, spec};
 use crate::convert::stream::StreamArg;
 use crate::errors::IntoPyResult;
 
@@ -150,6 +150,20 @@ pub fn mem_alloc(
     stream: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyAllocation> {
+    // The hot path: a `Device` (or the default device) and its default
+    // stream, with the stream and resources the `Device` keeps.
+    if stream.is_none_or(|s| s.is_none()) {
+        if let Some(d) = given_device(py, device)? {
+            let t = d.alloc_target(py)?;
+            let a = match core_memory::alloc_from_without_waiting(&t.resources, size, &t.stream) {
+                Some(done) => done,
+                // It would wait for another thread, which may need the GIL.
+                None => py.detach(|| core_memory::alloc_from(&t.resources, size, &t.stream)),
+            }
+            .py_err(py)?;
+            return Ok(PyAllocation { ptr: a.ptr(), size, device: d.0.clone(), inner: Mutex::new(Some(a)) });
+        }
+    }
     let dev = open_device(py, device)?; // the allocation installs the resource
     let s = stream_arg(py, &dev, stream)?;
     let a = match core_memory::alloc_without_waiting(&dev, size, &s) {

@@ -59,7 +59,7 @@ impl PyStream {
     /// The stream's device.
     #[getter]
     fn device(&self) -> PyDevice {
-        PyDevice(self.inner.device())
+        PyDevice::from(self.inner.device())
     }
 
     /// The native handle (`CUstream` as an int; 0 on the host backend).

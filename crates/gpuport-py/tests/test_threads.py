@@ -325,3 +325,26 @@ def test_allocations_and_frees_while_another_thread_captures_their_stream(device
     collect()
     s.synchronize()
     assert gm.stats(device)["current_bytes"] == before
+
+
+def test_threads_share_one_device_object_to_allocate_and_race_to_free(device):
+    """``gpuport.memory.alloc`` with a ``Device`` uses the default stream and
+    resources the object keeps (``crates/gpuport-py/src/convert/device.rs``):
+    threads sharing one object, and racing to free the same allocations,
+    leave every byte back in the pool, each allocation freed once."""
+    dev = gpuport.Device(device)
+    before = gm.stats(dev)["current_bytes"]
+    shared = [gm.alloc(4096, None, dev) for _ in range(64)]
+
+    def work(i):
+        for a in shared:
+            a.free()
+        for _ in range(200):
+            gm.alloc(4096 * (1 + i % 3), None, dev).free()
+
+    errors = _run_threads(work, n=6)
+    assert not errors, [repr(e) for e in errors[:3]]
+    assert all(a.freed for a in shared)
+    collect()
+    dev.synchronize()
+    assert gm.stats(dev)["current_bytes"] == before

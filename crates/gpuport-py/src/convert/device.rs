@@ -2,6 +2,10 @@
 //! `Device`, whose type, [`PyDevice`], is here for that reason (its Python
 //! methods are in [`crate::device`]).
 
+use std::sync::OnceLock;
+
+use gpuport::dynamic::memory::AnyResources;
+use gpuport::dynamic::AnyStream;
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -45,22 +49,55 @@ pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<A
             if let Ok(d) = o.cast::<PyDevice>() {
                 return Ok(d.get().0.clone());
             }
-            if let Ok(s) = o.extract::<String>() {
-                return py.detach(|| gpuport::open(&s)).py_err(py);
-            }
-            if let Ok(i) = o.extract::<usize>() {
-                return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
-            }
-            Err(PyTypeError::new_err(format!(
-                "device must be None, a Device, a spec such as \"host\" or \"cuda:0\", or a CUDA ordinal; got {}",
-                o.get_type().name()?
-            )))
+            open_spec(py, o)
         }
     }
 }
 
+/// A device argument as a [`PyDevice`], whose caches a hot call uses: the
+/// `Device` given, or the default device's for `None`; `None` (the caller
+/// opens it with [`open_device`]) for a spec or an ordinal.
+pub fn given_device<'a>(py: Python<'_>, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a PyDevice>> {
+    match obj {
+        Some(o) if !o.is_none() => Ok(o.cast::<PyDevice>().ok().map(|d| d.get())),
+        _ => default_py_device(py).map(Some),
+    }
+}
+
+/// The default device as a [`PyDevice`], kept for the process (the choice
+/// is made once per process).
+fn default_py_device(py: Python<'_>) -> PyResult<&'static PyDevice> {
+    static DEFAULT: OnceLock<PyDevice> = OnceLock::new();
+    if let Some(d) = DEFAULT.get() {
+        return Ok(d);
+    }
+    let d = PyDevice::from(default_device(py)?);
+    Ok(DEFAULT.get_or_init(|| d))
+}
+
+/// Opens a device from a spec string or a CUDA ordinal.
+fn open_spec(py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<AnyDevice> {
+    if let Ok(s) = o.extract::<String>() {
+        return py.detach(|| gpuport::open(&s)).py_err(py);
+    }
+    if let Ok(i) = o.extract::<usize>() {
+        return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
+    }
+    Err(PyTypeError::new_err(format!(
+        "device must be None, a Device, a spec such as \"host\" or \"cuda:0\", or a CUDA ordinal; got {}",
+        o.get_type().name()?
+    )))
+}
+
+/// The default device; the first call picks it without the GIL (it may load
+/// vendor libraries), later ones take the kept choice with it.
 pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
-    py.detach(gpuport::dynamic::runtime::default_device).py_err(py)
+    static CHOSEN: OnceLock<AnyDevice> = OnceLock::new();
+    if let Some(d) = CHOSEN.get() {
+        return Ok(d.clone());
+    }
+    let d = py.detach(gpuport::dynamic::runtime::default_device).py_err(py)?;
+    Ok(CHOSEN.get_or_init(|| d).clone())
 }
 
 pub use gpuport::dynamic::exchange::is_cuda_type as is_cuda_dl;
@@ -78,8 +115,41 @@ pub use gpuport::dynamic::exchange::is_cuda_type as is_cuda_dl;
 ///     >>> d.default_stream.handle                # the host backend's streams have no handle
 ///     0
 #[pyclass(module = "gpuport._core", name = "Device", frozen, eq, hash)]
-#[derive(Clone)]
-pub struct PyDevice(pub AnyDevice);
+pub struct PyDevice(pub AnyDevice, OnceLock<AllocTarget>);
+
+/// What an allocation on a device's default stream needs, looked up once
+/// per `Device` object ([`PyDevice::alloc_target`]).
+pub struct AllocTarget {
+    /// The device's default stream.
+    pub stream: AnyStream,
+    /// The device's resources (installed by the lookup).
+    pub resources: AnyResources,
+}
+
+impl From<AnyDevice> for PyDevice {
+    fn from(dev: AnyDevice) -> Self {
+        PyDevice(dev, OnceLock::new())
+    }
+}
+
+impl Clone for PyDevice {
+    fn clone(&self) -> Self {
+        PyDevice::from(self.0.clone())
+    }
+}
+
+impl PyDevice {
+    /// The default stream and resources of the device, looked up on the
+    /// first call (which installs the memory resource, as [`resolve_device`]).
+    pub fn alloc_target(&self, py: Python<'_>) -> PyResult<&AllocTarget> {
+        if let Some(t) = self.1.get() {
+            return Ok(t);
+        }
+        let resources = gpuport::dynamic::memory::resources_of_any(&self.0).py_err(py)?;
+        let t = AllocTarget { stream: AnyStream::default_for(&self.0), resources };
+        Ok(self.1.get_or_init(|| t))
+    }
+}
 
 impl PartialEq for PyDevice {
     fn eq(&self, other: &Self) -> bool {
