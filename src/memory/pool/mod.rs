@@ -74,6 +74,7 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
+mod expandable;
 mod graph_pools;
 mod observed;
 mod state;
@@ -82,14 +83,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
+use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, GrowableRange, MemoryDevice, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
 use super::history;
 use super::no_wait::{self, waiting_refused};
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
-pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
+pub use super::report::{BlockReport, BlockState, Expandable, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
 use crate::backend::Backend;
 use state::{
@@ -112,6 +113,11 @@ pub unsafe trait Storage<B: Backend>: Send + Sync + fmt::Debug + 'static {
     fn device(&self) -> &Arc<B::Device>;
     /// Allocates a segment of `bytes`; [`Error::OutOfMemory`] when the device is full.
     fn alloc(&self, bytes: usize) -> Result<Self::Segment>;
+    /// Reserves a growable range of `bytes` for expandable segments (the
+    /// device's, by default); the contract above holds for its mapped part.
+    fn reserve_growable(&self, bytes: usize) -> Result<Box<dyn GrowableRange>> {
+        self.device().reserve_growable(bytes)
+    }
 }
 
 /// Segments from the device's plain allocator (`cuMemAlloc`).
@@ -158,12 +164,35 @@ pub struct PoolConfig {
     /// (slow; for debugging and tests). Default: whether the environment
     /// variable `GPUPORT_POOL_VALIDATE` is set (read once).
     pub validate: bool,
+    /// Grow expandable segments (`expandable.rs`): one reserved range of
+    /// addresses per size class, mapped at its end as the pool grows and
+    /// unmapped as it trims, instead of many fixed segments. Where the
+    /// device cannot, plain segments, and the report says why
+    /// ([`PoolReport::expandable`]). Default: whether the environment
+    /// variable `GPUPORT_POOL` is `expandable` (read once).
+    pub expandable: bool,
+    /// Bytes of addresses each expandable range reserves; `None`: half the
+    /// device's memory (rounded up to the mapping granularity).
+    pub expandable_reserve: Option<usize>,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { size_limit: None, release_threshold: usize::MAX, pinned_cache: 1 << 30, validate: validate_env() }
+        PoolConfig {
+            size_limit: None,
+            release_threshold: usize::MAX,
+            pinned_cache: 1 << 30,
+            validate: validate_env(),
+            expandable: expandable_env(),
+            expandable_reserve: None,
+        }
     }
+}
+
+/// Whether `GPUPORT_POOL` is `expandable`. Read once.
+fn expandable_env() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUPORT_POOL").is_ok_and(|v| v.trim().eq_ignore_ascii_case("expandable")))
 }
 
 /// Whether `GPUPORT_POOL_VALIDATE` is set. Read once.
@@ -206,12 +235,16 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
         let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
+        let mut state = State::new();
+        if config.expandable {
+            expandable::reserve_ranges(&storage, &config, &mut state);
+        }
         CachingPool {
             storage,
             config,
             id: ResourceId::new(),
             pinned,
-            state: Mutex::new(State::new()),
+            state: Mutex::new(state),
             held_back: Mutex::new(Vec::new()),
             held_back_count: Default::default(),
             graphs_gone: Default::default(),
@@ -452,7 +485,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             state: NodeState::Pending,
         });
         st.segments[seg_index as usize] =
-            Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node, graph: 0 });
+            Some(SegmentEntry { _memory: Some(seg), base, size: seg_size, first: node, graph: 0 });
         if history::recording() {
             history::record_segment(history::Action::SegmentAlloc, self.history_key(), base, seg_size, 0);
         }
@@ -517,7 +550,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         }
         // 4. New memory; on out-of-memory release everything free and retry once.
-        let node = match self.grow(st, size, small) {
+        let node = match self.grow_or_expand(st, size, small) {
             Ok(n) => n,
             // The retry waits for device work: not inside `without_waiting`.
             Err(Error::OutOfMemory { .. }) if waiting_refused() => return Err(no_wait::refused(self.name())),
@@ -530,7 +563,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     return Ok(st.hand_out(n, size, bytes, ANY));
                 }
                 st.release_free_segments(0);
-                match self.grow(st, size, small) {
+                match self.grow_or_expand(st, size, small) {
                     Ok(n) => n,
                     Err(e) => {
                         st.counters.oom_failures += 1;
