@@ -42,7 +42,7 @@ pub(super) struct ExpandableRange {
 fn reserve_bytes<B: Backend>(device: &B::Device, config: &PoolConfig) -> Result<usize> {
     match config.expandable_reserve {
         Some(bytes) => Ok(bytes),
-        None => Ok(usize::try_from(device.memory_info()?.total / 2).unwrap_or(usize::MAX).max(1)),
+        None => Ok((device.memory_info()?.total / 2).max(1)),
     }
 }
 
