@@ -27,8 +27,11 @@ fn config(reserve: usize) -> PoolConfig {
     PoolConfig { expandable: true, expandable_reserve: Some(reserve), validate: true, ..PoolConfig::default() }
 }
 
+/// A pool and an allocator over it.
+type PoolAndAllocator<B> = (Arc<CachingPool<B>>, Allocator<B>);
+
 /// An expandable pool on `d`, or `None` (printing why) where it fell back.
-fn expandable_pool<D: MemoryDevice>(d: &Arc<D>, reserve: usize) -> Option<(Arc<CachingPool<D::B>>, Allocator<D::B>)> {
+fn expandable_pool<D: MemoryDevice>(d: &Arc<D>, reserve: usize) -> Option<PoolAndAllocator<D::B>> {
     let pool = Arc::new(CachingPool::new(d.clone(), config(reserve)));
     match pool.report().expandable {
         Expandable::Virtual | Expandable::Emulated => Some((pool.clone(), Allocator::from_arc(pool))),

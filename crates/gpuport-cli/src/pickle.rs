@@ -246,7 +246,7 @@ pub fn load(data: &[u8]) -> Result<Value, String> {
 }
 
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return Err("a dict with a key and no value".into());
     }
     let mut it = items.into_iter();

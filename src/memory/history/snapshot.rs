@@ -86,11 +86,11 @@ pub struct Snapshot {
 pub fn snapshot(backend: Option<BackendKind>) -> Snapshot {
     let mut s = Snapshot::default();
     for (device, report) in crate::memory::current::current_reports() {
-        if backend.map_or(true, |b| b == device.backend) {
+        if backend.is_none_or(|b| b == device.backend) {
             s.add_pool(device, &report);
         }
     }
-    s.traces = entries().into_iter().filter(|e| backend.map_or(true, |b| b == e.device.backend)).collect();
+    s.traces = entries().into_iter().filter(|e| backend.is_none_or(|b| b == e.device.backend)).collect();
     s
 }
 

@@ -49,7 +49,11 @@ fn reserve_bytes<B: Backend>(device: &B::Device, config: &PoolConfig) -> Result<
 /// Reserves the two ranges for a pool that asked for expandable segments,
 /// and notes in `st` how it went; on any failure the pool keeps plain
 /// segments and the report says why.
-pub(super) fn reserve_ranges<B: Backend, S: Storage<B>>(storage: &S, config: &PoolConfig, st: &mut State<B, S::Segment>) {
+pub(super) fn reserve_ranges<B: Backend, S: Storage<B>>(
+    storage: &S,
+    config: &PoolConfig,
+    st: &mut State<B, S::Segment>,
+) {
     let reserved = reserve_bytes::<B>(storage.device(), config).and_then(|bytes| {
         let small = storage.reserve_growable(bytes)?;
         let large = storage.reserve_growable(bytes)?;
@@ -95,7 +99,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         let Some(exp) = st.expandable[class].as_ref() else { return Err(oom()) };
         let (seg, mapped) = (exp.seg, exp.range.mapped());
         // The segment's last block, if it is free for every stream.
-        let tail = (seg != NONE).then(|| st.last_node(seg)).filter(|&t| st.nodes[t as usize].state == (NodeState::Free { tag: ANY }));
+        let tail = (seg != NONE)
+            .then(|| st.last_node(seg))
+            .filter(|&t| st.nodes[t as usize].state == (NodeState::Free { tag: ANY }));
         let extend = tail.map_or(0, |t| st.nodes[t as usize].size);
         let growth = round_up(size - extend.min(size), exp.range.granularity())?;
         if let Some(limit) = self.config.size_limit {
@@ -128,8 +134,17 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     index(st.segments.len() - 1)
                 }
             };
-            let n = st.new_node(Node { seg: seg_index, offset: 0, size: growth, prev: NONE, next: NONE, small, state: NodeState::Pending });
-            st.segments[seg_index as usize] = Some(SegmentEntry { _memory: None, base, size: growth, first: n, graph: 0 });
+            let n = st.new_node(Node {
+                seg: seg_index,
+                offset: 0,
+                size: growth,
+                prev: NONE,
+                next: NONE,
+                small,
+                state: NodeState::Pending,
+            });
+            st.segments[seg_index as usize] =
+                Some(SegmentEntry { _memory: None, base, size: growth, first: n, graph: 0 });
             if let Some(exp) = st.expandable[class].as_mut() {
                 exp.seg = seg_index;
             }
@@ -147,7 +162,15 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 }
                 None => {
                     let last = st.last_node(seg);
-                    let n = st.new_node(Node { seg, offset: mapped, size: growth, prev: last, next: NONE, small, state: NodeState::Pending });
+                    let n = st.new_node(Node {
+                        seg,
+                        offset: mapped,
+                        size: growth,
+                        prev: last,
+                        next: NONE,
+                        small,
+                        state: NodeState::Pending,
+                    });
                     st.nodes[last as usize].next = n;
                     n
                 }
