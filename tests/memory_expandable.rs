@@ -204,6 +204,19 @@ fn a_reservation_larger_than_the_address_space_is_a_typed_error<D: MemoryDevice>
     );
 }
 
+fn ipc_of_expandable_memory_is_refused_with_a_typed_error<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, _)) = expandable_pool(d, 64 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    let block = pool.allocate(3 * MIB, &s).unwrap();
+    match pool.ipc_export(&block) {
+        Err(Error::Memory(MemoryError::ExpandableIpc { ptr, .. })) => assert_eq!(ptr, block.ptr()),
+        other => panic!("expected MemoryError::ExpandableIpc, got {other:?}"),
+    }
+    pool.deallocate(block, &s, Vec::new()).unwrap();
+    d.synchronize(&s).unwrap();
+}
+
 mod cases {
     crate::arc_backend_tests!(
         segments_map_as_the_pool_grows_and_addresses_stay_valid,
@@ -212,5 +225,6 @@ mod cases {
         a_full_reservation_falls_back_to_plain_segments,
         without_virtual_memory_the_pool_falls_back_and_says_so,
         a_reservation_larger_than_the_address_space_is_a_typed_error,
+        ipc_of_expandable_memory_is_refused_with_a_typed_error,
     );
 }

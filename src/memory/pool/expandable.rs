@@ -24,10 +24,12 @@
 use super::state::{index, Node, NodeState, SegmentEntry, State, ANY, MAX_RESERVED, NONE};
 use super::{CachingPool, PoolConfig, Storage};
 use crate::backend::growable::round_up;
-use crate::backend::{Backend, Device, DeviceMemory, GrowableRange};
+use crate::backend::{Backend, Device, DeviceMemory, GrowableRange, MemoryDevice};
 use crate::error::memory::MemoryError;
 use crate::error::{Error, Result};
+use crate::memory::block::Block;
 use crate::memory::history;
+use crate::memory::ipc_handle::{IpcHandle, IpcKind};
 use crate::memory::report::Expandable;
 
 /// One size class's range and the segment on it.
@@ -87,6 +89,20 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         }
         self.grow(st, size, small)
+    }
+
+    /// The driver's IPC memory handle of `block` (as
+    /// `MemoryResource::ipc_export`'s default), but memory of an expandable
+    /// segment is refused with [`MemoryError::ExpandableIpc`]: the legacy
+    /// IPC handles cannot export memory mapped with virtual memory management.
+    pub(super) fn ipc_export_unless_expandable(&self, block: &Block<B>) -> Result<IpcHandle> {
+        if self.locked(|st| st.in_expandable(block.ptr())) {
+            return Err(MemoryError::ExpandableIpc { op: "ipc export", ptr: block.ptr() }.into());
+        }
+        let (handle, base) = self.dev().ipc_export(block.ptr())?;
+        let info = self.dev().info();
+        let (backend, ordinal, offset, len) = (info.backend, info.ordinal, block.ptr() - base, block.len());
+        Ok(IpcHandle { backend, ordinal, kind: IpcKind::Memory, handle, offset, len })
     }
 
     /// Maps enough at the end of the class's expandable segment for a free
@@ -181,6 +197,14 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 }
 
 impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
+    /// Whether `ptr` lies in one of the expandable ranges.
+    pub(super) fn in_expandable(&self, ptr: u64) -> bool {
+        self.expandable.iter().flatten().any(|e| {
+            let base = e.range.base();
+            ptr >= base && ptr - base < e.range.reserved() as u64
+        })
+    }
+
     /// The last node of segment `seg`'s chain.
     pub(super) fn last_node(&self, seg: u32) -> u32 {
         let mut n = self.segments[seg as usize].as_ref().map_or(NONE, |s| s.first);

@@ -843,6 +843,12 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         self.pinned.alloc(bytes, flags)
     }
 
+    /// The driver's IPC memory handle, as the trait's default; memory of
+    /// an expandable segment is refused ([`MemoryError::ExpandableIpc`]).
+    fn ipc_export(&self, block: &Block<B>) -> Result<super::ipc_handle::IpcHandle> {
+        self.ipc_export_unless_expandable(block)
+    }
+
     fn reset(&self) -> Result<()> {
         self.trim(0)?;
         self.pinned.release();
