@@ -230,6 +230,13 @@ def worker(args: argparse.Namespace) -> int:
     except Skip as e:
         print(json.dumps({"skipped": str(e)}))
         return SKIP_EXIT
+    note = ""
+    if args.worker.startswith("gpuport"):
+        import gpuport.memory as gm
+
+        mode = gm.stats(args.device).get("pool_expandable", 0)
+        note = {0: "plain segments", 1: "expandable (virtual memory)", 2: "expandable (emulated)"}.get(
+            mode, "asked for expandable, fell back to plain segments")
     allocations = sum(1 for op in trace["long"] + trace["steps"] if op[0] == "a")
     _, peak, _ = replay(trace, alloc, free, reserved, keep_long=False)
     times = []
@@ -248,6 +255,7 @@ def worker(args: argparse.Namespace) -> int:
         "alloc_free_us": statistics.median(times) / allocations * 1e6,
         "largest_after": largest,
         "allocations": allocations,
+        "note": note,
     }))
     return 0
 
@@ -324,7 +332,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("-" * len(header))
     for name, r in results.items():
         print(f"{name:<20} {r['peak_reserved'] / MIB:>18.0f} {r['peak_reserved'] / in_use:>16.3f} "
-              f"{r['largest_after'] / MIB:>18.0f} {r['alloc_free_us']:>14.2f}")
+              f"{r['largest_after'] / MIB:>18.0f} {r['alloc_free_us']:>14.2f}  {r.get('note', '')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "peak_in_use": in_use, "results": results}, f, indent=1)
