@@ -1,7 +1,7 @@
 //! The settings of a [`CachingPool`](super::CachingPool), and the
 //! environment variables that give their defaults.
 
-/// Settings of a [`CachingPool`].
+/// Settings of a [`CachingPool`](super::CachingPool).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
     /// Most bytes the pool may hold from its storage; `None`: no limit.
@@ -19,8 +19,9 @@ pub struct PoolConfig {
     /// addresses per size class, mapped at its end as the pool grows and
     /// unmapped as it trims, instead of many fixed segments. Where the
     /// device cannot, plain segments, and the report says why
-    /// ([`PoolReport::expandable`]). Default: whether the environment
-    /// variable `GPUPORT_POOL` is `expandable` (read once).
+    /// ([`PoolReport::expandable`](crate::memory::PoolReport::expandable)).
+    /// Default: whether the environment variable `GPUPORT_POOL` is
+    /// `expandable` (read once).
     pub expandable: bool,
     /// Bytes of addresses each expandable range reserves; `None`: half the
     /// device's memory (rounded up to the mapping granularity).
