@@ -114,8 +114,8 @@ fn trimming_unmaps_the_free_tail_and_memory_comes_back<D: MemoryDevice>(d: &Arc<
     assert_eq!((empty.reserved, empty.segments), (0, 0), "everything unmapped: {empty}");
     assert!(empty.counters.segments_released >= 2);
     if virtual_memory {
-        // Other processes may use the device too: allow one granule of drift.
-        assert!(used(&**d) <= baseline + 2 * MIB, "device memory in use is back to {baseline}: {}", used(&**d));
+        // The stream and the driver's own bookkeeping may take a little: allow 8 MiB.
+        assert!(used(&**d) <= baseline + 8 * MIB, "device memory in use is back to {baseline}: {}", used(&**d));
     }
     // The range stays reserved: the segment comes back at the same address.
     let again = alloc.alloc(3 * MIB, &s).unwrap();
