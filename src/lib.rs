@@ -67,8 +67,8 @@ pub use backend::registry::{
 };
 pub use backend::{
     builtin, Advice, Backend, Buffer, Capture, CaptureMode, CaptureStatus, Device, DeviceInfo, DeviceLimits,
-    DeviceMemory, DeviceMemoryMut, Event, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig, ManagedPlace,
-    MemoryInfo, MemoryKind, Module, ModuleSource, PeerDevice, PinnedBuffer, Stream,
+    DeviceMemory, DeviceMemoryMut, Event, GrowableRange, HostMemory, Kernel, KernelArg, KernelArgs, LaunchConfig,
+    ManagedPlace, MemoryInfo, MemoryKind, Module, ModuleSource, PeerDevice, PinnedBuffer, Stream, MAX_RESERVATION,
 };
 pub use backend::{Graph, GraphExec};
 pub use error::{BackendKind, CollectiveErrorKind, DriverError, Error, GraphErrorKind, Result, StoreErrorKind};

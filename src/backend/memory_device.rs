@@ -11,6 +11,7 @@
 //! `Device` call), so a new backend joins the memory layer with one empty
 //! `impl` and gains features method by method.
 
+use super::growable::GrowableRange;
 use super::managed::{check_managed, Advice, ManagedPlace};
 use super::{Backend, Buffer, Device, HostRegistration, PinnedBuffer, Stream};
 use crate::error::{Error, Result};
@@ -251,5 +252,28 @@ pub trait MemoryDevice: Device {
         check_managed("advise", memory)?;
         let _ = (advice, place);
         Err(unsupported::<Self>("advice on managed memory", "leave the driver to place it"))
+    }
+
+    // ---- growable ranges ----------------------------------------------------------
+
+    /// Whether [`reserve_growable`](Self::reserve_growable) maps physical
+    /// memory on demand (the driver's virtual memory management, probed at
+    /// run time: `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`,
+    /// `hipDeviceAttributeVirtualMemoryManagementSupported`); `Ok(false)`
+    /// where it is unsupported or emulated.
+    fn growable_is_virtual(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Reserves `bytes` of device addresses (rounded up to the mapping
+    /// granularity), none mapped yet: the memory of the caching pool's
+    /// expandable segments. More than the address space is
+    /// [`MemoryError::AddressSpace`](crate::memory::MemoryError::AddressSpace);
+    /// a device or driver without virtual memory management is
+    /// [`Error::Unsupported`]. The host backend emulates it with one plain
+    /// allocation of the whole range (untouched pages cost nothing).
+    fn reserve_growable(&self, bytes: usize) -> Result<Box<dyn GrowableRange>> {
+        let _ = bytes;
+        Err(unsupported::<Self>("growable ranges (virtual memory management)", "use plain segments"))
     }
 }

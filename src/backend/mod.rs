@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::error::{BackendKind, Error, Result};
 
 pub use graph::{Capture, CaptureMode, CaptureStatus, Graph, GraphExec, Owner};
+pub use growable::{GrowableRange, MAX_RESERVATION};
 pub use managed::{Advice, ManagedPlace};
 pub use memory_device::{ExportedPoolFd, IpcBytes, MemoryDevice, PinnedFlags, RawPool};
 pub use peer::PeerDevice;
@@ -28,6 +29,7 @@ pub mod any;
 pub(crate) mod array_kernels;
 pub(crate) mod gate;
 pub mod graph;
+pub(crate) mod growable;
 pub mod host;
 pub(crate) mod kernel_cache;
 pub mod library;

@@ -60,4 +60,25 @@ pub enum MemoryError {
         /// Why not.
         reason: String,
     },
+    /// A reservation of addresses larger than the device's address space
+    /// (or than [`MAX_RESERVATION`](crate::backend::MAX_RESERVATION)), or a
+    /// growth past the reservation. Nothing was reserved or mapped.
+    #[error("cannot reserve {bytes} bytes of device addresses: {reason}")]
+    AddressSpace {
+        /// The bytes asked for.
+        bytes: usize,
+        /// Why not.
+        reason: String,
+    },
+    /// IPC of memory from an expandable segment (mapped with the driver's
+    /// virtual memory management, which the legacy IPC handles cannot
+    /// export). Nothing was exported; use a pool without expandable segments
+    /// for memory shared with other processes.
+    #[error("{op}: the memory at {ptr:#x} is part of an expandable segment, which IPC cannot share; allocate it from a pool without expandable segments")]
+    ExpandableIpc {
+        /// The refused operation (`"ipc export"`).
+        op: &'static str,
+        /// The block's address.
+        ptr: u64,
+    },
 }

@@ -119,7 +119,7 @@ pub use oom::{add_out_of_memory_observer, remove_out_of_memory_observer, Observe
 pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use pool::{CachingPool, DeviceStorage, PoolConfig, Storage};
-pub use report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport, Statistics};
+pub use report::{BlockReport, BlockState, Expandable, PoolCounters, PoolReport, SegmentReport, Statistics};
 pub use resource::{MemoryResource, NativePoolResource, PlainResource};
 pub use stats::StatisticsResource;
 

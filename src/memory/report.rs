@@ -113,6 +113,38 @@ pub struct PoolReport {
     pub counters: PoolCounters,
     /// Every segment's blocks.
     pub segment_map: Vec<SegmentReport>,
+    /// Whether the pool grows expandable segments, and how.
+    pub expandable: Expandable,
+}
+
+/// Whether a [`CachingPool`](super::CachingPool) grows expandable segments
+/// (`PoolConfig::expandable`, `GPUPORT_POOL=expandable`), in its [`PoolReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Expandable {
+    /// Not asked for: plain segments.
+    #[default]
+    Off,
+    /// On, over the driver's virtual memory management: physical memory is
+    /// mapped and unmapped at the end of one reserved range per size class.
+    Virtual,
+    /// On, emulated over one plain allocation per size class (the host
+    /// backend): the same bookkeeping, but trimming returns nothing to the
+    /// system until the pool goes.
+    Emulated,
+    /// Asked for, but the device or driver cannot: plain segments, for the
+    /// reason given.
+    FellBack(String),
+}
+
+impl fmt::Display for Expandable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expandable::Off => write!(f, "off"),
+            Expandable::Virtual => write!(f, "on (virtual memory)"),
+            Expandable::Emulated => write!(f, "on (emulated over one allocation)"),
+            Expandable::FellBack(why) => write!(f, "fell back to plain segments: {why}"),
+        }
+    }
 }
 
 impl fmt::Display for PoolReport {
@@ -133,6 +165,9 @@ impl fmt::Display for PoolReport {
             self.fragmentation * 100.0,
             mib(self.pending)
         )?;
+        if self.expandable != Expandable::Off {
+            writeln!(f, "  expandable segments: {}", self.expandable)?;
+        }
         let c = &self.counters;
         writeln!(
             f,

@@ -197,6 +197,15 @@ pub fn mem_stats<'py>(py: Python<'py>, device: Option<&Bound<'py, PyAny>>) -> Py
         d.set_item("pool_oom_failures", r.counters.oom_failures)?;
         d.set_item("graph_pools", r.counters.graph_pools)?;
         d.set_item("graph_pools_released", r.counters.graph_pools_released)?;
+        // 0 off, 1 on over virtual memory, 2 on emulated (host), -1 asked for but fell back.
+        let expandable = match r.expandable {
+            gpuport::memory::Expandable::Off => 0,
+            gpuport::memory::Expandable::Virtual => 1,
+            gpuport::memory::Expandable::Emulated => 2,
+            _ => -1,
+        };
+        d.set_item("pool_expandable", expandable)?;
+        d.set_item("pool_segments", r.segments)?;
     }
     Ok(d)
 }

@@ -39,6 +39,7 @@ mod loading;
 mod managed;
 mod nvrtc;
 mod peer;
+mod vmm;
 
 use info::{attribute, query_info};
 
@@ -718,6 +719,7 @@ unsafe impl Driver for CudaDriver {
     type Peers = peer::CudaPeers;
 
     type Managed = managed::CudaManaged;
+    type Vmm = vmm::CudaVmm;
 }
 
 /// A [`RawPool`] as the driver's handle.

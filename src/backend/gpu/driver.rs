@@ -502,6 +502,76 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// The vendor's calls that place managed memory, in a file of their own
     /// (`cuda/managed.rs`, `hip/managed.rs`).
     type Managed: ManagedCalls<Self>;
+
+    /// The vendor's virtual memory management calls, in a file of their
+    /// own (`cuda/vmm.rs`, `hip/vmm.rs`).
+    type Vmm: VmmCalls<Self>;
+}
+
+/// The virtual memory management calls of vendor `D` (`cuMemAddressReserve`,
+/// `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`, ...; `hipMem*`), for the
+/// generic core's `growable.rs`. Physical allocations are device memory
+/// pinned to one device, with no shareable handle (no IPC, no fabric), and
+/// never multicast objects.
+///
+/// # Safety
+/// As [`Driver`]'s: each call makes the vendor call its name says and
+/// reports failure as an error; `reserve` returns addresses nothing else
+/// uses, `create` memory nothing else uses. Every `unsafe fn` asks of its
+/// caller what `Driver`'s do: `d`'s device is current, and every handle and
+/// range passed came from `d` and is alive.
+pub unsafe trait VmmCalls<D: Driver>: 'static {
+    /// Whether device `ordinal` supports virtual memory management
+    /// (`CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`,
+    /// `hipDeviceAttributeVirtualMemoryManagementSupported`); `false` where
+    /// the runtime lacks the calls.
+    fn supported(d: &D, ordinal: usize) -> Result<bool>;
+
+    /// The recommended granularity of device `ordinal`'s physical allocations.
+    fn granularity(d: &D, ordinal: usize) -> Result<usize>;
+
+    /// Reserves `bytes` of addresses aligned to `align`.
+    ///
+    /// # Safety
+    /// As the trait's; `bytes` and `align` are multiples of the granularity.
+    unsafe fn reserve(d: &D, bytes: usize, align: usize) -> Result<u64>;
+
+    /// Frees a reservation, which must have nothing mapped.
+    ///
+    /// # Safety
+    /// As the trait's; `ptr..ptr+bytes` is a whole live reservation of `d`.
+    unsafe fn free_addresses(d: &D, ptr: u64, bytes: usize) -> Result<()>;
+
+    /// Allocates `bytes` of physical memory on device `ordinal`; a handle.
+    ///
+    /// # Safety
+    /// As the trait's; `bytes` is a multiple of the granularity.
+    unsafe fn create(d: &D, ordinal: usize, bytes: usize) -> Result<u64>;
+
+    /// Frees a physical allocation (once unmapped everywhere).
+    ///
+    /// # Safety
+    /// As the trait's; `handle` came from `create` and is released once.
+    unsafe fn release(d: &D, handle: u64) -> Result<()>;
+
+    /// Maps the whole of `handle` (`bytes`) at `ptr`.
+    ///
+    /// # Safety
+    /// As the trait's; `ptr..ptr+bytes` lies in a live reservation and has
+    /// nothing mapped.
+    unsafe fn map(d: &D, ptr: u64, bytes: usize, handle: u64) -> Result<()>;
+
+    /// Lets device `ordinal` read and write `ptr..ptr+bytes`.
+    ///
+    /// # Safety
+    /// As the trait's; the range is mapped.
+    unsafe fn set_access(d: &D, ptr: u64, bytes: usize, ordinal: usize) -> Result<()>;
+
+    /// Unmaps `ptr..ptr+bytes`.
+    ///
+    /// # Safety
+    /// As the trait's; the range is one whole mapping, and nothing uses it.
+    unsafe fn unmap(d: &D, ptr: u64, bytes: usize) -> Result<()>;
 }
 
 /// The managed-memory placement calls of vendor `D` (`cuMemPrefetchAsync`,

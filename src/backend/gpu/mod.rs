@@ -43,6 +43,7 @@ mod device;
 mod driver;
 mod error;
 mod graph;
+mod growable;
 mod memory;
 mod module;
 mod peer;
@@ -51,7 +52,7 @@ mod stream;
 
 pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
-pub(crate) use driver::{Driver, GraphCalls, ManagedCalls, Params, PeerCalls, RawAddress};
+pub(crate) use driver::{Driver, GraphCalls, ManagedCalls, Params, PeerCalls, RawAddress, VmmCalls};
 pub(crate) use error::{check, driver_error, ready};
 pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};

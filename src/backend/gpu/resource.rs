@@ -3,7 +3,7 @@
 //! ([`MemoryDevice`], whose contracts apply to every method here).
 
 use super::device::GpuDevice;
-use super::driver::{Driver, ManagedCalls};
+use super::driver::{Driver, ManagedCalls, VmmCalls};
 use super::stream::apart_from_captures;
 use crate::backend::managed::{check_managed, check_place};
 use crate::backend::{check_alloc_size, Buffer, Device, HostRegistration, MemoryKind, PinnedBuffer, Stream};
@@ -28,6 +28,15 @@ impl<D: Driver> GpuDevice<D> {
 }
 
 impl<D: Driver> MemoryDevice for GpuDevice<D> {
+    fn growable_is_virtual(&self) -> Result<bool> {
+        D::Vmm::supported(self.driver(), self.info().ordinal)
+    }
+
+    fn reserve_growable(&self, bytes: usize) -> Result<Box<dyn crate::backend::GrowableRange>> {
+        let info = self.info();
+        Ok(Box::new(super::growable::GpuGrowable::reserve(self.driver(), info.ordinal, &info.name, bytes)?))
+    }
+
     fn prefetch_managed(&self, memory: &Buffer<Self::B>, to: ManagedPlace, stream: &Stream<Self::B>) -> Result<()> {
         check_managed("prefetch", memory)?;
         self.check_stream(stream)?;

@@ -42,6 +42,7 @@ mod managed;
 mod peer;
 mod runtime;
 pub mod sys;
+mod vmm;
 
 pub use hiprtc::compile_source;
 
@@ -751,6 +752,7 @@ unsafe impl Driver for HipDriver {
     type Peers = peer::HipPeers;
 
     type Managed = managed::HipManaged;
+    type Vmm = vmm::HipVmm;
 }
 
 #[cfg(test)]

@@ -92,6 +92,36 @@ pub struct hipMemAccessDesc {
     pub flags: c_int,
 }
 
+/// `hipMemAllocationProp`: `struct { hipMemAllocationType type;
+/// hipMemAllocationHandleType requestedHandleType; hipMemLocation location;
+/// void* win32HandleMetaData; struct { unsigned char compressionType,
+/// gpuDirectRDMACapable; unsigned short usage; } allocFlags; }` (32 bytes;
+/// CUDA's twin has 4 reserved bytes more at the end, padding here). The
+/// handle type is one value, not CUDA's mask, and HIP has no fabric handles.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hipMemAllocationProp {
+    /// `hipMemAllocationType`: [`hipMemAllocationTypePinned`].
+    pub type_: c_int,
+    /// `hipMemAllocationHandleType`: [`hipMemHandleTypeNone`].
+    pub requested_handle_type: c_int,
+    /// Where the memory lives.
+    pub location: hipMemLocation,
+    /// Windows only; null.
+    pub win32_handle_meta_data: *mut c_void,
+    /// `allocFlags.compressionType`, `gpuDirectRDMACapable`; 0.
+    pub alloc_flags: [u8; 2],
+    /// `allocFlags.usage`; 0.
+    pub usage: u16,
+}
+
+/// `hipMemHandleTypeNone`.
+pub const hipMemHandleTypeNone: c_int = 0;
+/// `hipMemAllocationGranularityRecommended`.
+pub const hipMemAllocationGranularityRecommended: c_int = 1;
+/// `hipMemGenericAllocationHandle_t`: an opaque pointer.
+pub type hipMemGenericAllocationHandle_t = *mut c_void;
+
 /// `hipMemPoolProps`. ROCm 5.2 declares `allocType`, `handleTypes`,
 /// `location`, `void* win32SecurityAttributes` and `unsigned char
 /// reserved[64]`; later ROCm names the first 8 reserved bytes `size_t
@@ -250,6 +280,9 @@ pub mod attr {
     pub const CONCURRENT_MANAGED_ACCESS: A = 9;
     /// `hipDeviceAttributeManagedMemory`.
     pub const MANAGED_MEMORY: A = 24;
+    /// `hipDeviceAttributeVirtualMemoryManagementSupported` (the end of the
+    /// CUDA-compatible block in ROCm 6 and 7's numbering).
+    pub const VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: A = 89;
     /// `hipDeviceAttributeMaxBlockDimX` (Y and Z follow).
     pub const MAX_BLOCK_DIM_X: A = 26;
     /// `hipDeviceAttributeMaxBlockDimY`.
@@ -461,6 +494,27 @@ function_table! {
         /// `hipError_t hipMemAdvise(const void* dev_ptr, size_t count, hipMemoryAdvise advice, int device);`
         /// (`hipMemoryAdvise`: a C enum, `int`-sized; 1 to 6 as CUDA's.)
         fn hipMemAdvise(*const c_void, usize, c_int, c_int) -> hipError_t;
+        // Virtual memory management (ROCm 5.3+; PyTorch's expandable
+        // segments use them from ROCm 7).
+        /// `hipError_t hipMemAddressReserve(void** ptr, size_t size, size_t alignment, void* addr, unsigned long long flags);`
+        fn hipMemAddressReserve(*mut *mut c_void, usize, usize, *mut c_void, u64) -> hipError_t;
+        /// `hipError_t hipMemAddressFree(void* devPtr, size_t size);`
+        fn hipMemAddressFree(*mut c_void, usize) -> hipError_t;
+        /// `hipError_t hipMemCreate(hipMemGenericAllocationHandle_t* handle, size_t size,
+        /// const hipMemAllocationProp* prop, unsigned long long flags);`
+        fn hipMemCreate(*mut hipMemGenericAllocationHandle_t, usize, *const hipMemAllocationProp, u64) -> hipError_t;
+        /// `hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle);`
+        fn hipMemRelease(hipMemGenericAllocationHandle_t) -> hipError_t;
+        /// `hipError_t hipMemMap(void* ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
+        /// unsigned long long flags);`
+        fn hipMemMap(*mut c_void, usize, usize, hipMemGenericAllocationHandle_t, u64) -> hipError_t;
+        /// `hipError_t hipMemUnmap(void* ptr, size_t size);`
+        fn hipMemUnmap(*mut c_void, usize) -> hipError_t;
+        /// `hipError_t hipMemSetAccess(void* ptr, size_t size, const hipMemAccessDesc* desc, size_t count);`
+        fn hipMemSetAccess(*mut c_void, usize, *const hipMemAccessDesc, usize) -> hipError_t;
+        /// `hipError_t hipMemGetAllocationGranularity(size_t* granularity, const hipMemAllocationProp* prop,
+        /// hipMemAllocationGranularity_flags option);`
+        fn hipMemGetAllocationGranularity(*mut usize, *const hipMemAllocationProp, c_int) -> hipError_t;
         /// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int flags);`
         fn hipHostGetDevicePointer(*mut *mut c_void, *mut c_void, c_uint) -> hipError_t;
         /// `hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t* mem_pool, int device);` (ROCm 5.1+)

@@ -37,6 +37,7 @@ use super::{
 use crate::error::{BackendKind, Error, Result};
 
 mod graph;
+mod growable;
 
 use graph::{HostCapture, NodeKind};
 pub use graph::{HostGraph, HostGraphExec};
@@ -844,6 +845,10 @@ impl Device for HostDevice {
 /// nothing, a "mapped" address is the host address), the native pool is the
 /// plain allocator (nothing cached, nothing to trim), and there is no IPC.
 impl MemoryDevice for HostDevice {
+    fn reserve_growable(&self, bytes: usize) -> Result<Box<dyn crate::backend::GrowableRange>> {
+        Ok(Box::new(growable::HostGrowable::reserve(bytes)?))
+    }
+
     fn alloc_pinned_with(&self, bytes: usize, _flags: PinnedFlags) -> Result<HostBuffer> {
         self.alloc_pinned(bytes)
     }

@@ -30,6 +30,9 @@
 //!   segment, and retries once; then it returns [`Error::OutOfMemory`].
 //! - Above `release_threshold` reserved bytes, a free releases free segments
 //!   (and fences its stream's list so the next one can).
+//! - With `PoolConfig::expandable` (`GPUPORT_POOL=expandable`), new memory
+//!   is mapped at the end of one growable segment per size class instead,
+//!   and trimming unmaps its free tail (`expandable.rs`).
 //!
 //! ## Streams come and go
 //! A borrowed stream (another library's handle, `Device::stream_is_borrowed`)
@@ -74,6 +77,8 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
+mod config;
+mod expandable;
 mod graph_pools;
 mod observed;
 mod state;
@@ -82,16 +87,17 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, Stream};
+use crate::backend::{check_alloc_size, Device, DeviceMemory, Event, GrowableRange, MemoryDevice, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
 
 use super::block::{Block, MemoryError, ResourceId};
 use super::history;
 use super::no_wait::{self, waiting_refused};
 use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
-pub use super::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
+pub use super::report::{BlockReport, BlockState, Expandable, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
 use crate::backend::Backend;
+pub use config::PoolConfig;
 use state::{
     index, st_ordinal, Fence, HandedOut, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND,
     LARGE_SEGMENT, MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
@@ -112,6 +118,11 @@ pub unsafe trait Storage<B: Backend>: Send + Sync + fmt::Debug + 'static {
     fn device(&self) -> &Arc<B::Device>;
     /// Allocates a segment of `bytes`; [`Error::OutOfMemory`] when the device is full.
     fn alloc(&self, bytes: usize) -> Result<Self::Segment>;
+    /// Reserves a growable range of `bytes` for expandable segments (the
+    /// device's, by default); the contract above holds for its mapped part.
+    fn reserve_growable(&self, bytes: usize) -> Result<Box<dyn GrowableRange>> {
+        self.device().reserve_growable(bytes)
+    }
 }
 
 /// Segments from the device's plain allocator (`cuMemAlloc`).
@@ -142,34 +153,6 @@ unsafe impl<B: Backend> Storage<B> for DeviceStorage<B> {
     fn alloc(&self, bytes: usize) -> Result<Self::Segment> {
         self.device.alloc(bytes)
     }
-}
-
-/// Settings of a [`CachingPool`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Most bytes the pool may hold from its storage; `None`: no limit.
-    pub size_limit: Option<usize>,
-    /// Cached bytes above which frees return free segments to the storage.
-    /// `usize::MAX` (the default) keeps everything cached.
-    pub release_threshold: usize,
-    /// Bytes kept for idle pinned buffers by the pool's pinned host pool.
-    pub pinned_cache: usize,
-    /// Check the pool's whole bookkeeping on every allocation and free
-    /// (slow; for debugging and tests). Default: whether the environment
-    /// variable `GPUPORT_POOL_VALIDATE` is set (read once).
-    pub validate: bool,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        PoolConfig { size_limit: None, release_threshold: usize::MAX, pinned_cache: 1 << 30, validate: validate_env() }
-    }
-}
-
-/// Whether `GPUPORT_POOL_VALIDATE` is set. Read once.
-fn validate_env() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("GPUPORT_POOL_VALIDATE").is_some())
 }
 
 /// A caching, stream-ordered pool; see the [module docs](self).
@@ -206,12 +189,16 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// A pool over any storage.
     pub fn with_storage(storage: S, config: PoolConfig) -> Self {
         let pinned = PinnedPool::new(storage.device().clone(), config.pinned_cache);
+        let mut state = State::new();
+        if config.expandable {
+            expandable::reserve_ranges(&storage, &config, &mut state);
+        }
         CachingPool {
             storage,
             config,
             id: ResourceId::new(),
             pinned,
-            state: Mutex::new(State::new()),
+            state: Mutex::new(state),
             held_back: Mutex::new(Vec::new()),
             held_back_count: Default::default(),
             graphs_gone: Default::default(),
@@ -452,7 +439,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             state: NodeState::Pending,
         });
         st.segments[seg_index as usize] =
-            Some(SegmentEntry { _memory: seg, base, size: seg_size, first: node, graph: 0 });
+            Some(SegmentEntry { _memory: Some(seg), base, size: seg_size, first: node, graph: 0 });
         if history::recording() {
             history::record_segment(history::Action::SegmentAlloc, self.history_key(), base, seg_size, 0);
         }
@@ -517,7 +504,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         }
         // 4. New memory; on out-of-memory release everything free and retry once.
-        let node = match self.grow(st, size, small) {
+        let node = match self.grow_or_expand(st, size, small) {
             Ok(n) => n,
             // The retry waits for device work: not inside `without_waiting`.
             Err(Error::OutOfMemory { .. }) if waiting_refused() => return Err(no_wait::refused(self.name())),
@@ -530,7 +517,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     return Ok(st.hand_out(n, size, bytes, ANY));
                 }
                 st.release_free_segments(0);
-                match self.grow(st, size, small) {
+                match self.grow_or_expand(st, size, small) {
                     Ok(n) => n,
                     Err(e) => {
                         st.counters.oom_failures += 1;
@@ -808,6 +795,12 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
         self.pinned.alloc(bytes, flags)
+    }
+
+    /// The driver's IPC memory handle, as the trait's default; memory of
+    /// an expandable segment is refused ([`MemoryError::ExpandableIpc`]).
+    fn ipc_export(&self, block: &Block<B>) -> Result<super::ipc_handle::IpcHandle> {
+        self.ipc_export_unless_expandable(block)
     }
 
     fn reset(&self) -> Result<()> {

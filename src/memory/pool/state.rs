@@ -81,8 +81,9 @@ pub(super) struct Node {
 }
 
 pub(super) struct SegmentEntry<Seg> {
-    /// Owns the memory; dropping the entry frees it.
-    pub(super) _memory: Seg,
+    /// Owns the memory; dropping the entry frees it. `None` for an
+    /// expandable segment, whose memory is its range's (`State::expandable`).
+    pub(super) _memory: Option<Seg>,
     pub(super) base: u64,
     pub(super) size: usize,
     pub(super) first: u32,
@@ -185,6 +186,11 @@ pub(super) struct State<B: Backend, Seg> {
     /// The last private list tag and graph pool serial handed out.
     pub(super) private_tags: u64,
     pub(super) graph_serials: u64,
+    /// The expandable ranges, small class then large (`expandable.rs`);
+    /// dropped after `segments`, whose expandable entries own nothing.
+    pub(super) expandable: [Option<super::expandable::ExpandableRange>; 2],
+    /// What the report says of expandable segments.
+    pub(super) expandable_mode: crate::memory::report::Expandable,
 }
 
 /// The smallest remainder worth splitting off a block of the class.
@@ -220,6 +226,8 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             graph_pools: Vec::new(),
             private_tags: 0,
             graph_serials: 0,
+            expandable: [None, None],
+            expandable_mode: crate::memory::report::Expandable::Off,
         }
     }
 
@@ -252,6 +260,11 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     fn key(&self, n: u32) -> (bool, usize, u32) {
         let node = &self.nodes[n as usize];
         (!node.small, node.size, n)
+    }
+
+    /// Takes free node `n` out of its list (it stays marked free).
+    pub(super) fn take_free(&mut self, n: u32) {
+        self.unlink_free(n);
     }
 
     /// Removes a free node from its list.
@@ -633,6 +646,8 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         let mut s = 0;
         while self.reserved > keep && s < self.segments.len() {
             let whole = match &self.segments[s] {
+                // Expandable segments shrink instead (below).
+                Some(seg) if seg._memory.is_none() => false,
                 Some(seg) => {
                     let n = &self.nodes[seg.first as usize];
                     n.state == (NodeState::Free { tag: ANY }) && n.size == seg.size
@@ -647,13 +662,17 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                     self.vacant_segments.push(index(s));
                     self.counters.segments_released += 1;
                     if history::recording() {
-                        let device = history::DeviceKey { backend: B::KIND, ordinal: seg._memory.ordinal() };
+                        let ordinal = seg._memory.as_ref().map_or(0, |m| m.ordinal());
+                        let device = history::DeviceKey { backend: B::KIND, ordinal };
                         history::record_segment(history::Action::SegmentFree, device, seg.base, seg.size, 0);
                     }
                     drop(seg); // frees the memory
                 }
             }
             s += 1;
+        }
+        if self.reserved > keep {
+            self.shrink_expandable();
         }
     }
 
@@ -732,6 +751,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             fragmentation: if free == 0 { 0.0 } else { 1.0 - largest as f64 / free as f64 },
             counters: self.counters,
             segment_map,
+            expandable: self.expandable_mode.clone(),
         }
     }
 }

@@ -90,8 +90,12 @@ def stats(device: Any = None) -> Dict[str, int]:
     ``current_count``, ``peak_count``, ``total_count`` (bytes as
     requested), and for the caching pool ``pool_reserved``, ``pool_in_use``,
     ``pool_free``, ``pool_allocations``, ``pool_frees``, ``pool_oom_failures``,
-    ``graph_pools`` (captures that allocated: each gets memory of its own) and
-    ``graph_pools_released`` (given back once their graphs were gone).
+    ``graph_pools`` (captures that allocated: each gets memory of its own),
+    ``graph_pools_released`` (given back once their graphs were gone),
+    ``pool_segments`` and ``pool_expandable``: whether the pool grows
+    expandable segments (``GPUPORT_POOL=expandable``, read once at start):
+    0 no, 1 over the driver's virtual memory, 2 emulated (the host backend),
+    -1 asked for but the device cannot (plain segments).
 
         >>> import gpuport.memory as gm
         >>> before = gm.stats("host")

@@ -43,6 +43,7 @@ use cudarc::driver::sys::{self as cu, CUdevice_attribute as A, CUmemPool_attribu
 mod graph;
 mod peer;
 mod rtc;
+mod vmm;
 
 /// `hipError_t`.
 type HipError = c_int;
@@ -330,6 +331,7 @@ fn cuda_attribute(attr: c_int) -> Option<A> {
         75 => A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         87 => A::CU_DEVICE_ATTRIBUTE_WARP_SIZE,
         88 => A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+        89 => A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
         _ => return None,
     })
 }

@@ -1,0 +1,276 @@
+//! Expandable segments (PyTorch's `expandable_segments:True`): instead of
+//! many fixed segments, the pool keeps one segment per size class (small,
+//! large) on a [`GrowableRange`], a range of addresses reserved once and
+//! mapped at its end as the pool grows.
+//!
+//! - **Growing** maps just the bytes missing, rounded up to the mapping
+//!   granularity (2 MiB on current GPUs): if the segment's last block is
+//!   free for any stream, it is extended, otherwise a block is added after
+//!   it. Blocks are cut from the mapped part like those of plain segments
+//!   (`state.rs`); neighbours merge across what were separate growths, so a
+//!   large request finds room that plain segments would have split.
+//! - **Trimming** (`trim`, `reset`, the release threshold, an out-of-memory
+//!   retry) unmaps the segment's free tail, whole granules only, and frees
+//!   its physical memory; the addresses stay reserved, so live blocks never
+//!   move.
+//! - A reservation that runs out (more than `PoolConfig::expandable_reserve`
+//!   in one class) falls back to a plain segment for that request.
+//! - Graph pools (`graph_pools.rs`) always use plain segments.
+//! - Where the device or driver lacks virtual memory management, the pool
+//!   uses plain segments and its report says why
+//!   ([`Expandable::FellBack`]); the host backend emulates the range
+//!   ([`Expandable::Emulated`], `src/backend/host/growable.rs`).
+
+use super::state::{index, Node, NodeState, SegmentEntry, State, ANY, MAX_RESERVED, NONE};
+use super::{CachingPool, PoolConfig, Storage};
+use crate::backend::growable::round_up;
+use crate::backend::{Backend, Device, DeviceMemory, GrowableRange, MemoryDevice};
+use crate::error::memory::MemoryError;
+use crate::error::{Error, Result};
+use crate::memory::block::Block;
+use crate::memory::history;
+use crate::memory::ipc_handle::{IpcHandle, IpcKind};
+use crate::memory::report::Expandable;
+
+/// One size class's range and the segment on it.
+pub(super) struct ExpandableRange {
+    range: Box<dyn GrowableRange>,
+    /// The segment's index in `State::segments`; [`NONE`] while nothing is mapped.
+    seg: u32,
+}
+
+/// The bytes each range reserves: `config.expandable_reserve`, or half the
+/// device's memory.
+fn reserve_bytes<B: Backend>(device: &B::Device, config: &PoolConfig) -> Result<usize> {
+    match config.expandable_reserve {
+        Some(bytes) => Ok(bytes),
+        None => Ok((device.memory_info()?.total / 2).max(1)),
+    }
+}
+
+/// Reserves the two ranges for a pool that asked for expandable segments,
+/// and notes in `st` how it went; on any failure the pool keeps plain
+/// segments and the report says why.
+pub(super) fn reserve_ranges<B: Backend, S: Storage<B>>(
+    storage: &S,
+    config: &PoolConfig,
+    st: &mut State<B, S::Segment>,
+) {
+    let reserved = reserve_bytes::<B>(storage.device(), config).and_then(|bytes| {
+        let small = storage.reserve_growable(bytes)?;
+        let large = storage.reserve_growable(bytes)?;
+        Ok([small, large])
+    });
+    match reserved {
+        Ok(ranges) => {
+            let virtual_memory = ranges.iter().all(|r| r.is_virtual());
+            st.expandable_mode = if virtual_memory { Expandable::Virtual } else { Expandable::Emulated };
+            st.expandable = ranges.map(|range| Some(ExpandableRange { range, seg: NONE }));
+        }
+        Err(e) => st.expandable_mode = Expandable::FellBack(e.to_string()),
+    }
+}
+
+/// Whether `e` says the reservation is full (a plain segment may still fit).
+fn reservation_full(e: &Error) -> bool {
+    matches!(e, Error::Memory(MemoryError::AddressSpace { .. }))
+}
+
+impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
+    /// New memory for `size` bytes of the class: from the class's
+    /// expandable segment if the pool has one and its reservation has room,
+    /// else a plain segment (`grow`). Returns the node to hand out.
+    pub(super) fn grow_or_expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+        if st.expandable[usize::from(!small)].is_some() {
+            match self.expand(st, size, small) {
+                Ok(n) => return Ok(n),
+                Err(e) if reservation_full(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.grow(st, size, small)
+    }
+
+    /// The driver's IPC memory handle of `block` (as
+    /// `MemoryResource::ipc_export`'s default), but memory of an expandable
+    /// segment is refused with [`MemoryError::ExpandableIpc`]: the legacy
+    /// IPC handles cannot export memory mapped with virtual memory management.
+    pub(super) fn ipc_export_unless_expandable(&self, block: &Block<B>) -> Result<IpcHandle> {
+        if self.locked(|st| st.in_expandable(block.ptr())) {
+            return Err(MemoryError::ExpandableIpc { op: "ipc export", ptr: block.ptr() }.into());
+        }
+        let (handle, base) = self.dev().ipc_export(block.ptr())?;
+        let info = self.dev().info();
+        let (backend, ordinal, offset, len) = (info.backend, info.ordinal, block.ptr() - base, block.len());
+        Ok(IpcHandle { backend, ordinal, kind: IpcKind::Memory, handle, offset, len })
+    }
+
+    /// Maps enough at the end of the class's expandable segment for a free
+    /// block of `size` bytes there, and returns that block's node (pending,
+    /// out of every list, for `hand_out`).
+    fn expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+        let class = usize::from(!small);
+        let ordinal = self.dev().info().ordinal;
+        let oom = || Error::OutOfMemory { backend: B::KIND, ordinal, bytes: size };
+        let Some(exp) = st.expandable[class].as_ref() else { return Err(oom()) };
+        let (seg, mapped) = (exp.seg, exp.range.mapped());
+        // The segment's last block, if it is free for every stream.
+        let tail = (seg != NONE)
+            .then(|| st.last_node(seg))
+            .filter(|&t| st.nodes[t as usize].state == (NodeState::Free { tag: ANY }));
+        let extend = tail.map_or(0, |t| st.nodes[t as usize].size);
+        let growth = round_up(size - extend.min(size), exp.range.granularity())?;
+        if let Some(limit) = self.config.size_limit {
+            if st.reserved.saturating_add(growth) > limit {
+                return Err(oom());
+            }
+        }
+        if st.reserved.saturating_add(growth) > MAX_RESERVED {
+            return Err(oom());
+        }
+        let Some(exp) = st.expandable[class].as_mut() else { return Err(oom()) };
+        exp.range.grow_to(mapped + growth)?;
+        // A range that mapped less than asked would hand out memory it does not back.
+        if exp.range.mapped() != mapped + growth {
+            let reason = format!("asked to map {} bytes, {} are mapped", mapped + growth, exp.range.mapped());
+            return Err(MemoryError::ContractViolation { resource: "expandable range", reason }.into());
+        }
+        let base = exp.range.base();
+        st.reserved += growth;
+        st.counters.segments_allocated += 1;
+        if history::recording() {
+            history::record_segment(history::Action::SegmentAlloc, self.history_key(), base + mapped as u64, growth, 0);
+        }
+        let node = if seg == NONE {
+            // The first growth since the segment was empty: a new segment entry.
+            let seg_index = match st.vacant_segments.pop() {
+                Some(i) => i,
+                None => {
+                    st.segments.push(None);
+                    index(st.segments.len() - 1)
+                }
+            };
+            let n = st.new_node(Node {
+                seg: seg_index,
+                offset: 0,
+                size: growth,
+                prev: NONE,
+                next: NONE,
+                small,
+                state: NodeState::Pending,
+            });
+            st.segments[seg_index as usize] =
+                Some(SegmentEntry { _memory: None, base, size: growth, first: n, graph: 0 });
+            if let Some(exp) = st.expandable[class].as_mut() {
+                exp.seg = seg_index;
+            }
+            n
+        } else {
+            if let Some(entry) = st.segments[seg as usize].as_mut() {
+                entry.size += growth;
+            }
+            match tail {
+                Some(t) => {
+                    st.take_free(t);
+                    st.nodes[t as usize].size += growth;
+                    st.nodes[t as usize].state = NodeState::Pending;
+                    t
+                }
+                None => {
+                    let last = st.last_node(seg);
+                    let n = st.new_node(Node {
+                        seg,
+                        offset: mapped,
+                        size: growth,
+                        prev: last,
+                        next: NONE,
+                        small,
+                        state: NodeState::Pending,
+                    });
+                    st.nodes[last as usize].next = n;
+                    n
+                }
+            }
+        };
+        Ok(node)
+    }
+}
+
+impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
+    /// Whether `ptr` lies in one of the expandable ranges.
+    pub(super) fn in_expandable(&self, ptr: u64) -> bool {
+        self.expandable.iter().flatten().any(|e| {
+            let base = e.range.base();
+            ptr >= base && ptr - base < e.range.reserved() as u64
+        })
+    }
+
+    /// The last node of segment `seg`'s chain.
+    pub(super) fn last_node(&self, seg: u32) -> u32 {
+        let mut n = self.segments[seg as usize].as_ref().map_or(NONE, |s| s.first);
+        while n != NONE && self.nodes[n as usize].next != NONE {
+            n = self.nodes[n as usize].next;
+        }
+        n
+    }
+
+    /// Unmaps the free tails of the expandable segments (whole granules),
+    /// and drops a segment left empty; its range stays reserved.
+    pub(super) fn shrink_expandable(&mut self) {
+        for class in 0..2 {
+            let Some(exp) = self.expandable[class].as_ref() else { continue };
+            let seg = exp.seg;
+            if seg == NONE {
+                continue;
+            }
+            let tail = self.last_node(seg);
+            if self.nodes[tail as usize].state != (NodeState::Free { tag: ANY }) {
+                continue;
+            }
+            let (offset, size) = (self.nodes[tail as usize].offset, self.nodes[tail as usize].size);
+            let Some(exp) = self.expandable[class].as_mut() else { continue };
+            let Ok(keep) = round_up(offset, exp.range.granularity()) else { continue };
+            let end = offset + size;
+            if keep >= end {
+                continue;
+            }
+            // SAFETY: the bytes past `keep` lie in the segment's last block,
+            // free for every stream: no block handed out covers them, and the
+            // events of their last uses have completed (that is how a block
+            // becomes free for any stream, `state.rs`).
+            if unsafe { exp.range.shrink_to(keep) }.is_err() {
+                continue;
+            }
+            let ordinal = exp.range.ordinal();
+            let base = exp.range.base();
+            self.reserved -= end - keep;
+            self.counters.segments_released += 1;
+            if history::recording() {
+                let device = history::DeviceKey { backend: B::KIND, ordinal };
+                history::record_segment(history::Action::SegmentFree, device, base + keep as u64, end - keep, 0);
+            }
+            self.take_free(tail);
+            if keep > offset {
+                // Part of the block stays mapped: it stays free, shorter.
+                self.nodes[tail as usize].size = keep - offset;
+                self.free_and_merge(tail, ANY);
+            } else {
+                let prev = self.nodes[tail as usize].prev;
+                self.vacate(tail);
+                if prev == NONE {
+                    // Nothing left mapped: the segment goes, the range stays.
+                    self.segments[seg as usize] = None;
+                    self.vacant_segments.push(seg);
+                    if let Some(exp) = self.expandable[class].as_mut() {
+                        exp.seg = NONE;
+                    }
+                    continue;
+                }
+                self.nodes[prev as usize].next = NONE;
+            }
+            if let Some(entry) = self.segments[seg as usize].as_mut() {
+                entry.size = keep;
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The caching pool's expandable segments (`src/memory/pool/expandable.rs`),
+//! once for every backend: `host` (emulated over one allocation),
+//! `cuda:0` and `rocm:0` (the driver's virtual memory management; skipped
+//! with a printed reason where the device is absent or lacks it).
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use gpuport::memory::{
+    Allocator, CachingPool, DeviceStorage, Expandable, MemoryDevice, MemoryError, MemoryResource, PoolConfig, Storage,
+};
+use gpuport::{Backend, Device, DeviceMemory, Error, GrowableRange, MAX_RESERVATION};
+
+const MIB: usize = 1 << 20;
+
+/// Held by the tests that compare the device's memory in use before and
+/// after: other tests of this binary must not allocate meanwhile.
+static DEVICE_MEMORY: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    DEVICE_MEMORY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn config(reserve: usize) -> PoolConfig {
+    PoolConfig { expandable: true, expandable_reserve: Some(reserve), validate: true, ..PoolConfig::default() }
+}
+
+/// A pool and an allocator over it.
+type PoolAndAllocator<B> = (Arc<CachingPool<B>>, Allocator<B>);
+
+/// An expandable pool on `d`, or `None` (printing why) where it fell back.
+fn expandable_pool<D: MemoryDevice>(d: &Arc<D>, reserve: usize) -> Option<PoolAndAllocator<D::B>> {
+    let pool = Arc::new(CachingPool::new(d.clone(), config(reserve)));
+    match pool.report().expandable {
+        Expandable::Virtual | Expandable::Emulated => Some((pool.clone(), Allocator::from_arc(pool))),
+        other => {
+            let _ = writeln!(std::io::stderr(), "skipped on {}: expandable segments {other}", d.info().spec());
+            None
+        }
+    }
+}
+
+fn used<D: Device>(d: &D) -> usize {
+    let info = d.memory_info().unwrap();
+    info.total - info.free
+}
+
+fn write<D: Device, M: gpuport::DeviceMemoryMut<B = D::B>>(d: &D, m: &mut M, seed: u8) {
+    d.copy_to_device(&common::pattern(m.len(), seed), m, 0).unwrap();
+}
+
+fn read<D: Device, M: DeviceMemory<B = D::B>>(d: &D, m: &M) -> Vec<u8> {
+    let mut out = vec![0u8; m.len()];
+    d.copy_to_host(m, 0, &mut out).unwrap();
+    out
+}
+
+fn segments_map_as_the_pool_grows_and_addresses_stay_valid<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 256 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    let mut first = alloc.alloc(3 * MIB, &s).unwrap();
+    write(&**d, &mut first, 1);
+    let grown = pool.report();
+    assert_eq!(grown.segments, 1, "one expandable segment");
+    assert!(grown.reserved >= 3 * MIB && grown.reserved < 20 * MIB, "only the granules needed: {}", grown.reserved);
+    let mut later = Vec::new();
+    for i in 0..4u8 {
+        let mut b = alloc.alloc(5 * MIB, &s).unwrap();
+        write(&**d, &mut b, 10 + i);
+        later.push(b);
+    }
+    let report = pool.report();
+    assert_eq!(report.segments, 1, "the segment grew instead of new ones: {report}");
+    let seg = &report.segment_map[0];
+    assert_eq!(seg.address, first.device_ptr(), "the segment still starts at the first block");
+    assert!(later.iter().all(|b| b.device_ptr() > first.device_ptr()), "growth maps at the end");
+    // Each growth is the request rounded up to the 2 MiB granule (a 1 MiB
+    // remainder is not split off a large block): 4 + 4 * 6 MiB. Plain
+    // segments would hold two of 20 MiB.
+    assert!(report.reserved >= 23 * MIB && report.reserved <= 28 * MIB, "reserved {}", report.reserved);
+    d.synchronize(&s).unwrap();
+    assert_eq!(read(&**d, &first), common::pattern(3 * MIB, 1), "the first block kept its contents");
+    for (i, b) in later.iter().enumerate() {
+        assert_eq!(read(&**d, b), common::pattern(5 * MIB, 10 + i as u8));
+    }
+}
+
+fn trimming_unmaps_the_free_tail_and_memory_comes_back<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let baseline = used(&**d);
+    let Some((pool, alloc)) = expandable_pool(d, 256 * MIB) else { return };
+    let virtual_memory = pool.report().expandable == Expandable::Virtual;
+    let s = d.create_stream().unwrap();
+    let mut keep = alloc.alloc(3 * MIB, &s).unwrap();
+    write(&**d, &mut keep, 7);
+    let tail: Vec<_> = (0..6).map(|_| alloc.alloc(8 * MIB, &s).unwrap()).collect();
+    let base = pool.report().segment_map[0].address;
+    let peak = pool.report().reserved;
+    if virtual_memory {
+        assert!(used(&**d) >= baseline + 48 * MIB, "the growth is device memory in use");
+    }
+    drop(tail);
+    pool.trim(0).unwrap();
+    let trimmed = pool.report();
+    assert!(trimmed.reserved < peak && trimmed.reserved <= 4 * MIB, "the tail was unmapped: {trimmed}");
+    assert_eq!(trimmed.segments, 1);
+    assert_eq!(read(&**d, &keep), common::pattern(3 * MIB, 7), "the block below the tail stays valid");
+    drop(keep);
+    pool.trim(0).unwrap();
+    let empty = pool.report();
+    assert_eq!((empty.reserved, empty.segments), (0, 0), "everything unmapped: {empty}");
+    assert!(empty.counters.segments_released >= 2);
+    if virtual_memory {
+        // The stream and the driver's own bookkeeping may take a little: allow 8 MiB.
+        assert!(used(&**d) <= baseline + 8 * MIB, "device memory in use is back to {baseline}: {}", used(&**d));
+    }
+    // The range stays reserved: the segment comes back at the same address.
+    let again = alloc.alloc(3 * MIB, &s).unwrap();
+    assert_eq!(again.device_ptr(), base, "the same reserved range");
+    drop(again);
+    d.synchronize(&s).unwrap();
+}
+
+fn freed_neighbours_merge_across_growths<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 256 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    // Three growths, freed: one free block of their sum serves a larger request.
+    let blocks: Vec<_> = (0..3).map(|_| alloc.alloc(12 * MIB, &s).unwrap()).collect();
+    drop(blocks);
+    pool.trim(usize::MAX).unwrap();
+    let before = pool.report().reserved;
+    let big = alloc.alloc(30 * MIB, &s).unwrap();
+    assert_eq!(pool.report().reserved, before, "the merged free block served it without growing");
+    drop(big);
+    d.synchronize(&s).unwrap();
+}
+
+fn a_full_reservation_falls_back_to_plain_segments<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 4 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    let small_enough = alloc.alloc(3 * MIB, &s).unwrap();
+    let too_big = alloc.alloc(16 * MIB, &s).unwrap();
+    let report = pool.report();
+    assert_eq!(report.segments, 2, "the expandable one and a plain one: {report}");
+    drop((small_enough, too_big));
+    pool.trim(0).unwrap();
+    assert_eq!(pool.report().reserved, 0);
+    d.synchronize(&s).unwrap();
+}
+
+/// A storage whose device cannot reserve growable ranges.
+#[derive(Debug)]
+struct NoVirtualMemory<B: Backend>(DeviceStorage<B>);
+
+// SAFETY: every segment is the device's plain allocator's (`DeviceStorage`).
+unsafe impl<B: Backend> Storage<B> for NoVirtualMemory<B> {
+    type Segment = <DeviceStorage<B> as Storage<B>>::Segment;
+    fn device(&self) -> &Arc<B::Device> {
+        self.0.device()
+    }
+    fn alloc(&self, bytes: usize) -> gpuport::Result<Self::Segment> {
+        self.0.alloc(bytes)
+    }
+    fn reserve_growable(&self, _: usize) -> gpuport::Result<Box<dyn GrowableRange>> {
+        Err(Error::Unsupported { op: "growable ranges", backend: B::KIND, hint: Some("a test storage".into()) })
+    }
+}
+
+fn without_virtual_memory_the_pool_falls_back_and_says_so<D: MemoryDevice>(d: &Arc<D>) {
+    let storage = NoVirtualMemory::<D::B>(DeviceStorage::new(d.clone()));
+    let pool = Arc::new(CachingPool::with_storage(storage, config(256 * MIB)));
+    let report = pool.report();
+    assert!(
+        matches!(&report.expandable, Expandable::FellBack(why) if why.contains("growable ranges")),
+        "the report says why: {:?}",
+        report.expandable
+    );
+    assert!(report.to_string().contains("fell back to plain segments"), "{report}");
+    let s = d.create_stream().unwrap();
+    let block = pool.allocate(3 * MIB, &s).unwrap();
+    assert_eq!(pool.report().reserved, 20 * MIB, "a plain 20 MiB segment");
+    pool.deallocate(block, &s, Vec::new()).unwrap();
+    d.synchronize(&s).unwrap();
+}
+
+fn a_reservation_larger_than_the_address_space_is_a_typed_error<D: MemoryDevice>(d: &Arc<D>) {
+    match d.reserve_growable(MAX_RESERVATION + 1) {
+        Err(Error::Memory(MemoryError::AddressSpace { bytes, .. })) => assert_eq!(bytes, MAX_RESERVATION + 1),
+        Err(Error::Unsupported { .. }) if !d.growable_is_virtual().unwrap() && d.info().spec() != "host" => {
+            let _ = writeln!(std::io::stderr(), "skipped on {}: no virtual memory management", d.info().spec());
+        }
+        other => panic!("expected MemoryError::AddressSpace, got {other:?}"),
+    }
+    let pool = CachingPool::<D::B>::new(d.clone(), config(usize::MAX));
+    assert!(
+        matches!(&pool.report().expandable, Expandable::FellBack(why) if why.contains("cannot reserve")),
+        "a pool asked for too much falls back and says why: {:?}",
+        pool.report().expandable
+    );
+}
+
+fn ipc_of_expandable_memory_is_refused_with_a_typed_error<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, _)) = expandable_pool(d, 64 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    let block = pool.allocate(3 * MIB, &s).unwrap();
+    match pool.ipc_export(&block) {
+        Err(Error::Memory(MemoryError::ExpandableIpc { ptr, .. })) => assert_eq!(ptr, block.ptr()),
+        other => panic!("expected MemoryError::ExpandableIpc, got {other:?}"),
+    }
+    pool.deallocate(block, &s, Vec::new()).unwrap();
+    d.synchronize(&s).unwrap();
+}
+
+mod cases {
+    crate::arc_backend_tests!(
+        segments_map_as_the_pool_grows_and_addresses_stay_valid,
+        trimming_unmaps_the_free_tail_and_memory_comes_back,
+        freed_neighbours_merge_across_growths,
+        a_full_reservation_falls_back_to_plain_segments,
+        without_virtual_memory_the_pool_falls_back_and_says_so,
+        a_reservation_larger_than_the_address_space_is_a_typed_error,
+        ipc_of_expandable_memory_is_refused_with_a_typed_error,
+    );
+}
