@@ -10,15 +10,7 @@ use std::ffi::{c_int, c_uchar, c_ushort, c_void};
 
 use cudarc::driver::sys as cu;
 
-use super::{bind, guard, hip, try_hip, HipError, HIP_ERROR_INVALID_VALUE, HIP_SUCCESS};
-
-/// `hipMemLocation`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct HipMemLocation {
-    type_: c_int,
-    id: c_int,
-}
+use super::{bind, guard, hip, try_hip, HipError, HipMemLocation, HIP_ERROR_INVALID_VALUE, HIP_SUCCESS};
 
 /// `hipMemAllocationProp` (ROCm 6 and 7 layout).
 #[repr(C)]
