@@ -126,7 +126,9 @@ def _peer_stream(name):
         if not torch.cuda.is_available():
             pytest.skip("torch has no CUDA here")
         return torch.cuda.Stream()
-    core = pytest.importorskip("cuda.core.experimental")
+    core = pytest.importorskip("cuda.core")
+    if not hasattr(core, "Device"):  # before cuda.core 1.0
+        core = pytest.importorskip("cuda.core.experimental")
     dev = core.Device(0)
     dev.set_current()
     return dev.create_stream()
