@@ -21,7 +21,7 @@
 //!   ([`Expandable::FellBack`]); the host backend emulates the range
 //!   ([`Expandable::Emulated`], `src/backend/host/growable.rs`).
 
-use super::state::{index, Node, NodeState, SegmentEntry, State, ANY, MAX_RESERVED, NONE};
+use super::state::{Node, NodeState, SegmentEntry, State, ANY, MAX_RESERVED, NONE};
 use super::{CachingPool, PoolConfig, Storage};
 use crate::backend::growable::round_up;
 use crate::backend::{Backend, Device, DeviceMemory, GrowableRange, MemoryDevice};
@@ -143,13 +143,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         }
         let node = if seg == NONE {
             // The first growth since the segment was empty: a new segment entry.
-            let seg_index = match st.vacant_segments.pop() {
-                Some(i) => i,
-                None => {
-                    st.segments.push(None);
-                    index(st.segments.len() - 1)
-                }
-            };
+            let seg_index = st.segment_slot();
             let n = st.new_node(Node {
                 seg: seg_index,
                 offset: 0,

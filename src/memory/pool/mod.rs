@@ -99,7 +99,7 @@ use super::resource::MemoryResource;
 use crate::backend::Backend;
 pub use config::PoolConfig;
 use state::{
-    index, st_ordinal, Fence, HandedOut, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND,
+    st_ordinal, Fence, HandedOut, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND,
     LARGE_SEGMENT, MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
 };
 
@@ -422,13 +422,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         st.counters.segments_allocated += 1;
         st.reserved += seg_size;
         let base = seg.device_ptr();
-        let seg_index = match st.vacant_segments.pop() {
-            Some(i) => i,
-            None => {
-                st.segments.push(None);
-                index(st.segments.len() - 1)
-            }
-        };
+        let seg_index = st.segment_slot();
         let node = st.new_node(Node {
             seg: seg_index,
             offset: 0,

@@ -231,6 +231,18 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
     }
 
+    /// A free index in `segments` for a new segment (a vacant one, else a
+    /// new slot at the end, left `None` for the caller to fill).
+    pub(super) fn segment_slot(&mut self) -> u32 {
+        match self.vacant_segments.pop() {
+            Some(i) => i,
+            None => {
+                self.segments.push(None);
+                index(self.segments.len() - 1)
+            }
+        }
+    }
+
     pub(super) fn new_node(&mut self, node: Node) -> u32 {
         match self.vacant_nodes.pop() {
             Some(i) => {
