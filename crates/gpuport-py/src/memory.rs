@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::convert::device::{given_device, open_device, resolve_device, spec};
-use crate::convert::stream::StreamArg;
+use crate::convert::stream::resolve_stream;
 use crate::errors::IntoPyResult;
 
 // ---- Python -----------------------------------------------------------------------
@@ -126,10 +126,6 @@ impl Drop for PyAllocation {
     }
 }
 
-fn stream_arg(py: Python<'_>, dev: &AnyDevice, stream: Option<&Bound<'_, PyAny>>) -> PyResult<StreamArg> {
-    crate::convert::stream::resolve_stream(py, dev, stream)
-}
-
 /// Allocates ``size`` bytes on the device's current resource
 /// (``gpuport.memory.alloc``).
 ///
@@ -165,7 +161,7 @@ pub fn mem_alloc(
         }
     }
     let dev = open_device(py, device)?; // the allocation installs the resource
-    let s = stream_arg(py, &dev, stream)?;
+    let s = resolve_stream(py, &dev, stream)?;
     let a = match core_memory::alloc_without_waiting(&dev, size, &s) {
         Some(done) => done,
         // It would wait for another thread, which may need the GIL.
