@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-launch cost of ``gpuport.runtime.launch_kernel`` from Python.
 
-    python benches/launch.py [--device host] [--n 20000] [--reps 15]
+    python benches/launch.py [--device host] [--n 20000] [--reps 15] [--json FILE]
 
 Times ``--n`` launches back to back (enqueue only; the stream is
 synchronized outside the timed region) and prints the median over
@@ -11,29 +11,65 @@ and as a prebuilt KernelArgs), a NumPy array (buffer protocol), and a raw
 int address. On the host backend the kernel is the built-in
 ``gpuport_empty`` (the host runs it itself, so this is the binding's cost
 plus the host backend's enqueue), and ``gpuport_fill_u32`` with n = 0 for
-the cases with arguments; on a GPU the same built-ins.
+the cases with arguments; on a GPU the same built-ins, and, in the same
+rounds, an empty kernel through CuPy's ``RawKernel`` and through
+cuda-python's ``cuLaunchKernel`` where those import. Cases alternate: each
+round runs every case once, the order rotating from round to round.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import statistics
 import sys
 import time
 from typing import Any, Callable
 
 
-def per_launch_us(fn: Callable[[], None], n: int, reps: int, sync: Callable[[], None]) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        sync()
-    return statistics.median(times) / n * 1e6
+def add_peers(cases: dict[str, Callable[[], None]], device: str, n: int) -> None:
+    """The same empty kernel launched by CuPy's ``RawKernel`` and by cuda-python's ``cuLaunchKernel``
+    (the driver call with the least Python in front of it), where they import and the device is CUDA."""
+    if not device.startswith("cuda:"):
+        return
+    ordinal = int(device.split(":")[1])
+    try:
+        import cupy
+
+        with cupy.cuda.Device(ordinal):
+            kernel = cupy.RawKernel('extern "C" __global__ void empty() {}', "empty")
+            stream = cupy.cuda.Stream(non_blocking=True)
+            kernel((1,), (1,), (), stream=stream)
+            stream.synchronize()
+
+        def cupy_loop() -> None:
+            for _ in range(n):
+                kernel((1,), (1,), (), stream=stream)
+
+        cases["cupy_rawkernel"] = cupy_loop
+        _PEER_SYNCS.append(stream.synchronize)
+        func = kernel.kernel.ptr  # CUfunction of the loaded module
+    except Exception as e:  # noqa: BLE001 - a missing or broken peer is a skipped row, said so
+        print(f"skipped cupy_rawkernel: {e}")
+        return
+    try:
+        from cuda.bindings import driver
+
+        launch = driver.cuLaunchKernel
+        hstream = driver.CUstream(stream.ptr)
+        hfunc = driver.CUfunction(func)
+
+        def driver_loop() -> None:
+            for _ in range(n):
+                launch(hfunc, 1, 1, 1, 1, 1, 1, 0, hstream, None, None)
+
+        cases["cuda_python_cuLaunchKernel"] = driver_loop
+    except Exception as e:  # noqa: BLE001
+        print(f"skipped cuda_python_cuLaunchKernel: {e}")
+
+
+_PEER_SYNCS: list[Callable[[], None]] = []
 
 
 def main() -> int:
@@ -42,6 +78,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=20000, help="launches per round")
     ap.add_argument("--reps", type=int, default=15, help="rounds (median)")
     ap.add_argument("--only", default=None, help="run only the case with this name")
+    ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     args = ap.parse_args()
 
     import numpy as np
@@ -78,13 +115,37 @@ def main() -> int:
     }
     # A bare Python call of the same arity, for the interpreter's share.
     cases["python_noop"] = loop(lambda: len([buf, v64, v32]))
-    print(f"gpuport {dev.spec}; {n} launches per round, median of {args.reps}; us per launch", flush=True)
-    for name, fn in cases.items():
-        if args.only and name != args.only:
-            continue
-        us = per_launch_us(fn, n, args.reps, s.synchronize)
-        print(f"{name:<18} {us:8.3f}", flush=True)
+    add_peers(cases, args.device, n)
+    if args.only:
+        cases = {k: v for k, v in cases.items() if k == args.only}
+    print(f"gpuport {dev.spec}; {n} launches per round, median of {args.reps} rounds, cases alternating; us per launch",
+          flush=True)
+    syncs = [s.synchronize] + _PEER_SYNCS
+
+    def sync() -> None:
+        for f in syncs:
+            f()
+
+    names = list(cases)
+    for name in names:  # warm-up: kernels loaded, argument layouts cached
+        cases[name]()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.reps):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            cases[name]()
+            times[name].append(time.perf_counter() - t0)
+            sync()
+    rows = []
+    for name in names:
+        t = [x / n * 1e6 for x in times[name]]
+        rows.append({"case": name, "us": statistics.median(t), "min": min(t), "max": max(t)})
+        print(f"{name:<22} {rows[-1]['us']:8.3f}   [{min(t):.3f}, {max(t):.3f}]", flush=True)
     print(f"pending after sync: {gpuport._core._pending_operations()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.spec, "launches": n, "reps": args.reps, "rows": rows}, f, indent=2)
     return 0
 
 
