@@ -4,11 +4,13 @@
 
 mod common;
 
+use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gpuport::memory::history::{self, Action, Frame, HistoryConfig, SnapshotBlockState};
-use gpuport::memory::{self, Allocator, CachingPool, MemoryDevice, PoolConfig};
+use gpuport::memory::{self, Allocator, CachingPool, Expandable, MemoryDevice, PoolConfig};
 use gpuport::Device;
+use gpuport::DeviceMemory;
 
 /// The history is process-wide: its tests take turns.
 fn history_lock() -> MutexGuard<'static, ()> {
@@ -152,6 +154,97 @@ fn out_of_memory_observers_get_a_snapshot_with_the_failure<D: MemoryDevice>(d: &
     history::clear();
 }
 
+/// An expandable pool on `d` (64 MiB of addresses a class), or `None`,
+/// printing why, where the device cannot grow one.
+fn expandable_pool<D: MemoryDevice>(d: &Arc<D>) -> Option<(Arc<CachingPool<D::B>>, Allocator<D::B>)> {
+    let config = PoolConfig { expandable: true, expandable_reserve: Some(64 << 20), ..PoolConfig::default() };
+    let (pool, alloc) = pool(d, config);
+    match pool.report().expandable {
+        Expandable::Virtual | Expandable::Emulated => Some((pool, alloc)),
+        other => {
+            let _ = writeln!(std::io::stderr(), "skipped on {}: expandable segments {other}", d.info().spec());
+            None
+        }
+    }
+}
+
+fn expandable_segments_record_maps_and_unmaps<D: MemoryDevice>(d: &Arc<D>) {
+    let _turn = history_lock();
+    let Some((pool, alloc)) = expandable_pool(d) else { return };
+    history::start(HistoryConfig::default());
+    let a = alloc.alloc(3 << 20, d.default_stream()).unwrap();
+    let mapped = pool.report().reserved;
+    drop(a);
+    pool.trim(0).unwrap();
+    history::stop();
+    let entries = history::entries();
+    let actions: Vec<Action> = entries.iter().map(|e| e.action).collect();
+    assert_eq!(
+        actions,
+        [Action::SegmentMap, Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentUnmap]
+    );
+    let (map, unmap) = (&entries[0], &entries[4]);
+    assert_eq!((map.action.name(), unmap.action.name()), ("segment_map", "segment_unmap"));
+    assert_eq!(map.size, mapped, "the map covers what the pool reserved");
+    assert_eq!((unmap.addr, unmap.size), (map.addr, map.size), "the trim unmapped all of it");
+    let stream = d.stream_id(d.default_stream()).unwrap_or(0);
+    assert_eq!((map.stream, unmap.stream), (stream, stream));
+    history::clear();
+}
+
+/// Checks a snapshot's segments against the pool's own report.
+fn check_segments_against_report(snap: &history::Snapshot, report: &memory::PoolReport) {
+    assert_eq!(snap.segments.len(), report.segments);
+    assert_eq!(snap.segments.iter().map(|s| s.total_size).sum::<usize>(), report.reserved);
+    assert_eq!(snap.segments.iter().map(|s| s.allocated_size).sum::<usize>(), report.in_use);
+    assert_eq!(snap.segments.iter().map(|s| s.requested_size).sum::<usize>(), report.requested);
+    for (seg, rep) in snap.segments.iter().zip(&report.segment_map) {
+        assert_eq!((seg.address, seg.total_size, seg.stream), (rep.address, rep.size, rep.stream));
+        assert_eq!((seg.small, seg.expandable), (rep.small, rep.expandable));
+        assert_eq!(seg.blocks.iter().map(|b| b.size).sum::<usize>(), seg.total_size);
+        let mut address = seg.address;
+        for b in &seg.blocks {
+            assert_eq!(b.address, address, "blocks in address order, without gaps");
+            address += b.size as u64;
+        }
+    }
+}
+
+fn snapshot_segments_carry_the_pools_own_figures<D: MemoryDevice>(d: &Arc<D>) {
+    let _turn = history_lock();
+    let (pool, alloc) = pool(d, PoolConfig::default());
+    let small = alloc.alloc(1000, d.default_stream()).unwrap();
+    let large = alloc.alloc(3 << 20, d.default_stream()).unwrap();
+    let report = pool.report();
+    let snap = history::Snapshot::of_pool(history_key(d), &report);
+    check_segments_against_report(&snap, &report);
+    let stream = d.stream_id(d.default_stream()).unwrap_or(0);
+    let of = |ptr: u64| snap.segments.iter().find(|s| s.blocks.iter().any(|b| b.address == ptr)).unwrap();
+    let (s, l) = (of(small.device_ptr()), of(large.device_ptr()));
+    assert_eq!((s.small, s.total_size, s.stream, s.expandable), (true, 2 << 20, stream, false));
+    assert_eq!((l.small, l.total_size, l.stream, l.expandable), (false, 20 << 20, stream, false));
+    assert_eq!((s.allocated_size, s.requested_size), (1024, 1000), "rounded to 512 bytes, as asked");
+    assert_eq!((l.allocated_size, l.active_size, l.requested_size), (3 << 20, 3 << 20, 3 << 20));
+    assert_eq!(l.blocks[1].state, SnapshotBlockState::Inactive);
+    drop((small, large));
+}
+
+fn snapshot_segments_of_an_expandable_pool_are_marked_and_sized_by_what_is_mapped<D: MemoryDevice>(d: &Arc<D>) {
+    let _turn = history_lock();
+    let Some((pool, alloc)) = expandable_pool(d) else { return };
+    let small = alloc.alloc(4096, d.default_stream()).unwrap();
+    let large = alloc.alloc(3 << 20, d.default_stream()).unwrap();
+    let report = pool.report();
+    let snap = history::Snapshot::of_pool(history_key(d), &report);
+    check_segments_against_report(&snap, &report);
+    assert_eq!(snap.segments.len(), 2, "one segment a class");
+    assert!(snap.segments.iter().all(|s| s.expandable));
+    assert_eq!(snap.segments.iter().filter(|s| s.small).count(), 1);
+    assert!(report.reserved < report.address_space, "mapped {} of {}", report.reserved, report.address_space);
+    assert_eq!(report.address_space, 2 * (64 << 20));
+    drop((small, large));
+}
+
 fn history_key<D: Device>(d: &Arc<D>) -> history::DeviceKey {
     history::DeviceKey { backend: d.info().backend, ordinal: d.info().ordinal }
 }
@@ -165,5 +258,8 @@ mod per_backend {
         a_rust_backtrace_is_recorded_when_asked_for,
         a_snapshot_pickles_and_a_failed_write_keeps_the_history,
         out_of_memory_observers_get_a_snapshot_with_the_failure,
+        expandable_segments_record_maps_and_unmaps,
+        snapshot_segments_carry_the_pools_own_figures,
+        snapshot_segments_of_an_expandable_pool_are_marked_and_sized_by_what_is_mapped,
     );
 }

@@ -81,8 +81,16 @@ pub struct BlockReport {
 pub struct SegmentReport {
     /// Device address.
     pub address: u64,
-    /// Size in bytes.
+    /// Size in bytes (of an expandable segment: the bytes mapped).
     pub size: usize,
+    /// The id of the stream whose allocation made the segment (0 where the
+    /// backend has none); its free blocks may serve other streams too.
+    pub stream: u64,
+    /// Whether its blocks are of the small class (requests up to 1 MiB,
+    /// `memory/pool/mod.rs`), PyTorch's small pool.
+    pub small: bool,
+    /// Whether it is an expandable segment (`memory/pool/expandable.rs`).
+    pub expandable: bool,
     /// Its blocks.
     pub blocks: Vec<BlockReport>,
 }
@@ -90,7 +98,8 @@ pub struct SegmentReport {
 /// Usage and fragmentation of a [`CachingPool`](super::CachingPool) (after cubecl's `memory_report`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolReport {
-    /// Bytes held from the storage.
+    /// Bytes held from the storage: of expandable segments, the bytes
+    /// mapped (physical memory), not the addresses reserved for them.
     pub reserved: usize,
     /// Bytes in handed-out blocks (rounded sizes).
     pub in_use: usize,
@@ -115,6 +124,9 @@ pub struct PoolReport {
     pub segment_map: Vec<SegmentReport>,
     /// Whether the pool grows expandable segments, and how.
     pub expandable: Expandable,
+    /// Bytes of device addresses the expandable segments' ranges reserve
+    /// (0 without them). Addresses only: no memory, not in `reserved`.
+    pub address_space: usize,
 }
 
 /// Whether a [`CachingPool`](super::CachingPool) grows expandable segments
@@ -166,7 +178,12 @@ impl fmt::Display for PoolReport {
             mib(self.pending)
         )?;
         if self.expandable != Expandable::Off {
-            writeln!(f, "  expandable segments: {}", self.expandable)?;
+            writeln!(
+                f,
+                "  expandable segments: {} ({:.2} MiB of addresses reserved)",
+                self.expandable,
+                mib(self.address_space)
+            )?;
         }
         let c = &self.counters;
         writeln!(

@@ -106,7 +106,8 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
 /// gpuport's error as CuPy raises its own: out of memory (after the pool's
 /// retry) as `cupy.cuda.memory.OutOfMemoryError(size, total)`, caused by
 /// gpuport's error, so code that catches CuPy's exception catches it; any
-/// other error as gpuport's exception.
+/// other error as gpuport's exception. `total` ("allocated so far") is
+/// [`held_bytes`].
 fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size: usize) -> PyErr {
     let oom = matches!(
         e,
@@ -116,7 +117,7 @@ fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size:
     if !oom {
         return ours;
     }
-    let total = core_memory::statistics(dev).map_or(0, |(s, _)| s.current_bytes);
+    let total = held_bytes(dev);
     let theirs = py
         .import("cupy.cuda.memory")
         .and_then(|m| m.getattr("OutOfMemoryError"))
@@ -128,6 +129,18 @@ fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size:
             err
         }
         Err(_) => ours,
+    }
+}
+
+/// What the device's resource holds from the driver, as CuPy's pool counts
+/// its "allocated so far": a caching pool's reserved bytes (of expandable
+/// segments, the bytes mapped, not the addresses reserved), else the bytes
+/// live (0 if the resource cannot say).
+fn held_bytes(dev: &gpuport::AnyDevice) -> usize {
+    match core_memory::statistics(dev) {
+        Ok((_, Some(report))) => report.reserved,
+        Ok((s, None)) => s.current_bytes,
+        Err(_) => 0,
     }
 }
 

@@ -202,6 +202,7 @@ pub fn mem_stats<'py>(py: Python<'py>, device: Option<&Bound<'py, PyAny>>) -> Py
         };
         d.set_item("pool_expandable", expandable)?;
         d.set_item("pool_segments", r.segments)?;
+        d.set_item("pool_address_space", r.address_space)?;
     }
     Ok(d)
 }

@@ -53,10 +53,16 @@ pub enum Action {
     /// request: the pool files a freed block at once, and its own events
     /// gate reuse on other streams).
     FreeCompleted,
-    /// A segment taken from the storage (`segment_alloc`).
+    /// A plain segment taken from the storage (`segment_alloc`).
     SegmentAlloc,
-    /// A segment given back to the storage (`segment_free`).
+    /// A plain segment given back to the storage (`segment_free`).
     SegmentFree,
+    /// Memory mapped at the end of an expandable segment (`segment_map`):
+    /// the address and size of the part mapped.
+    SegmentMap,
+    /// Memory unmapped from the end of an expandable segment
+    /// (`segment_unmap`): the address and size of the part unmapped.
+    SegmentUnmap,
     /// An allocation the pool could not serve after its retry (`oom`).
     Oom,
 }
@@ -70,6 +76,8 @@ impl Action {
             Action::FreeCompleted => "free_completed",
             Action::SegmentAlloc => "segment_alloc",
             Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
         }
     }

@@ -12,9 +12,6 @@ use crate::memory::report::{BlockState, PoolReport};
 use super::pickle::{to_pickle, Value};
 use super::{entries, frames_of, DeviceKey, Frame, TraceEntry};
 
-/// Segments up to this size are PyTorch's "small" ones (`memory/pool/state.rs`'s small segment).
-const SMALL_SEGMENT: usize = 2 << 20;
-
 /// What a block of a snapshot is doing, as PyTorch names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnapshotBlockState {
@@ -59,8 +56,15 @@ pub struct SegmentSnapshot {
     pub device: DeviceKey,
     /// Device address.
     pub address: u64,
-    /// Bytes.
+    /// Bytes (of an expandable segment: the bytes mapped).
     pub total_size: usize,
+    /// The id of the stream whose allocation made it (0 for none).
+    pub stream: u64,
+    /// Of the pool's small class (PyTorch's `segment_type` `"small"`),
+    /// else `"large"`.
+    pub small: bool,
+    /// An expandable segment (`is_expandable`).
+    pub expandable: bool,
     /// Bytes in allocated blocks.
     pub allocated_size: usize,
     /// Bytes in allocated blocks and blocks awaiting their events.
@@ -110,6 +114,9 @@ impl Snapshot {
                 device,
                 address: seg.address,
                 total_size: seg.size,
+                stream: seg.stream,
+                small: seg.small,
+                expandable: seg.expandable,
                 allocated_size: 0,
                 active_size: 0,
                 requested_size: 0,
@@ -216,10 +223,10 @@ fn segment_value(s: &SegmentSnapshot) -> Value {
         ("allocated_size", s.allocated_size.into()),
         ("active_size", s.active_size.into()),
         ("requested_size", s.requested_size.into()),
-        ("stream", Value::Int(0)),
-        ("segment_type", if s.total_size <= SMALL_SEGMENT { "small" } else { "large" }.into()),
+        ("stream", s.stream.into()),
+        ("segment_type", if s.small { "small" } else { "large" }.into()),
         ("segment_pool_id", Value::Tuple(vec![Value::Int(0), Value::Int(0)])),
-        ("is_expandable", Value::Bool(false)),
+        ("is_expandable", Value::Bool(s.expandable)),
         ("frames", Value::List(Vec::new())),
         ("blocks", Value::List(blocks)),
     ])

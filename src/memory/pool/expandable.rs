@@ -80,15 +80,21 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// New memory for `size` bytes of the class: from the class's
     /// expandable segment if the pool has one and its reservation has room,
     /// else a plain segment (`grow`). Returns the node to hand out.
-    pub(super) fn grow_or_expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+    pub(super) fn grow_or_expand(
+        &self,
+        st: &mut State<B, S::Segment>,
+        size: usize,
+        small: bool,
+        stream: u64,
+    ) -> Result<u32> {
         if st.expandable[usize::from(!small)].is_some() {
-            match self.expand(st, size, small) {
+            match self.expand(st, size, small, stream) {
                 Ok(n) => return Ok(n),
                 Err(e) if reservation_full(&e) => {}
                 Err(e) => return Err(e),
             }
         }
-        self.grow(st, size, small)
+        self.grow(st, size, small, stream)
     }
 
     /// The driver's IPC memory handle of `block` (as
@@ -107,8 +113,8 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 
     /// Maps enough at the end of the class's expandable segment for a free
     /// block of `size` bytes there, and returns that block's node (pending,
-    /// out of every list, for `hand_out`).
-    fn expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+    /// out of every list, for `hand_out`). `stream` (its id) asked for it.
+    fn expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool, stream: u64) -> Result<u32> {
         let class = usize::from(!small);
         let ordinal = self.dev().info().ordinal;
         let oom = || Error::OutOfMemory { backend: B::KIND, ordinal, bytes: size };
@@ -139,7 +145,13 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         st.reserved += growth;
         st.counters.segments_allocated += 1;
         if history::recording() {
-            history::record_segment(history::Action::SegmentAlloc, self.history_key(), base + mapped as u64, growth, 0);
+            history::record_segment(
+                history::Action::SegmentMap,
+                self.history_key(),
+                base + mapped as u64,
+                growth,
+                stream,
+            );
         }
         let node = if seg == NONE {
             // The first growth since the segment was empty: a new segment entry.
@@ -154,7 +166,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                 state: NodeState::Pending,
             });
             st.segments[seg_index as usize] =
-                Some(SegmentEntry { _memory: None, base, size: growth, first: n, graph: 0 });
+                Some(SegmentEntry { _memory: None, base, size: growth, first: n, graph: 0, stream });
             if let Some(exp) = st.expandable[class].as_mut() {
                 exp.seg = seg_index;
             }
@@ -199,6 +211,11 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         })
     }
 
+    /// Bytes of addresses the expandable ranges reserve (mapped or not).
+    pub(super) fn expandable_address_space(&self) -> usize {
+        self.expandable.iter().flatten().map(|e| e.range.reserved()).sum()
+    }
+
     /// The last node of segment `seg`'s chain.
     pub(super) fn last_node(&self, seg: u32) -> u32 {
         let mut n = self.segments[seg as usize].as_ref().map_or(NONE, |s| s.first);
@@ -241,7 +258,8 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             self.counters.segments_released += 1;
             if history::recording() {
                 let device = history::DeviceKey { backend: B::KIND, ordinal };
-                history::record_segment(history::Action::SegmentFree, device, base + keep as u64, end - keep, 0);
+                let stream = self.segments[seg as usize].as_ref().map_or(0, |s| s.stream);
+                history::record_segment(history::Action::SegmentUnmap, device, base + keep as u64, end - keep, stream);
             }
             self.take_free(tail);
             if keep > offset {

@@ -244,13 +244,13 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             st.counters.graph_reuses += 1;
             return Ok(st.hand_out(n, size, bytes, tag));
         }
-        let node = match self.grow(st, size, small) {
+        let node = match self.grow(st, size, small, stream_tag) {
             Ok(node) => node,
             Err(Error::OutOfMemory { .. }) => {
                 // Cached segments free for any stream need no wait: release them.
                 st.counters.oom_retries += 1;
                 st.release_free_segments(0);
-                self.grow(st, size, small).map_err(|e| {
+                self.grow(st, size, small, stream_tag).map_err(|e| {
                     st.counters.oom_failures += 1;
                     Error::Graph {
                         backend: B::KIND,

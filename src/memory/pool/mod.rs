@@ -383,7 +383,10 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         self.locked(|st| st.report())
     }
 
-    fn grow(&self, st: &mut State<B, S::Segment>, size: usize, small: bool) -> Result<u32> {
+    /// A new plain segment for `size` bytes of the class, allocated for
+    /// stream `stream` (its id, 0 for none); returns its one node (pending,
+    /// out of every list, for `hand_out`).
+    fn grow(&self, st: &mut State<B, S::Segment>, size: usize, small: bool, stream: u64) -> Result<u32> {
         let mut seg_size = if small {
             SMALL_SEGMENT
         } else if size <= LARGE_EXACT_ABOVE {
@@ -433,9 +436,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             state: NodeState::Pending,
         });
         st.segments[seg_index as usize] =
-            Some(SegmentEntry { _memory: Some(seg), base, size: seg_size, first: node, graph: 0 });
+            Some(SegmentEntry { _memory: Some(seg), base, size: seg_size, first: node, graph: 0, stream });
         if history::recording() {
-            history::record_segment(history::Action::SegmentAlloc, self.history_key(), base, seg_size, 0);
+            history::record_segment(history::Action::SegmentAlloc, self.history_key(), base, seg_size, stream);
         }
         Ok(node)
     }
@@ -498,7 +501,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         }
         // 4. New memory; on out-of-memory release everything free and retry once.
-        let node = match self.grow_or_expand(st, size, small) {
+        let node = match self.grow_or_expand(st, size, small, tag.unwrap_or(0)) {
             Ok(n) => n,
             // The retry waits for device work: not inside `without_waiting`.
             Err(Error::OutOfMemory { .. }) if waiting_refused() => return Err(no_wait::refused(self.name())),
@@ -511,7 +514,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     return Ok(st.hand_out(n, size, bytes, ANY));
                 }
                 st.release_free_segments(0);
-                match self.grow_or_expand(st, size, small) {
+                match self.grow_or_expand(st, size, small, tag.unwrap_or(0)) {
                     Ok(n) => n,
                     Err(e) => {
                         st.counters.oom_failures += 1;

@@ -89,6 +89,10 @@ pub(super) struct SegmentEntry<Seg> {
     pub(super) first: u32,
     /// The graph pool the segment's blocks belong to (its serial), 0 for none.
     pub(super) graph: u64,
+    /// The id of the stream whose allocation made the segment (0 where the
+    /// backend has none): the segment's stream in reports and snapshots,
+    /// as PyTorch's. Its blocks serve every stream all the same.
+    pub(super) stream: u64,
 }
 
 /// The free blocks of one stream (or, `lists[0]`, of any stream).
@@ -676,7 +680,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                     if history::recording() {
                         let ordinal = seg._memory.as_ref().map_or(0, |m| m.ordinal());
                         let device = history::DeviceKey { backend: B::KIND, ordinal };
-                        history::record_segment(history::Action::SegmentFree, device, seg.base, seg.size, 0);
+                        history::record_segment(history::Action::SegmentFree, device, seg.base, seg.size, seg.stream);
                     }
                     drop(seg); // frees the memory
                 }
@@ -747,7 +751,14 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 blocks.push(BlockReport { offset: node.offset, size: node.size, state });
                 n = node.next;
             }
-            segment_map.push(SegmentReport { address: seg.base, size: seg.size, blocks });
+            segment_map.push(SegmentReport {
+                address: seg.base,
+                size: seg.size,
+                stream: seg.stream,
+                small: self.nodes[seg.first as usize].small,
+                expandable: seg._memory.is_none(),
+                blocks,
+            });
         }
         PoolReport {
             reserved: self.reserved,
@@ -764,6 +775,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             counters: self.counters,
             segment_map,
             expandable: self.expandable_mode.clone(),
+            address_space: self.expandable_address_space(),
         }
     }
 }

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["allocator", "c_allocator", "pinned_allocator", "use_gpuport_for_cupy"]
+__all__ = ["allocator", "c_allocator", "held_bytes", "pinned_allocator", "use_gpuport_for_cupy"]
 
 # A size gpuport refuses before allocating anything: the probe of the C
 # allocator's error path (see _c_allocator_raises).
@@ -65,6 +65,22 @@ def _c_allocator_raises(malloc: Any) -> bool:
     return False
 
 
+def held_bytes(device: Any) -> int:
+    """What the device's gpuport resource holds from the driver: the bytes
+    CuPy's ``OutOfMemoryError`` reports as "allocated so far" (as CuPy's own
+    pool reports its ``total_bytes()``).
+
+    A caching pool's ``pool_reserved`` (of expandable segments, the bytes
+    mapped, not the addresses reserved), else the bytes live.
+
+        >>> import gpuport.cupy, gpuport.memory as gm
+        >>> gpuport.cupy.held_bytes("host") == gm.stats("host")["pool_reserved"]
+        True
+    """
+    stats = _core.mem_stats(device)
+    return int(stats.get("pool_reserved", stats["current_bytes"]))
+
+
 def allocator(size: int) -> Any:
     """``size`` bytes on CuPy's current device and stream, as a ``cupy.cuda.MemoryPointer``.
 
@@ -87,8 +103,7 @@ def allocator(size: int) -> Any:
     try:
         a = _core.mem_alloc(size, stream, f"{_backend(cupy)}:{dev}")
     except _core.OutOfMemoryError as e:
-        total = _core.mem_stats(f"{_backend(cupy)}:{dev}")["current_bytes"]
-        raise cupy.cuda.memory.OutOfMemoryError(size, total) from e
+        raise cupy.cuda.memory.OutOfMemoryError(size, held_bytes(f"{_backend(cupy)}:{dev}")) from e
     # The owner is the gpuport allocation: when CuPy drops the memory, the
     # allocation is collected and its block goes back to the pool.
     mem = cupy.cuda.UnownedMemory(a.ptr, size, a, dev)

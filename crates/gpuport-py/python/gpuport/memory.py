@@ -88,14 +88,19 @@ def stats(device: Any = None) -> Dict[str, int]:
 
     Keys: ``current_bytes``, ``peak_bytes``, ``total_bytes``,
     ``current_count``, ``peak_count``, ``total_count`` (bytes as
-    requested), and for the caching pool ``pool_reserved``, ``pool_in_use``,
-    ``pool_free``, ``pool_allocations``, ``pool_frees``, ``pool_oom_failures``,
+    requested), and for the caching pool ``pool_reserved`` (bytes held
+    from the driver: of expandable segments, the bytes mapped, not the
+    addresses reserved), ``pool_in_use``, ``pool_free``,
+    ``pool_allocations``, ``pool_frees``, ``pool_oom_failures``,
     ``graph_pools`` (captures that allocated: each gets memory of its own),
     ``graph_pools_released`` (given back once their graphs were gone),
-    ``pool_segments`` and ``pool_expandable``: whether the pool grows
-    expandable segments (``GPUPORT_POOL=expandable``, read once at start):
-    0 no, 1 over the driver's virtual memory, 2 emulated (the host backend),
-    -1 asked for but the device cannot (plain segments).
+    ``pool_segments`` (an expandable segment counts once, however often
+    it grew), ``pool_expandable``: whether the pool grows expandable
+    segments (``GPUPORT_POOL=expandable``, read once at start): 0 no, 1
+    over the driver's virtual memory, 2 emulated (the host backend), -1
+    asked for but the device cannot (plain segments), and
+    ``pool_address_space``: bytes of addresses the expandable segments'
+    ranges reserve (no memory; 0 without them).
 
         >>> import gpuport.memory as gm
         >>> before = gm.stats("host")
