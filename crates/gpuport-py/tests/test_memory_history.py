@@ -16,7 +16,9 @@ import gpuport.memory as gm
 
 from conftest import open_or_skip
 
-TRACE_ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"}
+TRACE_ACTIONS = {
+    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom"
+}
 
 
 @pytest.fixture
@@ -38,6 +40,7 @@ def check_viewer_fields(snap):
                     "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"):
             assert key in seg, key
         assert seg["segment_type"] in ("small", "large")
+        assert isinstance(seg["is_expandable"], bool) and isinstance(seg["stream"], int)
         offset, allocated, free_internal, free_external = 0, 0, 0, 0
         for b in seg["blocks"]:
             assert b["address"] == seg["address"] + offset
@@ -85,6 +88,33 @@ def test_allocations_are_recorded_with_their_python_frames(device, recording):
     # Recording is off now: nothing more is added.
     gm.alloc(4096, device=device).free()
     assert len(gm.snapshot(device.backend)["device_traces"][device.ordinal]) == len(trace)
+
+
+def test_snapshot_segments_add_up_to_the_pools_stats(device):
+    """The snapshot's segments are the pool's own: their sizes add up to
+    ``stats()``'s, and each says its class as the pool cut it."""
+    small = gm.alloc(1000, device=device)
+    large = gm.alloc(3 << 20, device=device)
+    stats = gm.stats(device)
+    snap = gm.snapshot(device.backend)
+    check_viewer_fields(snap)
+    segs = [s for s in snap["segments"] if s["device"] == device.ordinal]
+    assert len(segs) == stats["pool_segments"]
+    assert sum(s["total_size"] for s in segs) == stats["pool_reserved"]
+    assert sum(s["allocated_size"] for s in segs) == stats["pool_in_use"]
+    assert sum(s["requested_size"] for s in segs) == stats["current_bytes"]
+
+    def segment_of(ptr):
+        return next(s for s in segs if any(b["address"] == ptr for b in s["blocks"]))
+
+    s, l = segment_of(small.ptr), segment_of(large.ptr)
+    assert (s["segment_type"], l["segment_type"]) == ("small", "large")
+    expandable = stats["pool_expandable"] in (1, 2)
+    assert s["is_expandable"] == l["is_expandable"] == expandable
+    block = next(b for b in s["blocks"] if b["address"] == small.ptr)
+    assert (block["size"], block["requested_size"], block["state"]) == (1024, 1000, "active_allocated")
+    small.free()
+    large.free()
 
 
 def test_the_history_keeps_at_most_max_entries(recording):
