@@ -13,7 +13,9 @@ use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{Device, DeviceMemory, DeviceMemoryMut, Event, HostRegistration, MemoryInfo, MemoryKind, Stream};
+use crate::backend::{
+    Buffer, Device, DeviceMemory, DeviceMemoryMut, Event, HostRegistration, MemoryInfo, MemoryKind, Stream,
+};
 use crate::error::{Error, Result};
 
 use super::block::{Block, MemoryError};
@@ -345,6 +347,14 @@ impl<B: Backend> DeviceAllocation<B> {
         &self.stream
     }
 
+    /// The buffer behind the allocation, where its resource hands out whole
+    /// buffers ([`PlainResource`](super::PlainResource),
+    /// [`ManagedResource`](super::ManagedResource)); `None` for a block cut
+    /// from a pool's segment.
+    pub fn buffer(&self) -> Option<&Buffer<B>> {
+        self.block.buffer()
+    }
+
     /// Borrows the allocation for work on `stream`. Enqueue the work, then
     /// drop the returned [`StreamUse`]: it records an event on `stream`, and
     /// the memory is not reused before that event completes. On the
@@ -394,7 +404,7 @@ unsafe impl<B: Backend> DeviceMemory for DeviceAllocation<B> {
         self.block.ordinal()
     }
     fn kind(&self) -> MemoryKind {
-        MemoryKind::Device
+        self.block.buffer().map_or(MemoryKind::Device, |b| b.kind())
     }
     fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         self.block.buffer().and_then(|b| b.owner())
@@ -446,7 +456,7 @@ unsafe impl<B: Backend> DeviceMemory for StreamUse<'_, B> {
         self.allocation.ordinal()
     }
     fn kind(&self) -> MemoryKind {
-        MemoryKind::Device
+        self.allocation.kind()
     }
     fn owner(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         self.allocation.owner()

@@ -120,7 +120,7 @@ pub use pageable::{pageable_copier, PageableCopier, PipelineConfig};
 pub use pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use pool::{CachingPool, DeviceStorage, PoolConfig, Storage};
 pub use report::{BlockReport, BlockState, Expandable, PoolCounters, PoolReport, SegmentReport, Statistics};
-pub use resource::{MemoryResource, NativePoolResource, PlainResource};
+pub use resource::{ManagedResource, MemoryResource, NativePoolResource, PlainResource};
 pub use stats::StatisticsResource;
 
 /// The version of the resource interface, as NBEP 7's `interface_version`

@@ -220,6 +220,63 @@ unsafe impl<B: Backend> MemoryResource<B> for PlainResource<B> {
     }
 }
 
+/// Managed memory straight from the device (`cuMemAllocManaged`,
+/// `hipMallocManaged`; the host backend's heap): no caching. Its blocks
+/// carry their buffers, so [`MemoryDevice::prefetch_managed`] and
+/// [`advise_managed`](MemoryDevice::advise_managed) can place them (see
+/// [`DeviceAllocation::buffer`](super::DeviceAllocation::buffer)).
+pub struct ManagedResource<B: Backend> {
+    device: Arc<B::Device>,
+    id: ResourceId,
+}
+
+impl<B: Backend> ManagedResource<B> {
+    /// A resource of `device`'s managed memory; [`Error::Unsupported`] where
+    /// the device has none.
+    pub fn new(device: Arc<B::Device>) -> Result<Self> {
+        if !device.info().managed_memory {
+            return Err(Error::Unsupported {
+                op: "managed memory",
+                backend: B::KIND,
+                hint: Some(format!("{} has no managed memory; use device memory", device.info().spec())),
+            });
+        }
+        Ok(ManagedResource { device, id: ResourceId::new() })
+    }
+}
+
+impl<B: Backend> fmt::Debug for ManagedResource<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ManagedResource({})", self.device.info().spec())
+    }
+}
+
+// SAFETY: as `PlainResource`'s: every block wraps a managed buffer fresh from
+// the device, owned by the block alone and freed only in `deallocate`, after
+// the free's stream and the `after` events; other blocks are refused.
+unsafe impl<B: Backend> MemoryResource<B> for ManagedResource<B> {
+    fn device(&self) -> &Arc<B::Device> {
+        &self.device
+    }
+    fn name(&self) -> &'static str {
+        "managed"
+    }
+    fn allocate(&self, bytes: usize, _stream: &Stream<B>) -> Result<Block<B>> {
+        Block::from_buffer(self.id, self.device.alloc_managed(bytes)?, bytes, 0)
+    }
+    fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        let buffer = take_own_buffer(block, self.id, self.name())?;
+        // A synchronous free must not overtake queued work (a prefetch
+        // included): wait for it.
+        for event in &after {
+            let _ = self.device.synchronize_event(event);
+        }
+        let _ = self.device.synchronize(stream);
+        drop(buffer);
+        Ok(())
+    }
+}
+
 /// The driver's stream-ordered pool (`cuMemAllocAsync`/`cuMemFreeAsync`, or
 /// `hipMallocAsync`/`hipFreeAsync`), with its release threshold set: the
 /// device's default pool ([`new`](Self::new)), or a pool of its own whose

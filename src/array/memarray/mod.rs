@@ -8,7 +8,9 @@
 //!
 //! ## Memory and streams
 //! Every allocation of an array goes through its device's current resource
-//! ([`current_resource`]): the device copy is a [`DeviceAllocation`], and on
+//! ([`current_resource`](crate::memory::current_resource)): the device copy is a [`DeviceAllocation`]
+//! (of managed memory for a [`managed`](MemArray::managed) array,
+//! `managed.rs`), and on
 //! GPU backends the host copy is pinned memory of the same resource (the
 //! caching pool's pinned pool), or an ordinary `Vec` where pinning fails.
 //! The host backend's host copy is always a `Vec`.
@@ -46,12 +48,13 @@ use crate::dlpack::ffi::DLDevice;
 use crate::dlpack::{dl_device, ExportSource};
 use crate::error::{BackendKind, Error, Result};
 use crate::kernels::{self, Scalar};
-use crate::memory::{current_resource, DeviceAllocation, GuardedRelease, StreamUse};
+use crate::memory::{DeviceAllocation, GuardedRelease, StreamUse};
 use crate::HostDevice;
 
 mod capture;
 mod device_data;
 mod host_storage;
+mod managed;
 mod peer;
 mod replay;
 mod upload;
@@ -208,6 +211,9 @@ pub struct MemArray<T: Element, const N: usize, D: Device = HostDevice> {
     pending_stream: Option<Stream<D::B>>,
     /// Shared with graphs that captured kernel methods on the device copy (`replay.rs`).
     replay: Option<replay::ArrayLink<D>>,
+    /// The device copy is managed memory, from a `ManagedResource` rather
+    /// than the current resource (`managed.rs`).
+    managed: bool,
 }
 
 impl<T: Element, const N: usize, D: Device> fmt::Debug for MemArray<T, N, D> {
@@ -290,6 +296,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
             pending: None,
             pending_stream: None,
             replay: None,
+            managed: false,
         }
     }
 
@@ -507,7 +514,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
 
     /// A new device-copy-sized allocation of the current resource on `stream`.
     fn alloc_device_copy(&self, stream: &Stream<D::B>, exported: bool) -> Result<DeviceCopy<D>> {
-        let memory = current_resource::<D::B>(&self.device)?.alloc(self.len * std::mem::size_of::<T>(), stream)?;
+        let memory = self.resource_on(&self.device)?.alloc(self.len * std::mem::size_of::<T>(), stream)?;
         Ok(GuardedRelease::new(memory, &self.device, exported))
     }
 
@@ -516,7 +523,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     fn copy_device_copy(&self, exported: bool) -> Result<Option<DeviceCopy<D>>> {
         let Some(src) = &self.buffer else { return Ok(None) };
         let stream = self.device.default_stream();
-        let mut memory = current_resource::<D::B>(&self.device)?.alloc(src.len(), stream)?;
+        let mut memory = self.resource_on(&self.device)?.alloc(src.len(), stream)?;
         let from = src.use_on(stream)?;
         self.device.copy_device(&from, 0, &mut memory, 0, src.len())?;
         Ok(Some(GuardedRelease::new(memory, &self.device, exported)))
@@ -846,6 +853,7 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         let mut out = Self::from_parts(&self.device, self.shape, self.len, host);
         out.buffer = buffer;
         out.residency = residency;
+        out.managed = self.managed;
         Ok(out)
     }
 

@@ -9,7 +9,7 @@ use super::{DeviceCopy, Location, MemArray};
 use crate::array::{Element, LockId};
 use crate::backend::{PeerDevice, Stream};
 use crate::error::Result;
-use crate::memory::{current_resource, GuardedRelease};
+use crate::memory::GuardedRelease;
 
 impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
     /// Moves the array to `device`, another device of its backend, in the
@@ -89,7 +89,7 @@ impl<T: Element, const N: usize, D: PeerDevice> MemArray<T, N, D> {
         old.record_event(&ready, src.stream())?;
         device.wait_event(stream, &ready)?;
         let bytes = self.len * std::mem::size_of::<T>();
-        let memory = current_resource::<D::B>(device)?.alloc(bytes, stream)?;
+        let memory = self.resource_on(device)?.alloc(bytes, stream)?;
         // SAFETY: `src` is held by the array (and by this call's borrow)
         // until its stream has passed the copy (the wait below); `memory`
         // belongs to `stream`, is new, and is handed to no one before the
