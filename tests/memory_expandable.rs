@@ -139,6 +139,43 @@ fn freed_neighbours_merge_across_growths<D: MemoryDevice>(d: &Arc<D>) {
     d.synchronize(&s).unwrap();
 }
 
+fn a_tail_freed_on_the_allocating_stream_is_extended_not_mapped_again<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 256 * MIB) else { return };
+    let s = d.create_stream().unwrap();
+    let first = alloc.alloc(2 * MIB, &s).unwrap();
+    let tail = alloc.alloc(2 * MIB, &s).unwrap();
+    let tail_at = tail.device_ptr();
+    let before = pool.report().reserved;
+    // Freed on `s`: free on `s`'s own list, not yet for every stream.
+    drop(tail);
+    let big = alloc.alloc(6 * MIB, &s).unwrap();
+    let grew = pool.report().reserved - before;
+    assert_eq!(big.device_ptr(), tail_at, "the free tail was extended");
+    assert!(grew < 6 * MIB, "only the bytes the tail lacked were mapped, not {grew}");
+    drop((first, big));
+    d.synchronize(&s).unwrap();
+}
+
+fn a_tail_freed_on_another_stream_is_not_extended<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 256 * MIB) else { return };
+    let (s, other) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    if d.stream_id(&s).is_none() {
+        return; // without stream ids every free block serves every stream
+    }
+    let tail = alloc.alloc(2 * MIB, &other).unwrap();
+    let tail_at = tail.device_ptr();
+    drop(tail);
+    common::hold_stream(d, &other, std::time::Duration::from_millis(50));
+    let big = alloc.alloc(6 * MIB, &s).unwrap();
+    assert_ne!(big.device_ptr(), tail_at, "another stream's free block is not handed out unfenced");
+    assert!(pool.report().reserved >= 8 * MIB);
+    drop(big);
+    d.synchronize(&s).unwrap();
+    d.synchronize(&other).unwrap();
+}
+
 fn a_full_reservation_falls_back_to_plain_segments<D: MemoryDevice>(d: &Arc<D>) {
     let _guard = lock();
     let Some((pool, alloc)) = expandable_pool(d, 4 * MIB) else { return };
@@ -222,6 +259,8 @@ mod cases {
         segments_map_as_the_pool_grows_and_addresses_stay_valid,
         trimming_unmaps_the_free_tail_and_memory_comes_back,
         freed_neighbours_merge_across_growths,
+        a_tail_freed_on_the_allocating_stream_is_extended_not_mapped_again,
+        a_tail_freed_on_another_stream_is_not_extended,
         a_full_reservation_falls_back_to_plain_segments,
         without_virtual_memory_the_pool_falls_back_and_says_so,
         a_reservation_larger_than_the_address_space_is_a_typed_error,

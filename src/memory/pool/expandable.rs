@@ -77,24 +77,25 @@ fn reservation_full(e: &Error) -> bool {
 }
 
 impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
-    /// New memory for `size` bytes of the class: from the class's
-    /// expandable segment if the pool has one and its reservation has room,
-    /// else a plain segment (`grow`). Returns the node to hand out.
+    /// New memory for `size` bytes of the class, for the stream with list
+    /// tag `tag` (its id; `None` where the backend has none): from the
+    /// class's expandable segment if the pool has one and its reservation
+    /// has room, else a plain segment (`grow`). Returns the node to hand out.
     pub(super) fn grow_or_expand(
         &self,
         st: &mut State<B, S::Segment>,
         size: usize,
         small: bool,
-        stream: u64,
+        tag: Option<u64>,
     ) -> Result<u32> {
         if st.expandable[usize::from(!small)].is_some() {
-            match self.expand(st, size, small, stream) {
+            match self.expand(st, size, small, tag) {
                 Ok(n) => return Ok(n),
                 Err(e) if reservation_full(&e) => {}
                 Err(e) => return Err(e),
             }
         }
-        self.grow(st, size, small, stream)
+        self.grow(st, size, small, tag.unwrap_or(0))
     }
 
     /// The driver's IPC memory handle of `block` (as
@@ -113,17 +114,31 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
 
     /// Maps enough at the end of the class's expandable segment for a free
     /// block of `size` bytes there, and returns that block's node (pending,
-    /// out of every list, for `hand_out`). `stream` (its id) asked for it.
-    fn expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool, stream: u64) -> Result<u32> {
+    /// out of every list, for `hand_out`), for the stream with list tag `tag`.
+    ///
+    /// The segment's last block, if free for every stream or free on this
+    /// stream's own list, is extended: only the bytes it lacks are mapped.
+    /// PyTorch does the same with the free block before the unmapped range
+    /// of the stream's own segment (`allocatable(c->prev)` in
+    /// `CUDACachingAllocator.cpp`). Taking only blocks free for any stream,
+    /// as before, mapped the whole request again whenever the tail had been
+    /// freed on the allocating stream, which in a one-stream workload is
+    /// nearly always: the free tail stayed mapped beside the new memory.
+    /// Handing this stream its own free block needs no wait (stream order,
+    /// as for every reuse from its list); another stream's free tail is
+    /// left alone.
+    fn expand(&self, st: &mut State<B, S::Segment>, size: usize, small: bool, tag: Option<u64>) -> Result<u32> {
+        let stream = tag.unwrap_or(0);
         let class = usize::from(!small);
         let ordinal = self.dev().info().ordinal;
         let oom = || Error::OutOfMemory { backend: B::KIND, ordinal, bytes: size };
         let Some(exp) = st.expandable[class].as_ref() else { return Err(oom()) };
         let (seg, mapped) = (exp.seg, exp.range.mapped());
-        // The segment's last block, if it is free for every stream.
-        let tail = (seg != NONE)
-            .then(|| st.last_node(seg))
-            .filter(|&t| st.nodes[t as usize].state == (NodeState::Free { tag: ANY }));
+        // The segment's last block, if it is free for every stream or for this one.
+        let tail = (seg != NONE).then(|| st.last_node(seg)).filter(|&t| match st.nodes[t as usize].state {
+            NodeState::Free { tag: free_for } => free_for == ANY || Some(free_for) == tag,
+            _ => false,
+        });
         let extend = tail.map_or(0, |t| st.nodes[t as usize].size);
         let growth = round_up(size - extend.min(size), exp.range.granularity())?;
         if let Some(limit) = self.config.size_limit {

@@ -501,7 +501,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         }
         // 4. New memory; on out-of-memory release everything free and retry once.
-        let node = match self.grow_or_expand(st, size, small, tag.unwrap_or(0)) {
+        let node = match self.grow_or_expand(st, size, small, tag) {
             Ok(n) => n,
             // The retry waits for device work: not inside `without_waiting`.
             Err(Error::OutOfMemory { .. }) if waiting_refused() => return Err(no_wait::refused(self.name())),
@@ -514,7 +514,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     return Ok(st.hand_out(n, size, bytes, ANY));
                 }
                 st.release_free_segments(0);
-                match self.grow_or_expand(st, size, small, tag.unwrap_or(0)) {
+                match self.grow_or_expand(st, size, small, tag) {
                     Ok(n) => n,
                     Err(e) => {
                         st.counters.oom_failures += 1;
