@@ -22,7 +22,10 @@ fn history_lock() -> MutexGuard<'static, ()> {
     guard
 }
 
-fn pool<D: MemoryDevice>(d: &Arc<D>, config: PoolConfig) -> (Arc<CachingPool<D::B>>, Allocator<D::B>) {
+/// A pool and an allocator over it.
+type PoolAndAllocator<B> = (Arc<CachingPool<B>>, Allocator<B>);
+
+fn pool<D: MemoryDevice>(d: &Arc<D>, config: PoolConfig) -> PoolAndAllocator<D::B> {
     let pool = Arc::new(CachingPool::new(d.clone(), config));
     (pool.clone(), Allocator::from_arc(pool))
 }
@@ -156,7 +159,7 @@ fn out_of_memory_observers_get_a_snapshot_with_the_failure<D: MemoryDevice>(d: &
 
 /// An expandable pool on `d` (64 MiB of addresses a class), or `None`,
 /// printing why, where the device cannot grow one.
-fn expandable_pool<D: MemoryDevice>(d: &Arc<D>) -> Option<(Arc<CachingPool<D::B>>, Allocator<D::B>)> {
+fn expandable_pool<D: MemoryDevice>(d: &Arc<D>) -> Option<PoolAndAllocator<D::B>> {
     let config = PoolConfig { expandable: true, expandable_reserve: Some(64 << 20), ..PoolConfig::default() };
     let (pool, alloc) = pool(d, config);
     match pool.report().expandable {

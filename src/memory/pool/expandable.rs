@@ -5,8 +5,9 @@
 //!
 //! - **Growing** maps just the bytes missing, rounded up to the mapping
 //!   granularity (2 MiB on current GPUs): if the segment's last block is
-//!   free for any stream, it is extended, otherwise a block is added after
-//!   it. Blocks are cut from the mapped part like those of plain segments
+//!   free for any stream, or for the allocating stream, it is extended,
+//!   otherwise a block is added after it. Growths and trims are recorded in
+//!   the history as PyTorch's `segment_map` and `segment_unmap`. Blocks are cut from the mapped part like those of plain segments
 //!   (`state.rs`); neighbours merge across what were separate growths, so a
 //!   large request finds room that plain segments would have split.
 //! - **Trimming** (`trim`, `reset`, the release threshold, an out-of-memory
