@@ -437,6 +437,51 @@ fn host_launches_run_only_the_builtins_whose_targets_are_checked() {
     }
 }
 
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_launch_keeps_its_owners_until_it_has_run_and_drops_those_of_finished_work(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let fill = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::FILL_U32).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&a.ptr());
+    args.push(&16u64);
+    args.push(&7u32);
+    let launch = |owner: Option<Arc<()>>| {
+        // SAFETY: fill_u32 takes (ptr, n, value); `a` holds the 64 bytes it
+        // writes and is kept with the launch (host: found and checked).
+        unsafe {
+            runtime::launch_and_keep(
+                &fill,
+                builtin::FILL_U32,
+                LaunchConfig::linear(1, 16),
+                &args,
+                Some(&whole(&a)),
+                StreamChoice::stream(s.clone()),
+                owner.map(|o| (o, a.clone())),
+            )
+        }
+    };
+    busy(&s, 300);
+    let owner = Arc::new(());
+    launch(Some(owner.clone())).unwrap();
+    assert_eq!(Arc::strong_count(&owner), 2, "the owners went before the launch ran");
+    s.synchronize().unwrap();
+    // The next launch drops the owners of the finished one first; with no
+    // owners of its own it keeps nothing.
+    launch(None).unwrap();
+    assert_eq!(Arc::strong_count(&owner), 1, "the owners of finished work were not dropped");
+    let mut out = [0u8; 64];
+    runtime::memcpy(&held_mut(&mut out), &whole(&a), 64, None, StreamChoice::stream(s.clone()), true)
+        .unwrap()
+        .keep(())
+        .unwrap();
+    assert!(out.chunks(4).all(|c| c == 7u32.to_ne_bytes()), "{out:?}");
+}
+
 // ---- dynamic::graph_slot, on every backend ------------------------------------------------
 
 use gpuport::dynamic::graph_slot::GraphSlot;

@@ -64,6 +64,12 @@ impl Drop for BindScope {
     }
 }
 
+/// Whether a scope is open on this thread (for tests of the code that opens them).
+#[cfg(test)]
+pub(crate) fn scope_open() -> bool {
+    SCOPE.try_with(|s| s.get().0 > 0).unwrap_or(false)
+}
+
 /// Makes device `key` of `backend` current with `bind` (which asks the
 /// driver and sets it where needed), unless a scope is open on this thread
 /// in which this very device was made current already.

@@ -396,3 +396,46 @@ fn host_launch_target(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dynamic::{AnyModule, Code};
+
+    /// Notes whether a bind scope was open on the thread that dropped it.
+    struct DroppedInScope(Arc<AtomicBool>);
+    impl Drop for DroppedInScope {
+        fn drop(&mut self) {
+            self.0.store(crate::backend::bound::scope_open(), Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_launch_drops_the_owners_of_finished_work_after_its_bind_scope() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let empty = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::EMPTY).unwrap();
+        let in_scope = Arc::new(AtomicBool::new(true));
+        keep::keep_until_done(&s, Box::new(DroppedInScope(in_scope.clone()))).unwrap();
+        s.synchronize().unwrap();
+        let config = LaunchConfig::linear(1, 1);
+        // SAFETY: the empty kernel takes no arguments and touches no memory.
+        unsafe {
+            launch_and_keep(
+                &empty,
+                builtin::EMPTY,
+                config,
+                &KernelArgs::new(),
+                None,
+                StreamChoice::stream(s),
+                None::<()>,
+            )
+        }
+        .unwrap();
+        assert_eq!(Arc::strong_count(&in_scope), 1, "the launch did not drop the finished work's owners");
+        assert!(!in_scope.load(Ordering::SeqCst), "an owner was dropped inside the bind scope");
+    }
+}
