@@ -515,38 +515,17 @@ pub fn module_load(
     let code = match code.filter(|c| !c.is_none()) {
         None => Code::Builtin,
         Some(c) => {
-            let (text, bytes): (Option<String>, Vec<u8>) = if let Ok(s) = c.extract::<String>() {
-                (Some(s.clone()), s.into_bytes())
+            let bytes = if let Ok(s) = c.cast::<PyString>() {
+                s.to_str()?.as_bytes().to_vec()
             } else if let Ok(b) = c.cast::<PyBytes>() {
-                (std::str::from_utf8(b.as_bytes()).ok().map(str::to_owned), b.as_bytes().to_vec())
+                b.as_bytes().to_vec()
             } else {
                 return Err(PyTypeError::new_err(format!(
                     "module code is None (built-ins), str or bytes; got {}",
                     c.get_type().name()?
                 )));
             };
-            let binary_magic = bytes.starts_with(b"\x7fELF") || bytes.starts_with(&[0x50, 0xed, 0x55, 0xba]);
-            let kind = match kind {
-                Some(k) => k.to_string(),
-                None if binary_magic || text.is_none() => "binary".into(),
-                None if text.as_deref().is_some_and(|t| t.contains(".version") && t.contains(".target")) => {
-                    "ptx".into()
-                }
-                None => "source".into(),
-            };
-            let need_text =
-                || text.clone().ok_or_else(|| PyValueError::new_err("kernel source and PTX must be UTF-8 text"));
-            match kind.as_str() {
-                "builtin" => Code::Builtin,
-                "source" => Code::Source(need_text()?),
-                "ptx" => Code::Ptx(need_text()?),
-                "binary" => Code::Binary(bytes),
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "module kind {other:?}: use \"builtin\", \"source\", \"ptx\" or \"binary\""
-                    )))
-                }
-            }
+            Code::from_bytes(bytes, kind).py_err(py)?
         }
     };
     let dev = resolve_device(py, device)?;
