@@ -515,8 +515,8 @@ pub fn module_load(
     let code = match code.filter(|c| !c.is_none()) {
         None => Code::Builtin,
         Some(c) => {
-            let bytes = if let Ok(s) = c.cast::<PyString>() {
-                s.to_str()?.as_bytes().to_vec()
+            let bytes = if let Ok(s) = c.extract::<String>() {
+                s.into_bytes()
             } else if let Ok(b) = c.cast::<PyBytes>() {
                 b.as_bytes().to_vec()
             } else {
