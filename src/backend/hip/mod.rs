@@ -235,7 +235,7 @@ unsafe impl Driver for HipDriver {
 
     fn bind(&self) -> Result<()> {
         // Asked once per `bound::scope` (`src/backend/bound.rs`).
-        crate::backend::bound::bind_once(BackendKind::Rocm, self.id as usize, || {
+        crate::backend::bound::bind_once(BackendKind::Rocm, usize::try_from(self.id).unwrap_or(usize::MAX), || {
             let mut current: c_int = -1;
             // SAFETY: writes one int.
             check("hipGetDevice", unsafe { (self.api().hipGetDevice)(&mut current) })?;
