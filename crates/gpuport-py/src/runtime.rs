@@ -648,10 +648,8 @@ pub fn launch_kernel(
     // runtime runs only the built-ins it checks. `first` is the range of
     // the first pointer argument. The owners of the pointer arguments'
     // memory are kept until the launch has run.
-    unsafe {
-        runtime::launch_and_keep(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice, owners)
-    }
-    .py_err_in(py, "launch_kernel")
+    unsafe { runtime::launch_and_keep(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice, owners) }
+        .py_err_in(py, "launch_kernel")
 }
 
 /// Blocks until all work on ``device``'s default stream is done, and drops
