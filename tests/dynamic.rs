@@ -437,6 +437,84 @@ fn host_launches_run_only_the_builtins_whose_targets_are_checked() {
     }
 }
 
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_launch_keeps_its_owners_until_it_has_run_and_drops_those_of_finished_work(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let fill = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::FILL_U32).unwrap();
+    let a = raw::alloc(&dev, gpuport::MemoryKind::Device, 64).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&a.ptr());
+    args.push(&16u64);
+    args.push(&7u32);
+    let launch = |owner: Option<Arc<()>>| {
+        // SAFETY: fill_u32 takes (ptr, n, value); `a` holds the 64 bytes it
+        // writes and is kept with the launch (host: found and checked).
+        unsafe {
+            runtime::launch_and_keep(
+                &fill,
+                builtin::FILL_U32,
+                LaunchConfig::linear(1, 16),
+                &args,
+                Some(&whole(&a)),
+                StreamChoice::stream(s.clone()),
+                owner.map(|o| (o, a.clone())),
+            )
+        }
+    };
+    busy(&s, 300);
+    let owner = Arc::new(());
+    launch(Some(owner.clone())).unwrap();
+    assert_eq!(Arc::strong_count(&owner), 2, "the owners went before the launch ran");
+    s.synchronize().unwrap();
+    // The next launch drops the owners of the finished one first; with no
+    // owners of its own it keeps nothing.
+    launch(None).unwrap();
+    assert_eq!(Arc::strong_count(&owner), 1, "the owners of finished work were not dropped");
+    let mut out = [0u8; 64];
+    runtime::memcpy(&held_mut(&mut out), &whole(&a), 64, None, StreamChoice::stream(s.clone()), true)
+        .unwrap()
+        .keep(())
+        .unwrap();
+    assert!(out.chunks(4).all(|c| c == 7u32.to_ne_bytes()), "{out:?}");
+}
+
+#[test]
+fn module_code_is_inferred_from_its_bytes_unless_its_kind_is_given() {
+    let infer = |b: &[u8]| Code::from_bytes(b.to_vec(), None).unwrap();
+    assert!(matches!(infer(b"\x7fELF\x02\x01"), Code::Binary(_)));
+    assert!(matches!(infer(&[0x50, 0xed, 0x55, 0xba, 1, 0]), Code::Binary(_)));
+    assert!(matches!(infer(&[0xff, 0xfe]), Code::Binary(_)), "bytes that are not UTF-8 are a binary");
+    assert!(matches!(infer(b".version 8.0\n.target sm_90\n"), Code::Ptx(_)));
+    assert!(matches!(infer(b"extern \"C\" __global__ void k() {}"), Code::Source(_)));
+    // A given kind wins; text kinds need UTF-8; unknown kinds are refused.
+    assert!(matches!(Code::from_bytes(b".version".to_vec(), Some("source")).unwrap(), Code::Source(_)));
+    assert!(matches!(Code::from_bytes(Vec::new(), Some("builtin")).unwrap(), Code::Builtin));
+    let e = Code::from_bytes(vec![0xff], Some("ptx")).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "code", .. }), "{e}");
+    let e = Code::from_bytes(Vec::new(), Some("cubin")).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "kind", .. }), "{e}");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn inferred_kernel_source_compiles_on_gpus_and_is_refused_on_the_host(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let code = Code::from_bytes(b"extern \"C\" __global__ void gpuport_test_k() {}".to_vec(), None).unwrap();
+    let loaded = AnyModule::load(&dev, &code, "inferred", &[]);
+    if dev.backend() == gpuport::BackendKind::Host {
+        let Err(e) = loaded else { panic!("the host backend compiled kernel source") };
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    } else {
+        loaded.unwrap().kernel("gpuport_test_k").unwrap();
+    }
+}
+
 // ---- dynamic::graph_slot, on every backend ------------------------------------------------
 
 use gpuport::dynamic::graph_slot::GraphSlot;

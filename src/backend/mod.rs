@@ -27,6 +27,7 @@ pub use peer::PeerDevice;
 
 pub mod any;
 pub(crate) mod array_kernels;
+pub(crate) mod bound;
 pub(crate) mod gate;
 pub mod graph;
 pub(crate) mod growable;

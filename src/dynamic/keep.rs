@@ -228,13 +228,27 @@ fn may_query(backend: BackendKind, ordinal: usize) -> bool {
 /// Asks the oldest marker of each stream with kept work, and the next
 /// ones only while they are complete (see the module docs).
 pub fn prune() {
+    drop(take_completed());
+}
+
+/// The owners of completed work, taken out of the queues; dropping it drops
+/// them. [`prune`] drops them at once; a caller inside a
+/// `backend::bound` scope drops them after the scope ends (an owner's drop
+/// may run code that changes the thread's current device).
+#[must_use = "dropping it drops the owners of completed work"]
+pub(crate) struct Completed {
+    _released: Vec<Kept>,
+}
+
+/// [`prune`]'s queries, with the owners handed back instead of dropped.
+pub(crate) fn take_completed() -> Completed {
     let mut released: Vec<Kept> = Vec::new();
     {
         // No capture begins between `may_query` and the queries (`gate.rs`).
         let _section = crate::backend::graph::device_wide_section();
         let mut st = state();
         if st.lanes.is_empty() {
-            return;
+            return Completed { _released: released };
         }
         let State { lanes, pool } = &mut *st;
         lanes.retain_mut(|lane| {
@@ -267,8 +281,8 @@ pub fn prune() {
             !lane.queue.is_empty()
         });
     }
-    // Dropped outside the lock: an owner's drop may keep more work.
-    drop(released);
+    // Dropped outside the lock (an owner's drop may keep more work), by the caller.
+    Completed { _released: released }
 }
 
 /// Number of kept operations, completed or not.

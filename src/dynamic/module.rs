@@ -19,7 +19,7 @@ use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBack
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Kernel, KernelArgs, LaunchConfig, Module, ModuleSource};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What a module is loaded from.
 #[derive(Debug, Clone)]
@@ -32,6 +32,52 @@ pub enum Code {
     Ptx(String),
     /// A cubin, fatbin or HIP code object.
     Binary(Vec<u8>),
+}
+
+impl Code {
+    /// A module's code from its bytes and `kind` ("builtin", "source",
+    /// "ptx", "binary"; `None`: inferred): bytes that start with ELF or
+    /// fatbin magic, or are not UTF-8, are a binary; text with `.version`
+    /// and `.target` lines is PTX; other text is kernel source. Source and
+    /// PTX must be UTF-8; another kind is an [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// use gpuport::dynamic::Code;
+    /// let ptx = ".version 8.0\n.target sm_90\n";
+    /// assert!(matches!(Code::from_bytes(ptx.into(), None)?, Code::Ptx(_)));
+    /// assert!(matches!(Code::from_bytes(b"\x7fELF...".to_vec(), None)?, Code::Binary(_)));
+    /// assert!(matches!(Code::from_bytes(b"__global__ void k() {}".to_vec(), None)?, Code::Source(_)));
+    /// assert!(Code::from_bytes(vec![0xff], Some("source")).is_err());
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn from_bytes(bytes: Vec<u8>, kind: Option<&str>) -> Result<Code> {
+        /// The magic of a fatbin (`__cudaFatFormat`'s, little-endian `0xba55ed50`).
+        const FATBIN_MAGIC: [u8; 4] = [0x50, 0xed, 0x55, 0xba];
+        let binary_magic = bytes.starts_with(b"\x7fELF") || bytes.starts_with(&FATBIN_MAGIC);
+        let text = std::str::from_utf8(&bytes).ok();
+        let kind = match kind {
+            Some(k) => k,
+            None if binary_magic || text.is_none() => "binary",
+            None if text.is_some_and(|t| t.contains(".version") && t.contains(".target")) => "ptx",
+            None => "source",
+        };
+        let need_text = || -> Result<String> {
+            let reason = "kernel source and PTX must be UTF-8 text".to_string();
+            text.map(str::to_owned).ok_or(Error::InvalidArgument { name: "code", reason })
+        };
+        Ok(match kind {
+            "builtin" => Code::Builtin,
+            "source" => Code::Source(need_text()?),
+            "ptx" => Code::Ptx(need_text()?),
+            "binary" => Code::Binary(bytes),
+            other => {
+                return Err(Error::InvalidArgument {
+                    name: "kind",
+                    reason: format!("module kind {other:?}: use \"builtin\", \"source\", \"ptx\" or \"binary\""),
+                })
+            }
+        })
+    }
 }
 
 /// What [`AnyModule`] holds per backend.

@@ -308,6 +308,40 @@ pub unsafe fn launch(
     Ok(Enqueued { stream: Some(s), found, at_scope_end: false })
 }
 
+/// A binding's whole `launch_kernel` in one call: drops the owners of
+/// completed work ([`keep::prune`]), makes the [`launch`] and keeps
+/// `owners` until it has run (`None`, with nothing found to keep either:
+/// no marker is recorded, as [`Enqueued::keep_some`]).
+///
+/// The prune, the launch and the marker's record make their device current
+/// once between them (`src/backend/bound.rs`): the owners the prune
+/// releases, which may be a binding's objects with finalizers that change
+/// the thread's current device, are dropped only after the last driver call.
+///
+/// # Safety
+/// As for [`launch`]; `owners` are the owners of the memory the pointer
+/// arguments point to.
+pub unsafe fn launch_and_keep<T: Send + 'static>(
+    kernel: &AnyKernel,
+    name: &str,
+    config: LaunchConfig,
+    args: &KernelArgs,
+    first_pointer: Option<&RawRange>,
+    stream: StreamChoice,
+    owners: Option<T>,
+) -> Result<()> {
+    // Declared first, so dropped last: after the scope below has ended.
+    let completed;
+    let _bound = crate::backend::bound::scope();
+    completed = keep::take_completed();
+    // SAFETY: the caller's contract, forwarded.
+    let enqueued = unsafe { launch(kernel, name, config, args, first_pointer, stream) }?;
+    let kept = enqueued.keep_some(owners);
+    drop(_bound);
+    drop(completed);
+    kept
+}
+
 /// The check of a host-backend launch (see [`launch`]): the allocation
 /// the target lies in where it was found from a bare address.
 fn host_launch_target(
@@ -360,5 +394,48 @@ fn host_launch_target(
                  through the runtime (their pointer arguments are checked)"
             )),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dynamic::{AnyModule, Code};
+
+    /// Notes whether a bind scope was open on the thread that dropped it.
+    struct DroppedInScope(Arc<AtomicBool>);
+    impl Drop for DroppedInScope {
+        fn drop(&mut self) {
+            self.0.store(crate::backend::bound::scope_open(), Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_launch_drops_the_owners_of_finished_work_after_its_bind_scope() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let empty = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::EMPTY).unwrap();
+        let in_scope = Arc::new(AtomicBool::new(true));
+        keep::keep_until_done(&s, Box::new(DroppedInScope(in_scope.clone()))).unwrap();
+        s.synchronize().unwrap();
+        let config = LaunchConfig::linear(1, 1);
+        // SAFETY: the empty kernel takes no arguments and touches no memory.
+        unsafe {
+            launch_and_keep(
+                &empty,
+                builtin::EMPTY,
+                config,
+                &KernelArgs::new(),
+                None,
+                StreamChoice::stream(s),
+                None::<()>,
+            )
+        }
+        .unwrap();
+        assert_eq!(Arc::strong_count(&in_scope), 1, "the launch did not drop the finished work's owners");
+        assert!(!in_scope.load(Ordering::SeqCst), "an owner was dropped inside the bind scope");
     }
 }

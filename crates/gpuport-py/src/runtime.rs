@@ -515,38 +515,17 @@ pub fn module_load(
     let code = match code.filter(|c| !c.is_none()) {
         None => Code::Builtin,
         Some(c) => {
-            let (text, bytes): (Option<String>, Vec<u8>) = if let Ok(s) = c.extract::<String>() {
-                (Some(s.clone()), s.into_bytes())
+            let bytes = if let Ok(s) = c.extract::<String>() {
+                s.into_bytes()
             } else if let Ok(b) = c.cast::<PyBytes>() {
-                (std::str::from_utf8(b.as_bytes()).ok().map(str::to_owned), b.as_bytes().to_vec())
+                b.as_bytes().to_vec()
             } else {
                 return Err(PyTypeError::new_err(format!(
                     "module code is None (built-ins), str or bytes; got {}",
                     c.get_type().name()?
                 )));
             };
-            let binary_magic = bytes.starts_with(b"\x7fELF") || bytes.starts_with(&[0x50, 0xed, 0x55, 0xba]);
-            let kind = match kind {
-                Some(k) => k.to_string(),
-                None if binary_magic || text.is_none() => "binary".into(),
-                None if text.as_deref().is_some_and(|t| t.contains(".version") && t.contains(".target")) => {
-                    "ptx".into()
-                }
-                None => "source".into(),
-            };
-            let need_text =
-                || text.clone().ok_or_else(|| PyValueError::new_err("kernel source and PTX must be UTF-8 text"));
-            match kind.as_str() {
-                "builtin" => Code::Builtin,
-                "source" => Code::Source(need_text()?),
-                "ptx" => Code::Ptx(need_text()?),
-                "binary" => Code::Binary(bytes),
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "module kind {other:?}: use \"builtin\", \"source\", \"ptx\" or \"binary\""
-                    )))
-                }
-            }
+            Code::from_bytes(bytes, kind).py_err(py)?
         }
     };
     let dev = resolve_device(py, device)?;
@@ -624,66 +603,53 @@ pub fn launch_kernel(
     shared_mem: u32,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    prune();
     let f = func.get();
     let config = LaunchConfig { grid: dim3(grid, "grid")?, block: dim3(block, "block")?, shared_mem_bytes: shared_mem };
     let stream = stream_choice(stream)?;
     // The arguments: none, a KernelArgs (its pointer arguments' owners stay
     // with it), or a list or tuple converted here, without a KernelArgs object.
-    enum Given<'a, 'py> {
-        Nothing,
-        Adapter(&'a Bound<'py, PyKernelArgs>),
-        List(Vec<Arg>),
-    }
-    let given = match args.filter(|a| !a.is_none()) {
-        None => Given::Nothing,
-        Some(a) => match a.cast::<PyKernelArgs>() {
-            Ok(k) => Given::Adapter(k),
-            Err(_) => Given::List(pack_args(a)?),
-        },
+    let adapter = args.filter(|a| !a.is_none()).map(|a| a.cast::<PyKernelArgs>().map_err(|_| a)).transpose();
+    let list: Vec<Arg> = match &adapter {
+        Err(a) => pack_args(a)?,
+        Ok(_) => Vec::new(),
     };
-    let (arg_list, kernel_args): (&[Arg], gpuport::KernelArgs) = match &given {
-        Given::Nothing => (&[], gpuport::KernelArgs::new()),
-        Given::Adapter(k) => (&k.get().args, k.get().to_kernel_args()),
-        Given::List(l) => (l, kernel_args_of(l)),
+    let (arg_list, kernel_args): (&[Arg], gpuport::KernelArgs) = match &adapter {
+        Ok(None) => (&[], gpuport::KernelArgs::new()),
+        Ok(Some(k)) => (&k.get().args, k.get().to_kernel_args()),
+        Err(_) => (&list, kernel_args_of(&list)),
     };
     let first = match arg_list.first() {
         Some(Arg::Pointer(p)) => Some(p.range()),
         _ => None,
     };
-    // SAFETY: on GPUs the arguments are the caller's contract, as with
-    // HIP's hipModuleLaunchKernel (documented); on the host backend the
-    // runtime runs only the built-ins it checks. `first` is the range of
-    // the first pointer argument. The owners of the pointer arguments'
-    // memory are kept below until the launch has run.
-    let enqueued = unsafe { runtime::launch(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice) }
-        .py_err_in(py, "launch_kernel")?;
     // What must outlive the launch: the owners of its pointer arguments'
     // memory (a DeviceArray, a held buffer or DLPack tensor, an allocation
-    // a raw address lies in). Nothing else: the driver copies the argument
-    // bytes during the launch call, so a launch whose pointers hold nothing
-    // (no arguments, values only, NULL or raw device addresses, which are
-    // the caller's responsibility as in HIP) records no event.
-    // And a foreign stream's object, where one named the stream.
-    let holds = holds_memory(arg_list);
-    let args: Option<Box<dyn Send>> = match given {
+    // a raw address lies in), and a foreign stream's object, where one
+    // named the stream. Nothing else: the driver copies the argument bytes
+    // during the launch call, so a launch whose pointers hold nothing (no
+    // arguments, values only, NULL or raw device addresses, which are the
+    // caller's responsibility as in HIP) records no event.
+    let held: Option<Box<dyn Send>> = match (&adapter, holds_memory(arg_list)) {
+        (_, false) => None,
         // The adapter (frozen) keeps its pointer arguments' owners.
-        Given::Adapter(k) => holds.then(|| Box::new(k.clone().unbind()) as Box<dyn Send>),
-        Given::List(list) => {
-            let owners: Vec<Ptr> = list
-                .into_iter()
+        (Ok(Some(k)), true) => Some(Box::new(Bound::clone(k).unbind())),
+        (_, true) => Some(Box::new(
+            list.into_iter()
                 .filter_map(|a| match a {
                     Arg::Pointer(p) if !p.owners.is_empty() => Some(p),
                     _ => None,
                 })
-                .collect();
-            holds.then(|| Box::new(owners) as Box<dyn Send>)
-        }
-        Given::Nothing => None,
+                .collect::<Vec<Ptr>>(),
+        )),
     };
-    let stream_owner = stream.owner;
-    let owners = (args.is_some() || stream_owner.is_some()).then_some((args, stream_owner));
-    enqueued.keep_some(owners).py_err_in(py, "launch_kernel")
+    let owners = (held.is_some() || stream.owner.is_some()).then_some((held, stream.owner));
+    // SAFETY: on GPUs the arguments are the caller's contract, as with
+    // HIP's hipModuleLaunchKernel (documented); on the host backend the
+    // runtime runs only the built-ins it checks. `first` is the range of
+    // the first pointer argument. The owners of the pointer arguments'
+    // memory are kept until the launch has run.
+    unsafe { runtime::launch_and_keep(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice, owners) }
+        .py_err_in(py, "launch_kernel")
 }
 
 /// Blocks until all work on ``device``'s default stream is done, and drops

@@ -224,11 +224,14 @@ unsafe impl Driver for CudaDriver {
     }
 
     fn bind(&self) -> Result<()> {
-        if check("cuCtxGetCurrent", cu::ctx::get_current())? != Some(self.raw) {
-            // SAFETY: `raw` is a retained primary context, alive while `self` is.
-            check("cuCtxSetCurrent", unsafe { cu::ctx::set_current(self.raw) })?;
-        }
-        Ok(())
+        // Asked once per `bound::scope` (`src/backend/bound.rs`).
+        crate::backend::bound::bind_once(BackendKind::Cuda, self.raw as usize, || {
+            if check("cuCtxGetCurrent", cu::ctx::get_current())? != Some(self.raw) {
+                // SAFETY: `raw` is a retained primary context, alive while `self` is.
+                check("cuCtxSetCurrent", unsafe { cu::ctx::set_current(self.raw) })?;
+            }
+            Ok(())
+        })
     }
 
     fn memory_info(&self) -> Result<MemoryInfo> {

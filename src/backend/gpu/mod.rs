@@ -12,10 +12,11 @@
 //! constants, the kernel compiler, and the few real behavioural differences,
 //! each noted where its driver implements it.
 //!
-//! The generic layer makes the device current before every driver call,
-//! checks devices, ranges and sizes, and owns every handle; every object
-//! holds an `Arc` of the driver state, so a device's context outlives its
-//! streams, buffers and modules.
+//! The generic layer makes the device current before every driver call
+//! (asking the driver once per operation where the run-time layer opens a
+//! scope: `src/backend/bound.rs`), checks devices, ranges and sizes, and
+//! owns every handle; every object holds an `Arc` of the driver state, so a
+//! device's context outlives its streams, buffers and modules.
 //!
 //! `Driver` lives in a private module: no crate outside gpuport can name
 //! or implement it, so `Gpu<D>` stays a sealed [`Backend`]'s type.

@@ -234,14 +234,17 @@ unsafe impl Driver for HipDriver {
     }
 
     fn bind(&self) -> Result<()> {
-        let mut current: c_int = -1;
-        // SAFETY: writes one int.
-        check("hipGetDevice", unsafe { (self.api().hipGetDevice)(&mut current) })?;
-        if current != self.id {
-            // SAFETY: `ordinal` was validated against hipGetDeviceCount when the device opened.
-            check("hipSetDevice", unsafe { (self.api().hipSetDevice)(self.id) })?;
-        }
-        Ok(())
+        // Asked once per `bound::scope` (`src/backend/bound.rs`).
+        crate::backend::bound::bind_once(BackendKind::Rocm, usize::try_from(self.id).unwrap_or(usize::MAX), || {
+            let mut current: c_int = -1;
+            // SAFETY: writes one int.
+            check("hipGetDevice", unsafe { (self.api().hipGetDevice)(&mut current) })?;
+            if current != self.id {
+                // SAFETY: `ordinal` was validated against hipGetDeviceCount when the device opened.
+                check("hipSetDevice", unsafe { (self.api().hipSetDevice)(self.id) })?;
+            }
+            Ok(())
+        })
     }
 
     fn memory_info(&self) -> Result<MemoryInfo> {
