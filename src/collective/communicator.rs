@@ -24,6 +24,9 @@ use super::TcpStore;
 /// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The next [`Communicator::serial`].
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
 /// One rank of a group of devices that run collectives together (see the
 /// [module docs](super)). Dropping it releases the engine's communicator.
 pub struct Communicator<B: CollectiveBackend> {
@@ -42,6 +45,10 @@ pub struct Communicator<B: CollectiveBackend> {
     /// Splits and shrinks so far: the number names the same one on every
     /// rank (see `regroup.rs`).
     pub(super) regroups: AtomicU64,
+    /// This communicator's number in the process, unique for its life:
+    /// what a [`RangeRegistration`](super::registration::RangeRegistration)
+    /// names its maker by.
+    pub(super) serial: u64,
 }
 
 /// The state of the cross-rank check: how many collectives were checked.
@@ -107,6 +114,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
             store,
             regroups: AtomicU64::new(0),
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
         }
     }
 
