@@ -11,7 +11,9 @@ use std::marker::PhantomData;
 use crate::backend::{Device, DeviceMemory};
 use crate::error::{Error, Result};
 
-use crate::dynamic::raw::RawRange;
+use crate::dynamic::any::mismatch;
+use crate::dynamic::raw::{Place, RawRange};
+use crate::dynamic::same_device;
 use crate::on_backend;
 
 use super::engine::{CollectiveBackend, Engine};
@@ -164,7 +166,14 @@ impl AnyCommunicator {
             });
         };
         range.check_size(bytes, "registered memory")?;
-        super::operands::check_place(range, "registered memory", &self.device())?;
+        let device = self.device();
+        // Memory of another device is refused on every engine, the host's too.
+        if let Place::Device(Some(d)) | Place::Managed(d) = range.place() {
+            if !same_device(d, &device) {
+                return Err(mismatch("registered memory", &device, d));
+            }
+        }
+        super::operands::check_place(range, "registered memory", &device)?;
         on_backend!(self, c => {
             let handle = c.register_address(range.addr(), bytes)?;
             Ok(RangeRegistration { handle, bytes, owner: c.serial })
@@ -172,7 +181,8 @@ impl AnyCommunicator {
     }
 
     /// Releases `registration`, which this communicator's
-    /// [`register_range`](Self::register_range) made. Another
+    /// [`register_range`](Self::register_range) made, once the device has
+    /// finished its work (collectives on the memory among it). Another
     /// communicator's is an [`Error::InvalidArgument`], and stays with the
     /// engine that made it until that communicator is freed.
     pub fn deregister(&self, registration: RangeRegistration) -> Result<()> {
@@ -182,6 +192,11 @@ impl AnyCommunicator {
                     name: "registration",
                     reason: "made by another communicator; deregister it with the one that registered it".into(),
                 });
+            }
+            if registration.is_held() && !c.is_aborted() {
+                // Collectives this device enqueued on the memory finish
+                // before the library forgets it.
+                c.device.synchronize_device()?;
             }
             c.engine.deregister(registration.handle)
         })
