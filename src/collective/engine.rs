@@ -298,6 +298,25 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
         mode: CallMode,
     ) -> Result<Self>;
 
+    /// [`init_with_id`](Self::init_with_id) while the other ranks may
+    /// fail: `peer_failed` is the failure another rank reported (a
+    /// `PeerInitFailed`), else `Ok`. An engine that waits for the others
+    /// inside its library (NCCL's and RCCL's non-blocking init,
+    /// `nccl/init.rs`) asks it as it waits, and gives up with that error;
+    /// the default does not ask.
+    fn init_watched(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: std::time::Duration,
+        mode: CallMode,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<Self> {
+        let _ = peer_failed;
+        Self::init_with_id(device, rank, size, id, timeout, mode)
+    }
+
     /// One communicator per device of a group driven by this process; rank
     /// `i` is `devices[i]`. As [`init_with_id`](Self::init_with_id) for `timeout`.
     fn init_all(devices: &[Arc<B::Device>], timeout: std::time::Duration, mode: CallMode) -> Result<Vec<Self>>;

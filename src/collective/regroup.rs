@@ -204,6 +204,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             Ok(id)
         })()
         .inspect_err(|e| meeting.report(e))?;
-        B::Engine::init_with_id(&self.device, rank, size, &id, self.timeout, self.engine.mode())
+        B::Engine::init_watched(&self.device, rank, size, &id, self.timeout, self.engine.mode(), &|| meeting.failed())
+            .inspect_err(|e| meeting.report(e))
     }
 }

@@ -70,7 +70,7 @@ impl Meeting<'_> {
     }
 
     /// The first failure another rank reported, as this rank's error.
-    fn failed(&self) -> Result<()> {
+    pub fn failed(&self) -> Result<()> {
         if self.store.add(&format!("{}/failures", self.key), 0)? == 0 {
             return Ok(());
         }

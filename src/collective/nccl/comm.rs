@@ -128,6 +128,36 @@ impl<D: Driver> Comm<D> {
         self.finish(call, waited, check)
     }
 
+    /// [`settle`](Self::settle), asking `peer_failed` every
+    /// [`POLL`](super::super::rendezvous::POLL) of the wait whether another
+    /// rank reported a failure: its error ends the wait (the caller aborts).
+    pub(super) fn settle_watched(
+        &self,
+        call: &str,
+        status: c_int,
+        start: Instant,
+        check: &str,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        if status != sys::ncclInProgress {
+            return self.check(call, status);
+        }
+        let mut looked = Instant::now();
+        let waited = wait::until_done(start, self.timeout(), || {
+            if looked.elapsed() >= super::super::rendezvous::POLL {
+                peer_failed()?;
+                looked = Instant::now();
+            }
+            self.state()
+        })?;
+        self.finish(call, waited, check)
+    }
+
+    /// An error of `kind` for this rank.
+    pub(super) fn error_of(&self, kind: CollectiveErrorKind, reason: String) -> Error {
+        Error::Collective { engine: engine_name(D::KIND, self.lib), rank: Some(self.rank), kind, reason }
+    }
+
     /// The error, if any, of a wait on `call` that ended as `waited`.
     pub(super) fn finish(&self, call: &str, waited: Waited, check: &str) -> Result<()> {
         match waited {

@@ -32,9 +32,12 @@
 //! broadcast, all-gather, send and receive move bytes, so they take any type.
 
 mod comm;
+mod init;
 mod regroup;
 mod sys;
 mod wait;
+
+use init::{init_rank_call, made_non_blocking};
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, OnceLock};
@@ -266,39 +269,6 @@ fn unique_id<D: Driver>(lib: &sys::Nccl, id: &[u8]) -> Result<sys::ncclUniqueId>
     Ok(unique)
 }
 
-/// Whether `lib` makes communicators asked for in `mode` non-blocking:
-/// `Bounded` ones, where the library is 2.14 or newer.
-fn made_non_blocking(lib: &sys::Nccl, mode: CallMode) -> bool {
-    mode == CallMode::Bounded && lib.api.non_blocking.is_some()
-}
-
-/// Starts rank `rank`'s communicator of `size` on the current device:
-/// `ncclCommInitRankConfig` with `blocking = 0` for a `Bounded` one where
-/// the library has it, else `ncclCommInitRank`. Returns the call's name,
-/// its status and the communicator (null if none was made).
-fn init_rank_call(
-    lib: &sys::Nccl,
-    size: c_int,
-    id: sys::ncclUniqueId,
-    rank: c_int,
-    mode: CallMode,
-) -> (&'static str, c_int, usize) {
-    let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-    let non_blocking = lib.api.non_blocking.as_ref().filter(|_| made_non_blocking(lib, mode));
-    let (call, status) = match non_blocking {
-        Some(nb) => {
-            let mut config = sys::ncclConfig_t::non_blocking();
-            // SAFETY: the caller bound the device; `comm` receives the
-            // communicator; `config` is a whole, initialised config, read
-            // during the call only.
-            ("ncclCommInitRankConfig", unsafe { (nb.ncclCommInitRankConfig)(&mut comm, size, id, rank, &mut config) })
-        }
-        // SAFETY: as above, without a config.
-        None => ("ncclCommInitRank", unsafe { (lib.api.fns.ncclCommInitRank)(&mut comm, size, id, rank) }),
-    };
-    (call, status, comm as usize)
-}
-
 // SAFETY: every call passes the communicator this engine made, on its
 // device (bound first), with a stream of that device; `enqueue` passes the
 // caller's ranges with the element counts `Op` says (data movement as bytes:
@@ -344,27 +314,19 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         timeout: Duration,
         mode: CallMode,
     ) -> Result<Self> {
-        let lib = library(D::KIND)?;
-        let unique = unique_id::<D>(lib, id)?;
-        let (size_c, rank_c) = (rank_int("size", size)?, rank_int("rank", rank)?);
-        refuse_in_group("init_with_id")?;
-        device.driver().bind()?;
-        let start = Instant::now();
-        let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c, mode);
-        if handle == 0 {
-            return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
-        }
-        let non_blocking = made_non_blocking(lib, mode);
-        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout, non_blocking)) };
-        // A failure leaves a communicator that cannot be used: abort it
-        // (ncclCommDestroy would wait for peers that may never come).
-        let check = wait::init_check(size);
-        let ready = engine.comm.settle(call, status, start, &check).and_then(|()| engine.connect(start, &check));
-        if let Err(e) = ready {
-            let _ = engine.comm.abort();
-            return Err(e);
-        }
-        Ok(engine)
+        Self::init_watched(device, rank, size, id, timeout, mode, &|| Ok(()))
+    }
+
+    fn init_watched(
+        device: &Arc<GpuDevice<D>>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Duration,
+        mode: CallMode,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<Self> {
+        Self::init_rank_watched(device, rank, size, id, timeout, mode, peer_failed)
     }
 
     fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration, mode: CallMode) -> Result<Vec<Self>> {
@@ -393,7 +355,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 first_error.get_or_insert(e);
                 continue;
             }
-            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank], mode);
+            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank], true);
             if handle == 0 || (status != sys::ncclSuccess && status != sys::ncclInProgress) {
                 first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
             }
@@ -535,7 +497,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
 
     fn split(&self, color: Option<u32>, key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
         let api = self.lib().api.split.as_ref()?;
-        Some(self.split_with(api, color, key))
+        Some(self.split_with(api, color, key, None))
     }
 
     /// `None` (the store's re-init) for a communicator that was aborted:
@@ -555,7 +517,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 Ok(k) => k,
                 Err(e) => return Some(Err(e)),
             };
-            return Some(self.split_with(split, Some(0), key).and_then(|c| {
+            return Some(self.split_with(split, Some(0), key, None).and_then(|c| {
                 c.ok_or_else(|| Error::Collective {
                     engine: engine_name(D::KIND, self.comm.lib),
                     rank: Some(self.comm.rank),
