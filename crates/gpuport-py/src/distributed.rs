@@ -496,6 +496,13 @@ impl PyCommunicator {
 /// deregisters it; it keeps the memory's object alive until then.
 /// On the host engine, and with an NCCL older than 2.19, it holds nothing
 /// (``held`` is False) and collectives run as before.
+///
+///     >>> from gpuport import distributed as dist
+///     >>> import numpy as np
+///     >>> (comm,) = dist.Communicator.init_all(["host"])
+///     >>> with comm.register(np.zeros(2, np.float64)) as r:
+///     ...     r.bytes
+///     16
 #[pyclass(module = "gpuport._core", name = "Registration", frozen)]
 pub struct PyRegistration {
     comm: Py<PyCommunicator>,
@@ -534,18 +541,36 @@ impl Drop for PyRegistration {
 impl PyRegistration {
     /// Whether NCCL or RCCL holds a registration (False on the host engine
     /// and with a library that cannot register).
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> import numpy as np
+    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> comm.register(np.zeros(2)).held
+    ///     False
     #[getter]
     fn held(&self) -> bool {
         self.held
     }
 
     /// The registered bytes.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> import numpy as np
+    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> comm.register(np.zeros(3, np.float32)).bytes
+    ///     12
     #[getter]
     fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Whether ``close()`` ran.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> import numpy as np
+    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> r = comm.register(np.zeros(2)); r.closed
+    ///     False
     #[getter]
     fn closed(&self) -> bool {
         self.open.lock().unwrap_or_else(|p| p.into_inner()).is_none()
@@ -553,6 +578,12 @@ impl PyRegistration {
 
     /// Deregisters the memory, after the device's work (collectives on
     /// it among that) has finished; a second call does nothing.
+    ///
+    ///     >>> from gpuport import distributed as dist
+    ///     >>> import numpy as np
+    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> r = comm.register(np.zeros(2)); r.close(); r.close(); r.closed
+    ///     True
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.close_in(py)
     }
