@@ -446,7 +446,13 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// Stops every collective of this communicator; later calls give
-    /// [`CollectiveErrorKind::Aborted`].
+    /// [`CollectiveErrorKind::Aborted`]. Where NCCL or RCCL has
+    /// `ncclCommShrink` (2.27 on), the library's communicator is kept for
+    /// [`shrink`](Self::shrink), whose `NCCL_SHRINK_ABORT` ends the
+    /// operations still in flight, and freed (`ncclCommAbort`) when this
+    /// communicator is dropped; until one of those, work queued behind a
+    /// collective that waits for a dead peer stays queued. Elsewhere
+    /// `ncclCommAbort` runs here.
     pub fn abort(&self) -> Result<()> {
         if self.aborted.swap(true, Ordering::AcqRel) {
             return Ok(());
