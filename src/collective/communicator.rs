@@ -249,7 +249,10 @@ impl<B: CollectiveBackend> Communicator<B> {
         let id = met.inspect_err(|e| meeting.report(e))?;
         // The engine's wait for the others looks for their failures too,
         // and this rank's failure is reported to them.
-        let engine = B::Engine::init_watched(device, rank, size, &id, store.timeout(), mode, &|| meeting.failed())
+        let engine = super::rendezvous::injected_engine_failure(&engine, rank)
+            .and_then(|()| {
+                B::Engine::init_watched(device, rank, size, &id, store.timeout(), mode, &|| meeting.failed())
+            })
             .inspect_err(|e| meeting.report(e))?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))
