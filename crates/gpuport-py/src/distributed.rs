@@ -404,7 +404,7 @@ impl PyCommunicator {
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> import numpy as np
-    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> (comm,) = dist.init_all(["host"])
     ///     >>> with comm.register(np.zeros(4, np.float32)) as r:
     ///     ...     (r.held, r.bytes)
     ///     (False, 16)
@@ -499,7 +499,7 @@ impl PyCommunicator {
 ///
 ///     >>> from gpuport import distributed as dist
 ///     >>> import numpy as np
-///     >>> (comm,) = dist.Communicator.init_all(["host"])
+///     >>> (comm,) = dist.init_all(["host"])
 ///     >>> with comm.register(np.zeros(2, np.float64)) as r:
 ///     ...     r.bytes
 ///     16
@@ -544,7 +544,7 @@ impl PyRegistration {
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> import numpy as np
-    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> (comm,) = dist.init_all(["host"])
     ///     >>> comm.register(np.zeros(2)).held
     ///     False
     #[getter]
@@ -556,7 +556,7 @@ impl PyRegistration {
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> import numpy as np
-    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> (comm,) = dist.init_all(["host"])
     ///     >>> comm.register(np.zeros(3, np.float32)).bytes
     ///     12
     #[getter]
@@ -568,7 +568,7 @@ impl PyRegistration {
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> import numpy as np
-    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> (comm,) = dist.init_all(["host"])
     ///     >>> r = comm.register(np.zeros(2)); r.closed
     ///     False
     #[getter]
@@ -581,7 +581,7 @@ impl PyRegistration {
     ///
     ///     >>> from gpuport import distributed as dist
     ///     >>> import numpy as np
-    ///     >>> (comm,) = dist.Communicator.init_all(["host"])
+    ///     >>> (comm,) = dist.init_all(["host"])
     ///     >>> r = comm.register(np.zeros(2)); r.close(); r.close(); r.closed
     ///     True
     fn close(&self, py: Python<'_>) -> PyResult<()> {

@@ -27,6 +27,11 @@
 //! ones on two H200s (BENCHMARKS.md), which is why it is not the
 //! default. An older library makes blocking communicators in either mode.
 //!
+//! Initialisation is non-blocking in both modes where the library can,
+//! so that a rank stops waiting inside it when another rank fails; a
+//! `Blocking` communicator is then split into a blocking one
+//! (`init.rs`).
+//!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
 //! broadcast, all-gather, send and receive move bytes, so they take any type.
