@@ -24,9 +24,6 @@ use super::TcpStore;
 /// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The next [`Communicator::serial`].
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
-
 /// One rank of a group of devices that run collectives together (see the
 /// [module docs](super)). Dropping it releases the engine's communicator.
 pub struct Communicator<B: CollectiveBackend> {
@@ -45,9 +42,7 @@ pub struct Communicator<B: CollectiveBackend> {
     /// Splits and shrinks so far: the number names the same one on every
     /// rank (see `regroup.rs`).
     pub(super) regroups: AtomicU64,
-    /// This communicator's number in the process, unique for its life:
-    /// what a [`RangeRegistration`](super::registration::RangeRegistration)
-    /// names its maker by.
+    /// Unique in the process: a `RangeRegistration` names its maker by it.
     pub(super) serial: u64,
 }
 
@@ -97,6 +92,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         store: Option<(TcpStore, String)>,
         timeout: Duration,
     ) -> Self {
+        static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
         let checks = std::env::var("GPUPORT_COLLECTIVE_CHECKS").is_ok_and(|v| v == "1") && store.is_some();
         // The engine and the store were made with this timeout or another
         // (a user's store); a failure here leaves that one.
@@ -247,8 +243,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             Ok(id)
         })();
         let id = met.inspect_err(|e| meeting.report(e))?;
-        // The engine's wait for the others looks for their failures too,
-        // and this rank's failure is reported to them.
+        // The engine's wait looks for the others' failures; this rank's is reported.
         let engine = super::rendezvous::injected_engine_failure(&engine, rank)
             .and_then(|()| {
                 B::Engine::init_watched(device, rank, size, &id, store.timeout(), mode, &|| meeting.failed())
@@ -449,13 +444,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// Stops every collective of this communicator; later calls give
-    /// [`CollectiveErrorKind::Aborted`]. Where NCCL or RCCL has
-    /// `ncclCommShrink` (2.27 on), the library's communicator is kept for
-    /// [`shrink`](Self::shrink), whose `NCCL_SHRINK_ABORT` ends the
-    /// operations still in flight, and freed (`ncclCommAbort`) when this
-    /// communicator is dropped; until one of those, work queued behind a
-    /// collective that waits for a dead peer stays queued. Elsewhere
-    /// `ncclCommAbort` runs here.
+    /// [`CollectiveErrorKind::Aborted`]. With `ncclCommShrink` (NCCL 2.27
+    /// on) the library's communicator is kept until [`shrink`](Self::shrink)
+    /// (`NCCL_SHRINK_ABORT` ends its operations in flight) or drop
+    /// (`ncclCommAbort`); elsewhere `ncclCommAbort` runs here.
     pub fn abort(&self) -> Result<()> {
         if self.aborted.swap(true, Ordering::AcqRel) {
             return Ok(());
