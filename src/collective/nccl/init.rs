@@ -17,9 +17,10 @@
 //! splits it into a blocking communicator of the same ranks
 //! (`ncclCommSplit` with `blocking = 1`, every rank one color, keyed by its
 //! rank) and frees the first: a second initialisation, among ranks known
-//! to be there. A library without `ncclCommSplit` (2.14 to 2.17) keeps
-//! the blocking `ncclCommInitRank`, and one without
-//! `ncclCommInitRankConfig` keeps it in either mode.
+//! to be there; where the library refuses that split before making a
+//! communicator, the first is kept, non-blocking. A library without
+//! `ncclCommSplit` (2.14 to 2.17) keeps the blocking `ncclCommInitRank`,
+//! and one without `ncclCommInitRankConfig` keeps it in either mode.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -115,22 +116,34 @@ impl<D: Driver> NcclEngine<D> {
     }
 
     /// A blocking communicator of the same ranks, split from this
-    /// non-blocking one, which is then freed.
+    /// non-blocking one, which is then freed. Where the library refuses
+    /// the split before making a communicator (a check every rank makes
+    /// alike), this one is kept, non-blocking (its `mode` says so).
     fn into_blocking(self) -> Result<Self> {
         let lib = self.comm.lib;
         let Some(api) = lib.api.split.as_ref() else { return Ok(self) };
         let key = rank_int("rank", self.comm.rank)?;
         let config = sys::ncclConfig_t::with_blocking(true);
-        let split = self.split_with(api, Some(0), key, Some(config));
-        // The first communicator is freed without waiting for its peers,
-        // which free theirs too.
+        let child = match self.split_with(api, Some(0), key, Some(config)) {
+            Ok(Some(child)) => child,
+            Err(_) if !self.comm.is_aborted() && self.comm.state().is_ok_and(|s| s == sys::ncclSuccess) => {
+                return Ok(self)
+            }
+            Ok(None) => {
+                let _ = self.comm.abort();
+                return Err(self.comm.error_of(
+                    crate::error::CollectiveErrorKind::Engine,
+                    "ncclCommSplit gave no communicator for a color every rank chose".into(),
+                ));
+            }
+            Err(e) => {
+                let _ = self.comm.abort();
+                return Err(e);
+            }
+        };
+        // The first communicator is freed (at the drop of `self`) without
+        // waiting for its peers, which free theirs too.
         let _ = self.comm.abort();
-        let child = split?.ok_or_else(|| {
-            self.comm.error_of(
-                crate::error::CollectiveErrorKind::Engine,
-                "ncclCommSplit gave no communicator for a color every rank chose".into(),
-            )
-        })?;
         Ok(child.engine)
     }
 }
