@@ -404,6 +404,47 @@ where
     assert!(took < limit + Duration::from_secs(30), "took {took:?}");
 }
 
+/// Rank 1 fails once the ranks have met, a second after rank 0 went into
+/// its library's initialisation (NCCL's non-blocking
+/// `ncclCommInitRankConfig`, src/collective/nccl/init.rs): rank 0 reads
+/// the failure in the store while it waits there, aborts, and fails
+/// within 2 s of it, naming rank 1 and its reason, though its store would
+/// wait 120 s. The host engine meets inside its own store, where nothing
+/// is polled: its case is skipped.
+fn a_peer_failing_while_this_rank_waits_in_the_librarys_init_fails_it_fast<D: Device>(devs: [Arc<D>; 2])
+where
+    D::B: CollectiveBackend,
+{
+    if devs[0].info().backend == gpuport::BackendKind::Host {
+        let _ = writeln!(std::io::stderr(), "skipped: the host engine's init waits in its store, not in a library");
+        return;
+    }
+    let pause = Duration::from_secs(1);
+    let (e, took) = within(Duration::from_secs(120), move || {
+        let timeout = Duration::from_secs(120);
+        let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), timeout).unwrap();
+        let addr = host.addr();
+        std::thread::scope(|s| {
+            let d1 = devs[1].clone();
+            let other = s.spawn(move || {
+                let store = TcpStore::connect(addr, timeout).unwrap();
+                gpuport::collective::fail_next_engine_init_on_this_thread("an injected failure", pause);
+                Communicator::<D::B>::init_rank(&d1, 1, 2, &store).unwrap_err()
+            });
+            let start = Instant::now();
+            let e = Communicator::<D::B>::init_rank(&devs[0], 0, 2, &host).unwrap_err();
+            let took = start.elapsed();
+            let theirs = other.join().unwrap();
+            assert!(theirs.to_string().contains("an injected failure"), "{theirs}");
+            (e, took)
+        })
+    });
+    let _ = writeln!(std::io::stderr(), "rank 0 told of rank 1's failure: {e} (after {took:?})");
+    assert!(matches!(&e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank: 1 }, .. }), "{e}");
+    assert!(e.to_string().contains("an injected failure"), "{e}");
+    assert!(took < pause + Duration::from_secs(2), "took {took:?}");
+}
+
 /// Two ranks initialise together (NCCL connects its all-reduce ring
 /// then), rank 1 dies, and rank 0 then sends to and receives from it for
 /// the first time: NCCL connects p2p peers inside `ncclGroupEnd`, which
@@ -509,6 +550,7 @@ mod pairs {
         an_aborted_communicator_refuses_work,
         a_rank_that_stops_calling_is_a_timeout_not_a_hang,
         init_with_id_times_out_when_a_rank_never_comes,
+        a_peer_failing_while_this_rank_waits_in_the_librarys_init_fails_it_fast,
         a_peer_gone_before_the_first_send_recv_is_a_timeout_not_a_hang,
         bad_ranks_and_devices_are_refused,
         host_reads_wait_for_a_collective_on_another_stream,

@@ -469,3 +469,39 @@ fn a_groups_body_error_is_reported_before_its_ends() {
     });
     assert!(matches!(ended, Err(GroupFailure::Body("the body raised"))), "the body's error comes first");
 }
+
+/// A range registered with one communicator (`register_range`, for
+/// bindings) is released by that one; another refuses it. A bare address
+/// has no size to register, and a GPU engine refuses host memory.
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_registered_range_is_released_by_the_communicator_that_made_it(#[case] spec: &str) {
+    let Some((dev, comm)) = one_rank(spec) else { return };
+    let (_, other) = one_rank(spec).expect("a second communicator where the first was made");
+    let a = raw_floats(&dev, 16, 1.0);
+    // SAFETY: `a` outlives the registrations (each is released below, or
+    // left to `comm`, which is dropped before `a`).
+    let r = unsafe { comm.register_range(&whole(&a)) }.unwrap();
+    assert_eq!(r.bytes(), 64);
+    let e = other.deregister(r).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "registration", .. }), "{e}");
+    // SAFETY: as above.
+    let r = unsafe { comm.register_range(&whole(&a)) }.unwrap();
+    comm.deregister(r).unwrap();
+    // SAFETY: a bare address is refused before it is used.
+    let bare = unsafe { RawRange::new(a.ptr(), Place::Unknown, None, None, true) };
+    // SAFETY: as above.
+    let e = unsafe { comm.register_range(&bare) }.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "memory", .. }), "{e}");
+    if dev.backend() != BackendKind::Host {
+        let mut host = vec![0u8; 64];
+        // SAFETY: `host` outlives the call, which refuses it.
+        let range = unsafe { RawRange::new(host.as_mut_ptr() as u64, Place::Host, Some(64), None, true) };
+        // SAFETY: as above.
+        let e = unsafe { comm.register_range(&range) }.unwrap_err();
+        assert!(is_argument(&e, |a| matches!(a, ArgumentError::HostMemory { .. })), "{e}");
+    }
+    drop((comm, other));
+}

@@ -1,12 +1,16 @@
 //! Communicators made from others (src/collective/regroup.rs): split and,
 //! after a rank died, shrink; on the host engine, ranks on threads. The
-//! GPU paths (`ncclCommSplit`, `ncclCommShrink`) need two GPUs and NCCL.
+//! GPU paths (`ncclCommSplit`, `ncclCommShrink`) need two GPUs and NCCL
+//! (tests/collective.rs), and four for [`four_ranks_go_on_without_one_that_exits`].
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuport::collective::{Communicator, ReduceOp, TcpStore};
+use gpuport::collective::{CollectiveBackend, Communicator, ReduceOp, TcpStore};
 use gpuport::{CollectiveErrorKind, Device, Error, Host, HostDevice, Location, MemArray, Transfer};
+
+mod common;
 
 /// Runs `body(rank, communicator)` for `size` ranks on threads, meeting
 /// through one store whose reads wait `timeout`; returns their results.
@@ -143,4 +147,94 @@ fn survivors_of_a_dead_rank_shrink_and_go_on() {
             _ => assert_eq!(seen.as_ref(), Some(&want), "rank {rank}"),
         }
     }
+}
+
+/// The sum over `comm`'s ranks of `[x, 10 x]`, on any backend.
+fn sum_on<B: CollectiveBackend>(comm: &Communicator<B>, x: f32) -> Vec<f32> {
+    let dev = comm.device().clone();
+    let s = dev.default_stream();
+    let mut a = MemArray::<f32, 1, _>::from_vec(&dev, [2], vec![x, 10.0 * x]).unwrap();
+    comm.all_reduce_array(&mut a, ReduceOp::Sum, s).unwrap();
+    a.move_to(Location::Host, s, Transfer::Sync, None).unwrap();
+    a.to_vec(None).unwrap()
+}
+
+/// Four ranks, one device each (all on host:0 on the host backend); rank 3
+/// exits after an all-reduce. The three survivors abort, shrink with rank 3
+/// excluded (NCCL 2.27 on: `ncclCommShrink` of the aborted communicator with
+/// the exclusion list and `NCCL_SHRINK_ABORT`; else through the store), and
+/// go on all-reducing the right values.
+fn four_ranks_go_on_without_one_that_exits<D: Device>(first: &Arc<D>)
+where
+    D::B: CollectiveBackend,
+{
+    let test = "four_ranks_go_on_without_one_that_exits";
+    if let Err(e) = Communicator::<D::B>::engine_on(first) {
+        let _ = writeln!(std::io::stderr(), "skipped: {test} on {}: {e}", first.info().spec());
+        return;
+    }
+    let mut devs = vec![first.clone()];
+    for ordinal in 1..4 {
+        if first.info().backend == gpuport::BackendKind::Host {
+            devs.push(first.clone());
+            continue;
+        }
+        match D::open(ordinal) {
+            Ok(d) => devs.push(d),
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "skipped: {test}: four devices are needed: {e}");
+                return;
+            }
+        }
+    }
+    let timeout = Duration::from_secs(60);
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), timeout).unwrap();
+    let addr = host.addr();
+    let out: Vec<Option<Vec<Vec<f32>>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = devs
+            .iter()
+            .enumerate()
+            .map(|(rank, dev)| {
+                let host = &host;
+                s.spawn(move || {
+                    let own;
+                    let store = if rank == 0 {
+                        host
+                    } else {
+                        own = TcpStore::connect(addr, timeout).unwrap();
+                        &own
+                    };
+                    let comm = Communicator::<D::B>::init_rank(dev, rank, 4, store).unwrap();
+                    assert_eq!(sum_on(&comm, 1.0), vec![4.0, 40.0], "rank {rank}");
+                    if rank == 3 {
+                        // This rank exits: a dead process frees nothing in order.
+                        comm.abort().unwrap();
+                        return None;
+                    }
+                    comm.abort().unwrap();
+                    let smaller = comm.shrink(&[3]).unwrap();
+                    assert_eq!((smaller.rank(), smaller.size()), (rank, 3), "rank {rank}");
+                    Some((0..3).map(|round| sum_on(&smaller, (rank + round) as f32)).collect())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Ranks 0, 1, 2 give 0+1+2, then one more each round.
+    let want = vec![vec![3.0, 30.0], vec![6.0, 60.0], vec![9.0, 90.0]];
+    for (rank, seen) in out.iter().enumerate() {
+        match rank {
+            3 => assert!(seen.is_none()),
+            _ => assert_eq!(seen.as_ref(), Some(&want), "rank {rank}"),
+        }
+    }
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn four_ranks_go_on_without_one_that_exits_on(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    gpuport::with_device!(dev, d => four_ranks_go_on_without_one_that_exits(d));
 }

@@ -42,6 +42,8 @@ pub struct Communicator<B: CollectiveBackend> {
     /// Splits and shrinks so far: the number names the same one on every
     /// rank (see `regroup.rs`).
     pub(super) regroups: AtomicU64,
+    /// Unique in the process: a `RangeRegistration` names its maker by it.
+    pub(super) serial: u64,
 }
 
 /// The state of the cross-rank check: how many collectives were checked.
@@ -90,6 +92,7 @@ impl<B: CollectiveBackend> Communicator<B> {
         store: Option<(TcpStore, String)>,
         timeout: Duration,
     ) -> Self {
+        static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
         let checks = std::env::var("GPUPORT_COLLECTIVE_CHECKS").is_ok_and(|v| v == "1") && store.is_some();
         // The engine and the store were made with this timeout or another
         // (a user's store); a failure here leaves that one.
@@ -107,6 +110,7 @@ impl<B: CollectiveBackend> Communicator<B> {
             checks: Mutex::new(checks.then_some(Checks { seq: 0 })),
             store,
             regroups: AtomicU64::new(0),
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -239,7 +243,12 @@ impl<B: CollectiveBackend> Communicator<B> {
             Ok(id)
         })();
         let id = met.inspect_err(|e| meeting.report(e))?;
-        let engine = B::Engine::init_with_id(device, rank, size, &id, store.timeout(), mode)?;
+        // The engine's wait looks for the others' failures; this rank's is reported.
+        let engine = super::rendezvous::injected_engine_failure(&engine, rank)
+            .and_then(|()| {
+                B::Engine::init_watched(device, rank, size, &id, store.timeout(), mode, &|| meeting.failed())
+            })
+            .inspect_err(|e| meeting.report(e))?;
         let own = store.reconnect()?;
         Ok(Self::new(engine, device.clone(), rank, size, Some((own, key)), timeout_from_env()?))
     }
@@ -435,7 +444,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// Stops every collective of this communicator; later calls give
-    /// [`CollectiveErrorKind::Aborted`].
+    /// [`CollectiveErrorKind::Aborted`]. With `ncclCommShrink` (NCCL 2.27
+    /// on) the library's communicator is kept until [`shrink`](Self::shrink)
+    /// (`NCCL_SHRINK_ABORT` ends its operations in flight) or drop
+    /// (`ncclCommAbort`); elsewhere `ncclCommAbort` runs here.
     pub fn abort(&self) -> Result<()> {
         if self.aborted.swap(true, Ordering::AcqRel) {
             return Ok(());

@@ -210,10 +210,11 @@ pub(crate) mod sealed {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CallMode {
     /// Each call returns once its work is enqueued (NCCL's own default, and
-    /// its fastest). A rank that never comes to the initialisation, or a
-    /// peer gone before its first connection (a first send or receive),
-    /// blocks that call; later failures are caught by `synchronize`'s
-    /// timeout.
+    /// its fastest). A peer gone before its first connection (a first
+    /// send or receive) blocks that call; later failures are caught by
+    /// `synchronize`'s timeout. The initialisation itself is bounded, and
+    /// fails fast on another rank's failure, where the library has
+    /// `ncclCommInitRankConfig` and `ncclCommSplit` (`nccl/init.rs`).
     #[default]
     Blocking,
     /// Non-blocking communicators (NCCL and RCCL 2.14 and newer): every
@@ -286,8 +287,9 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
     /// rank 0 made, its library calls made in `mode`; waits up to `timeout`
     /// for the other ranks, then fails (a `Timeout`, or the host engine's
-    /// store timeout), except NCCL's and RCCL's in `CallMode::Blocking`,
-    /// which wait without a bound. The engine's timeout
+    /// store timeout), except NCCL's and RCCL's in `CallMode::Blocking` on
+    /// a library without `ncclCommInitRankConfig` or `ncclCommSplit`,
+    /// which wait without a bound (`nccl/init.rs`). The engine's timeout
     /// ([`set_timeout`](Self::set_timeout)) starts as `timeout`.
     fn init_with_id(
         device: &Arc<B::Device>,
@@ -297,6 +299,25 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
         timeout: std::time::Duration,
         mode: CallMode,
     ) -> Result<Self>;
+
+    /// [`init_with_id`](Self::init_with_id) while the other ranks may
+    /// fail: `peer_failed` is the failure another rank reported (a
+    /// `PeerInitFailed`), else `Ok`. An engine that waits for the others
+    /// inside its library (NCCL's and RCCL's non-blocking init,
+    /// `nccl/init.rs`) asks it as it waits, and gives up with that error;
+    /// the default does not ask.
+    fn init_watched(
+        device: &Arc<B::Device>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: std::time::Duration,
+        mode: CallMode,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<Self> {
+        let _ = peer_failed;
+        Self::init_with_id(device, rank, size, id, timeout, mode)
+    }
 
     /// One communicator per device of a group driven by this process; rank
     /// `i` is `devices[i]`. As [`init_with_id`](Self::init_with_id) for `timeout`.

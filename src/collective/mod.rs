@@ -43,7 +43,8 @@
 //! - `rendezvous.rs`: ranks meeting to make a communicator, failing fast
 //!   when one of them fails;
 //! - `regroup.rs`: [`Communicator::split`] and [`Communicator::shrink`];
-//! - `registration.rs`: [`Communicator::register`];
+//! - `registration.rs`: [`Communicator::register`], and
+//!   [`AnyCommunicator::register_range`] for bindings;
 //! - `array.rs`: collectives on `MemArray`s;
 //! - `nccl/`: the NCCL/RCCL table and the GPU engine;
 //! - `host.rs`: the host engine;
@@ -71,6 +72,6 @@ pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
-pub use registration::Registration;
-pub use rendezvous::fail_next_init_on_this_thread;
+pub use registration::{RangeRegistration, Registration};
+pub use rendezvous::{fail_next_engine_init_on_this_thread, fail_next_init_on_this_thread};
 pub use store::TcpStore;

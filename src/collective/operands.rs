@@ -90,7 +90,7 @@ impl Operand<'_> {
 /// Refuses memory the communicator's engine cannot use: a GPU engine's
 /// operands are its device's memory (host memory would be a fault on the
 /// device); the host engine reads and writes held host memory only.
-fn check_place(r: &RawRange, what: &'static str, dev: &AnyDevice) -> Result<()> {
+pub(super) fn check_place(r: &RawRange, what: &'static str, dev: &AnyDevice) -> Result<()> {
     if dev.backend() == BackendKind::Host {
         if r.host_accessible() && r.is_held() {
             return Ok(());

@@ -35,6 +35,28 @@ pub fn fail_next_init_on_this_thread(reason: &str) {
     FAIL_NEXT_INIT.with(|f| *f.borrow_mut() = Some(reason.to_string()));
 }
 
+thread_local! {
+    /// The failure, and the pause before it, of the next engine initialisation of this thread (a test hook).
+    static FAIL_NEXT_ENGINE_INIT: RefCell<Option<(Duration, String)>> = const { RefCell::new(None) };
+}
+
+/// Makes the next [`Communicator::init_rank`](super::Communicator::init_rank)
+/// of this thread fail where its engine's initialisation would start, once
+/// the ranks have met, `after` a pause: the other ranks are then waiting
+/// inside their library's initialisation. A hook for tests of how they
+/// learn of it.
+#[doc(hidden)]
+pub fn fail_next_engine_init_on_this_thread(reason: &str, after: Duration) {
+    FAIL_NEXT_ENGINE_INIT.with(|f| *f.borrow_mut() = Some((after, reason.to_string())));
+}
+
+/// The failure [`fail_next_engine_init_on_this_thread`] set, taken, after its pause.
+pub(super) fn injected_engine_failure(engine: &str, rank: usize) -> Result<()> {
+    let Some((after, reason)) = FAIL_NEXT_ENGINE_INIT.with(|f| f.borrow_mut().take()) else { return Ok(()) };
+    std::thread::sleep(after);
+    Err(Error::Collective { engine: engine.into(), rank: Some(rank), kind: CollectiveErrorKind::Engine, reason })
+}
+
 /// The failure [`fail_next_init_on_this_thread`] set, taken.
 pub(super) fn injected_failure(engine: &str, rank: usize) -> Result<()> {
     match FAIL_NEXT_INIT.with(|f| f.borrow_mut().take()) {
@@ -70,7 +92,7 @@ impl Meeting<'_> {
     }
 
     /// The first failure another rank reported, as this rank's error.
-    fn failed(&self) -> Result<()> {
+    pub fn failed(&self) -> Result<()> {
         if self.store.add(&format!("{}/failures", self.key), 0)? == 0 {
             return Ok(());
         }

@@ -65,6 +65,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::device::PyDevice>()?;
     m.add_class::<distributed::PyTcpStore>()?;
     m.add_class::<distributed::PyCommunicator>()?;
+    m.add_class::<distributed::PyRegistration>()?;
     m.add_class::<convert::stream::PyStream>()?;
     m.add_class::<stream::PyEvent>()?;
     m.add_class::<memarray::PyMemArray>()?;

@@ -30,6 +30,10 @@ pub(super) struct Comm<D: Driver> {
     pub(super) rank: usize,
     /// Set once the communicator was aborted or destroyed (and so freed).
     pub(super) released: AtomicBool,
+    /// Set once it was aborted where the library has `ncclCommShrink`: no
+    /// call is made on it but that shrink (whose `NCCL_SHRINK_ABORT` ends
+    /// its operations in flight) and, at drop, `ncclCommAbort`.
+    pub(super) revoked: AtomicBool,
     /// How long a call may stay `ncclInProgress` (`Communicator::set_timeout`).
     pub(super) timeout: Mutex<Duration>,
     /// Made non-blocking (`ncclCommInitRankConfig` with `blocking = 0`).
@@ -53,6 +57,7 @@ impl<D: Driver> Comm<D> {
             lib,
             rank,
             released: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             timeout: Mutex::new(timeout),
             non_blocking,
         }
@@ -79,10 +84,15 @@ impl<D: Driver> Comm<D> {
         Err(status_error(D::KIND, self.lib, Some(self.rank), live, call, status))
     }
 
-    /// An `Aborted` error for `what` once the communicator was freed
+    /// Whether it was aborted: freed, or kept for a shrink.
+    pub(super) fn is_aborted(&self) -> bool {
+        self.released.load(Ordering::Acquire) || self.revoked.load(Ordering::Acquire)
+    }
+
+    /// An `Aborted` error for `what` once the communicator was aborted
     /// (`what` is formatted only then: this runs on every enqueue).
     pub(super) fn refuse_if_released(&self, what: impl std::fmt::Display) -> Result<()> {
-        if !self.released.load(Ordering::Acquire) {
+        if !self.is_aborted() {
             return Ok(());
         }
         Err(Error::Collective {
@@ -104,9 +114,20 @@ impl<D: Driver> Comm<D> {
         Ok(state)
     }
 
+    /// Aborts the communicator: where the library has `ncclCommShrink`, it
+    /// is kept for one (see `revoked`) and freed at drop; else
+    /// [`abort_now`](Self::abort_now).
+    pub(super) fn abort(&self) -> Result<()> {
+        if self.lib.api.shrink.is_some() && !self.released.load(Ordering::Acquire) {
+            self.revoked.store(true, Ordering::Release);
+            return Ok(());
+        }
+        self.abort_now()
+    }
+
     /// `ncclCommAbort`, once; it stops the library's threads and kernels
     /// of this communicator and returns without waiting for peers.
-    pub(super) fn abort(&self) -> Result<()> {
+    pub(super) fn abort_now(&self) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -126,6 +147,36 @@ impl<D: Driver> Comm<D> {
         }
         let waited = wait::until_done(start, self.timeout(), || self.state())?;
         self.finish(call, waited, check)
+    }
+
+    /// [`settle`](Self::settle), asking `peer_failed` every
+    /// [`POLL`](super::super::rendezvous::POLL) of the wait whether another
+    /// rank reported a failure: its error ends the wait (the caller aborts).
+    pub(super) fn settle_watched(
+        &self,
+        call: &str,
+        status: c_int,
+        start: Instant,
+        check: &str,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        if status != sys::ncclInProgress {
+            return self.check(call, status);
+        }
+        let mut looked = Instant::now();
+        let waited = wait::until_done(start, self.timeout(), || {
+            if looked.elapsed() >= super::super::rendezvous::POLL {
+                peer_failed()?;
+                looked = Instant::now();
+            }
+            self.state()
+        })?;
+        self.finish(call, waited, check)
+    }
+
+    /// An error of `kind` for this rank.
+    pub(super) fn error_of(&self, kind: CollectiveErrorKind, reason: String) -> Error {
+        Error::Collective { engine: engine_name(D::KIND, self.lib), rank: Some(self.rank), kind, reason }
     }
 
     /// The error, if any, of a wait on `call` that ended as `waited`.
@@ -152,6 +203,12 @@ impl<D: Driver> Drop for Comm<D> {
             return;
         }
         if self.device.driver().bind().is_ok() {
+            if self.revoked.load(Ordering::Acquire) {
+                // SAFETY: a live communicator (not released), freed once,
+                // without waiting for peers that may be gone.
+                let _ = unsafe { (self.lib.api.fns.ncclCommAbort)(self.raw()) };
+                return;
+            }
             // SAFETY: a live communicator, freed once; NCCL waits for its
             // enqueued work. An error cannot be returned from a drop.
             let destroyed = unsafe { (self.lib.api.fns.ncclCommDestroy)(self.raw()) };
@@ -188,7 +245,7 @@ impl<D: Driver> Member for Comm<D> {
         Comm::timeout(self)
     }
     fn is_released(&self) -> bool {
-        self.released.load(Ordering::Acquire)
+        self.is_aborted()
     }
     fn state(&self) -> Result<c_int> {
         Comm::state(self)

@@ -27,14 +27,22 @@
 //! ones on two H200s (BENCHMARKS.md), which is why it is not the
 //! default. An older library makes blocking communicators in either mode.
 //!
+//! Initialisation is non-blocking in both modes where the library can,
+//! so that a rank stops waiting inside it when another rank fails; a
+//! `Blocking` communicator is then split into a blocking one
+//! (`init.rs`).
+//!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
 //! broadcast, all-gather, send and receive move bytes, so they take any type.
 
 mod comm;
+mod init;
 mod regroup;
 mod sys;
 mod wait;
+
+use init::{init_rank_call, made_non_blocking};
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, OnceLock};
@@ -266,39 +274,6 @@ fn unique_id<D: Driver>(lib: &sys::Nccl, id: &[u8]) -> Result<sys::ncclUniqueId>
     Ok(unique)
 }
 
-/// Whether `lib` makes communicators asked for in `mode` non-blocking:
-/// `Bounded` ones, where the library is 2.14 or newer.
-fn made_non_blocking(lib: &sys::Nccl, mode: CallMode) -> bool {
-    mode == CallMode::Bounded && lib.api.non_blocking.is_some()
-}
-
-/// Starts rank `rank`'s communicator of `size` on the current device:
-/// `ncclCommInitRankConfig` with `blocking = 0` for a `Bounded` one where
-/// the library has it, else `ncclCommInitRank`. Returns the call's name,
-/// its status and the communicator (null if none was made).
-fn init_rank_call(
-    lib: &sys::Nccl,
-    size: c_int,
-    id: sys::ncclUniqueId,
-    rank: c_int,
-    mode: CallMode,
-) -> (&'static str, c_int, usize) {
-    let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-    let non_blocking = lib.api.non_blocking.as_ref().filter(|_| made_non_blocking(lib, mode));
-    let (call, status) = match non_blocking {
-        Some(nb) => {
-            let mut config = sys::ncclConfig_t::non_blocking();
-            // SAFETY: the caller bound the device; `comm` receives the
-            // communicator; `config` is a whole, initialised config, read
-            // during the call only.
-            ("ncclCommInitRankConfig", unsafe { (nb.ncclCommInitRankConfig)(&mut comm, size, id, rank, &mut config) })
-        }
-        // SAFETY: as above, without a config.
-        None => ("ncclCommInitRank", unsafe { (lib.api.fns.ncclCommInitRank)(&mut comm, size, id, rank) }),
-    };
-    (call, status, comm as usize)
-}
-
 // SAFETY: every call passes the communicator this engine made, on its
 // device (bound first), with a stream of that device; `enqueue` passes the
 // caller's ranges with the element counts `Op` says (data movement as bytes:
@@ -344,27 +319,19 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         timeout: Duration,
         mode: CallMode,
     ) -> Result<Self> {
-        let lib = library(D::KIND)?;
-        let unique = unique_id::<D>(lib, id)?;
-        let (size_c, rank_c) = (rank_int("size", size)?, rank_int("rank", rank)?);
-        refuse_in_group("init_with_id")?;
-        device.driver().bind()?;
-        let start = Instant::now();
-        let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c, mode);
-        if handle == 0 {
-            return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
-        }
-        let non_blocking = made_non_blocking(lib, mode);
-        let engine = NcclEngine { comm: Arc::new(comm::Comm::new(handle, device, lib, rank, timeout, non_blocking)) };
-        // A failure leaves a communicator that cannot be used: abort it
-        // (ncclCommDestroy would wait for peers that may never come).
-        let check = wait::init_check(size);
-        let ready = engine.comm.settle(call, status, start, &check).and_then(|()| engine.connect(start, &check));
-        if let Err(e) = ready {
-            let _ = engine.comm.abort();
-            return Err(e);
-        }
-        Ok(engine)
+        Self::init_watched(device, rank, size, id, timeout, mode, &|| Ok(()))
+    }
+
+    fn init_watched(
+        device: &Arc<GpuDevice<D>>,
+        rank: usize,
+        size: usize,
+        id: &[u8],
+        timeout: Duration,
+        mode: CallMode,
+        peer_failed: &dyn Fn() -> Result<()>,
+    ) -> Result<Self> {
+        Self::init_rank_watched(device, rank, size, id, timeout, mode, peer_failed)
     }
 
     fn init_all(devices: &[Arc<GpuDevice<D>>], timeout: Duration, mode: CallMode) -> Result<Vec<Self>> {
@@ -393,7 +360,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 first_error.get_or_insert(e);
                 continue;
             }
-            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank], mode);
+            let (call, status, handle) = init_rank_call(lib, size, id, ranks[rank], true);
             if handle == 0 || (status != sys::ncclSuccess && status != sys::ncclInProgress) {
                 first_error.get_or_insert(status_error(D::KIND, lib, Some(rank), handle, call, status));
             }
@@ -518,7 +485,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     }
 
     fn is_aborted(&self) -> bool {
-        self.comm.released.load(std::sync::atomic::Ordering::Acquire)
+        self.comm.is_aborted()
     }
 
     fn async_error(&self) -> Result<()> {
@@ -535,17 +502,29 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
 
     fn split(&self, color: Option<u32>, key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
         let api = self.lib().api.split.as_ref()?;
-        Some(self.split_with(api, color, key))
+        Some(self.split_with(api, color, key, None))
     }
 
-    /// `None` (the store's re-init) for a communicator that was aborted:
-    /// `ncclCommAbort` freed it, and `ncclCommShrink` needs it.
+    /// A communicator that was aborted is kept where the library has
+    /// `ncclCommShrink` (`Comm::revoked`) and shrunk with
+    /// `NCCL_SHRINK_ABORT`, which ends its operations in flight first;
+    /// `None` (the store's re-init) where it was freed.
     fn shrink(&self, size: usize, exclude: &[usize], after_error: bool) -> Option<Result<Regrouped<Self>>> {
         let api = self.lib().api.shrink.as_ref()?;
-        if self.is_aborted() {
+        if self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
-        let after_error = after_error || self.async_error().is_err();
+        let revoked = self.comm.revoked.load(std::sync::atomic::Ordering::Acquire);
+        if revoked && exclude.is_empty() {
+            // NCCL 2.28.3 refused a shrink that excludes no rank (below),
+            // and a split needs a healthy communicator: free this one, so
+            // its operations end, and re-form through the store.
+            if let Err(e) = self.comm.abort_now() {
+                return Some(Err(e));
+            }
+            return None;
+        }
+        let after_error = after_error || revoked || self.async_error().is_err();
         if exclude.is_empty() && !after_error {
             // NCCL 2.28.3 answered a shrink that excludes no rank with
             // "invalid argument" (tests/collective.rs, on two H100s): a
@@ -555,7 +534,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 Ok(k) => k,
                 Err(e) => return Some(Err(e)),
             };
-            return Some(self.split_with(split, Some(0), key).and_then(|c| {
+            return Some(self.split_with(split, Some(0), key, None).and_then(|c| {
                 c.ok_or_else(|| Error::Collective {
                     engine: engine_name(D::KIND, self.comm.lib),
                     rank: Some(self.comm.rank),

@@ -19,25 +19,21 @@ use super::{comm, rank_int, refuse_in_group, sys, NcclEngine};
 
 impl<D: Driver> NcclEngine<D> {
     /// Owns `handle`, a communicator `call` made (returning `status` at
-    /// `start`), once it has started: its rank and size then come from
-    /// `rank_and_size`. On a failure it is aborted.
+    /// `start`; `non_blocking` as its config says), once it has started:
+    /// its rank and size then come from `rank_and_size`. On a failure it
+    /// is aborted.
     fn adopt(
         &self,
         handle: sys::ncclComm_t,
         call: &str,
         status: c_int,
         start: Instant,
+        non_blocking: bool,
         rank_and_size: impl FnOnce(&comm::Comm<D>) -> Result<(usize, usize)>,
     ) -> Result<Regrouped<Self>> {
         let parent = &self.comm;
-        let mut child = comm::Comm::new(
-            handle as usize,
-            &parent.device,
-            parent.lib,
-            parent.rank,
-            parent.timeout(),
-            parent.non_blocking,
-        );
+        let mut child =
+            comm::Comm::new(handle as usize, &parent.device, parent.lib, parent.rank, parent.timeout(), non_blocking);
         let started = child.settle(call, status, start, "that every rank of the new communicator called it");
         let placed = started.and_then(|()| rank_and_size(&child));
         let (rank, size) = match placed {
@@ -52,12 +48,13 @@ impl<D: Driver> NcclEngine<D> {
     }
 
     /// `ncclCommSplit` of this communicator: `None` for `color` is
-    /// `NCCL_SPLIT_NOCOLOR`.
+    /// `NCCL_SPLIT_NOCOLOR`; the new one has `config`, or this one's.
     pub(super) fn split_with(
         &self,
         api: &sys::SplitApi,
         color: Option<u32>,
         key: i32,
+        config: Option<sys::ncclConfig_t>,
     ) -> Result<Option<Regrouped<Self>>> {
         self.comm.refuse_if_released("ncclCommSplit")?;
         refuse_in_group("split")?;
@@ -68,10 +65,14 @@ impl<D: Driver> NcclEngine<D> {
         self.comm.device.driver().bind()?;
         let start = Instant::now();
         let mut new: sys::ncclComm_t = std::ptr::null_mut();
+        let non_blocking = config.map_or(self.comm.non_blocking, |c| c.blocking == 0);
+        let mut config = config;
+        let config_ptr = config.as_mut().map_or(std::ptr::null_mut(), |c| c as *mut sys::ncclConfig_t);
         // SAFETY: a live communicator of this engine (not released), its
-        // device bound; `new` receives the new communicator; a null config
-        // makes it inherit this one's.
-        let status = unsafe { (api.ncclCommSplit)(self.comm.raw(), color, key, &mut new, std::ptr::null_mut()) };
+        // device bound; `new` receives the new communicator; the config is
+        // a whole one read during the call, or null, which makes it
+        // inherit this one's.
+        let status = unsafe { (api.ncclCommSplit)(self.comm.raw(), color, key, &mut new, config_ptr) };
         if new.is_null() {
             // No color, or a failure before a communicator was made.
             self.comm.check("ncclCommSplit", status)?;
@@ -87,7 +88,7 @@ impl<D: Driver> NcclEngine<D> {
             c.check("ncclCommCount", status)?;
             Ok((usize::try_from(rank).unwrap_or(0), usize::try_from(size).unwrap_or(0)))
         };
-        self.adopt(new, "ncclCommSplit", status, start, placed).map(Some)
+        self.adopt(new, "ncclCommSplit", status, start, non_blocking, placed).map(Some)
     }
 
     /// `ncclCommShrink` of this communicator without `exclude` (sorted,
@@ -99,7 +100,14 @@ impl<D: Driver> NcclEngine<D> {
         exclude: &[usize],
         after_error: bool,
     ) -> Result<Regrouped<Self>> {
-        self.comm.refuse_if_released("ncclCommShrink")?;
+        // A communicator kept after an abort (`Comm::revoked`) is shrunk
+        // with NCCL_SHRINK_ABORT; one that was freed cannot be.
+        if self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.comm.error_of(
+                crate::error::CollectiveErrorKind::Aborted,
+                "ncclCommShrink of a communicator that was freed".into(),
+            ));
+        }
         refuse_in_group("shrink")?;
         let mut list = exclude.iter().map(|&r| rank_int("exclude", r)).collect::<Result<Vec<_>>>()?;
         let count = rank_int("exclude", list.len())?;
@@ -125,7 +133,7 @@ impl<D: Driver> NcclEngine<D> {
         // The survivors keep their order: a rank moves down by the excluded ranks below it.
         let rank = self.comm.rank - exclude.iter().filter(|&&r| r < self.comm.rank).count();
         let placed = |_: &comm::Comm<D>| Ok((rank, size - exclude.len()));
-        self.adopt(new, "ncclCommShrink", status, start, placed)
+        self.adopt(new, "ncclCommShrink", status, start, self.comm.non_blocking, placed)
     }
 
     /// `ncclCommRegister` of `bytes` at `address`: the handle, or 0 where
@@ -146,11 +154,12 @@ impl<D: Driver> NcclEngine<D> {
     }
 
     /// `ncclCommDeregister` of a [`register_with`](Self::register_with)
-    /// handle; nothing for 0, or once the communicator was freed (which
-    /// released its registrations).
+    /// handle; nothing for 0, or once the communicator was aborted (whose
+    /// freeing releases its registrations).
     pub(super) fn deregister_with(&self, handle: usize) -> Result<()> {
         let Some(api) = self.comm.lib.api.register.as_ref() else { return Ok(()) };
-        if handle == 0 || self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
+        // An aborted communicator releases its registrations when freed.
+        if handle == 0 || self.comm.is_aborted() {
             return Ok(());
         }
         self.comm.device.driver().bind()?;

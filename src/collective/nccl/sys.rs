@@ -84,13 +84,14 @@ pub struct ncclConfig_t {
 }
 
 impl ncclConfig_t {
-    /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
-    pub fn non_blocking() -> Self {
+    /// `NCCL_CONFIG_INITIALIZER` of `ncclConfig_v21400` (size, magic and
+    /// version as the 2.14.0 header's macro sets them), with `blocking` set.
+    pub fn with_blocking(blocking: bool) -> Self {
         ncclConfig_t {
             size: std::mem::size_of::<ncclConfig_t>(),
             magic: NCCL_CONFIG_MAGIC,
             version: NCCL_CONFIG_VERSION,
-            blocking: 0,
+            blocking: c_int::from(blocking),
             undef_tail: NCCL_CONFIG_UNDEF_INT,
         }
     }
@@ -257,9 +258,10 @@ mod tests {
     }
 
     #[test]
-    fn the_config_is_the_initializer_with_blocking_off() {
-        let c = ncclConfig_t::non_blocking();
+    fn the_config_is_the_initializer_with_blocking_set() {
+        let c = ncclConfig_t::with_blocking(false);
         assert_eq!((c.size, c.magic, c.version, c.blocking), (24, 0xcafebeef, 21400, 0));
         assert_eq!(c.undef_tail, i32::MIN);
+        assert_eq!(ncclConfig_t::with_blocking(true).blocking, 1);
     }
 }
