@@ -89,3 +89,24 @@ fn an_own_import_is_ordered_after_the_arrays_pending_work(#[case] spec: &str) {
     let wrong = (0..LEN).filter(|&i| values[i] != 2.0 * i as f32).count();
     assert_eq!(wrong, 0, "the array's add_index, then the import's: every element twice its index");
 }
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_get_dlpack_block_locks_then_makes_the_asked_copy_current(#[case] spec: &str) {
+    use gpuport::array::Residency;
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let mut a = AnyArray::Owned(new_checked(&dev, DType::Float32, &[4]).unwrap());
+    a.enter_block(7, Some((Location::Device, &s))).unwrap();
+    assert_eq!(a.lock_id(), Some(7));
+    assert!(matches!(a.residency(), Some(Residency::Device | Residency::Both)), "the device copy is current");
+    // A second block is refused and leaves the first one's lock.
+    let e = a.enter_block(8, Some((Location::Host, &s))).unwrap_err();
+    assert!(e.to_string().contains("already locked"), "{e}");
+    assert_eq!(a.lock_id(), Some(7));
+    a.exit();
+    a.enter_block(9, None).unwrap();
+    assert_eq!(a.lock_id(), Some(9));
+}

@@ -62,6 +62,21 @@ impl AnyArray {
         }
     }
 
+    /// Enters a `get_dlpack` block: takes the lock with `id`, then, for an
+    /// owned array, makes the copy `prefer` names current again on its
+    /// stream, waiting (another thread may have moved the array since the
+    /// block was made). An import stays where it is. On failure the lock
+    /// is released again.
+    pub fn enter_block(&mut self, id: u64, prefer: Option<(Location, &AnyStream)>) -> Result<()> {
+        self.enter(id)?;
+        let (AnyArray::Owned(a), Some((to, s))) = (&mut *self, prefer) else { return Ok(()) };
+        let moved = a.move_to(to, s, Transfer::Sync, Some(LockId(id)));
+        if moved.is_err() {
+            self.exit();
+        }
+        moved
+    }
+
     /// The address of the copy DLPack exports by default, to write
     /// through: that copy becomes the only current one (after pending work
     /// on host-reachable memory is waited for). An import gives its memory.
