@@ -23,6 +23,7 @@ use super::stream::AnyStream;
 use crate::array::{ImportRefusal, LockId, Residency, ResidencyError, Transfer};
 use crate::dlpack::{is_host_accessible, DLDeviceType, ImportedTensor};
 use crate::error::array::Location;
+use crate::error::array::ShapeError;
 use crate::error::Result;
 
 /// The host-readable memory of an array, as the NumPy array interface
@@ -146,10 +147,16 @@ impl AnyArray {
         }
     }
 
-    /// Copies the elements of host-accessible `t` (same shape and dtype)
-    /// into an owned array (see `MemArray::read_from_slice`); an import is
-    /// written through its producer ([`ImportRefusal::ProducerOnly`]).
+    /// Copies the elements of host-accessible `t` (same dtype) into an
+    /// owned array (see `MemArray::read_from_slice`); a tensor of another
+    /// shape is [`ShapeError::ShapeMismatch`], and an import is written
+    /// through its producer ([`ImportRefusal::ProducerOnly`]).
     pub fn read_host(&mut self, op: &'static str, t: &ImportedTensor, s: &AnyStream) -> Result<()> {
+        let shape = self.shape();
+        if !t.shape().iter().map(|&e| usize::try_from(e).ok()).eq(shape.iter().map(|&e| Some(e))) {
+            let found = t.shape().iter().map(|&e| usize::try_from(e).unwrap_or(usize::MAX)).collect();
+            return Err(ShapeError::ShapeMismatch { what: op, expected: shape.to_vec(), found }.into());
+        }
         match self {
             AnyArray::Owned(a) => a.read_imported(t, s, None),
             AnyArray::Imported(_) => Err(ImportRefusal::ProducerOnly { op }.into()),

@@ -331,18 +331,6 @@ impl PyMemArray {
         let src = crate::convert::dtype::cast_for_read(array, self.meta.dtype, casting)?;
         // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;
-        let t = &p.0;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        if shape[..] != self.meta.shape[..] {
-            return Err(errors::shape(
-                py,
-                format!(
-                    "read_numpy_array: the array has shape {}, the MemArray {}",
-                    python::tuple(&shape),
-                    python::tuple(&self.meta.shape)
-                ),
-            ));
-        }
         let s = resolve_stream(py, &self.meta.device, None)?;
         let mut st = self.state(py)?;
         py.detach(|| st.read_host("read_numpy_array", p.tensor(), &s)).py_err_in(py, "read_numpy_array")
