@@ -110,3 +110,28 @@ fn a_get_dlpack_block_locks_then_makes_the_asked_copy_current(#[case] spec: &str
     a.enter_block(9, None).unwrap();
     assert_eq!(a.lock_id(), Some(9));
 }
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn reading_host_elements_takes_a_tensor_of_the_arrays_shape_only(#[case] spec: &str) {
+    use gpuport::array::MemArray;
+    use gpuport::dlpack::ImportedTensor;
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let on_host = gpuport::open("host").unwrap();
+    let tensor = |shape: [usize; 2]| {
+        let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let t = gpuport::with_device!(on_host, d => MemArray::from_vec(d, shape, values).unwrap()
+            .to_dlpack(Location::Host, false, None).unwrap());
+        // SAFETY: a live tensor gpuport produced, handed over once.
+        unsafe { ImportedTensor::from_legacy(t.into_raw()) }.unwrap()
+    };
+    let s = AnyStream::default_for(&dev);
+    let mut a = AnyArray::Owned(new_checked(&dev, DType::Float32, &[2, 3]).unwrap());
+    let e = a.read_host("read_numpy_array", &tensor([3, 2]), &s).unwrap_err();
+    assert!(matches!(e, Error::Shape(_)), "{e}");
+    assert!(e.python_message(None).contains("read_numpy_array: shape (3, 2) differs from (2, 3)"), "{e}");
+    a.read_host("read_numpy_array", &tensor([2, 3]), &s).unwrap();
+    assert_eq!(host_f32(&mut a, 6), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+}
