@@ -10,8 +10,8 @@ use gpuport::dynamic::imported::{import_tensor, Placement};
 use pyo3::prelude::*;
 
 use crate::convert::capsule::{count_table_export, count_table_import, track, Producer};
-use crate::convert::stream::resolve_stream;
 use crate::convert::device::resolve_device;
+use crate::convert::stream::resolve_stream;
 use crate::errors::IntoPyResult;
 use crate::exchange::{import_producer, imported_from_producer};
 use crate::memarray::PyMemArray;

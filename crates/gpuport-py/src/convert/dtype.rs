@@ -55,7 +55,8 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 fn interned_name(obj: &Bound<'_, PyAny>) -> Option<DType> {
     static NAMES: PyOnceLock<Vec<(Py<PyString>, DType)>> = PyOnceLock::new();
     let py = obj.py();
-    let names = NAMES.get_or_init(py, || DType::ALL.iter().map(|&d| (PyString::intern(py, d.name()).unbind(), d)).collect());
+    let names =
+        NAMES.get_or_init(py, || DType::ALL.iter().map(|&d| (PyString::intern(py, d.name()).unbind(), d)).collect());
     names.iter().find(|(n, _)| n.as_ptr() == obj.as_ptr()).map(|&(_, d)| d)
 }
 
