@@ -612,6 +612,36 @@ fn a_discarded_capture_leaves_the_slot_empty_and_the_stream_usable(#[case] spec:
 #[case::host("host")]
 #[case::cuda("cuda:0")]
 #[case::rocm("rocm:0")]
+fn a_capture_block_is_entered_once_and_exited_once(#[case] spec: &str) {
+    use gpuport::dynamic::graph_slot::{BlockExit, CaptureBlock};
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let (s, mode) = (AnyStream::create(&dev).unwrap(), gpuport::CaptureMode::ThreadLocal);
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    let e = block.exit(&mut slot, false).expect_err("never entered");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::NotCaptured), "{e}");
+    assert!(e.python_message(Some("Graph.capture")).contains("__exit__ without a running capture"), "{e}");
+    block.enter(&mut slot, &s, mode).unwrap();
+    assert!(block.is_entered() && slot.is_capturing());
+    assert!(matches!(block.exit(&mut slot, false).unwrap(), BlockExit::Over(Ok(()))));
+    assert!(!block.is_entered() && slot.is_captured());
+    // A block whose capture another call ended stays entered: not again.
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    block.enter(&mut slot, &s, mode).unwrap();
+    slot.end_capture(true).unwrap();
+    let e = block.enter(&mut slot, &s, mode).expect_err("entered already");
+    assert_eq!(graph_kind(&e), Some(GraphErrorKind::Capturing), "{e}");
+    assert!(e.python_message(Some("Graph.capture")).contains("already entered"), "{e}");
+    // A block that raised: its capture is discarded, and ending it reports nothing.
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    block.enter(&mut slot, &s, mode).unwrap();
+    assert!(matches!(block.exit(&mut slot, true).unwrap(), BlockExit::Over(Ok(()))));
+    assert!(!slot.is_captured() && !slot.is_capturing() && !block.is_entered());
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
 fn a_graph_slot_takes_the_arguments_of_a_recapture(#[case] spec: &str) {
     let Some(dev) = common::open_or_skip(spec) else { return };
     let s = AnyStream::create(&dev).unwrap();

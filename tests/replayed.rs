@@ -127,3 +127,26 @@ fn a_replay_on_another_stream_is_ordered_after_the_arrays_work(#[case] spec: &st
     let wrong = (0..LEN).filter(|&i| values[i] != 16.0 * i as f32).count();
     assert_eq!(wrong, 0, "8 add_index calls and 8 replays: every element 16 times its index");
 }
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn replays_alternating_streams_with_no_array_work_between_are_ordered(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let other = AnyStream::create(&dev).unwrap();
+    // As above: large enough that two unordered replays overlap and lose adds.
+    const LEN: usize = 1 << 20;
+    let a = shared_of(&dev, &s, LEN);
+    let exec = add_index_graph(&a, &s);
+    // Nothing but replays: the link alone holds the latest replay's end, so
+    // each replay records its end in the event the one before recorded
+    // (`src/array/memarray/replay.rs`), after its stream waited for that one.
+    for i in 0..8 {
+        exec.launch(if i % 2 == 0 { &s } else { &other }).unwrap();
+    }
+    let values = host_values_of(&a, &s, LEN);
+    let wrong = (0..LEN).filter(|&i| values[i] != 8.0 * i as f32).count();
+    assert_eq!(wrong, 0, "8 replays on two streams: every element 8 times its index");
+}

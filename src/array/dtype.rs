@@ -227,6 +227,10 @@ impl DType {
     /// Parses a dtype name as NumPy, PyTorch, JAX and ml_dtypes spell it
     /// (`"float32"`, `"torch.float8_e4m3fn"`, `"single"`, `"<f4"`, `"f4"`).
     pub fn parse(name: &str) -> Option<DType> {
+        // The names gpuport prints, as callers mostly pass them: one compare each.
+        if let Some(d) = DType::ALL.into_iter().find(|d| d.name() == name) {
+            return Some(d);
+        }
         let n = name.trim().trim_start_matches("torch.").trim_start_matches("numpy.").trim_start_matches("jnp.");
         let n = n.trim_start_matches("dtype('").trim_end_matches("')");
         DType::by_name(n).or_else(|| DType::from_typestr(n))

@@ -302,6 +302,16 @@ pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<d
         else => Err(rank_error(shape.len())))))
 }
 
+/// A zero-filled array of `shape` (checked: at most `MAX_RANK` axes, then
+/// [`check_extents`]) and `dtype` on `dev`: `MemArray(shape, dtype, device)`.
+pub fn new_checked(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
+    if shape.len() > MAX_RANK {
+        return Err(rank_error(shape.len()));
+    }
+    check_extents(shape, dtype.itemsize())?;
+    new_owned(dev, dtype, shape)
+}
+
 // ---- storage -----------------------------------------------------------------------
 
 /// What a Python `MemArray` holds.

@@ -23,6 +23,7 @@ use super::stream::AnyStream;
 use crate::array::{ImportRefusal, LockId, Residency, ResidencyError, Transfer};
 use crate::dlpack::{is_host_accessible, DLDeviceType, ImportedTensor};
 use crate::error::array::Location;
+use crate::error::array::ShapeError;
 use crate::error::Result;
 
 /// The host-readable memory of an array, as the NumPy array interface
@@ -60,6 +61,21 @@ impl AnyArray {
                 Err(ImportRefusal::Move { op: "move_memory", at: f.device().info().spec(), to }.into())
             }
         }
+    }
+
+    /// Enters a `get_dlpack` block: takes the lock with `id`, then, for an
+    /// owned array, makes the copy `prefer` names current again on its
+    /// stream, waiting (another thread may have moved the array since the
+    /// block was made). An import stays where it is. On failure the lock
+    /// is released again.
+    pub fn enter_block(&mut self, id: u64, prefer: Option<(Location, &AnyStream)>) -> Result<()> {
+        self.enter(id)?;
+        let (AnyArray::Owned(a), Some((to, s))) = (&mut *self, prefer) else { return Ok(()) };
+        let moved = a.move_to(to, s, Transfer::Sync, Some(LockId(id)));
+        if moved.is_err() {
+            self.exit();
+        }
+        moved
     }
 
     /// The address of the copy DLPack exports by default, to write
@@ -131,10 +147,16 @@ impl AnyArray {
         }
     }
 
-    /// Copies the elements of host-accessible `t` (same shape and dtype)
-    /// into an owned array (see `MemArray::read_from_slice`); an import is
-    /// written through its producer ([`ImportRefusal::ProducerOnly`]).
+    /// Copies the elements of host-accessible `t` (same dtype) into an
+    /// owned array (see `MemArray::read_from_slice`); a tensor of another
+    /// shape is [`ShapeError::ShapeMismatch`], and an import is written
+    /// through its producer ([`ImportRefusal::ProducerOnly`]).
     pub fn read_host(&mut self, op: &'static str, t: &ImportedTensor, s: &AnyStream) -> Result<()> {
+        let shape = self.shape();
+        if !t.shape().iter().map(|&e| usize::try_from(e).ok()).eq(shape.iter().map(|&e| Some(e))) {
+            let found = t.shape().iter().map(|&e| usize::try_from(e).unwrap_or(usize::MAX)).collect();
+            return Err(ShapeError::ShapeMismatch { what: op, expected: shape.to_vec(), found }.into());
+        }
         match self {
             AnyArray::Owned(a) => a.read_imported(t, s, None),
             AnyArray::Imported(_) => Err(ImportRefusal::ProducerOnly { op }.into()),

@@ -49,6 +49,7 @@ use std::sync::Arc;
 
 use super::array::{device_for_dl, natural_of, new_owned, rank_error, AnyArray, DynArray, Shape};
 use super::exchange::Export;
+use super::imported::ImportedArray;
 use super::stream::AnyStream;
 use crate::array::dtype::{DType, MAX_RANK};
 use crate::array::{Location, Transfer};
@@ -150,6 +151,41 @@ pub fn export_no_sync_then<R>(array: &mut AnyArray, then: impl FnOnce(Export) ->
             Ok(then(Export::of_imported(f, Some(DLPACK_MINOR_VERSION), false)))
         }
     }
+}
+
+/// `from_dlpack` of one of gpuport's own arrays through gpuport's own
+/// table, without the tensor in between: the export that
+/// `managed_tensor_from_py_object_no_sync` makes ([`export_no_sync_then`],
+/// handed to `pack` first, which may count it or add an owner), taken
+/// directly as the import that `managed_tensor_to_py_object_no_sync` would
+/// make of it. The ownership and ordering rules are the table's: the
+/// import keeps the export's owner alive; the array's pending work is
+/// handed to the current work stream, and `ours` (`None`: that same
+/// stream, the device's default stream) then waits for it
+/// ([`order_after_producer`]).
+///
+/// Errors: those of [`export_no_sync`] (a `get_dlpack` block's lock), and
+/// a backend error ordering `ours`.
+pub fn import_own(
+    array: &mut AnyArray,
+    ours: Option<&AnyStream>,
+    pack: impl FnOnce(&mut Export),
+) -> Result<ImportedArray> {
+    let device = array.device();
+    let import = export_no_sync_then(array, |mut e| {
+        pack(&mut e);
+        ImportedArray::from_export(e, device)
+    })?;
+    if let Some(ours) = ours {
+        let dl = import.dl();
+        if is_ordered_by_streams(dl.device_type) {
+            let theirs = current_work_stream(dl)?;
+            // SAFETY: `theirs` is gpuport's current work stream of this
+            // device (its default stream's handle), alive for the process.
+            unsafe { order_after_producer(dl, ours, theirs) }?;
+        }
+    }
+    Ok(import)
 }
 
 /// What keeps an allocation alive: its memory, and the array itself (so

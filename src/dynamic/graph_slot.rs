@@ -25,6 +25,8 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::graph::{AnyCapture, AnyGraph, AnyGraphExec};
 use super::runtime::StreamChoice;
 use super::stream::AnyStream;
@@ -50,6 +52,75 @@ pub struct GraphSlot {
     state: State,
     /// Operands the capture kept for the graph.
     kept: usize,
+}
+
+/// A capture block over a slot (Python's `with g.capture(stream):`):
+/// entered once, to begin the capture, and exited once, to end it. A block
+/// entered again after its capture is over is [`GraphErrorKind::Capturing`];
+/// one exited without a running capture is [`GraphErrorKind::NotCaptured`].
+/// Exited on a thread that may not end its capture, the block stays
+/// entered and the capture keeps running ([`BlockExit::StillRunning`]).
+#[derive(Debug, Default)]
+pub struct CaptureBlock {
+    /// Between a successful enter and the exit that ends the capture.
+    entered: AtomicBool,
+}
+
+/// How a [`CaptureBlock::exit`] went.
+#[derive(Debug)]
+pub enum BlockExit {
+    /// The capture is over: ended (`Ok`, or `Ok` also when the block raised,
+    /// whose exception goes on and whose capture is discarded) or failed to
+    /// end (`Err`). The slot holds a graph exactly when the result is `Ok`
+    /// and the block did not raise ([`GraphSlot::is_captured`]).
+    Over(Result<()>),
+    /// The capture keeps running, to be ended on its own thread (the error
+    /// says so); the block stays entered.
+    StillRunning(Error),
+}
+
+impl CaptureBlock {
+    /// Whether the block was entered and its capture is not over.
+    pub fn is_entered(&self) -> bool {
+        self.entered.load(Ordering::Acquire)
+    }
+
+    /// Begins the block's capture of `stream` in `mode` into `slot`.
+    pub fn enter(&self, slot: &mut GraphSlot, stream: &AnyStream, mode: CaptureMode) -> Result<()> {
+        if !slot.is_capturing() && self.is_entered() {
+            return Err(refused(
+                Some(stream.backend()),
+                "enter_capture_block",
+                GraphErrorKind::Capturing,
+                "this capture context is already entered",
+            ));
+        }
+        slot.begin_capture(stream, mode)?;
+        self.entered.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends the block's capture into `slot`; `raised`: the block raised, so
+    /// what was captured is discarded and an error ending it is the
+    /// consequence of the block's, not reported. Without a running capture
+    /// of this block: [`GraphErrorKind::NotCaptured`].
+    pub fn exit(&self, slot: &mut GraphSlot, raised: bool) -> Result<BlockExit> {
+        if !self.is_entered() {
+            return Err(refused(
+                slot.backend(),
+                "exit_capture_block",
+                GraphErrorKind::NotCaptured,
+                "no capture of this block is running",
+            ));
+        }
+        match slot.end_capture(raised) {
+            Err(e @ Error::Graph { kind: GraphErrorKind::WrongThread, .. }) => Ok(BlockExit::StillRunning(e)),
+            ended => {
+                self.entered.store(false, Ordering::Release);
+                Ok(BlockExit::Over(if raised { Ok(()) } else { ended }))
+            }
+        }
+    }
 }
 
 /// A graph taken out of its slot by [`GraphSlot::reset`]: wait for its

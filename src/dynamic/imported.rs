@@ -112,6 +112,38 @@ impl ImportedArray {
         })
     }
 
+    /// An import of `e`, an export this layer made of one of gpuport's own
+    /// arrays on `device`, without the DLPack tensor in between: the same
+    /// array that taking `e` as a versioned tensor and validating it gives
+    /// (an array with no element has a null address, as in the tensor),
+    /// and it keeps `e`'s owner alive.
+    pub(super) fn from_export(e: super::exchange::Export, device: AnyDevice) -> ImportedArray {
+        let strides = match e.strides {
+            Some(s) => s,
+            None => {
+                let mut s = Strides::from_elem(0, e.shape.len());
+                let mut acc = 1i64;
+                for (axis, &extent) in e.shape.iter().enumerate().rev() {
+                    s[axis] = acc;
+                    acc = acc.saturating_mul(i64::try_from(extent.max(1)).unwrap_or(i64::MAX));
+                }
+                s
+            }
+        };
+        let data = if e.shape.contains(&0) { 0 } else { e.data };
+        ImportedArray {
+            dtype: e.dtype,
+            shape: e.shape,
+            strides,
+            data,
+            dl: e.device,
+            read_only: e.read_only,
+            keep: e.keep,
+            device,
+            lock: None,
+        }
+    }
+
     /// An import of the memory `desc` describes, kept alive by `keep` (the
     /// CUDA Array Interface's object, say). Checks what it can: the rank,
     /// one stride per axis, a size that fits `isize::MAX` bytes, a non-null

@@ -465,6 +465,9 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
             format!("{call}: {} is still capturing; {leave}", which_graph(reason))
         }
         GraphErrorKind::Capturing => format!("{call}: {reason}"),
+        GraphErrorKind::NotCaptured if op == "exit_capture_block" => {
+            format!("{call}: __exit__ without a running capture")
+        }
         GraphErrorKind::NotCaptured => format!(
             "{call}: {} holds no captured work; capture first with `with g.capture(stream):` (a capture whose \
              block raised holds nothing)",

@@ -8,22 +8,22 @@
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
 use gpuport::array::{Location, Residency};
-use gpuport::dynamic::array::rank_error;
+use gpuport::dynamic::array::new_checked;
 use gpuport::dynamic::keep;
-use gpuport::error::python;
+use gpuport::error::{python, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::context::DLPackContext;
 use crate::convert::device::{resolve_device, spec, PyDevice};
-use crate::convert::dtype::{dtype_from_py, DType, MAX_RANK};
+use crate::convert::dtype::{dtype_from_py, DType};
 use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
 use crate::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
 };
-use crate::memarray::{check_extents, new_owned, AnyArray, PyMemArray, MAX_EXTENT};
+use crate::memarray::{AnyArray, PyMemArray, MAX_EXTENT};
 
 /// The extents of a `MemArray(shape)` argument: an int or a sequence of ints,
 /// each from 0 to [`MAX_EXTENT`].
@@ -45,6 +45,9 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     };
     if shape.is_instance_of::<pyo3::types::PyInt>() {
         return Ok(vec![extent(shape)?]);
+    }
+    if let Ok(t) = shape.cast::<PyTuple>() {
+        return t.iter_borrowed().map(|item| extent(&item)).collect();
     }
     let mut out = Vec::new();
     for item in shape.try_iter().map_err(|_| type_err())? {
@@ -116,13 +119,15 @@ impl PyMemArray {
             Some(d) => dtype_from_py(d)?,
             None => DType::Float64,
         };
-        if shape.len() > MAX_RANK {
-            return Err(errors::to_py(py, rank_error(shape.len())));
-        }
-        check_extents(py, &shape, dtype.itemsize())?;
         let dev = resolve_device(py, device)?;
-        let st = py.detach(|| new_owned(&dev, dtype, &shape)).py_err(py)?;
-        Ok(PyMemArray::from_owned(st))
+        // A host array's zeros are written on first use: nothing here
+        // blocks, so the GIL is kept (releasing it costs a switch).
+        let st = if dev.backend() == BackendKind::Host {
+            new_checked(&dev, dtype, &shape)
+        } else {
+            py.detach(|| new_checked(&dev, dtype, &shape))
+        };
+        Ok(PyMemArray::from_owned(st.py_err(py)?))
     }
 
     /// The extents.
@@ -326,18 +331,6 @@ impl PyMemArray {
         let src = crate::convert::dtype::cast_for_read(array, self.meta.dtype, casting)?;
         // The producer's `__dlpack__` is Python code: called before taking the lock.
         let p = import_producer(py, &src, None, None)?;
-        let t = &p.0;
-        let shape: Vec<usize> = t.shape().iter().map(|&e| e as usize).collect();
-        if shape[..] != self.meta.shape[..] {
-            return Err(errors::shape(
-                py,
-                format!(
-                    "read_numpy_array: the array has shape {}, the MemArray {}",
-                    python::tuple(&shape),
-                    python::tuple(&self.meta.shape)
-                ),
-            ));
-        }
         let s = resolve_stream(py, &self.meta.device, None)?;
         let mut st = self.state(py)?;
         py.detach(|| st.read_host("read_numpy_array", p.tensor(), &s)).py_err_in(py, "read_numpy_array")

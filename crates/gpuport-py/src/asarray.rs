@@ -4,11 +4,14 @@
 //! ([`crate::cai`]). Where the result goes (in place, a host copy, a device)
 //! is the core's decision: `gpuport::dynamic::imported::import_tensor`.
 
+use gpuport::dynamic::exchange::Export;
+use gpuport::dynamic::exchange_api::{import_own, is_ordered_by_streams};
 use gpuport::dynamic::imported::{import_tensor, Placement};
 use pyo3::prelude::*;
 
-use crate::convert::capsule::Producer;
+use crate::convert::capsule::{count_table_export, count_table_import, track, Producer};
 use crate::convert::device::resolve_device;
+use crate::convert::stream::resolve_stream;
 use crate::errors::IntoPyResult;
 use crate::exchange::{import_producer, imported_from_producer};
 use crate::memarray::PyMemArray;
@@ -38,12 +41,46 @@ pub fn from_dlpack(
     stream: Option<&Bound<'_, PyAny>>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
+    if copy.is_none() {
+        if let Ok(a) = obj.cast::<PyMemArray>() {
+            return from_own_array(py, a.get(), stream);
+        }
+    }
     if copy.is_none() && !obj.is_instance_of::<pyo3::types::PyCapsule>() {
         if let Some(p) = crate::exchange_api::import_through_table(py, obj, stream)? {
             return Ok(PyMemArray::from_imported(imported_from_producer(py, p)?));
         }
     }
     from_dlpack_protocol(py, obj, stream, copy)
+}
+
+/// `from_dlpack` of a gpuport array, as through its type's exchange table
+/// (counted as a table export and import) but with no tensor in between:
+/// one call into the core, `gpuport::dynamic::exchange_api::import_own`.
+fn from_own_array(py: Python<'_>, a: &PyMemArray, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyMemArray> {
+    const CALL: &str = "__dlpack_c_exchange_api__";
+    let mut st = a.state(py)?;
+    // A stream is asked for only when the exported copy is ordered by
+    // streams, as the table path asks for one only then.
+    let ours = match stream.filter(|s| !s.is_none()) {
+        Some(s) if is_ordered_by_streams(st.dl(st.natural()).device_type) => {
+            Some(resolve_stream(py, a.any_device(), Some(s))?)
+        }
+        _ => None,
+    };
+    let pack = |e: &mut Export| {
+        count_table_export();
+        track(e);
+        count_table_import();
+    };
+    // Only pending work or a stream to order can make the import wait: the
+    // GIL is released for those, and kept otherwise (it costs a switch).
+    let import = if ours.is_some() || st.transfer_pending().py_err_in(py, CALL)? {
+        py.detach(|| import_own(&mut st, ours.as_deref(), pack))
+    } else {
+        import_own(&mut st, None, pack)
+    };
+    Ok(PyMemArray::from_imported(import.py_err_in(py, CALL)?))
 }
 
 /// `from_dlpack` through the Python-level `__dlpack__` protocol only, even

@@ -120,22 +120,13 @@ impl DLPackContext {
                 ))
             }
         }
-        st.enter(me.lock_id).py_err_in(py, "get_dlpack")?;
-        if let Some((to, s)) = &me.prefer {
-            // Another thread may have moved the array since get_dlpack(): move it again, now locked.
-            let moved = match &mut *st {
-                crate::memarray::AnyArray::Owned(a) => py
-                    .detach(|| {
-                        a.move_to(*to, s, gpuport::array::Transfer::Sync, Some(gpuport::array::LockId(me.lock_id)))
-                    })
-                    .py_err_in(py, "get_dlpack"),
-                crate::memarray::AnyArray::Imported(_) => Ok(()),
-            };
-            if let Err(e) = moved {
-                st.exit();
-                return Err(e);
-            }
-        }
+        // The core re-moves an owned array to the copy asked for (another
+        // thread may have moved it since get_dlpack()), now locked.
+        let entered = match &me.prefer {
+            Some((to, s)) => py.detach(|| st.enter_block(me.lock_id, Some((*to, s)))),
+            None => st.enter_block(me.lock_id, None),
+        };
+        entered.py_err_in(py, "get_dlpack")?;
         me.phase.store(ENTERED, Ordering::Release);
         drop(st);
         Ok(slf)

@@ -412,12 +412,6 @@ fn raise_as(py: Python<'_>, e: &Error, msg: String) -> PyErr {
     }
 }
 
-/// A `GraphError` of the binding's own kinds: "capturing" and
-/// "not_captured" (the core's come through [`to_py`]).
-pub fn graph_error(py: Python<'_>, kind: &str, msg: String) -> PyErr {
-    with_kind(py, raise(py, ExceptionClass::Graph, msg), kind)
-}
-
 /// Every core error the binding forwards, as `(class, message)`: for tests
 /// that check the messages speak Python.
 #[pyfunction]

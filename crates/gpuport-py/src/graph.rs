@@ -9,17 +9,15 @@
 //! capture whatever the body did; with an exception, what was captured is
 //! discarded and the exception goes on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use gpuport::dynamic::graph_slot::GraphSlot;
+use gpuport::dynamic::graph_slot::{BlockExit, CaptureBlock, GraphSlot};
 use gpuport::dynamic::keep;
-use gpuport::{CaptureMode, Error, GraphErrorKind};
+use gpuport::CaptureMode;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
 use crate::convert::stream::{resolve_stream, stream_choice, PyStream};
-use crate::errors::{self, graph_error, IntoPyResult};
+use crate::errors::{self, IntoPyResult};
 use crate::exclusive::{Exclusive, LockDetached};
 
 /// A capture mode from its Python name (torch's `capture_error_mode` names).
@@ -107,7 +105,7 @@ fn capture_stream(
 
 /// A `GraphCapture` that captures `stream` into `graph`.
 pub fn capture_into(graph: Py<PyGraph>, stream: Py<PyStream>, mode: &str) -> PyResult<PyGraphCapture> {
-    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, entered: AtomicBool::new(false) })
+    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, block: CaptureBlock::default() })
 }
 
 #[pymethods]
@@ -358,8 +356,8 @@ pub struct PyGraphCapture {
     graph: Py<PyGraph>,
     stream: Py<PyStream>,
     mode: CaptureMode,
-    /// Between `__enter__` and `__exit__` (the slot holds the capture).
-    entered: AtomicBool,
+    /// The block's rules: entered once, exited once (the core's).
+    block: CaptureBlock,
 }
 
 #[pymethods]
@@ -369,11 +367,7 @@ impl PyGraphCapture {
         keep::prune();
         let call = "Graph.capture";
         let mut st = self.graph.get().state.lock_detached(py)?;
-        if !st.slot.is_capturing() && self.entered.load(Ordering::Acquire) {
-            return Err(graph_error(py, "capturing", format!("{call}: this capture context is already entered")));
-        }
-        st.slot.begin_capture(&self.stream.get().inner, self.mode).py_err_in(py, call)?;
-        self.entered.store(true, Ordering::Release);
+        self.block.enter(&mut st.slot, &self.stream.get().inner, self.mode).py_err_in(py, call)?;
         st.stream = Some(self.stream.clone_ref(py));
         Ok(self.graph.clone_ref(py))
     }
@@ -392,26 +386,17 @@ impl PyGraphCapture {
         let _ = (exc_value, traceback);
         let call = "Graph.capture";
         let raised = exc_type.is_some_and(|t| !t.is_none());
-        if !self.entered.load(Ordering::Acquire) {
-            return Err(graph_error(py, "not_captured", format!("{call}: __exit__ without a running capture")));
-        }
         let mut st = self.graph.get().state.lock_detached(py)?;
-        let ended = st.slot.end_capture(raised);
-        if let Err(Error::Graph { kind: GraphErrorKind::WrongThread, .. }) = &ended {
-            // Still running: it can be ended on its own thread.
-            return ended.map(|_| false).py_err_in(py, call);
-        }
-        self.entered.store(false, Ordering::Release);
-        if raised || ended.is_err() {
+        let ended = match self.block.exit(&mut st.slot, raised).py_err_in(py, call)? {
+            BlockExit::StillRunning(e) => return Err(errors::to_py_in(py, e, Some(call))),
+            BlockExit::Over(ended) => ended,
+        };
+        if !st.slot.is_captured() {
             st.stream = None;
         }
         drop(st);
         keep::prune();
-        if raised {
-            // The block's exception goes on; what ending the capture said
-            // (an invalidated capture, most likely) is its consequence.
-            return Ok(false);
-        }
+        // False: the block's exception, if any, goes on.
         ended.map(|_| false).py_err_in(py, call)
     }
 
@@ -434,7 +419,7 @@ impl PyGraphCapture {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.entered.load(Ordering::Acquire) { "running" } else { "not running" };
+        let state = if self.block.is_entered() { "running" } else { "not running" };
         format!("GraphCapture({}, mode={:?}, {state})", spec(&self.stream.get().inner.device()), mode_name(self.mode))
     }
 }
@@ -443,7 +428,7 @@ impl Drop for PyGraphCapture {
     /// A capture entered and never exited (a manual `__enter__`): the
     /// capture ends as it drops, and the graph stops capturing.
     fn drop(&mut self) {
-        if *self.entered.get_mut() {
+        if self.block.is_entered() {
             Python::attach(|py| {
                 if let Ok(mut st) = self.graph.get().state.lock_detached(py) {
                     st.slot.abandon_capture();

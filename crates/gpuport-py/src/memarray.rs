@@ -10,7 +10,7 @@
 use gpuport::array::{Location, LockId, Transfer};
 pub use gpuport::dynamic::array::natural_of;
 use gpuport::dynamic::target::{move_target, TargetName};
-pub use gpuport::dynamic::{new_owned, AnyArray, DynArray, ImportedArray};
+pub use gpuport::dynamic::{AnyArray, DynArray, ImportedArray};
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -61,11 +61,6 @@ pub struct PyMemArray {
 }
 
 pub use gpuport::dynamic::array::MAX_EXTENT;
-
-/// [`gpuport::dynamic::array::check_extents`], as a Python exception.
-pub fn check_extents(py: Python<'_>, shape: &[usize], itemsize: usize) -> PyResult<()> {
-    gpuport::dynamic::array::check_extents(shape, itemsize).py_err(py)
-}
 
 /// Moves `st`'s data so that the copy at `to` is current (`lock`: the
 /// get_dlpack block's id, if the caller holds it).

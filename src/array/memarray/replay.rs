@@ -80,23 +80,37 @@ impl<D: Device> ReplayFence<D::B> for ReplayLink<D> {
     fn around_launch(&self, stream: &Stream<D::B>, writes: bool, launch: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         // Under `order`: no array method publishes meanwhile. A drop may
         // detach the link meanwhile; the replay no longer concerns it then.
-        let latest = {
+        let (latest, reusable) = {
             let st = self.state();
             if st.detached {
                 drop(st);
                 return launch();
             }
-            st.latest.clone()
+            // When the link alone holds the latest event (no array took it
+            // as its pending work), this replay records its end in that
+            // event instead of a new one: no create, and no destroy with its
+            // capture-mode exchanges, per replay. A wait enqueued on an
+            // event, or begun on it, is for the record made before it (CUDA
+            // and HIP event semantics; the host backend's events keep them,
+            // `src/backend/host/mod.rs`), so the re-record moves no earlier
+            // wait. A holder that clones the event after this check waits
+            // for this replay's end instead, which follows the work it stood for.
+            let reusable = st.latest.as_ref().filter(|(ev, _)| Arc::strong_count(ev) == 1).map(|(ev, _)| ev.clone());
+            (st.latest.clone(), reusable)
         };
         if let Some((ev, on)) = &latest {
             if !self.same_stream(on, stream) {
                 self.device.wait_event(stream, ev)?;
             }
         }
-        let end = self.device.create_marker_event()?;
+        drop(latest);
+        let end = match reusable {
+            Some(ev) => ev,
+            None => Arc::new(self.device.create_marker_event()?),
+        };
         launch()?;
         let end = match self.device.record_event(&end, stream) {
-            Ok(()) => Some((Arc::new(end), stream.clone())),
+            Ok(()) => Some((end, stream.clone())),
             Err(_) => {
                 // Nothing would order the array after the replay: wait for it here.
                 self.device.synchronize(stream)?;

@@ -52,8 +52,12 @@ pub fn count_table_export() {
     TABLE_EXPORTS.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Counts a tensor taken through a producer's exchange table.
+/// Counts a tensor taken through a producer's exchange table (once
+/// counting has begun, as [`count_table_export`]).
 pub fn count_table_import() {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     TABLE_IMPORTS.fetch_add(1, Ordering::SeqCst);
 }
 
@@ -316,7 +320,8 @@ pub fn dlpack_capsule<'py>(
 /// Counters for tests: exports made and live, unconsumed capsules freed,
 /// imports live and released, tensors through exchange tables (ours, others').
 /// The export counters ("exports_made", "exports_live",
-/// "exports_through_table") count from the first call of this function on.
+/// "exports_through_table") and "imports_through_table" count from the
+/// first call of this function on.
 #[pyfunction]
 pub fn _dlpack_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     COUNTING.store(true, Ordering::SeqCst);

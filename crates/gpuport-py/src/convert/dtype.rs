@@ -3,6 +3,8 @@
 //! [`DType`]; NumPy's casting rules for `read_numpy_array`.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
 
 use crate::errors;
 
@@ -16,6 +18,9 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
     let py = obj.py();
     if obj.is_none() {
         return Ok(DType::Float64);
+    }
+    if let Some(d) = interned_name(obj) {
+        return Ok(d);
     }
     let mut candidates = Vec::new();
     if let Ok(s) = obj.extract::<String>() {
@@ -40,6 +45,19 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         py,
         format!("dtype {shown} is not supported; supported dtypes: {}", DType::supported()),
     ))
+}
+
+/// The dtype whose name `obj` is, when `obj` is that name's interned
+/// string: CPython interns string constants that look like identifiers
+/// (`"float32"` written in code), so a dtype named in a call is found by
+/// address, with no UTF-8 copy (which the limited API makes for any other
+/// string) and no parse.
+fn interned_name(obj: &Bound<'_, PyAny>) -> Option<DType> {
+    static NAMES: PyOnceLock<Vec<(Py<PyString>, DType)>> = PyOnceLock::new();
+    let py = obj.py();
+    let names =
+        NAMES.get_or_init(py, || DType::ALL.iter().map(|&d| (PyString::intern(py, d.name()).unbind(), d)).collect());
+    names.iter().find(|(n, _)| n.as_ptr() == obj.as_ptr()).map(|&(_, d)| d)
 }
 
 /// NumPy's casting rules, least permissive first (`numpy.can_cast`).
