@@ -1,11 +1,12 @@
-//! Element types chosen at run time: [`DType`], written once in the
-//! `dtypes!` table below with each dtype's Rust type, name, DLPack code and
-//! bits, NumPy type string (or ml_dtypes), kernels and other spellings. The
-//! enum and its lookups, the `with_dtype!` macro that turns a run-time dtype
-//! into the Rust type `MemArray<T, N, D>` needs, and the [`Stored`] impls
-//! (which dtypes the built-in arithmetic kernels take) all come from it; a
-//! new dtype is one line of the table (and, for a new Rust type, its
-//! [`Element`] impl in `src/array/element.rs`).
+//! Element types chosen at run time: [`DType`], written once in the table
+//! of `src/array/element.rs` (`dtype_table!`, beside the element types it
+//! names) with each dtype's Rust type, name, DLPack code and bits, NumPy
+//! type string (or ml_dtypes), kernels and other spellings. The `dtypes!`
+//! macro below turns it into the enum and its lookups, the `with_dtype!`
+//! macro that turns a run-time dtype into the Rust type `MemArray<T, N, D>`
+//! needs, and the [`Stored`] impls (which dtypes the built-in arithmetic
+//! kernels take); a new dtype is one line of the table (and, for a new Rust
+//! type, its [`Element`] impl in the same file).
 //!
 //! ```
 //! use gpuport::dynamic::DType;
@@ -14,24 +15,19 @@
 //! assert_eq!(DType::from_typestr("<f8"), Some(DType::Float64));
 //! ```
 
-use crate::array::element::dtype_name;
+use crate::array::element::{dtype_name, dtype_table, Element};
 use crate::array::{LockId, MemArray};
 use crate::backend::{Backend, Device, Stream as BackendStream};
 use crate::dlpack::{DLDataType, DLDataTypeCode};
 use crate::error::{BackendKind, Error, Result};
-use crate::Element;
 
 /// Most dimensions a Python `MemArray` has: the built-in kernels' `MAX_RANK`.
 /// Ranks are dispatched to const generics by `with_rank!` over `0..=MAX_RANK`.
 pub const MAX_RANK: usize = crate::kernels::MAX_RANK;
 
-/// Writes every per-dtype item from one table. A row is
-/// `Variant => RustType, "name", DLPACK_CODE bits, numpy, kernels, [other names];`
-/// where `numpy` is `numpy "<typestr>"`, `ml_dtypes` (NumPy has the dtype
-/// only through ml_dtypes) or `none`, and `kernels` is `kernels` (the
-/// built-in arithmetic kernels take it) or `bytes` (stored, copied, filled
-/// and exchanged as bytes only). The leading `$` lets the table define the
-/// `with_dtype!` macro.
+/// Writes every per-dtype item from the table's rows (`dtype_table!` in
+/// `src/array/element.rs`, which describes a row). The leading `$` lets the
+/// table define the `with_dtype!` macro.
 macro_rules! dtypes {
     (@typestr numpy $typestr:literal) => { Some($typestr) };
     (@typestr $other:ident) => { None };
@@ -162,39 +158,7 @@ macro_rules! dtypes {
     };
 }
 
-// The built-in kernels are instantiated for the `kernels` rows
-// (`src/backend/array_kernels.rs`); a test below checks that they agree.
-// Paths are absolute: `with_dtype!` names the types where it is used.
-dtypes! { $
-    // variant           Rust type                                    name                  DLPack                 NumPy          kernels  other names
-    Bool              => bool,                                        "bool",               BOOL 8,                numpy "|b1",   bytes,   ["bool_", "?"];
-    Int8              => i8,                                          "int8",               INT 8,                 numpy "|i1",   kernels, ["b"];
-    Int16             => i16,                                         "int16",              INT 16,                numpy "<i2",   kernels, ["h", "short"];
-    Int32             => i32,                                         "int32",              INT 32,                numpy "<i4",   kernels, ["i"];
-    Int64             => i64,                                         "int64",              INT 64,                numpy "<i8",   kernels, ["l", "q", "long", "int"];
-    UInt8             => u8,                                          "uint8",              UINT 8,                numpy "|u1",   kernels, ["B"];
-    UInt16            => u16,                                         "uint16",             UINT 16,               numpy "<u2",   kernels, ["H"];
-    UInt32            => u32,                                         "uint32",             UINT 32,               numpy "<u4",   kernels, ["I"];
-    UInt64            => u64,                                         "uint64",             UINT 64,               numpy "<u8",   kernels, ["L", "Q"];
-    Float16           => half::f16,                                   "float16",            FLOAT 16,              numpy "<f2",   kernels, ["e", "half"];
-    BFloat16          => half::bf16,                                  "bfloat16",           BFLOAT 16,             ml_dtypes,     kernels, [];
-    Float32           => f32,                                         "float32",            FLOAT 32,              numpy "<f4",   kernels, ["f", "single"];
-    Float64           => f64,                                         "float64",            FLOAT 64,              numpy "<f8",   kernels, ["d", "double", "float"];
-    Complex32         => num_complex::Complex<half::f16>,             "complex32",          COMPLEX 32,            none,          bytes,   ["chalf"];
-    Complex64         => num_complex::Complex<f32>,                   "complex64",          COMPLEX 64,            numpy "<c8",   bytes,   ["F", "cfloat"];
-    Complex128        => num_complex::Complex<f64>,                   "complex128",         COMPLEX 128,           numpy "<c16",  bytes,   ["D", "cdouble", "complex"];
-    Float8E3M4        => crate::array::element::Float8E3M4,           "float8_e3m4",        FLOAT8_E3M4 8,         ml_dtypes,     bytes,   [];
-    Float8E4M3        => crate::array::element::Float8E4M3,           "float8_e4m3",        FLOAT8_E4M3 8,         ml_dtypes,     bytes,   [];
-    Float8E4M3B11Fnuz => crate::array::element::Float8E4M3B11Fnuz,    "float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ 8,  ml_dtypes,     bytes,   [];
-    Float8E4M3Fn      => crate::array::element::F8E4M3,               "float8_e4m3fn",      FLOAT8_E4M3FN 8,       ml_dtypes,     bytes,   [];
-    Float8E4M3Fnuz    => crate::array::element::Float8E4M3Fnuz,       "float8_e4m3fnuz",    FLOAT8_E4M3FNUZ 8,     ml_dtypes,     bytes,   [];
-    Float8E5M2        => crate::array::element::F8E5M2,               "float8_e5m2",        FLOAT8_E5M2 8,         ml_dtypes,     bytes,   [];
-    Float8E5M2Fnuz    => crate::array::element::Float8E5M2Fnuz,       "float8_e5m2fnuz",    FLOAT8_E5M2FNUZ 8,     ml_dtypes,     bytes,   [];
-    Float8E8M0Fnu     => crate::array::element::Float8E8M0Fnu,        "float8_e8m0fnu",     FLOAT8_E8M0FNU 8,      ml_dtypes,     bytes,   [];
-    Float6E2M3Fn      => crate::array::element::Float6E2M3Fn,         "float6_e2m3fn",      FLOAT6_E2M3FN 6,       ml_dtypes,     bytes,   [];
-    Float6E3M2Fn      => crate::array::element::Float6E3M2Fn,         "float6_e3m2fn",      FLOAT6_E3M2FN 6,       ml_dtypes,     bytes,   [];
-    Float4E2M1Fn      => crate::array::element::Float4E2M1Fn,         "float4_e2m1fn",      FLOAT4_E2M1FN 4,       ml_dtypes,     bytes,   [];
-}
+dtype_table!($ dtypes);
 
 impl DType {
     /// Whether this is a DLPack 1.1 low-precision float (fp8, fp6, fp4):

@@ -18,7 +18,6 @@ use std::fmt;
 use half::{bf16, f16};
 use num_complex::Complex;
 
-use crate::array::dtype::DType;
 use crate::dlpack::ffi::{DLDataType, DLDataTypeCode};
 
 /// A type that can be an array element and has a DLPack data type.
@@ -268,14 +267,79 @@ unsafe impl<T: Scalar, const L: usize> Element for [T; L] {
     }
 }
 
+// ---- the table of run-time dtypes -------------------------------------------------
+
+/// The one table of run-time dtypes (`DType`, `src/array/dtype.rs`), beside
+/// the element types it names: `dtype_table!($ then)` calls `then!` with a
+/// `$` and every row. A row is
+/// `Variant => RustType, "name", DLPACK_CODE bits, numpy, kernels, [other names];`
+/// where `numpy` is `numpy "<typestr>"`, `ml_dtypes` (NumPy has the dtype
+/// only through ml_dtypes) or `none`, and `kernels` is `kernels` (the
+/// built-in arithmetic kernels take it) or `bytes` (stored, copied, filled
+/// and exchanged as bytes only). `dtypes!` in `src/array/dtype.rs` writes
+/// `DType`, `with_dtype!` and the `Stored` impls from it; this file reads
+/// the names, codes and bits ([`DTYPE_ROWS`]).
+///
+/// The built-in kernels are instantiated for the `kernels` rows
+/// (`src/backend/array_kernels.rs`); a test in `src/array/dtype.rs` checks
+/// that they agree. Paths are absolute: `with_dtype!` names the types where
+/// it is used.
+macro_rules! dtype_table {
+    ($d:tt $then:ident) => {
+        $then! { $d
+            // variant           Rust type                                    name                  DLPack                 NumPy          kernels  other names
+            Bool              => bool,                                        "bool",               BOOL 8,                numpy "|b1",   bytes,   ["bool_", "?"];
+            Int8              => i8,                                          "int8",               INT 8,                 numpy "|i1",   kernels, ["b"];
+            Int16             => i16,                                         "int16",              INT 16,                numpy "<i2",   kernels, ["h", "short"];
+            Int32             => i32,                                         "int32",              INT 32,                numpy "<i4",   kernels, ["i"];
+            Int64             => i64,                                         "int64",              INT 64,                numpy "<i8",   kernels, ["l", "q", "long", "int"];
+            UInt8             => u8,                                          "uint8",              UINT 8,                numpy "|u1",   kernels, ["B"];
+            UInt16            => u16,                                         "uint16",             UINT 16,               numpy "<u2",   kernels, ["H"];
+            UInt32            => u32,                                         "uint32",             UINT 32,               numpy "<u4",   kernels, ["I"];
+            UInt64            => u64,                                         "uint64",             UINT 64,               numpy "<u8",   kernels, ["L", "Q"];
+            Float16           => half::f16,                                   "float16",            FLOAT 16,              numpy "<f2",   kernels, ["e", "half"];
+            BFloat16          => half::bf16,                                  "bfloat16",           BFLOAT 16,             ml_dtypes,     kernels, [];
+            Float32           => f32,                                         "float32",            FLOAT 32,              numpy "<f4",   kernels, ["f", "single"];
+            Float64           => f64,                                         "float64",            FLOAT 64,              numpy "<f8",   kernels, ["d", "double", "float"];
+            Complex32         => num_complex::Complex<half::f16>,             "complex32",          COMPLEX 32,            none,          bytes,   ["chalf"];
+            Complex64         => num_complex::Complex<f32>,                   "complex64",          COMPLEX 64,            numpy "<c8",   bytes,   ["F", "cfloat"];
+            Complex128        => num_complex::Complex<f64>,                   "complex128",         COMPLEX 128,           numpy "<c16",  bytes,   ["D", "cdouble", "complex"];
+            Float8E3M4        => crate::array::element::Float8E3M4,           "float8_e3m4",        FLOAT8_E3M4 8,         ml_dtypes,     bytes,   [];
+            Float8E4M3        => crate::array::element::Float8E4M3,           "float8_e4m3",        FLOAT8_E4M3 8,         ml_dtypes,     bytes,   [];
+            Float8E4M3B11Fnuz => crate::array::element::Float8E4M3B11Fnuz,    "float8_e4m3b11fnuz", FLOAT8_E4M3B11FNUZ 8,  ml_dtypes,     bytes,   [];
+            Float8E4M3Fn      => crate::array::element::F8E4M3,               "float8_e4m3fn",      FLOAT8_E4M3FN 8,       ml_dtypes,     bytes,   [];
+            Float8E4M3Fnuz    => crate::array::element::Float8E4M3Fnuz,       "float8_e4m3fnuz",    FLOAT8_E4M3FNUZ 8,     ml_dtypes,     bytes,   [];
+            Float8E5M2        => crate::array::element::F8E5M2,               "float8_e5m2",        FLOAT8_E5M2 8,         ml_dtypes,     bytes,   [];
+            Float8E5M2Fnuz    => crate::array::element::Float8E5M2Fnuz,       "float8_e5m2fnuz",    FLOAT8_E5M2FNUZ 8,     ml_dtypes,     bytes,   [];
+            Float8E8M0Fnu     => crate::array::element::Float8E8M0Fnu,        "float8_e8m0fnu",     FLOAT8_E8M0FNU 8,      ml_dtypes,     bytes,   [];
+            Float6E2M3Fn      => crate::array::element::Float6E2M3Fn,         "float6_e2m3fn",      FLOAT6_E2M3FN 6,       ml_dtypes,     bytes,   [];
+            Float6E3M2Fn      => crate::array::element::Float6E3M2Fn,         "float6_e3m2fn",      FLOAT6_E3M2FN 6,       ml_dtypes,     bytes,   [];
+            Float4E2M1Fn      => crate::array::element::Float4E2M1Fn,         "float4_e2m1fn",      FLOAT4_E2M1FN 4,       ml_dtypes,     bytes,   [];
+        }
+    };
+}
+
+pub(crate) use dtype_table;
+
+/// Writes [`DTYPE_ROWS`] from the table.
+macro_rules! dlpack_rows {
+    ($d:tt $(
+        $variant:ident => $t:ty, $name:literal, $code:ident $bits:literal,
+        $numpy:ident $($typestr:literal)?, $kernels:ident, [$($alias:literal),*];
+    )*) => {
+        /// The DLPack code, bits and name of every run-time dtype, in the
+        /// table's order.
+        const DTYPE_ROWS: [(DLDataTypeCode, u8, &str); [$($name),*].len()] = [$((DLDataTypeCode::$code, $bits, $name)),*];
+    };
+}
+
+dtype_table!($ dlpack_rows);
+
 /// The name of a DLPack 1.1 low-precision float code and the bits it has
-/// (`float8_e4m3fn`, 8), as ml_dtypes and PyTorch spell it: the dtype table's
-/// (`src/array/dtype.rs`).
+/// (`float8_e4m3fn`, 8), as ml_dtypes and PyTorch spell it: the dtype
+/// table's (`dtype_table!`).
 pub fn minifloat_name(code: DLDataTypeCode) -> Option<(&'static str, u8)> {
-    DType::ALL
-        .into_iter()
-        .find(|d| d.is_low_precision_float() && d.dlpack().code == code)
-        .map(|d| (d.name(), d.dlpack().bits))
+    DTYPE_ROWS.into_iter().find(|&(c, _, _)| c.since_minor() >= 1 && c == code).map(|(_, bits, name)| (name, bits))
 }
 
 /// Whether `dtype` is a sub-byte type (fewer than 8 bits per lane: fp6, fp4).
@@ -311,12 +375,12 @@ pub fn dtype_name(dtype: DLDataType) -> String {
 }
 
 /// Whether gpuport can hold elements of this data type: the code and bits
-/// of a [`DType`] (the dtype table, `src/array/dtype.rs`), with at least one
+/// of a run-time dtype (a row of `dtype_table!`), with at least one
 /// lane, and exactly one for a padded sub-byte type (fp6, fp4). DLPack 1.1
 /// fixes the bits of each low-precision code, so other bits are refused.
 pub fn dtype_is_supported(dtype: DLDataType) -> bool {
-    let scalar = DLDataType { lanes: 1, ..dtype };
-    DType::from_dlpack(scalar).is_some() && dtype.lanes >= 1 && (dtype.lanes == 1 || !dtype_is_subbyte(dtype))
+    let in_table = DTYPE_ROWS.into_iter().any(|(code, bits, _)| code == dtype.code && bits == dtype.bits);
+    in_table && dtype.lanes >= 1 && (dtype.lanes == 1 || !dtype_is_subbyte(dtype))
 }
 
 /// Size in bytes of one element of `dtype` (`bits * lanes / 8`, rounded up).

@@ -13,8 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::host::{Host, HostDevice};
-use super::registry::AnyDevice;
-use super::{Backend, Device};
+use super::{Backend, Device, DeviceInfo};
 use crate::error::BackendKind;
 
 #[cfg(feature = "cuda")]
@@ -181,6 +180,33 @@ impl<F: PerBackend> Any<F> {
 impl<F: PerBackend> fmt::Debug for Any<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         crate::on_backend!(self, v => fmt::Debug::fmt(v, f))
+    }
+}
+
+/// What [`AnyDevice`] holds per backend: the device.
+#[derive(Debug)]
+pub struct Devices;
+
+impl PerBackend for Devices {
+    type Of<B: Backend> = Arc<B::Device>;
+}
+
+/// A device of any compiled-in backend, chosen at run time:
+/// `AnyDevice::Host(d)`, `AnyDevice::Cuda(d)` or `AnyDevice::Rocm(d)`, with
+/// `d` an `Arc` of the backend's device. [`on_backend!`](crate::on_backend)
+/// (or [`with_device!`](crate::with_device)) runs generic code on it.
+pub type AnyDevice = Any<Devices>;
+
+impl Clone for AnyDevice {
+    fn clone(&self) -> Self {
+        rewrap!(self, d => d.clone())
+    }
+}
+
+impl AnyDevice {
+    /// The device's properties.
+    pub fn info(&self) -> &DeviceInfo {
+        crate::on_backend!(self, d => d.info())
     }
 }
 

@@ -29,7 +29,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use crate::error::{BackendKind, GraphErrorKind, Result};
+use crate::error::{graph_error, BackendKind, GraphErrorKind, Result};
 
 /// Set while a writer holds the gate or waits for readers to leave.
 const WRITER: usize = 1 << (usize::BITS - 1);
@@ -146,7 +146,7 @@ impl CaptureGate {
     /// (`op` names the call), instead of a deadlock.
     pub(crate) fn exclusive(&self, backend: BackendKind, op: &'static str) -> Result<GateExclusive<'_>> {
         if self.held_here() {
-            return Err(super::graph::graph_error(
+            return Err(graph_error(
                 backend,
                 op,
                 GraphErrorKind::AlreadyCapturing,

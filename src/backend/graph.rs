@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex};
 use super::gate::{CaptureGate, GateShared, DEVICE_WIDE};
 use super::order::{hold_in_order, OrderLock};
 use super::{Backend, Device, DeviceMemory, Stream};
-use crate::error::{BackendKind, Error, GraphErrorKind, Result};
+use crate::error::{graph_error, BackendKind, Error, GraphErrorKind, Result};
 
 pub(crate) use ops::{CaptureStream, RawGraph, RawGraphExec, Recorder};
 
@@ -277,7 +277,6 @@ pub(crate) fn drop_released() {
     }
 }
 
-/// An [`Error::Graph`].
 /// [`GraphErrorKind::NestedLaunch`]: an executable graph launched into a capturing stream.
 pub(crate) fn nested_launch(backend: BackendKind) -> Error {
     graph_error(
@@ -288,10 +287,6 @@ pub(crate) fn nested_launch(backend: BackendKind) -> Error {
          capture ends, or on another stream"
             .into(),
     )
-}
-
-pub(crate) fn graph_error(backend: BackendKind, op: &'static str, kind: GraphErrorKind, reason: String) -> Error {
-    Error::Graph { backend, op, kind, reason }
 }
 
 // ---- the captures running now, for the capture modes' rules ---------------------------

@@ -5,16 +5,16 @@
 //! (`"host"`, `"cuda:0"`, `"rocm:1"`), [`default_device`] from
 //! `GPUPORT_DEVICE` or the first GPU, else the host.
 //!
-//! The result is an [`AnyDevice`], an [`Any`] over the compiled-in
+//! The result is an [`AnyDevice`], an [`Any`](super::any::Any) over the compiled-in
 //! backends; [`on_backend!`](crate::on_backend) runs generic code on it.
 
 use std::fmt;
-use std::sync::{Arc, Once};
+use std::sync::Once;
 
-use super::any::{rewrap, Any, PerBackend};
+pub use super::any::{AnyDevice, Devices};
 use super::host::HostDevice;
 use super::library::{self, LibraryChoice};
-use super::{Backend, Device, DeviceInfo};
+use super::{Device, DeviceInfo};
 use crate::error::{BackendKind, Error, Result};
 
 #[cfg(feature = "cuda")]
@@ -24,33 +24,6 @@ use super::hip::RocmDevice;
 
 /// The environment variable naming the default device spec.
 pub const DEVICE_ENV: &str = "GPUPORT_DEVICE";
-
-/// What [`AnyDevice`] holds per backend: the device.
-#[derive(Debug)]
-pub struct Devices;
-
-impl PerBackend for Devices {
-    type Of<B: Backend> = Arc<B::Device>;
-}
-
-/// A device of any compiled-in backend, chosen at run time:
-/// `AnyDevice::Host(d)`, `AnyDevice::Cuda(d)` or `AnyDevice::Rocm(d)`, with
-/// `d` an `Arc` of the backend's device. [`on_backend!`](crate::on_backend)
-/// (or [`with_device!`](crate::with_device)) runs generic code on it.
-pub type AnyDevice = Any<Devices>;
-
-impl Clone for AnyDevice {
-    fn clone(&self) -> Self {
-        rewrap!(self, d => d.clone())
-    }
-}
-
-impl AnyDevice {
-    /// The device's properties.
-    pub fn info(&self) -> &DeviceInfo {
-        crate::on_backend!(self, d => d.info())
-    }
-}
 
 /// What one backend looks like from this process.
 ///

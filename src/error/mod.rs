@@ -416,6 +416,12 @@ fn library_hint(backend: BackendKind) -> &'static str {
     }
 }
 
+/// An [`Error::Graph`]: `op` on `backend` broke the rule `kind`; `reason`
+/// says what happened and what to do instead.
+pub(crate) fn graph_error(backend: BackendKind, op: &'static str, kind: GraphErrorKind, reason: String) -> Error {
+    Error::Graph { backend, op, kind, reason }
+}
+
 impl Error {
     /// The variant's name, e.g. `"OutOfMemory"`.
     fn variant_name(&self) -> &'static str {

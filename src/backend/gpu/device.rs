@@ -18,7 +18,7 @@ use crate::backend::{
     check_alloc_size, check_range, check_same_device, Device, DeviceInfo, DeviceMemory, KernelArgs, LaunchConfig,
     MemoryInfo, MemoryKind, ModuleSource,
 };
-use crate::error::{BackendKind, Error, GraphErrorKind, Result};
+use crate::error::{graph_error, BackendKind, Error, GraphErrorKind, Result};
 
 /// A GPU (`"cuda:N"`, `"rocm:N"`).
 pub struct GpuDevice<D: Driver> {
@@ -128,7 +128,7 @@ impl<D: Driver> GpuDevice<D> {
         if stream.capture_status_bound()? == graph::CaptureStatus::None {
             return Ok(());
         }
-        Err(graph::graph_error(
+        Err(graph_error(
             D::KIND,
             op,
             GraphErrorKind::NotCapturable,
@@ -425,7 +425,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         let _section = stream.gate_ref().shared();
         if let Some(recorded_in) = event.captured_in() {
             if CaptureStream::capture_id(stream)? != Some(recorded_in) {
-                return Err(graph::graph_error(
+                return Err(graph_error(
                     D::KIND,
                     "wait_event",
                     GraphErrorKind::Isolation,
@@ -685,7 +685,7 @@ impl<D: Driver> Device for GpuDevice<D> {
 fn refuse_captured_event<D: Driver>(event: &GpuEvent<D>, op: &'static str) -> Result<()> {
     match event.captured_in() {
         None => Ok(()),
-        Some(_) => Err(graph::graph_error(
+        Some(_) => Err(graph_error(
             D::KIND,
             op,
             GraphErrorKind::CapturedEvent,

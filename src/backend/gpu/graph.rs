@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, GraphCalls};
 use super::stream::{apart_from_captures, apart_from_captures_if_any, GpuStream};
 use super::Gpu;
-use crate::backend::graph::{graph_error, CaptureMode, CaptureStatus, CaptureStream, RawGraph, RawGraphExec, Recorder};
-use crate::error::{Error, GraphErrorKind, Result};
+use crate::backend::graph::{CaptureMode, CaptureStatus, CaptureStream, RawGraph, RawGraphExec, Recorder};
+use crate::error::{graph_error, Error, GraphErrorKind, Result};
 
 type G<D> = <D as Driver>::Graphs;
 

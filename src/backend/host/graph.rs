@@ -15,10 +15,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::{EventState, Host, HostEvent, HostStream};
-use crate::backend::graph::{
-    graph_error, CaptureMode, CaptureStatus, CaptureStream, Owner, RawGraph, RawGraphExec, Recorder,
-};
-use crate::error::{BackendKind, Error, GraphErrorKind, Result};
+use crate::backend::graph::{CaptureMode, CaptureStatus, CaptureStream, Owner, RawGraph, RawGraphExec, Recorder};
+use crate::error::{graph_error, BackendKind, Error, GraphErrorKind, Result};
 
 /// What a node does, for [`GraphExec::update`](crate::GraphExec::update)'s shape check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,23 +22,17 @@
 //!   ([`Expandable::FellBack`]); the host backend emulates the range
 //!   ([`Expandable::Emulated`], `src/backend/host/growable.rs`).
 
-use super::state::{Node, NodeState, SegmentEntry, State, ANY, MAX_RESERVED, NONE};
+use super::chain::{Node, NodeState, SegmentEntry, ANY, MAX_RESERVED, NONE};
+use super::state::{ExpandableRange, State};
 use super::{CachingPool, PoolConfig, Storage};
 use crate::backend::growable::round_up;
-use crate::backend::{Backend, Device, DeviceMemory, GrowableRange, MemoryDevice};
+use crate::backend::{Backend, Device, DeviceMemory, MemoryDevice};
 use crate::error::memory::MemoryError;
 use crate::error::{Error, Result};
 use crate::memory::block::Block;
 use crate::memory::history;
 use crate::memory::ipc_handle::{IpcHandle, IpcKind};
 use crate::memory::report::Expandable;
-
-/// One size class's range and the segment on it.
-pub(super) struct ExpandableRange {
-    range: Box<dyn GrowableRange>,
-    /// The segment's index in `State::segments`; [`NONE`] while nothing is mapped.
-    seg: u32,
-}
 
 /// The bytes each range reserves: `config.expandable_reserve`, or half the
 /// device's memory.

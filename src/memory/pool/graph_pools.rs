@@ -39,34 +39,13 @@
 //! functions.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::state::{HandedOut, NodeState, State, ANY, PRIVATE, SMALL_MAX};
+use super::chain::{HandedOut, NodeState, ANY, PRIVATE, SMALL_MAX};
+use super::state::{GraphPool, Orphans, State};
 use super::{CachingPool, Storage};
 use crate::backend::{Backend, Device, Event, Stream};
 use crate::error::{Error, GraphErrorKind, Result};
-
-/// The memory of one capture and the graph made from it.
-pub(super) struct GraphPool<B: Backend> {
-    /// Serial number, stamped on the pool's segments (`SegmentEntry::graph`).
-    pub(super) serial: u64,
-    /// The id of the capture it serves (`Device::capture_id`).
-    capture: u64,
-    /// The capture has been seen over: no block goes back to the pool's lists.
-    capture_over: bool,
-    /// (stream tag, list tag) of each stream the capture allocated on.
-    lists: Vec<(u64, u64)>,
-    /// Blocks freed outside the capture while the graph lives: node, stream, events.
-    parked: Vec<(u32, Stream<B>, Vec<Event<B>>)>,
-    /// Set when the graph (and every executable made from it) is gone.
-    pub(super) gone: Arc<AtomicBool>,
-    /// The pool's segments, handed over if the caching pool goes first
-    /// (`CachingPool::drop`): freed with the graph's hold.
-    pub(super) orphans: Orphans,
-}
-
-/// Segments of a graph pool whose caching pool is gone.
-pub(super) type Orphans = Arc<Mutex<Vec<Box<dyn Send>>>>;
 
 /// What the graph holds for its pool: dropped with the graph.
 struct GraphHold {

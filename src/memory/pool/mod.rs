@@ -77,6 +77,7 @@
 //! segment from the [`Storage`] shorter than asked for, or of another
 //! device, is refused before any block is cut from it.
 
+mod chain;
 mod config;
 mod expandable;
 mod graph_pools;
@@ -97,11 +98,12 @@ use super::pinned::{PinnedFlags, PinnedMemory, PinnedPool};
 pub use super::report::{BlockReport, BlockState, Expandable, PoolCounters, PoolReport, SegmentReport};
 use super::resource::MemoryResource;
 use crate::backend::Backend;
-pub use config::PoolConfig;
-use state::{
-    st_ordinal, Fence, HandedOut, Node, NodeState, SegmentEntry, State, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND,
-    LARGE_SEGMENT, MAX_RESERVED, NONE, ROUND, SMALL_MAX, SMALL_SEGMENT,
+use chain::{
+    HandedOut, Node, NodeState, SegmentEntry, ANY, LARGE_EXACT_ABOVE, LARGE_ROUND, LARGE_SEGMENT, MAX_RESERVED, NONE,
+    ROUND, SMALL_MAX, SMALL_SEGMENT,
 };
+pub use config::PoolConfig;
+use state::{st_ordinal, Fence, State};
 
 /// Where a pool gets its memory: allocate a segment; dropping it frees it.
 ///

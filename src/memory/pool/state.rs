@@ -1,45 +1,20 @@
 //! The pool's bookkeeping: segments cut into a doubly linked chain of
-//! nodes, per-stream free lists and the shared one, and the fences that move
-//! blocks between them. Everything here runs under the pool's lock.
+//! nodes (`chain.rs`), per-stream free lists and the shared one, the fences
+//! that move blocks between them, and the data of the expandable ranges and
+//! graph pools (their rules: `expandable.rs`, `graph_pools.rs`). Everything
+//! here runs under the pool's lock.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
-use crate::backend::{Device, DeviceMemory, Event, Stream};
-
-use crate::backend::Backend;
+use super::chain::{index, is_private, HandedOut, Node, NodeState, SegmentEntry, ANY, NONE, ROUND, SMALL_MAX};
+use crate::backend::{Backend, Device, DeviceMemory, Event, GrowableRange, Stream};
 use crate::memory::history;
 use crate::memory::report::{BlockReport, BlockState, PoolCounters, PoolReport, SegmentReport};
 
-pub(super) const ROUND: usize = 512;
-pub(super) const SMALL_MAX: usize = 1 << 20;
-pub(super) const SMALL_SEGMENT: usize = 2 << 20;
-pub(super) const LARGE_SEGMENT: usize = 20 << 20;
-pub(super) const LARGE_EXACT_ABOVE: usize = 10 << 20;
-pub(super) const LARGE_ROUND: usize = 2 << 20;
 /// Most blocks a stream's list keeps in its `recent` cache.
 const RECENT_MAX: usize = 8;
-/// Tag of blocks free for any stream.
-pub(super) const ANY: u64 = u64::MAX;
-/// The bit that marks a graph pool's list (see `graph_pools.rs`): stream
-/// ids stay far below it.
-pub(super) const PRIVATE: u64 = 1 << 63;
-
-/// Whether `tag` names a list of a graph pool.
-pub(super) fn is_private(tag: u64) -> bool {
-    tag != ANY && tag & PRIVATE != 0
-}
-pub(super) const NONE: u32 = u32::MAX;
-/// Most bytes a pool reserves at once (2 TiB; `grow` checks it): every node
-/// covers at least [`ROUND`] bytes of a segment, so below this there are
-/// fewer than [`NONE`] nodes and segments, and [`index`] cannot wrap.
-pub(super) const MAX_RESERVED: usize = (NONE as usize).saturating_mul(ROUND);
-
-/// Position `i` of the node or segment table as its `u32` index.
-#[allow(clippy::cast_possible_truncation)] // i < NONE: the tables stay under MAX_RESERVED / ROUND
-pub(super) fn index(i: usize) -> u32 {
-    debug_assert!(i < NONE as usize, "pool index {i} past u32");
-    i as u32
-}
 
 /// Stream lists a pool keeps before it retires lists of streams that may be
 /// gone (unused for [`IDLE_OPS`] pool operations) when it makes a new one.
@@ -49,51 +24,6 @@ pub(super) fn index(i: usize) -> u32 {
 const SOFT_STREAM_LISTS: usize = 8;
 /// Pool operations after which an unused stream's list may be retired.
 const IDLE_OPS: u64 = 16;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NodeState {
-    /// Handed out as the block with serial number `serial`.
-    Allocated {
-        requested: usize,
-        serial: u64,
-    },
-    Free {
-        tag: u64,
-    },
-    /// Freed on stream `tag` and kept whole, unmerged, in that list's
-    /// `recent` cache for the next request of its size.
-    Cached {
-        tag: u64,
-    },
-    Pending,
-    Vacant,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Node {
-    pub(super) seg: u32,
-    pub(super) offset: usize,
-    pub(super) size: usize,
-    pub(super) prev: u32,
-    pub(super) next: u32,
-    pub(super) small: bool,
-    pub(super) state: NodeState,
-}
-
-pub(super) struct SegmentEntry<Seg> {
-    /// Owns the memory; dropping the entry frees it. `None` for an
-    /// expandable segment, whose memory is its range's (`State::expandable`).
-    pub(super) _memory: Option<Seg>,
-    pub(super) base: u64,
-    pub(super) size: usize,
-    pub(super) first: u32,
-    /// The graph pool the segment's blocks belong to (its serial), 0 for none.
-    pub(super) graph: u64,
-    /// The id of the stream whose allocation made the segment (0 where the
-    /// backend has none): the segment's stream in reports and snapshots,
-    /// as PyTorch's. Its blocks serve every stream all the same.
-    pub(super) stream: u64,
-}
 
 /// The free blocks of one stream (or, `lists[0]`, of any stream).
 ///
@@ -149,19 +79,38 @@ impl<B: Backend> FreeList<B> {
     }
 }
 
-/// A node just handed out ([`State::hand_out`]): the block's token (the
-/// node's index), address and serial number. All `u64`: a `u32` field was
-/// read back with a wider load, which stalls store forwarding.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct HandedOut {
-    pub(super) token: u64,
-    pub(super) ptr: u64,
-    pub(super) serial: u64,
-}
-
 pub(super) struct Fence<B: Backend> {
     pub(super) events: Vec<Event<B>>,
     pub(super) nodes: Vec<u32>,
+}
+
+/// The memory of one capture and the graph made from it (`graph_pools.rs`).
+pub(super) struct GraphPool<B: Backend> {
+    /// Serial number, stamped on the pool's segments (`SegmentEntry::graph`).
+    pub(super) serial: u64,
+    /// The id of the capture it serves (`Device::capture_id`).
+    pub(super) capture: u64,
+    /// The capture has been seen over: no block goes back to the pool's lists.
+    pub(super) capture_over: bool,
+    /// (stream tag, list tag) of each stream the capture allocated on.
+    pub(super) lists: Vec<(u64, u64)>,
+    /// Blocks freed outside the capture while the graph lives: node, stream, events.
+    pub(super) parked: Vec<(u32, Stream<B>, Vec<Event<B>>)>,
+    /// Set when the graph (and every executable made from it) is gone.
+    pub(super) gone: Arc<AtomicBool>,
+    /// The pool's segments, handed over if the caching pool goes first
+    /// (`CachingPool::drop`): freed with the graph's hold.
+    pub(super) orphans: Orphans,
+}
+
+/// Segments of a graph pool whose caching pool is gone.
+pub(super) type Orphans = Arc<Mutex<Vec<Box<dyn Send>>>>;
+
+/// One size class's range and the segment on it (`expandable.rs`).
+pub(super) struct ExpandableRange {
+    pub(super) range: Box<dyn GrowableRange>,
+    /// The segment's index in [`State::segments`]; [`NONE`] while nothing is mapped.
+    pub(super) seg: u32,
 }
 
 pub(super) struct State<B: Backend, Seg> {
@@ -186,13 +135,13 @@ pub(super) struct State<B: Backend, Seg> {
     pub(super) released: Vec<Stream<B>>,
     /// The graph pools: memory of captures and of the graphs made from them
     /// (`graph_pools.rs`).
-    pub(super) graph_pools: Vec<super::graph_pools::GraphPool<B>>,
+    pub(super) graph_pools: Vec<GraphPool<B>>,
     /// The last private list tag and graph pool serial handed out.
     pub(super) private_tags: u64,
     pub(super) graph_serials: u64,
     /// The expandable ranges, small class then large (`expandable.rs`);
     /// dropped after `segments`, whose expandable entries own nothing.
-    pub(super) expandable: [Option<super::expandable::ExpandableRange>; 2],
+    pub(super) expandable: [Option<ExpandableRange>; 2],
     /// What the report says of expandable segments.
     pub(super) expandable_mode: crate::memory::report::Expandable,
 }
