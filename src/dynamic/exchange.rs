@@ -32,6 +32,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::array::{natural_of, AnyArray, Shape, Strides};
+pub use super::export::Export;
 use super::stream::AnyStream;
 use crate::array::dtype::DType;
 use crate::array::element::dtype_is_subbyte;
@@ -61,31 +62,6 @@ pub struct ExportRequest {
     pub lock: Option<LockId>,
     /// The copy to export (host or device), when the caller chose one.
     pub prefer: Option<Location>,
-}
-
-/// What an export describes: memory, layout, and how to package it.
-///
-/// Made only by this layer's exports (its fields are private: the tensor it
-/// becomes hands its address to consumers as valid memory).
-pub struct Export {
-    /// Address of the element at index 0.
-    pub(super) data: u64,
-    /// Where the memory is.
-    pub(super) device: DLDevice,
-    /// The element type.
-    pub(super) dtype: DType,
-    /// Extents.
-    pub(super) shape: Shape,
-    /// Strides in elements; `None` for compact row-major.
-    pub(super) strides: Option<Strides>,
-    /// Keeps the memory alive.
-    pub(super) keep: Arc<dyn Send + Sync>,
-    /// `Some(minor)` for a versioned tensor of version `1.minor`; `None` for a legacy one.
-    pub(super) versioned_minor: Option<u32>,
-    /// Flag the export read-only.
-    pub(super) read_only: bool,
-    /// The export is a copy (DLPack's `IS_COPIED` flag).
-    pub(super) copied: bool,
 }
 
 impl Export {

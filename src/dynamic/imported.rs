@@ -117,7 +117,7 @@ impl ImportedArray {
     /// array that taking `e` as a versioned tensor and validating it gives
     /// (an array with no element has a null address, as in the tensor),
     /// and it keeps `e`'s owner alive.
-    pub(super) fn from_export(e: super::exchange::Export, device: AnyDevice) -> ImportedArray {
+    pub(super) fn from_export(e: super::export::Export, device: AnyDevice) -> ImportedArray {
         let strides = match e.strides {
             Some(s) => s,
             None => {

@@ -39,6 +39,7 @@ pub mod dtype {
 pub mod exchange;
 pub mod exchange_api;
 pub mod exclusive;
+pub mod export;
 pub mod graph;
 pub mod graph_slot;
 pub mod imported;
