@@ -405,8 +405,8 @@ where
 }
 
 /// Rank 1 fails once the ranks have met, a second after rank 0 went into
-/// its library's initialisation (NCCL's non-blocking
-/// `ncclCommInitRankConfig`, src/collective/nccl/init.rs): rank 0 reads
+/// its library's initialisation (a `Bounded` communicator: NCCL's
+/// non-blocking `ncclCommInitRankConfig`, src/collective/nccl/init.rs): rank 0 reads
 /// the failure in the store while it waits there, aborts, and fails
 /// within 2 s of it, naming rank 1 and its reason, though its store would
 /// wait 120 s. The host engine meets inside its own store, where nothing
@@ -429,10 +429,10 @@ where
             let other = s.spawn(move || {
                 let store = TcpStore::connect(addr, timeout).unwrap();
                 gpuport::collective::fail_next_engine_init_on_this_thread("an injected failure", pause);
-                Communicator::<D::B>::init_rank(&d1, 1, 2, &store).unwrap_err()
+                Communicator::<D::B>::init_rank_with(&d1, 1, 2, &store, CallMode::Bounded).unwrap_err()
             });
             let start = Instant::now();
-            let e = Communicator::<D::B>::init_rank(&devs[0], 0, 2, &host).unwrap_err();
+            let e = Communicator::<D::B>::init_rank_with(&devs[0], 0, 2, &host, CallMode::Bounded).unwrap_err();
             let took = start.elapsed();
             let theirs = other.join().unwrap();
             assert!(theirs.to_string().contains("an injected failure"), "{theirs}");

@@ -11,16 +11,14 @@
 //! communicator (`ncclCommAbort`) and returns that rank's
 //! `PeerInitFailed`.
 //!
-//! A non-blocking communicator stays non-blocking, and from NCCL 2.23 on
-//! its calls go through the library's helper thread (see the `nccl` module
-//! docs). So a rank asked for a `Blocking` one, once the ranks have met,
-//! splits it into a blocking communicator of the same ranks
-//! (`ncclCommSplit` with `blocking = 1`, every rank one color, keyed by its
-//! rank) and frees the first: a second initialisation, among ranks known
-//! to be there; where the library refuses that split before making a
-//! communicator, the first is kept, non-blocking. A library without
-//! `ncclCommSplit` (2.14 to 2.17) keeps the blocking `ncclCommInitRank`,
-//! and one without `ncclCommInitRankConfig` keeps it in either mode.
+//! This applies to `Bounded` communicators, which are non-blocking anyway.
+//! A `Blocking` one (the default) still starts with the blocking
+//! `ncclCommInitRank`, so a peer's failure that comes while this rank waits
+//! inside the library is not seen until the library gives up. Starting it
+//! non-blocking and splitting it into a blocking communicator once the
+//! ranks had met (`ncclCommSplit` with `blocking = 1`) was tried: on two
+//! H200s with NCCL 2.28.9 and 2.28.3 that split returned no communicator,
+//! so every blocking init failed, and the path was taken out.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -36,14 +34,6 @@ use super::{comm, rank_int, refuse_in_group, status_error, sys, unique_id, wait,
 /// `Bounded` ones, where the library is 2.14 or newer.
 pub(super) fn made_non_blocking(lib: &sys::Nccl, mode: CallMode) -> bool {
     mode == CallMode::Bounded && lib.api.non_blocking.is_some()
-}
-
-/// Whether a rank's initialisation in `mode` runs non-blocking, so that
-/// its wait can look for other ranks' failures: in `Bounded` mode where
-/// the library can, in `Blocking` mode where it can also split the
-/// communicator into a blocking one afterwards.
-fn starts_non_blocking(lib: &sys::Nccl, mode: CallMode) -> bool {
-    made_non_blocking(lib, mode) || (lib.api.non_blocking.is_some() && lib.api.split.is_some())
 }
 
 /// Starts rank `rank`'s communicator of `size` on the current device:
@@ -90,7 +80,8 @@ impl<D: Driver> NcclEngine<D> {
         refuse_in_group("init_with_id")?;
         device.driver().bind()?;
         let start = Instant::now();
-        let non_blocking = starts_non_blocking(lib, mode);
+        // Only `Bounded` communicators start non-blocking (see the module docs).
+        let non_blocking = made_non_blocking(lib, mode);
         let (call, status, handle) = init_rank_call(lib, size_c, unique, rank_c, non_blocking);
         if handle == 0 {
             return Err(status_error(D::KIND, lib, Some(rank), 0, call, status));
@@ -100,50 +91,14 @@ impl<D: Driver> NcclEngine<D> {
         // (ncclCommDestroy would wait for peers that may never come).
         let check = wait::init_check(size);
         let started = engine.comm.settle_watched(call, status, start, &check, peer_failed);
-        let engine = match started {
-            Ok(()) if non_blocking && !made_non_blocking(lib, mode) => engine.into_blocking(),
-            Ok(()) => Ok(engine),
-            Err(e) => {
-                let _ = engine.comm.abort();
-                Err(e)
-            }
-        }?;
+        if let Err(e) = started {
+            let _ = engine.comm.abort();
+            return Err(e);
+        }
         if let Err(e) = engine.connect(start, &check) {
             let _ = engine.comm.abort();
             return Err(e);
         }
         Ok(engine)
-    }
-
-    /// A blocking communicator of the same ranks, split from this
-    /// non-blocking one, which is then freed. Where the library refuses
-    /// the split before making a communicator (a check every rank makes
-    /// alike), this one is kept, non-blocking (its `mode` says so).
-    fn into_blocking(self) -> Result<Self> {
-        let lib = self.comm.lib;
-        let Some(api) = lib.api.split.as_ref() else { return Ok(self) };
-        let key = rank_int("rank", self.comm.rank)?;
-        let config = sys::ncclConfig_t::with_blocking(true);
-        let child = match self.split_with(api, Some(0), key, Some(config)) {
-            Ok(Some(child)) => child,
-            Err(_) if !self.comm.is_aborted() && self.comm.state().is_ok_and(|s| s == sys::ncclSuccess) => {
-                return Ok(self)
-            }
-            Ok(None) => {
-                let _ = self.comm.abort();
-                return Err(self.comm.error_of(
-                    crate::error::CollectiveErrorKind::Engine,
-                    "ncclCommSplit gave no communicator for a color every rank chose".into(),
-                ));
-            }
-            Err(e) => {
-                let _ = self.comm.abort();
-                return Err(e);
-            }
-        };
-        // The first communicator is freed (at the drop of `self`) without
-        // waiting for its peers, which free theirs too.
-        let _ = self.comm.abort();
-        Ok(child.engine)
     }
 }
