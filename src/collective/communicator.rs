@@ -444,10 +444,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     }
 
     /// Stops every collective of this communicator; later calls give
-    /// [`CollectiveErrorKind::Aborted`]. With `ncclCommShrink` (NCCL 2.27
-    /// on) the library's communicator is kept until [`shrink`](Self::shrink)
-    /// (`NCCL_SHRINK_ABORT` ends its operations in flight) or drop
-    /// (`ncclCommAbort`); elsewhere `ncclCommAbort` runs here.
+    /// [`CollectiveErrorKind::Aborted`].
     pub fn abort(&self) -> Result<()> {
         if self.aborted.swap(true, Ordering::AcqRel) {
             return Ok(());

@@ -81,13 +81,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// hang), in their order here: what the survivors of a failure call,
     /// all with the same `exclude`, after [`abort`](Self::abort) or a
     /// collective's `Timeout` or `RemoteFailure`. Runs over
-    /// `ncclCommShrink` (NCCL 2.27 on) where the library has it, with
-    /// `exclude` as its exclusion list and, after an abort or an error,
-    /// `NCCL_SHRINK_ABORT` (the aborted communicator's operations end
-    /// first); else, and for an aborted one that excludes no rank, through
-    /// the store among the survivors (see `src/collective/regroup.rs`):
-    /// then the store's host, rank 0 of the job, must be alive. This
-    /// communicator is left as it is.
+    /// `ncclCommShrink` (NCCL 2.27 on) where the library has it and the
+    /// communicator was not aborted, else through the store among the
+    /// survivors (see `src/collective/regroup.rs`): then the store's host, rank 0
+    /// of the job, must be alive. This communicator is left as it is.
     ///
     /// ```
     /// use std::time::Duration;

@@ -30,10 +30,6 @@ pub(super) struct Comm<D: Driver> {
     pub(super) rank: usize,
     /// Set once the communicator was aborted or destroyed (and so freed).
     pub(super) released: AtomicBool,
-    /// Set once it was aborted where the library has `ncclCommShrink`: no
-    /// call is made on it but that shrink (whose `NCCL_SHRINK_ABORT` ends
-    /// its operations in flight) and, at drop, `ncclCommAbort`.
-    pub(super) revoked: AtomicBool,
     /// How long a call may stay `ncclInProgress` (`Communicator::set_timeout`).
     pub(super) timeout: Mutex<Duration>,
     /// Made non-blocking (`ncclCommInitRankConfig` with `blocking = 0`).
@@ -57,7 +53,6 @@ impl<D: Driver> Comm<D> {
             lib,
             rank,
             released: AtomicBool::new(false),
-            revoked: AtomicBool::new(false),
             timeout: Mutex::new(timeout),
             non_blocking,
         }
@@ -84,15 +79,10 @@ impl<D: Driver> Comm<D> {
         Err(status_error(D::KIND, self.lib, Some(self.rank), live, call, status))
     }
 
-    /// Whether it was aborted: freed, or kept for a shrink.
-    pub(super) fn is_aborted(&self) -> bool {
-        self.released.load(Ordering::Acquire) || self.revoked.load(Ordering::Acquire)
-    }
-
-    /// An `Aborted` error for `what` once the communicator was aborted
+    /// An `Aborted` error for `what` once the communicator was freed
     /// (`what` is formatted only then: this runs on every enqueue).
     pub(super) fn refuse_if_released(&self, what: impl std::fmt::Display) -> Result<()> {
-        if !self.is_aborted() {
+        if !self.released.load(Ordering::Acquire) {
             return Ok(());
         }
         Err(Error::Collective {
@@ -114,20 +104,9 @@ impl<D: Driver> Comm<D> {
         Ok(state)
     }
 
-    /// Aborts the communicator: where the library has `ncclCommShrink`, it
-    /// is kept for one (see `revoked`) and freed at drop; else
-    /// [`abort_now`](Self::abort_now).
-    pub(super) fn abort(&self) -> Result<()> {
-        if self.lib.api.shrink.is_some() && !self.released.load(Ordering::Acquire) {
-            self.revoked.store(true, Ordering::Release);
-            return Ok(());
-        }
-        self.abort_now()
-    }
-
     /// `ncclCommAbort`, once; it stops the library's threads and kernels
     /// of this communicator and returns without waiting for peers.
-    pub(super) fn abort_now(&self) -> Result<()> {
+    pub(super) fn abort(&self) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -174,11 +153,6 @@ impl<D: Driver> Comm<D> {
         self.finish(call, waited, check)
     }
 
-    /// An error of `kind` for this rank.
-    pub(super) fn error_of(&self, kind: CollectiveErrorKind, reason: String) -> Error {
-        Error::Collective { engine: engine_name(D::KIND, self.lib), rank: Some(self.rank), kind, reason }
-    }
-
     /// The error, if any, of a wait on `call` that ended as `waited`.
     pub(super) fn finish(&self, call: &str, waited: Waited, check: &str) -> Result<()> {
         match waited {
@@ -203,12 +177,6 @@ impl<D: Driver> Drop for Comm<D> {
             return;
         }
         if self.device.driver().bind().is_ok() {
-            if self.revoked.load(Ordering::Acquire) {
-                // SAFETY: a live communicator (not released), freed once,
-                // without waiting for peers that may be gone.
-                let _ = unsafe { (self.lib.api.fns.ncclCommAbort)(self.raw()) };
-                return;
-            }
             // SAFETY: a live communicator, freed once; NCCL waits for its
             // enqueued work. An error cannot be returned from a drop.
             let destroyed = unsafe { (self.lib.api.fns.ncclCommDestroy)(self.raw()) };
@@ -245,7 +213,7 @@ impl<D: Driver> Member for Comm<D> {
         Comm::timeout(self)
     }
     fn is_released(&self) -> bool {
-        self.is_aborted()
+        self.released.load(Ordering::Acquire)
     }
     fn state(&self) -> Result<c_int> {
         Comm::state(self)

@@ -485,7 +485,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
     }
 
     fn is_aborted(&self) -> bool {
-        self.comm.is_aborted()
+        self.comm.released.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn async_error(&self) -> Result<()> {
@@ -505,26 +505,14 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
         Some(self.split_with(api, color, key, None))
     }
 
-    /// A communicator that was aborted is kept where the library has
-    /// `ncclCommShrink` (`Comm::revoked`) and shrunk with
-    /// `NCCL_SHRINK_ABORT`, which ends its operations in flight first;
-    /// `None` (the store's re-init) where it was freed.
+    /// `None` (the store's re-init) for a communicator that was aborted:
+    /// `ncclCommAbort` freed it, and `ncclCommShrink` needs it.
     fn shrink(&self, size: usize, exclude: &[usize], after_error: bool) -> Option<Result<Regrouped<Self>>> {
         let api = self.lib().api.shrink.as_ref()?;
-        if self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
+        if self.is_aborted() {
             return None;
         }
-        let revoked = self.comm.revoked.load(std::sync::atomic::Ordering::Acquire);
-        if revoked && exclude.is_empty() {
-            // NCCL 2.28.3 refused a shrink that excludes no rank (below),
-            // and a split needs a healthy communicator: free this one, so
-            // its operations end, and re-form through the store.
-            if let Err(e) = self.comm.abort_now() {
-                return Some(Err(e));
-            }
-            return None;
-        }
-        let after_error = after_error || revoked || self.async_error().is_err();
+        let after_error = after_error || self.async_error().is_err();
         if exclude.is_empty() && !after_error {
             // NCCL 2.28.3 answered a shrink that excludes no rank with
             // "invalid argument" (tests/collective.rs, on two H100s): a

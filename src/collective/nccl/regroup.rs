@@ -100,14 +100,7 @@ impl<D: Driver> NcclEngine<D> {
         exclude: &[usize],
         after_error: bool,
     ) -> Result<Regrouped<Self>> {
-        // A communicator kept after an abort (`Comm::revoked`) is shrunk
-        // with NCCL_SHRINK_ABORT; one that was freed cannot be.
-        if self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(self.comm.error_of(
-                crate::error::CollectiveErrorKind::Aborted,
-                "ncclCommShrink of a communicator that was freed".into(),
-            ));
-        }
+        self.comm.refuse_if_released("ncclCommShrink")?;
         refuse_in_group("shrink")?;
         let mut list = exclude.iter().map(|&r| rank_int("exclude", r)).collect::<Result<Vec<_>>>()?;
         let count = rank_int("exclude", list.len())?;
@@ -154,12 +147,11 @@ impl<D: Driver> NcclEngine<D> {
     }
 
     /// `ncclCommDeregister` of a [`register_with`](Self::register_with)
-    /// handle; nothing for 0, or once the communicator was aborted (whose
-    /// freeing releases its registrations).
+    /// handle; nothing for 0, or once the communicator was freed (which
+    /// released its registrations).
     pub(super) fn deregister_with(&self, handle: usize) -> Result<()> {
         let Some(api) = self.comm.lib.api.register.as_ref() else { return Ok(()) };
-        // An aborted communicator releases its registrations when freed.
-        if handle == 0 || self.comm.is_aborted() {
+        if handle == 0 || self.comm.released.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
         self.comm.device.driver().bind()?;
