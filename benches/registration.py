@@ -59,6 +59,9 @@ def main() -> None:
 def filled(comm: dist.Communicator, count: int, value: float) -> gpuport.MemArray:
     a = gpuport.MemArray((count,), "float32", device=comm.device)
     a.read_numpy_array(np.full(count, value, dtype=np.float32))
+    # read_numpy_array leaves the host copy current: registration needs the device's.
+    if not str(getattr(comm.device, "spec", comm.device)).startswith("host"):
+        a.move_memory("device")
     return a
 
 
