@@ -210,14 +210,20 @@ unsafe impl<B: Backend> MemoryResource<B> for PlainResource<B> {
     }
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
         let buffer = take_own_buffer(block, self.id, self.name())?;
-        // A synchronous free must not overtake queued work: wait for it.
-        for event in &after {
-            let _ = self.device.synchronize_event(event);
-        }
-        let _ = self.device.synchronize(stream);
-        drop(buffer);
+        free_after_work::<B, _>(&self.device, buffer, stream, &after);
         Ok(())
     }
+}
+
+/// Drops `buffer` (a synchronous free) once `stream`'s queued work and the
+/// `after` events are done: the free must not overtake them (a prefetch of
+/// managed memory included).
+fn free_after_work<B: Backend, T>(device: &Arc<B::Device>, buffer: T, stream: &Stream<B>, after: &[Event<B>]) {
+    for event in after {
+        let _ = device.synchronize_event(event);
+    }
+    let _ = device.synchronize(stream);
+    drop(buffer);
 }
 
 /// Managed memory straight from the device (`cuMemAllocManaged`,
@@ -266,13 +272,7 @@ unsafe impl<B: Backend> MemoryResource<B> for ManagedResource<B> {
     }
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
         let buffer = take_own_buffer(block, self.id, self.name())?;
-        // A synchronous free must not overtake queued work (a prefetch
-        // included): wait for it.
-        for event in &after {
-            let _ = self.device.synchronize_event(event);
-        }
-        let _ = self.device.synchronize(stream);
-        drop(buffer);
+        free_after_work::<B, _>(&self.device, buffer, stream, &after);
         Ok(())
     }
 }
