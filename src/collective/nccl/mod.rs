@@ -502,7 +502,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
 
     fn split(&self, color: Option<u32>, key: i32) -> Option<Result<Option<Regrouped<Self>>>> {
         let api = self.lib().api.split.as_ref()?;
-        Some(self.split_with(api, color, key, None))
+        Some(self.split_with(api, color, key))
     }
 
     /// `None` (the store's re-init) for a communicator that was aborted:
@@ -522,7 +522,7 @@ unsafe impl<D: Driver> Engine<Gpu<D>> for NcclEngine<D> {
                 Ok(k) => k,
                 Err(e) => return Some(Err(e)),
             };
-            return Some(self.split_with(split, Some(0), key, None).and_then(|c| {
+            return Some(self.split_with(split, Some(0), key).and_then(|c| {
                 c.ok_or_else(|| Error::Collective {
                     engine: engine_name(D::KIND, self.comm.lib),
                     rank: Some(self.comm.rank),

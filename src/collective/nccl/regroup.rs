@@ -48,13 +48,12 @@ impl<D: Driver> NcclEngine<D> {
     }
 
     /// `ncclCommSplit` of this communicator: `None` for `color` is
-    /// `NCCL_SPLIT_NOCOLOR`; the new one has `config`, or this one's.
+    /// `NCCL_SPLIT_NOCOLOR`; the new one inherits this one's configuration.
     pub(super) fn split_with(
         &self,
         api: &sys::SplitApi,
         color: Option<u32>,
         key: i32,
-        config: Option<sys::ncclConfig_t>,
     ) -> Result<Option<Regrouped<Self>>> {
         self.comm.refuse_if_released("ncclCommSplit")?;
         refuse_in_group("split")?;
@@ -65,14 +64,11 @@ impl<D: Driver> NcclEngine<D> {
         self.comm.device.driver().bind()?;
         let start = Instant::now();
         let mut new: sys::ncclComm_t = std::ptr::null_mut();
-        let non_blocking = config.map_or(self.comm.non_blocking, |c| c.blocking == 0);
-        let mut config = config;
-        let config_ptr = config.as_mut().map_or(std::ptr::null_mut(), |c| c as *mut sys::ncclConfig_t);
+        let non_blocking = self.comm.non_blocking;
         // SAFETY: a live communicator of this engine (not released), its
-        // device bound; `new` receives the new communicator; the config is
-        // a whole one read during the call, or null, which makes it
-        // inherit this one's.
-        let status = unsafe { (api.ncclCommSplit)(self.comm.raw(), color, key, &mut new, config_ptr) };
+        // device bound; `new` receives the new communicator; a null config
+        // makes it inherit this one's.
+        let status = unsafe { (api.ncclCommSplit)(self.comm.raw(), color, key, &mut new, std::ptr::null_mut()) };
         if new.is_null() {
             // No color, or a failure before a communicator was made.
             self.comm.check("ncclCommSplit", status)?;
