@@ -75,6 +75,24 @@ fn an_own_import_shares_the_memory_and_keeps_it_alive(#[case] spec: &str) {
 #[case::host("host")]
 #[case::cuda("cuda:0")]
 #[case::rocm("rocm:0")]
+fn an_own_import_of_a_host_copy_is_on_the_host_device(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::default_for(&dev);
+    let mut a = AnyArray::Owned(new_checked(&dev, DType::Float32, &[4]).unwrap());
+    if let AnyArray::Owned(o) = &mut a {
+        o.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
+    }
+    let b = AnyArray::Imported(import_own(&mut a, None, |_| ()).unwrap());
+    // The table exports the host copy (no device copy is current), so the
+    // import, as one through `__dlpack__`, is host memory of the host device.
+    assert_eq!(b.dl(b.natural()).device_type, gpuport::dlpack::DLDeviceType::CPU);
+    assert_eq!(b.device().info().spec(), "host", "an import's device is that of the memory it holds");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
 fn an_own_import_is_ordered_after_the_arrays_pending_work(#[case] spec: &str) {
     let Some(dev) = common::open_or_skip(spec) else { return };
     let (other, ours) = (AnyStream::create(&dev).unwrap(), AnyStream::create(&dev).unwrap());

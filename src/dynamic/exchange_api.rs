@@ -171,11 +171,18 @@ pub fn import_own(
     ours: Option<&AnyStream>,
     pack: impl FnOnce(&mut Export),
 ) -> Result<ImportedArray> {
-    let device = array.device();
+    let owner_device = array.device();
     let import = export_no_sync_then(array, |mut e| {
         pack(&mut e);
-        ImportedArray::from_export(e, device)
-    })?;
+        // The import's device is that of the copy exported, as through the
+        // protocol: a GPU array whose host copy is current exports host memory.
+        let device = if crate::dlpack::is_host_memory(e.device.device_type) {
+            super::array::device_for_dl(e.device)?
+        } else {
+            owner_device
+        };
+        Ok::<_, crate::Error>(ImportedArray::from_export(e, device))
+    })??;
     if let Some(ours) = ours {
         let dl = import.dl();
         if is_ordered_by_streams(dl.device_type) {
