@@ -62,7 +62,7 @@ def add_peers(cases: dict[str, Callable[[], None]], device: str, n: int) -> None
 
         def driver_loop() -> None:
             for _ in range(n):
-                launch(hfunc, 1, 1, 1, 1, 1, 1, 0, hstream, None, None)
+                launch(hfunc, 1, 1, 1, 1, 1, 1, 0, hstream, 0, 0)  # no parameters: NULL kernelParams and extra
 
         cases["cuda_python_cuLaunchKernel"] = driver_loop
     except Exception as e:  # noqa: BLE001
