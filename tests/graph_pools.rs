@@ -8,8 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
+use gpuport::memory::history::{DeviceKey, Snapshot};
 use gpuport::memory::{Allocator, CachingPool, DeviceAllocation, MemoryDevice, PoolConfig};
-use gpuport::{builtin, CaptureMode, Device, DeviceMemory, Error, GraphErrorKind, KernelArgs, ModuleSource, Stream};
+use gpuport::{
+    builtin, Backend, CaptureMode, Device, DeviceMemory, Error, GraphErrorKind, KernelArgs, ModuleSource, Stream,
+};
 
 const N: usize = 1024;
 
@@ -216,6 +219,47 @@ fn allocations_without_waiting_are_refused_where_they_would_wait<D: MemoryDevice
     d.synchronize(&s).unwrap();
 }
 
+fn a_graph_pools_segments_carry_its_capture_id_in_reports_and_snapshots<D: MemoryDevice>(d: &Arc<D>) {
+    let (pool, alloc) = pool(d, None);
+    let s = d.create_stream().unwrap();
+    let shared = alloc.alloc(N * 4, &s).unwrap();
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    let id = d.capture_id(capture.stream()).unwrap().expect("a capturing stream has a capture id");
+    let held = alloc.alloc(N * 4, capture.stream()).unwrap();
+    let graph = capture.end().unwrap();
+    let report = pool.report();
+    let segment_of = |ptr: u64| {
+        let seg = report.segment_map.iter().find(|g| g.address <= ptr && ptr < g.address + g.size as u64);
+        seg.expect("a segment holds the block").clone()
+    };
+    assert_eq!(segment_of(held.device_ptr()).graph_capture, Some(id), "the graph pool's segment");
+    assert_eq!(segment_of(shared.device_ptr()).graph_capture, None, "the shared segment");
+    let key = DeviceKey { backend: <D::B as Backend>::KIND, ordinal: d.info().ordinal };
+    let snapshot = Snapshot::of_pool(key, &report);
+    let pool_id_of = |ptr: u64| {
+        let seg = snapshot.segments.iter().find(|g| g.address <= ptr && ptr < g.address + g.total_size as u64);
+        seg.expect("a snapshot segment holds the block").pool_id
+    };
+    assert_eq!(pool_id_of(held.device_ptr()), (id, 0), "PyTorch's id of a capture's private pool");
+    assert_eq!(pool_id_of(shared.device_ptr()), (0, 0), "PyTorch's id of the default pool");
+
+    let graph_ptr = held.device_ptr();
+    drop((held, graph));
+    // The graph is gone: once the pool takes its memory back, the segment is shared.
+    drop(alloc.alloc(N * 4, &s).unwrap());
+    assert_eq!(pool.report().counters.graph_pools_released, 1);
+    assert_eq!(
+        pool.report()
+            .segment_map
+            .iter()
+            .find(|g| g.address <= graph_ptr && graph_ptr < g.address + g.size as u64)
+            .map(|g| g.graph_capture),
+        Some(None)
+    );
+    drop(shared);
+    d.synchronize(&s).unwrap();
+}
+
 mod per_backend {
     crate::arc_backend_tests!(
         a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives,
@@ -224,6 +268,7 @@ mod per_backend {
         two_captures_get_two_graph_pools,
         a_pool_dropped_while_its_graph_lives_leaves_the_graphs_memory_allocated,
         allocations_without_waiting_are_refused_where_they_would_wait,
+        a_graph_pools_segments_carry_its_capture_id_in_reports_and_snapshots,
     );
 }
 

@@ -3,7 +3,9 @@
 //! `MemArray::managed`): on a GPU the driver's prefetch and advice, on the
 //! host backend checks only; typed errors for memory that is not managed
 //! and for places that cannot take it. GPU cases skip with a printed reason
-//! where the device is absent or has no managed memory.
+//! where the device is absent or has no managed memory. The run-time
+//! layer's managed arrays (`MemArray(..., memory="managed")` in Python):
+//! made, placed, refused and exported as host-accessible memory.
 
 mod common;
 
@@ -11,6 +13,10 @@ use std::io::Write;
 use std::sync::Arc;
 
 use gpuport::array::{Location, MemArray, Transfer};
+use gpuport::dlpack::{is_host_accessible, DLDeviceType};
+use gpuport::dynamic::array::{new_checked_in, ArrayMemory};
+use gpuport::dynamic::managed::ManagedTarget;
+use gpuport::dynamic::{AnyArray, AnyStream, DType};
 use gpuport::memory::{MemoryDevice, MemoryError};
 use gpuport::{Advice, Device, Error, ManagedPlace, MemoryKind};
 
@@ -145,4 +151,95 @@ mod per_backend_arc {
         a_managed_array_cannot_be_placed_where_no_device_is,
         a_managed_resource_hands_out_managed_memory,
     );
+}
+
+/// A managed run-time array of `n` float32 on `dev`, or `None` (with the
+/// reason printed) where the device has no managed memory.
+fn managed_any_array(dev: &gpuport::AnyDevice, n: usize) -> Option<AnyArray> {
+    if !dev.info().managed_memory {
+        let _ = writeln!(std::io::stderr(), "skipped on {}: no managed memory", dev.info().spec());
+        let e = new_checked_in(dev, DType::Float32, &[n], ArrayMemory::Managed).map(drop).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        return None;
+    }
+    Some(AnyArray::Owned(new_checked_in(dev, DType::Float32, &[n], ArrayMemory::Managed).unwrap()))
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_managed_run_time_array_is_placed_and_keeps_its_contents(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let Some(mut a) = managed_any_array(&dev, 1024) else { return };
+    assert!(a.is_managed());
+    let s = AnyStream::default_for(&dev);
+    a.add_index(&s, None).unwrap();
+    for advice in Advice::ALL {
+        a.advise(advice, &ManagedTarget::Own, None).unwrap();
+        a.advise(advice, &ManagedTarget::Host, None).unwrap();
+    }
+    a.prefetch(&ManagedTarget::Host, &s, None).unwrap();
+    a.prefetch(&ManagedTarget::named("device").unwrap(), &s, None).unwrap();
+    a.prefetch(&ManagedTarget::Device(dev.clone()), &s, None).unwrap();
+    a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
+    let (ptr, _keep) = a.host_bytes("test").unwrap();
+    // SAFETY: 1024 float32 of the current, idle host copy, kept alive by
+    // `_keep`; `a` is not used meanwhile.
+    let back = unsafe { std::slice::from_raw_parts(usize::try_from(ptr).unwrap() as *const f32, 1024) };
+    assert!(back.iter().enumerate().all(|(i, &v)| v == i as f32));
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_managed_run_time_arrays_device_copy_is_host_accessible_where_dlpack_says_so(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let Some(mut a) = managed_any_array(&dev, 16) else { return };
+    a.add_index(&AnyStream::default_for(&dev), None).unwrap();
+    let dl = a.dl(Location::Device);
+    let expected = match dev.backend() {
+        gpuport::BackendKind::Host => DLDeviceType::CPU,
+        gpuport::BackendKind::Cuda => DLDeviceType::CUDA_MANAGED,
+        // DLPack has no type for ROCm's managed memory.
+        gpuport::BackendKind::Rocm => DLDeviceType::ROCM,
+    };
+    assert_eq!(dl.device_type, expected);
+    let interface = a.host_interface().unwrap();
+    assert_eq!(
+        interface.is_some(),
+        is_host_accessible(dl.device_type),
+        "the NumPy interface where the host reaches it"
+    );
+    if let Some(view) = interface {
+        let data = usize::try_from(view.data).unwrap();
+        // SAFETY: 16 float32 of host-accessible memory whose work
+        // `host_interface` waited for, kept alive by `a`, which is not used meanwhile.
+        let back = unsafe { std::slice::from_raw_parts(data as *const f32, 16) };
+        assert!(back.iter().enumerate().all(|(i, &v)| v == i as f32));
+    }
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_run_time_array_that_is_not_managed_or_placed_elsewhere_is_refused(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::default_for(&dev);
+    let mut plain = AnyArray::Owned(new_checked_in(&dev, DType::Float32, &[4], ArrayMemory::Device).unwrap());
+    assert!(!plain.is_managed());
+    let e = plain.prefetch(&ManagedTarget::Own, &s, None).unwrap_err();
+    assert!(matches!(e, Error::Memory(MemoryError::NotManaged { op: "prefetch", .. })), "{e}");
+    let e = plain.advise(Advice::SetReadMostly, &ManagedTarget::Own, None).unwrap_err();
+    assert!(matches!(e, Error::Memory(MemoryError::NotManaged { op: "advise", .. })), "{e}");
+    let Some(mut a) = managed_any_array(&dev, 4) else { return };
+    if dev.backend() != gpuport::BackendKind::Host {
+        let host = gpuport::open("host").unwrap();
+        let e = a.prefetch(&ManagedTarget::Device(host), &s, None).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "location", .. }), "{e}");
+    }
+    let e = ArrayMemory::named("pinned").unwrap_err();
+    assert!(e.to_string().contains("one of 'device', 'managed'"), "{e}");
 }

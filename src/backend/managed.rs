@@ -81,6 +81,26 @@ impl Advice {
             Advice::UnsetAccessedBy => "unset_accessed_by",
         }
     }
+
+    /// The advice whose [`name`](Self::name) is `name`;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), listing
+    /// the names, for any other.
+    ///
+    /// ```
+    /// use gpuport::Advice;
+    /// assert_eq!(Advice::named("set_read_mostly")?, Advice::SetReadMostly);
+    /// assert!(Advice::named("loud").unwrap_err().to_string().contains("one of set_read_mostly, "));
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn named(name: &str) -> Result<Advice> {
+        Advice::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Advice::ALL.iter().map(|a| a.name()).collect();
+            crate::Error::InvalidArgument {
+                name: "advice",
+                reason: format!("unknown advice '{name}'; one of {}", names.join(", ")),
+            }
+        })
+    }
 }
 
 /// [`MemoryError::NotManaged`] unless `memory` is managed memory.

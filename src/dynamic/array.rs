@@ -22,12 +22,14 @@ use smallvec::SmallVec;
 
 use super::any::DynDevice;
 pub use super::imported::{ImportedArray, RawImport};
+pub use super::managed::ArrayMemory;
 use super::stream::AnyStream;
 use crate::array::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use crate::array::DeviceCopyToken;
 use crate::array::{Element, Location, LockId, MemArray, Residency, ShapeError, Transfer};
 use crate::backend::order::{hold_in_order, OrderLock};
 use crate::backend::registry::AnyDevice;
+use crate::backend::{Advice, ManagedPlace, MemoryDevice};
 use crate::backend::{Device, Stream as BackendStream};
 use crate::dlpack::{DLDevice, DLDeviceType, DLPackError, ImportedTensor};
 use crate::error::{BackendKind, Error, Result};
@@ -128,6 +130,12 @@ pub trait DynArray: Send + Sync {
     fn live_exports(&self) -> usize;
     /// Marks the copy at `loc` as the only current one (a writable export may change it).
     fn mark_written(&mut self, loc: Location, lock: Option<LockId>) -> Result<()>;
+    /// Whether the device copy is managed memory (see `MemArray::is_managed`).
+    fn is_managed(&self) -> bool;
+    /// Enqueues on `s` moving the managed device copy toward `to` (see `MemArray::prefetch`).
+    fn prefetch(&mut self, to: ManagedPlace, s: &AnyStream, lock: Option<LockId>) -> Result<()>;
+    /// Gives the driver `advice` about the managed device copy (see `MemArray::advise`).
+    fn advise(&mut self, advice: Advice, place: ManagedPlace, lock: Option<LockId>) -> Result<()>;
 }
 
 /// Why an imported array's `add_index` refuses a capturing stream.
@@ -163,7 +171,7 @@ impl<T: Stored, const N: usize, D: DynDevice> Typed<T, N, D> {
     }
 }
 
-impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
+impl<T: Stored, const N: usize, D: DynDevice + MemoryDevice> DynArray for Typed<T, N, D> {
     fn dtype(&self) -> DType {
         self.dtype
     }
@@ -252,6 +260,16 @@ impl<T: Stored, const N: usize, D: DynDevice> DynArray for Typed<T, N, D> {
             Location::Device => self.a.device_ptr_mut(lock).map(drop),
         }
     }
+    fn is_managed(&self) -> bool {
+        self.a.is_managed()
+    }
+    fn prefetch(&mut self, to: ManagedPlace, s: &AnyStream, lock: Option<LockId>) -> Result<()> {
+        let s = s.of(self.a.device())?;
+        self.a.prefetch(to, s, lock)
+    }
+    fn advise(&mut self, advice: Advice, place: ManagedPlace, lock: Option<LockId>) -> Result<()> {
+        self.a.advise(advice, place, lock)
+    }
 }
 
 /// The element of type `T` whose bytes are `value`, checked for size and validity.
@@ -278,14 +296,19 @@ fn element_from_bytes<T: Element>(value: &[u8], dtype: DType) -> Result<T> {
     Ok(unsafe { value.as_ptr().cast::<T>().read_unaligned() })
 }
 
-fn new_typed<T: Stored, const N: usize, D: DynDevice>(
+fn new_typed<T: Stored, const N: usize, D: DynDevice + MemoryDevice>(
     d: &Arc<D>,
     dtype: DType,
     shape: &[usize],
+    memory: ArrayMemory,
 ) -> Result<Box<dyn DynArray>> {
     let mut s = [0usize; N];
     s.copy_from_slice(shape);
-    Ok(Box::new(Typed { a: MemArray::<T, N, D>::zeros(d, s)?, dtype }))
+    let a = match memory {
+        ArrayMemory::Device => MemArray::<T, N, D>::zeros(d, s)?,
+        ArrayMemory::Managed => MemArray::<T, N, D>::managed(d, s)?,
+    };
+    Ok(Box::new(Typed { a, dtype }))
 }
 
 /// The error for an array of `n` dimensions (more than `MAX_RANK`).
@@ -298,18 +321,34 @@ pub fn rank_error(n: usize) -> Error {
 
 /// A zero-filled array of any dtype, rank (0..=8) and device.
 pub fn new_owned(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
-    on_backend!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape),
+    new_owned_in(dev, dtype, shape, ArrayMemory::Device)
+}
+
+/// As [`new_owned`], with the device copy's memory of kind `memory`.
+pub fn new_owned_in(dev: &AnyDevice, dtype: DType, shape: &[usize], memory: ArrayMemory) -> Result<Box<dyn DynArray>> {
+    on_backend!(dev, d => with_dtype!(dtype, T => with_rank!(shape.len(), N => new_typed::<T, N, _>(d, dtype, shape, memory),
         else => Err(rank_error(shape.len())))))
 }
 
 /// A zero-filled array of `shape` (checked: at most `MAX_RANK` axes, then
 /// [`check_extents`]) and `dtype` on `dev`: `MemArray(shape, dtype, device)`.
 pub fn new_checked(dev: &AnyDevice, dtype: DType, shape: &[usize]) -> Result<Box<dyn DynArray>> {
+    new_checked_in(dev, dtype, shape, ArrayMemory::Device)
+}
+
+/// As [`new_checked`], with the device copy's memory of kind `memory`:
+/// `MemArray(shape, dtype, device, memory)`.
+pub fn new_checked_in(
+    dev: &AnyDevice,
+    dtype: DType,
+    shape: &[usize],
+    memory: ArrayMemory,
+) -> Result<Box<dyn DynArray>> {
     if shape.len() > MAX_RANK {
         return Err(rank_error(shape.len()));
     }
     check_extents(shape, dtype.itemsize())?;
-    new_owned(dev, dtype, shape)
+    new_owned_in(dev, dtype, shape, memory)
 }
 
 // ---- storage -----------------------------------------------------------------------

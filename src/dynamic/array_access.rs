@@ -98,14 +98,13 @@ impl AnyArray {
     }
 
     /// The host memory the NumPy array interface hands out, or `None` when
-    /// the array's natural copy is not host memory (then the interface is
-    /// absent). An owned array's exported copy becomes the only current one
+    /// the host cannot reach the array's natural copy (then the interface
+    /// is absent): host and pinned memory and CUDA managed memory it can. An owned array's exported copy becomes the only current one
     /// (the consumer may write it), after its pending work.
     pub fn host_interface(&mut self) -> Result<Option<HostInterface>> {
         let loc = self.natural();
         let dl = self.dl(loc);
-        let owned = matches!(self, AnyArray::Owned(_));
-        if !is_host_accessible(dl.device_type) || (owned && dl.device_type != DLDeviceType::CPU) {
+        if !is_host_accessible(dl.device_type) {
             return Ok(None);
         }
         Ok(Some(match self {

@@ -356,6 +356,11 @@ pub unsafe fn export(array: &mut AnyArray, req: ExportRequest) -> Result<Export>
             } else {
                 if let Some(s) = &consumer {
                     a.order_on(s)?;
+                    if req.stream.is_none() && is_host_accessible(final_dl.device_type) {
+                        // Managed memory: a host consumer (NumPy) passes no
+                        // stream and reads at once, so the host waits too.
+                        a.synchronize()?;
+                    }
                 } else if is_host_accessible(final_dl.device_type) && req.stream != Some(-1) {
                     // The host itself is the consumer (host-backend device
                     // copies, managed memory): wait for pending kernels.

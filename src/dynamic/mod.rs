@@ -17,6 +17,7 @@
 //! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
+//! - [`managed`]: managed memory at run time: an array's kind of memory, where to place it, an array's prefetch and advice.
 //! - [`memory`]: each device's observed resource, allocations of any backend.
 //! - [`module`]: [`AnyModule`], [`AnyKernel`] and launch.
 //! - [`raw`]: copies, memsets and allocations on address ranges, and the registry of live allocations.
@@ -44,6 +45,7 @@ pub mod graph;
 pub mod graph_slot;
 pub mod imported;
 pub mod keep;
+pub mod managed;
 pub mod memory;
 pub mod module;
 pub mod peer;

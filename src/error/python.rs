@@ -28,6 +28,7 @@ use std::fmt;
 
 use super::collective::ArgumentError;
 use super::dlpack::DLPackError;
+use super::memory::MemoryError;
 use super::{BackendKind, CollectiveErrorKind, Error, GraphErrorKind};
 use crate::error::array::{ImportRefusal, LockError, ShapeError};
 
@@ -269,6 +270,11 @@ impl Error {
             Error::Import(ImportRefusal::NotCompactHost { op: o }) => {
                 format!("{} needs compact host memory; the imported array is not", op(o))
             }
+            Error::Memory(MemoryError::NotManaged { op: o, kind }) => format!(
+                "{}: needs managed memory, and this is {kind} memory; create the array with \
+                 MemArray(shape, dtype, device, memory=\"managed\") (raw memory: runtime.malloc_managed)",
+                op(o)
+            ),
             Error::BackendNotCompiled { backend, .. } => format!(
                 "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
             ),
@@ -512,6 +518,7 @@ pub fn samples() -> Vec<Error> {
         Error::InvalidDeviceSpec { spec: "tpu:0".into(), reason: "unknown backend \"tpu\"".into() },
         Error::NoDevice { backend: BackendKind::Cuda, reason: "no device".into() },
         Error::HostTask("a kernel panicked".into()),
+        MemoryError::NotManaged { op: "prefetch", kind: "device".into() }.into(),
         ArgumentError::UnknownReduction("mean".into()).into(),
         ArgumentError::HostMemory { what: "send", device: "cuda:0".into() }.into(),
         ArgumentError::NotHeld { what: "recv" }.into(),

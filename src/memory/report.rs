@@ -91,6 +91,10 @@ pub struct SegmentReport {
     pub small: bool,
     /// Whether it is an expandable segment (`memory/pool/expandable.rs`).
     pub expandable: bool,
+    /// The id of the capture whose graph pool holds the segment
+    /// (`memory/pool/graph_pools.rs`; `Device::capture_id`), `None` for
+    /// the pool's shared memory.
+    pub graph_capture: Option<u64>,
     /// Its blocks.
     pub blocks: Vec<BlockReport>,
 }

@@ -8,7 +8,7 @@
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
 use gpuport::array::{Location, Residency};
-use gpuport::dynamic::array::new_checked;
+use gpuport::dynamic::array::{new_checked_in, ArrayMemory};
 use gpuport::dynamic::keep;
 use gpuport::error::{python, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::context::DLPackContext;
-use crate::convert::device::{resolve_device, spec, PyDevice};
+use crate::convert::device::{managed_target, resolve_device, spec, PyDevice};
 use crate::convert::dtype::{dtype_from_py, DType};
 use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
@@ -105,27 +105,33 @@ impl PyMemArray {
     /// A zero-filled array of `shape` (an int or a sequence of 0 to 8 ints,
     /// each non-negative) and `dtype` (default float64) on `device` (default:
     /// the default device). Extents, element count and byte size are at most
-    /// 2**63 - 1 (zero extents counted as one).
+    /// 2**63 - 1 (zero extents counted as one). `memory` is the device
+    /// copy's memory: `"device"` (default) or `"managed"` (unified memory,
+    /// which the host reaches too: see `prefetch`; `UnsupportedError` on a
+    /// device without it; on the host backend, the heap); any other value
+    /// is `InvalidArgumentError` (a `ValueError`).
     #[new]
-    #[pyo3(signature = (shape, dtype=None, device=None))]
+    #[pyo3(signature = (shape, dtype=None, device=None, memory="device"))]
     fn new(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: Option<&Bound<'_, PyAny>>,
         device: Option<&Bound<'_, PyAny>>,
+        memory: &str,
     ) -> PyResult<Self> {
         let shape = parse_shape(shape)?;
         let dtype = match dtype {
             Some(d) => dtype_from_py(d)?,
             None => DType::Float64,
         };
+        let memory = ArrayMemory::named(memory).py_err(py)?;
         let dev = resolve_device(py, device)?;
         // A host array's zeros are written on first use: nothing here
         // blocks, so the GIL is kept (releasing it costs a switch).
         let st = if dev.backend() == BackendKind::Host {
-            new_checked(&dev, dtype, &shape)
+            new_checked_in(&dev, dtype, &shape, memory)
         } else {
-            py.detach(|| new_checked(&dev, dtype, &shape))
+            py.detach(|| new_checked_in(&dev, dtype, &shape, memory))
         };
         Ok(PyMemArray::from_owned(st.py_err(py)?))
     }
@@ -558,5 +564,66 @@ impl PyMemArray {
             spec(&self.meta.device),
             self.residency(py).unwrap_or("busy")
         )
+    }
+
+    // ---- managed memory (`MemArray(..., memory="managed")`) ----
+
+    /// Whether the device copy is managed memory (`memory="managed"`).
+    ///
+    ///     >>> import gpuport
+    ///     >>> gpuport.MemArray(3, device="host", memory="managed").is_managed
+    ///     True
+    #[getter]
+    fn is_managed(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.state(py)?.is_managed())
+    }
+
+    /// Enqueues on `stream` moving a managed array's device copy toward
+    /// `location` (`cudaMemPrefetchAsync`): `"device"` or None (the
+    /// array's device), `"host"`, or a device of its backend (a `Device`,
+    /// a spec, a CUDA ordinal). Contents and residency do not change. An
+    /// array that is not managed raises `GpuError` (create it with
+    /// `memory="managed"`); a device that cannot take the memory raises
+    /// `GpuError`, one of another backend `InvalidArgumentError`. On the
+    /// host backend nothing moves.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(4, "float32", device="host", memory="managed")
+    ///     >>> a.prefetch("host")
+    ///     >>> a.prefetch()
+    ///     >>> gpuport.MemArray(4, device="host").prefetch()
+    ///     Traceback (most recent call last):
+    ///     gpuport.GpuError: prefetch: needs managed memory, and this is device memory; create the array with MemArray(shape, dtype, device, memory="managed") ...
+    #[pyo3(signature = (location=None, stream=None))]
+    fn prefetch(
+        &self,
+        py: Python<'_>,
+        location: Option<&Bound<'_, PyAny>>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let to = managed_target(py, location)?;
+        let s = resolve_stream(py, &self.meta.device, stream)?;
+        let mut st = self.state(py)?;
+        py.detach(|| st.prefetch(&to, &s, None)).py_err_in(py, "prefetch")
+    }
+
+    /// Gives the driver `advice` about a managed array's device copy for
+    /// `device` (`cudaMemAdvise`): `"set_read_mostly"`,
+    /// `"unset_read_mostly"`, `"set_preferred_location"`,
+    /// `"unset_preferred_location"`, `"set_accessed_by"` or
+    /// `"unset_accessed_by"` (as `DeviceArray.advise`); `device` as
+    /// `prefetch`'s `location`. Errors as `prefetch`'s; an unknown advice is
+    /// `InvalidArgumentError`.
+    ///
+    ///     >>> import gpuport
+    ///     >>> a = gpuport.MemArray(4, "float32", device="host", memory="managed")
+    ///     >>> a.advise("set_read_mostly")
+    ///     >>> a.advise("set_preferred_location", "host")
+    #[pyo3(signature = (advice, device=None))]
+    fn advise(&self, py: Python<'_>, advice: &str, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let advice = gpuport::Advice::named(advice).py_err_in(py, "advise")?;
+        let place = managed_target(py, device)?;
+        let mut st = self.state(py)?;
+        py.detach(|| st.advise(advice, &place, None)).py_err_in(py, "advise")
     }
 }

@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex};
 
 use gpuport::dynamic::raw::{Place, RawAllocation};
 use gpuport::error::python;
-use gpuport::{Advice, AnyDevice, BackendKind, ManagedPlace};
+use gpuport::{Advice, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::convert::cai::{itemsize_of, CaiDesc, ReadInterface};
-use crate::convert::device::open_device;
+use crate::convert::device::managed_target;
 use crate::convert::pointer::{state, to_ptr, Ptr, PyPointer};
 use crate::convert::stream::resolve_stream;
 use crate::errors::IntoPyResult;
@@ -246,7 +246,7 @@ impl PyDeviceArray {
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let a = self.allocation("prefetch")?;
-        let place = managed_place(py, a.device(), to)?;
+        let place = managed_target(py, to)?.place_for(a.device()).py_err(py)?;
         let stream = resolve_stream(py, a.device(), stream)?;
         py.detach(|| a.prefetch(place, &stream)).py_err(py)
     }
@@ -255,24 +255,20 @@ impl PyDeviceArray {
     /// (``cudaMemAdvise``): ``"set_read_mostly"``, ``"unset_read_mostly"``,
     /// ``"set_preferred_location"``, ``"unset_preferred_location"``,
     /// ``"set_accessed_by"`` or ``"unset_accessed_by"``; ``device`` as
-    /// ``prefetch``'s ``to``.
+    /// ``prefetch``'s ``to``. An unknown advice is ``InvalidArgumentError``
+    /// (a ``ValueError``).
     ///
     ///     >>> from gpuport import runtime as rt
     ///     >>> m = rt.malloc_managed(64, device="host")
     ///     >>> m.advise("set_preferred_location", "host")
     ///     >>> m.advise("loud")
     ///     Traceback (most recent call last):
-    ///     ValueError: advise: unknown advice 'loud'; one of set_read_mostly, unset_read_mostly, set_preferred_location, unset_preferred_location, set_accessed_by, unset_accessed_by
+    ///     gpuport.InvalidArgumentError: invalid argument advice: unknown advice 'loud'; one of set_read_mostly, unset_read_mostly, set_preferred_location, unset_preferred_location, set_accessed_by, unset_accessed_by
     #[pyo3(signature = (advice, device=None))]
     fn advise(&self, py: Python<'_>, advice: &str, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let Some(advice) = Advice::ALL.into_iter().find(|a| a.name() == advice) else {
-            let names: Vec<&str> = Advice::ALL.iter().map(|a| a.name()).collect();
-            return Err(PyValueError::new_err(
-                format!("advise: unknown advice {advice:?}; one of {}", names.join(", ")).replace('"', "'"),
-            ));
-        };
+        let advice = Advice::named(advice).py_err_in(py, "advise")?;
         let a = self.allocation("advise")?;
-        let place = managed_place(py, a.device(), device)?;
+        let place = managed_target(py, device)?.place_for(a.device()).py_err(py)?;
         py.detach(|| a.advise(advice, place)).py_err(py)
     }
 
@@ -485,25 +481,4 @@ impl PyDeviceArray {
         ));
         Py::new(py, init)
     }
-}
-
-/// Where to place managed memory of `owner`'s device: `None` is that
-/// device, `"host"` or `"cpu"` the host, anything else a device of the same
-/// backend.
-fn managed_place(py: Python<'_>, owner: &AnyDevice, obj: Option<&Bound<'_, PyAny>>) -> PyResult<ManagedPlace> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(ManagedPlace::Device(owner.info().ordinal));
-    };
-    if o.extract::<String>().is_ok_and(|s| s == "host" || s == "cpu") {
-        return Ok(ManagedPlace::Host);
-    }
-    let dev = open_device(py, Some(o))?;
-    if dev.backend() != owner.backend() {
-        return Err(PyValueError::new_err(format!(
-            "managed memory of {} is placed on the host or a device of its backend, not on {}",
-            owner.info().spec(),
-            dev.info().spec()
-        )));
-    }
-    Ok(ManagedPlace::Device(dev.info().ordinal))
 }

@@ -117,6 +117,36 @@ def test_snapshot_segments_add_up_to_the_pools_stats(device):
     large.free()
 
 
+def test_a_graph_pools_segments_carry_its_pool_id(device):
+    """As PyTorch's snapshot: ``segment_pool_id`` is (0, 0) for the pool's
+    shared memory and (capture id, 0) for a capture's private (graph) pool,
+    one id per capture."""
+    s = gpuport.Stream(device)
+    shared = gm.alloc(4096, stream=s, device=device)
+    captured = []
+    graphs = []
+    for _ in range(2):
+        with s.capture() as g:
+            captured.append([gm.alloc(4096, stream=s, device=device) for _ in range(2)])
+        graphs.append(g)
+    snap = gm.snapshot(device.backend)
+    check_viewer_fields(snap)
+    segs = [seg for seg in snap["segments"] if seg["device"] == device.ordinal]
+
+    def pool_id(ptr):
+        return next(seg for seg in segs if any(b["address"] == ptr for b in seg["blocks"]))["segment_pool_id"]
+
+    assert pool_id(shared.ptr) == (0, 0)
+    ids = [{pool_id(a.ptr) for a in allocations} for allocations in captured]
+    assert all(len(i) == 1 for i in ids), f"one pool id per capture: {ids}"
+    (first,), (second,) = ids
+    assert first[0] != 0 and second[0] != 0 and first[1] == second[1] == 0, ids
+    assert first != second, "two captures, two graph pools"
+    for a in [shared] + [a for allocations in captured for a in allocations]:
+        a.free()
+    del graphs
+
+
 def test_the_history_keeps_at_most_max_entries(recording):
     gm.record_memory_history(max_entries=5, stacks=None)
     for _ in range(10):

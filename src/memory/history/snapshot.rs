@@ -65,6 +65,10 @@ pub struct SegmentSnapshot {
     pub small: bool,
     /// An expandable segment (`is_expandable`).
     pub expandable: bool,
+    /// PyTorch's `segment_pool_id`: `(0, 0)` for the pool's shared memory,
+    /// `(capture id, 0)` for a graph pool's segment, as PyTorch names the
+    /// private pool of a capture made without `pool=`.
+    pub pool_id: (u64, u64),
     /// Bytes in allocated blocks.
     pub allocated_size: usize,
     /// Bytes in allocated blocks and blocks awaiting their events.
@@ -117,6 +121,7 @@ impl Snapshot {
                 stream: seg.stream,
                 small: seg.small,
                 expandable: seg.expandable,
+                pool_id: (seg.graph_capture.unwrap_or(0), 0),
                 allocated_size: 0,
                 active_size: 0,
                 requested_size: 0,
@@ -225,7 +230,7 @@ fn segment_value(s: &SegmentSnapshot) -> Value {
         ("requested_size", s.requested_size.into()),
         ("stream", s.stream.into()),
         ("segment_type", if s.small { "small" } else { "large" }.into()),
-        ("segment_pool_id", Value::Tuple(vec![Value::Int(0), Value::Int(0)])),
+        ("segment_pool_id", Value::Tuple(vec![s.pool_id.0.into(), s.pool_id.1.into()])),
         ("is_expandable", Value::Bool(s.expandable)),
         ("frames", Value::List(Vec::new())),
         ("blocks", Value::List(blocks)),

@@ -706,6 +706,11 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
                 stream: seg.stream,
                 small: self.nodes[seg.first as usize].small,
                 expandable: seg._memory.is_none(),
+                graph_capture: self
+                    .graph_pools
+                    .iter()
+                    .find(|g| seg.graph != 0 && g.serial == seg.graph)
+                    .map(|g| g.capture),
                 blocks,
             });
         }

@@ -13,6 +13,14 @@ ROCM_COMPILED: bool
 
 _StreamLike = Union["Stream", int, Any, None]
 _DeviceLike = Union["Device", str, int, None]
+_Advice = Literal[
+    "set_read_mostly",
+    "unset_read_mostly",
+    "set_preferred_location",
+    "unset_preferred_location",
+    "set_accessed_by",
+    "unset_accessed_by",
+]
 _CaptureMode = Literal["global", "thread_local", "relaxed"]
 
 class GpuError(RuntimeError):
@@ -105,7 +113,13 @@ class MemArray:
     """An N-dimensional array (0 to 8 dimensions) with a host copy and a
     device copy, or a zero-copy import of another library's array."""
 
-    def __new__(cls, shape: Union[int, Any], dtype: Any = None, device: _DeviceLike = None) -> Self: ...
+    def __new__(
+        cls,
+        shape: Union[int, Any],
+        dtype: Any = None,
+        device: _DeviceLike = None,
+        memory: Literal["device", "managed"] = "device",
+    ) -> Self: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
@@ -170,6 +184,10 @@ class MemArray:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
+    @property
+    def is_managed(self) -> bool: ...
+    def prefetch(self, location: _DeviceLike = None, stream: _StreamLike = None) -> None: ...
+    def advise(self, advice: _Advice, device: _DeviceLike = None) -> None: ...
 
 @final
 class DLPackContext:

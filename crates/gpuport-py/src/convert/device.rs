@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+use gpuport::dynamic::managed::ManagedTarget;
 use gpuport::dynamic::memory::AnyResources;
 use gpuport::dynamic::AnyStream;
 use gpuport::AnyDevice;
@@ -161,4 +162,18 @@ impl std::hash::Hash for PyDevice {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         spec(&self.0).hash(state)
     }
+}
+
+/// Where to place managed memory, from `None` (the memory's own device),
+/// a name (`"device"`, `"host"`, `"cpu"`, or a device spec such as
+/// `"cuda:1"`), an int (a CUDA ordinal) or a `Device`; the rule is the
+/// core's ([`ManagedTarget`]).
+pub fn managed_target(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<ManagedTarget> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(ManagedTarget::Own);
+    };
+    if let Ok(name) = o.extract::<String>() {
+        return ManagedTarget::named(&name).py_err(py);
+    }
+    Ok(ManagedTarget::Device(open_device(py, Some(o))?))
 }
