@@ -26,6 +26,7 @@
 //! - [`graph`]: capture on an [`AnyStream`], [`AnyGraph`], [`AnyGraphExec`].
 //! - [`exclusive`]: [`Exclusive`], a value threads use one at a time, whose waits a binding can run without its interpreter lock.
 //! - [`graph_slot`]: one captured graph's life (empty, capturing, ready), as a binding's `Graph` holds it.
+//! - [`lock_context`]: one `get_dlpack` block's life (fresh, entered, closed): its lock id, and which export it allows when.
 //! - [`peer`]: peer access between two devices of one backend.
 //! - [`target`]: which copy of an array a move or an export goes to, as a caller names it.
 
@@ -45,6 +46,7 @@ pub mod graph;
 pub mod graph_slot;
 pub mod imported;
 pub mod keep;
+pub mod lock_context;
 pub mod managed;
 pub mod memory;
 pub mod module;

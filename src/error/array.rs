@@ -129,6 +129,20 @@ pub enum LockError {
         /// The id that tried to enter.
         requested: u64,
     },
+    /// A lock context (`src/dynamic/lock_context.rs`) entered a second time.
+    #[error("the lock context with id {id} is already entered; a context is entered once")]
+    BlockEntered {
+        /// The block's lock id.
+        id: u64,
+    },
+    /// A lock context used after its exit.
+    #[error("{op}: the lock context with id {id} has exited; make a new LockContext")]
+    BlockEnded {
+        /// The operation.
+        op: &'static str,
+        /// The block's lock id.
+        id: u64,
+    },
     /// A thread that holds an object's `Exclusive` (`src/dynamic/exclusive.rs`)
     /// locked it again (a callback run under the lock called the object).
     #[error("this {what} is already locked by this thread: a call on it is still running and called it again")]

@@ -148,4 +148,11 @@ pub enum DLPackError {
     /// A view over borrowed memory has no owner to keep alive in an export.
     #[error("this view borrows memory it cannot keep alive, so it cannot be exported as a managed tensor; export the MemArray it came from, or use to_dlpack() for a borrowed DLTensor")]
     NoOwner,
+    /// An export through a lock context whose block has ended
+    /// (`src/dynamic/lock_context.rs`).
+    #[error("the lock context with id {id} has exited; the array may have moved or changed since, so make a new LockContext (tensors exported inside stay valid)")]
+    BlockEnded {
+        /// The block's lock id.
+        id: u64,
+    },
 }

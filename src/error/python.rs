@@ -249,6 +249,17 @@ impl Error {
                 "get_dlpack: the array is already locked by a `with array.get_dlpack()` block (lock id {held}); blocks on \
                  one array cannot nest or overlap, in one thread or several"
             ),
+            Error::Lock(LockError::BlockEntered { id }) => {
+                format!("this get_dlpack block (lock id {id}) is already entered; a context is entered once")
+            }
+            Error::Lock(LockError::BlockEnded { op: o, id }) => format!(
+                "{o}: this get_dlpack block has ended (lock id {id}); call array.get_dlpack() again for a new block"
+            ),
+            Error::DLPack(DLPackError::BlockEnded { id }) => format!(
+                "{}: this get_dlpack block has ended (lock id {id}); the array may have moved or changed since, \
+                 so call array.get_dlpack() again (tensors taken inside the block stay valid)",
+                call.unwrap_or("__dlpack__")
+            ),
             Error::Lock(LockError::Busy { what }) => format!(
                 "this {what} is busy in this thread: a call on it is still running and the Python code it ran \
                  (a callback such as __index__, __dlpack__ or __del__) called it again; call it after that call returns"

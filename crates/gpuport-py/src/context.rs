@@ -1,42 +1,20 @@
 //! `DLPackContext`, what `MemArray.get_dlpack()` returns: a context manager
 //! that locks the array for its `with` block and exports it through DLPack
-//! with the lock id.
-//!
-//! A context is used once: fresh (exports without a lock, as a plain
-//! export), entered (holds the array's lock id; exports with it), then
-//! closed (exports nothing more: the array may move or change its data
-//! after the block; tensors taken inside keep their memory alive, so they
-//! stay safe to read and write, but they no longer track the array).
-//! `__exit__` always gives the lock back: it waits (GIL released) for a
-//! call another thread is making on the array and cannot fail to unlock.
-
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+//! with the lock id. Its life (fresh, entered, closed) and which export it
+//! allows when are the core's `LockContext` (`src/dynamic/lock_context.rs`);
+//! this class converts arguments and holds the array and the stream.
 
 use gpuport::array::Location;
+use gpuport::dynamic::exchange::{dl_pair, ExportRequest};
+use gpuport::dynamic::lock_context::LockContext;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::convert::capsule::make_capsule;
 use crate::convert::stream::StreamArg;
-use crate::errors::{self, IntoPyResult};
-use crate::exchange::{parse_dl_device, parse_version, ExportRequest};
+use crate::errors::IntoPyResult;
+use crate::exchange::{parse_dl_device, parse_version};
 use crate::memarray::PyMemArray;
-
-const FRESH: u8 = 0;
-const ENTERED: u8 = 1;
-const CLOSED: u8 = 2;
-
-/// Lock ids handed out by `get_dlpack`: a per-process random base plus a counter.
-fn next_lock_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let base = *BASE.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(std::process::id() as u64);
-        h.finish() >> 16
-    });
-    base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) | 1
-}
 
 /// The object `MemArray.get_dlpack()` returns: a context manager that locks
 /// the array for its block and exports it through DLPack with the lock id.
@@ -55,29 +33,16 @@ fn next_lock_id() -> u64 {
 #[pyclass(module = "gpuport._core", name = "DLPackContext", frozen)]
 pub struct DLPackContext {
     array: Py<PyMemArray>,
-    lock_id: u64,
-    readonly: bool,
-    /// The copy `get_dlpack(device_type)` asked for, and the stream to move it
-    /// on (a foreign stream's object kept with it).
-    prefer: Option<(Location, StreamArg)>,
-    /// FRESH, ENTERED or CLOSED; changed only while holding the array's lock.
-    phase: AtomicU8,
+    block: LockContext,
+    /// The stream to move the copy `get_dlpack(device_type)` asked for on
+    /// (a foreign stream's object kept with it).
+    stream: Option<StreamArg>,
 }
 
 impl DLPackContext {
     pub fn new(array: Py<PyMemArray>, readonly: bool, prefer: Option<(Location, StreamArg)>) -> Self {
-        DLPackContext { array, lock_id: next_lock_id(), readonly, prefer, phase: AtomicU8::new(FRESH) }
-    }
-
-    fn ended(&self, py: Python<'_>, what: &str) -> PyErr {
-        errors::dlpack(
-            py,
-            format!(
-                "{what}: this get_dlpack block has ended (lock id {}); the array may have moved or changed since, \
-                 so call array.get_dlpack() again (tensors taken inside the block stay valid)",
-                self.lock_id
-            ),
-        )
+        let (prefer, stream) = prefer.unzip();
+        DLPackContext { array, block: LockContext::new(readonly, prefer), stream }
     }
 }
 
@@ -86,7 +51,7 @@ impl DLPackContext {
     /// The lock id this context holds inside its `with` block.
     #[getter]
     fn lock_id(&self) -> u64 {
-        self.lock_id
+        self.block.lock_id()
     }
 
     /// The array.
@@ -100,34 +65,14 @@ impl DLPackContext {
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         let py = slf.py();
         let me = slf.get();
-        let array = me.array.bind(py).get();
-        let mut st = array.state(py)?;
-        match me.phase.load(Ordering::Acquire) {
-            FRESH => {}
-            ENTERED => {
-                return Err(errors::lock(
-                    py,
-                    format!("this get_dlpack block (lock id {}) is already entered; a context is entered once", me.lock_id),
-                ))
-            }
-            _ => {
-                return Err(errors::lock(
-                    py,
-                    format!(
-                        "__enter__: this get_dlpack block has ended (lock id {}); call array.get_dlpack() again for a new block",
-                        me.lock_id
-                    ),
-                ))
-            }
-        }
-        // The core re-moves an owned array to the copy asked for (another
-        // thread may have moved it since get_dlpack()), now locked.
-        let entered = match &me.prefer {
-            Some((to, s)) => py.detach(|| st.enter_block(me.lock_id, Some((*to, s)))),
-            None => st.enter_block(me.lock_id, None),
+        let mut st = me.array.bind(py).get().state(py)?;
+        let stream = me.stream.as_deref();
+        // A move waits for the device: without the GIL.
+        let entered = match me.block.prefer() {
+            Some(_) => py.detach(|| me.block.enter(&mut st, stream)),
+            None => me.block.enter(&mut st, stream),
         };
         entered.py_err_in(py, "get_dlpack")?;
-        me.phase.store(ENTERED, Ordering::Release);
         drop(st);
         Ok(slf)
     }
@@ -135,13 +80,8 @@ impl DLPackContext {
     /// Unlocks the array (whatever happened in the block) and closes the context.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let array = self.array.bind(py).get();
-        let mut st = array.state(py)?;
-        // Only an entered block closes; exiting a fresh or closed one releases nothing.
-        let was_entered = self.phase.compare_exchange(ENTERED, CLOSED, Ordering::AcqRel, Ordering::Acquire).is_ok();
-        if was_entered && st.lock_id() == Some(self.lock_id) {
-            st.exit();
-        }
+        let mut st = self.array.bind(py).get().state(py)?;
+        self.block.exit(&mut st);
         Ok(false)
     }
 
@@ -156,29 +96,23 @@ impl DLPackContext {
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let array = self.array.bind(py).get();
-        let mut req = ExportRequest {
+        let req = ExportRequest {
             stream,
             max_version: parse_version(max_version)?,
             dl_device: parse_dl_device(dl_device)?,
             copy,
-            read_only: self.readonly,
-            lock: None,
-            prefer: self.prefer.as_ref().map(|(l, _)| *l),
+            ..Default::default()
         };
-        let mut st = array.state(py)?;
-        match self.phase.load(Ordering::Acquire) {
-            FRESH => {}
-            ENTERED => req.lock = Some(gpuport::array::LockId(self.lock_id)),
-            _ => return Err(self.ended(py, "__dlpack__")),
-        }
-        crate::exchange::export(py, &mut st, req)
+        let mut st = self.array.bind(py).get().state(py)?;
+        // SAFETY: `stream` is the consumer's, as `__dlpack__` received it:
+        // the DLPack standard requires it to be a sentinel or a live stream
+        // of the array's device.
+        let e = py.detach(|| unsafe { self.block.export(&mut st, req) }).py_err_in(py, "__dlpack__")?;
+        make_capsule(py, e)
     }
 
     fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
-        let array = self.array.bind(py).get();
-        let st = array.state(py)?;
-        let loc = self.prefer.as_ref().map(|(l, _)| *l).unwrap_or_else(|| st.natural());
-        Ok(crate::exchange::dl_pair(st.dl(loc)))
+        let st = self.array.bind(py).get().state(py)?;
+        Ok(dl_pair(self.block.dl_device(&st)))
     }
 }
