@@ -710,7 +710,7 @@ fn cuda_array_interfaces_are_checked_before_their_memory_is_trusted(#[case] spec
     let keep: Arc<dyn Send + Sync> = a.clone();
     // SAFETY (every import below): the interface describes 16 floats of `a`,
     // device memory of `dev` kept alive by `keep`; no stream is given.
-    let import = |c: CudaArrayInterface| unsafe { c.import(&dev, keep.clone()) };
+    let import = |c: CudaArrayInterface| unsafe { c.import(Some(&dev), keep.clone()) };
     let refused = |c: CudaArrayInterface, says: &str| {
         let e = import(c).err().expect("refused");
         assert!(e.to_string().contains(says), "{e} (expected {says:?})");

@@ -1,5 +1,6 @@
 //! Rules of the run-time layer that a binding's calls follow, on every
-//! backend: a `get_dlpack` block's life (`dynamic::lock_context`).
+//! backend: a `get_dlpack` block's life (`dynamic::lock_context`) and the
+//! default device of a CUDA Array Interface import (`dynamic::cai`).
 
 mod common;
 
@@ -97,4 +98,30 @@ fn a_block_exports_the_copy_it_prefers_with_the_flags_it_was_made_with(#[case] s
     let t = export_in(&block, &mut a, versioned()).unwrap().into_versioned();
     assert_eq!(t.dl_tensor().device.device_type, DLDeviceType::CPU);
     assert!(block.exit(&mut a));
+}
+
+// ---- dynamic::cai ---------------------------------------------------------------------
+
+#[test]
+fn a_cuda_array_interface_without_a_device_is_imported_on_cuda_0() {
+    use gpuport::dynamic::cai::{CudaArrayInterface, DEFAULT_DEVICE};
+    let empty = CudaArrayInterface {
+        version: Some(3),
+        shape: Some(vec![0]),
+        typestr: Some("<f4".into()),
+        ..Default::default()
+    };
+    // SAFETY: an empty array: no memory is read or written.
+    let imported = unsafe { empty.import(None, std::sync::Arc::new(())) };
+    match gpuport::open(DEFAULT_DEVICE) {
+        Ok(dev) => {
+            let a = AnyArray::Imported(imported.unwrap());
+            assert!(gpuport::dynamic::same_device(&a.device(), &dev), "imported on {}", a.device().info().spec());
+        }
+        Err(open) => {
+            let e = imported.err().expect("no CUDA device here, yet imported");
+            assert_eq!(e.to_string(), open.to_string(), "the error is not the default device's");
+        }
+    }
+    assert_eq!(DEFAULT_DEVICE, "cuda:0");
 }

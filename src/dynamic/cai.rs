@@ -110,6 +110,9 @@ pub fn itemsize_of(typestr: &str) -> Result<usize> {
     }
 }
 
+/// The device an interface's memory is imported on when the caller names none.
+pub const DEFAULT_DEVICE: &str = "cuda:0";
+
 /// What an object's `__cuda_array_interface__` says, as a binding read it.
 #[derive(Debug, Clone, Default)]
 pub struct CudaArrayInterface {
@@ -139,6 +142,7 @@ impl CudaArrayInterface {
     }
 
     /// Imports the memory the interface describes on `device` (a CUDA
+    /// device; `None`: `cuda:0`, opened first, as the interface names no
     /// device), without a copy; `keep` (the producer) is kept alive while
     /// the array, or an export of it, is. With a `stream` (version 3),
     /// `device`'s default stream waits for it.
@@ -155,7 +159,15 @@ impl CudaArrayInterface {
     /// shape, strides and type described, valid while `keep` lives and
     /// writable unless `read_only`, and that `stream`, where given, is a
     /// live stream of `device`.
-    pub unsafe fn import(self, device: &AnyDevice, keep: Arc<dyn Send + Sync>) -> Result<ImportedArray> {
+    pub unsafe fn import(self, device: Option<&AnyDevice>, keep: Arc<dyn Send + Sync>) -> Result<ImportedArray> {
+        let default;
+        let device = match device {
+            Some(d) => d,
+            None => {
+                default = crate::open(DEFAULT_DEVICE)?;
+                &default
+            }
+        };
         let Some(version) = self.version else {
             return Err(invalid(
                 "__cuda_array_interface__",

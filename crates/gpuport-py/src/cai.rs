@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use gpuport::dynamic::cai::{self, InterfaceExport};
-use gpuport::AnyDevice;
 use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -61,15 +60,17 @@ pub fn from_cuda_array_interface(
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyMemArray> {
     let desc = CaiDesc::read(obj)?;
-    let dev: AnyDevice = match device {
-        Some(d) if !d.is_none() => resolve_device(py, Some(d))?,
-        _ => py.detach(|| gpuport::open("cuda:0")).py_err(py)?,
+    let dev = match device {
+        Some(d) if !d.is_none() => Some(resolve_device(py, Some(d))?),
+        _ => None,
     };
     let keep = Arc::new(PyOwner(obj.clone().unbind()));
     // SAFETY: the CUDA Array Interface's producer states that `data` is
     // device memory of the shape, strides and type it describes, valid
     // while `obj` lives (kept here) and writable unless flagged read-only,
-    // and that its `stream` is a live stream of the device.
-    let f = unsafe { desc.import(&dev, keep) };
+    // and that its `stream` is a live stream of the device. Opening the
+    // default device, or waiting for the producer's stream, can take long:
+    // without the GIL.
+    let f = py.detach(|| unsafe { desc.import(dev.as_ref(), keep) });
     Ok(PyMemArray::from_imported(f.py_err(py)?))
 }
