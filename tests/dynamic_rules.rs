@@ -1,6 +1,7 @@
 //! Rules of the run-time layer that a binding's calls follow, on every
-//! backend: a `get_dlpack` block's life (`dynamic::lock_context`) and the
-//! default device of a CUDA Array Interface import (`dynamic::cai`).
+//! backend: a `get_dlpack` block's life (`dynamic::lock_context`), the
+//! default device of a CUDA Array Interface import (`dynamic::cai`), and
+//! the runtime's argument names and whole calls (`dynamic::runtime`).
 
 mod common;
 
@@ -124,4 +125,128 @@ fn a_cuda_array_interface_without_a_device_is_imported_on_cuda_0() {
         }
     }
     assert_eq!(DEFAULT_DEVICE, "cuda:0");
+}
+
+// ---- dynamic::runtime: names and whole calls ------------------------------------------
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use gpuport::dynamic::raw::{self, Place, RawAllocation, RawRange};
+use gpuport::dynamic::runtime::{self, CopyDirection, StreamChoice, Whole};
+use gpuport::dynamic::{keep, AnyModule, AnyStream, Code};
+use gpuport::{builtin, KernelArgs, LaunchConfig, MemoryKind};
+
+#[test]
+fn copy_directions_are_named_as_hip_names_them_and_a_bad_name_lists_the_good_ones() {
+    use CopyDirection::*;
+    let table = [
+        ("host_to_host", "HtoH", HostToHost),
+        ("host_to_device", "HtoD", HostToDevice),
+        ("device_to_host", "DtoH", DeviceToHost),
+        ("device_to_device", "DtoD", DeviceToDevice),
+    ];
+    for (kind, (long, short, dir)) in table.into_iter().enumerate() {
+        assert_eq!(CopyDirection::from_name(long).unwrap(), dir);
+        assert_eq!(CopyDirection::from_name(short).unwrap(), dir);
+        assert_eq!(CopyDirection::from_hip_kind(kind as i64).unwrap(), dir, "hipMemcpyKind {kind}");
+        assert_eq!(dir.name(), long);
+    }
+    assert_eq!(CopyDirection::from_name("default").unwrap(), Default);
+    assert_eq!(CopyDirection::from_hip_kind(4).unwrap(), Default);
+    assert_eq!(Default.locations(), None);
+    assert_eq!(HostToDevice.locations(), Some((Location::Host, Location::Device)));
+    assert_eq!(DeviceToHost.locations(), Some((Location::Device, Location::Host)));
+    let e = CopyDirection::from_name("sideways").unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            r#"memcpy kind "sideways": use "host_to_host", "host_to_device", "device_to_host", "device_to_device" or "default""#
+        ),
+        "{e}"
+    );
+    assert_eq!(e.python_class().name(), "InvalidArgumentError");
+    for bad in [-1, 5, 9, i64::MAX] {
+        let e = CopyDirection::from_hip_kind(bad).unwrap_err();
+        assert!(e.to_string().ends_with(&format!("memcpy kind {bad}: 0..=4 (hipMemcpyKind order)")), "{e}");
+    }
+    assert!(CopyDirection::from_name("Default").is_err(), "names are case-sensitive");
+}
+
+#[test]
+fn malloc_kinds_are_device_pinned_or_managed() {
+    assert_eq!(runtime::memory_kind_from_name("device").unwrap(), MemoryKind::Device);
+    assert_eq!(runtime::memory_kind_from_name("pinned").unwrap(), MemoryKind::Pinned);
+    assert_eq!(runtime::memory_kind_from_name("host").unwrap(), MemoryKind::Pinned);
+    assert_eq!(runtime::memory_kind_from_name("managed").unwrap(), MemoryKind::Managed);
+    let e = runtime::memory_kind_from_name("shared").unwrap_err();
+    assert!(e.to_string().ends_with(r#"kind "shared": use "device", "pinned" or "managed""#), "{e}");
+}
+
+/// A range over all of a raw allocation.
+fn whole(a: &RawAllocation) -> RawRange {
+    // SAFETY: every caller keeps `a` until the work given the range has run
+    // (a waiting call, or the allocation is among the owners it keeps).
+    unsafe { RawRange::new(a.ptr(), a.place(), Some(a.len()), None, true) }
+}
+
+/// Work that takes a while on `s`: the built-in sleep kernel, `ms` milliseconds.
+fn busy(s: &AnyStream, ms: u64) {
+    let sleep =
+        AnyModule::load(&s.device(), &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&(ms * 1_000_000));
+    let on = StreamChoice::stream(s.clone());
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { runtime::launch(&sleep, builtin::SLEEP_NS, LaunchConfig::linear(1, 1), &args, None, on) }
+        .unwrap()
+        .keep(())
+        .unwrap();
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_whole_runtime_call_prunes_first_runs_unlocked_once_and_keeps_its_owners_until_its_work_has_run(
+    #[case] spec: &str,
+) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, MemoryKind::Device, 1 << 20).unwrap();
+    let unlocked_runs = AtomicUsize::new(0);
+    let call = |stream: StreamChoice, wait: bool, owners: Arc<()>| Whole {
+        stream,
+        wait,
+        owners: (a.clone(), owners),
+        unlocked: |op: runtime::Blocking<'_>| {
+            unlocked_runs.fetch_add(1, Ordering::Relaxed);
+            op()
+        },
+    };
+    let owner = Arc::new(());
+    busy(&s, 300);
+    runtime::memset_and_keep(&whole(&a), 3, 1 << 20, call(StreamChoice::stream(s.clone()), false, owner.clone()))
+        .unwrap();
+    keep::prune();
+    assert_eq!(Arc::strong_count(&owner), 2, "the owners went before the memset ran");
+    s.synchronize().unwrap();
+    // The next whole call drops the owners of the finished memset first.
+    let mut out = [0u8; 16];
+    // SAFETY: `out` outlives the waiting copy below.
+    let host = unsafe { RawRange::new(out.as_mut_ptr() as u64, Place::Host, Some(16), None, true) };
+    let copied = Arc::new(());
+    let dir = CopyDirection::Default;
+    runtime::memcpy_and_keep(&host, &whole(&a), 16, dir, call(StreamChoice::Default, true, copied.clone())).unwrap();
+    assert_eq!(Arc::strong_count(&owner), 1, "the finished memset's owners outlived the next call");
+    assert_eq!(Arc::strong_count(&copied), 1, "a waiting call keeps nothing");
+    assert_eq!(out, [3; 16]);
+    let refused = Arc::new(());
+    let e = runtime::memset_and_keep(&whole(&a), 1, (1 << 20) + 1, call(StreamChoice::Default, true, refused.clone()))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "dst", .. }), "{e}");
+    assert_eq!(Arc::strong_count(&refused), 1, "a refused call kept its owners");
+    let peer = call(StreamChoice::stream(s.clone()), true, Arc::new(()));
+    let b = raw::alloc(&dev, MemoryKind::Device, 16).unwrap();
+    runtime::memcpy_peer_and_keep((&whole(&b), &dev), (&whole(&a), &dev), 16, peer).unwrap();
+    assert_eq!(unlocked_runs.load(Ordering::Relaxed), 4, "each call runs its enqueue unlocked once");
 }

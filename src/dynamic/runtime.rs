@@ -33,7 +33,7 @@ use super::raw::{self, RawAllocation, RawRange};
 use super::stream::AnyStream;
 use crate::array::Location;
 use crate::backend::registry::AnyDevice;
-use crate::backend::{builtin, KernelArgs, LaunchConfig};
+use crate::backend::{builtin, KernelArgs, LaunchConfig, MemoryKind};
 use crate::error::{BackendKind, Error, Result};
 
 /// The device a call runs on when nothing names one: `GPUPORT_DEVICE`, else
@@ -270,6 +270,160 @@ pub fn memset(dst: &RawRange, value: u8, size: usize, stream: StreamChoice, wait
     }
     raw::memset(&dev, &s, dst, value, size, wait)?;
     finish(s, wait)
+}
+
+// ---- a binding's whole calls ------------------------------------------------------------
+
+/// A copy's direction as a HIP-shaped runtime names it (`hipMemcpyKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyDirection {
+    /// `hipMemcpyHostToHost`.
+    HostToHost,
+    /// `hipMemcpyHostToDevice`.
+    HostToDevice,
+    /// `hipMemcpyDeviceToHost`.
+    DeviceToHost,
+    /// `hipMemcpyDeviceToDevice`.
+    DeviceToDevice,
+    /// `hipMemcpyDefault`: inferred from where each operand is.
+    Default,
+}
+
+impl CopyDirection {
+    /// Every direction, in `hipMemcpyKind` order (its index is the kind).
+    pub const ALL: [CopyDirection; 5] = [
+        CopyDirection::HostToHost,
+        CopyDirection::HostToDevice,
+        CopyDirection::DeviceToHost,
+        CopyDirection::DeviceToDevice,
+        CopyDirection::Default,
+    ];
+
+    /// The name (`"host_to_device"`); [`from_name`](Self::from_name) also
+    /// takes the short form (`"HtoD"`, none for `"default"`).
+    pub fn name(self) -> &'static str {
+        self.names().0
+    }
+
+    fn names(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            CopyDirection::HostToHost => ("host_to_host", Some("HtoH")),
+            CopyDirection::HostToDevice => ("host_to_device", Some("HtoD")),
+            CopyDirection::DeviceToHost => ("device_to_host", Some("DtoH")),
+            CopyDirection::DeviceToDevice => ("device_to_device", Some("DtoD")),
+            CopyDirection::Default => ("default", None),
+        }
+    }
+
+    /// The direction `name` names, long or short; [`Error::InvalidArgument`]
+    /// listing the names otherwise.
+    pub fn from_name(name: &str) -> Result<CopyDirection> {
+        Self::ALL.into_iter().find(|d| d.names().0 == name || d.names().1 == Some(name)).ok_or_else(|| {
+            let names: Vec<String> = Self::ALL.iter().map(|d| format!("{:?}", d.name())).collect();
+            let (last, first) = names.split_last().expect("five directions");
+            Error::InvalidArgument {
+                name: "kind",
+                reason: format!("memcpy kind {name:?}: use {} or {last}", first.join(", ")),
+            }
+        })
+    }
+
+    /// The direction of `hipMemcpyKind` value `kind` (0 to 4).
+    pub fn from_hip_kind(kind: i64) -> Result<CopyDirection> {
+        usize::try_from(kind).ok().and_then(|k| Self::ALL.get(k).copied()).ok_or_else(|| Error::InvalidArgument {
+            name: "kind",
+            reason: format!("memcpy kind {kind}: 0..=4 (hipMemcpyKind order)"),
+        })
+    }
+
+    /// The (source, destination) copies it names; `None` for [`CopyDirection::Default`].
+    pub fn locations(self) -> Option<(Location, Location)> {
+        use Location::{Device, Host};
+        match self {
+            CopyDirection::HostToHost => Some((Host, Host)),
+            CopyDirection::HostToDevice => Some((Host, Device)),
+            CopyDirection::DeviceToHost => Some((Device, Host)),
+            CopyDirection::DeviceToDevice => Some((Device, Device)),
+            CopyDirection::Default => None,
+        }
+    }
+}
+
+/// The kind of memory `malloc`'s `kind` names: `"device"`, `"pinned"`
+/// (also `"host"`) or `"managed"`.
+pub fn memory_kind_from_name(kind: &str) -> Result<MemoryKind> {
+    match kind {
+        "device" => Ok(MemoryKind::Device),
+        "pinned" | "host" => Ok(MemoryKind::Pinned),
+        "managed" => Ok(MemoryKind::Managed),
+        _ => Err(Error::InvalidArgument {
+            name: "kind",
+            reason: format!("kind {kind:?}: use \"device\", \"pinned\" or \"managed\""),
+        }),
+    }
+}
+
+/// How a binding makes a whole call ([`memcpy_and_keep`], [`memset_and_keep`],
+/// [`memcpy_peer_and_keep`]): the stream, whether it waits, the owners of
+/// the operands' memory, and how the part that may block is run.
+pub struct Whole<T, U> {
+    /// The stream the call was given.
+    pub stream: StreamChoice,
+    /// Wait for the work (`hipMemcpy`), or leave it running (`hipMemcpyAsync`).
+    pub wait: bool,
+    /// Kept until the work has run; dropped at once where the call waited
+    /// or failed.
+    pub owners: T,
+    /// Runs the enqueue and the wait, once: a binding releases its
+    /// interpreter lock around them (PyO3: `|op| py.detach(op)`); `|op| op()` otherwise.
+    pub unlocked: U,
+}
+
+/// What [`Whole::unlocked`] is handed: the enqueue and the wait.
+pub type Blocking<'a> = &'a mut (dyn FnMut() -> Result<Enqueued> + Send);
+
+impl<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqueued>> Whole<T, U> {
+    /// Drops the owners of completed work (before anything blocks, on the
+    /// caller's thread and under its interpreter lock), runs `op` through
+    /// `unlocked`, and keeps the owners until its work has run.
+    fn run(self, op: impl Fn(StreamChoice, bool) -> Result<Enqueued> + Send + Sync) -> Result<()> {
+        keep::prune();
+        let Whole { stream, wait, owners, unlocked } = self;
+        let enqueued = unlocked(&mut || op(stream.clone(), wait))?;
+        enqueued.keep(owners)
+    }
+}
+
+/// A binding's whole `memcpy`: drops the owners of completed work, makes
+/// the [`memcpy`] in `dir`, and keeps `call.owners` until it has run.
+pub fn memcpy_and_keep<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqueued>>(
+    dst: &RawRange,
+    src: &RawRange,
+    size: usize,
+    dir: CopyDirection,
+    call: Whole<T, U>,
+) -> Result<()> {
+    call.run(|stream, wait| memcpy(dst, src, size, dir.locations(), stream, wait))
+}
+
+/// A binding's whole `memcpy_peer`, as [`memcpy_and_keep`] with [`memcpy_peer`].
+pub fn memcpy_peer_and_keep<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqueued>>(
+    (dst, dst_dev): (&RawRange, &AnyDevice),
+    (src, src_dev): (&RawRange, &AnyDevice),
+    size: usize,
+    call: Whole<T, U>,
+) -> Result<()> {
+    call.run(|stream, wait| memcpy_peer(dst, dst_dev, src, src_dev, size, stream, wait))
+}
+
+/// A binding's whole `memset`, as [`memcpy_and_keep`] with [`memset`].
+pub fn memset_and_keep<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqueued>>(
+    dst: &RawRange,
+    value: u8,
+    size: usize,
+    call: Whole<T, U>,
+) -> Result<()> {
+    call.run(|stream, wait| memset(dst, value, size, stream, wait))
 }
 
 /// `hipModuleLaunchKernel`: `kernel` with `config` and `args` on `stream`,

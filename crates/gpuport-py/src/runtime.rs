@@ -4,19 +4,20 @@
 //! [`crate::convert::pointer`].
 //!
 //! Each call converts its arguments (pointer-likes into `Ptr`s and their
-//! ranges, the stream into a `StreamChoice`) and makes one call into
-//! `gpuport::dynamic::runtime`, which picks the device and stream, checks,
-//! enqueues and waits; the operands of asynchronous work are then kept
-//! (`Enqueued::keep`) until the stream passes it. Every call first drops
-//! the operands of completed work, with the GIL held, so the Python
-//! objects among them are released under it.
+//! ranges, the stream into a `StreamChoice`, names into the core's
+//! `CopyDirection` and `MemoryKind`) and makes one call into
+//! `gpuport::dynamic::runtime`, which drops the operands of completed work
+//! (with the GIL held, so the Python objects among them are released under
+//! it), picks the device and stream, checks, enqueues and waits (without
+//! the GIL), and keeps the operands of asynchronous work until the stream
+//! passes it.
 
-use gpuport::array::Location;
 use gpuport::dynamic::raw;
-use gpuport::dynamic::runtime;
-use gpuport::{LaunchConfig, MemoryKind};
+use gpuport::dynamic::runtime::{self, Blocking, CopyDirection, Enqueued, StreamChoice, Whole};
+use gpuport::LaunchConfig;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 
 use crate::convert::arglist::{holds_memory, kernel_args_of, pack_args, Arg};
@@ -45,15 +46,6 @@ pub fn _pending_operations() -> usize {
 
 // ---- malloc / free --------------------------------------------------------------------
 
-fn parse_kind(kind: &str) -> PyResult<MemoryKind> {
-    match kind {
-        "device" => Ok(MemoryKind::Device),
-        "pinned" | "host" => Ok(MemoryKind::Pinned),
-        "managed" => Ok(MemoryKind::Managed),
-        _ => Err(PyValueError::new_err(format!("kind {kind:?}: use \"device\", \"pinned\" or \"managed\""))),
-    }
-}
-
 /// Allocates ``size`` bytes (``kind``: "device", "pinned" or "managed") on
 /// ``device`` (default: the default device); the memory is owned by the
 /// returned DeviceArray (shape ``(size,)``, typestr ``"|u1"``) and freed by
@@ -77,7 +69,7 @@ pub fn malloc(
     kind: &str,
 ) -> PyResult<Py<PyDeviceArray>> {
     prune();
-    let kind = parse_kind(kind)?;
+    let kind = runtime::memory_kind_from_name(kind).py_err(py)?;
     let dev = resolve_device(py, device)?;
     let a = py.detach(|| raw::alloc(&dev, kind, size)).py_err(py)?;
     Py::new(py, PyDeviceArray::from_alloc(a))
@@ -139,35 +131,28 @@ pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
 
 // ---- copies ---------------------------------------------------------------------------
 
-fn parse_direction(kind: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Location, Location)>> {
-    let Some(k) = kind.filter(|k| !k.is_none()) else { return Ok(None) };
-    use Location::*;
-    let name: String = if let Ok(i) = k.extract::<i64>() {
-        match i {
-            0 => "host_to_host".into(),
-            1 => "host_to_device".into(),
-            2 => "device_to_host".into(),
-            3 => "device_to_device".into(),
-            4 => "default".into(),
-            _ => return Err(PyValueError::new_err(format!("memcpy kind {i}: 0..=4 (hipMemcpyKind order)"))),
-        }
-    } else if let Ok(s) = k.extract::<String>() {
-        s
+/// `memcpy`'s `kind`: None, a name, or a `hipMemcpyKind` int.
+fn direction_of(kind: Option<&Bound<'_, PyAny>>) -> PyResult<CopyDirection> {
+    let Some(k) = kind.filter(|k| !k.is_none()) else { return Ok(CopyDirection::Default) };
+    let direction = if let Ok(i) = k.extract::<i64>() {
+        CopyDirection::from_hip_kind(i)
+    } else if let Ok(s) = k.extract::<PyBackedStr>() {
+        CopyDirection::from_name(&s)
     } else {
         return Err(PyTypeError::new_err("memcpy kind is None, a string such as \"host_to_device\", or an int 0..=4"));
     };
-    Ok(match name.as_str() {
-        "host_to_host" | "HtoH" => Some((Host, Host)),
-        "host_to_device" | "HtoD" => Some((Host, Device)),
-        "device_to_host" | "DtoH" => Some((Device, Host)),
-        "device_to_device" | "DtoD" => Some((Device, Device)),
-        "default" => None,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "memcpy kind {other:?}: use \"host_to_host\", \"host_to_device\", \"device_to_host\", \"device_to_device\" or \"default\""
-            )))
-        }
-    })
+    direction.py_err(k.py())
+}
+
+/// How this binding makes a whole runtime call: the GIL released around
+/// the enqueue and the wait.
+fn whole<T>(
+    py: Python<'_>,
+    stream: StreamChoice,
+    wait: bool,
+    owners: T,
+) -> Whole<T, impl FnOnce(Blocking<'_>) -> gpuport::Result<Enqueued> + '_> {
+    Whole { stream, wait, owners, unlocked: move |op: Blocking<'_>| py.detach(op) }
 }
 
 fn memcpy_impl(
@@ -179,13 +164,12 @@ fn memcpy_impl(
     stream: Option<&Bound<'_, PyAny>>,
     wait: bool,
 ) -> PyResult<()> {
-    prune();
     let (dst, src) = (to_range(dst, "dst")?, to_range(src, "src")?);
-    let (dir, stream) = (parse_direction(kind)?, stream_choice(stream)?);
+    let (dir, stream) = (direction_of(kind)?, stream_choice(stream)?);
     let (to, from) = (dst.range(), src.range());
     let call = if wait { "memcpy" } else { "memcpy_async" };
-    let enqueued = py.detach(|| runtime::memcpy(&to, &from, size, dir, stream.choice, wait)).py_err_in(py, call)?;
-    enqueued.keep((dst, src, stream.owner)).py_err_in(py, call)
+    runtime::memcpy_and_keep(&to, &from, size, dir, whole(py, stream.choice, wait, (dst, src, stream.owner)))
+        .py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src`` to ``dst`` and waits. Both accept
@@ -254,9 +238,8 @@ pub fn memcpy_async(
     memcpy_impl(py, dst, src, size, kind, stream, false)
 }
 
-/// The stream of a peer copy: a gpuport ``Stream`` as given (the
-/// dynamic layer checks it is of one of the two devices), else a foreign
-/// handle or the default stream of the source device.
+/// `memcpy_peer` and `memcpy_peer_async`; the core picks the stream
+/// (`runtime::memcpy_peer`).
 #[allow(clippy::too_many_arguments)] // the Python signature, and whether to wait
 fn memcpy_peer_impl(
     py: Python<'_>,
@@ -268,17 +251,14 @@ fn memcpy_peer_impl(
     stream: Option<&Bound<'_, PyAny>>,
     wait: bool,
 ) -> PyResult<()> {
-    prune();
     let (dst, src) = (to_range(dst, "dst")?, to_range(src, "src")?);
     let dst_dev = resolve_device(py, Some(dst_device))?;
     let src_dev = resolve_device(py, Some(src_device))?;
     let stream = stream_choice(stream)?;
     let (to, from) = (dst.range(), src.range());
     let call = if wait { "memcpy_peer" } else { "memcpy_peer_async" };
-    let enqueued = py
-        .detach(|| runtime::memcpy_peer(&to, &dst_dev, &from, &src_dev, size, stream.choice, wait))
-        .py_err_in(py, call)?;
-    enqueued.keep((dst, src, stream.owner)).py_err_in(py, call)
+    let whole = whole(py, stream.choice, wait, (dst, src, stream.owner));
+    runtime::memcpy_peer_and_keep((&to, &dst_dev), (&from, &src_dev), size, whole).py_err_in(py, call)
 }
 
 /// Copies ``size`` bytes from ``src``, device memory of ``src_device``, to
@@ -354,12 +334,10 @@ fn memset_impl(
     stream: Option<&Bound<'_, PyAny>>,
     wait: bool,
 ) -> PyResult<()> {
-    prune();
     let dst = to_range(dst, "dst")?;
     let (to, stream) = (dst.range(), stream_choice(stream)?);
     let call = if wait { "memset" } else { "memset_async" };
-    let enqueued = py.detach(|| runtime::memset(&to, value, size, stream.choice, wait)).py_err_in(py, call)?;
-    enqueued.keep((dst, stream.owner)).py_err_in(py, call)
+    runtime::memset_and_keep(&to, value, size, whole(py, stream.choice, wait, (dst, stream.owner))).py_err_in(py, call)
 }
 
 /// Sets ``size`` bytes at ``dst`` (anything ``Pointer`` accepts) to ``value``
