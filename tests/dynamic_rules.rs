@@ -1,7 +1,9 @@
 //! Rules of the run-time layer that a binding's calls follow, on every
 //! backend: a `get_dlpack` block's life (`dynamic::lock_context`), the
-//! default device of a CUDA Array Interface import (`dynamic::cai`), and
-//! the runtime's argument names and whole calls (`dynamic::runtime`).
+//! default device of a CUDA Array Interface import (`dynamic::cai`),
+//! the runtime's argument names and whole calls (`dynamic::runtime`), and
+//! a `DeviceArray`'s shape, type, index and free rules
+//! (`dynamic::device_array`).
 
 mod common;
 
@@ -249,4 +251,110 @@ fn a_whole_runtime_call_prunes_first_runs_unlocked_once_and_keeps_its_owners_unt
     let b = raw::alloc(&dev, MemoryKind::Device, 16).unwrap();
     runtime::memcpy_peer_and_keep((&whole(&b), &dev), (&whole(&a), &dev), 16, peer).unwrap();
     assert_eq!(unlocked_runs.load(Ordering::Relaxed), 4, "each call runs its enqueue unlocked once");
+}
+
+// ---- dynamic::device_array ------------------------------------------------------------
+
+use gpuport::dynamic::device_array::{ArrayDims, DeviceArray, DeviceArrayError, IndexKey, TypeName};
+
+fn device_array_error(e: Error) -> DeviceArrayError {
+    match e {
+        Error::DeviceArray(d) => d,
+        other => panic!("expected a DeviceArrayError, got {other:?}"),
+    }
+}
+
+fn slice(start: Option<isize>, stop: Option<isize>) -> IndexKey {
+    IndexKey::Slice { start, stop, step: None }
+}
+
+#[test]
+fn configure_keeps_the_bytes_of_one_axis_and_refuses_sizes_past_the_memory_unless_forced() {
+    let bytes = ArrayDims::bytes(Some(16));
+    let f4 = bytes.configured(None, Some(&TypeName::Text("<u4".into())), Some(16), false).unwrap();
+    assert_eq!((f4.shape(), f4.typestr(), f4.itemsize()), (Some(&[4usize][..]), "<u4", 4));
+    let square = f4.configured(Some(vec![2, 2]), None, Some(16), false).unwrap();
+    assert_eq!(square.shape(), Some(&[2usize, 2][..]));
+    assert_eq!(square.configured(None, None, Some(16), false).unwrap().shape(), Some(&[2usize, 2][..]), "2-D kept");
+    let e = f4.configured(Some(vec![8]), None, Some(16), false).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "configure: 32 bytes ((8,) of <u4) exceed the 16 bytes of the memory; pass _force=True to override"
+    );
+    assert_eq!(e.python_class().name(), "ValueError");
+    assert!(f4.configured(Some(vec![8]), None, Some(16), true).is_ok(), "forced");
+    let e = f4.configured(Some(vec![1]), None, None, false).unwrap_err();
+    assert_eq!(device_array_error(e), DeviceArrayError::UnknownSize);
+    assert!(f4.configured(Some(vec![1]), None, None, true).is_ok());
+    let e = ArrayDims::bytes(None).configured(None, None, Some(16), true).unwrap_err();
+    assert_eq!(device_array_error(e), DeviceArrayError::NoShapeToKeep);
+    let e = bytes.configured(Some(vec![1 << 40, 1 << 40]), None, None, true).unwrap_err();
+    assert_eq!(e.python_class().name(), "OverflowError");
+    assert_eq!(ArrayDims::bytes(None).nbytes().unwrap(), 0);
+    assert_eq!(device_array_error(ArrayDims::bytes(None).len().unwrap_err()), DeviceArrayError::NoFirstAxis);
+}
+
+#[test]
+fn a_type_is_a_type_string_as_given_or_the_type_string_of_an_element_type() {
+    let text = |s: &str| TypeName::Text(s.into()).typestr();
+    assert_eq!(text("<f4").unwrap(), "<f4");
+    assert_eq!(text("float64").unwrap(), "<f8");
+    assert_eq!(TypeName::DType(gpuport::dynamic::DType::Int16).typestr().unwrap(), "<i2");
+    let e = text("float33").unwrap_err();
+    assert!(e.to_string().starts_with("typestr 'float33': pass an array-interface type string"), "{e}");
+    assert_eq!(e.python_class().name(), "ValueError");
+    let e = TypeName::Unknown("<object>".into()).typestr().unwrap_err();
+    assert!(e.to_string().starts_with("typestr <object>:"), "{e}");
+}
+
+#[test]
+fn indexing_selects_one_contiguous_range_or_says_why_not() {
+    let dims = ArrayDims::new(Some(vec![3, 4]), Some("<i4".into())).unwrap();
+    let row = dims.index(&[IndexKey::Int(1)]).unwrap();
+    assert_eq!((row.dims.shape(), row.byte_offset, row.nbytes), (Some(&[4usize][..]), 16, 16));
+    let last = dims.index(&[IndexKey::Int(-1), slice(Some(1), Some(3))]).unwrap();
+    assert_eq!((last.dims.shape(), last.byte_offset, last.nbytes), (Some(&[2usize][..]), 36, 8));
+    let rows = dims.index(&[slice(Some(1), None), slice(None, None)]).unwrap();
+    assert_eq!((rows.dims.shape(), rows.byte_offset), (Some(&[2usize, 4][..]), 16));
+    let clamped = dims.index(&[slice(Some(-10), Some(isize::MAX))]).unwrap();
+    assert_eq!((clamped.dims.shape(), clamped.byte_offset), (Some(&[3usize, 4][..]), 0), "bounds clamp as Python's");
+    assert_eq!(dims.index(&[slice(Some(2), Some(1))]).unwrap().dims.shape(), Some(&[0usize, 4][..]));
+    assert_eq!(rows.window(48), 32);
+    assert_eq!(last.window(20), 0, "known bytes before the sub-array");
+    let refused = |keys: &[IndexKey]| device_array_error(dims.index(keys).unwrap_err());
+    assert_eq!(refused(&[IndexKey::Int(3)]), DeviceArrayError::IndexOutOfBounds { index: 3, axis: 0, size: 3 });
+    assert_eq!(refused(&[IndexKey::Int(-4)]), DeviceArrayError::IndexOutOfBounds { index: -4, axis: 0, size: 3 });
+    assert_eq!(refused(&[IndexKey::Int(0); 3]), DeviceArrayError::TooManyIndices { given: 3, ndim: 2 });
+    let step = |step| IndexKey::Slice { start: None, stop: None, step: Some(step) };
+    assert_eq!(refused(&[step(2)]), DeviceArrayError::StepNotOne);
+    assert_eq!(refused(&[step(0)]), DeviceArrayError::ZeroStep);
+    assert_eq!(refused(&[slice(Some(1), None), slice(Some(1), None)]), DeviceArrayError::PartialSliceThenSlice);
+    assert_eq!(refused(&[slice(None, None), IndexKey::Int(0)]), DeviceArrayError::IntAfterSlice);
+    let e = dims.index(&[IndexKey::Int(3)]).unwrap_err();
+    assert_eq!(e.python_class().name(), "IndexError");
+    assert_eq!(e.to_string(), "index 3 is out of bounds for axis 0 of size 3");
+    let e = ArrayDims::bytes(None).index(&[]).unwrap_err();
+    assert_eq!(e.python_class().name(), "TypeError");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_device_array_frees_what_it_owns_once(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let a = raw::alloc(&dev, MemoryKind::Managed, 64).unwrap();
+    let mut owner = DeviceArray::owning(a.clone());
+    assert_eq!(owner.dims().shape(), Some(&[64usize][..]));
+    assert!(owner.owns_memory());
+    assert!(Arc::ptr_eq(&owner.allocation("prefetch").unwrap(), &a));
+    assert!(Arc::ptr_eq(&owner.free().unwrap(), &a));
+    assert_eq!(owner.dims().shape(), Some(&[0usize][..]), "a freed array has no bytes");
+    assert_eq!(device_array_error(owner.free().unwrap_err()), DeviceArrayError::DoubleFree);
+    let mut view = DeviceArray::over(ArrayDims::bytes(Some(64)));
+    assert_eq!(device_array_error(view.free().unwrap_err()), DeviceArrayError::NotOwner);
+    assert_eq!(
+        device_array_error(view.allocation("advise").unwrap_err()),
+        DeviceArrayError::NoAllocation { op: "advise" }
+    );
 }

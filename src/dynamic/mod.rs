@@ -14,6 +14,7 @@
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`array_access`]: an [`AnyArray`]'s data used directly (moves, host views and bytes, copies), and what an import refuses.
 //! - [`cai`]: the CUDA Array Interface as data: layouts, its import with the interface's rules, and its export from an array.
+//! - [`device_array`]: raw memory with a shape and a type string (a binding's `DeviceArray`): configure, index, free.
 //! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
@@ -38,6 +39,7 @@ pub mod cai;
 pub mod dtype {
     pub use crate::array::dtype::*;
 }
+pub mod device_array;
 pub mod exchange;
 pub mod exchange_api;
 pub mod exclusive;

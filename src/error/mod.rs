@@ -9,6 +9,7 @@ use std::fmt;
 
 pub(crate) mod array;
 pub(crate) mod collective;
+pub(crate) mod device_array;
 pub(crate) mod dlpack;
 pub(crate) mod memory;
 pub mod python;
@@ -247,6 +248,10 @@ pub enum Error {
     #[error(transparent)]
     DLPack(#[from] DLPackError),
 
+    /// A `DeviceArray`'s shape, type, index or placement was not accepted.
+    #[error(transparent)]
+    DeviceArray(#[from] device_array::DeviceArrayError),
+
     /// A memory resource refused a block, or broke its contract.
     #[error(transparent)]
     Memory(#[from] memory::MemoryError),
@@ -446,6 +451,7 @@ impl Error {
             Error::Residency(_) => "Residency",
             Error::Import(_) => "Import",
             Error::DLPack(_) => "DLPack",
+            Error::DeviceArray(_) => "DeviceArray",
             Error::Memory(_) => "Memory",
             Error::Graph { .. } => "Graph",
             Error::Store { .. } => "Store",

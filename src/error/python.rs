@@ -77,6 +77,12 @@ pub enum ExceptionClass {
     Value,
     /// The builtin `BufferError`: an export that cannot be made as asked.
     Buffer,
+    /// The builtin `IndexError`: an index a `DeviceArray` does not have.
+    Index,
+    /// The builtin `OverflowError`: a `DeviceArray` shape past the address space.
+    Overflow,
+    /// The builtin `TypeError`: a `DeviceArray` without the axes a call needs.
+    Type,
 }
 
 impl ExceptionClass {
@@ -101,6 +107,9 @@ impl ExceptionClass {
             ExceptionClass::Collective => "CollectiveError",
             ExceptionClass::Value => "ValueError",
             ExceptionClass::Buffer => "BufferError",
+            ExceptionClass::Index => "IndexError",
+            ExceptionClass::Overflow => "OverflowError",
+            ExceptionClass::Type => "TypeError",
         }
     }
 
@@ -125,7 +134,9 @@ impl ExceptionClass {
             | ExceptionClass::InvalidArgument
             | ExceptionClass::Value => "ValueError",
             ExceptionClass::DLPack | ExceptionClass::Buffer => "BufferError",
-            ExceptionClass::UnsupportedDType => "TypeError",
+            ExceptionClass::UnsupportedDType | ExceptionClass::Type => "TypeError",
+            ExceptionClass::Index => "IndexError",
+            ExceptionClass::Overflow => "OverflowError",
             ExceptionClass::Unsupported => "NotImplementedError",
             ExceptionClass::Gpu
             | ExceptionClass::Unavailable
@@ -187,6 +198,7 @@ impl Error {
             // No copy of the array lives where the DLPack device type says.
             Error::DLPack(DLPackError::NoCopyOn { .. }) => C::Unavailable,
             Error::DLPack(_) => C::DLPack,
+            Error::DeviceArray(e) => e.builtin(),
             Error::OutOfMemory { .. } => C::OutOfMemory,
             Error::LibraryNotFound { .. } | Error::NoDevice { .. } | Error::BackendNotCompiled { .. } => C::Unavailable,
             Error::InvalidDeviceSpec { .. } => C::InvalidDevice,
@@ -505,6 +517,9 @@ pub fn samples() -> Vec<Error> {
         LockError::WrongId { op: "to_dlpack", held: 7, given: 9 }.into(),
         LockError::AlreadyLocked { held: 7, requested: 9 }.into(),
         LockError::Busy { what: "MemArray" }.into(),
+        LockError::BlockEntered { id: 7 }.into(),
+        LockError::BlockEnded { op: "__enter__", id: 7 }.into(),
+        DLPackError::BlockEnded { id: 7 }.into(),
         ResidencyError { op: "host_view", needed: Location::Host, current: Location::Device }.into(),
         Error::BackendNotCompiled { backend: BackendKind::Rocm, feature: "rocm" },
         ShapeError::TooLarge { shape: vec![1 << 40, 1 << 40], elem_size: 8 }.into(),

@@ -344,10 +344,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The Python class of `class` (the one table).
 fn class_of<'py>(py: Python<'py>, c: &'static Classes, class: ExceptionClass) -> Bound<'py, PyType> {
-    use pyo3::exceptions::{PyBufferError, PyValueError};
+    use pyo3::exceptions::{PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
     let ty = match class {
         ExceptionClass::Value => return py.get_type::<PyValueError>(),
         ExceptionClass::Buffer => return py.get_type::<PyBufferError>(),
+        ExceptionClass::Index => return py.get_type::<PyIndexError>(),
+        ExceptionClass::Overflow => return py.get_type::<PyOverflowError>(),
+        ExceptionClass::Type => return py.get_type::<PyTypeError>(),
         ExceptionClass::OutOfMemory => &c.out_of_memory,
         ExceptionClass::Unavailable => &c.unavailable,
         ExceptionClass::InvalidDevice => &c.invalid_device,

@@ -11,14 +11,15 @@
 
 use std::sync::{Arc, Mutex};
 
+use gpuport::dynamic::device_array::{ArrayDims, DeviceArray, IndexKey, TypeName};
 use gpuport::dynamic::raw::{Place, RawAllocation};
 use gpuport::error::python;
 use gpuport::{Advice, BackendKind};
-use pyo3::exceptions::{PyAttributeError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
-use crate::convert::cai::{itemsize_of, CaiDesc, ReadInterface};
+use crate::convert::cai::{CaiDesc, ReadInterface};
 use crate::convert::device::managed_target;
 use crate::convert::pointer::{state, to_ptr, Ptr, PyPointer};
 use crate::convert::stream::resolve_stream;
@@ -69,42 +70,47 @@ impl PyPointer {
     }
 }
 
-// ---- DeviceArray -----------------------------------------------------------------
+// ---- DeviceArray ----------------------------------------------------------------------
 
-/// An array-interface type string from one (``"<f4"``) or from a dtype
-/// (``"float32"``, ``numpy.float32``, a NumPy dtype).
-fn normalize_typestr(t: &Bound<'_, PyAny>) -> PyResult<String> {
+/// A `configure` type argument as the core names it: a string as given, a
+/// dtype, or (for an object that names none) its repr.
+fn type_name_of(t: &Bound<'_, PyAny>) -> TypeName {
     if let Ok(s) = t.extract::<String>() {
-        if itemsize_of(&s).is_ok() {
-            return Ok(s);
-        }
+        return TypeName::Text(s);
     }
-    let d = crate::convert::dtype::dtype_from_py(t).map_err(|_| {
-        PyValueError::new_err(format!(
-            "typestr {}: pass an array-interface type string such as \"<f4\" or a dtype such as \"float32\"",
-            t.repr().map(|r| r.to_string()).unwrap_or_default()
+    match crate::convert::dtype::dtype_from_py(t) {
+        Ok(d) => TypeName::DType(d),
+        Err(_) => TypeName::Unknown(t.repr().map(|r| r.to_string()).unwrap_or_default()),
+    }
+}
+
+/// A slice bound as Python's `slice.indices` reads it: None, or an
+/// `__index__` clamped to the `isize` range.
+fn slice_bound(b: &Bound<'_, PyAny>) -> PyResult<Option<isize>> {
+    if b.is_none() {
+        return Ok(None);
+    }
+    let i = b
+        .call_method0("__index__")
+        .map_err(|_| PyTypeError::new_err("slice indices must be integers or None or have an __index__ method"))?;
+    match i.extract::<isize>() {
+        Ok(v) => Ok(Some(v)),
+        Err(_) => Ok(Some(if i.lt(0)? { isize::MIN } else { isize::MAX })),
+    }
+}
+
+/// A `__getitem__` key along one axis.
+fn index_key(k: &Bound<'_, PyAny>) -> PyResult<IndexKey> {
+    if let Ok(s) = k.cast::<PySlice>() {
+        let bound = |name| slice_bound(&s.getattr(name)?);
+        return Ok(IndexKey::Slice { start: bound("start")?, stop: bound("stop")?, step: bound("step")? });
+    }
+    k.extract().map(IndexKey::Int).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "DeviceArray indices are ints and slices, not {}",
+            k.get_type().name().map(|n| n.to_string()).unwrap_or_default()
         ))
-    })?;
-    d.typestr()
-        .map(str::to_owned)
-        .ok_or_else(|| PyValueError::new_err(format!("{} has no array-interface type string", d.name())))
-}
-
-fn nbytes_of(shape: &[usize], itemsize: usize) -> PyResult<usize> {
-    shape
-        .iter()
-        .try_fold(itemsize, |acc, &e| acc.checked_mul(e))
-        .ok_or_else(|| PyOverflowError::new_err(format!("shape {} is too large", python::tuple(shape))))
-}
-
-/// A DeviceArray's shape and type.
-struct Dims {
-    shape: Option<Vec<usize>>,
-    typestr: String,
-    itemsize: usize,
-    /// The allocation this array owns (from `malloc`), until `free`.
-    owned: Option<Arc<RawAllocation>>,
-    freed: bool,
+    })
 }
 
 /// Device memory with shape and type: returned by ``malloc``; implements the
@@ -127,43 +133,32 @@ struct Dims {
 ///     (False, True)
 #[pyclass(module = "gpuport._core", name = "DeviceArray", extends = PyPointer, subclass, frozen)]
 pub struct PyDeviceArray {
-    dims: Mutex<Dims>,
+    dims: Mutex<DeviceArray>,
 }
 
 impl PyDeviceArray {
-    fn with(shape: Option<Vec<usize>>, typestr: &str, itemsize: usize, owned: Option<Arc<RawAllocation>>) -> Self {
-        PyDeviceArray { dims: Mutex::new(Dims { shape, typestr: typestr.into(), itemsize, owned, freed: false }) }
+    fn with(array: DeviceArray) -> Self {
+        PyDeviceArray { dims: Mutex::new(array) }
+    }
+
+    /// A snapshot of the shape and type.
+    fn dims(&self) -> PyResult<ArrayDims> {
+        Ok(state(&self.dims)?.dims().clone())
     }
 
     pub fn from_alloc(a: Arc<RawAllocation>) -> PyClassInitializer<PyDeviceArray> {
         let p = Ptr::in_alloc(a.ptr(), a.clone());
-        let len = a.len();
-        PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(Some(vec![len]), "|u1", 1, Some(a)))
+        PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(DeviceArray::owning(a)))
     }
 
-    /// The owned allocation, or a ValueError naming `op`.
-    fn allocation(&self, op: &str) -> PyResult<Arc<RawAllocation>> {
-        state(&self.dims)?.owned.clone().ok_or_else(|| {
-            PyValueError::new_err(format!("{op}: this DeviceArray owns no memory (only malloc_managed's is placed)"))
-        })
+    /// The owned allocation, for `op`.
+    fn allocation(&self, py: Python<'_>, op: &'static str) -> PyResult<Arc<RawAllocation>> {
+        state(&self.dims)?.allocation(op).py_err(py)
     }
 
     /// Frees the owned allocation (the memory goes when no view or pending work needs it).
     pub fn free(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let owned = {
-            let mut d = state(&slf.get().dims)?;
-            if d.freed {
-                return Err(PyValueError::new_err("free: this DeviceArray was already freed (double free)"));
-            }
-            let Some(owned) = d.owned.take() else {
-                return Err(PyValueError::new_err(
-                    "free: this DeviceArray does not own its memory (only arrays returned by malloc are freed by gpuport)",
-                ));
-            };
-            d.freed = true;
-            d.shape = Some(vec![0]);
-            owned
-        };
+        let owned = state(&slf.get().dims)?.free().py_err(slf.py())?;
         let old = std::mem::replace(&mut *state(&slf.as_super().get().p)?, Ptr::null());
         // Dropped outside the locks: releasing memory may run Python code.
         drop(old);
@@ -179,13 +174,13 @@ impl PyDeviceArray {
     fn new(obj: Option<&Bound<'_, PyAny>>) -> PyResult<PyClassInitializer<Self>> {
         let Some(o) = obj.filter(|o| !o.is_none()) else {
             return Ok(PyClassInitializer::from(PyPointer::from_ptr(Ptr::null()))
-                .add_subclass(Self::with(None, "|u1", 1, None)));
+                .add_subclass(Self::with(DeviceArray::over(ArrayDims::bytes(None)))));
         };
-        let (mut shape, mut typestr) = (None, "|u1".to_string());
+        let (mut shape, mut typestr) = (None, None);
         if let Ok(d) = o.cast::<PyDeviceArray>() {
-            let d = state(&d.get().dims)?;
-            shape.clone_from(&d.shape);
-            typestr.clone_from(&d.typestr);
+            let d = d.get().dims()?;
+            shape = d.shape().map(<[usize]>::to_vec);
+            typestr = Some(d.typestr().to_owned());
         } else if !o.is_instance_of::<PyPointer>() && o.hasattr("__cuda_array_interface__")? {
             let desc = CaiDesc::read(o)?;
             if let Some(l) = desc.layout().py_err(o.py())? {
@@ -201,31 +196,29 @@ impl PyDeviceArray {
                 }
             }
             shape = desc.shape;
-            if let Some(t) = desc.typestr {
-                typestr = t;
-            }
+            typestr = desc.typestr;
         }
-        let itemsize = itemsize_of(&typestr)?;
+        let dims = ArrayDims::new(shape, typestr).py_err(o.py())?;
         let p = to_ptr(o)?;
-        Ok(PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(shape, &typestr, itemsize, None)))
+        Ok(PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(DeviceArray::over(dims))))
     }
 
     /// The shape (None when unknown).
     #[getter]
     fn shape(&self) -> PyResult<Option<Vec<usize>>> {
-        Ok(state(&self.dims)?.shape.clone())
+        Ok(self.dims()?.shape().map(<[usize]>::to_vec))
     }
 
     /// The array-interface type string (``"|u1"`` for raw bytes).
     #[getter]
     fn typestr(&self) -> PyResult<String> {
-        Ok(state(&self.dims)?.typestr.clone())
+        Ok(state(&self.dims)?.dims().typestr().to_owned())
     }
 
     /// Bytes per element.
     #[getter]
     fn itemsize(&self) -> PyResult<usize> {
-        Ok(state(&self.dims)?.itemsize)
+        Ok(state(&self.dims)?.dims().itemsize())
     }
 
     /// Enqueues on ``stream`` moving managed memory (``malloc_managed``)
@@ -245,7 +238,7 @@ impl PyDeviceArray {
         to: Option<&Bound<'_, PyAny>>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let a = self.allocation("prefetch")?;
+        let a = self.allocation(py, "prefetch")?;
         let place = managed_target(py, to)?.place_for(a.device()).py_err(py)?;
         let stream = resolve_stream(py, a.device(), stream)?;
         py.detach(|| a.prefetch(place, &stream)).py_err(py)
@@ -267,7 +260,7 @@ impl PyDeviceArray {
     #[pyo3(signature = (advice, device=None))]
     fn advise(&self, py: Python<'_>, advice: &str, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let advice = Advice::named(advice).py_err_in(py, "advise")?;
-        let a = self.allocation("advise")?;
+        let a = self.allocation(py, "advise")?;
         let place = managed_target(py, device)?.place_for(a.device()).py_err(py)?;
         py.detach(|| a.advise(advice, place)).py_err(py)
     }
@@ -275,7 +268,7 @@ impl PyDeviceArray {
     /// Whether this array owns an allocation (from ``malloc``) not yet freed.
     #[getter]
     fn owns_memory(&self) -> PyResult<bool> {
-        Ok(state(&self.dims)?.owned.is_some())
+        Ok(state(&self.dims)?.owns_memory())
     }
 
     /// Changes shape and/or type; returns self. Sizes beyond the known
@@ -299,10 +292,7 @@ impl PyDeviceArray {
         typestr: Option<&Bound<'py, PyAny>>,
         _force: bool,
     ) -> PyResult<Bound<'py, Self>> {
-        let typestr = match typestr.filter(|t| !t.is_none()) {
-            Some(t) => Some(normalize_typestr(t)?),
-            None => None,
-        };
+        let typestr = typestr.filter(|t| !t.is_none()).map(type_name_of);
         let shape: Option<Vec<usize>> = match shape {
             Some(s) if !s.is_none() => Some(if let Ok(n) = s.extract::<usize>() {
                 vec![n]
@@ -312,65 +302,26 @@ impl PyDeviceArray {
             _ => None,
         };
         let have = state(&slf.as_super().get().p)?.known_size();
-        let mut me = state(&slf.get().dims)?;
-        let typestr = typestr.unwrap_or_else(|| me.typestr.clone());
-        let itemsize = itemsize_of(&typestr)?;
-        let shape: Vec<usize> = match shape {
-            Some(s) => s,
-            None => match &me.shape {
-                // A retype keeps the byte size: (n,) of u1 becomes (n/4,) of f4.
-                Some(old) if old.len() == 1 => vec![nbytes_of(old, me.itemsize)? / itemsize],
-                Some(old) => old.clone(),
-                None => return Err(PyValueError::new_err("configure: this array has no shape; pass shape=")),
-            },
-        };
-        let need = nbytes_of(&shape, itemsize)?;
-        match have {
-            Some(h) if need > h && !_force => {
-                return Err(PyValueError::new_err(format!(
-                    "configure: {need} bytes ({} of {typestr}) exceed the {h} bytes of the memory; pass _force=True to override",
-                    python::tuple(&shape)
-                )))
-            }
-            None if !_force => {
-                return Err(PyValueError::new_err(
-                    "configure: the size of this memory is not known (a raw address); pass _force=True",
-                ))
-            }
-            _ => {}
-        }
-        me.shape = Some(shape);
-        me.typestr = typestr;
-        me.itemsize = itemsize;
-        drop(me);
+        state(&slf.get().dims)?.configure(shape, typestr.as_ref(), have, _force).py_err(slf.py())?;
         Ok(slf)
     }
 
     /// Size in bytes of shape x itemsize (0 without a shape).
     #[getter]
-    fn size_bytes(&self) -> PyResult<usize> {
-        let d = state(&self.dims)?;
-        match &d.shape {
-            Some(s) => nbytes_of(s, d.itemsize),
-            None => Ok(0),
-        }
+    fn size_bytes(&self, py: Python<'_>) -> PyResult<usize> {
+        self.dims()?.nbytes().py_err(py)
     }
 
-    fn __len__(&self) -> PyResult<usize> {
-        match state(&self.dims)?.shape.as_deref() {
-            Some([n, ..]) => Ok(*n),
-            _ => Err(PyTypeError::new_err("len() of a DeviceArray without a first axis")),
-        }
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.dims()?.len().py_err(py)
     }
 
     /// The CUDA Array Interface (v3), for CUDA device or managed memory.
     #[getter]
     fn __cuda_array_interface__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
         let py = slf.py();
-        let (shape, typestr) = {
-            let d = state(&slf.get().dims)?;
-            (d.shape.clone(), d.typestr.clone())
-        };
+        let dims = slf.get().dims()?;
+        let (shape, typestr) = (dims.shape(), dims.typestr());
         let (cuda, kind, addr, writable) = {
             let p = state(&slf.as_super().get().p)?;
             let cuda = match &p.space {
@@ -404,81 +355,18 @@ impl PyDeviceArray {
         let py = slf.py();
         // A snapshot: reading the key below runs Python code (`__index__`),
         // which may use this array again.
-        let (shape, typestr, itemsize) = {
-            let d = state(&slf.get().dims)?;
-            (d.shape.clone(), d.typestr.clone(), d.itemsize)
-        };
+        let dims = slf.get().dims()?;
         let mut p = state(&slf.as_super().get().p)?.share(slf.as_any());
-        let shape = shape.ok_or_else(|| PyTypeError::new_err("a DeviceArray without a shape cannot be indexed"))?;
-        let keys: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
-            Ok(t) => t.iter().collect(),
-            Err(_) => vec![key.clone()],
+        let keys: Vec<IndexKey> = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().map(|k| index_key(&k)).collect::<PyResult<_>>()?,
+            Err(_) => vec![index_key(key)?],
         };
-        if keys.len() > shape.len() {
-            return Err(PyIndexError::new_err(format!("{} indices for {} dimensions", keys.len(), shape.len())));
-        }
-        let too_big = || PyOverflowError::new_err(format!("shape {} is too large to index", python::tuple(&shape)));
-        let mut strides = vec![1usize; shape.len()];
-        for a in (0..shape.len().saturating_sub(1)).rev() {
-            strides[a] = strides[a + 1].checked_mul(shape[a + 1]).ok_or_else(too_big)?;
-        }
-        let mut offset = 0usize; // elements
-        let mut out_shape = Vec::new();
-        let mut sliced = false;
-        for (axis, k) in keys.iter().enumerate() {
-            let n = shape[axis];
-            if let Ok(s) = k.cast::<PySlice>() {
-                let ind = s.indices(n as isize)?;
-                if ind.step != 1 {
-                    return Err(PyIndexError::new_err("DeviceArray slices need step 1 (sub-arrays are contiguous)"));
-                }
-                if sliced && !(ind.start == 0 && ind.slicelength == n) {
-                    return Err(PyIndexError::new_err(
-                        "only contiguous sub-arrays: after a partial slice, the remaining axes must be whole",
-                    ));
-                }
-                if !(ind.start == 0 && ind.slicelength == n) {
-                    sliced = true;
-                }
-                offset = (ind.start as usize)
-                    .checked_mul(strides[axis])
-                    .and_then(|o| o.checked_add(offset))
-                    .ok_or_else(too_big)?;
-                out_shape.push(ind.slicelength);
-            } else {
-                if sliced || !out_shape.is_empty() {
-                    return Err(PyIndexError::new_err(
-                        "only contiguous sub-arrays: integer indices must come before slices",
-                    ));
-                }
-                let i: isize = k.extract().map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "DeviceArray indices are ints and slices, not {}",
-                        k.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                    ))
-                })?;
-                let j = if i < 0 { i + n as isize } else { i };
-                if j < 0 || j as usize >= n {
-                    return Err(PyIndexError::new_err(format!(
-                        "index {i} is out of bounds for axis {axis} of size {n}"
-                    )));
-                }
-                offset =
-                    (j as usize).checked_mul(strides[axis]).and_then(|o| o.checked_add(offset)).ok_or_else(too_big)?;
-            }
-        }
-        out_shape.extend_from_slice(&shape[keys.len()..]);
-        let byte_off = offset.checked_mul(itemsize).ok_or_else(too_big)?;
-        let nbytes = nbytes_of(&out_shape, itemsize)?;
-        p.addr = p.addr.wrapping_add(byte_off as u64);
-        p.len = p.len.map(|l| l.saturating_sub(byte_off).min(nbytes));
-        p.size = p.size.map(|l| l.saturating_sub(byte_off).min(nbytes));
-        let init = PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(
-            Some(out_shape),
-            &typestr,
-            itemsize,
-            None,
-        ));
+        let sub = dims.index(&keys).py_err(py)?;
+        p.addr = p.addr.wrapping_add(sub.byte_offset as u64);
+        p.len = p.len.map(|l| sub.window(l));
+        p.size = p.size.map(|l| sub.window(l));
+        let init =
+            PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(DeviceArray::over(sub.dims)));
         Py::new(py, init)
     }
 }
