@@ -26,6 +26,14 @@ fn export_in(block: &LockContext, a: &mut AnyArray, req: ExportRequest) -> gpupo
     unsafe { block.export(a, req) }
 }
 
+/// The error of a call that must fail (`Export` has no `Debug` for `expect_err`).
+fn refused<T>(r: gpuport::Result<T>, what: &str) -> Error {
+    match r {
+        Ok(_) => panic!("{what}: not refused"),
+        Err(e) => e,
+    }
+}
+
 fn array_on(spec: &str) -> Option<AnyArray> {
     let dev = common::open_or_skip(spec)?;
     Some(AnyArray::Owned(new_owned(&dev, DType::Float32, &[4]).unwrap()))
@@ -45,7 +53,7 @@ fn a_lock_context_is_entered_once_and_exports_with_its_lock_only_while_entered(#
     block.enter(&mut a, None).unwrap();
     assert_eq!(a.lock_id(), Some(block.lock_id()));
     // SAFETY: no stream handle is passed.
-    let e = unsafe { exchange::export(&mut a, versioned()) }.err().expect("a plain export of a locked array");
+    let e = refused(unsafe { exchange::export(&mut a, versioned()) }, "a plain export of a locked array");
     assert!(matches!(e, Error::Lock(LockError::Locked { .. })), "{e}");
     export_in(&block, &mut a, versioned()).expect("the entered block exports with its lock");
     let e = block.enter(&mut a, None).unwrap_err();
@@ -54,7 +62,7 @@ fn a_lock_context_is_entered_once_and_exports_with_its_lock_only_while_entered(#
 
     assert!(block.exit(&mut a), "an entered block closes");
     assert_eq!(a.lock_id(), None);
-    let e = export_in(&block, &mut a, versioned()).err().expect("an export after the block");
+    let e = refused(export_in(&block, &mut a, versioned()), "an export after the block");
     assert!(matches!(e, Error::DLPack(DLPackError::BlockEnded { .. })), "{e}");
     assert!(e.python_message(Some("__dlpack__")).starts_with("__dlpack__: this get_dlpack block has ended"), "{e}");
     assert_eq!(e.python_class().name(), "DLPackError");
@@ -96,7 +104,7 @@ fn a_block_exports_the_copy_it_prefers_with_the_flags_it_was_made_with(#[case] s
     let block = LockContext::new(true, Some(Location::Host));
     assert_eq!(block.dl_device(&a).device_type, DLDeviceType::CPU);
     block.enter(&mut a, None).unwrap();
-    let e = export_in(&block, &mut a, ExportRequest::default()).err().expect("a read-only legacy export");
+    let e = refused(export_in(&block, &mut a, ExportRequest::default()), "a read-only legacy export");
     assert!(matches!(e, Error::DLPack(DLPackError::Refused { .. })), "{e}");
     let t = export_in(&block, &mut a, versioned()).unwrap().into_versioned();
     assert_eq!(t.dl_tensor().device.device_type, DLDeviceType::CPU);
