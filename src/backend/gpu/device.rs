@@ -395,10 +395,10 @@ impl<D: Driver> Device for GpuDevice<D> {
         Ok(GpuEvent::new(self.driver.clone(), raw))
     }
 
+    /// One of the device's pooled marker events where there is one (no
+    /// driver call), else a new one (`event_pool.rs`).
     fn create_marker_event(&self) -> Result<GpuEvent<D>> {
-        self.driver.bind()?;
-        let raw = self.driver.event_create_untimed()?;
-        Ok(GpuEvent::new(self.driver.clone(), raw))
+        GpuEvent::marker(self.driver.clone())
     }
 
     fn record_event(&self, event: &GpuEvent<D>, stream: &GpuStream<D>) -> Result<()> {
