@@ -1019,7 +1019,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         let _bound = kernel_bind_scope();
         match &copy {
             // SAFETY: as in `add_index`.
-            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &*copy, alpha, stream)? },
+            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &**copy, alpha, stream)? },
             Some(copy) => {
                 let on = copy.use_on(stream)?;
                 // SAFETY: as in `add_index`.
