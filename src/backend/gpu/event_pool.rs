@@ -270,7 +270,7 @@ mod tests {
         let fake = Fake::with_capacity(3);
         let events: Vec<_> = (0..5).map(|_| OwnedEvent::marker(fake.clone()).unwrap()).collect();
         drop(events);
-        assert_eq!(fake.pool.len(), 3);
+        assert_eq!(fake.pool.len(), 3, "the pool kept more or fewer than its bound");
         assert_eq!(fake.destroyed().len(), 2, "events beyond the bound were not destroyed");
         // SAFETY: numbers may go to any thread.
         assert_eq!(unsafe { EventPool::<u64>::per_device() }.capacity, KEPT_PER_DEVICE);
@@ -284,7 +284,7 @@ mod tests {
         let raw = captured.raw();
         captured.keep_out_of_pool();
         drop(captured);
-        assert_eq!(fake.pool.len(), 0);
+        assert_eq!(fake.pool.len(), 0, "a timed or captured event went to the pool");
         assert_eq!(fake.destroyed(), vec![77, raw]);
     }
 
