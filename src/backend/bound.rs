@@ -15,6 +15,12 @@
 //! outside any scope, and for another device, it asks as before. The
 //! memory ends with the outermost scope.
 //!
+//! Scopes are opened by `dynamic::runtime::launch_and_keep` (prune, launch,
+//! marker), `MemArray`'s kernel methods (launch and pending event:
+//! `kernel_bind_scope` in `src/array/memarray/capture.rs`),
+//! `MemArray::upload_from_slice` (pieces and pending event) and
+//! `GraphExec::launch` (waits, launch, records: `graph.rs`).
+//!
 //! # The invariant a scope relies on
 //!
 //! While a scope is open on a thread, nothing but [`bind_once`] changes the

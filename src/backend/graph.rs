@@ -679,6 +679,10 @@ impl<B: Backend> GraphExec<B> {
         if stream.capture_status()?.is_capturing() {
             return Err(nested_launch(B::KIND));
         }
+        // One device check for the waits, the launch and the records
+        // (`bound.rs`): inside, only gpuport's own code runs (the fences'
+        // bookkeeping drops nothing but their previous events).
+        let _bound = super::bound::scope();
         launch_fenced(&self.fences, stream, &mut || self.raw.launch(stream))
     }
 

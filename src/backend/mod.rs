@@ -655,7 +655,10 @@ pub trait Device: Send + Sync + fmt::Debug + Sized + 'static {
     /// Creates an event for ordering and completion queries only: no
     /// timing ([`elapsed_ms`](Self::elapsed_ms) may refuse it), which makes
     /// recording it cheaper on GPUs (`CU_EVENT_DISABLE_TIMING`). The
-    /// default is [`create_event`](Self::create_event).
+    /// default is [`create_event`](Self::create_event). On GPUs the event
+    /// may be one a dropped marker event left to its device's pool
+    /// (`src/backend/gpu/event_pool.rs`): record it before waiting on it or
+    /// querying it, or it may still stand for its earlier holder's work.
     fn create_marker_event(&self) -> Result<Event<Self::B>> {
         self.create_event()
     }

@@ -1,11 +1,27 @@
-"""Driver calls that follow from the design, counted (issue 37): a Python
-alloc+free from the pool, and ``__dlpack__`` of an idle device array, make
-no CUDA driver call. ``benches/driver_calls/count.c`` is preloaded into a
-child process and counts every ``cu*`` function looked up through ``dlsym``
-or ``cuGetProcAddress``; a stream synchronize shows the counter sees
-gpuport's calls. Set ``GPUPORT_DRIVER_COUNTER`` to a built counter, or let
-the test build it from the repository with the C compiler; otherwise it skips
-with the reason.
+"""Driver calls that follow from the design, counted (issue 37), per
+operation, 500 times:
+
+- a Python alloc+free from the pool, and ``__dlpack__`` of an idle device
+  array, make no CUDA driver call;
+- ``MemArray.add_index`` on a device-resident array makes one
+  current-context check (the launch and the pending event's record share a
+  bind scope, ``src/backend/bound.rs``), the launch and the record: the
+  event comes from the device's pool and the previous one goes back to it
+  (``src/backend/gpu/event_pool.rs``), so no create, destroy or capture-mode
+  exchange;
+- ``gpuport.asarray`` of a 1 MiB NumPy array, dropped: one context check
+  for the upload's four pieces and its record, and one for the drop's wait
+  for the upload, which alone exchanges the capture mode (a pair: relaxed,
+  then back; ``synchronize_event`` in ``src/backend/gpu/device.rs`` says why);
+- a replay of a captured ``add_index``: one context check for the launch
+  and its two records.
+
+``benches/driver_calls/count.c`` is preloaded into a child process per
+operation (as ``benches/driver_calls.py`` does) and counts every ``cu*``
+function looked up through ``dlsym`` or ``cuGetProcAddress``; a stream
+synchronize shows the counter sees gpuport's calls. Set
+``GPUPORT_DRIVER_COUNTER`` to a built counter, or let the test build it from
+the repository with the C compiler; otherwise it skips with the reason.
 """
 
 import json
@@ -31,25 +47,55 @@ def snapshot():
     os.unlink(path)
     return {k: int(v) for k, v in counts.items()}
 dev = gpuport.Device(sys.argv[2])
-a = gpuport.asarray(np.zeros(1 << 18, np.float32), device=dev)
-a.synchronize()
-s = dev.default_stream
-ops = {
-    "alloc_free": lambda: gm.alloc(1 << 20, None, dev).free(),
-    "export_idle": lambda: a.__dlpack__(),
-    "synchronize": lambda: s.synchronize(),
-}
-out = {}
-for name, f in ops.items():
-    for _ in range(50):
-        f()
-    before = snapshot()
-    for _ in range(500):
-        f()
-    after = snapshot()
-    out[name] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-print(json.dumps(out))
+name = sys.argv[3]
+if name == "alloc_free":
+    f = lambda: gm.alloc(1 << 20, None, dev).free()
+elif name == "export_idle":
+    a = gpuport.asarray(np.zeros(1 << 18, np.float32), device=dev)
+    a.synchronize()
+    f = lambda: a.__dlpack__()
+elif name == "synchronize":
+    f = dev.default_stream.synchronize
+elif name == "kernel":
+    s = gpuport.Stream(dev)
+    k = gpuport.MemArray((1 << 18,), "float32", device=dev)
+    k.move_memory("device", stream=s)
+    s.synchronize()
+    f = lambda: k.add_index(stream=s)
+elif name == "new_from_host":
+    x = np.zeros(1 << 18, np.float32)
+    f = lambda: gpuport.asarray(x, device=dev)
+elif name == "graph_replay":
+    s = gpuport.Stream(dev)
+    g_arr = gpuport.MemArray((1 << 18,), "float32", device=dev)
+    g_arr.move_memory("device", stream=s)
+    s.synchronize()
+    with s.capture() as g:
+        g_arr.add_index(stream=s)
+    f = lambda: g.replay(s)
+for _ in range(50):
+    f()
+before = snapshot()
+for _ in range(500):
+    f()
+after = snapshot()
+print(json.dumps({k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}))
 """
+
+# What 500 calls of each operation make, by driver function.
+EXPECTED = {
+    "alloc_free": {},
+    "export_idle": {},
+    "kernel": {"cuCtxGetCurrent": 500, "cuLaunchKernel": 500, "cuEventRecord": 500},
+    "new_from_host": {
+        "cuCtxGetCurrent": 1000,
+        "cuMemcpyHtoDAsync_v2": 2000,
+        "cuThreadExchangeStreamCaptureMode": 1000,
+        "cuEventRecord": 500,
+        "cuEventSynchronize": 500,
+    },
+    "graph_replay": {"cuCtxGetCurrent": 500, "cuEventRecord": 1000, "cuGraphLaunch": 500},
+}
 
 
 def counter_library(tmp_path) -> str:
@@ -68,14 +114,19 @@ def counter_library(tmp_path) -> str:
     return out
 
 
-def test_pool_alloc_free_and_idle_exports_make_no_driver_call(cuda_device, tmp_path):
-    counter = counter_library(tmp_path)
+def calls_of(counter: str, spec: str, name: str) -> dict:
     env = dict(os.environ, LD_PRELOAD=counter)
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, counter, cuda_device.spec], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", CHILD, counter, spec, name], capture_output=True, text=True, env=env, timeout=120
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    calls = json.loads(r.stdout.strip().splitlines()[-1])
-    assert calls["synchronize"].get("cuStreamSynchronize") == 500, f"the counter does not see gpuport: {calls}"
-    assert calls["alloc_free"] == {}, f"500 alloc+free from the pool called the driver: {calls['alloc_free']}"
-    assert calls["export_idle"] == {}, f"500 exports of an idle array called the driver: {calls['export_idle']}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_driver_calls_per_operation_are_the_designed_ones(cuda_device, tmp_path, name):
+    counter = counter_library(tmp_path)
+    synchronize = calls_of(counter, cuda_device.spec, "synchronize")
+    assert synchronize.get("cuStreamSynchronize") == 500, f"the counter does not see gpuport: {synchronize}"
+    calls = calls_of(counter, cuda_device.spec, name)
+    assert calls == EXPECTED[name], f"500 calls of {name}: {calls}, expected {EXPECTED[name]}"

@@ -196,7 +196,8 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         Ok(self.buffer.clone())
     }
 
-    /// Records the kernel just enqueued as pending work, unless it was captured.
+    /// Records the kernel just enqueued as pending work, unless it was captured
+    /// (inside the method's [`kernel_bind_scope`]).
     pub(super) fn finish_kernel(&mut self, stream: &Stream<D::B>, captured: bool) -> Result<()> {
         if captured {
             return Ok(());
@@ -223,6 +224,16 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         }
         KEPT_FOR_UNSEEN_GRAPHS.lock().unwrap_or_else(|p| p.into_inner()).extend(owners);
     }
+}
+
+/// The bind scope of a kernel method's launch and pending event
+/// (`src/backend/bound.rs`): the device is made current once for both.
+/// Opened after `prepare_kernel`, whose move may allocate through the
+/// current memory resource (code of the caller's choosing); from there to
+/// the method's end only gpuport's own code runs: the launch, the event's
+/// record, and the drop of the array's previous event.
+pub(super) fn kernel_bind_scope() -> crate::backend::bound::BindScope {
+    crate::backend::bound::scope()
 }
 
 impl<T: Element, const N: usize, D: Device> Drop for MemArray<T, N, D> {

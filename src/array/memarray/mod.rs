@@ -58,8 +58,8 @@ mod managed;
 mod peer;
 mod replay;
 mod upload;
-use capture::not_capturable;
 pub use capture::DeviceCopyToken;
+use capture::{kernel_bind_scope, not_capturable};
 use host_storage::{zeroed_vec, HostStorage};
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).
@@ -992,6 +992,7 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
         let _section = self.section(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
+        let _bound = kernel_bind_scope();
         let shape = self.shape_i64();
         {
             let on = if captured { None } else { copy.as_ref().map(|c| c.use_on(stream)).transpose()? };
@@ -1015,9 +1016,10 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
         let _section = self.section(stream); // as in `move_to`
         let (copy, captured) = self.prepare_kernel(stream, lock)?;
-        match copy {
+        let _bound = kernel_bind_scope();
+        match &copy {
             // SAFETY: as in `add_index`.
-            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &*copy, alpha, stream)? },
+            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &**copy, alpha, stream)? },
             Some(copy) => {
                 let on = copy.use_on(stream)?;
                 // SAFETY: as in `add_index`.
@@ -1066,7 +1068,10 @@ impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
         }
         x.move_to(Location::Device, stream, Transfer::Async, None)?;
         x.order_stream(stream)?;
-        if let ((Some(y), _), Some(xb)) = (self.prepare_kernel(stream, lock)?, x.buffer.clone()) {
+        let (y, xb) = (self.prepare_kernel(stream, lock)?.0, x.buffer.clone());
+        // After `y` and `xb`, so they are dropped after the scope ends.
+        let _bound = kernel_bind_scope();
+        if let (Some(y), Some(xb)) = (&y, &xb) {
             let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
             // SAFETY: as in `add_index`; `x` also records the kernel as pending.
             unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y_on, &x_on, alpha, stream)? };

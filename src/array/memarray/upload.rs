@@ -138,6 +138,12 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         // copy, when the pieces start.
         self.synchronize()?;
         let copy = self.ensure_buffer(stream)?;
+        // One device check for the pieces and the pending event's record
+        // (`src/backend/bound.rs`): opened after the allocation, which may
+        // run the current memory resource (code of the caller's choosing);
+        // from here on only gpuport's own code runs. After `copy`, so that
+        // the copy is dropped after the scope ends.
+        let _bound = crate::backend::bound::scope();
         let size = std::mem::size_of::<T>();
         let mut failed = None;
         {

@@ -133,6 +133,8 @@ pub struct CudaDriver {
     cu_device: sys::CUdevice,
     ordinal: usize,
     driver_version: i32,
+    /// Marker events kept for reuse (`gpu/event_pool.rs`).
+    marker_events: gpu::EventPool<sys::CUevent>,
 }
 
 // SAFETY: CUDA contexts may be used from any thread; we bind before each use.
@@ -142,6 +144,8 @@ unsafe impl Sync for CudaDriver {}
 
 impl Drop for CudaDriver {
     fn drop(&mut self) {
+        // The pooled events first, while the context is still retained.
+        gpu::destroy_pooled_events(self);
         // SAFETY: `cu_device` came from `cuDeviceGet` and we retained its
         // primary context exactly once in `CudaDriver::open`.
         let _ = unsafe { cu::primary_ctx::release(self.cu_device) };
@@ -216,7 +220,9 @@ unsafe impl Driver for CudaDriver {
         let info = query_info(cu_device, ordinal)?;
         // SAFETY: `cu_device` came from `cuDeviceGet`; released in `CudaDriver::drop`.
         let raw = check("cuDevicePrimaryCtxRetain", unsafe { cu::primary_ctx::retain(cu_device) })?;
-        Ok((CudaDriver { raw, cu_device, ordinal, driver_version }, info))
+        // SAFETY: CUDA events may be used from any thread (the `Driver` contract).
+        let marker_events = unsafe { gpu::EventPool::per_device() };
+        Ok((CudaDriver { raw, cu_device, ordinal, driver_version, marker_events }, info))
     }
 
     fn ordinal(&self) -> usize {
@@ -347,6 +353,10 @@ unsafe impl Driver for CudaDriver {
 
     fn event_create_untimed(&self) -> Result<sys::CUevent> {
         check("cuEventCreate", cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+    }
+
+    fn marker_events(&self) -> &gpu::EventPool<sys::CUevent> {
+        &self.marker_events
     }
 
     unsafe fn event_destroy(&self, event: sys::CUevent) -> Result<()> {

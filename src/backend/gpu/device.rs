@@ -395,10 +395,10 @@ impl<D: Driver> Device for GpuDevice<D> {
         Ok(GpuEvent::new(self.driver.clone(), raw))
     }
 
+    /// One of the device's pooled marker events where there is one (no
+    /// driver call), else a new one (`event_pool.rs`).
     fn create_marker_event(&self) -> Result<GpuEvent<D>> {
-        self.driver.bind()?;
-        let raw = self.driver.event_create_untimed()?;
-        Ok(GpuEvent::new(self.driver.clone(), raw))
+        GpuEvent::marker(self.driver.clone())
     }
 
     fn record_event(&self, event: &GpuEvent<D>, stream: &GpuStream<D>) -> Result<()> {
@@ -443,6 +443,13 @@ impl<D: Driver> Device for GpuDevice<D> {
     fn synchronize_event(&self, event: &GpuEvent<D>) -> Result<()> {
         refuse_captured_event(event, "synchronize_event")?;
         event.driver().bind()?;
+        // Relaxed for the call, always: `MemArray`'s drop waits here for its
+        // pending work, and a drop may run in a finalizer while a global
+        // capture runs on another thread, on a stream gpuport never saw
+        // (`torch.cuda.graph`), which `surely_not_capturing` cannot know of;
+        // CUDA and HIP invalidate such a capture when a thread in global
+        // mode waits for an event. The two exchanges are the one pair of an
+        // array's upload-then-drop (`docs/design.md#graphs`).
         // SAFETY: the event's device is current; the event is alive.
         apart_from_captures(event.driver(), || unsafe { event.driver().event_synchronize(event.raw()) })
     }

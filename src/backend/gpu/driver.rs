@@ -18,6 +18,7 @@ use crate::backend::{Advice, DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig,
 use crate::error::{BackendKind, Result};
 
 use super::compile::Program;
+use super::event_pool::EventPool;
 
 /// A vendor handle that is a pointer, which other libraries of the same
 /// vendor (PyTorch, CuPy, cuda-python, HIP Python) hand around as an integer.
@@ -239,6 +240,11 @@ pub unsafe trait Driver: Sized + Send + Sync + 'static {
     /// Creates an event with timing disabled, for ordering and completion
     /// queries only (the device is current): cheaper to record.
     fn event_create_untimed(&self) -> Result<Self::Event>;
+
+    /// The device's pool of marker events for reuse (`event_pool.rs`): a
+    /// field of the driver state, whose `Drop` empties it
+    /// (`gpu::destroy_pooled_events`) before releasing the context.
+    fn marker_events(&self) -> &EventPool<Self::Event>;
 
     /// Destroys an event.
     ///

@@ -27,6 +27,7 @@
 //! - `device.rs`: [`GpuDevice`] and its [`Device`](crate::Device) implementation;
 //! - `memory.rs`: [`GpuBuffer`], [`GpuPinnedBuffer`], [`GpuHostRegistration`];
 //! - `stream.rs`: [`GpuStream`], [`GpuEvent`];
+//! - `event_pool.rs`: marker events kept for reuse, per device;
 //! - `compile.rs`: what the run-time kernel compilers are given;
 //! - `module.rs`: [`GpuModule`], [`GpuKernel`] and its launch-argument check;
 //! - `resource.rs`: the memory layer's device support (pinned flags, pools, IPC);
@@ -43,6 +44,7 @@ mod compile;
 mod device;
 mod driver;
 mod error;
+mod event_pool;
 mod graph;
 mod growable;
 mod memory;
@@ -55,6 +57,7 @@ pub(crate) use compile::{Program, ProgramText};
 pub use device::GpuDevice;
 pub(crate) use driver::{Driver, GraphCalls, ManagedCalls, Params, PeerCalls, RawAddress, VmmCalls};
 pub(crate) use error::{check, driver_error, ready};
+pub(crate) use event_pool::EventPool;
 pub use graph::{GpuGraph, GpuGraphExec};
 pub use memory::{GpuBuffer, GpuHostRegistration, GpuPinnedBuffer};
 pub use module::{GpuKernel, GpuModule};
@@ -118,3 +121,10 @@ macro_rules! vendor_types {
     };
 }
 pub(crate) use vendor_types;
+
+/// Destroys the marker events `driver`'s device keeps for reuse: called by
+/// a vendor's driver state as it is dropped, before it releases its context
+/// (`event_pool.rs`).
+pub(crate) fn destroy_pooled_events<D: Driver>(driver: &D) {
+    event_pool::destroy_pooled(driver);
+}

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::driver::{Driver, GraphCalls};
+use super::event_pool::{EventPool, EventSource, OwnedEvent};
 use crate::backend::graph::{CaptureMode, Owner, Recorder};
+use crate::error::Result;
 
 /// GPU streams on which gpuport runs a capture: those whose `capturing`
 /// flag is set.
@@ -222,10 +224,11 @@ impl<D: Driver> GpuStream<D> {
     }
 }
 
-/// An event of a GPU device.
+/// An event of a GPU device. A marker event (no timing) goes back to its
+/// device's pool when dropped, unless last recorded inside a capture
+/// (`event_pool.rs`).
 pub struct GpuEvent<D: Driver> {
-    raw: D::Event,
-    driver: Arc<D>,
+    owned: OwnedEvent<D>,
     /// The driver's id of the capture the latest recording was made in,
     /// plus one (0: not in a capture). Such an event is recorded only when
     /// the graph runs: queries, waits and timings of it are refused without
@@ -242,14 +245,25 @@ unsafe impl<D: Driver> Sync for GpuEvent<D> {}
 
 impl<D: Driver> fmt::Debug for GpuEvent<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}Event({}:{}, {:p})", D::NAME, D::KIND, self.driver.ordinal(), self.raw)
+        write!(f, "{}Event({}:{}, {:p})", D::NAME, D::KIND, self.driver().ordinal(), self.raw())
     }
 }
 
 impl<D: Driver> GpuEvent<D> {
-    /// Takes ownership of `raw`, made by `driver.event_create`.
+    /// Takes ownership of `raw`, made by `driver.event_create` (destroyed
+    /// with the handle).
     pub(crate) fn new(driver: Arc<D>, raw: D::Event) -> Self {
-        GpuEvent { raw, driver, captured_in: std::sync::atomic::AtomicU64::new(0) }
+        Self::owning(OwnedEvent::new(driver, raw))
+    }
+
+    /// A marker event of `driver`'s device: one from its pool, else a new
+    /// one (`driver.event_create_untimed`).
+    pub(crate) fn marker(driver: Arc<D>) -> Result<Self> {
+        OwnedEvent::marker(driver).map(Self::owning)
+    }
+
+    fn owning(owned: OwnedEvent<D>) -> Self {
+        GpuEvent { owned, captured_in: std::sync::atomic::AtomicU64::new(0) }
     }
 
     /// The capture the latest recording was made in (see `captured_in`).
@@ -267,20 +281,51 @@ impl<D: Driver> GpuEvent<D> {
     }
 
     pub(crate) fn raw(&self) -> D::Event {
-        self.raw
+        self.owned.raw()
     }
 
     /// The driver state of the event's device.
     pub(crate) fn driver(&self) -> &D {
-        &self.driver
+        self.owned.source()
     }
 }
 
 impl<D: Driver> Drop for GpuEvent<D> {
     fn drop(&mut self) {
-        if self.driver.bind().is_ok() {
-            // SAFETY: created by `event_create` of this driver, destroyed once.
-            let _ = apart_from_captures(&*self.driver, || unsafe { self.driver.event_destroy(self.raw) });
+        if self.captured_in().is_some() {
+            // Recorded inside a capture: part of that capture's graph, so
+            // never handed to another holder (`event_pool.rs`).
+            self.owned.keep_out_of_pool();
         }
+    }
+}
+
+/// The driver state as the source of its device's events (`event_pool.rs`).
+impl<D: Driver> EventSource for D {
+    type Event = D::Event;
+
+    fn pool(&self) -> &EventPool<D::Event> {
+        self.marker_events()
+    }
+
+    fn create_marker(&self) -> Result<D::Event> {
+        self.bind()?;
+        self.event_create_untimed()
+    }
+
+    unsafe fn destroy(&self, events: Vec<D::Event>) {
+        if self.bind().is_err() {
+            return;
+        }
+        // Relaxed: a destroy is cleanup gpuport makes on its own behalf,
+        // mostly from drops, which may run while another thread captures
+        // (`apart_from_captures`). Pooled marker events skip this: only a
+        // full pool, a timed or captured event, or teardown gets here.
+        apart_from_captures(self, || {
+            for event in events {
+                // SAFETY: the caller's contract: made here, destroyed once.
+                let _ = unsafe { self.event_destroy(event) };
+            }
+        });
     }
 }

@@ -91,6 +91,14 @@ pub struct HipDriver {
     target_id: Option<String>,
     /// `hipDeviceAttributeWallClockRate` in kHz, where the runtime reports it.
     wall_clock_khz: Option<u32>,
+    /// Marker events kept for reuse (`gpu/event_pool.rs`).
+    marker_events: gpu::EventPool<sys::hipEvent_t>,
+}
+
+impl Drop for HipDriver {
+    fn drop(&mut self) {
+        gpu::destroy_pooled_events(self);
+    }
 }
 
 impl HipDriver {
@@ -220,7 +228,9 @@ unsafe impl Driver for HipDriver {
         let mut hip_device: sys::hipDevice_t = 0;
         // SAFETY: `ordinal` < device count; writes one int.
         check("hipDeviceGet", unsafe { (rt.api().hipDeviceGet)(&mut hip_device, id) })?;
-        let mut driver = HipDriver { rt, ordinal, id, target_id: None, wall_clock_khz: None };
+        // SAFETY: HIP events may be used from any thread (the `Driver` contract).
+        let marker_events = unsafe { gpu::EventPool::per_device() };
+        let mut driver = HipDriver { rt, ordinal, id, target_id: None, wall_clock_khz: None, marker_events };
         driver.bind()?;
         driver.target_id = target_id(rt, id);
         let info = query_info(rt, hip_device, ordinal, driver.target_id.as_deref())?;
@@ -387,6 +397,10 @@ unsafe impl Driver for HipDriver {
             (self.api().hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming)
         })?;
         Ok(raw)
+    }
+
+    fn marker_events(&self) -> &gpu::EventPool<sys::hipEvent_t> {
+        &self.marker_events
     }
 
     unsafe fn event_destroy(&self, event: sys::hipEvent_t) -> Result<()> {
