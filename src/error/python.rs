@@ -344,7 +344,8 @@ impl Error {
             ),
             Error::Graph { backend, op, kind, reason } => graph_message(*backend, op, *kind, reason, call),
             Error::CollectiveArgument(ArgumentError::HostMemory { what, device }) => format!(
-                "{what} is host memory; a {device} communicator needs memory of its device: move the array there first"
+                "{what} is host memory; a {device} communicator needs memory of its device: move the array there first \
+                 (a MemArray of {device}: move_memory(\"device\"))"
             ),
             Error::CollectiveArgument(ArgumentError::NotHeld { what }) => format!(
                 "{what}: the host communicator reads and writes host memory it can check; pass the array or buffer \

@@ -124,7 +124,16 @@ def test_registered_arrays_are_all_reduced_across_two_gpus(tmp_path):
 def test_memory_of_another_gpu_or_of_the_host_is_refused():
     (comm,) = dist.init_all(["cuda:0"])
     other = gpuport.MemArray((16,), "float32", device="cuda:1")
+    other.move_memory("device")  # a new MemArray's current copy is on the host
     with pytest.raises(gpuport.DeviceMismatchError, match="registered memory"):
         comm.register(other)
+    # An array of the communicator's device whose current copy is the host's:
+    # the message says how to make the device copy current.
+    own = gpuport.MemArray((16,), "float32", device="cuda:0")
+    with pytest.raises(ValueError, match=r'move_memory\("device"\)'):
+        comm.register(own)
+    own.move_memory("device")
+    with comm.register(own) as r:
+        assert r.bytes == 64
     with pytest.raises(ValueError, match="registered memory"):
         comm.register(np.zeros(16, dtype=np.float32))
