@@ -226,6 +226,30 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         self.expandable.iter().flatten().map(|e| e.range.reserved()).sum()
     }
 
+    /// Before a best-fit search of stream `tag`'s list for a block of the
+    /// class, when the class grows an expandable segment: moves the list's
+    /// cached blocks (its `recent` cache, `state.rs`) to its free set,
+    /// merged with their free neighbours, so the search sees them.
+    ///
+    /// Left in the cache, the blocks freed last were invisible to best fit
+    /// until nothing else fitted: a request went to an older free block,
+    /// often higher in the segment or its free tail, and the holes just
+    /// freed stayed behind, mapped. On a replayed training trace
+    /// (`benches/fragmentation.py`: the backward pass frees activations
+    /// while gradients of other sizes come and go) that kept a few percent
+    /// more mapped than was ever live; PyTorch, which has no such cache,
+    /// merges every free at once (`free_block` in `CUDACachingAllocator.cpp`).
+    /// A request of a cached block's size still takes it back first, without
+    /// touching the set. Pools of plain segments are left as they were.
+    #[inline]
+    pub(super) fn merge_cached_if_expandable(&mut self, tag: u64, small: bool) {
+        if self.expandable[usize::from(!small)].is_some() {
+            if let Some(l) = self.list_of(tag) {
+                self.flush_recent(l);
+            }
+        }
+    }
+
     /// The last node of segment `seg`'s chain.
     pub(super) fn last_node(&self, seg: u32) -> u32 {
         let mut n = self.segments[seg as usize].as_ref().map_or(NONE, |s| s.first);
