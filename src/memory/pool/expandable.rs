@@ -10,6 +10,17 @@
 //!   the history as PyTorch's `segment_map` and `segment_unmap`. Blocks are cut from the mapped part like those of plain segments
 //!   (`state.rs`); neighbours merge across what were separate growths, so a
 //!   large request finds room that plain segments would have split.
+//! - **Splitting**: a large block is split whenever 512 bytes or more
+//!   would be left, as small blocks are (`State::min_split`; PyTorch's
+//!   `should_split` with `expandable_segments`). Plain segments keep up to
+//!   1 MiB of slack in a large block, so that a 20 MiB segment is not cut
+//!   into slivers; here the slack of a growth (rounded up to the
+//!   granularity) or of a reused block stayed mapped and out of use. The
+//!   rule holds for every large block of the pool, its plain segments'
+//!   too (a fallback's, a graph pool's), as PyTorch's does.
+//! - **Freed blocks merge before best fit**: a request that a stream's
+//!   cache of recent blocks cannot serve first merges them into the free
+//!   set (`State::merge_cached_if_expandable`).
 //! - **Trimming** (`trim`, `reset`, the release threshold, an out-of-memory
 //!   retry) unmaps the segment's free tail, whole granules only, and frees
 //!   its physical memory; the addresses stay reserved, so live blocks never
