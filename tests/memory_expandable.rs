@@ -196,12 +196,16 @@ enum Op {
     Free(usize),
 }
 
-/// A small transformer training trace, `benches/fragmentation.py`'s shape
-/// at a tenth of its size (deterministic): long-lived parameters and
-/// optimizer state, then steps whose sequence length grows, each a forward
-/// pass saving activations layer by layer (with temporaries), a backward
-/// pass freeing them in reverse while gradients of other sizes come and
-/// go, and the optimizer's temporaries.
+/// A small transformer training trace in `benches/fragmentation.py`'s shape
+/// (deterministic, about 880 MiB live at its peak): long-lived parameters
+/// and optimizer state, then steps whose sequence length grows, each a
+/// forward pass saving activations layer by layer (with temporaries), a
+/// backward pass freeing them in reverse while gradients of other sizes
+/// come and go, and the optimizer's temporaries. The backward pass is what
+/// left holes mapped in an expandable segment: a gradient went past the
+/// activation just freed (still in the stream's cache of recent blocks,
+/// out of best fit's sight), and large blocks kept up to 1 MiB of slack.
+/// (`src/memory/pool/expandable.rs`)
 fn training_trace() -> Vec<Op> {
     let (hidden, layers, batch, steps, seq) = (512usize, 4usize, 8usize, 8usize, (256usize, 1024usize));
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -231,8 +235,9 @@ fn training_trace() -> Vec<Op> {
         let tokens = batch * s;
         let mut saved = Vec::new();
         for _ in 0..layers {
-            let act = [2, 6, 0, 2, 8, 8, 2].map(|k| if k == 0 { 2 * batch * heads * s * s } else { k * tokens * hidden });
-            for (j, bytes) in act.into_iter().enumerate() {
+            let (unit, scores) = (tokens * hidden, 2 * batch * heads * s * s);
+            let activations = [2 * unit, 6 * unit, scores, 2 * unit, 8 * unit, 8 * unit, 2 * unit];
+            for (j, bytes) in activations.into_iter().enumerate() {
                 saved.push(alloc(&mut ops, bytes));
                 if j == 2 || j == 5 {
                     let temporary = alloc(&mut ops, bytes); // softmax and GELU inputs

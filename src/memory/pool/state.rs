@@ -146,7 +146,6 @@ pub(super) struct State<B: Backend, Seg> {
     pub(super) expandable_mode: crate::memory::report::Expandable,
 }
 
-
 pub(super) fn st_ordinal<D: Device>(d: &D) -> usize {
     d.info().ordinal
 }
