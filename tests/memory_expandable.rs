@@ -77,9 +77,8 @@ fn segments_map_as_the_pool_grows_and_addresses_stay_valid<D: MemoryDevice>(d: &
     let seg = &report.segment_map[0];
     assert_eq!(seg.address, first.device_ptr(), "the segment still starts at the first block");
     assert!(later.iter().all(|b| b.device_ptr() > first.device_ptr()), "growth maps at the end");
-    // Each growth is the request rounded up to the 2 MiB granule (a 1 MiB
-    // remainder is not split off a large block): 4 + 4 * 6 MiB. Plain
-    // segments would hold two of 20 MiB.
+    // Each growth maps what the free tail lacks, rounded up to the 2 MiB
+    // granule: 3 + 4 * 5 MiB, in 24 MiB. Plain segments would hold two of 20 MiB.
     assert!(report.reserved >= 23 * MIB && report.reserved <= 28 * MIB, "reserved {}", report.reserved);
     d.synchronize(&s).unwrap();
     assert_eq!(read(&**d, &first), common::pattern(3 * MIB, 1), "the first block kept its contents");
@@ -190,6 +189,109 @@ fn a_full_reservation_falls_back_to_plain_segments<D: MemoryDevice>(d: &Arc<D>) 
     d.synchronize(&s).unwrap();
 }
 
+/// One step of a replayed trace: allocate `bytes` as block `id`, or free it.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Alloc(usize, usize),
+    Free(usize),
+}
+
+/// A small transformer training trace in `benches/fragmentation.py`'s shape
+/// (deterministic, about 880 MiB live at its peak): long-lived parameters
+/// and optimizer state, then steps whose sequence length grows, each a
+/// forward pass saving activations layer by layer (with temporaries), a
+/// backward pass freeing them in reverse while gradients of other sizes
+/// come and go, and the optimizer's temporaries. The backward pass is what
+/// left holes mapped in an expandable segment: a gradient went past the
+/// activation just freed (still in the stream's cache of recent blocks,
+/// out of best fit's sight), and large blocks kept up to 1 MiB of slack.
+/// (`src/memory/pool/expandable.rs`)
+fn training_trace() -> Vec<Op> {
+    let (hidden, layers, batch, steps, seq) = (512usize, 4usize, 8usize, 8usize, (256usize, 1024usize));
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next_random = move |below: usize| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % below
+    };
+    let mut ops = Vec::new();
+    let mut ids = 0..;
+    let mut alloc = |ops: &mut Vec<Op>, bytes: usize| {
+        let id = ids.next().unwrap();
+        ops.push(Op::Alloc(id, bytes));
+        id
+    };
+    let per_layer = [3 * hidden * hidden, hidden * hidden, 4 * hidden * hidden, 4 * hidden * hidden, 2 * hidden];
+    for _ in 0..layers {
+        for n in per_layer {
+            for bytes_per_element in [2, 2, 4, 4] {
+                alloc(&mut ops, bytes_per_element * n); // weights, gradients, two optimizer states
+            }
+        }
+    }
+    let heads = hidden / 128;
+    for step in 0..steps {
+        let s = seq.0 + (seq.1 - seq.0) * step / (steps - 1);
+        let s = (s * (85 + next_random(16)) / 100 / 8 * 8).max(16);
+        let tokens = batch * s;
+        let mut saved = Vec::new();
+        for _ in 0..layers {
+            let (unit, scores) = (tokens * hidden, 2 * batch * heads * s * s);
+            let activations = [2 * unit, 6 * unit, scores, 2 * unit, 8 * unit, 8 * unit, 2 * unit];
+            for (j, bytes) in activations.into_iter().enumerate() {
+                saved.push(alloc(&mut ops, bytes));
+                if j == 2 || j == 5 {
+                    let temporary = alloc(&mut ops, bytes); // softmax and GELU inputs
+                    ops.push(Op::Free(temporary));
+                }
+            }
+        }
+        let loss = alloc(&mut ops, 4 * tokens);
+        for activation in saved.into_iter().rev() {
+            let gradient = alloc(&mut ops, 2 * tokens * hidden * [1, 3, 4][next_random(3)]);
+            ops.push(Op::Free(activation));
+            ops.push(Op::Free(gradient));
+        }
+        ops.push(Op::Free(loss));
+        for n in per_layer {
+            let temporary = alloc(&mut ops, 4 * n);
+            ops.push(Op::Free(temporary));
+        }
+    }
+    ops
+}
+
+fn a_training_trace_maps_little_more_than_it_holds_live<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool(d, 1 << 30) else { return };
+    let s = d.create_stream().unwrap();
+    let mut live = std::collections::HashMap::new();
+    let (mut held, mut peak_held, mut peak_mapped) = (0, 0, 0);
+    for op in training_trace() {
+        match op {
+            Op::Alloc(id, bytes) => {
+                live.insert(id, alloc.alloc(bytes, &s).unwrap());
+                held += bytes;
+                peak_held = usize::max(peak_held, held);
+                peak_mapped = usize::max(peak_mapped, pool.report().reserved);
+            }
+            Op::Free(id) => {
+                let block = live.remove(&id).unwrap();
+                held -= block.len();
+            }
+        }
+    }
+    // A granule (2 MiB) per class at most beyond 0.5%: the small class maps
+    // a whole one for a few KiB, and each growth rounds up to one.
+    let bound = peak_held + peak_held / 200 + 4 * MIB;
+    assert!(
+        peak_mapped <= bound,
+        "peak mapped {peak_mapped} bytes for {peak_held} live ({:.4}x), more than {bound}",
+        peak_mapped as f64 / peak_held as f64
+    );
+    drop(live);
+    d.synchronize(&s).unwrap();
+}
+
 /// A storage whose device cannot reserve growable ranges.
 #[derive(Debug)]
 struct NoVirtualMemory<B: Backend>(DeviceStorage<B>);
@@ -261,6 +363,7 @@ mod cases {
         freed_neighbours_merge_across_growths,
         a_tail_freed_on_the_allocating_stream_is_extended_not_mapped_again,
         a_tail_freed_on_another_stream_is_not_extended,
+        a_training_trace_maps_little_more_than_it_holds_live,
         a_full_reservation_falls_back_to_plain_segments,
         without_virtual_memory_the_pool_falls_back_and_says_so,
         a_reservation_larger_than_the_address_space_is_a_typed_error,

@@ -10,6 +10,17 @@
 //!   the history as PyTorch's `segment_map` and `segment_unmap`. Blocks are cut from the mapped part like those of plain segments
 //!   (`state.rs`); neighbours merge across what were separate growths, so a
 //!   large request finds room that plain segments would have split.
+//! - **Splitting**: a large block is split whenever 512 bytes or more
+//!   would be left, as small blocks are (`State::min_split`; PyTorch's
+//!   `should_split` with `expandable_segments`). Plain segments keep up to
+//!   1 MiB of slack in a large block, so that a 20 MiB segment is not cut
+//!   into slivers; here the slack of a growth (rounded up to the
+//!   granularity) or of a reused block stayed mapped and out of use. The
+//!   rule holds for every large block of the pool, its plain segments'
+//!   too (a fallback's, a graph pool's), as PyTorch's does.
+//! - **Freed blocks merge before best fit**: a request that a stream's
+//!   cache of recent blocks cannot serve first merges them into the free
+//!   set (`State::merge_cached_if_expandable`).
 //! - **Trimming** (`trim`, `reset`, the release threshold, an out-of-memory
 //!   retry) unmaps the segment's free tail, whole granules only, and frees
 //!   its physical memory; the addresses stay reserved, so live blocks never
@@ -224,6 +235,30 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// Bytes of addresses the expandable ranges reserve (mapped or not).
     pub(super) fn expandable_address_space(&self) -> usize {
         self.expandable.iter().flatten().map(|e| e.range.reserved()).sum()
+    }
+
+    /// Before a best-fit search of stream `tag`'s list for a block of the
+    /// class, when the class grows an expandable segment: moves the list's
+    /// cached blocks (its `recent` cache, `state.rs`) to its free set,
+    /// merged with their free neighbours, so the search sees them.
+    ///
+    /// Left in the cache, the blocks freed last were invisible to best fit
+    /// until nothing else fitted: a request went to an older free block,
+    /// often higher in the segment or its free tail, and the holes just
+    /// freed stayed behind, mapped. On a replayed training trace
+    /// (`benches/fragmentation.py`: the backward pass frees activations
+    /// while gradients of other sizes come and go) that kept a few percent
+    /// more mapped than was ever live; PyTorch, which has no such cache,
+    /// merges every free at once (`free_block` in `CUDACachingAllocator.cpp`).
+    /// A request of a cached block's size still takes it back first, without
+    /// touching the set. Pools of plain segments are left as they were.
+    #[inline]
+    pub(super) fn merge_cached_if_expandable(&mut self, tag: u64, small: bool) {
+        if self.expandable[usize::from(!small)].is_some() {
+            if let Some(l) = self.list_of(tag) {
+                self.flush_recent(l);
+            }
+        }
     }
 
     /// The last node of segment `seg`'s chain.

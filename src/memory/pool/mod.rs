@@ -470,7 +470,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
                     return Ok(st.hand_out(n, size, bytes, t));
                 }
             }
-            // Then the set; if nothing fits, the cached blocks merged into it.
+            // Then the set; if nothing fits, the cached blocks merged into it
+            // (an expandable class merges them first: `expandable.rs` says why).
+            st.merge_cached_if_expandable(t, small);
             let mut n = st.take_best(t, size, small);
             if n.is_none() && st.list_of(t).is_some_and(|l| st.flush_recent(l)) {
                 n = st.take_best(t, size, small);

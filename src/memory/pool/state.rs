@@ -146,15 +146,6 @@ pub(super) struct State<B: Backend, Seg> {
     pub(super) expandable_mode: crate::memory::report::Expandable,
 }
 
-/// The smallest remainder worth splitting off a block of the class.
-pub(super) fn min_split(small: bool) -> usize {
-    if small {
-        ROUND
-    } else {
-        SMALL_MAX + 1
-    }
-}
-
 pub(super) fn st_ordinal<D: Device>(d: &D) -> usize {
     d.info().ordinal
 }
@@ -181,6 +172,18 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             graph_serials: 0,
             expandable: [None, None],
             expandable_mode: crate::memory::report::Expandable::Off,
+        }
+    }
+
+    /// The smallest remainder worth splitting off a block of the class: a
+    /// large block keeps up to 1 MiB more than asked, unless the pool grows
+    /// an expandable segment for the class (`expandable.rs` says why).
+    #[inline]
+    pub(super) fn min_split(&self, small: bool) -> usize {
+        if small || self.expandable[1].is_some() {
+            ROUND
+        } else {
+            SMALL_MAX + 1
         }
     }
 
@@ -280,10 +283,10 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// would hand out whole for `size` bytes of the class, newest first.
     #[inline]
     pub(super) fn take_recent(&mut self, l: usize, size: usize, small: bool) -> Option<u32> {
-        let nodes = &self.nodes;
+        let (nodes, min_split) = (&self.nodes, self.min_split(small));
         let fits = |&n: &u32| {
             let node = &nodes[n as usize];
-            node.small == small && node.size >= size && node.size - size < min_split(small)
+            node.small == small && node.size >= size && node.size - size < min_split
         };
         let recent = &mut self.lists[l].recent;
         let i = recent.iter().rposition(fits)?;
@@ -339,8 +342,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             "handing out {n}: {node:?}"
         );
         let rest = node.size - size;
-        let min_split = min_split(node.small);
-        if rest >= min_split {
+        if rest >= self.min_split(node.small) {
             let r = self.new_node(Node {
                 seg: node.seg,
                 offset: node.offset + size,
