@@ -19,7 +19,7 @@ use gpuport::{CaptureMode, Error, GraphErrorKind};
 const MODE: CaptureMode = CaptureMode::ThreadLocal;
 
 /// An owner whose drop the test can see: the slot holds the only other count.
-fn owner() -> (Arc<()>, Box<Arc<()>>) {
+fn owner() -> (Arc<()>, Box<dyn std::any::Any + Send + Sync>) {
     let mine = Arc::new(());
     (mine.clone(), Box::new(mine))
 }

@@ -59,11 +59,13 @@ impl HostBytes<'_> {
         if self.len == 0 {
             return &[];
         }
+        #[allow(clippy::cast_possible_truncation)] // a host address of this process fits a pointer
+        let ptr = self.ptr as usize as *const u8;
         // SAFETY: `ptr` addresses the `len` bytes of the array's
         // host-readable copy (`host_bytes`), kept alive by `_keep`; the
         // array is borrowed mutably for the view's life, so none of its
         // methods writes them meanwhile.
-        unsafe { std::slice::from_raw_parts(self.ptr as usize as *const u8, self.len) }
+        unsafe { std::slice::from_raw_parts(ptr, self.len) }
     }
 }
 
