@@ -506,3 +506,31 @@ fn a_registered_range_is_released_by_the_communicator_that_made_it(#[case] spec:
     }
     drop((comm, other));
 }
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_given_object_is_an_entered_array_or_its_memory_and_keeps_what_owns_it(#[case] spec: &str) {
+    use gpuport::collective::Given;
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let mut a = array(&dev, 4, 1.0);
+    let raw = raw_floats(&dev, 4, 2.0);
+    let (as_array, as_raw) =
+        (Given::<&str, Arc<RawAllocation>>::Array("array object"), Given::<&str, _>::Raw(raw.clone()));
+    assert_eq!(as_array.array(), Some(&"array object"));
+    assert!(as_raw.array().is_none(), "memory has no state to enter");
+    assert!(matches!(as_array.operand(Some(&mut a), |r| whole(r)), Operand::Array(_)));
+    assert!(matches!(as_array.operand(None, |r| whole(r)), Operand::None), "an array not entered");
+    match as_raw.operand(None, |r| whole(r)) {
+        Operand::Raw(r) => assert_eq!(r.addr(), whole(&raw).addr()),
+        _ => panic!("memory is a raw operand"),
+    }
+    // Kept: the memory itself, or what the binding makes of the array object.
+    assert!(Arc::ptr_eq(&as_raw.into_kept(|_| unreachable!()), &raw));
+    let kept = as_array.into_kept(|object| {
+        assert_eq!(object, "array object");
+        raw.clone()
+    });
+    assert!(Arc::ptr_eq(&kept, &raw));
+}

@@ -55,6 +55,7 @@
 //!   binding's group ([`AnyCommunicator::group_with`]).
 
 mod any;
+pub mod arguments;
 pub mod array;
 mod communicator;
 mod engine;
@@ -71,7 +72,7 @@ pub use crate::error::collective::ArgumentError;
 pub use any::{AnyCommunicator, Communicators};
 pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
-pub use operands::{Captured, GroupFailure, Operand, Operands, Sides};
+pub use operands::{Captured, Given, GroupFailure, Operand, Operands, Sides};
 pub use registration::{RangeRegistration, Registration};
 pub use rendezvous::{fail_next_engine_init_on_this_thread, fail_next_init_on_this_thread};
 pub use store::TcpStore;

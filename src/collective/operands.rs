@@ -106,6 +106,47 @@ pub(super) fn check_place(r: &RawRange, what: &'static str, dev: &AnyDevice) -> 
     }
 }
 
+/// One object of a binding's caller, converted: a gpuport array object
+/// `A`, whose state the binding enters for the call, or another object's
+/// memory `R`, which names a [`RawRange`] and keeps it alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Given<A, R> {
+    /// A gpuport array object.
+    Array(A),
+    /// Another object's memory.
+    Raw(R),
+}
+
+impl<A, R> Given<A, R> {
+    /// The array object, whose state is to be entered for the call.
+    pub fn array(&self) -> Option<&A> {
+        match self {
+            Given::Array(a) => Some(a),
+            Given::Raw(_) => None,
+        }
+    }
+
+    /// The core's operand: the entered array's state, else the range
+    /// `range` reads off the memory; an array not entered is no operand.
+    pub fn operand<'s>(&self, entered: Option<&'s mut AnyArray>, range: impl FnOnce(&R) -> RawRange) -> Operand<'s> {
+        match (self, entered) {
+            (_, Some(a)) => Operand::Array(a),
+            (Given::Raw(r), None) => Operand::Raw(range(r)),
+            (Given::Array(_), None) => Operand::None,
+        }
+    }
+
+    /// What must stay alive until the stream has run the collective: the
+    /// memory, or the array object as `keep_array` makes it one (an
+    /// import's memory lives as long as its array object).
+    pub fn into_kept(self, keep_array: impl FnOnce(A) -> R) -> R {
+        match self {
+            Given::Raw(r) => r,
+            Given::Array(a) => keep_array(a),
+        }
+    }
+}
+
 /// The send and receive sides of one collective.
 pub struct Operands<'a> {
     send: Operand<'a>,

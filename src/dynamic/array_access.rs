@@ -1,6 +1,7 @@
 //! What a caller of the run-time layer does with an [`AnyArray`]'s data
-//! directly: moves, the address of its natural copy, host views and bytes,
-//! host uploads and deep copies. Each method says what an owned array does
+//! directly: moves, residency by name, the address of its natural copy,
+//! host views and bytes (also as a borrowed slice), the host export of
+//! low-precision elements as unsigned bits, host uploads and deep copies. Each method says what an owned array does
 //! and what an import refuses ([`ImportRefusal`]): an import's memory, and
 //! where it lives, are its producer's.
 //!
@@ -16,10 +17,13 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::array::{AnyArray, DynArray};
+use super::exchange::{self, Export, ExportRequest};
 use super::stream::AnyStream;
+use crate::array::dtype::DType;
 use crate::array::{ImportRefusal, LockId, Residency, ResidencyError, Transfer};
 use crate::dlpack::{is_host_accessible, DLDeviceType, ImportedTensor};
 use crate::error::array::Location;
@@ -38,7 +42,67 @@ pub struct HostInterface {
     pub read_only: bool,
 }
 
+/// An array's bytes in row-major order in host memory
+/// ([`AnyArray::host_bytes_view`]): borrowed from the array, which no
+/// method can write while the view lives.
+pub struct HostBytes<'a> {
+    ptr: u64,
+    len: usize,
+    /// Keeps the memory alive.
+    _keep: Arc<dyn Send + Sync>,
+    _array: PhantomData<&'a mut AnyArray>,
+}
+
+impl HostBytes<'_> {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        #[allow(clippy::cast_possible_truncation)] // a host address of this process fits a pointer
+        let ptr = self.ptr as usize as *const u8;
+        // SAFETY: `ptr` addresses the `len` bytes of the array's
+        // host-readable copy (`host_bytes`), kept alive by `_keep`; the
+        // array is borrowed mutably for the view's life, so none of its
+        // methods writes them meanwhile.
+        unsafe { std::slice::from_raw_parts(ptr, self.len) }
+    }
+}
+
 impl AnyArray {
+    /// [`residency`](Self::residency) as Python names it: `"host"`,
+    /// `"device"`, `"both"`, or `"imported"` for an import.
+    pub fn residency_name(&self) -> &'static str {
+        match self.residency() {
+            Some(Residency::Host) => "host",
+            Some(Residency::Device) => "device",
+            Some(Residency::Both) => "both",
+            None => "imported",
+        }
+    }
+
+    /// The array's bytes in host memory as [`host_bytes`](Self::host_bytes)
+    /// finds them (the same errors), as a slice (`tobytes`).
+    pub fn host_bytes_view(&mut self, op: &'static str) -> Result<HostBytes<'_>> {
+        let len = self.shape().iter().product::<usize>() * self.dtype().itemsize();
+        let (ptr, keep) = self.host_bytes(op)?;
+        Ok(HostBytes { ptr, len, _keep: keep, _array: PhantomData })
+    }
+
+    /// The host elements of a dtype NumPy cannot read from DLPack (bfloat16,
+    /// the fp8/fp6/fp4 types), exported to the host (DLPack 1.1, a copy
+    /// where the data is on the device) and viewed as the unsigned integers
+    /// of the same bytes: `uint16` for 2-byte elements, else `uint8`
+    /// (sub-byte elements are held one a byte). A binding views those as
+    /// the dtype's ml_dtypes type.
+    pub fn export_host_bits(&mut self) -> Result<Export> {
+        let req = ExportRequest { max_version: Some((1, 1)), dl_device: Some((1, 0)), ..ExportRequest::default() };
+        // SAFETY: `req` names no stream.
+        let mut e = unsafe { exchange::export(self, req)? };
+        e.view_as(if self.dtype().itemsize() == 2 { DType::UInt16 } else { DType::UInt8 })?;
+        Ok(e)
+    }
+
     /// Which copies are current; `None` for an import (its memory is its producer's).
     pub fn residency(&self) -> Option<Residency> {
         match self {
@@ -196,6 +260,32 @@ mod tests {
         assert_eq!(view.byte_strides, None);
         assert!(!view.read_only);
         assert!(a.deep_copy("copy").is_ok());
+    }
+
+    #[test]
+    fn residency_is_named_and_host_bytes_are_the_elements() {
+        let (mut a, s) = host_array();
+        assert_eq!(a.residency_name(), "host");
+        a.fill_bytes(&258i32.to_le_bytes(), None).unwrap();
+        assert_eq!(a.host_bytes_view("tobytes").unwrap().as_slice(), [2, 1, 0, 0].repeat(3));
+        a.add_index(&s, None).unwrap();
+        assert_eq!(a.residency_name(), "device");
+        a.move_to(Location::Host, &s, Transfer::Sync, None).unwrap();
+        assert_eq!(a.residency_name(), "both");
+        let dev = crate::open("host").unwrap();
+        let mut empty = AnyArray::Owned(new_owned(&dev, DType::Float64, &[0, 4]).unwrap());
+        assert!(empty.host_bytes_view("tobytes").unwrap().as_slice().is_empty());
+    }
+
+    #[test]
+    fn low_precision_elements_export_as_unsigned_bits() {
+        let dev = crate::open("host").unwrap();
+        for (dtype, bits) in [(DType::BFloat16, 16), (DType::Float8E4M3Fn, 8)] {
+            let mut a = AnyArray::Owned(new_owned(&dev, dtype, &[4]).unwrap());
+            let e = a.export_host_bits().unwrap();
+            assert_eq!(e.dtype(), if bits == 16 { DType::UInt16 } else { DType::UInt8 }, "{dtype:?}");
+            assert_eq!(e.device().device_type, DLDeviceType::CPU);
+        }
     }
 
     #[test]

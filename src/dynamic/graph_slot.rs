@@ -3,6 +3,9 @@
 //! rules of that life live here once, for every binding: one capture at a
 //! time, no replay, update or reset while capturing, a capture whose block
 //! failed holds nothing, and a reset waits for the replays it drops.
+//! Here too: the capture modes' names, the binding's stream object a
+//! capture keeps until the slot is empty again, abandoning a block nobody
+//! exits, and updating two slots from each other without deadlock.
 //!
 //! ```
 //! use gpuport::dynamic::graph_slot::GraphSlot;
@@ -25,8 +28,10 @@
 //! # Ok::<(), gpuport::Error>(())
 //! ```
 
+use std::any::Any as StdAny;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::exclusive::Exclusive;
 use super::graph::{AnyCapture, AnyGraph, AnyGraphExec};
 use super::runtime::StreamChoice;
 use super::stream::AnyStream;
@@ -52,6 +57,57 @@ pub struct GraphSlot {
     state: State,
     /// Operands the capture kept for the graph.
     kept: usize,
+    /// The binding's object of the stream a block's capture ran on
+    /// ([`CaptureBlock::enter_keeping`]): kept while the slot is not empty.
+    stream_owner: Option<Box<dyn StdAny + Send + Sync>>,
+}
+
+/// A capture mode's name (torch's `capture_error_mode` names): `"global"`,
+/// `"thread_local"` or `"relaxed"`.
+pub fn capture_mode_name(mode: CaptureMode) -> &'static str {
+    match mode {
+        CaptureMode::Global => "global",
+        CaptureMode::ThreadLocal => "thread_local",
+        CaptureMode::Relaxed => "relaxed",
+    }
+}
+
+/// The capture mode named `name` (see [`capture_mode_name`]); another name
+/// is [`Error::InvalidArgument`].
+pub fn capture_mode_named(name: &str) -> Result<CaptureMode> {
+    [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed]
+        .into_iter()
+        .find(|&m| capture_mode_name(m) == name)
+        .ok_or_else(|| Error::InvalidArgument {
+            name: "mode",
+            reason: format!(
+                "capture mode {name:?}: use \"global\" (waits for the device are refused on every thread while the \
+                 capture runs), \"thread_local\" (refused on the capturing thread) or \"relaxed\" (not refused)"
+            ),
+        })
+}
+
+/// Updates the slot in `this` from the slot in `other` ([`GraphSlot::update`]).
+/// Both are locked in address order, so two threads updating two slots
+/// from each other cannot deadlock; a slot updated from itself is
+/// unchanged. `hook` runs each wait for a lock, as in
+/// [`Exclusive::lock_with`].
+pub fn update_between(
+    this: &Exclusive<GraphSlot>,
+    other: &Exclusive<GraphSlot>,
+    hook: impl Fn(&(dyn Fn() + Sync)),
+) -> Result<()> {
+    if std::ptr::eq(this, other) {
+        return Ok(());
+    }
+    let (mut target, template) = if (this as *const Exclusive<GraphSlot>) < (other as *const _) {
+        let target = this.lock_with(&hook)?;
+        (target, other.lock_with(&hook)?)
+    } else {
+        let template = other.lock_with(&hook)?;
+        (this.lock_with(&hook)?, template)
+    };
+    target.update(&template)
 }
 
 /// A capture block over a slot (Python's `with g.capture(stream):`):
@@ -83,6 +139,32 @@ impl CaptureBlock {
     /// Whether the block was entered and its capture is not over.
     pub fn is_entered(&self) -> bool {
         self.entered.load(Ordering::Acquire)
+    }
+
+    /// [`enter`](Self::enter), and the slot keeps `owner` (a binding's
+    /// object of `stream`) while it is not empty: through a capture that
+    /// ends in a graph until [`GraphSlot::reset`]; dropped when the capture
+    /// fails, is discarded or abandoned. Read it with
+    /// [`GraphSlot::stream_owner`].
+    pub fn enter_keeping(
+        &self,
+        slot: &mut GraphSlot,
+        stream: &AnyStream,
+        mode: CaptureMode,
+        owner: Box<dyn StdAny + Send + Sync>,
+    ) -> Result<()> {
+        self.enter(slot, stream, mode)?;
+        slot.stream_owner = Some(owner);
+        Ok(())
+    }
+
+    /// Abandons the block's running capture, if it was entered and is not
+    /// over (its owner went away without exiting it): see
+    /// [`GraphSlot::abandon_capture`].
+    pub fn abandon(&self, slot: &mut GraphSlot) {
+        if self.entered.swap(false, Ordering::AcqRel) {
+            slot.abandon_capture();
+        }
     }
 
     /// Begins the block's capture of `stream` in `mode` into `slot`.
@@ -175,6 +257,12 @@ impl GraphSlot {
         self.kept
     }
 
+    /// The object kept by [`CaptureBlock::enter_keeping`], if it is a `T`
+    /// and the slot is not empty.
+    pub fn stream_owner<T: 'static>(&self) -> Option<&T> {
+        self.stream_owner.as_deref().and_then(|o| o.downcast_ref())
+    }
+
     fn backend(&self) -> Option<BackendKind> {
         self.device().map(|d| d.backend())
     }
@@ -254,14 +342,22 @@ impl GraphSlot {
             other => other,
         };
         drop(capture);
-        let graph = ended?;
-        if discard {
-            return Ok(());
+        let ready = ended.and_then(|graph| match discard {
+            true => Ok(None),
+            false => graph.instantiate().map(|exec| Some((graph, exec))),
+        });
+        match ready {
+            Ok(Some((graph, exec))) => {
+                self.state = State::Ready { graph, exec };
+                self.kept = kept;
+                Ok(())
+            }
+            // The slot stays empty.
+            other => {
+                self.stream_owner = None;
+                other.map(drop)
+            }
         }
-        let exec = graph.instantiate()?;
-        self.state = State::Ready { graph, exec };
-        self.kept = kept;
-        Ok(())
     }
 
     /// Drops a running capture that will not be ended (its owner went
@@ -269,6 +365,7 @@ impl GraphSlot {
     pub fn abandon_capture(&mut self) {
         if self.is_capturing() {
             self.state = State::Empty;
+            self.stream_owner = None;
         }
     }
 
@@ -313,6 +410,7 @@ impl GraphSlot {
             AnyStream::default_for(&exec.device()).check_can_wait("reset")?;
         }
         self.kept = 0;
+        self.stream_owner = None;
         Ok(Retired(match std::mem::take(&mut self.state) {
             State::Ready { graph, exec } => Some((graph, exec)),
             _ => None,

@@ -51,6 +51,7 @@ pub mod keep;
 pub mod lock_context;
 pub mod managed;
 pub mod memory;
+pub mod memory_handles;
 pub mod module;
 pub mod peer;
 pub mod raw;

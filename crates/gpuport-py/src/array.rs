@@ -7,7 +7,7 @@
 //! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
-use gpuport::array::{Location, Residency};
+use gpuport::array::Location;
 use gpuport::dynamic::array::{new_checked_in, ArrayMemory};
 use gpuport::dynamic::keep;
 use gpuport::error::{python, BackendKind};
@@ -80,16 +80,11 @@ impl PyMemArray {
                 ),
             ));
         };
-        let req = ExportRequest { max_version: Some((1, 1)), dl_device: Some((1, 0)), ..ExportRequest::default() };
-        let mut e = {
+        let e = {
             let mut guard = self.state(py)?;
             let st: &mut AnyArray = &mut guard;
-            // SAFETY: `req` names no stream.
-            py.detach(|| unsafe { gpuport::dynamic::exchange::export(st, req) }).py_err_in(py, "to_numpy")?
+            py.detach(|| st.export_host_bits()).py_err_in(py, "to_numpy")?
         };
-        // The same bytes, one element each (sub-byte dtypes are held padded).
-        let bits = if dtype.itemsize() == 2 { DType::UInt16 } else { DType::UInt8 };
-        e.view_as(bits).py_err_in(py, "to_numpy")?;
         let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
         np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
     }
@@ -182,12 +177,7 @@ impl PyMemArray {
     /// (`"imported"` for an array imported from another library).
     #[getter]
     fn residency(&self, py: Python<'_>) -> PyResult<&'static str> {
-        Ok(match self.state(py)?.residency() {
-            Some(Residency::Host) => "host",
-            Some(Residency::Device) => "device",
-            Some(Residency::Both) => "both",
-            None => "imported",
-        })
+        Ok(self.state(py)?.residency_name())
     }
 
     /// Whether this array wraps another library's memory (`from_dlpack`).
@@ -456,18 +446,10 @@ impl PyMemArray {
     ///     >>> a.tobytes()                        # little-endian 0x0102, twice
     ///     b'\x02\x01\x02\x01'
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let n = self.nbytes();
         let mut st = self.state(py)?;
-        let (ptr, keep) = py.detach(|| st.host_bytes("tobytes")).py_err_in(py, "tobytes")?;
-        if n == 0 {
-            return Ok(PyBytes::new(py, &[]));
-        }
-        // SAFETY: `ptr` addresses the `n` bytes of the host-readable copy,
-        // kept alive by `keep` until the bytes are copied out; the array's
-        // lock (`st`) keeps its own methods from writing them meanwhile.
-        let bytes = PyBytes::new(py, unsafe { std::slice::from_raw_parts(ptr as usize as *const u8, n) });
-        drop(keep);
-        Ok(bytes)
+        let st: &mut AnyArray = &mut st;
+        let bytes = py.detach(|| st.host_bytes_view("tobytes")).py_err_in(py, "tobytes")?;
+        Ok(PyBytes::new(py, bytes.as_slice()))
     }
 
     /// A deep copy (an owned array; imported arrays cannot be copied here).

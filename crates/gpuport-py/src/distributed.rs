@@ -11,13 +11,10 @@
 //! end on: the core defers them).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use gpuport::collective::{
-    AnyCommunicator, CallMode, GroupFailure, Op, OpKind, Operand, Operands, RangeRegistration, Sides, TcpStore,
-};
-use gpuport::dynamic::{keep, AnyArray};
-use pyo3::exceptions::PyValueError;
+use gpuport::collective::arguments::{call_mode, seconds, socket_addr, OpenRegistration};
+use gpuport::collective::{AnyCommunicator, Given, GroupFailure, Op, OpKind, Operands, Sides, TcpStore};
+use gpuport::dynamic::keep;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -45,29 +42,13 @@ pub struct PyTcpStore {
     pub inner: Arc<TcpStore>,
 }
 
-fn socket_addr(host: &str, port: u16) -> PyResult<std::net::SocketAddr> {
-    use std::net::ToSocketAddrs;
-    (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| PyValueError::new_err(format!("{host}:{port} does not resolve to an address")))
-}
-
-fn seconds(timeout: f64, what: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| PyValueError::new_err(format!("{what}={timeout}: give a positive number of seconds")))
-}
-
 #[pymethods]
 impl PyTcpStore {
     #[new]
     #[pyo3(signature = (host, port, is_host=false, timeout=300.0))]
     fn new(py: Python<'_>, host: &str, port: u16, is_host: bool, timeout: f64) -> PyResult<Self> {
-        let addr = socket_addr(host, port)?;
-        let timeout = seconds(timeout, "timeout")?;
+        let addr = socket_addr(host, port).py_err(py)?;
+        let timeout = seconds(timeout, "timeout").py_err(py)?;
         let store = py
             .detach(|| if is_host { TcpStore::host(addr, timeout) } else { TcpStore::connect(addr, timeout) })
             .py_err_in(py, "TcpStore")?;
@@ -149,59 +130,21 @@ pub struct PyCommunicator {
     inner: Exclusive<AnyCommunicator>,
 }
 
-/// The call mode `mode` names; `None` is `GPUPORT_COLLECTIVE_BOUNDED`'s.
-fn call_mode(mode: Option<&str>) -> PyResult<CallMode> {
-    match mode {
-        None => Ok(CallMode::from_env()),
-        Some(name) => CallMode::from_name(name).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "mode={name:?}: use \"blocking\" or \"bounded\" (or None for GPUPORT_COLLECTIVE_BOUNDED's choice)"
-            ))
-        }),
-    }
-}
-
 /// One Python operand of a collective, converted: a gpuport array (its
 /// state is entered for the call) or another object's memory.
-enum PyOperand<'py> {
-    Array(Bound<'py, PyMemArray>),
-    Raw(Ptr),
+type PyOperand<'py> = Given<Bound<'py, PyMemArray>, Ptr>;
+
+/// Converts `obj`, operand `what` ("send" or "recv").
+fn convert_operand<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<PyOperand<'py>> {
+    match obj.cast::<PyMemArray>() {
+        Ok(a) => Ok(Given::Array(a.clone())),
+        Err(_) => Ok(Given::Raw(to_range(&obj, what)?)),
+    }
 }
 
-impl<'py> PyOperand<'py> {
-    /// Converts `obj`, operand `what` ("send" or "recv").
-    fn convert(obj: Bound<'py, PyAny>, what: &str) -> PyResult<Self> {
-        match obj.cast::<PyMemArray>() {
-            Ok(a) => Ok(PyOperand::Array(a.clone())),
-            Err(_) => Ok(PyOperand::Raw(to_range(&obj, what)?)),
-        }
-    }
-
-    /// The array's state, entered for the call.
-    fn state(&self, py: Python<'_>) -> PyResult<Option<ExclusiveGuard<'_, AnyArray>>> {
-        match self {
-            PyOperand::Array(a) => a.get().state(py).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// The core's operand: the entered array, or the range.
-    fn operand<'a>(&self, state: Option<&'a mut AnyArray>) -> Operand<'a> {
-        match (self, state) {
-            (_, Some(a)) => Operand::Array(a),
-            (PyOperand::Raw(p), None) => Operand::Raw(p.range()),
-            (PyOperand::Array(_), None) => Operand::None,
-        }
-    }
-
-    /// What must stay alive until the stream has run the collective: the
-    /// object (an import's memory lives as long as its array object).
-    fn into_kept(self) -> Ptr {
-        match self {
-            PyOperand::Raw(p) => p,
-            PyOperand::Array(a) => Ptr { owners: vec![Owner::Obj(a.into_any().unbind())], ..Ptr::null() },
-        }
-    }
+/// What keeps an array object's memory alive: the object.
+fn keep_array(a: Bound<'_, PyMemArray>) -> Ptr {
+    Ptr { owners: vec![Owner::Obj(a.into_any().unbind())], ..Ptr::null() }
 }
 
 impl PyCommunicator {
@@ -236,7 +179,7 @@ impl PyCommunicator {
         store: &PyTcpStore,
         mode: Option<&str>,
     ) -> PyResult<Self> {
-        let mode = call_mode(mode)?;
+        let mode = call_mode(mode).py_err(py)?;
         let dev = resolve_device(py, Some(device))?;
         let store = store.inner.clone();
         let comm =
@@ -279,8 +222,8 @@ impl PyCommunicator {
         mode: Option<&str>,
         timeout: Option<f64>,
     ) -> PyResult<Self> {
-        let mode = call_mode(mode)?;
-        let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
+        let mode = call_mode(mode).py_err(py)?;
+        let timeout = timeout.map(|t| seconds(t, "timeout")).transpose().py_err(py)?;
         let dev = resolve_device(py, Some(device))?;
         let comm = py
             .detach(|| AnyCommunicator::init_with_id(&dev, rank, size, id, timeout, mode))
@@ -297,7 +240,7 @@ impl PyCommunicator {
     #[staticmethod]
     #[pyo3(signature = (devices, mode=None))]
     fn init_all(py: Python<'_>, devices: Vec<Bound<'_, PyAny>>, mode: Option<&str>) -> PyResult<Vec<Self>> {
-        let mode = call_mode(mode)?;
+        let mode = call_mode(mode).py_err(py)?;
         let devs = devices.iter().map(|d| resolve_device(py, Some(d))).collect::<PyResult<Vec<_>>>()?;
         let comms = py.detach(|| AnyCommunicator::init_all(&devs, mode)).py_err_in(py, "init_all")?;
         Ok(comms.into_iter().map(PyCommunicator::new).collect())
@@ -343,7 +286,7 @@ impl PyCommunicator {
 
     #[setter]
     fn set_timeout(&self, py: Python<'_>, seconds_: f64) -> PyResult<()> {
-        let t = seconds(seconds_, "timeout")?;
+        let t = seconds(seconds_, "timeout").py_err(py)?;
         self.lock(py)?.set_timeout(t).py_err_in(py, "timeout")
     }
 
@@ -419,12 +362,7 @@ impl PyCommunicator {
         // it is given back to `deregister`, in `close_in`.
         let registration = py.detach(|| unsafe { c.register_range(&range) }).py_err_in(py, "register")?;
         drop(comm);
-        Ok(PyRegistration {
-            comm: slf.clone().unbind(),
-            held: registration.is_held(),
-            bytes: registration.bytes(),
-            open: std::sync::Mutex::new(Some((registration, owner))),
-        })
+        Ok(PyRegistration { comm: slf.clone().unbind(), open: OpenRegistration::new(registration, owner) })
     }
 
     /// Enqueues one collective (``kind``) reading ``send`` and writing
@@ -450,9 +388,10 @@ impl PyCommunicator {
         let stream = stream_choice(stream)?;
         // One object as both sides is one operand, in place (the core's rule).
         let given = |o: Option<&Bound<'py, PyAny>>| o.filter(|o| !o.is_none()).cloned();
-        let sides = Sides::of(given(send), given(recv), |a, b| a.is(b)).try_map(PyOperand::convert)?;
-        let mut entered = sides.as_ref().try_map(|o, _| o.state(py).map(|st| (o, st)))?;
-        let operands = Operands::from(entered.as_mut().map(|(o, st)| o.operand(st.as_deref_mut())));
+        let sides = Sides::of(given(send), given(recv), |a, b| a.is(b)).try_map(convert_operand)?;
+        let mut entered =
+            sides.as_ref().try_map(|o, _| o.array().map(|a| a.get().state(py)).transpose().map(|st| (o, st)))?;
+        let operands = Operands::from(entered.as_mut().map(|(o, st)| o.operand(st.as_deref_mut(), Ptr::range)));
         let name = op.kind.name();
         let comm = self.lock(py)?;
         let c: &AnyCommunicator = &comm;
@@ -460,7 +399,7 @@ impl PyCommunicator {
         // arrays it captured; the copies it names are not needed here.
         let (enqueued, _captured) = py.detach(|| c.collective(&op, operands, &stream.choice)).py_err_in(py, name)?;
         drop((comm, entered));
-        let owners: Vec<Ptr> = sides.into_vec().into_iter().map(PyOperand::into_kept).collect();
+        let owners: Vec<Ptr> = sides.into_vec().into_iter().map(|o| o.into_kept(keep_array)).collect();
         enqueued.keep((owners, stream.owner)).py_err_in(py, name)
     }
 
@@ -506,24 +445,18 @@ impl PyCommunicator {
 #[pyclass(module = "gpuport._core", name = "Registration", frozen)]
 pub struct PyRegistration {
     comm: Py<PyCommunicator>,
-    /// The engine's registration and the owner of its memory; `None` once closed.
-    open: std::sync::Mutex<Option<(RangeRegistration, Ptr)>>,
-    held: bool,
-    bytes: usize,
+    /// The engine's registration and the owner of its memory, until closed.
+    open: OpenRegistration<Ptr>,
 }
 
 impl PyRegistration {
     /// Deregisters once; later calls do nothing.
     fn close_in(&self, py: Python<'_>) -> PyResult<()> {
-        // Taken out first: the mutex is not held while the GIL is released.
-        let taken = self.open.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some((registration, owner)) = taken else { return Ok(()) };
-        let comm = self.comm.get().lock(py)?;
-        let c: &AnyCommunicator = &comm;
-        let done = py.detach(|| c.deregister(registration));
-        drop(comm);
-        drop(owner);
-        done.py_err_in(py, "Registration.close")
+        self.open.close(|registration| {
+            let comm = self.comm.get().lock(py)?;
+            let c: &AnyCommunicator = &comm;
+            py.detach(|| c.deregister(registration)).py_err_in(py, "Registration.close")
+        })
     }
 }
 
@@ -549,7 +482,7 @@ impl PyRegistration {
     ///     False
     #[getter]
     fn held(&self) -> bool {
-        self.held
+        self.open.is_held()
     }
 
     /// The registered bytes.
@@ -561,7 +494,7 @@ impl PyRegistration {
     ///     12
     #[getter]
     fn bytes(&self) -> usize {
-        self.bytes
+        self.open.bytes()
     }
 
     /// Whether ``close()`` ran.
@@ -573,7 +506,7 @@ impl PyRegistration {
     ///     False
     #[getter]
     fn closed(&self) -> bool {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.open.is_closed()
     }
 
     /// Deregisters the memory, after the device's work (collectives on
@@ -601,11 +534,11 @@ impl PyRegistration {
     fn __repr__(&self) -> String {
         let state = if self.closed() {
             "closed"
-        } else if self.held {
+        } else if self.open.is_held() {
             "held"
         } else {
             "not held"
         };
-        format!("Registration({} bytes, {state})", self.bytes)
+        format!("Registration({} bytes, {state})", self.open.bytes())
     }
 }

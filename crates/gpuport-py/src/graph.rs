@@ -9,45 +9,17 @@
 //! capture whatever the body did; with an exception, what was captured is
 //! discarded and the exception goes on.
 
-use gpuport::dynamic::graph_slot::{BlockExit, CaptureBlock, GraphSlot};
+use gpuport::dynamic::graph_slot::{
+    capture_mode_name, capture_mode_named, update_between, BlockExit, CaptureBlock, GraphSlot,
+};
 use gpuport::dynamic::keep;
 use gpuport::CaptureMode;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
 use crate::convert::stream::{resolve_stream, stream_choice, PyStream};
 use crate::errors::{self, IntoPyResult};
 use crate::exclusive::{Exclusive, LockDetached};
-
-/// A capture mode from its Python name (torch's `capture_error_mode` names).
-pub fn parse_mode(mode: &str) -> PyResult<CaptureMode> {
-    match mode {
-        "global" => Ok(CaptureMode::Global),
-        "thread_local" => Ok(CaptureMode::ThreadLocal),
-        "relaxed" => Ok(CaptureMode::Relaxed),
-        other => Err(PyValueError::new_err(format!(
-            "capture mode {other:?}: use \"global\" (waits for the device are refused on every thread while the \
-             capture runs), \"thread_local\" (refused on the capturing thread) or \"relaxed\" (not refused)"
-        ))),
-    }
-}
-
-fn mode_name(mode: CaptureMode) -> &'static str {
-    match mode {
-        CaptureMode::Global => "global",
-        CaptureMode::ThreadLocal => "thread_local",
-        CaptureMode::Relaxed => "relaxed",
-    }
-}
-
-/// What a `Graph` holds: the core's slot (every rule of the graph's life),
-/// and the Python stream its capture ran on.
-#[derive(Default)]
-struct State {
-    slot: GraphSlot,
-    stream: Option<Py<PyStream>>,
-}
 
 /// A graph of captured work: `with g.capture(stream):` records the kernels,
 /// copies and memsets enqueued on `stream`, and `g.replay()` runs them all again.
@@ -69,14 +41,17 @@ struct State {
 ///     >>> g.replay(); g.synchronize()
 ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
 ///     2
+///
+/// The core's slot holds every rule of the graph's life, and keeps the
+/// Python stream its capture ran on (`GraphSlot::stream_owner`).
 #[pyclass(module = "gpuport._core", name = "Graph", frozen)]
 pub struct PyGraph {
-    state: Exclusive<State>,
+    state: Exclusive<GraphSlot>,
 }
 
 impl PyGraph {
     fn new_empty() -> Self {
-        PyGraph { state: Exclusive::new(State::default(), "Graph") }
+        PyGraph { state: Exclusive::new(GraphSlot::default(), "Graph") }
     }
 }
 
@@ -104,8 +79,9 @@ fn capture_stream(
 }
 
 /// A `GraphCapture` that captures `stream` into `graph`.
-pub fn capture_into(graph: Py<PyGraph>, stream: Py<PyStream>, mode: &str) -> PyResult<PyGraphCapture> {
-    Ok(PyGraphCapture { graph, stream, mode: parse_mode(mode)?, block: CaptureBlock::default() })
+pub fn capture_into(py: Python<'_>, graph: Py<PyGraph>, stream: Py<PyStream>, mode: &str) -> PyResult<PyGraphCapture> {
+    let mode = capture_mode_named(mode).py_err(py)?;
+    Ok(PyGraphCapture { graph, stream, mode, block: CaptureBlock::default() })
 }
 
 #[pymethods]
@@ -142,9 +118,9 @@ impl PyGraph {
         device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyGraphCapture> {
         let py = slf.py();
-        parse_mode(mode)?;
+        capture_mode_named(mode).py_err(py)?;
         let stream = capture_stream(py, stream, device)?;
-        capture_into(slf.clone().unbind(), stream, mode)
+        capture_into(py, slf.clone().unbind(), stream, mode)
     }
 
     /// Enqueues one replay of the captured work on `stream` (None: the
@@ -206,20 +182,8 @@ impl PyGraph {
     ///     6
     fn update(&self, py: Python<'_>, other: &Bound<'_, PyGraph>) -> PyResult<()> {
         keep::prune();
-        if std::ptr::eq(self, other.get()) {
-            return Ok(());
-        }
-        // Both locks, always in address order, so two threads updating two
-        // graphs from each other cannot deadlock.
-        let me_first = (self as *const Self) < (other.get() as *const Self);
-        let (mut st, o) = if me_first {
-            let st = self.state.lock_detached(py)?;
-            (st, other.get().state.lock_detached(py)?)
-        } else {
-            let o = other.get().state.lock_detached(py)?;
-            (self.state.lock_detached(py)?, o)
-        };
-        st.slot.update(&o.slot).map_err(|e| errors::to_py_graph_call(py, e, "Graph.update"))
+        update_between(&self.state, &other.get().state, |wait| py.detach(wait))
+            .map_err(|e| errors::to_py_graph_call(py, e, "Graph.update"))
     }
 
     /// Waits until every replay enqueued so far has completed.
@@ -235,8 +199,8 @@ impl PyGraph {
     ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); out[0]
     ///     7
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let st = self.state.lock_detached(py)?;
-        let slot = &st.slot;
+        let slot = self.state.lock_detached(py)?;
+        let slot = &*slot;
         py.detach(|| slot.synchronize()).py_err_in(py, "Graph.synchronize")
     }
 
@@ -256,12 +220,7 @@ impl PyGraph {
     ///     >>> g.is_captured
     ///     True
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
-        let retired = {
-            let mut st = self.state.lock_detached(py)?;
-            let retired = st.slot.reset().py_err_in(py, "Graph.reset")?;
-            st.stream = None;
-            retired
-        };
+        let retired = self.state.lock_detached(py)?.reset().py_err_in(py, "Graph.reset")?;
         py.detach(|| retired.wait());
         // Dropped with the interpreter lock: the operands include Python objects.
         drop(retired);
@@ -272,45 +231,44 @@ impl PyGraph {
     /// Whether the graph holds captured work (replay is possible).
     #[getter]
     fn is_captured(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock_detached(py)?.slot.is_captured())
+        Ok(self.state.lock_detached(py)?.is_captured())
     }
 
     /// Whether a capture into this graph is running.
     #[getter]
     fn is_capturing(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.state.lock_detached(py)?.slot.is_capturing())
+        Ok(self.state.lock_detached(py)?.is_capturing())
     }
 
     /// Number of operations captured (0 before a capture).
     #[getter]
     fn node_count(&self, py: Python<'_>) -> PyResult<usize> {
-        self.state.lock_detached(py)?.slot.node_count().py_err(py)
+        self.state.lock_detached(py)?.node_count().py_err(py)
     }
 
     /// Number of operand sets (the arrays, buffers and arguments of one
     /// runtime call each) the graph keeps alive from its capture.
     #[getter]
     fn kept_alive(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.state.lock_detached(py)?.slot.kept())
+        Ok(self.state.lock_detached(py)?.kept())
     }
 
     /// The device of the captured work (None before a capture).
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
-        let st = self.state.lock_detached(py)?;
-        Ok(st.slot.device().filter(|_| st.slot.is_captured()).map(PyDevice::from))
+        let slot = self.state.lock_detached(py)?;
+        Ok(slot.device().filter(|_| slot.is_captured()).map(PyDevice::from))
     }
 
     /// The stream the capture ran on (None before a capture).
     #[getter]
     fn stream(&self, py: Python<'_>) -> PyResult<Option<Py<PyStream>>> {
-        let st = self.state.lock_detached(py)?;
-        Ok(st.stream.as_ref().map(|s| s.clone_ref(py)))
+        let slot = self.state.lock_detached(py)?;
+        Ok(slot.stream_owner::<Py<PyStream>>().map(|s| s.clone_ref(py)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let st = self.state.lock_detached(py)?;
-        let slot = &st.slot;
+        let slot = self.state.lock_detached(py)?;
         Ok(match slot.device() {
             _ if slot.is_capturing() => "Graph(capturing)".into(),
             Some(dev) => format!(
@@ -328,8 +286,8 @@ impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
         keep::prune();
         let stream = stream_choice(stream)?;
-        let st = self.state.lock_detached(py)?;
-        let slot = &st.slot;
+        let slot = self.state.lock_detached(py)?;
+        let slot = &*slot;
         // Detached: the replay may wait for an array method's step on
         // another thread (the replay link's order, `src/backend/order.rs`).
         // A foreign stream's object lives through the call (`stream`).
@@ -366,9 +324,9 @@ impl PyGraphCapture {
     fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyGraph>> {
         keep::prune();
         let call = "Graph.capture";
-        let mut st = self.graph.get().state.lock_detached(py)?;
-        self.block.enter(&mut st.slot, &self.stream.get().inner, self.mode).py_err_in(py, call)?;
-        st.stream = Some(self.stream.clone_ref(py));
+        let mut slot = self.graph.get().state.lock_detached(py)?;
+        let owner = Box::new(self.stream.clone_ref(py));
+        self.block.enter_keeping(&mut slot, &self.stream.get().inner, self.mode, owner).py_err_in(py, call)?;
         Ok(self.graph.clone_ref(py))
     }
 
@@ -386,15 +344,12 @@ impl PyGraphCapture {
         let _ = (exc_value, traceback);
         let call = "Graph.capture";
         let raised = exc_type.is_some_and(|t| !t.is_none());
-        let mut st = self.graph.get().state.lock_detached(py)?;
-        let ended = match self.block.exit(&mut st.slot, raised).py_err_in(py, call)? {
+        let mut slot = self.graph.get().state.lock_detached(py)?;
+        let ended = match self.block.exit(&mut slot, raised).py_err_in(py, call)? {
             BlockExit::StillRunning(e) => return Err(errors::to_py_in(py, e, Some(call))),
             BlockExit::Over(ended) => ended,
         };
-        if !st.slot.is_captured() {
-            st.stream = None;
-        }
-        drop(st);
+        drop(slot);
         keep::prune();
         // False: the block's exception, if any, goes on.
         ended.map(|_| false).py_err_in(py, call)
@@ -415,12 +370,16 @@ impl PyGraphCapture {
     /// The capture mode ("global", "thread_local" or "relaxed").
     #[getter]
     fn mode(&self) -> &'static str {
-        mode_name(self.mode)
+        capture_mode_name(self.mode)
     }
 
     fn __repr__(&self) -> String {
         let state = if self.block.is_entered() { "running" } else { "not running" };
-        format!("GraphCapture({}, mode={:?}, {state})", spec(&self.stream.get().inner.device()), mode_name(self.mode))
+        format!(
+            "GraphCapture({}, mode={:?}, {state})",
+            spec(&self.stream.get().inner.device()),
+            capture_mode_name(self.mode)
+        )
     }
 }
 
@@ -430,9 +389,8 @@ impl Drop for PyGraphCapture {
     fn drop(&mut self) {
         if self.block.is_entered() {
             Python::attach(|py| {
-                if let Ok(mut st) = self.graph.get().state.lock_detached(py) {
-                    st.slot.abandon_capture();
-                    st.stream = None;
+                if let Ok(mut slot) = self.graph.get().state.lock_detached(py) {
+                    self.block.abandon(&mut slot);
                 }
             });
         }
@@ -458,7 +416,7 @@ pub fn graph_capture(
     mode: &str,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyGraphCapture> {
-    parse_mode(mode)?;
+    capture_mode_named(mode).py_err(py)?;
     let stream = capture_stream(py, stream, device)?;
-    capture_into(Py::new(py, PyGraph::new_empty())?, stream, mode)
+    capture_into(py, Py::new(py, PyGraph::new_empty())?, stream, mode)
 }

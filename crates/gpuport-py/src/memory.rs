@@ -11,12 +11,13 @@
 //! its blocks without waiting for the destroyed stream's work, as in CuPy's pool.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
-use gpuport::dynamic::memory::{self as core_memory, AnyAllocation, AnyDeferCleanup, AnyPinned, AnyRegistration};
-use gpuport::memory::{self as core_mem, IpcKind, ObserverId, PinnedFlags};
-use gpuport::AnyDevice;
-use pyo3::exceptions::PyValueError;
+use gpuport::dynamic::memory as core_memory;
+use gpuport::dynamic::memory_handles::{
+    self as handles, AllocationHandle, DeferCleanupHandle, PinHandle, PinnedHandle, ReleaseOnce,
+};
+use gpuport::memory::RefusedFrees;
+use gpuport::memory::{self as core_mem, ObserverId, PinnedFlags};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -37,34 +38,29 @@ use crate::errors::IntoPyResult;
 ///     >>> a.freed
 ///     True
 #[pyclass(module = "gpuport._core", name = "Allocation", frozen)]
-pub struct PyAllocation {
-    inner: Mutex<Option<AnyAllocation>>,
-    ptr: u64,
-    size: usize,
-    device: AnyDevice,
-}
+pub struct PyAllocation(AllocationHandle);
 
 #[pymethods]
 impl PyAllocation {
     /// The device address (an int).
     #[getter]
     fn ptr(&self) -> u64 {
-        self.ptr
+        self.0.ptr()
     }
     /// Bytes requested.
     #[getter]
     fn size(&self) -> usize {
-        self.size
+        self.0.size()
     }
     /// The device spec (`"cuda:0"`, `"host"`).
     #[getter]
     fn device(&self) -> String {
-        spec(&self.device)
+        spec(self.0.device())
     }
     /// Whether `free()` was called.
     #[getter]
     fn freed(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.0.is_freed()
     }
     /// Returns the memory to the resource now (once; later calls do nothing).
     ///
@@ -74,8 +70,7 @@ impl PyAllocation {
     ///     >>> a.freed
     ///     True
     fn free(&self, py: Python<'_>) {
-        let a = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        free(py, a);
+        finish(py, self.0.free());
     }
     /// `(handle, offset)`: the 64-byte driver IPC handle of the allocation's
     /// base and the allocation's offset from that base; another process
@@ -86,42 +81,30 @@ impl PyAllocation {
     ///     Traceback (most recent call last):
     ///     gpuport.UnsupportedError: IPC memory handles is not supported by the host backend: ...
     fn ipc_handle<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, u64)> {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(a) = guard.as_ref() else {
-            return Err(PyValueError::new_err("allocation already freed"));
-        };
-        let h = a.ipc_handle().py_err(py)?;
-        // Numba and CuPy open these bytes with cuIpcOpenMemHandle: only a
-        // driver memory handle means that (a shareable native pool's block does not).
-        if h.kind != IpcKind::Memory {
-            return Err(PyValueError::new_err(format!(
-                "the allocation's resource exports {:?} handles, not cuIpcGetMemHandle handles",
-                h.kind
-            )));
-        }
+        // Numba and CuPy open these bytes with cuIpcOpenMemHandle.
+        let h = self.0.driver_ipc_handle().py_err_in(py, "ipc_handle")?;
         Ok((PyBytes::new(py, &h.handle), h.offset))
     }
     fn __int__(&self) -> u64 {
-        self.ptr
+        self.0.ptr()
     }
     fn __repr__(&self) -> String {
-        format!("Allocation({:#x}, {} bytes, {})", self.ptr, self.size, spec(&self.device))
+        format!("Allocation({:#x}, {} bytes, {})", self.0.ptr(), self.0.size(), spec(self.0.device()))
     }
 }
 
-/// Gives `a` back to its resource, releasing the GIL only for a free that
-/// may wait for another thread (`gpuport::memory::without_waiting`).
-fn free(py: Python<'_>, a: Option<AnyAllocation>) {
-    if let Some(frees) = a.and_then(core_memory::free_without_waiting) {
+/// Makes a free that would have waited for another thread, with the GIL released.
+fn finish(py: Python<'_>, frees: Option<RefusedFrees>) {
+    if let Some(frees) = frees {
         py.detach(|| frees.finish());
     }
 }
 
 impl Drop for PyAllocation {
     fn drop(&mut self) {
-        let a = self.inner.get_mut().unwrap_or_else(|p| p.into_inner()).take();
-        if a.is_some() {
-            Python::attach(|py| free(py, a));
+        let frees = self.0.free_on_drop();
+        if frees.is_some() {
+            Python::attach(|py| finish(py, frees));
         }
     }
 }
@@ -157,7 +140,7 @@ pub fn mem_alloc(
                 None => py.detach(|| core_memory::alloc_from(&t.resources, size, &t.stream)),
             }
             .py_err(py)?;
-            return Ok(PyAllocation { ptr: a.ptr(), size, device: d.0.clone(), inner: Mutex::new(Some(a)) });
+            return Ok(PyAllocation(AllocationHandle::new(a, size, d.0.clone())));
         }
     }
     let dev = open_device(py, device)?; // the allocation installs the resource
@@ -168,7 +151,7 @@ pub fn mem_alloc(
         None => py.detach(|| core_memory::alloc(&dev, size, &s)),
     }
     .py_err(py)?;
-    Ok(PyAllocation { ptr: a.ptr(), size, device: dev, inner: Mutex::new(Some(a)) })
+    Ok(PyAllocation(AllocationHandle::new(a, size, dev)))
 }
 
 /// The statistics of the device's current resource.
@@ -176,33 +159,10 @@ pub fn mem_alloc(
 #[pyo3(name = "mem_stats", signature = (device=None))]
 pub fn mem_stats<'py>(py: Python<'py>, device: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
     let dev = resolve_device(py, device)?;
-    let (s, report) = py.detach(|| core_memory::statistics(&dev)).py_err(py)?;
+    let entries = py.detach(|| handles::statistics(&dev)).py_err(py)?;
     let d = PyDict::new(py);
-    d.set_item("current_bytes", s.current_bytes)?;
-    d.set_item("peak_bytes", s.peak_bytes)?;
-    d.set_item("total_bytes", s.total_bytes)?;
-    d.set_item("current_count", s.current_count)?;
-    d.set_item("peak_count", s.peak_count)?;
-    d.set_item("total_count", s.total_count)?;
-    if let Some(r) = report {
-        d.set_item("pool_reserved", r.reserved)?;
-        d.set_item("pool_in_use", r.in_use)?;
-        d.set_item("pool_free", r.free)?;
-        d.set_item("pool_allocations", r.counters.allocations)?;
-        d.set_item("pool_frees", r.counters.frees)?;
-        d.set_item("pool_oom_failures", r.counters.oom_failures)?;
-        d.set_item("graph_pools", r.counters.graph_pools)?;
-        d.set_item("graph_pools_released", r.counters.graph_pools_released)?;
-        // 0 off, 1 on over virtual memory, 2 on emulated (host), -1 asked for but fell back.
-        let expandable = match r.expandable {
-            gpuport::memory::Expandable::Off => 0,
-            gpuport::memory::Expandable::Virtual => 1,
-            gpuport::memory::Expandable::Emulated => 2,
-            _ => -1,
-        };
-        d.set_item("pool_expandable", expandable)?;
-        d.set_item("pool_segments", r.segments)?;
-        d.set_item("pool_address_space", r.address_space)?;
+    for (key, value) in entries {
+        d.set_item(key, value)?;
     }
     Ok(d)
 }
@@ -265,16 +225,14 @@ pub fn mem_reset(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<
 ///     >>> guard.held_back                          # released at the end of the block
 ///     0
 #[pyclass(module = "gpuport._core", name = "DeferCleanup", frozen)]
-pub struct PyDeferCleanup {
-    inner: Mutex<Option<AnyDeferCleanup>>,
-}
+pub struct PyDeferCleanup(DeferCleanupHandle);
 
 #[pymethods]
 impl PyDeferCleanup {
     /// Frees held back so far (0 once released).
     #[getter]
     fn held_back(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |g| g.held_back())
+        self.0.held_back()
     }
     /// Lets the held-back frees happen (once every guard is released).
     ///
@@ -285,8 +243,8 @@ impl PyDeferCleanup {
     ///     >>> guard.held_back
     ///     0
     fn release(&self, py: Python<'_>) {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(g));
+        let guard = self.0.release();
+        py.detach(|| drop(guard));
     }
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
@@ -303,8 +261,7 @@ impl PyDeferCleanup {
 #[pyo3(name = "mem_defer_cleanup", signature = (device=None))]
 pub fn mem_defer_cleanup(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<PyDeferCleanup> {
     let dev = resolve_device(py, device)?;
-    let g = py.detach(|| core_memory::defer_cleanup(&dev)).py_err(py)?;
-    Ok(PyDeferCleanup { inner: Mutex::new(Some(g)) })
+    Ok(PyDeferCleanup(py.detach(|| DeferCleanupHandle::new(&dev)).py_err(py)?))
 }
 
 /// Pinned host memory from the device's current resource
@@ -317,34 +274,29 @@ pub fn mem_defer_cleanup(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> P
 ///     >>> p.free(); p.freed
 ///     True
 #[pyclass(module = "gpuport._core", name = "PinnedAllocation", frozen)]
-pub struct PyPinned {
-    inner: Mutex<Option<AnyPinned>>,
-    ptr: usize,
-    device_ptr: Option<u64>,
-    size: usize,
-}
+pub struct PyPinned(PinnedHandle);
 
 #[pymethods]
 impl PyPinned {
     /// The host address.
     #[getter]
     fn ptr(&self) -> usize {
-        self.ptr
+        self.0.ptr()
     }
     /// The device address of mapped memory, else None.
     #[getter]
     fn device_ptr(&self) -> Option<u64> {
-        self.device_ptr
+        self.0.device_ptr()
     }
     /// Bytes requested.
     #[getter]
     fn size(&self) -> usize {
-        self.size
+        self.0.size()
     }
     /// Whether `free()` was called.
     #[getter]
     fn freed(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.0.is_freed()
     }
     /// Returns the memory now (once; later calls do nothing).
     ///
@@ -354,15 +306,14 @@ impl PyPinned {
     ///     >>> p.freed
     ///     True
     fn free(&self, py: Python<'_>) {
-        let p = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(p));
+        let memory = self.0.free();
+        py.detach(|| drop(memory));
     }
     fn __repr__(&self) -> String {
-        match self.device_ptr {
-            Some(d) => {
-                format!("PinnedAllocation({:#x}, {} bytes, mapped at device address {d:#x})", self.ptr, self.size)
-            }
-            None => format!("PinnedAllocation({:#x}, {} bytes, not mapped)", self.ptr, self.size),
+        let (ptr, size) = (self.0.ptr(), self.0.size());
+        match self.0.device_ptr() {
+            Some(d) => format!("PinnedAllocation({ptr:#x}, {size} bytes, mapped at device address {d:#x})"),
+            None => format!("PinnedAllocation({ptr:#x}, {size} bytes, not mapped)"),
         }
     }
 }
@@ -380,53 +331,40 @@ pub fn mem_alloc_pinned(
 ) -> PyResult<PyPinned> {
     let dev = resolve_device(py, device)?;
     let flags = PinnedFlags { mapped, portable, write_combined };
-    let size1 = size.max(1);
-    let (p, ptr, device_ptr) = py
-        .detach(|| -> gpuport::Result<(AnyPinned, usize, Option<u64>)> {
-            let mut m = core_memory::alloc_pinned(&dev, size1, flags)?;
-            let (ptr, dp) = (m.host_ptr(), m.mapped_ptr());
-            Ok((m, ptr, dp))
-        })
-        .py_err(py)?;
-    Ok(PyPinned { inner: Mutex::new(Some(p)), ptr, device_ptr, size })
+    Ok(PyPinned(py.detach(|| PinnedHandle::alloc(&dev, size, flags)).py_err(py)?))
 }
 
 /// Host memory page-locked by `mem_pin`; unregistered on `unpin()` or collection.
 #[pyclass(module = "gpuport._core", name = "HostRegistration", frozen)]
-pub struct PyRegistration {
-    inner: Mutex<Option<AnyRegistration>>,
-    ptr: usize,
-    size: usize,
-    mapped: bool,
-}
+pub struct PyRegistration(PinHandle);
 
 #[pymethods]
 impl PyRegistration {
     /// The host address.
     #[getter]
     fn ptr(&self) -> usize {
-        self.ptr
+        self.0.ptr()
     }
     /// Bytes registered.
     #[getter]
     fn size(&self) -> usize {
-        self.size
+        self.0.size()
     }
     /// Whether the memory is mapped for the device.
     #[getter]
     fn mapped(&self) -> bool {
-        self.mapped
+        self.0.is_mapped()
     }
     /// Whether `unpin()` was called.
     #[getter]
     fn unpinned(&self) -> bool {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.0.is_unpinned()
     }
     /// Unregisters now (once).
     #[allow(clippy::drop_non_drop)] // the host backend's registration has nothing to undo
     fn unpin(&self, py: Python<'_>) {
-        let r = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(|| drop(r));
+        let registration = self.0.unpin();
+        py.detach(|| drop(registration));
     }
 }
 
@@ -443,42 +381,33 @@ pub fn mem_pin(
     mapped: bool,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyRegistration> {
-    if ptr == 0 || size == 0 {
-        return Err(PyValueError::new_err("mem_pin needs a non-null pointer and a size > 0"));
-    }
     let dev = resolve_device(py, device)?;
     // SAFETY: the Python caller guarantees `ptr..ptr+size` is live host
     // memory that outlives the registration (see above).
-    let r = py.detach(|| unsafe { core_memory::pin(&dev, ptr as *mut u8, size, mapped) }).py_err(py)?;
-    Ok(PyRegistration { inner: Mutex::new(Some(r)), ptr, size, mapped })
+    Ok(PyRegistration(py.detach(|| unsafe { PinHandle::pin(&dev, ptr, size, mapped) }).py_err(py)?))
 }
 
 /// An out-of-memory observer registered from Python
 /// (`gpuport.memory.on_out_of_memory`); `remove()` unregisters it.
 #[pyclass(name = "OutOfMemoryObserver", module = "gpuport._core", frozen)]
 pub struct PyOomObserver {
-    id: Mutex<Option<ObserverId>>,
+    id: ReleaseOnce<ObserverId>,
 }
 
 #[pymethods]
 impl PyOomObserver {
     /// Unregisters the observer; false if it was already removed.
     fn remove(&self) -> bool {
-        let id = self.id.lock().unwrap_or_else(|p| p.into_inner()).take();
-        id.is_some_and(core_mem::remove_out_of_memory_observer)
+        self.id.take().is_some_and(core_mem::remove_out_of_memory_observer)
     }
 }
 
 /// The pool's report as a dict (the keys of `PoolReport`'s sizes).
 fn report_dict<'py>(py: Python<'py>, r: &core_mem::PoolReport) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("reserved", r.reserved)?;
-    d.set_item("in_use", r.in_use)?;
-    d.set_item("requested", r.requested)?;
-    d.set_item("free", r.free)?;
-    d.set_item("pending", r.pending)?;
-    d.set_item("segments", r.segments)?;
-    d.set_item("largest_free_block", r.largest_free_block)?;
+    for (key, value) in handles::out_of_memory_entries(r) {
+        d.set_item(key, value)?;
+    }
     Ok(d)
 }
 
@@ -509,7 +438,7 @@ pub fn mem_on_out_of_memory(callback: Py<PyAny>, with_snapshot: bool) -> PyOomOb
             }
         })
     });
-    PyOomObserver { id: Mutex::new(Some(id)) }
+    PyOomObserver { id: ReleaseOnce::new(id) }
 }
 
 /// Starts (`enabled`) or stops recording the allocation history
@@ -561,15 +490,7 @@ pub fn mem_clear_history() {
 #[pyfunction]
 #[pyo3(signature = (backend=None))]
 pub fn mem_snapshot_pickle<'py>(py: Python<'py>, backend: Option<&str>) -> PyResult<Bound<'py, PyBytes>> {
-    let backend = match backend {
-        None => None,
-        Some(name) => Some(
-            gpuport::BackendKind::ALL
-                .into_iter()
-                .find(|b| b.name() == name)
-                .ok_or_else(|| PyValueError::new_err(format!("unknown backend {name:?}; one of cuda, rocm, host")))?,
-        ),
-    };
+    let backend = handles::snapshot_backend(backend).py_err(py)?;
     let bytes = py.detach(|| gpuport::memory::history::snapshot(backend).to_pickle());
     Ok(PyBytes::new(py, &bytes))
 }

@@ -1,0 +1,112 @@
+//! The graph rules a binding's `Graph` and `GraphCapture` leave to the core
+//! (`src/dynamic/graph_slot.rs`), on every backend: capture mode names,
+//! what a slot keeps of the stream a block captured, abandoning a block,
+//! and updating two slots from each other.
+
+mod common;
+
+use std::sync::Arc;
+
+use gpuport::dynamic::exclusive::Exclusive;
+use gpuport::dynamic::graph_slot::{
+    capture_mode_name, capture_mode_named, update_between, BlockExit, CaptureBlock, GraphSlot,
+};
+use gpuport::dynamic::AnyStream;
+use gpuport::{CaptureMode, Error, GraphErrorKind};
+
+/// ThreadLocal, not Global: a Global capture would refuse the other tests'
+/// waits on the device while it runs.
+const MODE: CaptureMode = CaptureMode::ThreadLocal;
+
+/// An owner whose drop the test can see: the slot holds the only other count.
+fn owner() -> (Arc<()>, Box<dyn std::any::Any + Send + Sync>) {
+    let mine = Arc::new(());
+    (mine.clone(), Box::new(mine))
+}
+
+/// A slot holding a graph of an empty capture of `s`.
+fn captured(s: &AnyStream) -> Exclusive<GraphSlot> {
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    block.enter(&mut slot, s, MODE).unwrap();
+    assert!(matches!(block.exit(&mut slot, false).unwrap(), BlockExit::Over(Ok(()))));
+    Exclusive::new(slot, "Graph")
+}
+
+#[test]
+fn capture_modes_are_named_as_torch_names_them() {
+    for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+        assert_eq!(capture_mode_named(capture_mode_name(mode)).unwrap(), mode);
+    }
+    assert_eq!(capture_mode_name(CaptureMode::ThreadLocal), "thread_local");
+    let e = capture_mode_named("local").unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "mode", .. }), "{e}");
+    assert!(e.python_message(None).contains("capture mode \"local\": use \"global\""), "{e}");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_slot_keeps_the_stream_owner_while_it_is_not_empty(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+
+    // Kept through a capture that ends in a graph, until the reset.
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    let (mine, kept) = owner();
+    block.enter_keeping(&mut slot, &s, MODE, kept).unwrap();
+    assert!(slot.stream_owner::<Arc<()>>().is_some_and(|o| Arc::ptr_eq(o, &mine)));
+    assert!(slot.stream_owner::<String>().is_none(), "another type is not the owner");
+    assert!(matches!(block.exit(&mut slot, false).unwrap(), BlockExit::Over(Ok(()))));
+    assert!(slot.is_captured() && Arc::strong_count(&mine) == 2, "a captured graph keeps the owner");
+    let retired = slot.reset().unwrap();
+    retired.wait();
+    assert!(slot.stream_owner::<Arc<()>>().is_none() && Arc::strong_count(&mine) == 1);
+
+    // Dropped when the block raised (its capture is discarded).
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    let (mine, kept) = owner();
+    block.enter_keeping(&mut slot, &s, MODE, kept).unwrap();
+    assert!(matches!(block.exit(&mut slot, true).unwrap(), BlockExit::Over(Ok(()))));
+    assert_eq!(Arc::strong_count(&mine), 1, "a discarded capture keeps nothing");
+
+    // Dropped when the block is abandoned (its object went away unexited).
+    let (block, mut slot) = (CaptureBlock::default(), GraphSlot::default());
+    let (mine, kept) = owner();
+    block.enter_keeping(&mut slot, &s, MODE, kept).unwrap();
+    block.abandon(&mut slot);
+    assert!(!slot.is_capturing() && !block.is_entered() && Arc::strong_count(&mine) == 1);
+    block.abandon(&mut slot); // nothing entered: nothing happens
+    s.synchronize().expect("the stream is not left capturing");
+
+    // A block that fails to enter keeps nothing.
+    let mut busy = GraphSlot::default();
+    busy.begin_capture(&s, MODE).unwrap();
+    let (mine, kept) = owner();
+    let e = CaptureBlock::default().enter_keeping(&mut busy, &s, MODE, kept).unwrap_err();
+    assert!(matches!(e, Error::Graph { kind: GraphErrorKind::Capturing, .. }), "{e}");
+    assert_eq!(Arc::strong_count(&mine), 1);
+    busy.end_capture(true).unwrap();
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn slots_update_from_each_other_on_two_threads_without_deadlock(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let (a, b) = (captured(&s), captured(&s));
+    // From itself: nothing to do, and no second lock of the same slot.
+    update_between(&a, &a, |wait| wait()).unwrap();
+    std::thread::scope(|scope| {
+        let one = scope.spawn(|| (0..200).try_for_each(|_| update_between(&a, &b, |wait| wait())));
+        let two = scope.spawn(|| (0..200).try_for_each(|_| update_between(&b, &a, |wait| wait())));
+        one.join().unwrap().unwrap();
+        two.join().unwrap().unwrap();
+    });
+    // From an empty slot: the rule of `GraphSlot::update`.
+    let empty = Exclusive::new(GraphSlot::default(), "Graph");
+    let e = update_between(&a, &empty, |wait| wait()).unwrap_err();
+    assert!(matches!(e, Error::Graph { kind: GraphErrorKind::NotCaptured, .. }), "{e}");
+}
