@@ -426,6 +426,19 @@ pub fn memset_and_keep<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqu
     call.run(|stream, wait| memset(dst, value, size, stream, wait))
 }
 
+/// `hipDeviceSynchronize`: blocks until the work on every stream of `dev`
+/// is done, gpuport's streams and other libraries' alike (a CuPy or torch
+/// stream that `memset_async` or `launch` was given), as CUDA's and HIP's
+/// device synchronize do. The caller then drops the owners of completed
+/// work ([`keep::prune`]), with the GIL where they are Python objects.
+///
+/// Errors: refused while a capture runs on the device (a device-wide wait
+/// would invalidate it); a driver error.
+pub fn device_synchronize(dev: &AnyDevice) -> Result<()> {
+    use crate::backend::Device as _;
+    crate::with_device!(dev, d => d.synchronize_device())
+}
+
 /// `hipModuleLaunchKernel`: `kernel` with `config` and `args` on `stream`,
 /// without waiting. The returned [`Enqueued`] keeps the owners of the
 /// pointer arguments' memory until the launch has run.

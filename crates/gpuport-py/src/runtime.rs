@@ -630,8 +630,10 @@ pub fn launch_kernel(
         .py_err_in(py, "launch_kernel")
 }
 
-/// Blocks until all work on ``device``'s default stream is done, and drops
-/// the operands of completed asynchronous work.
+/// Blocks until the work on every stream of ``device`` is done (as
+/// ``hipDeviceSynchronize``: gpuport's streams and other libraries' streams
+/// alike), and drops the operands of completed asynchronous work. Refused
+/// with ``GraphError`` while a capture runs on the device.
 ///
 ///     >>> from gpuport import runtime as rt
 ///     >>> a = rt.malloc(1024, device="host")
@@ -641,8 +643,7 @@ pub fn launch_kernel(
 #[pyo3(signature = (device=None))]
 pub fn device_synchronize(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let dev = resolve_device(py, device)?;
-    let s = AnyStream::default_for(&dev);
-    py.detach(|| s.synchronize()).py_err_in(py, "device_synchronize")?;
+    py.detach(|| gpuport::dynamic::runtime::device_synchronize(&dev)).py_err_in(py, "device_synchronize")?;
     prune();
     Ok(())
 }

@@ -1040,3 +1040,19 @@ def test_launch_parks_only_arguments_that_hold_memory():
     assert (out == 7).all()
     gc.collect()
     assert gpuport._core._pending_operations() == 0
+
+
+def test_device_synchronize_waits_for_every_stream_of_the_device(device):
+    """As ``hipDeviceSynchronize``: work on a stream other than the default
+    one (here a gpuport stream kept busy for 0.2 s) is done when it returns."""
+    s = gpuport.Stream(device)
+    sleep = rt.module_get_function(rt.module_load(device=device), "gpuport_sleep_ns")
+    buf = rt.malloc(1 << 16, device=device)
+    rt.launch_kernel(sleep, 1, 1, [ctypes.c_uint64(200_000_000)], stream=s)
+    rt.memset_async(buf, 7, 1 << 16, stream=s)
+    marker = s.record_event()
+    rt.device_synchronize(device=device)
+    assert marker.query(), "device_synchronize returned before another stream's work was done"
+    out = bytearray(1 << 16)
+    rt.memcpy(out, buf, 1 << 16)
+    assert out.count(7) == 1 << 16, f"{out.count(7)} of {1 << 16} bytes set"
