@@ -83,7 +83,7 @@ impl Advice {
     }
 
     /// The advice whose [`name`](Self::name) is `name`;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), listing
+    /// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument), listing
     /// the names, for any other.
     ///
     /// ```
@@ -95,7 +95,7 @@ impl Advice {
     pub fn named(name: &str) -> Result<Advice> {
         Advice::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
             let names: Vec<&str> = Advice::ALL.iter().map(|a| a.name()).collect();
-            crate::Error::InvalidArgument {
+            crate::error::Error::InvalidArgument {
                 name: "advice",
                 reason: format!("unknown advice '{name}'; one of {}", names.join(", ")),
             }

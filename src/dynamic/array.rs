@@ -22,7 +22,6 @@ use smallvec::SmallVec;
 
 use super::any::DynDevice;
 pub use super::imported::{ImportedArray, RawImport};
-pub use super::managed::ArrayMemory;
 use super::stream::AnyStream;
 use crate::array::dtype::{with_dtype, with_rank, DType, MAX_RANK};
 use crate::array::DeviceCopyToken;
@@ -591,5 +590,41 @@ impl AnyArray {
             AnyArray::Owned(a) => a.live_exports(),
             AnyArray::Imported(f) => f.other_owners(),
         }
+    }
+}
+
+/// The memory of an array's device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArrayMemory {
+    /// From the device's current resource (`MemArray::zeros`).
+    #[default]
+    Device,
+    /// Managed (unified) memory, which host and device both reach
+    /// (`MemArray::managed`); [`Error::Unsupported`] on a device without it.
+    Managed,
+}
+
+impl ArrayMemory {
+    /// Every kind, in the order the names are listed.
+    pub const ALL: [ArrayMemory; 2] = [ArrayMemory::Device, ArrayMemory::Managed];
+
+    /// The name a caller passes (`"device"`, `"managed"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ArrayMemory::Device => "device",
+            ArrayMemory::Managed => "managed",
+        }
+    }
+
+    /// The kind named `name`; [`Error::InvalidArgument`], listing the
+    /// names, for any other.
+    pub fn named(name: &str) -> Result<ArrayMemory> {
+        ArrayMemory::ALL.into_iter().find(|m| m.name() == name).ok_or_else(|| {
+            let names: Vec<String> = ArrayMemory::ALL.iter().map(|m| format!("'{}'", m.name())).collect();
+            Error::InvalidArgument {
+                name: "memory",
+                reason: format!("unknown memory '{name}'; one of {}", names.join(", ")),
+            }
+        })
     }
 }

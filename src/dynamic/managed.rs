@@ -1,5 +1,5 @@
 //! Managed memory at run time: which memory an array's device copy is
-//! ([`ArrayMemory`], `MemArray(..., memory=...)`), where a caller asks to
+//! ([`ArrayMemory`](super::array::ArrayMemory), `MemArray(..., memory=...)`), where a caller asks to
 //! place managed memory ([`ManagedTarget`]), and an [`AnyArray`]'s
 //! `prefetch` and `advise` (`MemArray::prefetch`, `MemArray::advise` in
 //! `src/array/memarray/managed.rs`). On the host backend managed memory is
@@ -25,42 +25,6 @@ use crate::array::{ImportRefusal, LockId};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Advice, ManagedPlace};
 use crate::error::{Error, Result};
-
-/// The memory of an array's device copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ArrayMemory {
-    /// From the device's current resource (`MemArray::zeros`).
-    #[default]
-    Device,
-    /// Managed (unified) memory, which host and device both reach
-    /// (`MemArray::managed`); [`Error::Unsupported`] on a device without it.
-    Managed,
-}
-
-impl ArrayMemory {
-    /// Every kind, in the order the names are listed.
-    pub const ALL: [ArrayMemory; 2] = [ArrayMemory::Device, ArrayMemory::Managed];
-
-    /// The name a caller passes (`"device"`, `"managed"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ArrayMemory::Device => "device",
-            ArrayMemory::Managed => "managed",
-        }
-    }
-
-    /// The kind named `name`; [`Error::InvalidArgument`], listing the
-    /// names, for any other.
-    pub fn named(name: &str) -> Result<ArrayMemory> {
-        ArrayMemory::ALL.into_iter().find(|m| m.name() == name).ok_or_else(|| {
-            let names: Vec<String> = ArrayMemory::ALL.iter().map(|m| format!("'{}'", m.name())).collect();
-            Error::InvalidArgument {
-                name: "memory",
-                reason: format!("unknown memory '{name}'; one of {}", names.join(", ")),
-            }
-        })
-    }
-}
 
 /// Where a caller asks to place managed memory.
 #[derive(Debug, Clone)]
