@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 use crate::convert::arglist::{holds_memory, kernel_args_of, pack_args, Arg};
 use crate::convert::device::resolve_device;
 use crate::convert::pointer::{to_ptr, to_range, Ptr};
-use crate::convert::stream::{stream_choice, AnyStream};
+use crate::convert::stream::stream_choice;
 use crate::errors::IntoPyResult;
 use crate::module::{PyKernelArgs, PyListOfBytes};
 use crate::raw::PyDeviceArray;
