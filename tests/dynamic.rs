@@ -257,37 +257,9 @@ fn read_only_device_memory_is_a_source_never_a_destination() {
 
 // ---- dynamic::runtime, on every backend ---------------------------------------------------
 
+use common::{busy, whole};
 use gpuport::dynamic::raw::{self, RawAllocation, RawRange};
 use gpuport::dynamic::runtime::{self, StreamChoice};
-
-/// A range over all of a raw allocation.
-fn whole(a: &RawAllocation) -> RawRange {
-    // SAFETY: every caller keeps `a` until the work given the range has run
-    // (a waiting call, or the allocation is among the owners it keeps).
-    unsafe { RawRange::new(a.ptr(), a.place(), Some(a.len()), None, true) }
-}
-
-/// Work that takes a while on `s`: the built-in sleep kernel, `ms` milliseconds.
-fn busy(s: &AnyStream, ms: u64) {
-    let dev = s.device();
-    let sleep = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
-    let mut args = KernelArgs::new();
-    args.push(&(ms * 1_000_000));
-    // SAFETY: the sleep kernel takes one u64 and touches no memory.
-    unsafe {
-        runtime::launch(
-            &sleep,
-            builtin::SLEEP_NS,
-            LaunchConfig::linear(1, 1),
-            &args,
-            None,
-            StreamChoice::stream(s.clone()),
-        )
-    }
-    .unwrap()
-    .keep(())
-    .unwrap();
-}
 
 #[rstest::rstest]
 #[case::host("host")]

@@ -142,10 +142,11 @@ fn a_cuda_array_interface_without_a_device_is_imported_on_cuda_0() {
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use gpuport::dynamic::raw::{self, Place, RawAllocation, RawRange};
+use common::{busy, whole};
+use gpuport::dynamic::raw::{self, Place, RawRange};
 use gpuport::dynamic::runtime::{self, CopyDirection, StreamChoice, Whole};
-use gpuport::dynamic::{keep, AnyModule, AnyStream, Code};
-use gpuport::{builtin, KernelArgs, LaunchConfig, MemoryKind};
+use gpuport::dynamic::{keep, AnyStream};
+use gpuport::MemoryKind;
 
 #[test]
 fn copy_directions_are_named_as_hip_names_them_and_a_bad_name_lists_the_good_ones() {
@@ -190,27 +191,6 @@ fn malloc_kinds_are_device_pinned_or_managed() {
     assert_eq!(runtime::memory_kind_from_name("managed").unwrap(), MemoryKind::Managed);
     let e = runtime::memory_kind_from_name("shared").unwrap_err();
     assert!(e.to_string().ends_with(r#"kind "shared": use "device", "pinned" or "managed""#), "{e}");
-}
-
-/// A range over all of a raw allocation.
-fn whole(a: &RawAllocation) -> RawRange {
-    // SAFETY: every caller keeps `a` until the work given the range has run
-    // (a waiting call, or the allocation is among the owners it keeps).
-    unsafe { RawRange::new(a.ptr(), a.place(), Some(a.len()), None, true) }
-}
-
-/// Work that takes a while on `s`: the built-in sleep kernel, `ms` milliseconds.
-fn busy(s: &AnyStream, ms: u64) {
-    let sleep =
-        AnyModule::load(&s.device(), &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
-    let mut args = KernelArgs::new();
-    args.push(&(ms * 1_000_000));
-    let on = StreamChoice::stream(s.clone());
-    // SAFETY: the sleep kernel takes one u64 and touches no memory.
-    unsafe { runtime::launch(&sleep, builtin::SLEEP_NS, LaunchConfig::linear(1, 1), &args, None, on) }
-        .unwrap()
-        .keep(())
-        .unwrap();
 }
 
 #[rstest::rstest]

@@ -110,3 +110,27 @@ pub fn provokes_driver_errors(backend: gpuport::BackendKind, what: &str) -> bool
     let _ = writeln!(std::io::stderr(), "skipped: {name} under compute-sanitizer: it provokes {what} on purpose");
     true
 }
+
+/// A range over all of a raw allocation (the run-time layer's tests).
+pub fn whole(a: &gpuport::dynamic::raw::RawAllocation) -> gpuport::dynamic::raw::RawRange {
+    // SAFETY: every caller keeps `a` until the work given the range has run
+    // (a waiting call, or the allocation is among the owners it keeps).
+    unsafe { gpuport::dynamic::raw::RawRange::new(a.ptr(), a.place(), Some(a.len()), None, true) }
+}
+
+/// Work that takes a while on `s`: the built-in sleep kernel, `ms`
+/// milliseconds, launched through the run-time layer (its owners kept).
+pub fn busy(s: &gpuport::dynamic::AnyStream, ms: u64) {
+    use gpuport::dynamic::runtime::{self, StreamChoice};
+    use gpuport::dynamic::{AnyModule, Code};
+    let sleep =
+        AnyModule::load(&s.device(), &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::SLEEP_NS).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(&(ms * 1_000_000));
+    let on = StreamChoice::stream(s.clone());
+    // SAFETY: the sleep kernel takes one u64 and touches no memory.
+    unsafe { runtime::launch(&sleep, builtin::SLEEP_NS, gpuport::LaunchConfig::linear(1, 1), &args, None, on) }
+        .unwrap()
+        .keep(())
+        .unwrap();
+}
