@@ -220,3 +220,25 @@ def test_torch_memory_viz_reads_a_dump(tmp_path, recording):
     assert "<html>" in _memory_viz.segment_plot(data)
     keep.free()
     assert os.path.getsize(path) > 0
+
+
+def test_stacks_of_calls_with_no_python_caller_are_empty_not_an_error(monkeypatch):
+    """The pool asks for the Python stack from allocations that C code makes
+    (PyTorch's autograd threads, through the torch hook). A function that C
+    calls with no Python frame above it has no caller: its stack is empty,
+    not a ValueError from ``sys._getframe``."""
+    import _thread
+    import sys
+    import time
+
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: raised.append(u.exc_value))
+    before = _thread._count()
+    # The new thread's first frame is _python_frames itself, called from C.
+    _thread.start_new_thread(gm._python_frames, ())
+    deadline = time.monotonic() + 10
+    time.sleep(0.05)
+    while _thread._count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert not raised, raised

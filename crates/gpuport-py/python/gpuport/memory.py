@@ -252,9 +252,14 @@ def on_out_of_memory(callback: Callable[..., Any], with_snapshot: bool = False) 
 
 
 def _python_frames() -> List[Tuple[str, int, str]]:
-    """The caller's Python stack, innermost first, without gpuport's own frames."""
+    """The caller's Python stack, innermost first, without gpuport's own frames.
+
+    Empty when there is no Python caller: the pool asks from allocations
+    that C code makes, such as PyTorch's autograd threads through the torch
+    hook, where ``sys._getframe(1)`` would raise.
+    """
     frames = []
-    f: Any = sys._getframe(1)
+    f: Any = sys._getframe().f_back
     here = __file__
     while f is not None:
         code = f.f_code
