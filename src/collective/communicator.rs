@@ -12,6 +12,7 @@ use crate::error::{CollectiveErrorKind, Error, Result};
 
 use super::array::GROUP_DEPTH;
 use super::engine::{CallMode, CollectiveBackend, Engine, Op, OpKind};
+use super::poll::Poll;
 use super::rendezvous::Meeting;
 use super::TcpStore;
 
@@ -706,8 +707,10 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// [`timeout`](Self::timeout) aborts it and is a
     /// [`CollectiveErrorKind::Timeout`]. Never hangs.
     pub fn synchronize(&self, stream: &Stream<B>) -> Result<()> {
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(1);
+        // Yield, not sleep, through the first millisecond: a small
+        // collective takes tens of microseconds, and a sleep at least 50
+        // (src/collective/poll.rs).
+        let mut poll = Poll::new(Instant::now(), Duration::from_millis(1));
         loop {
             if self.device.is_idle(stream)? {
                 return self.engine.async_error();
@@ -718,7 +721,8 @@ impl<B: CollectiveBackend> Communicator<B> {
                     self.error(CollectiveErrorKind::RemoteFailure, format!("{e}; the communicator was aborted"))
                 );
             }
-            if start.elapsed() > self.timeout {
+            let elapsed = poll.elapsed();
+            if elapsed > self.timeout {
                 let _ = self.abort();
                 return Err(self.error(
                     CollectiveErrorKind::Timeout,
@@ -730,8 +734,7 @@ impl<B: CollectiveBackend> Communicator<B> {
                     ),
                 ));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            poll.pause(self.timeout - elapsed);
         }
     }
 }

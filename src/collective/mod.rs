@@ -63,6 +63,7 @@ pub mod host;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod nccl;
 pub mod operands;
+mod poll;
 mod registration;
 mod regroup;
 mod rendezvous;

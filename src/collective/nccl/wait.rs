@@ -9,6 +9,7 @@
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
+use crate::collective::poll::Poll;
 use crate::error::Result;
 
 use super::sys;
@@ -37,22 +38,17 @@ pub(super) fn until_done(
     timeout: Duration,
     mut state: impl FnMut() -> Result<c_int>,
 ) -> Result<Waited> {
-    let mut pause = Duration::from_micros(1);
+    let mut poll = Poll::new(start, SPIN);
     loop {
         let s = state()?;
         if s != sys::ncclInProgress {
             return Ok(Waited::Done(s));
         }
-        let elapsed = start.elapsed();
+        let elapsed = poll.elapsed();
         if elapsed >= timeout {
             return Ok(Waited::TimedOut);
         }
-        if elapsed < SPIN {
-            std::thread::yield_now();
-            continue;
-        }
-        std::thread::sleep(pause.min(timeout - elapsed));
-        pause = (pause * 2).min(Duration::from_millis(1));
+        poll.pause(timeout - elapsed);
     }
 }
 
