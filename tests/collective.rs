@@ -30,27 +30,12 @@ macro_rules! pair_tests {
         fn $name(#[case] spec0: &str, #[case] spec1: &str) {
             let Some([a, b]) = pair(spec0, spec1) else { return };
             gpuport::on_backend!((&a, &b), (a, b) => {
-                if super::engine_or_skip(a, stringify!($name)) {
+                if super::common::engine_or_skip(a, stringify!($name)) {
                     super::$name([a.clone(), b.clone()])
                 }
             }, else => unreachable!("a pair of one backend"))
         }
     )* };
-}
-
-/// Whether `device`'s collective engine loads; else a printed skip (a GPU
-/// without NCCL or RCCL).
-fn engine_or_skip<D: Device>(device: &Arc<D>, test: &str) -> bool
-where
-    D::B: CollectiveBackend,
-{
-    match Communicator::<D::B>::engine_on(device) {
-        Ok(_) => true,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "skipped: {test} on {}: {e}", device.info().spec());
-            false
-        }
-    }
 }
 
 /// Runs `body(rank, communicator)` on two threads, one rank each, joined
@@ -93,20 +78,6 @@ where
         let mine = body(0, comm);
         [mine, other.join().unwrap()]
     })
-}
-
-/// `f`'s result, run on a thread of its own; a test failure instead of a
-/// hang when it has not returned within `limit` (the thread is left behind).
-fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(r) => r,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("still waiting after {limit:?}: a hang"),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked (see above)"),
-    }
 }
 
 /// The array's elements, read on the host.
@@ -302,7 +273,7 @@ fn split_and_shrink_make_working_communicators<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
 {
-    within(Duration::from_secs(120), move || {
+    common::within(Duration::from_secs(120), move || {
         two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
             let alone = comm.split(rank as i32, 0).unwrap().unwrap();
             assert_eq!((alone.rank(), alone.size()), (0, 1));
@@ -326,7 +297,7 @@ fn a_survivor_shrinks_past_a_rank_that_left<D: Device>(devs: [Arc<D>; 2])
 where
     D::B: CollectiveBackend,
 {
-    within(Duration::from_secs(120), move || {
+    common::within(Duration::from_secs(120), move || {
         two_ranks(&devs, Duration::from_secs(60), |rank, comm| {
             assert_eq!(sum_of(&comm, 1.0), vec![2.0, 4.0]);
             if rank == 1 {
@@ -385,7 +356,7 @@ where
 {
     let limit = Duration::from_secs(3);
     let dev = devs[0].clone();
-    let (e, took) = within(Duration::from_secs(120), move || {
+    let (e, took) = common::within(Duration::from_secs(120), move || {
         let id = Communicator::<D::B>::new_id(&dev).unwrap();
         let start = Instant::now();
         let e = Communicator::<D::B>::init_with_id_timeout(&dev, 0, 2, &id, limit).unwrap_err();
@@ -420,7 +391,7 @@ where
         return;
     }
     let pause = Duration::from_secs(1);
-    let (e, took) = within(Duration::from_secs(120), move || {
+    let (e, took) = common::within(Duration::from_secs(120), move || {
         let timeout = Duration::from_secs(120);
         let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), timeout).unwrap();
         let addr = host.addr();
@@ -456,7 +427,7 @@ where
 {
     let limit = Duration::from_secs(3);
     let host = devs[0].info().backend == gpuport::BackendKind::Host;
-    let results = within(Duration::from_secs(180), move || {
+    let results = common::within(Duration::from_secs(180), move || {
         let gone = std::sync::Barrier::new(2);
         // Bounded: with blocking calls the first send/recv would wait for
         // the dead peer for good (NCCL connects p2p peers lazily).
@@ -622,89 +593,6 @@ fn a_panic_inside_a_group_ends_it_and_drops_its_calls() {
     let mut y = dev.alloc(16).unwrap();
     comm.run(&op, &x, &mut y, s).unwrap();
     assert_eq!(bytes_of(&dev, &y), [5; 16]);
-}
-
-#[test]
-fn ranks_that_disagree_on_the_world_size_are_refused_at_init() {
-    let dev = gpuport::HostDevice::open(0).unwrap();
-    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(20)).unwrap();
-    let addr = host.addr();
-    let d = dev.clone();
-    // Rank 1 thinks the world has 3 ranks, rank 0 that it has 2.
-    let other = std::thread::spawn(move || {
-        let store = TcpStore::connect(addr, Duration::from_secs(20)).unwrap();
-        Communicator::<gpuport::Host>::init_rank(&d, 1, 3, &store).map(|_| ())
-    });
-    let mine = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &host).map(|_| ());
-    let theirs = other.join().unwrap();
-    // The rank that came second finds the difference; the other learns of
-    // it through the store, as of any rank's failure at init.
-    let protocol = |r: &gpuport::Result<()>| matches!(r, Err(Error::Store { kind: StoreErrorKind::Protocol, .. }));
-    let told = |r: &gpuport::Result<()>, by: usize| {
-        matches!(r, Err(Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, reason, .. })
-            if *rank == by && reason.contains("world size"))
-    };
-    assert!(
-        (protocol(&mine) && told(&theirs, 0)) || (protocol(&theirs) && told(&mine, 1)),
-        "rank 0: {mine:?}; rank 1: {theirs:?}"
-    );
-}
-
-/// Ranks of a group of `size` on threads, meeting through one store; rank
-/// `failing` fails its initialisation (the test hook stands for a missing
-/// library): every other rank's init fails within 2 s, naming it and why,
-/// though the store would wait 60 s.
-fn a_failed_init_fails_the_others(size: usize, failing: usize) {
-    let dev = gpuport::HostDevice::open(0).unwrap();
-    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(60)).unwrap();
-    let addr = host.addr();
-    let results = within(Duration::from_secs(20), move || {
-        std::thread::scope(|s| {
-            let ranks: Vec<_> = (0..size)
-                .map(|rank| {
-                    let dev = dev.clone();
-                    let host = &host;
-                    s.spawn(move || {
-                        let store = TcpStore::connect(addr, Duration::from_secs(60)).unwrap();
-                        let store = if rank == 0 { host } else { &store };
-                        if rank == failing {
-                            // The others are already waiting when it fails.
-                            std::thread::sleep(Duration::from_millis(300));
-                            gpuport::collective::fail_next_init_on_this_thread("libnccl.so.2: not found (test)");
-                        }
-                        let start = Instant::now();
-                        let r = Communicator::<gpuport::Host>::init_rank(&dev, rank, size, store).map(|_| ());
-                        (r, start.elapsed())
-                    })
-                })
-                .collect();
-            ranks.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
-        })
-    });
-    for (rank, (r, took)) in results.iter().enumerate() {
-        let e = r.as_ref().unwrap_err();
-        if rank == failing {
-            assert!(is_collective(e, CollectiveErrorKind::Engine) && e.to_string().contains("not found"), "{e}");
-            continue;
-        }
-        assert!(
-            matches!(e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank }, rank: Some(me), .. }
-                if *rank == failing && *me != failing),
-            "rank {rank}: {e}"
-        );
-        assert!(e.to_string().contains("libnccl.so.2: not found (test)"), "rank {rank}: {e}");
-        assert!(*took < Duration::from_secs(2), "rank {rank} took {took:?}");
-    }
-}
-
-#[test]
-fn a_rank_whose_init_fails_fails_the_others_within_two_seconds() {
-    a_failed_init_fails_the_others(4, 2);
-}
-
-#[test]
-fn a_rank_zero_whose_init_fails_fails_the_others_waiting_for_its_id() {
-    a_failed_init_fails_the_others(3, 0);
 }
 
 #[test]

@@ -163,9 +163,11 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// [`CollectiveErrorKind::Timeout`]); the communicator's
     /// [`timeout`](Self::timeout) then is `GPUPORT_COLLECTIVE_TIMEOUT`'s.
     /// A rank that fails before the engine's initialisation (its library
-    /// missing or of another version than rank 0's, its device bad) writes
-    /// why to the store, and the ranks waiting for it fail within about
-    /// 20 ms with [`CollectiveErrorKind::PeerInitFailed`] naming it.
+    /// missing, its device bad, rank 0's id not made) writes why to the
+    /// store, and the ranks waiting for it fail within about 20 ms with
+    /// [`CollectiveErrorKind::PeerInitFailed`] naming it, whatever the
+    /// [`CallMode`]; ranks whose engines' versions differ each fail with
+    /// [`CollectiveErrorKind::VersionMismatch`] naming both versions.
     ///
     /// ```
     /// use std::time::Duration;
@@ -209,41 +211,25 @@ impl<B: CollectiveBackend> Communicator<B> {
         mode: CallMode,
     ) -> Result<Self> {
         check_rank(rank, size)?;
-        let key = format!("gpuport/communicator/{}", store.next_communicator());
-        // Each rank first loads what its engine needs (a library that is
-        // missing, a device that is bad, fails here); the waits after it
-        // poll for other ranks' failures, which each rank reports under the
-        // communicator's key (see `rendezvous.rs`).
-        let engine = match B::Engine::prepare(device).and_then(|name| {
-            super::rendezvous::injected_failure(&name, rank)?;
-            Ok(name)
-        }) {
-            Ok(name) => name,
-            Err(e) => {
-                let meeting = Meeting { store, key: &key, rank, size, engine: "" };
-                meeting.report(&e);
-                return Err(e);
-            }
-        };
-        let meeting = Meeting { store, key: &key, rank, size, engine: &engine };
-        let met = (|| {
-            let id = if rank == 0 {
+        let key = super::rendezvous::formation_key(store, rank)?;
+        // Every local step that can fail comes first: the library and its
+        // symbols, the device, rank 0's id (published before its status).
+        // Then the handshake (`rendezvous.rs`): each rank writes "ready" or
+        // why it failed, and waits for every rank's, so a failure reaches
+        // the others before any calls its library's initialisation.
+        let local = B::Engine::prepare(device).and_then(|version| {
+            super::rendezvous::injected_failure(&version, rank)?;
+            let version = super::rendezvous::claimed_version(version);
+            if rank == 0 {
                 let id = B::Engine::new_id(device)?;
-                meeting.publish("id", &id)?;
-                id
-            } else {
-                meeting.wait("id")?
-            };
-            store.set(&format!("{key}/engines/{rank}"), engine.as_bytes())?;
-            // Every rank arrives before the engine's initialisation, which
-            // blocks until all ranks join: a rank that never comes is the
-            // store's typed timeout, not a hang, and one that failed is
-            // its error.
-            meeting.arrive("init")?;
-            meeting.same_engines(&engine)?;
-            Ok(id)
-        })();
-        let id = met.inspect_err(|e| meeting.report(e))?;
+                Meeting { store, key: &key, rank, size, engine: &version }.publish("id", &id)?;
+            }
+            Ok(version)
+        });
+        let engine = local.as_ref().map_or(String::new(), Clone::clone);
+        let meeting = Meeting { store, key: &key, rank, size, engine: &engine };
+        meeting.handshake(local)?;
+        let id = meeting.wait("id").inspect_err(|e| meeting.report(e))?;
         // The engine's wait looks for the others' failures; this rank's is reported.
         let engine = super::rendezvous::injected_engine_failure(&engine, rank)
             .and_then(|()| {

@@ -75,5 +75,7 @@ pub use communicator::Communicator;
 pub use engine::{CallMode, CollectiveBackend, Op, OpKind, ReduceOp};
 pub use operands::{Captured, Given, GroupFailure, Operand, Operands, Sides};
 pub use registration::{RangeRegistration, Registration};
-pub use rendezvous::{fail_next_engine_init_on_this_thread, fail_next_init_on_this_thread};
+pub use rendezvous::{
+    fail_next_engine_init_on_this_thread, fail_next_init_on_this_thread, fake_next_engine_version_on_this_thread,
+};
 pub use store::TcpStore;

@@ -1,16 +1,19 @@
 //! Ranks meeting through a [`TcpStore`] to make a communicator, with
-//! failures reported: a rank whose part of the initialisation fails (its
-//! library, its device, its engine's version) writes why under the
-//! communicator's key, and the ranks waiting for it poll for that and fail
-//! within about [`POLL`], naming it, instead of waiting out the store's
-//! timeout.
+//! failures reported: each rank first does every local step that can fail
+//! (its library and symbols, its device, rank 0's id), then writes its
+//! status, and waits for every rank's; a rank whose step failed writes
+//! why, and the ranks waiting for it poll for that and fail within about
+//! [`POLL`], naming it, instead of waiting out the store's timeout. Only
+//! when every rank is ready does one call its library's initialisation,
+//! so this covers blocking NCCL and RCCL initialisations too.
 //!
-//! Keys, under the communicator's key `KEY`:
+//! Keys, under the formation's key `KEY` ([`formation_key`]):
+//! - `KEY/status/RANK`: `"ready\nSIZE\nENGINE VERSION"` or
+//!   `"failed: REASON"`; `KEY/statuses`: how many ranks wrote theirs;
 //! - `KEY/failures`: a counter of failed ranks; `KEY/failure/N`: the Nth
-//!   failure, `"RANK\nREASON"`;
+//!   failure, `"RANK\nREASON"` (also read while a library initialises);
 //! - `KEY/NAME` and `KEY/NAME/ready`: a value one rank
-//!   [`publish`](Meeting::publish)es and the others [`wait`](Meeting::wait) for;
-//! - `KEY/NAME/arrived`: the ranks that came to an [`arrive`](Meeting::arrive).
+//!   [`publish`](Meeting::publish)es and the others [`wait`](Meeting::wait) for.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -21,6 +24,43 @@ use super::TcpStore;
 
 /// How often a waiting rank looks for the others, and for their failures.
 pub const POLL: Duration = Duration::from_millis(20);
+
+/// A ready rank's status begins with this line.
+const READY: &str = "ready";
+
+/// A failed rank's status begins with this, its reason after it.
+const FAILED: &str = "failed: ";
+
+/// The key of the communicator `store` forms next, unique to this
+/// formation: the store's communicator number (every rank makes its
+/// communicators in the same order) and how many times this `rank` came to
+/// that number on the store's server. Ranks that re-form a communicator
+/// through new connections to the same store (their numbers start at 0
+/// again) thus meet under fresh keys, and a former formation's statuses
+/// and failures cannot leak into theirs.
+pub(super) fn formation_key(store: &TcpStore, rank: usize) -> Result<String> {
+    let number = store.next_communicator();
+    let round = store.add(&format!("gpuport/communicator/{number}/rounds/{rank}"), 1)?;
+    Ok(format!("gpuport/communicator/{number}/{round}"))
+}
+
+thread_local! {
+    /// The engine version the next communicator initialisation of this thread claims (a test hook).
+    static FAKE_NEXT_VERSION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Makes the next [`Communicator::init_rank`](super::Communicator::init_rank)
+/// of this thread claim its engine runs `version`, as a rank that loaded
+/// another library would: a hook for tests of the version check.
+#[doc(hidden)]
+pub fn fake_next_engine_version_on_this_thread(version: &str) {
+    FAKE_NEXT_VERSION.with(|f| *f.borrow_mut() = Some(version.to_string()));
+}
+
+/// `version`, or the one [`fake_next_engine_version_on_this_thread`] set, taken.
+pub(super) fn claimed_version(version: String) -> String {
+    FAKE_NEXT_VERSION.with(|f| f.borrow_mut().take()).unwrap_or(version)
+}
 
 thread_local! {
     /// The failure the next communicator initialisation of this thread makes (a test hook).
@@ -106,12 +146,7 @@ impl Meeting<'_> {
                 reason: format!("{}/failure/1 holds {text:?}, not a rank's failure", self.key),
             });
         };
-        Err(Error::Collective {
-            engine: self.engine.into(),
-            rank: Some(self.rank),
-            kind: CollectiveErrorKind::PeerInitFailed { rank },
-            reason: format!("rank {rank} could not initialise its part of the communicator: {reason}"),
-        })
+        Err(self.peer_failed(rank, reason))
     }
 
     /// Polls `done` until it holds, a rank reports a failure, or the store's timeout passes.
@@ -150,65 +185,83 @@ impl Meeting<'_> {
         self.store.get(&format!("{}/{name}", self.key))
     }
 
-    /// Waits until every rank came to `name`. As [`TcpStore::barrier_as`],
-    /// a rank that comes with another world size than the first, or a rank
-    /// that comes twice, is a [`StoreErrorKind::Protocol`].
-    pub fn arrive(&self, name: &str) -> Result<()> {
-        let base = format!("{}/{name}", self.key);
-        let protocol = |reason: String| Error::Store {
-            addr: self.store.addr().to_string(),
-            kind: StoreErrorKind::Protocol,
-            reason: format!("{base}: {reason}"),
+    /// The pre-init handshake: writes this rank's status (`local`: its
+    /// engine's name and version once every local step passed, or the
+    /// error of the step that failed) under `KEY/status/RANK`, then waits
+    /// for every rank's, failing within about [`POLL`] of the first
+    /// failure. Every rank must run the same engine version (else a
+    /// [`CollectiveErrorKind::VersionMismatch`] naming both) in a world of
+    /// the same size (else a [`StoreErrorKind::Protocol`]). Rank 0 has
+    /// published its id before; only once all are ready does a rank call
+    /// its library's initialisation.
+    pub fn handshake(&self, local: Result<String>) -> Result<()> {
+        let status = match &local {
+            Ok(version) => format!("{READY}\n{}\n{version}", self.size),
+            Err(e) => format!("{FAILED}{e}"),
         };
-        let size = self.size.to_string();
-        if self.store.add(&format!("{base}/comers"), 1)? == 1 {
-            self.publish(&format!("{name}/size"), size.as_bytes())?;
-        }
-        let first = self.wait(&format!("{name}/size"))?;
-        if first != size.as_bytes() {
-            return Err(protocol(format!(
-                "rank {} came for a world of {size}, the first rank for a world of {}; every rank must give the \
-                 same world size",
-                self.rank,
-                String::from_utf8_lossy(&first)
-            )));
-        }
-        if self.store.add(&format!("{base}/rank/{}", self.rank), 1)? > 1 {
-            return Err(protocol(format!(
-                "rank {} came twice; every process of the world must have its own rank",
-                self.rank
-            )));
-        }
-        let arrived = format!("{base}/arrived");
+        self.store.set(&format!("{}/status/{}", self.key, self.rank), status.as_bytes())?;
+        let version = local.inspect_err(|e| self.report(e))?;
+        let statuses = format!("{}/statuses", self.key);
         let want = i64::try_from(self.size).unwrap_or(i64::MAX);
-        self.store.add(&arrived, 1)?;
-        self.poll(&format!("waiting at {name}"), || Ok(self.store.add(&arrived, 0)? >= want))
+        self.store.add(&statuses, 1)?;
+        self.poll("waiting for every rank's status", || Ok(self.store.add(&statuses, 0)? >= want))?;
+        self.same_world_and_version(&version)
     }
 
-    /// Every rank's engine, published under `engines/RANK`: the same
-    /// everywhere, or a [`CollectiveErrorKind::Mismatch`] naming the ranks
-    /// that differ from rank 0. Call after an [`arrive`](Self::arrive) that
-    /// followed each rank's publishing.
-    pub fn same_engines(&self, mine: &str) -> Result<()> {
-        let first = String::from_utf8_lossy(&self.store.get(&format!("{}/engines/0", self.key))?).into_owned();
-        let mut differ = Vec::new();
-        for r in 1..self.size {
-            let theirs = self.store.get(&format!("{}/engines/{r}", self.key))?;
-            if theirs != first.as_bytes() {
-                differ.push(format!("rank {r} runs {}", String::from_utf8_lossy(&theirs)));
+    /// A [`StoreErrorKind::Protocol`] about this formation.
+    fn protocol(&self, reason: String) -> Error {
+        Error::Store {
+            addr: self.store.addr().to_string(),
+            kind: StoreErrorKind::Protocol,
+            reason: format!("{}: {reason}", self.key),
+        }
+    }
+
+    /// Every rank's status against this rank's world size and `mine`, its
+    /// engine's version. A world size that differs is reported to the
+    /// others (who may be waiting for a rank that will never come); a
+    /// version that differs is found by every rank itself.
+    fn same_world_and_version(&self, mine: &str) -> Result<()> {
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            let text = self.store.get(&format!("{}/status/{r}", self.key))?;
+            let text = String::from_utf8_lossy(&text);
+            if let Some(reason) = text.strip_prefix(FAILED) {
+                return Err(self.peer_failed(r, reason));
+            }
+            let mut parts = text.splitn(3, '\n');
+            let (Some(READY), Some(size), Some(theirs)) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(self.protocol(format!("rank {r}'s status is {text:?}, not a rank's status")));
+            };
+            if size != self.size.to_string() {
+                let e = self.protocol(format!(
+                    "rank {r} came for a world of {size}, rank {} for a world of {}; every rank must give the same \
+                     world size",
+                    self.rank, self.size
+                ));
+                self.report(&e);
+                return Err(e);
+            }
+            if theirs != mine {
+                return Err(Error::Collective {
+                    engine: mine.into(),
+                    rank: Some(self.rank),
+                    kind: CollectiveErrorKind::VersionMismatch { rank: r },
+                    reason: format!(
+                        "this rank runs {mine}, rank {r} runs {theirs}; every rank must load the same library version"
+                    ),
+                });
             }
         }
-        if differ.is_empty() {
-            return Ok(());
-        }
-        Err(Error::Collective {
-            engine: mine.into(),
+        Ok(())
+    }
+
+    /// `rank`'s failure at init, `reason`, as this rank's error.
+    fn peer_failed(&self, rank: usize, reason: &str) -> Error {
+        Error::Collective {
+            engine: self.engine.into(),
             rank: Some(self.rank),
-            kind: CollectiveErrorKind::Mismatch,
-            reason: format!(
-                "rank 0 runs {first}, but {}; every rank must load the same library version",
-                differ.join(", ")
-            ),
-        })
+            kind: CollectiveErrorKind::PeerInitFailed { rank },
+            reason: format!("rank {rank} could not initialise its part of the communicator: {reason}"),
+        }
     }
 }

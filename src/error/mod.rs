@@ -331,6 +331,12 @@ pub enum CollectiveErrorKind {
         /// The rank that failed.
         rank: usize,
     },
+    /// Another rank loaded another version of the engine's library; the
+    /// reason names both versions.
+    VersionMismatch {
+        /// The rank whose version differs from this rank's.
+        rank: usize,
+    },
 }
 
 /// How a [`TcpStore`](crate::collective::TcpStore) call failed ([`Error::Store`]).

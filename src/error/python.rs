@@ -183,6 +183,7 @@ impl CollectiveErrorKind {
             CollectiveErrorKind::Aborted => "aborted",
             CollectiveErrorKind::RemoteFailure => "remote_failure",
             CollectiveErrorKind::PeerInitFailed { .. } => "peer_init_failed",
+            CollectiveErrorKind::VersionMismatch { .. } => "version_mismatch",
         }
     }
 }

@@ -227,6 +227,8 @@ fn kind_names_are_the_python_strings() {
     );
     let collective = [C::Library, C::Engine, C::Mismatch, C::Timeout, C::Aborted, C::RemoteFailure].map(C::name);
     assert_eq!(collective, ["library", "engine", "mismatch", "timeout", "aborted", "remote_failure"]);
+    let peers = [C::PeerInitFailed { rank: 1 }, C::VersionMismatch { rank: 1 }].map(C::name);
+    assert_eq!(peers, ["peer_init_failed", "version_mismatch"]);
 }
 
 #[test]

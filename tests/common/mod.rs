@@ -134,3 +134,32 @@ pub fn busy(s: &gpuport::dynamic::AnyStream, ms: u64) {
         .keep(())
         .unwrap();
 }
+
+/// Whether `device`'s collective engine loads; else a printed skip (a GPU
+/// without NCCL or RCCL).
+pub fn engine_or_skip<D: Device>(device: &Arc<D>, test: &str) -> bool
+where
+    D::B: gpuport::collective::CollectiveBackend,
+{
+    match gpuport::collective::Communicator::<D::B>::engine_on(device) {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "skipped: {test} on {}: {e}", device.info().spec());
+            false
+        }
+    }
+}
+
+/// `f`'s result, run on a thread of its own; a test failure instead of a
+/// hang when it has not returned within `limit` (the thread is left behind).
+pub fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("still waiting after {limit:?}: a hang"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked (see above)"),
+    }
+}

@@ -292,8 +292,9 @@ synchronous_call
             "A collective or a communicator of gpuport.distributed failed. `kind` says how: \"library\" (NCCL or \
              RCCL missing or too old), \"engine\" (a call of the engine failed), \"mismatch\" (the ranks called \
              different collectives, counts, types or roots), \"timeout\" (no progress in time; the communicator \
-             was aborted), \"aborted\", \"remote_failure\" (another rank or the network failed) or \
-             \"peer_init_failed\" (another rank's initialisation failed; the message names it and says why).",
+             was aborted), \"aborted\", \"remote_failure\" (another rank or the network failed), \
+             \"peer_init_failed\" (another rank's initialisation failed; the message names it and says why) or \
+             \"version_mismatch\" (another rank loaded another version of NCCL or RCCL; the message names both).",
             r#"
 >>> import gpuport
 >>> from gpuport import distributed as dist
