@@ -212,9 +212,10 @@ pub enum CallMode {
     /// Each call returns once its work is enqueued (NCCL's own default, and
     /// its fastest). A peer gone before its first connection (a first
     /// send or receive) blocks that call; later failures are caught by
-    /// `synchronize`'s timeout. The initialisation itself is bounded, and
-    /// fails fast on another rank's failure, where the library has
-    /// `ncclCommInitRankConfig` and `ncclCommSplit` (`nccl/init.rs`).
+    /// `synchronize`'s timeout. `ncclCommInitRank` waits without a bound;
+    /// through a store, a rank whose library, device or id fails is seen
+    /// before it is called (`rendezvous.rs`), a failure inside it is not
+    /// (`nccl/init.rs`).
     #[default]
     Blocking,
     /// Non-blocking communicators (NCCL and RCCL 2.14 and newer): every
@@ -287,9 +288,9 @@ pub unsafe trait Engine<B: Backend>: Send + Sync + Sized + 'static {
     /// Joins `device` to a group of `size` ranks as `rank`, with the id
     /// rank 0 made, its library calls made in `mode`; waits up to `timeout`
     /// for the other ranks, then fails (a `Timeout`, or the host engine's
-    /// store timeout), except NCCL's and RCCL's in `CallMode::Blocking` on
-    /// a library without `ncclCommInitRankConfig` or `ncclCommSplit`,
-    /// which wait without a bound (`nccl/init.rs`). The engine's timeout
+    /// store timeout), except NCCL's and RCCL's in `CallMode::Blocking`, or
+    /// on a library without `ncclCommInitRankConfig`, which wait without a
+    /// bound (`nccl/init.rs`). The engine's timeout
     /// ([`set_timeout`](Self::set_timeout)) starts as `timeout`.
     fn init_with_id(
         device: &Arc<B::Device>,

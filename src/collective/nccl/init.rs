@@ -12,6 +12,9 @@
 //! `PeerInitFailed`.
 //!
 //! This applies to `Bounded` communicators, which are non-blocking anyway.
+//! Failures before the library's initialisation (its loading, the device,
+//! rank 0's id, another version) are caught in both modes by the handshake
+//! that comes before it (`src/collective/rendezvous.rs`).
 //! A `Blocking` one (the default) still starts with the blocking
 //! `ncclCommInitRank`, so a peer's failure that comes while this rank waits
 //! inside the library is not seen until the library gives up. Starting it

@@ -27,10 +27,12 @@
 //! ones on two H200s (BENCHMARKS.md), which is why it is not the
 //! default. An older library makes blocking communicators in either mode.
 //!
-//! Initialisation is non-blocking in both modes where the library can,
-//! so that a rank stops waiting inside it when another rank fails; a
-//! `Blocking` communicator is then split into a blocking one
-//! (`init.rs`).
+//! Through a store, every rank loads its library, binds its device and
+//! (rank 0) makes the id before any calls the library's initialisation, and
+//! the ranks exchange their status and version first
+//! (`src/collective/rendezvous.rs`), so such a failure fails the others
+//! fast in both modes; a `Bounded` initialisation also watches for
+//! failures while it waits inside the library (`init.rs`).
 //!
 //! NCCL older than [`MIN_VERSION`] is refused at load time. Element types:
 //! reductions take NCCL's numeric types (fp8 from NCCL 2.24 on CUDA);
