@@ -232,3 +232,29 @@ fn ranks_that_disagree_on_the_world_size_are_refused_at_init() {
         "rank 1: {theirs:?}"
     );
 }
+
+/// A binding whose rank cannot open its device reports it
+/// (`AnyCommunicator::report_failed_init`): the other rank, already waiting
+/// in `init_rank`, fails within 2 s naming it and why.
+#[test]
+fn a_rank_whose_device_does_not_open_fails_the_others_within_two_seconds() {
+    let host = patient_store();
+    let (addr, timeout) = (host.addr(), host.timeout());
+    let (e, took) = common::within(Duration::from_secs(20), move || {
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let store = TcpStore::connect(addr, timeout).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                let e = gpuport::open("cuda:99").map(|_| ()).unwrap_err();
+                gpuport::collective::AnyCommunicator::report_failed_init(1, 2, &store, &format!("cuda:99: {e}"));
+            });
+            let dev = gpuport::HostDevice::open(0).unwrap();
+            let start = Instant::now();
+            let e = Communicator::<gpuport::Host>::init_rank(&dev, 0, 2, &host).unwrap_err();
+            (e, start.elapsed())
+        })
+    });
+    assert!(matches!(&e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank: 1 }, .. }), "{e}");
+    assert!(e.to_string().contains("cuda:99"), "{e}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}

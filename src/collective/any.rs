@@ -79,6 +79,18 @@ impl AnyCommunicator {
         on_backend!(device, d => Ok(wrap(d, Communicator::init_rank_with(d, rank, size, store, mode)?)))
     }
 
+    /// Tells the other ranks forming a communicator through `store` that
+    /// this rank failed before [`init_rank`](Self::init_rank) could start
+    /// (a binding could not open its device): writes `reason` as this
+    /// rank's status, as `init_rank` writes its own failures, so the
+    /// others fail within about 20 ms with
+    /// [`CollectiveErrorKind::PeerInitFailed`](crate::CollectiveErrorKind::PeerInitFailed)
+    /// naming it, and uses up the communicator's number, as `init_rank`
+    /// would have. A store that fails too leaves them to its timeout.
+    pub fn report_failed_init(rank: usize, size: usize, store: &TcpStore, reason: &str) {
+        super::rendezvous::report_failed_formation(store, rank, size, reason);
+    }
+
     /// [`Communicator::new_id`] for a device of any backend.
     pub fn new_id(device: &AnyDevice) -> Result<Vec<u8>> {
         on_backend!(device, d => new_id_on(d))

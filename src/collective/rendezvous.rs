@@ -44,6 +44,23 @@ pub(super) fn formation_key(store: &TcpStore, rank: usize) -> Result<String> {
     Ok(format!("gpuport/communicator/{number}/{round}"))
 }
 
+/// This rank's failure before its communicator's formation could start,
+/// `reason`, written as `init_rank` writes its own (best effort).
+pub(super) fn report_failed_formation(store: &TcpStore, rank: usize, size: usize, reason: &str) {
+    if rank >= size {
+        return; // init_rank refuses it before its formation too
+    }
+    let Ok(key) = formation_key(store, rank) else { return };
+    let meeting = Meeting { store, key: &key, rank, size, engine: "" };
+    let error = Error::Collective {
+        engine: String::new(),
+        rank: Some(rank),
+        kind: CollectiveErrorKind::Engine,
+        reason: reason.into(),
+    };
+    let _ = meeting.handshake(Err(error));
+}
+
 thread_local! {
     /// The engine version the next communicator initialisation of this thread claims (a test hook).
     static FAKE_NEXT_VERSION: RefCell<Option<String>> = const { RefCell::new(None) };

@@ -192,8 +192,13 @@ impl PyCommunicator {
         mode: Option<&str>,
     ) -> PyResult<Self> {
         let mode = call_mode(mode).py_err(py)?;
-        let dev = resolve_device(py, Some(device))?;
         let store = store.inner.clone();
+        // A device that does not open fails the other ranks fast too, as
+        // init_rank's own failures do.
+        let dev = resolve_device(py, Some(device)).inspect_err(|e| {
+            let reason = format!("device {device}: {e}");
+            py.detach(|| AnyCommunicator::report_failed_init(rank, size, &store, &reason));
+        })?;
         let comm =
             py.detach(|| AnyCommunicator::init_rank(&dev, rank, size, &store, mode)).py_err_in(py, "init_rank")?;
         Ok(PyCommunicator::new(comm))

@@ -63,6 +63,37 @@ def test_a_rank_that_fails_at_init_fails_the_other_within_two_seconds(tmp_path):
     assert float(told[0].split()[4]) < 2.0, out
 
 
+def test_a_rank_whose_device_does_not_open_fails_the_other_within_two_seconds(tmp_path):
+    """Rank 1 asks for a device that does not open: rank 0, waiting in
+    init, learns of it through the store at once, naming rank 1 and its
+    device, though the store would wait its default 300 s."""
+    body = """
+    import os, time
+    import gpuport
+    from gpuport import distributed as dist
+    r = int(os.environ["GPUPORT_RANK"])
+    store = dist.TcpStore.from_env(r)
+    if r == 1:
+        time.sleep(0.3)
+    start = time.monotonic()
+    try:
+        dist.init(device="host" if r == 0 else "cuda:99", rank=r, world_size=2, store=store)
+    except gpuport.CollectiveError as e:
+        assert r == 0 and e.kind == "peer_init_failed" and "rank 1" in str(e) and "cuda:99" in str(e), e
+        print(f"rank {r} told in {time.monotonic() - start:.2f} s")
+    except Exception as e:
+        assert r == 1, e
+        print(f"rank {r} could not open its device")
+    else:
+        raise AssertionError("init on a device that does not open returned")
+    """
+    p = launch(tmp_path, body, "-n", "2")
+    out = finish(p)
+    told = [line for line in out.splitlines() if "told in" in line]
+    assert len(told) == 1 and "could not open its device" in out, out
+    assert float(told[0].split()[4]) < 2.0, out
+
+
 def test_split_groups_ranks_by_color_and_key(tmp_path):
     body = """
     import numpy as np, gpuport
