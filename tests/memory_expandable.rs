@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use gpuport::memory::{
     Allocator, CachingPool, DeviceStorage, Expandable, MemoryDevice, MemoryError, MemoryResource, PoolConfig, Storage,
 };
-use gpuport::{Backend, Device, DeviceMemory, Error, GrowableRange, MAX_RESERVATION};
+use gpuport::{Backend, BackendKind, Device, DeviceMemory, Error, GrowableRange, MAX_RESERVATION};
 
 const MIB: usize = 1 << 20;
 
@@ -189,6 +189,69 @@ fn a_full_reservation_falls_back_to_plain_segments<D: MemoryDevice>(d: &Arc<D>) 
     d.synchronize(&s).unwrap();
 }
 
+/// An expandable pool with `config`'s other settings, or `None` (printing why).
+fn expandable_pool_with<D: MemoryDevice>(d: &Arc<D>, config: PoolConfig) -> Option<PoolAndAllocator<D::B>> {
+    let pool = Arc::new(CachingPool::new(d.clone(), PoolConfig { expandable: true, ..config }));
+    match pool.report().expandable {
+        Expandable::Virtual | Expandable::Emulated => Some((pool.clone(), Allocator::from_arc(pool))),
+        other => {
+            let _ = writeln!(std::io::stderr(), "skipped on {}: expandable segments {other}", d.info().spec());
+            None
+        }
+    }
+}
+
+/// The counterpart of `tests/memory.rs`'s case for plain segments, which
+/// release the cached segment and retry: here the freed block is the
+/// segment's free tail, so the larger request maps only what it lacks.
+fn out_of_memory_under_a_limit_is_a_typed_error_and_the_free_tail_grows<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    let Some((pool, alloc)) = expandable_pool_with(d, PoolConfig { size_limit: Some(8 * MIB), ..config(64 * MIB) })
+    else {
+        return;
+    };
+    let s = d.create_stream().unwrap();
+    let big = alloc.alloc(6 * MIB, &s).unwrap();
+    match alloc.alloc(4 * MIB, &s) {
+        Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 4 * MIB),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    assert_eq!(pool.report().counters.oom_failures, 1);
+    drop(big);
+    let mut seven = alloc.alloc(7 * MIB, &s).unwrap();
+    write(&**d, &mut seven, 3);
+    let report = pool.report();
+    assert_eq!(report.counters.oom_retries, 1, "only the failed request retried: {report}");
+    assert_eq!((report.reserved, report.segments), (8 * MIB, 1), "{report}");
+    drop(seven);
+    d.synchronize(&s).unwrap();
+}
+
+/// The counterpart of `tests/memory.rs`'s release-threshold case: a free
+/// above the threshold unmaps the free tail instead of releasing segments.
+fn the_release_threshold_unmaps_the_free_tail<D: MemoryDevice>(d: &Arc<D>) {
+    let _guard = lock();
+    for (threshold, expect_released) in [(16 * MIB, true), (usize::MAX, false)] {
+        let config = PoolConfig { release_threshold: threshold, ..config(256 * MIB) };
+        let Some((pool, alloc)) = expandable_pool_with(d, config) else { return };
+        let s = d.create_stream().unwrap();
+        let blocks: Vec<_> = (0..4).map(|_| alloc.alloc(12 * MIB, &s).unwrap()).collect();
+        assert_eq!(pool.report().reserved, 48 * MIB, "one segment, mapped as it grew");
+        drop(blocks);
+        d.synchronize(&s).unwrap();
+        // The next free sees the completed fences and trims.
+        drop(alloc.alloc(4096, &s).unwrap());
+        let report = pool.report();
+        if expect_released {
+            assert!(report.reserved <= threshold, "{report}");
+            assert!(report.counters.segments_released >= 1, "the large segment's tail was unmapped: {report}");
+        } else {
+            assert_eq!(report.reserved, 50 * MIB, "{report}");
+        }
+        d.synchronize(&s).unwrap();
+    }
+}
+
 /// One step of a replayed trace: allocate `bytes` as block `id`, or free it.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -350,6 +413,10 @@ fn ipc_of_expandable_memory_is_refused_with_a_typed_error<D: MemoryDevice>(d: &A
     let block = pool.allocate(3 * MIB, &s).unwrap();
     match pool.ipc_export(&block) {
         Err(Error::Memory(MemoryError::ExpandableIpc { ptr, .. })) => assert_eq!(ptr, block.ptr()),
+        // The host backend has no IPC at all, and says so rather than blame the segment.
+        Err(Error::Unsupported { op, .. }) if <D::B as Backend>::KIND == BackendKind::Host => {
+            assert_eq!(op, "IPC memory handles")
+        }
         other => panic!("expected MemoryError::ExpandableIpc, got {other:?}"),
     }
     pool.deallocate(block, &s, Vec::new()).unwrap();
@@ -365,6 +432,8 @@ mod cases {
         a_tail_freed_on_another_stream_is_not_extended,
         a_training_trace_maps_little_more_than_it_holds_live,
         a_full_reservation_falls_back_to_plain_segments,
+        out_of_memory_under_a_limit_is_a_typed_error_and_the_free_tail_grows,
+        the_release_threshold_unmaps_the_free_tail,
         without_virtual_memory_the_pool_falls_back_and_says_so,
         a_reservation_larger_than_the_address_space_is_a_typed_error,
         ipc_of_expandable_memory_is_refused_with_a_typed_error,

@@ -30,6 +30,12 @@ fn pool<D: MemoryDevice>(d: &Arc<D>, config: PoolConfig) -> PoolAndAllocator<D::
     (pool.clone(), Allocator::from_arc(pool))
 }
 
+/// Plain segments, whatever `GPUPORT_POOL` says: for the checks of their
+/// segment events and sizes (the expandable counterparts are below).
+fn plain() -> PoolConfig {
+    PoolConfig { expandable: false, ..PoolConfig::default() }
+}
+
 fn frame(name: &str) -> Frame {
     Frame { filename: "test.py".into(), line: 7, name: name.into() }
 }
@@ -44,7 +50,7 @@ fn nothing_is_recorded_while_recording_is_off<D: MemoryDevice>(d: &Arc<D>) {
 fn allocations_frees_and_segments_are_recorded_in_order_with_stacks<D: MemoryDevice>(d: &Arc<D>) {
     let _turn = history_lock();
     history::set_frame_source(Some(Arc::new(|| vec![frame("train_step")])));
-    let (pool, alloc) = pool(d, PoolConfig::default());
+    let (pool, alloc) = pool(d, plain());
     history::start(HistoryConfig::default());
     let a = alloc.alloc(1000, d.default_stream()).unwrap();
     let ptr = gpuport::DeviceMemory::device_ptr(&a);
@@ -108,13 +114,30 @@ fn a_rust_backtrace_is_recorded_when_asked_for<D: MemoryDevice>(d: &Arc<D>) {
 
 fn a_snapshot_pickles_and_a_failed_write_keeps_the_history<D: MemoryDevice>(d: &Arc<D>) {
     let _turn = history_lock();
-    let (pool, alloc) = pool(d, PoolConfig::default());
+    let (pool, alloc) = pool(d, plain());
+    snapshot_pickles_and_a_failed_write_keeps_the_history_of(d, &pool, &alloc, 20 << 20);
+    // An expandable segment: only the 2 MiB granules it mapped.
+    if let Some((pool, alloc)) = expandable_pool(d) {
+        snapshot_pickles_and_a_failed_write_keeps_the_history_of(d, &pool, &alloc, 4 << 20);
+    }
+}
+
+/// Records a 3 MiB allocation of `pool`, whose segment then holds
+/// `segment_size` bytes, and checks its snapshot, the pickle, and that a
+/// failed write keeps the history.
+fn snapshot_pickles_and_a_failed_write_keeps_the_history_of<D: MemoryDevice>(
+    d: &Arc<D>,
+    pool: &CachingPool<D::B>,
+    alloc: &Allocator<D::B>,
+    segment_size: usize,
+) {
+    history::clear();
     history::start(HistoryConfig::default());
     let a = alloc.alloc(3 << 20, d.default_stream()).unwrap();
     history::stop();
     let snap = history::Snapshot::of_pool(history_key(d), &pool.report());
     let seg = &snap.segments[0];
-    assert_eq!(seg.total_size, 20 << 20);
+    assert_eq!(seg.total_size, segment_size);
     assert_eq!(seg.allocated_size, 3 << 20);
     assert_eq!(seg.requested_size, 3 << 20);
     assert_eq!(snap.device_traces()[d.info().ordinal].len(), 2);
@@ -215,7 +238,7 @@ fn check_segments_against_report(snap: &history::Snapshot, report: &memory::Pool
 
 fn snapshot_segments_carry_the_pools_own_figures<D: MemoryDevice>(d: &Arc<D>) {
     let _turn = history_lock();
-    let (pool, alloc) = pool(d, PoolConfig::default());
+    let (pool, alloc) = pool(d, plain());
     let small = alloc.alloc(1000, d.default_stream()).unwrap();
     let large = alloc.alloc(3 << 20, d.default_stream()).unwrap();
     let report = pool.report();

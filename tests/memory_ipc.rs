@@ -99,9 +99,12 @@ fn share_with_a_child<D: MemoryDevice>(
 }
 
 fn export_and_read_in_a_child<D: MemoryDevice>(d: &Arc<D>) {
+    // Plain segments, whatever GPUPORT_POOL says: expandable ones refuse IPC
+    // (tests/memory_expandable.rs checks that refusal).
+    let plain_segments = PoolConfig { expandable: false, ..PoolConfig::default() };
     let resources: [(&str, Allocator<D::B>); 2] = [
         ("plain", Allocator::new(PlainResource::new(d.clone()))),
-        ("caching-pool", Allocator::new(CachingPool::new(d.clone(), PoolConfig::default()))),
+        ("caching-pool", Allocator::new(CachingPool::new(d.clone(), plain_segments))),
     ];
     for (seed, (name, alloc)) in resources.into_iter().enumerate() {
         // A first block, so the exported one sits at an offset inside its pool segment.

@@ -73,6 +73,32 @@ fn a_device_that_does_not_exist_is_refused<D: MemoryDevice>(d: &D) {
     assert!(matches!(e, Error::Memory(MemoryError::NotAccessible { op: "advise", .. })), "{e}");
 }
 
+/// A device without concurrent managed access (CUDA under Windows or WSL,
+/// some ROCm parts) cannot take a prefetch: a typed error, nothing queued.
+/// Where the device has it, the prefetch runs and the case says it skipped.
+fn a_device_without_concurrent_managed_access_refuses_a_prefetch<D: MemoryDevice>(d: &D) {
+    if !has_managed(d) {
+        return;
+    }
+    let m = d.alloc_managed(4096).unwrap();
+    let here = ManagedPlace::Device(d.info().ordinal);
+    match d.prefetch_managed(&m, here, d.default_stream()) {
+        Ok(()) => {
+            d.synchronize(d.default_stream()).unwrap();
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped on {}: it takes the prefetch (concurrent managed access)",
+                d.info().spec()
+            );
+        }
+        Err(Error::Memory(MemoryError::NotAccessible { op: "prefetch", place, reason })) => {
+            assert_eq!(place, here.to_string());
+            assert!(reason.contains("concurrent"), "{reason}");
+        }
+        Err(e) => panic!("expected MemoryError::NotAccessible, got {e}"),
+    }
+}
+
 fn a_managed_arrays_device_copy_is_managed_and_keeps_its_contents_when_placed<D: MemoryDevice>(d: &Arc<D>) {
     if !has_managed(d.as_ref()) {
         return;
@@ -140,6 +166,7 @@ mod per_backend {
         prefetching_and_advice_keep_the_contents,
         memory_that_is_not_managed_is_refused,
         a_device_that_does_not_exist_is_refused,
+        a_device_without_concurrent_managed_access_refuses_a_prefetch,
     );
 }
 

@@ -15,8 +15,8 @@ use gpuport::backend::host::HostBuffer;
 use std::time::{Duration, Instant};
 
 use gpuport::memory::{
-    current_resource, pageable_copier, release_all, set_current_resource, Allocator, CachingPool, MemoryResource,
-    PinnedFlags, PoolConfig, Storage,
+    current_resource, pageable_copier, release_all, set_current_resource, Allocator, CachingPool, Expandable,
+    MemoryResource, PinnedFlags, PoolConfig, Storage,
 };
 use gpuport::{
     builtin, Device, DeviceMemory, Host, HostDevice, KernelArgs, LaunchConfig, Location, MemArray, MemoryKind,
@@ -78,11 +78,15 @@ type Pool = CachingPool<Host, CountingStorage>;
 
 static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
 
-/// The host's current resource: a pool over the counting storage.
+/// The host's current resource: a pool over the counting storage. Plain
+/// segments, whatever `GPUPORT_POOL` says (the counts of live segments are
+/// theirs), except in the exit test's child run for expandable segments.
 fn install() -> Arc<Pool> {
     POOL.get_or_init(|| {
         let device = HostDevice::open(0).unwrap();
-        let pool = Arc::new(CachingPool::with_storage(CountingStorage(device), PoolConfig::default()));
+        let expandable = std::env::var(CHILD).is_ok_and(|mode| mode == EXPANDABLE);
+        let config = PoolConfig { expandable, ..PoolConfig::default() };
+        let pool = Arc::new(CachingPool::with_storage(CountingStorage(device), config));
         set_current_resource(Allocator::<Host>::from_arc(pool.clone())).expect("the first use of the host's resource");
         pool
     })
@@ -221,8 +225,10 @@ fn releasing_with_patience_leaves_what_queued_work_still_uses_and_does_not_wait_
     assert_eq!(pool.report().reserved, 0, "{}", pool.report());
 }
 
-/// Set in the copy of this binary that `the_caches_are_returned_at_process_exit` runs.
+/// Set in the copy of this binary that `the_caches_are_returned_at_process_exit`
+/// runs: `plain` or [`EXPANDABLE`], the pool's segments.
 const CHILD: &str = "GPUPORT_EXIT_CHILD";
+const EXPANDABLE: &str = "expandable";
 const EXIT_LINE: &str = "at exit:";
 
 /// Runs after gpuport's own exit handler (registered later, so run earlier).
@@ -242,20 +248,27 @@ extern "C" fn report_at_exit() {
 
 #[test]
 fn the_caches_are_returned_at_process_exit() {
-    if std::env::var_os(CHILD).is_some() {
+    if let Some(mode) = std::env::var_os(CHILD) {
         // SAFETY: registers a function that takes no arguments and does not
         // unwind (it only formats and writes a line).
         assert_eq!(unsafe { libc::atexit(report_at_exit) }, 0);
         let pool = install();
         use_and_drop_everything(&HostDevice::open(0).unwrap());
-        assert!(LIVE_SEGMENTS.load(Ordering::SeqCst) > 0 && pool.report().reserved > 0);
+        let report = pool.report();
+        assert!(report.reserved > 0, "{report}");
+        if mode == EXPANDABLE {
+            // Mapped in the storage's growable ranges, not its segments.
+            assert_eq!(report.expandable, Expandable::Emulated, "{report}");
+        } else {
+            assert!(LIVE_SEGMENTS.load(Ordering::SeqCst) > 0, "{report}");
+        }
         return; // the harness exits, and the exit handlers run
     }
     let _serial = serial();
-    let run = |release: &str| {
+    let run = |segments: &str, release: &str| {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["the_caches_are_returned_at_process_exit", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, "1")
+            .env(CHILD, segments)
             .env("GPUPORT_RELEASE_AT_EXIT", release)
             .output()
             .unwrap();
@@ -263,11 +276,13 @@ fn the_caches_are_returned_at_process_exit() {
         assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
         stderr.lines().find(|l| l.starts_with(EXIT_LINE)).map(str::to_string).unwrap_or_else(|| panic!("{stderr}"))
     };
-    assert_eq!(
-        run("1"),
-        format!("{EXIT_LINE} 0 segments live, 0 bytes reserved, 0 pinned bytes cached, 0 in use"),
-        "the exit handler gives every cached byte back"
-    );
-    let kept = run("0");
-    assert!(!kept.starts_with(&format!("{EXIT_LINE} 0 segments")), "without it the caches stay: {kept}");
+    for segments in ["plain", EXPANDABLE] {
+        assert_eq!(
+            run(segments, "1"),
+            format!("{EXIT_LINE} 0 segments live, 0 bytes reserved, 0 pinned bytes cached, 0 in use"),
+            "{segments} segments: the exit handler gives every cached byte back"
+        );
+        let kept = run(segments, "0");
+        assert!(!kept.contains(" 0 bytes reserved"), "{segments} segments: without it the caches stay: {kept}");
+    }
 }

@@ -8,16 +8,17 @@
 
 mod common;
 
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gpuport::backend::host::HostBuffer;
 use gpuport::backend::Backend;
 use gpuport::memory::{
-    open_ipc, Allocator, Block, CachingPool, IpcHandle, LoggingResource, MemoryDevice, MemoryError, MemoryResource,
-    PlainResource, PoolConfig, ResourceId, StatisticsResource, Storage,
+    open_ipc, Allocator, Block, CachingPool, Expandable, IpcHandle, LoggingResource, MemoryDevice, MemoryError,
+    MemoryResource, PlainResource, PoolConfig, ResourceId, StatisticsResource, Storage,
 };
-use gpuport::{Device, DeviceMemory, Error, Event, Host, HostDevice, Stream};
+use gpuport::{Device, DeviceMemory, Error, Event, GrowableRange, Host, HostDevice, Stream};
 
 const MIB: usize = 1 << 20;
 
@@ -275,10 +276,82 @@ unsafe impl<D: MemoryDevice> Storage<D::B> for HalfStorage<D> {
 }
 
 fn a_pool_refuses_a_segment_shorter_than_it_asked_for<D: MemoryDevice>(d: &Dev<D>) {
-    let pool = Arc::new(CachingPool::with_storage(HalfStorage(d.clone()), PoolConfig::default()));
+    // Plain segments, whatever GPUPORT_POOL says: they come from `alloc`.
+    let config = PoolConfig { expandable: false, ..PoolConfig::default() };
+    let pool = Arc::new(CachingPool::with_storage(HalfStorage(d.clone()), config));
     let alloc = Allocator::from_arc(pool.clone());
     broke_contract(alloc.alloc(4096, d.default_stream()), "caching-pool storage", "asked for a segment of 2097152");
     assert_eq!(pool.report().reserved, 0, "nothing was cut from the short segment");
+}
+
+/// A growable range that says it grew but maps nothing.
+#[derive(Debug)]
+struct NeverMaps(Box<dyn GrowableRange>);
+
+// SAFETY: a deliberately lying test range: `grow_to` succeeds without
+// mapping. It forwards every other answer to a real range, whose mapped
+// part (none) it never hands out; the pool's check under test refuses the
+// growth before cutting any block.
+unsafe impl GrowableRange for NeverMaps {
+    fn base(&self) -> u64 {
+        self.0.base()
+    }
+    fn reserved(&self) -> usize {
+        self.0.reserved()
+    }
+    fn mapped(&self) -> usize {
+        self.0.mapped()
+    }
+    fn granularity(&self) -> usize {
+        self.0.granularity()
+    }
+    fn ordinal(&self) -> usize {
+        self.0.ordinal()
+    }
+    fn is_virtual(&self) -> bool {
+        self.0.is_virtual()
+    }
+    fn grow_to(&mut self, _: usize) -> gpuport::Result<()> {
+        Ok(())
+    }
+    unsafe fn shrink_to(&mut self, bytes: usize) -> gpuport::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0.shrink_to(bytes) }
+    }
+}
+
+/// Storage whose growable ranges never map what they are asked to.
+#[derive(Debug)]
+struct NeverMapsStorage<D: Device>(Arc<D>);
+
+// SAFETY: hands out no plain segment of its own making (the device's
+// buffers), and ranges that map nothing, which the pool refuses (the check
+// under test).
+unsafe impl<D: MemoryDevice> Storage<D::B> for NeverMapsStorage<D> {
+    type Segment = gpuport::Buffer<D::B>;
+    fn device(&self) -> &Arc<D> {
+        &self.0
+    }
+    fn alloc(&self, bytes: usize) -> gpuport::Result<Self::Segment> {
+        self.0.alloc(bytes)
+    }
+    fn reserve_growable(&self, bytes: usize) -> gpuport::Result<Box<dyn GrowableRange>> {
+        Ok(Box::new(NeverMaps(self.0.reserve_growable(bytes)?)))
+    }
+}
+
+fn a_pool_refuses_an_expandable_growth_that_mapped_less_than_asked<D: MemoryDevice>(d: &Dev<D>) {
+    let config = PoolConfig { expandable: true, expandable_reserve: Some(64 * MIB), ..PoolConfig::default() };
+    let pool = Arc::new(CachingPool::with_storage(NeverMapsStorage(d.clone()), config));
+    let mode = pool.report().expandable;
+    if !matches!(mode, Expandable::Virtual | Expandable::Emulated) {
+        let _ = writeln!(std::io::stderr(), "skipped on {}: expandable segments {mode}", d.info().spec());
+        return;
+    }
+    let alloc = Allocator::from_arc(pool.clone());
+    broke_contract(alloc.alloc(4096, d.default_stream()), "expandable range", "bytes, 0 are mapped");
+    let report = pool.report();
+    assert_eq!((report.reserved, report.segments), (0, 0), "nothing was cut from the unmapped range: {report}");
 }
 
 // ---- the log adaptor passes refusals on ---------------------------------------------------
@@ -321,6 +394,7 @@ mod cases {
         a_block_shorter_than_asked_or_of_another_device_is_refused_by_the_allocator,
         a_refused_free_is_recorded_and_its_memory_leaked_not_freed,
         a_pool_refuses_a_segment_shorter_than_it_asked_for,
+        a_pool_refuses_an_expandable_growth_that_mapped_less_than_asked,
         the_log_adaptor_passes_a_refusal_on,
         an_ipc_handle_whose_range_cannot_be_memory_is_refused_before_opening,
     );

@@ -39,7 +39,7 @@ use super::{CachingPool, PoolConfig, Storage};
 use crate::backend::growable::round_up;
 use crate::backend::{Backend, Device, DeviceMemory, MemoryDevice};
 use crate::error::memory::MemoryError;
-use crate::error::{Error, Result};
+use crate::error::{BackendKind, Error, Result};
 use crate::memory::block::Block;
 use crate::memory::history;
 use crate::memory::ipc_handle::{IpcHandle, IpcKind};
@@ -108,8 +108,11 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// `MemoryResource::ipc_export`'s default), but memory of an expandable
     /// segment is refused with [`MemoryError::ExpandableIpc`]: the legacy
     /// IPC handles cannot export memory mapped with virtual memory management.
+    /// The host backend, which has no IPC at all, refuses with its own
+    /// [`Error::Unsupported`] first: advice to use plain segments would not help.
     pub(super) fn ipc_export_unless_expandable(&self, block: &Block<B>) -> Result<IpcHandle> {
-        if self.locked(|st| st.in_expandable(block.ptr())) {
+        let has_ipc = B::KIND != BackendKind::Host;
+        if has_ipc && self.locked(|st| st.in_expandable(block.ptr())) {
             return Err(MemoryError::ExpandableIpc { op: "ipc export", ptr: block.ptr() }.into());
         }
         let (handle, base) = self.dev().ipc_export(block.ptr())?;
