@@ -153,3 +153,39 @@ fn reading_host_elements_takes_a_tensor_of_the_arrays_shape_only(#[case] spec: &
     a.read_host("read_numpy_array", &tensor([2, 3]), &s).unwrap();
     assert_eq!(host_f32(&mut a, 6), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
 }
+
+/// A tensor another library handed over, as a binding holds it.
+struct Handed(gpuport::dlpack::ImportedTensor);
+
+impl AsRef<gpuport::dlpack::ImportedTensor> for Handed {
+    fn as_ref(&self) -> &gpuport::dlpack::ImportedTensor {
+        &self.0
+    }
+}
+
+// SAFETY: the tensor is gpuport's own export, whose deleter may run on any
+// thread; only the description's plain fields are read.
+unsafe impl Send for Handed {}
+// SAFETY: as above; shared access only reads plain fields.
+unsafe impl Sync for Handed {}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn an_array_says_whether_it_is_imported_and_whether_its_producer_made_it_read_only(#[case] spec: &str) {
+    use gpuport::array::{ExportOptions, MemArray};
+    use gpuport::dynamic::ImportedArray;
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let mut a = AnyArray::Owned(new_checked(&dev, DType::Float32, &[4]).unwrap());
+    assert!(!a.is_imported() && !a.is_read_only(), "a gpuport array is its own and writable");
+    let b = AnyArray::Imported(import_own(&mut a, None, |_| ()).unwrap());
+    assert!(b.is_imported() && !b.is_read_only(), "an own import is writable");
+    let read_only = ExportOptions { read_only: true, ..Default::default() };
+    let t = gpuport::with_device!(dev, d => MemArray::from_vec(d, [4], vec![1.0f32; 4]).unwrap()
+        .to_dlpack_versioned(Location::Host, read_only, None).unwrap());
+    // SAFETY: a live tensor gpuport produced, handed over once.
+    let t = unsafe { gpuport::dlpack::ImportedTensor::from_versioned(t.into_raw()) }.unwrap();
+    let c = AnyArray::Imported(ImportedArray::from_tensor(std::sync::Arc::new(Handed(t))).unwrap());
+    assert!(c.is_imported() && c.is_read_only(), "the producer's READ_ONLY flag holds");
+}
