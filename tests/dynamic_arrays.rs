@@ -1,14 +1,17 @@
 //! The run-time layer's array entry points that a binding calls once per
 //! Python call, on every backend: `new_checked` (`MemArray(shape, dtype,
 //! device)`) and `exchange_api::import_own` (`from_dlpack` of gpuport's own
-//! array, the exchange table's export and import without the tensor).
+//! array, the exchange table's export and import without the tensor), and
+//! `array_access`'s `fill_value` (`MemArray.fill`: the value's rules).
 
 mod common;
 
 use gpuport::array::{Location, Transfer};
 use gpuport::dynamic::array::new_checked;
+use gpuport::dynamic::array_access::FillValue;
 use gpuport::dynamic::exchange_api::import_own;
-use gpuport::dynamic::{AnyArray, AnyStream, DType};
+use gpuport::dynamic::{new_owned, AnyArray, AnyStream, DType};
+use gpuport::error::python::ExceptionClass;
 use gpuport::Error;
 
 /// The first `n` float32 of `a`'s host copy (moved there and waited for;
@@ -188,4 +191,39 @@ fn an_array_says_whether_it_is_imported_and_whether_its_producer_made_it_read_on
     let t = unsafe { gpuport::dlpack::ImportedTensor::from_versioned(t.into_raw()) }.unwrap();
     let c = AnyArray::Imported(ImportedArray::from_tensor(std::sync::Arc::new(Handed(t))).unwrap());
     assert!(c.is_imported() && c.is_read_only(), "the producer's READ_ONLY flag holds");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn fill_takes_one_value_as_bytes_or_converted_and_says_what_to_pass_without_a_conversion(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[3]).unwrap());
+    let one = |v: f32| v.to_le_bytes().to_vec();
+    a.fill_value(FillValue::Converted { shape: vec![], bytes: one(2.5) }).unwrap();
+    assert_eq!(host_f32(&mut a, 3), [2.5; 3]);
+    a.fill_value(FillValue::Bytes(one(1.0))).unwrap();
+    assert_eq!(host_f32(&mut a, 3), [1.0; 3]);
+
+    // More than one value: refused, the array unchanged.
+    let two = [one(4.0), one(5.0)].concat();
+    let e = a.fill_value(FillValue::Converted { shape: vec![2], bytes: two }).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "value", .. }), "{e}");
+    assert!(e.to_string().contains("fill takes one value, not an array of shape (2,)"), "{e}");
+    let e = a.fill_value(FillValue::Bytes(vec![1, 2])).unwrap_err();
+    assert!(e.to_string().contains("4 bytes, not 2"), "{e}");
+    assert_eq!(host_f32(&mut a, 3), [1.0; 3]);
+
+    // No conversion of a number: one element's bytes are asked for, and
+    // ml_dtypes named where it has the dtype.
+    let mut fp8 = AnyArray::Owned(new_owned(&dev, DType::Float8E4M3Fn, &[2]).unwrap());
+    let e = fp8.fill_value(FillValue::NotConverted).unwrap_err();
+    assert!(matches!(e, Error::NoValueConversion { itemsize: 1, in_ml_dtypes: true, .. }), "{e}");
+    assert_eq!(e.python_class(), ExceptionClass::UnsupportedDType);
+    let said = e.python_message(Some("fill"));
+    assert!(said.contains("install ml_dtypes") && said.contains("pass one element's 1 byte(s) as bytes"), "{said}");
+    let mut c32 = AnyArray::Owned(new_owned(&dev, DType::Complex32, &[2]).unwrap());
+    let said = c32.fill_value(FillValue::NotConverted).unwrap_err().python_message(Some("fill"));
+    assert!(!said.contains("ml_dtypes") && said.contains("NumPy has no dtype complex32"), "{said}");
 }
