@@ -60,8 +60,10 @@ fn a_slot_keeps_the_stream_owner_while_it_is_not_empty(#[case] spec: &str) {
     block.enter_keeping(&mut slot, &s, MODE, kept).unwrap();
     assert!(slot.stream_owner::<Arc<()>>().is_some_and(|o| Arc::ptr_eq(o, &mine)));
     assert!(slot.stream_owner::<String>().is_none(), "another type is not the owner");
+    assert!(slot.captured_device().is_none() && slot.device().is_some(), "capturing: no graph's device yet");
     assert!(matches!(block.exit(&mut slot, false).unwrap(), BlockExit::Over(Ok(()))));
     assert!(slot.is_captured() && Arc::strong_count(&mine) == 2, "a captured graph keeps the owner");
+    assert!(slot.captured_device().is_some_and(|d| same_device(&d, &dev)));
     let retired = slot.reset().unwrap();
     retired.wait();
     assert!(slot.stream_owner::<Arc<()>>().is_none() && Arc::strong_count(&mine) == 1);

@@ -290,6 +290,12 @@ impl GraphSlot {
         }
     }
 
+    /// The device of the graph ready to replay (`None` while empty or
+    /// capturing: Python's `Graph.device`).
+    pub fn captured_device(&self) -> Option<AnyDevice> {
+        self.device().filter(|_| self.is_captured())
+    }
+
     /// Operations captured into the graph (0 while empty or capturing).
     pub fn node_count(&self) -> Result<usize> {
         match &self.state {

@@ -254,8 +254,7 @@ impl PyGraph {
     /// The device of the captured work (None before a capture).
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
-        let slot = self.state.lock_detached(py)?;
-        Ok(slot.device().filter(|_| slot.is_captured()).map(PyDevice::from))
+        Ok(self.state.lock_detached(py)?.captured_device().map(PyDevice::from))
     }
 
     /// The stream the capture ran on (None before a capture).
