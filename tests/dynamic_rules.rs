@@ -137,6 +137,30 @@ fn a_cuda_array_interface_without_a_device_is_imported_on_cuda_0() {
     assert_eq!(DEFAULT_DEVICE, "cuda:0");
 }
 
+// ---- dynamic::exchange: the consumer's stream ------------------------------------------
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_consumer_passes_a_stream_for_gpu_memory_only_on_the_memorys_device(#[case] spec: &str) {
+    use gpuport::dynamic::exchange::{consumer_device_for, stream_for_producer};
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let dl = gpuport::dynamic::target::device_copy_dl(&dev);
+    let pair = (dl.device_type.0 as i32, dl.device_id);
+    let ours = gpuport::dynamic::AnyStream::default_for(&dev);
+    match consumer_device_for(pair).unwrap() {
+        Some(d) => assert!(gpuport::dynamic::same_device(&d, &dev), "{spec}'s memory named {}", d.info().spec()),
+        None => assert_eq!(dev.backend(), gpuport::BackendKind::Host, "{spec}'s memory takes no stream"),
+    }
+    let passes = consumer_device_for(pair).unwrap().is_some();
+    assert_eq!(stream_for_producer(pair.0, &ours).is_some(), passes, "the stream's rule and its device's differ");
+    for host in [DLDeviceType::CPU, DLDeviceType::CUDA_HOST, DLDeviceType::ROCM_HOST] {
+        assert!(consumer_device_for((host.0 as i32, 0)).unwrap().is_none(), "{host:?} takes no stream");
+    }
+    assert!(consumer_device_for((-1, 0)).unwrap().is_none(), "a negative type is no GPU memory");
+}
+
 // ---- dynamic::runtime: names and whole calls ------------------------------------------
 
 use std::sync::atomic::{AtomicUsize, Ordering};
