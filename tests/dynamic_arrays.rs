@@ -1,14 +1,17 @@
 //! The run-time layer's array entry points that a binding calls once per
 //! Python call, on every backend: `new_checked` (`MemArray(shape, dtype,
 //! device)`) and `exchange_api::import_own` (`from_dlpack` of gpuport's own
-//! array, the exchange table's export and import without the tensor).
+//! array, the exchange table's export and import without the tensor), and
+//! `array_access`'s `fill_value` (`MemArray.fill`: the value's rules).
 
 mod common;
 
 use gpuport::array::{Location, Transfer};
 use gpuport::dynamic::array::new_checked;
+use gpuport::dynamic::array_access::FillValue;
 use gpuport::dynamic::exchange_api::import_own;
-use gpuport::dynamic::{AnyArray, AnyStream, DType};
+use gpuport::dynamic::{new_owned, AnyArray, AnyStream, DType};
+use gpuport::error::python::ExceptionClass;
 use gpuport::Error;
 
 /// The first `n` float32 of `a`'s host copy (moved there and waited for;
@@ -152,4 +155,75 @@ fn reading_host_elements_takes_a_tensor_of_the_arrays_shape_only(#[case] spec: &
     assert!(e.python_message(None).contains("read_numpy_array: shape (3, 2) differs from (2, 3)"), "{e}");
     a.read_host("read_numpy_array", &tensor([2, 3]), &s).unwrap();
     assert_eq!(host_f32(&mut a, 6), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+}
+
+/// A tensor another library handed over, as a binding holds it.
+struct Handed(gpuport::dlpack::ImportedTensor);
+
+impl AsRef<gpuport::dlpack::ImportedTensor> for Handed {
+    fn as_ref(&self) -> &gpuport::dlpack::ImportedTensor {
+        &self.0
+    }
+}
+
+// SAFETY: the tensor is gpuport's own export, whose deleter may run on any
+// thread; only the description's plain fields are read.
+unsafe impl Send for Handed {}
+// SAFETY: as above; shared access only reads plain fields.
+unsafe impl Sync for Handed {}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn an_array_says_whether_it_is_imported_and_whether_its_producer_made_it_read_only(#[case] spec: &str) {
+    use gpuport::array::{ExportOptions, MemArray};
+    use gpuport::dynamic::ImportedArray;
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let mut a = AnyArray::Owned(new_checked(&dev, DType::Float32, &[4]).unwrap());
+    assert!(!a.is_imported() && !a.is_read_only(), "a gpuport array is its own and writable");
+    let b = AnyArray::Imported(import_own(&mut a, None, |_| ()).unwrap());
+    assert!(b.is_imported() && !b.is_read_only(), "an own import is writable");
+    let read_only = ExportOptions { read_only: true, ..Default::default() };
+    let t = gpuport::with_device!(dev, d => MemArray::from_vec(d, [4], vec![1.0f32; 4]).unwrap()
+        .to_dlpack_versioned(Location::Host, read_only, None).unwrap());
+    // SAFETY: a live tensor gpuport produced, handed over once.
+    let t = unsafe { gpuport::dlpack::ImportedTensor::from_versioned(t.into_raw()) }.unwrap();
+    let c = AnyArray::Imported(ImportedArray::from_tensor(std::sync::Arc::new(Handed(t))).unwrap());
+    assert!(c.is_imported() && c.is_read_only(), "the producer's READ_ONLY flag holds");
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn fill_takes_one_value_as_bytes_or_converted_and_says_what_to_pass_without_a_conversion(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[3]).unwrap());
+    let one = |v: f32| v.to_le_bytes().to_vec();
+    a.fill_value(FillValue::Converted { shape: vec![], bytes: one(2.5) }).unwrap();
+    assert_eq!(host_f32(&mut a, 3), [2.5; 3]);
+    a.fill_value(FillValue::Bytes(one(1.0))).unwrap();
+    assert_eq!(host_f32(&mut a, 3), [1.0; 3]);
+
+    // More than one value: refused, the array unchanged.
+    let two = [one(4.0), one(5.0)].concat();
+    let e = a.fill_value(FillValue::Converted { shape: vec![2], bytes: two }).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "value", .. }), "{e}");
+    assert!(e.to_string().contains("fill takes one value, not an array of shape (2,)"), "{e}");
+    let e = a.fill_value(FillValue::Bytes(vec![1, 2])).unwrap_err();
+    assert!(e.to_string().contains("4 bytes, not 2"), "{e}");
+    assert_eq!(host_f32(&mut a, 3), [1.0; 3]);
+
+    // No conversion of a number: one element's bytes are asked for, and
+    // ml_dtypes named where it has the dtype.
+    let mut fp8 = AnyArray::Owned(new_owned(&dev, DType::Float8E4M3Fn, &[2]).unwrap());
+    let e = fp8.fill_value(FillValue::NotConverted).unwrap_err();
+    assert!(matches!(e, Error::NoValueConversion { itemsize: 1, in_ml_dtypes: true, .. }), "{e}");
+    assert_eq!(e.python_class(), ExceptionClass::UnsupportedDType);
+    let said = e.python_message(Some("fill"));
+    assert!(said.contains("install ml_dtypes") && said.contains("pass one element's 1 byte(s) as bytes"), "{said}");
+    let mut c32 = AnyArray::Owned(new_owned(&dev, DType::Complex32, &[2]).unwrap());
+    let said = c32.fill_value(FillValue::NotConverted).unwrap_err().python_message(Some("fill"));
+    assert!(!said.contains("ml_dtypes") && said.contains("NumPy has no dtype complex32"), "{said}");
 }

@@ -1,7 +1,8 @@
 //! The graph rules a binding's `Graph` and `GraphCapture` leave to the core
 //! (`src/dynamic/graph_slot.rs`), on every backend: capture mode names,
-//! what a slot keeps of the stream a block captured, abandoning a block,
-//! and updating two slots from each other.
+//! the stream a capture runs on, what a slot keeps of the stream a block
+//! captured, abandoning a block, a binding's whole replay, and updating two
+//! slots from each other.
 
 mod common;
 
@@ -9,9 +10,11 @@ use std::sync::Arc;
 
 use gpuport::dynamic::exclusive::Exclusive;
 use gpuport::dynamic::graph_slot::{
-    capture_mode_name, capture_mode_named, update_between, BlockExit, CaptureBlock, GraphSlot,
+    capture_mode_name, capture_mode_named, capture_stream, replay_and_keep, update_between, BlockExit, CaptureBlock,
+    GraphSlot,
 };
-use gpuport::dynamic::AnyStream;
+use gpuport::dynamic::runtime::StreamChoice;
+use gpuport::dynamic::{keep, same_device, AnyStream};
 use gpuport::{CaptureMode, Error, GraphErrorKind};
 
 /// ThreadLocal, not Global: a Global capture would refuse the other tests'
@@ -57,8 +60,10 @@ fn a_slot_keeps_the_stream_owner_while_it_is_not_empty(#[case] spec: &str) {
     block.enter_keeping(&mut slot, &s, MODE, kept).unwrap();
     assert!(slot.stream_owner::<Arc<()>>().is_some_and(|o| Arc::ptr_eq(o, &mine)));
     assert!(slot.stream_owner::<String>().is_none(), "another type is not the owner");
+    assert!(slot.captured_device().is_none() && slot.device().is_some(), "capturing: no graph's device yet");
     assert!(matches!(block.exit(&mut slot, false).unwrap(), BlockExit::Over(Ok(()))));
     assert!(slot.is_captured() && Arc::strong_count(&mine) == 2, "a captured graph keeps the owner");
+    assert!(slot.captured_device().is_some_and(|d| same_device(&d, &dev)));
     let retired = slot.reset().unwrap();
     retired.wait();
     assert!(slot.stream_owner::<Arc<()>>().is_none() && Arc::strong_count(&mine) == 1);
@@ -109,4 +114,75 @@ fn slots_update_from_each_other_on_two_threads_without_deadlock(#[case] spec: &s
     let empty = Exclusive::new(GraphSlot::default(), "Graph");
     let e = update_between(&a, &empty, |wait| wait()).unwrap_err();
     assert!(matches!(e, Error::Graph { kind: GraphErrorKind::NotCaptured, .. }), "{e}");
+}
+
+/// Whether a capture into a slot from `from` is seen on `on`: the two are one stream.
+fn same_stream(from: &AnyStream, on: &AnyStream) -> bool {
+    let mut slot = GraphSlot::default();
+    slot.begin_capture(from, MODE).unwrap();
+    let seen = on.capture_status().unwrap().is_capturing();
+    slot.end_capture(true).unwrap();
+    seen
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_capture_runs_on_a_new_stream_the_stream_given_or_a_handle_borrowed_on_the_device(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let default = AnyStream::default_for(&dev);
+
+    // No stream: a new one on the device, not its default stream.
+    let new = capture_stream(&StreamChoice::Default, Some(&dev)).unwrap();
+    assert!(same_device(&new.device(), &dev));
+    assert!(!same_stream(&new, &default), "no stream given: a new stream, not the default one");
+
+    // A gpuport stream: that very stream, with or without its device named.
+    let mine = AnyStream::create(&dev).unwrap();
+    for device in [None, Some(&dev)] {
+        let chosen = capture_stream(&StreamChoice::stream(mine.clone()), device).unwrap();
+        assert!(same_stream(&chosen, &mine), "the stream given is the one captured");
+    }
+
+    // A handle (0: the default stream) is borrowed on the device named.
+    // SAFETY: 0 names the device's default stream, live as long as the device.
+    let borrowed = capture_stream(&unsafe { StreamChoice::handle(0) }, Some(&dev)).unwrap();
+    assert!(same_device(&borrowed.device(), &dev) && borrowed.handle() == default.handle());
+
+    // A gpuport stream of another device than the one named is refused.
+    if spec != "host" {
+        let host = gpuport::open("host").unwrap();
+        let e = capture_stream(&StreamChoice::stream(AnyStream::create(&host).unwrap()), Some(&dev)).unwrap_err();
+        assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+    }
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_whole_replay_prunes_first_and_keeps_the_stream_owner_until_it_has_run(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let slot = captured(&s);
+
+    // The owner of work that has run goes before the replay.
+    let finished = Arc::new(());
+    keep::keep_until_done(&s, Box::new(finished.clone())).unwrap();
+    s.synchronize().unwrap();
+    let (mine, kept) = owner();
+    replay_and_keep(&slot, StreamChoice::stream(s.clone()), Some(kept), |op| op()).unwrap();
+    assert_eq!(Arc::strong_count(&finished), 1, "the owners of finished work were not dropped first");
+    assert_eq!(Arc::strong_count(&mine), 2, "the stream's owner is kept while the replay may run");
+    s.synchronize().unwrap();
+    keep::prune();
+    assert_eq!(Arc::strong_count(&mine), 1, "the owner goes once the replay has run");
+
+    // A refused replay keeps nothing.
+    let empty = Exclusive::new(GraphSlot::default(), "Graph");
+    let (mine, kept) = owner();
+    let e = replay_and_keep(&empty, StreamChoice::Default, Some(kept), |op| op()).unwrap_err();
+    assert!(matches!(e, Error::Graph { kind: GraphErrorKind::NotCaptured, .. }), "{e}");
+    assert_eq!(Arc::strong_count(&mine), 1);
 }

@@ -2,7 +2,7 @@
 //! backend: a `get_dlpack` block's life (`dynamic::lock_context`), the
 //! default device of a CUDA Array Interface import (`dynamic::cai`),
 //! the runtime's argument names and whole calls (`dynamic::runtime`), and
-//! a `DeviceArray`'s shape, type, index and free rules
+//! a `DeviceArray`'s shape, type, index, interface and free rules
 //! (`dynamic::device_array`).
 
 mod common;
@@ -137,6 +137,30 @@ fn a_cuda_array_interface_without_a_device_is_imported_on_cuda_0() {
     assert_eq!(DEFAULT_DEVICE, "cuda:0");
 }
 
+// ---- dynamic::exchange: the consumer's stream ------------------------------------------
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn a_consumer_passes_a_stream_for_gpu_memory_only_on_the_memorys_device(#[case] spec: &str) {
+    use gpuport::dynamic::exchange::{consumer_device_for, stream_for_producer};
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let dl = gpuport::dynamic::target::device_copy_dl(&dev);
+    let pair = (dl.device_type.0 as i32, dl.device_id);
+    let ours = gpuport::dynamic::AnyStream::default_for(&dev);
+    match consumer_device_for(pair).unwrap() {
+        Some(d) => assert!(gpuport::dynamic::same_device(&d, &dev), "{spec}'s memory named {}", d.info().spec()),
+        None => assert_eq!(dev.backend(), gpuport::BackendKind::Host, "{spec}'s memory takes no stream"),
+    }
+    let passes = consumer_device_for(pair).unwrap().is_some();
+    assert_eq!(stream_for_producer(pair.0, &ours).is_some(), passes, "the stream's rule and its device's differ");
+    for host in [DLDeviceType::CPU, DLDeviceType::CUDA_HOST, DLDeviceType::ROCM_HOST] {
+        assert!(consumer_device_for((host.0 as i32, 0)).unwrap().is_none(), "{host:?} takes no stream");
+    }
+    assert!(consumer_device_for((-1, 0)).unwrap().is_none(), "a negative type is no GPU memory");
+}
+
 // ---- dynamic::runtime: names and whole calls ------------------------------------------
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -241,9 +265,39 @@ fn a_whole_runtime_call_prunes_first_runs_unlocked_once_and_keeps_its_owners_unt
     assert_eq!(unlocked_runs.load(Ordering::Relaxed), 4, "each call runs its enqueue unlocked once");
 }
 
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn malloc_prunes_first_reads_its_kind_before_allocating_and_allocates_unlocked_once(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let finished = Arc::new(());
+    keep::keep_until_done(&s, Box::new(finished.clone())).unwrap();
+    s.synchronize().unwrap();
+    let unlocked_runs = AtomicUsize::new(0);
+    let unlocked = |op: runtime::Allocating<'_>| {
+        unlocked_runs.fetch_add(1, Ordering::Relaxed);
+        op()
+    };
+    let a = runtime::malloc(&dev, "pinned", 64, unlocked).unwrap();
+    assert_eq!(Arc::strong_count(&finished), 1, "malloc kept the owners of finished work");
+    assert_eq!((a.kind(), a.len()), (MemoryKind::Pinned, 64));
+    assert!(gpuport::dynamic::same_device(a.device(), &dev));
+    assert_eq!(runtime::malloc(&dev, "device", 16, unlocked).unwrap().kind(), MemoryKind::Device);
+    assert_eq!(unlocked_runs.load(Ordering::Relaxed), 2, "each malloc allocates unlocked once");
+    let e = runtime::malloc(&dev, "shared", 16, unlocked).unwrap_err();
+    assert!(e.to_string().ends_with(r#"kind "shared": use "device", "pinned" or "managed""#), "{e}");
+    assert_eq!(e.python_class().name(), "InvalidArgumentError");
+    assert_eq!(unlocked_runs.load(Ordering::Relaxed), 2, "a refused kind allocated");
+}
+
 // ---- dynamic::device_array ------------------------------------------------------------
 
-use gpuport::dynamic::device_array::{ArrayDims, DeviceArray, DeviceArrayError, IndexKey, TypeName};
+use std::sync::Mutex;
+
+use gpuport::dynamic::cai::CudaArrayInterface;
+use gpuport::dynamic::device_array::{self, ArrayDims, DeviceArray, DeviceArrayError, FreeTarget, IndexKey, TypeName};
 
 fn device_array_error(e: Error) -> DeviceArrayError {
     match e {
@@ -345,4 +399,69 @@ fn a_device_array_frees_what_it_owns_once(#[case] spec: &str) {
         device_array_error(view.allocation("advise").unwrap_err()),
         DeviceArrayError::NoAllocation { op: "advise" }
     );
+}
+
+#[test]
+fn a_device_array_takes_the_shape_and_type_of_an_interface_in_c_order_only() {
+    let cai = |shape: Vec<usize>, strides: Option<Vec<i64>>| CudaArrayInterface {
+        version: Some(3),
+        data: 0x1000,
+        shape: Some(shape),
+        typestr: Some("<f4".into()),
+        strides,
+        ..Default::default()
+    };
+    let dims = ArrayDims::of_interface(&cai(vec![2, 3], None), "Tensor").unwrap();
+    assert_eq!((dims.shape(), dims.typestr(), dims.itemsize()), (Some(&[2usize, 3][..]), "<f4", 4));
+    let dense = ArrayDims::of_interface(&cai(vec![2, 3], Some(vec![12, 4])), "Tensor").unwrap();
+    assert_eq!(dense, dims, "C-order strides are C order");
+    let e = ArrayDims::of_interface(&cai(vec![2, 3], Some(vec![4, 8])), "Tensor").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "DeviceArray: the Tensor (shape (2, 3), strides (4, 8) bytes) is not contiguous in C order, and a \
+         DeviceArray describes C-contiguous memory; pass a C-contiguous array (e.g. tensor.contiguous())"
+    );
+    assert_eq!(e.python_class().name(), "ValueError");
+    let every_other = ArrayDims::of_interface(&cai(vec![4], Some(vec![8])), "ndarray").unwrap_err();
+    assert!(matches!(device_array_error(every_other), DeviceArrayError::NotCContiguous { .. }));
+    let untyped = CudaArrayInterface { shape: Some(vec![4]), ..Default::default() };
+    let bytes = ArrayDims::of_interface(&untyped, "object").unwrap();
+    assert_eq!((bytes.shape(), bytes.typestr()), (Some(&[4usize][..]), "|u1"), "no type string: bytes");
+    let bad = CudaArrayInterface { typestr: Some("f4".into()), ..cai(vec![4], Some(vec![8])) };
+    assert!(matches!(ArrayDims::of_interface(&bad, "object"), Err(Error::InvalidArgument { name: "typestr", .. })));
+}
+
+#[rstest::rstest]
+#[case::host("host")]
+#[case::cuda("cuda:0")]
+#[case::rocm("rocm:0")]
+fn free_prunes_first_frees_an_array_once_passes_null_and_refuses_a_bare_address(#[case] spec: &str) {
+    let Some(dev) = common::open_or_skip(spec) else { return };
+    let s = AnyStream::create(&dev).unwrap();
+    let a = raw::alloc(&dev, MemoryKind::Device, 64).unwrap();
+    let finished = Arc::new(());
+    keep::keep_until_done(&s, Box::new(finished.clone())).unwrap();
+    s.synchronize().unwrap();
+    let owner = Mutex::new(DeviceArray::owning(a.clone()));
+    let freed = device_array::free(FreeTarget::Array(&owner)).unwrap().expect("the owned allocation");
+    assert!(Arc::ptr_eq(&freed, &a));
+    assert_eq!(Arc::strong_count(&finished), 1, "free kept the owners of finished work");
+    assert!(!owner.lock().unwrap().owns_memory());
+    let e = device_array::free(FreeTarget::Array(&owner)).unwrap_err();
+    assert_eq!(e.to_string(), "free: this DeviceArray was already freed (double free)");
+    assert!(device_array::free(FreeTarget::Address(0)).unwrap().is_none(), "NULL is freed as nothing");
+    let e = device_array::free(FreeTarget::Address(a.ptr())).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("free: {:#x} is not owned by gpuport; pass the DeviceArray that malloc returned", a.ptr())
+    );
+    assert_eq!(e.python_class().name(), "ValueError");
+    assert_eq!(device_array_error(e), DeviceArrayError::NotGpuportMemory { addr: a.ptr() });
+    let view = Mutex::new(DeviceArray::over(ArrayDims::bytes(Some(64))));
+    let e = device_array::free(FreeTarget::Array(&view)).unwrap_err();
+    assert_eq!(device_array_error(e), DeviceArrayError::NotOwner);
+    let held = view.lock().unwrap();
+    let e = device_array::free(FreeTarget::Array(&view)).unwrap_err();
+    assert!(matches!(e, Error::Lock(LockError::Busy { what: "DeviceArray" })), "{e}");
+    drop(held);
 }

@@ -386,6 +386,15 @@ impl AnyArray {
             AnyArray::Imported(f) => f.device().clone(),
         }
     }
+    /// Whether it is another library's memory ([`AnyArray::Imported`]).
+    pub fn is_imported(&self) -> bool {
+        matches!(self, AnyArray::Imported(_))
+    }
+    /// Whether it may not be written: an import its producer marked
+    /// read-only (a gpuport array is always writable).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, AnyArray::Imported(f) if f.is_read_only())
+    }
     /// The id of the lock held, if any.
     pub fn lock_id(&self) -> Option<u64> {
         match self {

@@ -1,7 +1,8 @@
 //! What a caller of the run-time layer does with an [`AnyArray`]'s data
 //! directly: moves, residency by name, the address of its natural copy,
 //! host views and bytes (also as a borrowed slice), the host export of
-//! low-precision elements as unsigned bits, host uploads and deep copies. Each method says what an owned array does
+//! low-precision elements as unsigned bits, host uploads, fills from a
+//! binding's value ([`FillValue`]) and deep copies. Each method says what an owned array does
 //! and what an import refuses ([`ImportRefusal`]): an import's memory, and
 //! where it lives, are its producer's.
 //!
@@ -28,7 +29,8 @@ use crate::array::{ImportRefusal, LockId, Residency, ResidencyError, Transfer};
 use crate::dlpack::{is_host_accessible, DLDeviceType, ImportedTensor};
 use crate::error::array::Location;
 use crate::error::array::ShapeError;
-use crate::error::Result;
+use crate::error::python::tuple;
+use crate::error::{Error, Result};
 
 /// The host-readable memory of an array, as the NumPy array interface
 /// describes it ([`AnyArray::host_interface`]).
@@ -40,6 +42,25 @@ pub struct HostInterface {
     pub byte_strides: Option<Vec<i64>>,
     /// Whether consumers must not write it.
     pub read_only: bool,
+}
+
+/// A value for [`AnyArray::fill_value`], as a binding converted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FillValue {
+    /// One element's bytes, as the caller gave them (checked for size and
+    /// validity by the fill).
+    Bytes(Vec<u8>),
+    /// A number converted to the array's dtype by the binding's value
+    /// library (NumPy; ml_dtypes for the low-precision floats): the shape of
+    /// what the conversion gave (empty: one value) and its bytes.
+    Converted {
+        /// The shape of the converted value; one value has none.
+        shape: Vec<usize>,
+        /// The converted elements' bytes.
+        bytes: Vec<u8>,
+    },
+    /// A number, for a dtype the binding cannot convert numbers to.
+    NotConverted,
 }
 
 /// An array's bytes in row-major order in host memory
@@ -70,6 +91,35 @@ impl HostBytes<'_> {
 }
 
 impl AnyArray {
+    /// Sets every element to `value` ([`AnyArray::fill_bytes`], without a
+    /// lock id): one element's bytes as given, or one converted number.
+    /// Refused: a conversion that gave more than one value
+    /// ([`Error::InvalidArgument`]), a number for a dtype the binding
+    /// cannot convert to ([`Error::NoValueConversion`], whose wording names
+    /// ml_dtypes where installing it gives the conversion).
+    pub fn fill_value(&mut self, value: FillValue) -> Result<()> {
+        let bytes = match value {
+            FillValue::Bytes(bytes) => bytes,
+            FillValue::Converted { shape, .. } if !shape.is_empty() => {
+                return Err(Error::InvalidArgument {
+                    name: "value",
+                    reason: format!("fill takes one value, not an array of shape {}", tuple(&shape)),
+                })
+            }
+            FillValue::Converted { bytes, .. } => bytes,
+            FillValue::NotConverted => {
+                let dtype = self.dtype();
+                return Err(Error::NoValueConversion {
+                    op: "fill",
+                    dtype: dtype.name().into(),
+                    itemsize: dtype.itemsize(),
+                    in_ml_dtypes: dtype.in_ml_dtypes(),
+                });
+            }
+        };
+        self.fill_bytes(&bytes, None)
+    }
+
     /// [`residency`](Self::residency) as Python names it: `"host"`,
     /// `"device"`, `"both"`, or `"imported"` for an import.
     pub fn residency_name(&self) -> &'static str {

@@ -2,15 +2,19 @@
 //! string, as a binding's `DeviceArray` (`gpuport.runtime.DeviceArray`)
 //! describes it: the rules of `configure` (which shapes and types fit the
 //! memory), of indexing (ints, then at most one partial step-1 slice: the
-//! result stays contiguous), and of freeing what `malloc` returned (where
-//! managed memory may be placed is `src/dynamic/managed.rs`'s). The memory
-//! itself is the binding's pointer; the errors are [`DeviceArrayError`]s.
+//! result stays contiguous), of the memory a CUDA Array Interface lends
+//! one ([`ArrayDims::of_interface`]: C order only), and of freeing what
+//! `malloc` returned ([`free`]; where managed memory may be placed is
+//! `src/dynamic/managed.rs`'s). The memory itself is the binding's pointer;
+//! the errors are [`DeviceArrayError`]s.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, TryLockError};
 
-use super::cai::itemsize_of;
+use super::cai::{itemsize_of, CudaArrayInterface};
+use super::keep;
 use super::raw::RawAllocation;
 use crate::array::dtype::DType;
+use crate::array::LockError;
 pub use crate::error::device_array::DeviceArrayError;
 use crate::error::{Error, Result};
 
@@ -67,6 +71,26 @@ impl ArrayDims {
     pub fn new(shape: Option<Vec<usize>>, typestr: Option<String>) -> Result<ArrayDims> {
         let typestr = typestr.unwrap_or_else(|| "|u1".into());
         Ok(ArrayDims { shape, itemsize: itemsize_of(&typestr)?, typestr })
+    }
+
+    /// The dims of the memory a CUDA Array Interface describes: its shape
+    /// and type string, where given (bytes otherwise, as [`ArrayDims::new`]).
+    /// Strides that are not C order are refused
+    /// ([`DeviceArrayError::NotCContiguous`], naming `producer`, the type of
+    /// the object that gave the interface): a `DeviceArray` describes
+    /// C-contiguous memory.
+    pub fn of_interface(cai: &CudaArrayInterface, producer: &str) -> Result<ArrayDims> {
+        if let Some(layout) = cai.layout()? {
+            if !layout.c_order {
+                return Err(DeviceArrayError::NotCContiguous {
+                    producer: producer.into(),
+                    shape: cai.shape.clone().unwrap_or_default(),
+                    strides: cai.strides.clone().unwrap_or_default(),
+                }
+                .into());
+            }
+        }
+        ArrayDims::new(cai.shape.clone(), cai.typestr.clone())
     }
 
     /// The shape, where known.
@@ -295,5 +319,40 @@ impl DeviceArray {
         self.freed = true;
         self.dims.shape = Some(vec![0]);
         Ok(owned)
+    }
+}
+
+/// What a binding's `free` (`hipFree`) was handed.
+#[derive(Debug)]
+pub enum FreeTarget<'a> {
+    /// A `DeviceArray`, behind the lock a binding keeps it in.
+    Array(&'a Mutex<DeviceArray>),
+    /// A bare address (`0`: NULL).
+    Address(u64),
+}
+
+/// A binding's whole `free`: drops the owners of completed work
+/// ([`keep::prune`], before the array's lock is taken), then frees an
+/// array's allocation ([`DeviceArray::free`]: refused twice, and for memory
+/// the array does not own), does nothing for NULL, and refuses any other
+/// bare address ([`DeviceArrayError::NotGpuportMemory`]): gpuport frees only
+/// what its `malloc` returned. The freed allocation comes back, for the
+/// caller to drop with its pointer (the memory goes when no view or
+/// pending work needs it). An array whose lock is taken on this thread is
+/// [`LockError::Busy`].
+pub fn free(target: FreeTarget<'_>) -> Result<Option<Arc<RawAllocation>>> {
+    keep::prune();
+    match target {
+        FreeTarget::Address(0) => Ok(None),
+        FreeTarget::Address(addr) => Err(DeviceArrayError::NotGpuportMemory { addr }.into()),
+        FreeTarget::Array(lock) => {
+            let mut array = match lock.try_lock() {
+                Ok(guard) => guard,
+                // A panic under the lock left the dims whole: every change is one assignment.
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return Err(LockError::Busy { what: "DeviceArray" }.into()),
+            };
+            array.free().map(Some)
+        }
     }
 }

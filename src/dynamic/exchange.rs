@@ -261,6 +261,20 @@ fn takes_streams(t: i32) -> bool {
     is_cuda_type(t) || is_type(t, DLDeviceType::ROCM)
 }
 
+/// The device whose stream a consumer passes to a producer's `__dlpack__`
+/// for memory at `dl` (`__dlpack_device__`'s pair): the device of memory
+/// that streams order (CUDA device or managed memory, ROCm memory; the
+/// stream is then [`stream_for_producer`]'s), `None` where no stream is
+/// passed (host memory). Errors: the device cannot be opened.
+pub fn consumer_device_for((device_type, device_id): (i32, i32)) -> Result<Option<AnyDevice>> {
+    if !takes_streams(device_type) {
+        return Ok(None);
+    }
+    // `takes_streams` holds for non-negative types only.
+    let device_type = DLDeviceType(u32::try_from(device_type).unwrap_or_default());
+    super::array::device_for_dl(DLDevice { device_type, device_id }).map(Some)
+}
+
 /// Where to export from for a consumer that passed `stream`, given the
 /// array's natural copy `loc`. A stream (other than -1) names GPU memory
 /// only, so such a consumer was told a GPU device by `__dlpack_device__`:

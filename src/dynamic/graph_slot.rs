@@ -3,9 +3,11 @@
 //! rules of that life live here once, for every binding: one capture at a
 //! time, no replay, update or reset while capturing, a capture whose block
 //! failed holds nothing, and a reset waits for the replays it drops.
-//! Here too: the capture modes' names, the binding's stream object a
-//! capture keeps until the slot is empty again, abandoning a block nobody
-//! exits, and updating two slots from each other without deadlock.
+//! Here too: the capture modes' names, the stream a capture runs on
+//! ([`capture_stream`]), the binding's stream object a capture keeps until
+//! the slot is empty again, abandoning a block nobody exits, a binding's
+//! whole replay ([`replay_and_keep`]), and updating two slots from each
+//! other without deadlock.
 //!
 //! ```
 //! use gpuport::dynamic::graph_slot::GraphSlot;
@@ -33,7 +35,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::exclusive::Exclusive;
 use super::graph::{AnyCapture, AnyGraph, AnyGraphExec};
-use super::runtime::StreamChoice;
+use super::keep;
+use super::runtime::{default_device, StreamChoice};
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::backend::CaptureMode;
@@ -85,6 +88,49 @@ pub fn capture_mode_named(name: &str) -> Result<CaptureMode> {
                  capture runs), \"thread_local\" (refused on the capturing thread) or \"relaxed\" (not refused)"
             ),
         })
+}
+
+/// The stream a capture runs on, from the stream a binding was given and
+/// its device argument (`None`: none given):
+/// - [`StreamChoice::Default`] (no stream): a new stream on `device`, else
+///   on [`default_device`];
+/// - a gpuport stream: that stream, which must be of `device` where one is
+///   given ([`Error::DeviceMismatch`]);
+/// - a handle: borrowed on `device`, else on [`default_device`].
+pub fn capture_stream(stream: &StreamChoice, device: Option<&AnyDevice>) -> Result<AnyStream> {
+    let given_or_default = || device.cloned().map_or_else(default_device, Ok);
+    match stream.device() {
+        Some(own) => stream.on(device.unwrap_or(&own)),
+        None if stream.is_default() => AnyStream::create(&given_or_default()?),
+        None => stream.on(&given_or_default()?),
+    }
+}
+
+/// What [`replay_and_keep`] runs without the binding's lock: the slot's
+/// lock and the replay's enqueue, giving the stream it ran on.
+pub type Replaying<'a> = &'a mut (dyn FnMut() -> Result<AnyStream> + Send);
+
+/// A binding's whole replay (Python's `Graph.replay` and `Graph.launch`):
+/// drops the owners of completed work ([`keep::prune`], on the caller's
+/// thread, under its interpreter lock), then runs through `unlocked` the
+/// slot's lock and one replay on `stream` ([`GraphSlot::replay`]), and
+/// keeps `owner` (the binding's object of a foreign stream, if any) until
+/// the replay has run. `unlocked` is where a binding releases its
+/// interpreter lock (PyO3: `|op| py.detach(op)`): the lock may wait for
+/// another thread's call on the slot, and the replay for an array's step
+/// on another thread (the replay link's order, `src/backend/order.rs`).
+pub fn replay_and_keep<T: Send + 'static>(
+    slot: &Exclusive<GraphSlot>,
+    stream: StreamChoice,
+    owner: Option<T>,
+    unlocked: impl FnOnce(Replaying<'_>) -> Result<AnyStream>,
+) -> Result<()> {
+    keep::prune();
+    let ran_on = unlocked(&mut || slot.lock()?.replay_on(stream.clone()))?;
+    match owner {
+        Some(owner) => keep::keep_until_done(&ran_on, Box::new(owner)),
+        None => Ok(()),
+    }
 }
 
 /// Updates the slot in `this` from the slot in `other` ([`GraphSlot::update`]).
@@ -244,6 +290,12 @@ impl GraphSlot {
         }
     }
 
+    /// The device of the graph ready to replay (`None` while empty or
+    /// capturing: Python's `Graph.device`).
+    pub fn captured_device(&self) -> Option<AnyDevice> {
+        self.device().filter(|_| self.is_captured())
+    }
+
     /// Operations captured into the graph (0 while empty or capturing).
     pub fn node_count(&self) -> Result<usize> {
         match &self.state {
@@ -373,8 +425,15 @@ impl GraphSlot {
     /// graph's device, a gpuport stream (of that device), or a handle
     /// borrowed on it.
     pub fn replay(&self, stream: StreamChoice) -> Result<()> {
+        self.replay_on(stream).map(drop)
+    }
+
+    /// [`replay`](Self::replay), giving the stream the replay ran on.
+    fn replay_on(&self, stream: StreamChoice) -> Result<AnyStream> {
         let (_, exec) = self.ready("replay", "the graph")?;
-        exec.launch(&stream.on(&exec.device())?)
+        let s = stream.on(&exec.device())?;
+        exec.launch(&s)?;
+        Ok(s)
     }
 
     /// Takes the arguments of `other`'s graph, a re-capture of the same

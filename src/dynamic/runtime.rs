@@ -88,6 +88,11 @@ impl StreamChoice {
         StreamChoice(Choice::Handle(handle))
     }
 
+    /// Whether it is [`StreamChoice::Default`] (no stream was given).
+    pub fn is_default(&self) -> bool {
+        matches!(self.0, Choice::Default)
+    }
+
     /// The device a stream given as a gpuport stream belongs to.
     pub fn device(&self) -> Option<AnyDevice> {
         match &self.0 {
@@ -362,6 +367,26 @@ pub fn memory_kind_from_name(kind: &str) -> Result<MemoryKind> {
         }),
     }
 }
+
+/// A binding's whole `malloc` (`hipMalloc`, `hipHostMalloc`,
+/// `hipMallocManaged`): drops the owners of completed work
+/// ([`keep::prune`]), reads `kind` ([`memory_kind_from_name`]; refused
+/// before anything is allocated) and allocates `size` bytes of it on `dev`
+/// ([`raw::alloc`]) through `unlocked`, which a binding runs without its
+/// interpreter lock (PyO3: `|op| py.detach(op)`; `|op| op()` otherwise).
+pub fn malloc(
+    dev: &AnyDevice,
+    kind: &str,
+    size: usize,
+    unlocked: impl FnOnce(Allocating<'_>) -> Result<Arc<RawAllocation>>,
+) -> Result<Arc<RawAllocation>> {
+    keep::prune();
+    let kind = memory_kind_from_name(kind)?;
+    unlocked(&mut || raw::alloc(dev, kind, size))
+}
+
+/// What [`malloc`]'s `unlocked` is handed: the allocation.
+pub type Allocating<'a> = &'a mut (dyn FnMut() -> Result<Arc<RawAllocation>> + Send);
 
 /// How a binding makes a whole call ([`memcpy_and_keep`], [`memset_and_keep`],
 /// [`memcpy_peer_and_keep`]): the stream, whether it waits, the owners of

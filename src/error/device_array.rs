@@ -93,6 +93,28 @@ pub enum DeviceArrayError {
     /// `free` of memory the array does not own.
     #[error("free: this DeviceArray does not own its memory (only arrays returned by malloc are freed by gpuport)")]
     NotOwner,
+    /// `free` of a bare address other than NULL: gpuport frees only what its
+    /// `malloc` returned.
+    #[error("free: {addr:#x} is not owned by gpuport; pass the DeviceArray that malloc returned")]
+    NotGpuportMemory {
+        /// The address given.
+        addr: u64,
+    },
+    /// A `DeviceArray` over a CUDA Array Interface whose strides are not C order.
+    #[error(
+        "DeviceArray: the {producer} (shape {}, strides {} bytes) is not contiguous in C order, and a DeviceArray \
+         describes C-contiguous memory; pass a C-contiguous array (e.g. tensor.contiguous())",
+        tuple(.shape),
+        tuple(.strides)
+    )]
+    NotCContiguous {
+        /// The producer's type, as the caller names it (`Tensor`).
+        producer: String,
+        /// The interface's shape.
+        shape: Vec<usize>,
+        /// The interface's strides, in bytes.
+        strides: Vec<i64>,
+    },
     /// An operation on the owned allocation of an array that owns none.
     #[error("{op}: this DeviceArray owns no memory (only malloc_managed's is placed)")]
     NoAllocation {
@@ -121,6 +143,8 @@ impl DeviceArrayError {
             | E::ZeroStep
             | E::DoubleFree
             | E::NotOwner
+            | E::NotGpuportMemory { .. }
+            | E::NotCContiguous { .. }
             | E::NoAllocation { .. } => ExceptionClass::Value,
         }
     }

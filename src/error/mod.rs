@@ -195,6 +195,21 @@ pub enum Error {
         backend: BackendKind,
     },
 
+    /// A number was given for an element type the binding cannot convert
+    /// numbers to (its value library has no such dtype); one element's
+    /// bytes are accepted instead.
+    #[error("{op}: no conversion of a number to {dtype}; pass one element's {itemsize} byte(s) as bytes")]
+    NoValueConversion {
+        /// The operation (`fill`).
+        op: &'static str,
+        /// The element type's name.
+        dtype: String,
+        /// Bytes of one element.
+        itemsize: usize,
+        /// The element type is one of ml_dtypes' (installing it gives the conversion).
+        in_ml_dtypes: bool,
+    },
+
     /// The runtime compiler rejected a kernel source; `log` is its output.
     #[error("{backend}: compiling {name} failed:\n{log}")]
     Compile {
@@ -448,6 +463,7 @@ impl Error {
             Error::InvalidArgument { .. } => "InvalidArgument",
             Error::Unsupported { .. } => "Unsupported",
             Error::NoKernel { .. } => "NoKernel",
+            Error::NoValueConversion { .. } => "NoValueConversion",
             Error::Compile { .. } => "Compile",
             Error::KernelNotFound { .. } => "KernelNotFound",
             Error::KernelArguments { .. } => "KernelArguments",

@@ -208,7 +208,7 @@ impl Error {
                 C::InvalidArgument
             }
             Error::Unsupported { .. } => C::Unsupported,
-            Error::NoKernel { .. } => C::UnsupportedDType,
+            Error::NoKernel { .. } | Error::NoValueConversion { .. } => C::UnsupportedDType,
             Error::Compile { .. } | Error::KernelNotFound { .. } | Error::KernelArguments { .. } => C::Kernel,
             Error::Driver(_) | Error::HostTask(_) => C::Driver,
             Error::Shape(_) => C::Shape,
@@ -298,6 +298,10 @@ impl Error {
                 "{}: needs managed memory, and this is {kind} memory; create the array with \
                  MemArray(shape, dtype, device, memory=\"managed\") (raw memory: runtime.malloc_managed)",
                 op(o)
+            ),
+            Error::NoValueConversion { op: o, dtype, itemsize, in_ml_dtypes } => format!(
+                "{o}: NumPy has no dtype {dtype}{}; pass one element's {itemsize} byte(s) as bytes",
+                if *in_ml_dtypes { " (install ml_dtypes to fill it from numbers)" } else { "" }
             ),
             Error::BackendNotCompiled { backend, .. } => format!(
                 "the {backend} backend is not compiled into this gpuport build; install a gpuport package built with {backend} support"
@@ -538,6 +542,7 @@ pub fn samples() -> Vec<Error> {
         DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
         Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },
         Error::NoKernel { op: "add_index", dtype: "bool".into(), backend: BackendKind::Host },
+        Error::NoValueConversion { op: "fill", dtype: "float8_e4m3fn".into(), itemsize: 1, in_ml_dtypes: true },
         Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: Some("use float32".into()) },
         Error::InvalidArgument { name: "shape", reason: "negative extent -1".into() },
         Error::OutOfBounds { what: "dst", offset: 0, len: 64, capacity: 16 },

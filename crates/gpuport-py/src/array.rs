@@ -11,7 +11,7 @@ use gpuport::array::Location;
 use gpuport::dynamic::array::{new_checked_in, ArrayMemory};
 use gpuport::dynamic::keep;
 use gpuport::error::{python, BackendKind};
-use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -381,33 +381,9 @@ impl PyMemArray {
     ///     >>> b.tobytes()
     ///     b'\x80?\x80?'
     fn fill(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let dtype = self.meta.dtype;
-        let bytes: Vec<u8> = if let Ok(b) = value.cast::<PyBytes>() {
-            b.as_bytes().to_vec()
-        } else {
-            let np = py.import("numpy")?;
-            let Some(nd) = crate::convert::dtype::value_dtype(&np, dtype) else {
-                let hint = if dtype.in_ml_dtypes() { " (install ml_dtypes to fill it from numbers)" } else { "" };
-                return Err(errors::unsupported_dtype(
-                    py,
-                    format!(
-                        "fill: NumPy has no dtype {}{hint}; pass one element's {} byte(s) as bytes",
-                        dtype.name(),
-                        dtype.itemsize()
-                    ),
-                ));
-            };
-            let arr = np.call_method1("asarray", (value, nd))?;
-            if arr.getattr("ndim")?.extract::<usize>()? != 0 {
-                return Err(PyValueError::new_err(format!(
-                    "fill takes one value, not an array of shape {}",
-                    arr.getattr("shape")?.repr()?
-                )));
-            }
-            arr.call_method0("tobytes")?.extract()?
-        };
+        let value = crate::convert::dtype::fill_value(value, self.meta.dtype)?;
         let mut st = self.state(py)?;
-        py.detach(|| st.fill_bytes(&bytes, None)).py_err_in(py, "fill")
+        py.detach(|| st.fill_value(value)).py_err_in(py, "fill")
     }
 
     /// Adds to every element the sum of its indices ("The test kernel" in

@@ -8,17 +8,16 @@
 //! there is what the array's next read sees (the other copy is refreshed
 //! from it). Read-only exports leave both copies current.
 
-use gpuport::dlpack::{is_host_memory, DLDevice, DLDeviceType};
+use gpuport::dlpack::{is_host_memory, DLDevice};
 pub use gpuport::dynamic::exchange::dl_pair;
 pub use gpuport::dynamic::exchange::ExportRequest;
-use gpuport::dynamic::exchange::{self as core_exchange, stream_for_producer};
+use gpuport::dynamic::exchange::{self as core_exchange, consumer_device_for, stream_for_producer};
 use gpuport::dynamic::{device_for_dl, AnyArray, ImportedArray};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::convert::capsule::{dlpack_capsule, make_capsule, take_capsule, Producer};
-use crate::convert::device::is_cuda_dl;
 use crate::convert::dtype::{unsupported_dlpack_dtype, DType};
 use crate::convert::stream::resolve_stream;
 use crate::errors::{self, IntoPyResult};
@@ -83,15 +82,11 @@ pub fn import_producer(
             obj.get_type().name()?
         )));
     }
-    let (dl_t, dl_id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
-    // The consumer's stream: ours, as the standard's integer.
-    let stream_arg: Option<i64> = if is_cuda_dl(dl_t) || dl_t == DLDeviceType::ROCM.0 as i32 {
-        let dl = DLDevice { device_type: DLDeviceType(u32::try_from(dl_t).unwrap_or(0)), device_id: dl_id };
-        let dev = device_of(py, dl)?;
-        let s = resolve_stream(py, &dev, stream)?;
-        stream_for_producer(dl_t, &s)
-    } else {
-        None
+    let dl: (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
+    // The consumer's stream, where the memory takes one: ours, as the standard's integer.
+    let stream_arg = match py.detach(|| consumer_device_for(dl)).py_err(py)? {
+        Some(dev) => stream_for_producer(dl.0, &*resolve_stream(py, &dev, stream)?),
+        None => None,
     };
     take_capsule(py, &dlpack_capsule(obj, stream_arg, copy)?)
 }

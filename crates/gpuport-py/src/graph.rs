@@ -10,14 +10,14 @@
 //! discarded and the exception goes on.
 
 use gpuport::dynamic::graph_slot::{
-    capture_mode_name, capture_mode_named, update_between, BlockExit, CaptureBlock, GraphSlot,
+    self, capture_mode_name, capture_mode_named, update_between, BlockExit, CaptureBlock, GraphSlot,
 };
 use gpuport::dynamic::keep;
 use gpuport::CaptureMode;
 use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
-use crate::convert::stream::{resolve_stream, stream_choice, PyStream};
+use crate::convert::stream::{stream_choice, PyStream};
 use crate::errors::{self, IntoPyResult};
 use crate::exclusive::{Exclusive, LockDetached};
 
@@ -55,26 +55,24 @@ impl PyGraph {
     }
 }
 
-/// The stream a capture runs on: a new one on `device` for None, else what
-/// `Stream.external` accepts (a `Stream`, a foreign stream object, a handle).
+/// The `Stream` a capture runs on (the choice is the core's
+/// `graph_slot::capture_stream`): the `Stream` given, or a new `Stream`
+/// object over the stream chosen, keeping a foreign stream object given.
 fn capture_stream(
     py: Python<'_>,
     stream: Option<&Bound<'_, PyAny>>,
     device: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyStream>> {
-    match stream.filter(|s| !s.is_none()) {
-        None => {
-            let dev = resolve_device(py, device)?;
-            Py::new(py, PyStream::create(py, &dev)?)
-        }
-        Some(s) => match s.cast::<PyStream>() {
-            Ok(ps) => Ok(ps.clone().unbind()),
-            Err(_) => {
-                let dev = resolve_device(py, device)?;
-                let inner = resolve_stream(py, &dev, Some(s))?;
-                Py::new(py, PyStream::wrap(inner.into_stream(), Some(s.clone().unbind())))
-            }
-        },
+    let stream = stream.filter(|s| !s.is_none());
+    let chosen = stream_choice(stream)?;
+    let device = match device.filter(|d| !d.is_none()) {
+        Some(d) => Some(resolve_device(py, Some(d))?),
+        None => None,
+    };
+    let inner = graph_slot::capture_stream(&chosen.choice, device.as_ref()).py_err(py)?;
+    match stream.and_then(|s| s.cast::<PyStream>().ok()) {
+        Some(ours) => Ok(ours.clone().unbind()),
+        None => Py::new(py, PyStream::wrap(inner, stream.map(|s| s.clone().unbind()))),
     }
 }
 
@@ -256,8 +254,7 @@ impl PyGraph {
     /// The device of the captured work (None before a capture).
     #[getter]
     fn device(&self, py: Python<'_>) -> PyResult<Option<PyDevice>> {
-        let slot = self.state.lock_detached(py)?;
-        Ok(slot.device().filter(|_| slot.is_captured()).map(PyDevice::from))
+        Ok(self.state.lock_detached(py)?.captured_device().map(PyDevice::from))
     }
 
     /// The stream the capture ran on (None before a capture).
@@ -284,14 +281,9 @@ impl PyGraph {
 
 impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
-        keep::prune();
         let stream = stream_choice(stream)?;
-        let slot = self.state.lock_detached(py)?;
-        let slot = &*slot;
-        // Detached: the replay may wait for an array method's step on
-        // another thread (the replay link's order, `src/backend/order.rs`).
-        // A foreign stream's object lives through the call (`stream`).
-        py.detach(|| slot.replay(stream.choice.clone())).map_err(|e| errors::to_py_graph_call(py, e, call))
+        graph_slot::replay_and_keep(&self.state, stream.choice, stream.owner, |op| py.detach(op))
+            .map_err(|e| errors::to_py_graph_call(py, e, call))
     }
 }
 

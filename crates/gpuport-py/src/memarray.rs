@@ -84,8 +84,8 @@ impl PyMemArray {
             dtype: st.dtype(),
             shape: st.shape(),
             device: st.device(),
-            imported: matches!(st, AnyArray::Imported(_)),
-            read_only: matches!(&st, AnyArray::Imported(f) if f.is_read_only()),
+            imported: st.is_imported(),
+            read_only: st.is_read_only(),
         };
         PyMemArray { meta, st: Exclusive::new(st, "MemArray") }
     }

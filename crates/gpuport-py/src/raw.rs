@@ -11,11 +11,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpuport::dynamic::device_array::{ArrayDims, DeviceArray, IndexKey, TypeName};
+use gpuport::dynamic::device_array::{self, ArrayDims, DeviceArray, FreeTarget, IndexKey, TypeName};
 use gpuport::dynamic::raw::{Place, RawAllocation};
-use gpuport::error::python;
 use gpuport::{Advice, BackendKind};
-use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
@@ -156,9 +155,10 @@ impl PyDeviceArray {
         state(&self.dims)?.allocation(op).py_err(py)
     }
 
-    /// Frees the owned allocation (the memory goes when no view or pending work needs it).
+    /// `free` of this array (the core's [`device_array::free`]): the
+    /// pointer is cleared once the allocation is given up.
     pub fn free(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let owned = state(&slf.get().dims)?.free().py_err(slf.py())?;
+        let owned = device_array::free(FreeTarget::Array(&slf.get().dims)).py_err(slf.py())?;
         let old = std::mem::replace(&mut *state(&slf.as_super().get().p)?, Ptr::null());
         // Dropped outside the locks: releasing memory may run Python code.
         drop(old);
@@ -176,29 +176,14 @@ impl PyDeviceArray {
             return Ok(PyClassInitializer::from(PyPointer::from_ptr(Ptr::null()))
                 .add_subclass(Self::with(DeviceArray::over(ArrayDims::bytes(None)))));
         };
-        let (mut shape, mut typestr) = (None, None);
-        if let Ok(d) = o.cast::<PyDeviceArray>() {
-            let d = d.get().dims()?;
-            shape = d.shape().map(<[usize]>::to_vec);
-            typestr = Some(d.typestr().to_owned());
+        let dims = if let Ok(d) = o.cast::<PyDeviceArray>() {
+            d.get().dims()?
         } else if !o.is_instance_of::<PyPointer>() && o.hasattr("__cuda_array_interface__")? {
-            let desc = CaiDesc::read(o)?;
-            if let Some(l) = desc.layout().py_err(o.py())? {
-                if !l.c_order {
-                    let strides = desc.strides.as_deref().unwrap_or_default();
-                    let shape: Vec<i64> = desc.shape.iter().flatten().map(|&e| e as i64).collect();
-                    let layout = format!("shape {}, strides {} bytes", python::tuple(&shape), python::tuple(strides));
-                    return Err(PyValueError::new_err(format!(
-                        "DeviceArray: the {} ({layout}) is not contiguous in C order, and a DeviceArray describes \
-                         C-contiguous memory; pass a C-contiguous array (e.g. tensor.contiguous())",
-                        o.get_type().name()?
-                    )));
-                }
-            }
-            shape = desc.shape;
-            typestr = desc.typestr;
-        }
-        let dims = ArrayDims::new(shape, typestr).py_err(o.py())?;
+            let producer = o.get_type().name()?.to_string();
+            ArrayDims::of_interface(&CaiDesc::read(o)?, &producer).py_err(o.py())?
+        } else {
+            ArrayDims::bytes(None)
+        };
         let p = to_ptr(o)?;
         Ok(PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(DeviceArray::over(dims))))
     }

@@ -12,7 +12,7 @@
 //! the GIL), and keeps the operands of asynchronous work until the stream
 //! passes it.
 
-use gpuport::dynamic::raw;
+use gpuport::dynamic::device_array::{self, FreeTarget};
 use gpuport::dynamic::runtime::{self, Blocking, CopyDirection, Enqueued, StreamChoice, Whole};
 use gpuport::LaunchConfig;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -68,10 +68,8 @@ pub fn malloc(
     device: Option<&Bound<'_, PyAny>>,
     kind: &str,
 ) -> PyResult<Py<PyDeviceArray>> {
-    prune();
-    let kind = runtime::memory_kind_from_name(kind).py_err(py)?;
     let dev = resolve_device(py, device)?;
-    let a = py.detach(|| raw::alloc(&dev, kind, size)).py_err(py)?;
+    let a = runtime::malloc(&dev, kind, size, |op| py.detach(op)).py_err(py)?;
     Py::new(py, PyDeviceArray::from_alloc(a))
 }
 
@@ -112,21 +110,10 @@ pub fn malloc_managed(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyA
 ///     >>> rt.free(None)
 #[pyfunction]
 pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
-    prune();
-    if ptr.is_none() {
-        return Ok(());
-    }
     if let Ok(d) = ptr.cast::<PyDeviceArray>() {
         return PyDeviceArray::free(d);
     }
-    let p = to_ptr(ptr)?;
-    if p.addr == 0 {
-        return Ok(());
-    }
-    Err(PyValueError::new_err(format!(
-        "free: {:#x} is not owned by gpuport; pass the DeviceArray that malloc returned",
-        p.addr
-    )))
+    device_array::free(FreeTarget::Address(to_ptr(ptr)?.addr)).map(drop).py_err(ptr.py())
 }
 
 // ---- copies ---------------------------------------------------------------------------

@@ -101,8 +101,6 @@ pub fn default_device(py: Python<'_>) -> PyResult<AnyDevice> {
     Ok(CHOSEN.get_or_init(|| d).clone())
 }
 
-pub use gpuport::dynamic::exchange::is_cuda_type as is_cuda_dl;
-
 /// A device: the host backend (`"host"`) or a GPU (`"cuda:0"`).
 ///
 ///     >>> import gpuport

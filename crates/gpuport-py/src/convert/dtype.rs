@@ -1,6 +1,7 @@
 //! Element types from Python objects: a dtype named by a string, a builtin
 //! type, or a NumPy, PyTorch or JAX dtype becomes the core's run-time
-//! [`DType`]; NumPy's casting rules for `read_numpy_array`.
+//! [`DType`]; NumPy's casting rules for `read_numpy_array`; a `fill`
+//! value converted to a dtype's bytes ([`fill_value`]).
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -8,6 +9,7 @@ use pyo3::types::PyString;
 
 use crate::errors;
 
+pub use gpuport::dynamic::array_access::FillValue;
 pub use gpuport::dynamic::dtype::unsupported_dlpack_dtype;
 pub use gpuport::dynamic::{DType, MAX_RANK};
 
@@ -92,6 +94,23 @@ pub fn value_dtype<'py>(np: &Bound<'py, PyModule>, d: DType) -> Option<Bound<'py
         None if d.in_ml_dtypes() => None,
         None => numpy_dtype(np, d),
     }
+}
+
+/// A `fill` value for an array of `d`, for the core's rules
+/// (`AnyArray::fill_value`): `bytes` as given; another value converted by
+/// NumPy to `d` (`numpy.asarray(value, dtype)`, through ml_dtypes for the
+/// low-precision floats), or not converted where NumPy has no such dtype.
+pub fn fill_value(value: &Bound<'_, PyAny>, d: DType) -> PyResult<FillValue> {
+    if let Ok(b) = value.cast::<pyo3::types::PyBytes>() {
+        return Ok(FillValue::Bytes(b.as_bytes().to_vec()));
+    }
+    let np = value.py().import("numpy")?;
+    let Some(nd) = value_dtype(&np, d) else { return Ok(FillValue::NotConverted) };
+    let converted = np.call_method1("asarray", (value, nd))?;
+    Ok(FillValue::Converted {
+        shape: converted.getattr("shape")?.extract()?,
+        bytes: converted.call_method0("tobytes")?.extract()?,
+    })
 }
 
 /// The ml_dtypes dtype of a NumPy array (`bfloat16`, `float8_e4m3fn`, ...),
