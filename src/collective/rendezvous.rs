@@ -25,6 +25,10 @@ use super::TcpStore;
 /// How often a waiting rank looks for the others, and for their failures.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// How long the rank that runs the store waits, after its failure, for the
+/// others to read it ([`Meeting::report`]).
+const LINGER: Duration = Duration::from_secs(2);
+
 /// A ready rank's status begins with this line.
 const READY: &str = "ready";
 
@@ -146,6 +150,30 @@ impl Meeting<'_> {
         }
         let Ok(n) = self.store.add(&format!("{}/failures", self.key), 1) else { return };
         let _ = self.store.set(&format!("{}/failure/{n}", self.key), format!("{}\n{error}", self.rank).as_bytes());
+        if self.store.runs_server() {
+            self.linger_until_seen();
+        }
+    }
+
+    /// The rank whose process runs the store waits, at most [`LINGER`],
+    /// until every other rank has read that a rank failed: its error ends
+    /// the process, and the store with it, and a rank that had not yet
+    /// looked would then see a broken connection instead of the reason.
+    fn linger_until_seen(&self) {
+        let others = i64::try_from(self.size.saturating_sub(1)).unwrap_or(i64::MAX);
+        let seen = format!("{}/failures/seen", self.key);
+        let start = Instant::now();
+        while start.elapsed() < LINGER {
+            match self.store.add(&seen, 0) {
+                Ok(n) if n < others => std::thread::sleep(POLL / 4),
+                _ => return,
+            }
+        }
+    }
+
+    /// Tells the rank that runs the store that this rank read of a failure.
+    fn saw_failure(&self) {
+        let _ = self.store.add(&format!("{}/failures/seen", self.key), 1);
     }
 
     /// The first failure another rank reported, as this rank's error.
@@ -163,6 +191,7 @@ impl Meeting<'_> {
                 reason: format!("{}/failure/1 holds {text:?}, not a rank's failure", self.key),
             });
         };
+        self.saw_failure();
         Err(self.peer_failed(rank, reason))
     }
 
@@ -243,6 +272,7 @@ impl Meeting<'_> {
             let text = self.store.get(&format!("{}/status/{r}", self.key))?;
             let text = String::from_utf8_lossy(&text);
             if let Some(reason) = text.strip_prefix(FAILED) {
+                self.saw_failure();
                 return Err(self.peer_failed(r, reason));
             }
             let mut parts = text.splitn(3, '\n');
@@ -259,6 +289,13 @@ impl Meeting<'_> {
                 return Err(e);
             }
             if theirs != mine {
+                // Every rank finds this itself; the one that runs the store
+                // keeps it until the others have read the statuses.
+                if self.store.runs_server() {
+                    self.linger_until_seen();
+                } else {
+                    self.saw_failure();
+                }
                 return Err(Error::Collective {
                     engine: mine.into(),
                     rank: Some(self.rank),

@@ -180,6 +180,12 @@ impl TcpStore {
         }
     }
 
+    /// Whether this connection's process runs the store's server (rank 0's
+    /// [`host`](Self::host)): the store goes when it exits.
+    pub fn runs_server(&self) -> bool {
+        self._server.is_some()
+    }
+
     /// The address rank 0 listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr

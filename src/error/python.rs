@@ -443,6 +443,18 @@ fn graph_message(backend: BackendKind, op: &str, kind: GraphErrorKind, reason: &
              nothing can wait for it; {leave}, and enqueue only asynchronous work (launch_kernel, memcpy_async, \
              memset_async) on a capturing stream"
         ),
+        GraphErrorKind::SynchronousCall if reason.contains("wait for the whole device") => {
+            let mode = ["Global", "ThreadLocal", "Relaxed"]
+                .into_iter()
+                .zip(["global", "thread_local", "relaxed"])
+                .find(|(rust, _)| reason.contains(&format!("({rust} mode)")))
+                .map_or("", |(_, python)| python);
+            format!(
+                "{call}: a graph capture (mode=\"{mode}\") is running on this GPU, and a wait for the whole device \
+                 would invalidate it in every mode (CUDA and HIP refuse it); {leave}, or wait for the streams you \
+                 need (Stream.synchronize) instead"
+            )
+        }
         GraphErrorKind::SynchronousCall => {
             let thread_local = reason.contains("ThreadLocal");
             format!(

@@ -192,6 +192,14 @@ fn graph_errors_name_the_rule_and_what_python_code_to_write_instead() {
          leave the `with ... capture()` block first, or capture with mode=\"relaxed\" to allow waits outside the \
          capturing stream"
     );
+    let reason = "a capture (Relaxed mode) is running on cuda:0, and a wait for the whole device would invalidate it";
+    let e = graph(BackendKind::Cuda, "synchronize_device", GraphErrorKind::SynchronousCall, reason);
+    assert_eq!(
+        e.python_message(Some("device_synchronize")),
+        "device_synchronize: a graph capture (mode=\"relaxed\") is running on this GPU, and a wait for the whole \
+         device would invalidate it in every mode (CUDA and HIP refuse it); leave the `with ... capture()` block \
+         first, or wait for the streams you need (Stream.synchronize) instead"
+    );
     let e = graph(BackendKind::Host, "end_capture", GraphErrorKind::Invalidated, "an earlier error");
     assert_eq!(
         e.python_message(None),
