@@ -1,4 +1,4 @@
-"""Two nodes, one rank each (run by ci/gpu-two-nodes): every collective's values on the GPU, then all-reduce timed against torch.distributed in the same processes, the same NCCL settings (medians of 6 alternating rounds)."""
+"""Two nodes, one rank each (run by ci/gpu-two-nodes): every collective's values on the GPU, then all-reduce timed against torch.distributed in the same processes, the same NCCL settings (medians of 6 rounds, the order of the contenders rotating). A third contender, gpuport's all_reduce waited for with torch.cuda.synchronize(), tells the call's cost from the wait's."""
 import os, sys, time, statistics
 import numpy as np, gpuport
 from gpuport import distributed as dist
@@ -31,18 +31,24 @@ for size in (8, 1 << 21, 1 << 24, 1 << 28):
         comm.all_reduce(m); comm.synchronize()
     def theirs():
         td.all_reduce(t); torch.cuda.synchronize()
-    for f in (ours, theirs, ours, theirs):
+    def ours_device_sync():  # gpuport's call, torch's wait: tells the call's cost from the wait's
+        comm.all_reduce(m); torch.cuda.synchronize()
+    contenders = [("gpuport", ours), ("torch", theirs), ("gpuport+cuda sync", ours_device_sync)]
+    for _, f in contenders * 2:
         f()
     reps = 20 if size <= (1 << 24) else 5
-    res = {"gpuport": [], "torch": []}
+    res = {name: [] for name, _ in contenders}
     for rnd in range(6):
-        for name, f in (("gpuport", ours), ("torch", theirs)) if rnd % 2 == 0 else (("torch", theirs), ("gpuport", ours)):
+        for name, f in contenders[rnd % 3:] + contenders[:rnd % 3]:
             t0 = time.perf_counter()
             for _ in range(reps):
                 f()
             res[name].append((time.perf_counter() - t0) / reps * 1e6)
-    rows.append((size, statistics.median(res["torch"]), statistics.median(res["gpuport"]), min(res["gpuport"]), max(res["gpuport"]), min(res["torch"]), max(res["torch"])))
+    rows.append((size, res))
 if r == 0:
-    for size, tt, gg, glo, ghi, tlo, thi in rows:
-        print(f"allreduce {size} B: torch {tt:.1f} us [{tlo:.1f},{thi:.1f}] gpuport {gg:.1f} us [{glo:.1f},{ghi:.1f}] ratio {gg/tt:.3f}", flush=True)
+    for size, res in rows:
+        tt, gg, dd = (statistics.median(res[k]) for k in ("torch", "gpuport", "gpuport+cuda sync"))
+        span = lambda k: f"[{min(res[k]):.1f},{max(res[k]):.1f}]"
+        print(f"allreduce {size} B: torch {tt:.1f} us {span('torch')} gpuport {gg:.1f} us {span('gpuport')} ratio {gg/tt:.3f}"
+              f"; gpuport+cuda sync {dd:.1f} us {span('gpuport+cuda sync')} ratio {dd/tt:.3f}", flush=True)
 td.destroy_process_group()

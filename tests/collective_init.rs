@@ -258,3 +258,39 @@ fn a_rank_whose_device_does_not_open_fails_the_others_within_two_seconds() {
     assert!(e.to_string().contains("cuda:99"), "{e}");
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
+
+/// Two processes given rank 1 of 2 (threads on their own connections
+/// here): one forms with rank 0; the other comes under the next round of
+/// the communicator, waits alone, and its timeout says that another
+/// process may have its rank.
+#[test]
+fn a_second_process_with_one_rank_is_told_so_at_its_timeout() {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let host = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_secs(1)).unwrap();
+    let addr = host.addr();
+    let results = common::within(Duration::from_secs(20), move || {
+        std::thread::scope(|s| {
+            let ranks: Vec<_> = [0, 1, 1]
+                .into_iter()
+                .enumerate()
+                .map(|(i, rank)| {
+                    let dev = dev.clone();
+                    s.spawn(move || {
+                        let store = TcpStore::connect(addr, Duration::from_secs(1)).unwrap();
+                        // The second rank 1 comes once the first has taken its round (mostly).
+                        std::thread::sleep(Duration::from_millis(if i == 2 { 200 } else { 0 }));
+                        Communicator::<gpuport::Host>::init_rank(&dev, rank, 2, &store).map(|_| ())
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        })
+    });
+    assert!(results[0].is_ok(), "rank 0: {:?}", results[0]);
+    // Whichever rank 1 came second (on a busy machine, not always the later thread):
+    let (formed, refused): (Vec<_>, Vec<_>) = results[1..].iter().partition(|r| r.is_ok());
+    assert_eq!((formed.len(), refused.len()), (1, 1), "{results:?}");
+    let e = refused[0].as_ref().unwrap_err();
+    assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
+    assert!(e.to_string().contains("another process was given rank 1 too"), "{e}");
+}

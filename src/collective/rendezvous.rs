@@ -209,12 +209,28 @@ impl Meeting<'_> {
                     addr: self.store.addr().to_string(),
                     kind: StoreErrorKind::Timeout,
                     reason: format!(
-                        "{what} under {:?}: the other ranks did not come within {timeout:?} (a rank may have died)",
-                        self.key
+                        "{what} under {:?}: the other ranks did not come within {timeout:?} (a rank may have \
+                         died){}",
+                        self.key,
+                        self.second_comer_hint()
                     ),
                 });
             }
             std::thread::sleep(POLL);
+        }
+    }
+
+    /// Why a rank may wait alone under a later round of its communicator:
+    /// a second process given its rank comes under the next round
+    /// ([`formation_key`]), while the others form under the first.
+    fn second_comer_hint(&self) -> String {
+        match self.key.rsplit('/').next().and_then(|round| round.parse::<u64>().ok()) {
+            Some(round) if round > 1 => format!(
+                "; this rank came to this communicator {round} times on this store: unless every rank \
+                 re-forms it, another process was given rank {} too, and every process must have its own rank",
+                self.rank
+            ),
+            _ => String::new(),
         }
     }
 

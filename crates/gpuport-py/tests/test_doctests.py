@@ -228,6 +228,12 @@ def test_every_public_name_has_an_example():
     assert not missing, "no docstring example (>>>) in:\n  " + "\n  ".join(missing)
 
 
+# Examples that export IPC handles, which memory of expandable segments
+# refuses (MemoryError::ExpandableIpc): they run on plain segments also when
+# the suite runs with GPUPORT_POOL=expandable.
+PLAIN_SEGMENTS = {"gpuport.numba.GpuportNumbaMemoryManager.get_ipc_handle"}
+
+
 def _skip_unless_runnable(d: Documented) -> None:
     peer = PEERS.get(d.module)
     if peer is None:
@@ -243,8 +249,11 @@ def _skip_unless_runnable(d: Documented) -> None:
 def test_example_runs(d):
     _skip_unless_runnable(d)
     if d.module in PEERS:
+        env = dict(os.environ)
+        if d.name in PLAIN_SEGMENTS:
+            env["GPUPORT_POOL"] = "plain"
         proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), d.name], capture_output=True, text=True, timeout=300
+            [sys.executable, os.path.abspath(__file__), d.name], capture_output=True, text=True, timeout=300, env=env
         )
         assert proc.returncode == 0, f"{d.name}: its example failed in a fresh interpreter:\n{proc.stdout}{proc.stderr}"
         return
