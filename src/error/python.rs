@@ -545,6 +545,8 @@ pub fn samples() -> Vec<Error> {
         ShapeError::LengthMismatch { what: "copy_from_slice", shape: vec![2, 3], expected: 6, got: 5 }.into(),
         ShapeError::ShapeMismatch { what: "x", expected: vec![2], found: vec![3] }.into(),
         ShapeError::IndexOutOfBounds { index: vec![4], shape: vec![3] }.into(),
+        ShapeError::NegativeExtent { value: -1 }.into(),
+        ShapeError::ExtentOutOfRange { given: "18446744073709551616".into() }.into(),
         ShapeError::InvalidSlice { op: "step", axis: 0, reason: "step 0 is not allowed".into() }.into(),
         ShapeError::OutOfRange { extents: vec![4], strides: vec![-1], reason: "reaches before the start".into() }
             .into(),
