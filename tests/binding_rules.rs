@@ -1,8 +1,12 @@
 //! Rules a binding's conversions follow, moved out of the Python binding
-//! (issue 32): a shape's extents (`dynamic::array::extent_from`).
+//! (issue 32): a shape's extents (`dynamic::array::extent_from`), the
+//! routes of `from_dlpack` and `asarray` (`dynamic::import_route`).
 
 use gpuport::array::ShapeError;
 use gpuport::dynamic::array::{extent_from, GivenExtent, MAX_EXTENT};
+use gpuport::dynamic::import_route::{
+    asarray_route, from_dlpack_route, protocol_route, AsarrayRoute, DlpackRoute, Offer, ProtocolCall, DLPACK_CALLS,
+};
 use gpuport::Error;
 
 #[test]
@@ -17,4 +21,61 @@ fn extents_are_non_negative_and_fit_in_i64() {
         e.python_message(None),
         "extent 9223372036854775808 is out of range: extents must be non-negative and at most 9223372036854775807"
     );
+}
+
+/// `from_dlpack_route` for an object offering `offered`, and the offers it asked about.
+fn dlpack_route_of(copy: Option<bool>, offered: &[Offer]) -> (DlpackRoute, Vec<Offer>) {
+    let mut asked = Vec::new();
+    let route = from_dlpack_route(copy, |o| {
+        asked.push(o);
+        Ok::<_, ()>(offered.contains(&o))
+    })
+    .unwrap();
+    (route, asked)
+}
+
+#[test]
+fn from_dlpack_takes_its_own_arrays_then_the_table_then_the_protocol() {
+    use Offer::*;
+    let protocol = |ask_copy, host_copy| DlpackRoute::Protocol(ProtocolCall { ask_copy, host_copy });
+    // A gpuport array (whose type has a table too) is taken as itself.
+    assert_eq!(
+        dlpack_route_of(None, &[GpuportArray, ExchangeTable, Dlpack]),
+        (DlpackRoute::GpuportArray, vec![GpuportArray])
+    );
+    assert_eq!(
+        dlpack_route_of(None, &[ExchangeTable, Dlpack]),
+        (DlpackRoute::ExchangeTable, vec![GpuportArray, ExchangeTable])
+    );
+    assert_eq!(dlpack_route_of(None, &[Dlpack]).0, protocol(None, false));
+    // copy=True: the producer is not asked for a copy, gpuport makes one; no table.
+    assert_eq!(dlpack_route_of(Some(true), &[GpuportArray, ExchangeTable]), (protocol(None, true), vec![]));
+    assert_eq!(dlpack_route_of(Some(false), &[ExchangeTable]), (protocol(Some(false), false), vec![]));
+    assert_eq!(protocol_route(Some(true)), ProtocolCall { ask_copy: None, host_copy: true });
+    // A failing probe is the route's failure.
+    assert_eq!(from_dlpack_route(None, |_| Err::<bool, _>("probe")), Err("probe"));
+}
+
+#[test]
+fn dlpack_is_called_versioned_first_then_legacy() {
+    assert_eq!(DLPACK_CALLS, [Some((1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION)), None]);
+}
+
+#[test]
+fn asarray_tries_itself_then_dlpack_then_the_interface_then_numpy() {
+    use Offer::*;
+    let route_of = |offered: &[Offer]| {
+        let mut asked = Vec::new();
+        let route = asarray_route(|o| {
+            asked.push(o);
+            Ok::<_, ()>(offered.contains(&o))
+        })
+        .unwrap();
+        (route, asked)
+    };
+    assert_eq!(route_of(&[GpuportArray, Dlpack]), (AsarrayRoute::Itself, vec![GpuportArray]));
+    // CuPy offers both: DLPack first, and the interface is not read.
+    assert_eq!(route_of(&[Dlpack, CudaArrayInterface]), (AsarrayRoute::Dlpack, vec![GpuportArray, Dlpack]));
+    assert_eq!(route_of(&[CudaArrayInterface]).0, AsarrayRoute::CudaArrayInterface);
+    assert_eq!(route_of(&[]), (AsarrayRoute::NumpyConversion, vec![GpuportArray, Dlpack, CudaArrayInterface]));
 }

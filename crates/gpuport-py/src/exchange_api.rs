@@ -368,11 +368,17 @@ fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// Imports `obj` through `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3)
-/// when the type offers a table gpuport can use: major version 1 and the
-/// functions a consumer needs (`managed_tensor_from_py_object_no_sync`,
-/// `current_work_stream`) not NULL. `Ok(None)` otherwise: the caller falls
-/// back to the Python-level `__dlpack__` protocol.
+/// The table of `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3) when
+/// gpuport can use it: major version 1 and the functions a consumer needs
+/// (`managed_tensor_from_py_object_no_sync`, `current_work_stream`) not
+/// NULL. `Ok(None)` otherwise: `from_dlpack` then takes the Python-level
+/// `__dlpack__` protocol (`gpuport::dynamic::import_route`).
+pub fn usable_table(obj: &Bound<'_, PyAny>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
+    Ok(table_of(obj)?
+        .filter(|api| api.managed_tensor_from_py_object_no_sync.is_some() && api.current_work_stream.is_some()))
+}
+
+/// Imports `obj` through its type's exchange table `api` (from [`usable_table`]).
 ///
 /// A tensor marked conjugate or negative (torch's `is_conj()`, `is_neg()`)
 /// is refused, as the Python protocol refuses it: its memory holds the
@@ -389,13 +395,13 @@ fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
 pub fn import_through_table(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
     stream: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Producer>> {
-    let Some(api) = table_of(obj)? else { return Ok(None) };
+) -> PyResult<Producer> {
     let (Some(from_py_object), Some(work_stream)) =
         (api.managed_tensor_from_py_object_no_sync, api.current_work_stream)
     else {
-        return Ok(None);
+        return Err(errors::dlpack(py, "the exchange table lacks a consumer's functions".into()));
     };
     refuse_lazy_views(obj)?;
     let mut raw: *mut DLManagedTensorVersioned = std::ptr::null_mut();
@@ -433,5 +439,5 @@ pub fn import_through_table(
         // SAFETY: the producer's current work stream of this device.
         py.detach(|| unsafe { core::order_after_producer(dl, &ours, theirs) }).py_err_in(py, "from_dlpack")?;
     }
-    Ok(Some(producer))
+    Ok(producer)
 }
