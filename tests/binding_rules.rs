@@ -79,3 +79,34 @@ fn asarray_tries_itself_then_dlpack_then_the_interface_then_numpy() {
     assert_eq!(route_of(&[CudaArrayInterface]).0, AsarrayRoute::CudaArrayInterface);
     assert_eq!(route_of(&[]), (AsarrayRoute::NumpyConversion, vec![GpuportArray, Dlpack, CudaArrayInterface]));
 }
+
+#[test]
+fn cuda_stream_gives_version_zero_and_a_handle() {
+    use gpuport::dynamic::stream_protocol::{
+        cuda_stream_handle, keeps_stream_object, stream_handle, GivenItem::*, GivenValue, StreamArgError,
+    };
+    use gpuport::error::python::ExceptionClass;
+    assert_eq!(cuda_stream_handle("S", GivenValue::Tuple(vec![Int(0), Int(5)])), Ok(5));
+    let refused = |v| cuda_stream_handle("S", v).unwrap_err();
+    let e = refused(GivenValue::Tuple(vec![Int(1), Int(5)]));
+    assert_eq!(e.to_string(), "S.__cuda_stream__ gave version 1; gpuport accepts version 0 only, (0, handle)");
+    assert_eq!(e.python_class(), ExceptionClass::Value);
+    assert!(matches!(refused(GivenValue::Tuple(vec![Int(-1), Int(5)])), StreamArgError::Version { version: -1, .. }));
+    let expected = "S.__cuda_stream__ must give a 2-tuple of ints (version, handle), with version 0; got";
+    for (value, got) in [
+        (GivenValue::Other("list".into()), "a list"),
+        (GivenValue::Other("int".into()), "an int"),
+        (GivenValue::Tuple(vec![Int(0)]), "a tuple of 1 item(s)"),
+        (GivenValue::Tuple(vec![Int(0), Other("str".into())]), "a str as the handle"),
+        (GivenValue::Tuple(vec![Other("float".into()), Int(5)]), "a float as the version"),
+    ] {
+        let e = refused(value);
+        assert_eq!(e.to_string(), format!("{expected} {got}"));
+        assert_eq!(e.python_class(), ExceptionClass::Type);
+    }
+    assert_eq!(stream_handle(-2), Err(StreamArgError::NotAHandle(-2)));
+    assert_eq!(StreamArgError::NotAHandle(-2).to_string(), "stream -2 is not a stream handle");
+    assert_eq!(stream_handle(0), Ok(0));
+    assert!(keeps_stream_object(7, false));
+    assert!(!keeps_stream_object(0, false) && !keeps_stream_object(7, true));
+}

@@ -10,6 +10,7 @@
 //!
 //! - [`any`]: [`Any`] (the backend layer's, re-exported), the closed enum every type here is made of, and [`OnDevice`].
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
+//! - [`stream_protocol`]: a foreign stream object's handle (`__cuda_stream__`'s rule).
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`array_access`]: an [`AnyArray`]'s data used directly (moves, host views and bytes, copies), and what an import refuses.
@@ -59,6 +60,7 @@ pub mod peer;
 pub mod raw;
 pub mod runtime;
 pub mod stream;
+pub mod stream_protocol;
 pub mod target;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};
