@@ -110,3 +110,24 @@ fn cuda_stream_gives_version_zero_and_a_handle() {
     assert!(keeps_stream_object(7, false));
     assert!(!keeps_stream_object(0, false) && !keeps_stream_object(7, true));
 }
+
+#[test]
+fn lazy_views_are_refused_naming_the_bit_and_its_resolve() {
+    use gpuport::dynamic::import_route::{refuse_lazy_views, LazyView};
+    let set = |bits: &'static [LazyView]| move |v: LazyView| Ok::<_, ()>(bits.contains(&v));
+    let refusal = |bits| refuse_lazy_views(false, set(bits), || "Tensor".into()).unwrap();
+    assert!(refusal(&[]).is_ok());
+    let e = refusal(&[LazyView::Negative]).unwrap_err();
+    assert!(matches!(e, Error::DLPack(_)), "{e:?}");
+    assert_eq!(
+        e.python_message(None),
+        "from_dlpack: the Tensor has the negative bit set (a lazy view: its memory holds the values without the \
+         negative applied, which DLPack cannot describe); call .resolve_neg() on it first, as its own __dlpack__ requires"
+    );
+    assert!(refusal(&[LazyView::Conjugate, LazyView::Negative]).unwrap_err().to_string().contains("resolve_conj()"));
+    // A gpuport array is not asked.
+    let never = |_| -> Result<bool, ()> { panic!("asked") };
+    assert!(refuse_lazy_views(true, never, || "MemArray".into()).unwrap().is_ok());
+    assert_eq!(refuse_lazy_views(false, |_| Err::<bool, _>("probe"), String::new).unwrap_err(), "probe");
+    assert_eq!((LazyView::Conjugate.method(), LazyView::Negative.method()), ("is_conj", "is_neg"));
+}

@@ -1,7 +1,8 @@
 //! Which route a binding takes to import another library's array: the order
 //! of `from_dlpack`'s routes (a gpuport array, DLPack 1.3's C exchange
 //! table, the `__dlpack__` protocol), what `copy=True` asks of the producer,
-//! the versions `__dlpack__` is called with, and `asarray`'s protocol order.
+//! the versions `__dlpack__` is called with, `asarray`'s protocol order, and
+//! the lazy views a table's import refuses.
 //! The binding says what an object offers; these functions decide.
 //!
 //! ```
@@ -13,6 +14,8 @@
 //! ```
 
 use crate::dlpack::ffi::DLPACK_MINOR_VERSION;
+use crate::dlpack::DLPackError;
+use crate::error::Error;
 
 /// A way an object can be imported, as a binding finds it on the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,4 +151,56 @@ pub fn asarray_route<E>(mut offers: impl FnMut(Offer) -> Result<bool, E>) -> Res
         }
     }
     Ok(AsarrayRoute::NumpyConversion)
+}
+
+/// A lazy-view bit a tensor may carry (torch's conjugate and negative bits):
+/// its memory then holds the values without it applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LazyView {
+    /// `is_conj()`.
+    Conjugate,
+    /// `is_neg()`.
+    Negative,
+}
+
+impl LazyView {
+    /// The method that says whether the bit is set: `"is_conj"`, `"is_neg"`.
+    pub fn method(self) -> &'static str {
+        match self {
+            LazyView::Conjugate => "is_conj",
+            LazyView::Negative => "is_neg",
+        }
+    }
+}
+
+/// Refuses a tensor imported through an exchange table whose memory holds
+/// other values than the tensor: a lazy-view bit set (the Python protocol
+/// refuses it, the table may export it anyway). A gpuport array has none
+/// and is not asked. `is_set` is asked for each bit in turn (`Err`: the
+/// probe failed); the inner `Err` is the refusal, a
+/// [`DLPackError::LazyView`] naming the tensor's `type_name`.
+///
+/// ```
+/// use gpuport::dynamic::import_route::{refuse_lazy_views, LazyView};
+/// let conj = |v: LazyView| Ok::<_, ()>(v == LazyView::Conjugate);
+/// assert!(refuse_lazy_views(false, conj, || "Tensor".into())?.is_err());
+/// assert!(refuse_lazy_views(true, conj, || "MemArray".into())?.is_ok());
+/// # Ok::<(), ()>(())
+/// ```
+pub fn refuse_lazy_views<E>(
+    is_gpuport_array: bool,
+    mut is_set: impl FnMut(LazyView) -> Result<bool, E>,
+    type_name: impl FnOnce() -> String,
+) -> Result<Result<(), Error>, E> {
+    if is_gpuport_array {
+        return Ok(Ok(()));
+    }
+    for (view, bit, resolve) in
+        [(LazyView::Conjugate, "conjugate", "resolve_conj()"), (LazyView::Negative, "negative", "resolve_neg()")]
+    {
+        if is_set(view)? {
+            return Ok(Err(DLPackError::LazyView { type_name: type_name(), bit, resolve }.into()));
+        }
+    }
+    Ok(Ok(()))
 }

@@ -552,6 +552,7 @@ pub fn samples() -> Vec<Error> {
             .into(),
         DLPackError::NotContiguous { shape: vec![4, 4], strides: vec![1, 8] }.into(),
         DLPackError::ReadOnly.into(),
+        DLPackError::LazyView { type_name: "Tensor".into(), bit: "conjugate", resolve: "resolve_conj()" }.into(),
         DLPackError::NoCopyOn { device_type: 2, device: "host".into(), device_copy: 1 }.into(),
         DLPackError::UnsupportedVersion { major: 2, minor: 0 }.into(),
         Error::Unsupported { op: "add_index", backend: BackendKind::Host, hint: None },

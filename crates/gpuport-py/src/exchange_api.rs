@@ -39,6 +39,7 @@ use gpuport::dlpack::ffi::{
 use gpuport::dlpack::{DLDevice, DLDeviceType, DLTensor};
 use gpuport::dynamic::exchange::Export;
 use gpuport::dynamic::exchange_api as core;
+use gpuport::dynamic::import_route::{self, LazyView};
 use gpuport::Error;
 use pyo3::exceptions::{PyAttributeError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -340,32 +341,16 @@ fn producer_failed(obj: &Bound<'_, PyAny>, call: &str, rc: c_int) -> PyErr {
     e
 }
 
-/// Refuses a lazy view whose memory holds other values than the tensor:
-/// `obj.is_conj()` or `obj.is_neg()` true (gpuport's arrays have none).
+/// The core's [`import_route::refuse_lazy_views`] for `obj`: its
+/// `is_conj()` and `is_neg()`, where it has them (`LazyView::method`).
 fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
-    if obj.cast::<crate::memarray::PyMemArray>().is_ok() {
-        return Ok(());
-    }
     let py = obj.py();
-    let views = [
-        (pyo3::intern!(py, "is_conj"), "conjugate", "resolve_conj()"),
-        (pyo3::intern!(py, "is_neg"), "negative", "resolve_neg()"),
-    ];
-    for (method, bit, resolve) in views {
-        let Ok(f) = obj.getattr(method) else { continue };
-        if f.call0()?.is_truthy()? {
-            let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
-            return Err(errors::dlpack(
-                py,
-                format!(
-                    "from_dlpack: the {name} has the {bit} bit set (a lazy view: its memory holds the values without \
-                     the {bit} applied, which DLPack cannot describe); call .{resolve} on it first, as its own \
-                     __dlpack__ requires"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    let is_set = |view: LazyView| -> PyResult<bool> {
+        let Ok(f) = obj.getattr(view.method()) else { return Ok(false) };
+        f.call0()?.is_truthy()
+    };
+    let type_name = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
+    import_route::refuse_lazy_views(obj.cast::<crate::memarray::PyMemArray>().is_ok(), is_set, type_name)?.py_err(py)
 }
 
 /// The table of `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3) when
