@@ -131,3 +131,14 @@ fn lazy_views_are_refused_naming_the_bit_and_its_resolve() {
     assert_eq!(refuse_lazy_views(false, |_| Err::<bool, _>("probe"), String::new).unwrap_err(), "probe");
     assert_eq!((LazyView::Conjugate.method(), LazyView::Negative.method()), ("is_conj", "is_neg"));
 }
+
+#[test]
+fn a_range_of_unknown_device_takes_its_arrays_device() {
+    use gpuport::dynamic::raw::Place;
+    let host = gpuport::open("host").unwrap();
+    let spec = |p: Place| p.device().map(|d| d.info().spec());
+    assert_eq!(spec(Place::Device(None).on_known_device(&host)), Some(host.info().spec()));
+    assert!(matches!(Place::Host.on_known_device(&host), Place::Host));
+    assert!(matches!(Place::Unknown.on_known_device(&host), Place::Unknown));
+    assert!(matches!(Place::Null.on_known_device(&host), Place::Null));
+}

@@ -315,6 +315,10 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             None => {}
         }
         p.writable = !desc.read_only;
+        // The interface names no device; a MemArray's own device does.
+        if let Ok(a) = obj.cast::<crate::memarray::PyMemArray>() {
+            p.space = p.space.on_known_device(&a.get().meta.device);
+        }
         p.owners.push(Owner::Obj(obj.clone().unbind()));
         return Ok(p);
     }
