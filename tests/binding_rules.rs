@@ -1,6 +1,10 @@
 //! Rules a binding's conversions follow, moved out of the Python binding
 //! (issue 32): a shape's extents (`dynamic::array::extent_from`), the
-//! routes of `from_dlpack` and `asarray` (`dynamic::import_route`).
+//! routes of `from_dlpack` and `asarray` and the lazy views a table's
+//! import refuses (`dynamic::import_route`), `__cuda_stream__`
+//! (`dynamic::stream_protocol`), an array range's device
+//! (`dynamic::raw::Place`), C strings (`dynamic::module::c_string`) and
+//! the allocator hooks' sizes (`dynamic::memory`).
 
 use gpuport::array::ShapeError;
 use gpuport::dynamic::array::{extent_from, GivenExtent, MAX_EXTENT};
@@ -141,4 +145,30 @@ fn a_range_of_unknown_device_takes_its_arrays_device() {
     assert!(matches!(Place::Host.on_known_device(&host), Place::Host));
     assert!(matches!(Place::Unknown.on_known_device(&host), Place::Unknown));
     assert!(matches!(Place::Null.on_known_device(&host), Place::Null));
+}
+
+#[test]
+fn c_strings_refuse_a_nul_byte_inside() {
+    use gpuport::dynamic::module::{c_string, InteriorNul};
+    assert_eq!(&*c_string("ListOfBytes", 0, b"-lineinfo").unwrap(), b"-lineinfo\0");
+    assert_eq!(&*c_string("ListOfBytes", 0, b"").unwrap(), b"\0");
+    let e = c_string("ListOfBytes", 2, b"-O3\0x").unwrap_err();
+    assert_eq!(e, InteriorNul { list: "ListOfBytes", item: 2 });
+    assert_eq!(e.to_string(), "ListOfBytes: item 2 contains a NUL byte");
+    assert!(c_string("ListOfBytes", 0, b"\0").is_err());
+}
+
+#[test]
+fn allocator_hooks_take_sizes_an_allocation_can_span() {
+    use gpuport::dynamic::memory::{signed_request, unsigned_request, RequestTooLarge};
+    assert_eq!(signed_request(1).unwrap(), Some(1));
+    assert_eq!(signed_request(0).unwrap(), None);
+    let e = signed_request(-5).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { name: "size", .. }), "{e:?}");
+    assert_eq!(e.to_string(), "invalid argument size: -5 < 0");
+    assert_eq!(unsigned_request(0), Ok(0));
+    assert_eq!(unsigned_request(isize::MAX as usize), Ok(isize::MAX as usize));
+    let e = unsigned_request(1 << 63).unwrap_err();
+    assert_eq!(e, RequestTooLarge { size: 1 << 63 });
+    assert_eq!(e.to_string(), "cannot allocate 9223372036854775808 bytes: more than isize::MAX");
 }
