@@ -51,6 +51,37 @@ pub fn check_extents(shape: &[usize], itemsize: usize) -> Result<()> {
     }
 }
 
+/// One extent as a caller whose integers are signed and unbounded (Python)
+/// gave it: converted to `i64` where it fits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GivenExtent {
+    /// An integer that fits in `i64`.
+    Int(i64),
+    /// An integer that does not, as its decimal text.
+    Wide(String),
+}
+
+/// The extent `given` names: from 0 to [`MAX_EXTENT`], else
+/// [`ShapeError::NegativeExtent`] or [`ShapeError::ExtentOutOfRange`]. A
+/// shape's rank is checked where the array is made ([`new_checked_in`]).
+///
+/// ```
+/// use gpuport::dynamic::array::{extent_from, GivenExtent};
+/// assert_eq!(extent_from(GivenExtent::Int(3))?, 3);
+/// assert!(extent_from(GivenExtent::Int(-1)).is_err());
+/// assert!(extent_from(GivenExtent::Wide("18446744073709551616".into())).is_err());
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn extent_from(given: GivenExtent) -> Result<usize> {
+    match given {
+        GivenExtent::Int(value) if value < 0 => Err(ShapeError::NegativeExtent { value }.into()),
+        GivenExtent::Int(value) => {
+            usize::try_from(value).map_err(|_| ShapeError::ExtentOutOfRange { given: value.to_string() }.into())
+        }
+        GivenExtent::Wide(given) => Err(ShapeError::ExtentOutOfRange { given }.into()),
+    }
+}
+
 /// An array's extents, inline (an array has at most [`MAX_RANK`] axes).
 pub type Shape = SmallVec<[usize; MAX_RANK]>;
 

@@ -490,3 +490,47 @@ pub fn release_by_address(ptr: u64) -> bool {
 pub fn kept_by_address_count() -> usize {
     kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).len()
 }
+
+/// A request to an allocator hook past what an allocation may span.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {size} bytes: more than isize::MAX")]
+pub struct RequestTooLarge {
+    /// The bytes asked for.
+    pub size: usize,
+}
+
+/// The bytes PyTorch's allocator hook allocates for a request of `size`
+/// (its `ssize_t`): `None` for 0 (the hook gives a null pointer, as
+/// PyTorch's own allocator does); a negative size is
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+///
+/// ```
+/// use gpuport::dynamic::memory::signed_request;
+/// assert_eq!(signed_request(64)?, Some(64));
+/// assert_eq!(signed_request(0)?, None);
+/// assert!(signed_request(-1).is_err());
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn signed_request(size: isize) -> Result<Option<usize>> {
+    match usize::try_from(size) {
+        Ok(0) => Ok(None),
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(_) => Err(crate::Error::InvalidArgument { name: "size", reason: format!("{size} < 0") }),
+    }
+}
+
+/// The bytes CuPy's allocator hook allocates for a request of `size` (its
+/// `size_t`): at most `isize::MAX`, as every allocation ([`alloc`] reserves
+/// at least 1 byte for 0).
+///
+/// ```
+/// use gpuport::dynamic::memory::unsigned_request;
+/// assert_eq!(unsigned_request(64), Ok(64));
+/// assert!(unsigned_request(usize::MAX).is_err());
+/// ```
+pub fn unsigned_request(size: usize) -> std::result::Result<usize, RequestTooLarge> {
+    match isize::try_from(size) {
+        Ok(_) => Ok(size),
+        Err(_) => Err(RequestTooLarge { size }),
+    }
+}

@@ -10,11 +10,13 @@
 //!
 //! - [`any`]: [`Any`] (the backend layer's, re-exported), the closed enum every type here is made of, and [`OnDevice`].
 //! - [`stream`]: [`AnyStream`], [`AnyEvent`].
+//! - [`stream_protocol`]: a foreign stream object's handle (`__cuda_stream__`'s rule).
 //! - [`dtype`]: [`DType`], the run-time element type.
 //! - [`array`](mod@array): [`AnyArray`], an owned `MemArray` of run-time dtype and rank, or an import.
 //! - [`array_access`]: an [`AnyArray`]'s data used directly (moves, host views and bytes, copies), and what an import refuses.
 //! - [`cai`]: the CUDA Array Interface as data: layouts, its import with the interface's rules, and its export from an array.
 //! - [`device_array`]: raw memory with a shape and a type string (a binding's `DeviceArray`): configure, index, free.
+//! - [`import_route`]: which route `from_dlpack` and `asarray` take for what an object offers, and `__dlpack__`'s versions.
 //! - [`imported`]: arrays over other libraries' memory, and where an import is placed ([`imported::import_tensor`]).
 //! - [`exchange`]: DLPack export negotiation (`__dlpack__`'s arguments) and import.
 //! - [`exchange_api`]: DLPack 1.3's C exchange API (`__dlpack_c_exchange_api__`), producer and consumer.
@@ -46,6 +48,7 @@ pub mod exclusive;
 pub mod export;
 pub mod graph;
 pub mod graph_slot;
+pub mod import_route;
 pub mod imported;
 pub mod keep;
 pub mod lock_context;
@@ -57,6 +60,7 @@ pub mod peer;
 pub mod raw;
 pub mod runtime;
 pub mod stream;
+pub mod stream_protocol;
 pub mod target;
 
 pub use any::{same_device, Any, DynDevice, OnDevice, PerBackend};

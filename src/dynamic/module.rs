@@ -165,3 +165,33 @@ impl AnyKernel {
         }, else => Err(mismatch("stream", &self.device(), &stream.device())))
     }
 }
+
+/// A string for a C array of `const char*` (compile options, names) that
+/// holds a NUL byte, which would end it early.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{list}: item {item} contains a NUL byte")]
+pub struct InteriorNul {
+    /// The list's name, e.g. `"ListOfBytes"`.
+    pub list: &'static str,
+    /// The item's index.
+    pub item: usize,
+}
+
+/// Item `item` of the list `list` as a NUL-terminated C string: `bytes`
+/// and a NUL; bytes holding a NUL themselves are [`InteriorNul`].
+///
+/// ```
+/// use gpuport::dynamic::module::c_string;
+/// assert_eq!(&*c_string("ListOfBytes", 0, b"-O3")?, b"-O3\0");
+/// assert!(c_string("ListOfBytes", 1, b"a\0b").is_err());
+/// # Ok::<(), gpuport::dynamic::module::InteriorNul>(())
+/// ```
+pub fn c_string(list: &'static str, item: usize, bytes: &[u8]) -> std::result::Result<Box<[u8]>, InteriorNul> {
+    if bytes.contains(&0) {
+        return Err(InteriorNul { list, item });
+    }
+    let mut v = Vec::with_capacity(bytes.len() + 1);
+    v.extend_from_slice(bytes);
+    v.push(0);
+    Ok(v.into_boxed_slice())
+}

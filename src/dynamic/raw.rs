@@ -83,6 +83,26 @@ impl Place {
             _ => None,
         }
     }
+
+    /// The place once the device of the object that named it is known:
+    /// device memory of no known device (a CUDA Array Interface names none)
+    /// becomes `dev`'s, as an array's own device says; other places are
+    /// kept. Every caller that turns an array into a range goes through
+    /// this, so a collective's registration or a copy sees the device.
+    ///
+    /// ```
+    /// use gpuport::dynamic::raw::Place;
+    /// let host = gpuport::open("host")?;
+    /// assert!(Place::Device(None).on_known_device(&host).device().is_some());
+    /// assert!(Place::Host.on_known_device(&host).device().is_none());
+    /// # Ok::<(), gpuport::Error>(())
+    /// ```
+    pub fn on_known_device(self, dev: &AnyDevice) -> Place {
+        match self {
+            Place::Device(None) => Place::Device(Some(dev.clone())),
+            other => other,
+        }
+    }
 }
 
 /// A range of memory named by address, with what is known of it.

@@ -76,6 +76,18 @@ pub enum ShapeError {
         /// The value.
         value: i128,
     },
+    /// An extent given as a signed integer is negative.
+    #[error("extent {value} is negative; extents must be non-negative")]
+    NegativeExtent {
+        /// The extent given.
+        value: i64,
+    },
+    /// An extent given as an integer does not fit in `i64`.
+    #[error("extent {given} is out of range: extents must be non-negative and at most {max}", max = i64::MAX)]
+    ExtentOutOfRange {
+        /// The extent given, as decimal text.
+        given: String,
+    },
     /// A slice range, step or axis is invalid.
     #[error("invalid {op} on axis {axis}: {reason}")]
     InvalidSlice {

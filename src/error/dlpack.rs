@@ -155,4 +155,15 @@ pub enum DLPackError {
         /// The block's lock id.
         id: u64,
     },
+    /// A tensor with a lazy-view bit set (torch's conjugate or negative
+    /// bit): its memory holds the values without it applied.
+    #[error("from_dlpack: the {type_name} has the {bit} bit set (a lazy view: its memory holds the values without the {bit} applied, which DLPack cannot describe); call .{resolve} on it first, as its own __dlpack__ requires")]
+    LazyView {
+        /// The tensor's type name.
+        type_name: String,
+        /// `"conjugate"` or `"negative"`.
+        bit: &'static str,
+        /// The call that resolves it, e.g. `"resolve_conj()"`.
+        resolve: &'static str,
+    },
 }

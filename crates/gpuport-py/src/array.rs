@@ -8,7 +8,7 @@
 //! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
 
 use gpuport::array::Location;
-use gpuport::dynamic::array::{new_checked_in, ArrayMemory};
+use gpuport::dynamic::array::{extent_from, new_checked_in, ArrayMemory, GivenExtent};
 use gpuport::dynamic::keep;
 use gpuport::error::{python, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
@@ -23,25 +23,20 @@ use crate::errors::{self, IntoPyResult};
 use crate::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
 };
-use crate::memarray::{AnyArray, PyMemArray, MAX_EXTENT};
+use crate::memarray::{AnyArray, PyMemArray};
 
-/// The extents of a `MemArray(shape)` argument: an int or a sequence of ints,
-/// each from 0 to [`MAX_EXTENT`].
+/// The extents of a `MemArray(shape)` argument: an int or a sequence of
+/// ints, each checked by the core's [`extent_from`].
 fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let py = shape.py();
     let type_err = || PyTypeError::new_err("shape must be an int or a sequence of ints");
     let extent = |item: &Bound<'_, PyAny>| -> PyResult<usize> {
-        if !item.is_instance_of::<pyo3::types::PyInt>() && item.extract::<i64>().is_err() {
-            return Err(type_err());
-        }
-        match item.extract::<i64>() {
-            Ok(v) if v < 0 => Err(errors::shape(py, format!("extent {v} is negative; extents must be non-negative"))),
-            Ok(v) => Ok(v as usize),
-            Err(_) => Err(errors::shape(
-                py,
-                format!("extent {item} is out of range: extents must be non-negative and at most {MAX_EXTENT}"),
-            )),
-        }
+        let given = match item.extract::<i64>() {
+            Ok(v) => GivenExtent::Int(v),
+            Err(_) if item.is_instance_of::<pyo3::types::PyInt>() => GivenExtent::Wide(item.to_string()),
+            Err(_) => return Err(type_err()),
+        };
+        extent_from(given).py_err(py)
     };
     if shape.is_instance_of::<pyo3::types::PyInt>() {
         return Ok(vec![extent(shape)?]);

@@ -6,6 +6,9 @@
 
 use gpuport::dynamic::exchange::Export;
 use gpuport::dynamic::exchange_api::{import_own, is_ordered_by_streams};
+use gpuport::dynamic::import_route::{
+    asarray_route, from_dlpack_route, protocol_route, AsarrayRoute, DlpackRoute, Offer, ProtocolCall,
+};
 use gpuport::dynamic::imported::{import_tensor, Placement};
 use pyo3::prelude::*;
 
@@ -41,17 +44,27 @@ pub fn from_dlpack(
     stream: Option<&Bound<'_, PyAny>>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
-    if copy.is_none() {
-        if let Ok(a) = obj.cast::<PyMemArray>() {
-            return from_own_array(py, a.get(), stream);
+    let mut table = None;
+    let route = from_dlpack_route(copy, |offer| -> PyResult<bool> {
+        Ok(match offer {
+            Offer::GpuportArray => obj.cast::<PyMemArray>().is_ok(),
+            Offer::ExchangeTable if !obj.is_instance_of::<pyo3::types::PyCapsule>() => {
+                table = crate::exchange_api::usable_table(obj)?;
+                table.is_some()
+            }
+            _ => false,
+        })
+    })?;
+    match (route, table) {
+        (DlpackRoute::GpuportArray, _) => from_own_array(py, obj.cast::<PyMemArray>()?.get(), stream),
+        (DlpackRoute::ExchangeTable, Some(table)) => {
+            let p = crate::exchange_api::import_through_table(py, obj, table, stream)?;
+            Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
         }
+        (DlpackRoute::Protocol(call), _) => from_protocol(py, obj, stream, call),
+        // The table was found whenever the route is the table's.
+        (DlpackRoute::ExchangeTable, None) => from_protocol(py, obj, stream, protocol_route(copy)),
     }
-    if copy.is_none() && !obj.is_instance_of::<pyo3::types::PyCapsule>() {
-        if let Some(p) = crate::exchange_api::import_through_table(py, obj, stream)? {
-            return Ok(PyMemArray::from_imported(imported_from_producer(py, p)?));
-        }
-    }
-    from_dlpack_protocol(py, obj, stream, copy)
 }
 
 /// `from_dlpack` of a gpuport array, as through its type's exchange table
@@ -94,21 +107,20 @@ pub fn _from_dlpack_protocol(
     stream: Option<&Bound<'_, PyAny>>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
-    from_dlpack_protocol(py, obj, stream, copy)
+    from_protocol(py, obj, stream, protocol_route(copy))
 }
 
-fn from_dlpack_protocol(
+/// An import through `__dlpack__` as `call` says.
+fn from_protocol(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
     stream: Option<&Bound<'_, PyAny>>,
-    copy: Option<bool>,
+    call: ProtocolCall,
 ) -> PyResult<PyMemArray> {
-    if copy == Some(true) {
-        // An owned copy is made here, so the producer is not asked for one.
-        let p = import_producer(py, obj, stream, None)?;
+    let p = import_producer(py, obj, stream, call.ask_copy)?;
+    if call.host_copy {
         return placed(py, p, Placement::HostCopy, "from_dlpack");
     }
-    let p = import_producer(py, obj, stream, copy)?;
     Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
 }
 
@@ -147,23 +159,33 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
         Some(d) => Placement::On(resolve_device(py, Some(d))?),
         None => Placement::InPlace,
     };
-    if let Ok(a) = obj.cast::<PyMemArray>() {
-        placement.check(&a.get().meta.device).py_err_in(py, "asarray")?;
-        return Ok(obj.clone().unbind());
-    }
-    let obj = &crate::convert::dtype::native_byte_order(obj)?;
-    if obj.hasattr("__dlpack__")? {
-        let a = match placement {
+    // NumPy's arrays of the other byte order are converted first: DLPack cannot describe them.
+    let mut native = None;
+    let route = asarray_route(|offer| -> PyResult<bool> {
+        Ok(match offer {
+            Offer::GpuportArray => obj.cast::<PyMemArray>().is_ok(),
+            Offer::Dlpack => native.insert(crate::convert::dtype::native_byte_order(obj)?).hasattr("__dlpack__")?,
+            Offer::CudaArrayInterface => native.as_ref().unwrap_or(obj).hasattr("__cuda_array_interface__")?,
+            Offer::ExchangeTable => false,
+        })
+    })?;
+    let obj = native.as_ref().unwrap_or(obj);
+    let a = match route {
+        AsarrayRoute::Itself => {
+            placement.check(&obj.cast::<PyMemArray>()?.get().meta.device).py_err_in(py, "asarray")?;
+            return Ok(obj.clone().unbind());
+        }
+        AsarrayRoute::Dlpack => match placement {
             Placement::On(_) => placed(py, import_producer(py, obj, None, None)?, placement, "asarray")?,
             _ => from_dlpack(py, obj, None, None)?,
-        };
-        return Ok(Bound::new(py, a)?.into_any().unbind());
-    }
-    if obj.hasattr("__cuda_array_interface__")? {
-        return Ok(Bound::new(py, crate::cai::from_cuda_array_interface(py, obj, device)?)?.into_any().unbind());
-    }
-    let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
-    asarray(py, &arr, device)
+        },
+        AsarrayRoute::CudaArrayInterface => crate::cai::from_cuda_array_interface(py, obj, device)?,
+        AsarrayRoute::NumpyConversion => {
+            let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
+            return asarray(py, &arr, device);
+        }
+    };
+    Ok(Bound::new(py, a)?.into_any().unbind())
 }
 
 /// A MemArray over, or copied from, the producer's tensor, placed as asked.

@@ -86,9 +86,7 @@ fn cupy_current_stream(py: Python<'_>) -> PyResult<usize> {
 }
 
 fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
-    if isize::try_from(size).is_err() {
-        return Err(PyValueError::new_err(format!("cannot allocate {size} bytes: more than isize::MAX")));
-    }
+    let size = core_memory::unsigned_request(size).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let kind = backend_of_code(BACKEND.load(Ordering::Acquire))
         .ok_or_else(|| PyRuntimeError::new_err("gpuport's CuPy allocator is not installed"))?;
     let ordinal = usize::try_from(device_id)

@@ -20,7 +20,7 @@ use pyo3::types::PyBytes;
 
 use crate::convert::device::{resolve_device, PyDevice};
 use crate::convert::dtype::dtype_from_py;
-use crate::convert::pointer::{to_range, Owner, Place, Ptr};
+use crate::convert::pointer::{to_range, Owner, Ptr};
 use crate::convert::stream::{resolve_stream, stream_choice};
 use crate::errors::IntoPyResult;
 use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
@@ -140,18 +140,6 @@ fn convert_operand<'py>(obj: Bound<'py, PyAny>, what: &str) -> PyResult<PyOperan
         Ok(a) => Ok(Given::Array(a.clone())),
         Err(_) => Ok(Given::Raw(to_range(&obj, what)?)),
     }
-}
-
-/// `obj`'s memory as one range. A MemArray's CUDA Array Interface does not
-/// say which device holds its data; the array does, so that memory of
-/// another device is refused (`AnyCommunicator::register_range`) rather
-/// than handed to the library.
-fn memory_range(obj: &Bound<'_, PyAny>) -> PyResult<Ptr> {
-    let mut ptr = to_range(obj, "memory")?;
-    if let (Ok(a), Place::Device(None)) = (obj.cast::<PyMemArray>(), &ptr.space) {
-        ptr.space = Place::Device(Some(a.get().meta.device.clone()));
-    }
-    Ok(ptr)
 }
 
 /// What keeps an array object's memory alive: the object.
@@ -370,7 +358,7 @@ impl PyCommunicator {
     ///     (False, 16)
     fn register(slf: &Bound<'_, Self>, memory: &Bound<'_, PyAny>) -> PyResult<PyRegistration> {
         let py = slf.py();
-        let owner = memory_range(memory)?;
+        let owner = to_range(memory, "memory")?;
         let range = owner.range();
         let comm = slf.get().lock(py)?;
         let c: &AnyCommunicator = &comm;

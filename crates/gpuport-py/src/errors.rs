@@ -457,6 +457,12 @@ pub fn shape(py: Python<'_>, msg: String) -> PyErr {
     raise(py, ExceptionClass::Shape, msg)
 }
 
+/// The exception for a stream argument that names no stream (its class and
+/// wording are the core's).
+pub fn stream_arg(py: Python<'_>, e: gpuport::dynamic::stream_protocol::StreamArgError) -> PyErr {
+    raise(py, e.python_class(), e.to_string())
+}
+
 /// A `DLPackError` (also a `BufferError`).
 pub fn dlpack(py: Python<'_>, msg: String) -> PyErr {
     raise(py, ExceptionClass::DLPack, msg)

@@ -39,6 +39,7 @@ use gpuport::dlpack::ffi::{
 use gpuport::dlpack::{DLDevice, DLDeviceType, DLTensor};
 use gpuport::dynamic::exchange::Export;
 use gpuport::dynamic::exchange_api as core;
+use gpuport::dynamic::import_route::{self, LazyView};
 use gpuport::Error;
 use pyo3::exceptions::{PyAttributeError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -340,39 +341,29 @@ fn producer_failed(obj: &Bound<'_, PyAny>, call: &str, rc: c_int) -> PyErr {
     e
 }
 
-/// Refuses a lazy view whose memory holds other values than the tensor:
-/// `obj.is_conj()` or `obj.is_neg()` true (gpuport's arrays have none).
+/// The core's [`import_route::refuse_lazy_views`] for `obj`: its
+/// `is_conj()` and `is_neg()`, where it has them (`LazyView::method`).
 fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
-    if obj.cast::<crate::memarray::PyMemArray>().is_ok() {
-        return Ok(());
-    }
     let py = obj.py();
-    let views = [
-        (pyo3::intern!(py, "is_conj"), "conjugate", "resolve_conj()"),
-        (pyo3::intern!(py, "is_neg"), "negative", "resolve_neg()"),
-    ];
-    for (method, bit, resolve) in views {
-        let Ok(f) = obj.getattr(method) else { continue };
-        if f.call0()?.is_truthy()? {
-            let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
-            return Err(errors::dlpack(
-                py,
-                format!(
-                    "from_dlpack: the {name} has the {bit} bit set (a lazy view: its memory holds the values without \
-                     the {bit} applied, which DLPack cannot describe); call .{resolve} on it first, as its own \
-                     __dlpack__ requires"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    let is_set = |view: LazyView| -> PyResult<bool> {
+        let Ok(f) = obj.getattr(view.method()) else { return Ok(false) };
+        f.call0()?.is_truthy()
+    };
+    let type_name = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
+    import_route::refuse_lazy_views(obj.cast::<crate::memarray::PyMemArray>().is_ok(), is_set, type_name)?.py_err(py)
 }
 
-/// Imports `obj` through `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3)
-/// when the type offers a table gpuport can use: major version 1 and the
-/// functions a consumer needs (`managed_tensor_from_py_object_no_sync`,
-/// `current_work_stream`) not NULL. `Ok(None)` otherwise: the caller falls
-/// back to the Python-level `__dlpack__` protocol.
+/// The table of `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3) when
+/// gpuport can use it: major version 1 and the functions a consumer needs
+/// (`managed_tensor_from_py_object_no_sync`, `current_work_stream`) not
+/// NULL. `Ok(None)` otherwise: `from_dlpack` then takes the Python-level
+/// `__dlpack__` protocol (`gpuport::dynamic::import_route`).
+pub fn usable_table(obj: &Bound<'_, PyAny>) -> PyResult<Option<&'static DLPackExchangeAPI>> {
+    Ok(table_of(obj)?
+        .filter(|api| api.managed_tensor_from_py_object_no_sync.is_some() && api.current_work_stream.is_some()))
+}
+
+/// Imports `obj` through its type's exchange table `api` (from [`usable_table`]).
 ///
 /// A tensor marked conjugate or negative (torch's `is_conj()`, `is_neg()`)
 /// is refused, as the Python protocol refuses it: its memory holds the
@@ -389,13 +380,13 @@ fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
 pub fn import_through_table(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
+    api: &'static DLPackExchangeAPI,
     stream: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Producer>> {
-    let Some(api) = table_of(obj)? else { return Ok(None) };
+) -> PyResult<Producer> {
     let (Some(from_py_object), Some(work_stream)) =
         (api.managed_tensor_from_py_object_no_sync, api.current_work_stream)
     else {
-        return Ok(None);
+        return Err(errors::dlpack(py, "the exchange table lacks a consumer's functions".into()));
     };
     refuse_lazy_views(obj)?;
     let mut raw: *mut DLManagedTensorVersioned = std::ptr::null_mut();
@@ -433,5 +424,5 @@ pub fn import_through_table(
         // SAFETY: the producer's current work stream of this device.
         py.detach(|| unsafe { core::order_after_producer(dl, &ours, theirs) }).py_err_in(py, "from_dlpack")?;
     }
-    Ok(Some(producer))
+    Ok(producer)
 }

@@ -60,8 +60,6 @@ pub struct PyMemArray {
     st: Exclusive<AnyArray>,
 }
 
-pub use gpuport::dynamic::array::MAX_EXTENT;
-
 /// Moves `st`'s data so that the copy at `to` is current (`lock`: the
 /// get_dlpack block's id, if the caller holds it).
 fn move_storage(

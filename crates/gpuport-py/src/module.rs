@@ -9,6 +9,7 @@
 use std::ffi::c_int;
 use std::os::raw::c_ulong;
 
+use gpuport::dynamic::module::c_string;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -140,13 +141,8 @@ impl PyListOfBytes {
                         it.get_type().name().map(|n| n.to_string()).unwrap_or_default()
                     ))
                 })?;
-                let b = b.as_bytes();
-                if b.contains(&0) {
-                    return Err(PyValueError::new_err(format!("ListOfBytes: item {i} contains a NUL byte")));
-                }
-                let mut v = b.to_vec();
-                v.push(0);
-                strings.push(v.into_boxed_slice());
+                let s = c_string("ListOfBytes", i, b.as_bytes()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                strings.push(s);
             }
             let addrs: Vec<u64> = strings.iter().map(|s| s.as_ptr() as usize as u64).collect();
             let p = host_array(&addrs);

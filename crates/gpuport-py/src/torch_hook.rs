@@ -36,11 +36,9 @@ fn device_for_ordinal(device: c_int) -> gpuport::Result<AnyDevice> {
 }
 
 fn torch_malloc(size: isize, device: c_int, stream: usize) -> gpuport::Result<*mut c_void> {
-    let size = usize::try_from(size)
-        .map_err(|_| gpuport::Error::InvalidArgument { name: "size", reason: format!("{size} < 0") })?;
-    if size == 0 {
+    let Some(size) = core_memory::signed_request(size)? else {
         return Ok(std::ptr::null_mut());
-    }
+    };
     let dev = device_for_ordinal(device)?;
     // SAFETY: PyTorch passes the live stream it allocates on (0: default).
     let s = unsafe { AnyStream::borrow(&dev, stream) }?;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use gpuport::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use gpuport::dlpack::ImportedTensor;
 use gpuport::dynamic::exchange::Export;
+use gpuport::dynamic::import_route::DLPACK_CALLS;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -289,32 +290,32 @@ pub unsafe fn take_versioned(py: Python<'_>, ptr: *mut DLManagedTensorVersioned)
     take_tensor(py, || unsafe { ImportedTensor::from_versioned(ptr) })
 }
 
-/// `obj.__dlpack__(stream=stream, max_version=(1, minor), copy=copy)`: a
-/// versioned capsule where the producer makes one (it carries the
-/// read-only and padded sub-byte flags), else, from a producer older than
-/// DLPack 1.0 (a `TypeError` for the keywords), a legacy one.
+/// `obj.__dlpack__(stream=stream, ...)` with each of the core's
+/// [`DLPACK_CALLS`] in turn: a versioned capsule where the producer makes
+/// one, else, from a producer that refuses the keywords (a `TypeError`), a
+/// legacy one.
 pub fn dlpack_capsule<'py>(
     obj: &Bound<'py, PyAny>,
     stream: Option<i64>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("stream", stream)?;
-    kwargs.set_item("max_version", (1, gpuport::dlpack::ffi::DLPACK_MINOR_VERSION))?;
-    if let Some(c) = copy {
-        kwargs.set_item("copy", c)?;
-    }
-    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
-        Ok(c) => Ok(c),
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            // A producer older than DLPack 1.0 takes only `stream`.
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("stream", stream)?;
-            obj.call_method("__dlpack__", (), Some(&kwargs))
+    let mut refused = None;
+    for max_version in DLPACK_CALLS {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", stream)?;
+        if let Some(v) = max_version {
+            kwargs.set_item("max_version", v)?;
+            if let Some(c) = copy {
+                kwargs.set_item("copy", c)?;
+            }
         }
-        Err(e) => Err(e),
+        match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+            Err(e) if e.is_instance_of::<PyTypeError>(py) && max_version.is_some() => refused = Some(e),
+            other => return other,
+        }
     }
+    Err(refused.unwrap_or_else(|| PyTypeError::new_err("__dlpack__ was not called")))
 }
 
 /// Counters for tests: exports made and live, unconsumed capsules freed,

@@ -46,6 +46,7 @@ use pyo3::types::PyType;
 use crate::convert::buffer::{Acquired, BufferExport};
 use crate::convert::cai::{layout, CaiDesc, ReadInterface};
 use crate::convert::capsule::{take_capsule, Producer};
+use crate::convert::device::PyDevice;
 use crate::errors::IntoPyResult;
 
 // ---- what a pointer argument resolved to -----------------------------------------
@@ -315,6 +316,15 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             None => {}
         }
         p.writable = !desc.read_only;
+        // The interface names no device; an object whose `device` is a
+        // gpuport Device (a MemArray) does.
+        if matches!(p.space, Place::Device(None)) {
+            if let Ok(d) = obj.getattr(pyo3::intern!(py, "device")) {
+                if let Ok(d) = d.cast::<PyDevice>() {
+                    p.space = p.space.on_known_device(&d.get().0);
+                }
+            }
+        }
         p.owners.push(Owner::Obj(obj.clone().unbind()));
         return Ok(p);
     }

@@ -3,13 +3,16 @@
 //! that reason (its Python methods are in [`crate::stream`]).
 
 pub use gpuport::dynamic::runtime::StreamChoice;
+use gpuport::dynamic::stream_protocol::{
+    cuda_stream_handle, keeps_stream_object, stream_handle, GivenItem, GivenValue,
+};
 pub use gpuport::dynamic::{AnyEvent, AnyStream};
 use gpuport::AnyDevice;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::IntoPyResult;
+use crate::errors::{self, IntoPyResult};
 
 /// A stream argument on its device, and the foreign stream object it was
 /// named by: the object is kept, once the call is done with the stream,
@@ -78,11 +81,8 @@ pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<ChosenStream> {
     if let Ok(s) = o.cast::<PyStream>() {
         return Ok(ChosenStream { choice: StreamChoice::stream(s.get().inner.clone()), owner: None });
     }
-    let handle = foreign_handle(o)?;
-    let handle = usize::try_from(handle)
-        .map_err(|_| PyValueError::new_err(format!("stream {handle} is not a stream handle")))?;
-    // An int names no object to keep; a stream object is kept (see `ChosenStream`).
-    let owner = (handle != 0 && o.extract::<isize>().is_err()).then(|| o.clone().unbind());
+    let handle = stream_handle(foreign_handle(o)?).map_err(|e| errors::stream_arg(o.py(), e))?;
+    let owner = keeps_stream_object(handle, o.extract::<isize>().is_ok()).then(|| o.clone().unbind());
     // SAFETY: the caller handed us this handle as a live stream of the
     // device the call runs on (or a sentinel of its vendor); its object,
     // where there is one, is kept until the call's work has run.
@@ -100,7 +100,7 @@ pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
         return Ok(i);
     }
     if let Ok(protocol) = o.getattr("__cuda_stream__") {
-        return cuda_stream_handle(o, &protocol);
+        return cuda_stream_handle_of(o, &protocol);
     }
     for attr in ["cuda_stream", "ptr"] {
         if let Ok(v) = o.getattr(attr) {
@@ -115,45 +115,28 @@ pub fn foreign_handle(o: &Bound<'_, PyAny>) -> PyResult<isize> {
     )))
 }
 
-/// `"an int"`, `"a tuple"`: a type's name with its article.
-fn a_or_an(name: &str) -> String {
-    let vowel = name.starts_with(|c: char| "aeiouAEIOU".contains(c));
-    format!("{} {name}", if vowel { "an" } else { "a" })
-}
-
-/// The handle in `o.__cuda_stream__` (`protocol`): its `(0, handle)`.
-fn cuda_stream_handle(o: &Bound<'_, PyAny>, protocol: &Bound<'_, PyAny>) -> PyResult<isize> {
-    let owner = o.get_type().name()?;
+/// The handle in `o.__cuda_stream__` (`protocol`), read for the core's
+/// [`cuda_stream_handle`].
+fn cuda_stream_handle_of(o: &Bound<'_, PyAny>, protocol: &Bound<'_, PyAny>) -> PyResult<isize> {
+    let type_name = |v: &Bound<'_, PyAny>| -> PyResult<String> { Ok(v.get_type().name()?.to_string()) };
     let value = if protocol.is_callable() { protocol.call0()? } else { protocol.clone() };
-    let expected = "a 2-tuple of ints (version, handle), with version 0";
-    let wrong_shape =
-        |got: String| PyTypeError::new_err(format!("{owner}.__cuda_stream__ must give {expected}; got {got}"));
-    let Ok(pair) = value.cast::<PyTuple>() else {
-        return Err(wrong_shape(a_or_an(&value.get_type().name()?.to_string())));
+    let given = match value.cast::<PyTuple>() {
+        Ok(pair) => GivenValue::Tuple(
+            pair.iter()
+                .map(|item| match item.extract::<isize>() {
+                    Ok(i) => Ok(GivenItem::Int(i)),
+                    Err(_) => Ok(GivenItem::Other(type_name(&item).unwrap_or_default())),
+                })
+                .collect::<PyResult<_>>()?,
+        ),
+        Err(_) => GivenValue::Other(type_name(&value)?),
     };
-    if pair.len() != 2 {
-        return Err(wrong_shape(format!("a tuple of {} item(s)", pair.len())));
-    }
-    let int = |i: usize, what: &str| -> PyResult<isize> {
-        let item = pair.get_item(i)?;
-        item.extract::<isize>().map_err(|_| {
-            let got = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-            wrong_shape(format!("{} as the {what}", a_or_an(&got)))
-        })
-    };
-    let (version, handle) = (int(0, "version")?, int(1, "handle")?);
-    if version != 0 {
-        return Err(PyValueError::new_err(format!(
-            "{owner}.__cuda_stream__ gave version {version}; gpuport accepts version 0 only, (0, handle)"
-        )));
-    }
-    Ok(handle)
+    cuda_stream_handle(&type_name(o)?, given).map_err(|e| errors::stream_arg(o.py(), e))
 }
 
 /// The stream with native handle `handle` on `dev` (0: the default stream).
 pub fn stream_from_handle(py: Python<'_>, dev: &AnyDevice, handle: isize) -> PyResult<AnyStream> {
-    let handle = usize::try_from(handle)
-        .map_err(|_| PyValueError::new_err(format!("stream {handle} is not a stream handle")))?;
+    let handle = stream_handle(handle).map_err(|e| errors::stream_arg(py, e))?;
     // SAFETY: the caller handed us this handle as a live stream of this
     // device (or a sentinel of its vendor); the borrowed handle is used only
     // during this call or, for `Stream.external`, while the owner object is
