@@ -17,7 +17,7 @@ echo "=== python: rustfmt, clippy (gpuport-py)"
 
 echo "=== python: build the wheel and the sdist (ci/wheel --dev)"
 bash ci/wheel --dev
-wheel=$(ls "$root"/dist/gpuport-*-cp39-abi3-manylinux_*_x86_64.whl)
+wheel=$(ls "$root"/dist/gpuport-*-cp310-abi3-manylinux_*_x86_64.whl)
 
 cd crates/gpuport-py
 VENV=$PWD/.venv-test

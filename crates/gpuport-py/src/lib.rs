@@ -1,4 +1,4 @@
-//! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.9+).
+//! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.10+).
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
 //! Layout, in floors: [`errors`] (the exception classes and the one error
