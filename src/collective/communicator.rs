@@ -211,7 +211,8 @@ impl<B: CollectiveBackend> Communicator<B> {
         mode: CallMode,
     ) -> Result<Self> {
         check_rank(rank, size)?;
-        let key = super::rendezvous::formation_key(store, rank)?;
+        let formation = super::rendezvous::formation_key(store, rank)?;
+        let (key, round) = (formation.key, formation.round);
         // Every local step that can fail comes first: the library and its
         // symbols, the device, rank 0's id (published before its status).
         // Then the handshake (`rendezvous.rs`): each rank writes "ready" or
@@ -222,12 +223,12 @@ impl<B: CollectiveBackend> Communicator<B> {
             let version = super::rendezvous::claimed_version(version);
             if rank == 0 {
                 let id = B::Engine::new_id(device)?;
-                Meeting { store, key: &key, rank, size, engine: &version }.publish("id", &id)?;
+                Meeting { store, key: &key, round, rank, size, engine: &version }.publish("id", &id)?;
             }
             Ok(version)
         });
         let engine = local.as_ref().map_or(String::new(), Clone::clone);
-        let meeting = Meeting { store, key: &key, rank, size, engine: &engine };
+        let meeting = Meeting { store, key: &key, round, rank, size, engine: &engine };
         meeting.handshake(local)?;
         let id = meeting.wait("id").inspect_err(|e| meeting.report(e))?;
         // The engine's wait looks for the others' failures; this rank's is reported.

@@ -192,7 +192,7 @@ impl<B: CollectiveBackend> Communicator<B> {
     /// its rank 0 makes the id; a failure at init is reported to the others.
     fn init_child(&self, store: &TcpStore, key: &str, rank: usize, size: usize) -> Result<B::Engine> {
         let name = self.engine.name();
-        let meeting = Meeting { store, key, rank, size, engine: &name };
+        let meeting = Meeting { store, key, round: 1, rank, size, engine: &name };
         let id = (|| {
             if rank != 0 {
                 return meeting.wait("id");

@@ -42,10 +42,18 @@ const FAILED: &str = "failed: ";
 /// through new connections to the same store (their numbers start at 0
 /// again) thus meet under fresh keys, and a former formation's statuses
 /// and failures cannot leak into theirs.
-pub(super) fn formation_key(store: &TcpStore, rank: usize) -> Result<String> {
+pub(super) fn formation_key(store: &TcpStore, rank: usize) -> Result<Formation> {
     let number = store.next_communicator();
     let round = store.add(&format!("gpuport/communicator/{number}/rounds/{rank}"), 1)?;
-    Ok(format!("gpuport/communicator/{number}/{round}"))
+    Ok(Formation { key: format!("gpuport/communicator/{number}/{round}"), round })
+}
+
+/// A communicator's formation as [`formation_key`] gives it.
+pub(super) struct Formation {
+    /// The formation's key.
+    pub key: String,
+    /// How many times this rank came to this communicator on the store (1 the first time).
+    pub round: i64,
 }
 
 /// This rank's failure before its communicator's formation could start,
@@ -54,8 +62,8 @@ pub(super) fn report_failed_formation(store: &TcpStore, rank: usize, size: usize
     if rank >= size {
         return; // init_rank refuses it before its formation too
     }
-    let Ok(key) = formation_key(store, rank) else { return };
-    let meeting = Meeting { store, key: &key, rank, size, engine: "" };
+    let Ok(formation) = formation_key(store, rank) else { return };
+    let meeting = Meeting { store, key: &formation.key, round: formation.round, rank, size, engine: "" };
     let error = Error::Collective {
         engine: String::new(),
         rank: Some(rank),
@@ -135,6 +143,10 @@ pub(super) fn injected_failure(engine: &str, rank: usize) -> Result<()> {
 pub(super) struct Meeting<'a> {
     pub store: &'a TcpStore,
     pub key: &'a str,
+    /// How many times this rank came to this communicator on the store
+    /// ([`Formation::round`]); 1 where the key has no rounds (a regroup's
+    /// child: its key is new to every regroup).
+    pub round: i64,
     pub rank: usize,
     pub size: usize,
     /// The engine's name, for errors.
@@ -224,14 +236,14 @@ impl Meeting<'_> {
     /// a second process given its rank comes under the next round
     /// ([`formation_key`]), while the others form under the first.
     fn second_comer_hint(&self) -> String {
-        match self.key.rsplit('/').next().and_then(|round| round.parse::<u64>().ok()) {
-            Some(round) if round > 1 => format!(
-                "; this rank came to this communicator {round} times on this store: unless every rank \
-                 re-forms it, another process was given rank {} too, and every process must have its own rank",
-                self.rank
-            ),
-            _ => String::new(),
+        if self.round <= 1 {
+            return String::new();
         }
+        format!(
+            "; this rank came to this communicator {} times on this store: unless every rank re-forms it, another \
+             process was given rank {} too, and every process must have its own rank",
+            self.round, self.rank
+        )
     }
 
     /// Sets `KEY/name` to `value` for the ranks that [`wait`](Self::wait) for it.
@@ -333,5 +345,26 @@ impl Meeting<'_> {
             kind: CollectiveErrorKind::PeerInitFailed { rank },
             reason: format!("rank {rank} could not initialise its part of the communicator: {reason}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The timeout of a rank waiting alone names a second process with its
+    /// rank only when it came to the communicator again (its round), not
+    /// from how its key ends (a regroup's child key ends in its color).
+    #[test]
+    fn only_a_later_round_hints_at_a_second_process_with_the_rank() {
+        let store = TcpStore::host("127.0.0.1:0".parse().unwrap(), Duration::from_millis(100)).unwrap();
+        let timeout = |key: &str, round: i64| {
+            let meeting = Meeting { store: &store, key, round, rank: 1, size: 2, engine: "host" };
+            meeting.wait("id").unwrap_err().to_string()
+        };
+        let hint = "another process was given rank 1 too";
+        assert!(!timeout("gpuport/communicator/0/1/regroup/0/color/3", 1).contains(hint));
+        assert!(!timeout("gpuport/communicator/0/1", 1).contains(hint));
+        assert!(timeout("gpuport/communicator/0/2", 2).contains(hint));
     }
 }
