@@ -187,11 +187,6 @@ pub struct InteriorNul {
 /// # Ok::<(), gpuport::dynamic::module::InteriorNul>(())
 /// ```
 pub fn c_string(list: &'static str, item: usize, bytes: &[u8]) -> std::result::Result<Box<[u8]>, InteriorNul> {
-    if bytes.contains(&0) {
-        return Err(InteriorNul { list, item });
-    }
-    let mut v = Vec::with_capacity(bytes.len() + 1);
-    v.extend_from_slice(bytes);
-    v.push(0);
-    Ok(v.into_boxed_slice())
+    let c = std::ffi::CString::new(bytes).map_err(|_| InteriorNul { list, item })?;
+    Ok(c.into_bytes_with_nul().into_boxed_slice())
 }
