@@ -13,7 +13,8 @@ int address. On the host backend the kernel is the built-in
 plus the host backend's enqueue), and ``gpuport_fill_u32`` with n = 0 for
 the cases with arguments; on a GPU the same built-ins, and, in the same
 rounds, an empty kernel through CuPy's ``RawKernel`` and through
-cuda-python's ``cuLaunchKernel`` where those import. Cases alternate: each
+cuda-python's ``cuLaunchKernel``, and CuPy's ``RawKernel`` with a CuPy
+array and two values (the shape of the argument cases), where those import. Cases alternate: each
 round runs every case once, the order rotating from round to round.
 """
 
@@ -49,6 +50,23 @@ def add_peers(cases: dict[str, Callable[[], None]], device: str, n: int) -> None
 
         cases["cupy_rawkernel"] = cupy_loop
         _PEER_SYNCS.append(stream.synchronize)
+        # The shape of gpuport's argument cases: an array, a 64-bit and a 32-bit value.
+        with cupy.cuda.Device(ordinal):
+            fill = cupy.RawKernel(
+                'extern "C" __global__ void fill(unsigned int* p, unsigned long long n, unsigned int v) '
+                "{ if (threadIdx.x < n) p[threadIdx.x] = v; }",
+                "fill",
+            )
+            arr = cupy.zeros(256, dtype=cupy.uint32)
+            n0, v7 = cupy.uint64(0), cupy.uint32(7)
+            fill((1,), (256,), (arr, n0, v7), stream=stream)
+            stream.synchronize()
+
+        def cupy_args_loop() -> None:
+            for _ in range(n):
+                fill((1,), (256,), (arr, n0, v7), stream=stream)
+
+        cases["cupy_rawkernel_array_args"] = cupy_args_loop
         func = kernel.kernel.ptr  # CUfunction of the loaded module
     except Exception as e:  # noqa: BLE001 - a missing or broken peer is a skipped row, said so
         print(f"skipped cupy_rawkernel: {e}")

@@ -440,9 +440,13 @@ fn a_launch_keeps_its_owners_until_it_has_run_and_drops_those_of_finished_work(#
     busy(&s, 300);
     let owner = Arc::new(());
     launch(Some(owner.clone())).unwrap();
+    // A launch asks a stream once it holds `keep::LAUNCH_PRUNE_LEN` kept operations.
+    for _ in 1..gpuport::dynamic::keep::LAUNCH_PRUNE_LEN {
+        launch(Some(Arc::new(()))).unwrap();
+    }
     assert_eq!(Arc::strong_count(&owner), 2, "the owners went before the launch ran");
     s.synchronize().unwrap();
-    // The next launch drops the owners of the finished one first; with no
+    // The next launch drops the owners of the finished ones first; with no
     // owners of its own it keeps nothing.
     launch(None).unwrap();
     assert_eq!(Arc::strong_count(&owner), 1, "the owners of finished work were not dropped");

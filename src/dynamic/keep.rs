@@ -34,23 +34,28 @@
 //!   GPU records an event that exists instead of creating and destroying
 //!   one per call.
 //! - Kept operations sit in one queue per stream (a *lane*), oldest
-//!   first. A stream runs its work in order, so its markers complete in the
-//!   order they were recorded: [`prune`] asks the oldest marker of each lane
-//!   and stops at the first that is not complete, instead of asking every
-//!   kept operation's event (one query per busy stream, plus one per
-//!   operation it releases).
+//!   first, in the order their markers were recorded (recorded and queued
+//!   under one lock). A stream runs its work in order, so its markers
+//!   complete in that order: [`prune`] asks the newest marker of each lane
+//!   (one query releases everything when the stream has caught up), else
+//!   finds the first incomplete one by binary search, instead of asking
+//!   every kept operation's event.
+//! - A launch prunes only streams with [`LAUNCH_PRUNE_LEN`] or more kept
+//!   operations: an event query costs about what the launch's own record
+//!   does, so a loop of launches asks once per that many.
 //!
 //! # Soundness
 //!
-//! Owners are dropped only when *their own* marker reports complete (or
-//! cannot be asked at all because its device failed, when nothing will run
-//! any more). A marker is recorded on the stream after the work it guards
-//! was enqueued there, so it completes only once that work has. Stopping a
-//! lane's scan at the first incomplete marker only keeps owners longer: it
-//! never releases anything whose marker was not seen complete. An event
-//! returns to the pool only after its record was seen complete and its
-//! entry removed, so no kept operation refers to it any more when it is
-//! recorded again.
+//! Owners are dropped only when their own marker, or a marker recorded
+//! after it on the same stream, reports complete (or cannot be asked at all
+//! because its device failed, when nothing will run any more). A marker is
+//! recorded on the stream after the work it guards was enqueued there, so
+//! it completes only once that work has; a stream completes its markers in
+//! the order they were recorded, which is a lane's queue order (recorded
+//! and queued under one lock). Asking a lane less often, or not at all,
+//! only keeps owners longer. An event returns to the pool only after its
+//! record was known complete and its entry removed, so no kept operation
+//! refers to it any more when it is recorded again.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -113,15 +118,13 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
     }
     let backend = stream.backend();
     let ordinal = stream.device().info().ordinal;
-    let reuse = {
-        let mut st = state();
-        let at = st.pool.iter().rposition(|(b, o, _)| *b == backend && *o == ordinal);
-        at.map(|i| st.pool.swap_remove(i).2)
-    };
-    // Recorded outside the lock: a driver call (or the host worker's queue).
-    let done = stream.record_marker(reuse)?;
     let key = stream.key();
+    // Recorded under the lock: a lane's queue is then in the order its
+    // markers were recorded, which `take_completed`'s search relies on.
     let mut st = state();
+    let at = st.pool.iter().rposition(|(b, o, _)| *b == backend && *o == ordinal);
+    let reuse = at.map(|i| st.pool.swap_remove(i).2);
+    let done = stream.record_marker(reuse)?;
     let kept = Kept { done, _owners: owners };
     match key.and_then(|k| st.lanes.iter_mut().find(|l| l.key == Some(k))) {
         Some(lane) => lane.queue.push_back(kept),
@@ -225,11 +228,18 @@ fn may_query(backend: BackendKind, ordinal: usize) -> bool {
 /// counts as complete: its device failed, and nothing will run). Work on a
 /// device where a capture forbids event queries is left for a later prune.
 ///
-/// Asks the oldest marker of each stream with kept work, and the next
-/// ones only while they are complete (see the module docs).
+/// Finds each stream's completed markers with a few queries (see the
+/// module docs).
 pub fn prune() {
-    drop(take_completed());
+    drop(take_completed(1));
 }
+
+/// Kept operations a stream gathers before a launch's prune asks about
+/// them ([`take_completed`] from `runtime::launch_and_keep`): an event query
+/// costs about as much as the launch's own record on an H200, so a launch
+/// loop asks once per this many launches, in a few queries, and keeps at
+/// most this many launches' operands longer than their work.
+pub const LAUNCH_PRUNE_LEN: usize = 8;
 
 /// The owners of completed work, taken out of the queues; dropping it drops
 /// them. [`prune`] drops them at once; a caller inside a
@@ -241,7 +251,8 @@ pub(crate) struct Completed {
 }
 
 /// [`prune`]'s queries, with the owners handed back instead of dropped.
-pub(crate) fn take_completed() -> Completed {
+/// Streams with fewer than `min_len` kept operations are not asked.
+pub(crate) fn take_completed(min_len: usize) -> Completed {
     let mut released: Vec<Kept> = Vec::new();
     {
         // No capture begins between `may_query` and the queries (`gate.rs`).
@@ -252,7 +263,7 @@ pub(crate) fn take_completed() -> Completed {
         }
         let State { lanes, pool } = &mut *st;
         lanes.retain_mut(|lane| {
-            if !may_query(lane.backend, lane.ordinal) {
+            if lane.queue.len() < min_len || !may_query(lane.backend, lane.ordinal) {
                 return true;
             }
             if lane.key.is_none() {
@@ -263,26 +274,57 @@ pub(crate) fn take_completed() -> Completed {
                 released.extend(done);
                 return !lane.queue.is_empty();
             }
-            while let Some(front) = lane.queue.front() {
-                match front.done.is_complete() {
-                    Ok(false) => break,
-                    Ok(true) => {
-                        let Some(p) = lane.queue.pop_front() else { break };
-                        if pool.len() < POOL_MAX {
-                            // Its owners go below; the event is free to record again.
-                            pool.push((lane.backend, lane.ordinal, p.done.clone()));
-                        }
-                        released.push(p);
-                    }
-                    // Not to be recorded again: dropped with its owners.
-                    Err(_) => released.extend(lane.queue.pop_front()),
+            let (complete, reusable) = completed_prefix(&lane.queue);
+            for p in lane.queue.drain(..complete) {
+                if reusable && pool.len() < POOL_MAX {
+                    // Its owners go below; the event is free to record again.
+                    pool.push((lane.backend, lane.ordinal, p.done.clone()));
                 }
+                released.push(p);
             }
             !lane.queue.is_empty()
         });
     }
     // Dropped outside the lock (an owner's drop may keep more work), by the caller.
     Completed { _released: released }
+}
+
+/// How many of a stream's kept operations, oldest first, have completed,
+/// and whether their events may be recorded again (not where a query
+/// failed: the device is lost, and the events go with their owners).
+///
+/// The markers of one stream were recorded in queue order
+/// ([`keep_until_done`] records and queues under one lock) and complete in
+/// that order, so a complete marker means every older one is: the newest
+/// is asked first (one query when the stream has caught up), then a binary
+/// search finds the first incomplete one (about log2 of the length).
+fn completed_prefix(queue: &VecDeque<Kept>) -> (usize, bool) {
+    let mut reusable = true;
+    let mut complete = |i: usize| match queue[i].done.is_complete() {
+        Ok(done) => done,
+        Err(_) => {
+            reusable = false;
+            true
+        }
+    };
+    let len = queue.len();
+    if len == 0 {
+        return (0, true);
+    }
+    if complete(len - 1) {
+        return (len, reusable);
+    }
+    // The first incomplete index lies in [lo, hi]; `hi` is known incomplete.
+    let (mut lo, mut hi) = (0, len - 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if complete(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo, reusable)
 }
 
 /// Number of kept operations, completed or not.
@@ -342,5 +384,61 @@ mod tests {
         s.synchronize().unwrap();
         prune();
         assert_eq!(dropped.load(Ordering::SeqCst), 11);
+    }
+
+    #[test]
+    fn a_prune_releases_exactly_the_completed_prefix_of_a_stream() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        for done_before in [1, 3, 6] {
+            let at_start = dropped.load(Ordering::SeqCst);
+            for _ in 0..done_before {
+                keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+            }
+            s.synchronize().unwrap();
+            sleep_on(&s, 200_000_000);
+            for _ in 0..5 {
+                keep_until_done(&s, Box::new(Owner(dropped.clone()))).unwrap();
+            }
+            prune();
+            assert_eq!(
+                dropped.load(Ordering::SeqCst) - at_start,
+                done_before,
+                "{done_before} completed before 5 pending: a prune releases those, and only those"
+            );
+            s.synchronize().unwrap();
+            prune();
+            assert_eq!(dropped.load(Ordering::SeqCst) - at_start, done_before + 5);
+        }
+    }
+
+    #[test]
+    fn a_launch_releases_a_streams_completed_operations_once_it_has_enough() {
+        let dev = crate::open("host").unwrap();
+        let s = AnyStream::create(&dev).unwrap();
+        let m = AnyModule::load(&dev, &Code::Builtin, "keep-test", &[]).unwrap();
+        let k = m.kernel(builtin::EMPTY).unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let launch = |owner: Option<Owner>| {
+            let choice = crate::dynamic::runtime::StreamChoice::stream(s.clone());
+            // SAFETY: the built-in empty kernel takes no arguments.
+            unsafe {
+                crate::dynamic::runtime::launch_and_keep(&k, builtin::EMPTY, LaunchConfig::linear(1, 1), &KernelArgs::new(), None, choice, owner)
+            }
+            .unwrap()
+        };
+        // Behind a sleep, so no prune (other tests prune every stream)
+        // releases any of them before the stream is synchronized.
+        sleep_on(&s, 50_000_000);
+        for _ in 0..LAUNCH_PRUNE_LEN {
+            launch(Some(Owner(dropped.clone())));
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        s.synchronize().unwrap();
+        launch(None);
+        let key = s.key();
+        let left = state().lanes.iter().filter(|l| l.key == key).map(|l| l.queue.len()).sum::<usize>();
+        assert_eq!((dropped.load(Ordering::SeqCst), left), (LAUNCH_PRUNE_LEN, 0), "all complete: one launch releases them");
     }
 }

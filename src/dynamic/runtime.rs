@@ -501,7 +501,8 @@ pub unsafe fn launch(
 }
 
 /// A binding's whole `launch_kernel` in one call: drops the owners of
-/// completed work ([`keep::prune`]), makes the [`launch`] and keeps
+/// completed work on streams with [`keep::LAUNCH_PRUNE_LEN`] or more kept
+/// operations (as [`keep::prune`]), makes the [`launch`] and keeps
 /// `owners` until it has run (`None`, with nothing found to keep either:
 /// no marker is recorded, as [`Enqueued::keep_some`]).
 ///
@@ -525,7 +526,7 @@ pub unsafe fn launch_and_keep<T: Send + 'static>(
     // Declared first, so dropped last: after the scope below has ended.
     let completed;
     let _bound = crate::backend::bound::scope();
-    completed = keep::take_completed();
+    completed = keep::take_completed(keep::LAUNCH_PRUNE_LEN);
     // SAFETY: the caller's contract, forwarded.
     let enqueued = unsafe { launch(kernel, name, config, args, first_pointer, stream) }?;
     let kept = enqueued.keep_some(owners);
@@ -612,6 +613,10 @@ mod tests {
         let empty = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::EMPTY).unwrap();
         let in_scope = Arc::new(AtomicBool::new(true));
         keep::keep_until_done(&s, Box::new(DroppedInScope(in_scope.clone()))).unwrap();
+        // Enough kept for a launch to ask the stream (`keep::LAUNCH_PRUNE_LEN`).
+        for _ in 1..keep::LAUNCH_PRUNE_LEN {
+            keep::keep_until_done(&s, Box::new(())).unwrap();
+        }
         s.synchronize().unwrap();
         let config = LaunchConfig::linear(1, 1);
         // SAFETY: the empty kernel takes no arguments and touches no memory.
