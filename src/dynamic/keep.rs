@@ -424,7 +424,15 @@ mod tests {
             let choice = crate::dynamic::runtime::StreamChoice::stream(s.clone());
             // SAFETY: the built-in empty kernel takes no arguments.
             unsafe {
-                crate::dynamic::runtime::launch_and_keep(&k, builtin::EMPTY, LaunchConfig::linear(1, 1), &KernelArgs::new(), None, choice, owner)
+                crate::dynamic::runtime::launch_and_keep(
+                    &k,
+                    builtin::EMPTY,
+                    LaunchConfig::linear(1, 1),
+                    &KernelArgs::new(),
+                    None,
+                    choice,
+                    owner,
+                )
             }
             .unwrap()
         };
@@ -439,6 +447,10 @@ mod tests {
         launch(None);
         let key = s.key();
         let left = state().lanes.iter().filter(|l| l.key == key).map(|l| l.queue.len()).sum::<usize>();
-        assert_eq!((dropped.load(Ordering::SeqCst), left), (LAUNCH_PRUNE_LEN, 0), "all complete: one launch releases them");
+        assert_eq!(
+            (dropped.load(Ordering::SeqCst), left),
+            (LAUNCH_PRUNE_LEN, 0),
+            "all complete: one launch releases them"
+        );
     }
 }
