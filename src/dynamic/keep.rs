@@ -235,10 +235,11 @@ pub fn prune() {
 }
 
 /// Kept operations a stream gathers before a launch's prune asks about
-/// them (from [`runtime::launch_and_keep`](super::runtime::launch_and_keep)): an event query
-/// costs about a third of a launch on an H200 (1.3 µs, ten times the
-/// marker's record), so a launch loop asks once per this many launches, in a few queries, and keeps at
-/// most this many launches' operands longer than their work.
+/// them (from [`runtime::launch_and_keep`](super::runtime::launch_and_keep)):
+/// an event query costs about a third of a launch on an H200 (1.3 µs, ten
+/// times the marker's record), so a launch loop asks once per this many
+/// launches, in a few queries, and keeps at most this many launches'
+/// operands longer than their work.
 pub const LAUNCH_PRUNE_LEN: usize = 8;
 
 /// The owners of completed work, taken out of the queues; dropping it drops
