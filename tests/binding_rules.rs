@@ -172,3 +172,19 @@ fn allocator_hooks_take_sizes_an_allocation_can_span() {
     assert_eq!(e, RequestTooLarge { size: 1 << 63 });
     assert_eq!(e.to_string(), "cannot allocate 9223372036854775808 bytes: more than isize::MAX");
 }
+
+#[test]
+fn allocator_hooks_read_a_negative_device_id_as_their_library_does() {
+    use gpuport::dynamic::memory::{hook_device, NegativeId};
+    use gpuport::BackendKind;
+    // PyTorch: -1 is CPU memory, the host backend.
+    assert_eq!(hook_device(BackendKind::Cuda, -1, NegativeId::Host).unwrap().info().spec(), "host");
+    // CuPy: a negative id names no device.
+    for id in [-1, i32::MIN] {
+        let e = hook_device(BackendKind::Cuda, id, NegativeId::Refused).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "device id", .. }), "{e}");
+        assert!(e.to_string().contains(&format!("{id} is negative")), "{e}");
+    }
+    // Ordinals open the backend's device.
+    assert_eq!(hook_device(BackendKind::Host, 0, NegativeId::Refused).unwrap().info().spec(), "host");
+}

@@ -519,6 +519,38 @@ pub fn signed_request(size: isize) -> Result<Option<usize>> {
     }
 }
 
+/// What a peer library's allocator hook means by a negative device id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NegativeId {
+    /// The host backend: PyTorch's pluggable allocator passes -1 for CPU memory.
+    Host,
+    /// No device: CuPy's allocator names devices by ordinals only.
+    Refused,
+}
+
+/// The device a peer library's allocator hook names by `id`: device `id`
+/// of backend `kind`, or for a negative id what `negative` says.
+///
+/// ```
+/// use gpuport::dynamic::memory::{hook_device, NegativeId};
+/// use gpuport::BackendKind;
+/// assert_eq!(hook_device(BackendKind::Host, 0, NegativeId::Refused)?.info().spec(), "host");
+/// assert_eq!(hook_device(BackendKind::Cuda, -1, NegativeId::Host)?.info().spec(), "host");
+/// let refused = hook_device(BackendKind::Cuda, -1, NegativeId::Refused).unwrap_err();
+/// assert_eq!(refused.to_string(), "invalid argument device id: -1 is negative; device ids are 0 or more");
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+pub fn hook_device(kind: BackendKind, id: i32, negative: NegativeId) -> Result<AnyDevice> {
+    match (usize::try_from(id), negative) {
+        (Ok(ordinal), _) => crate::open_kind(kind, ordinal),
+        (Err(_), NegativeId::Host) => crate::open_kind(BackendKind::Host, 0),
+        (Err(_), NegativeId::Refused) => Err(crate::Error::InvalidArgument {
+            name: "device id",
+            reason: format!("{id} is negative; device ids are 0 or more"),
+        }),
+    }
+}
+
 /// The bytes CuPy's allocator hook allocates for a request of `size` (its
 /// `size_t`): at most `isize::MAX`, as every allocation ([`alloc`] reserves
 /// at least 1 byte for 0).

@@ -56,6 +56,17 @@ impl<B: Backend> StatisticsResource<B> {
     }
 }
 
+/// Raises `peak` to `now` if `now` is higher. A peak never falls, so one
+/// that already reads `now` or more needs no locked instruction: in a
+/// steady loop of allocations and frees this saves two of the six atomic
+/// read-modify-writes an allocation makes here.
+#[inline]
+fn raise_peak(peak: &AtomicUsize, now: usize) {
+    if now > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
 impl<B: Backend> fmt::Debug for StatisticsResource<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "StatisticsResource({:?}, {:?})", self.inner, self.get())
@@ -75,10 +86,10 @@ unsafe impl<B: Backend> MemoryResource<B> for StatisticsResource<B> {
         let block = self.inner.allocate(bytes, stream)?;
         let len = block.len();
         let now = self.current_bytes.fetch_add(len, Ordering::Relaxed) + len;
-        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+        raise_peak(&self.peak_bytes, now);
         self.total_bytes.fetch_add(len, Ordering::Relaxed);
         let count = self.current_count.fetch_add(1, Ordering::Relaxed) + 1;
-        self.peak_count.fetch_max(count, Ordering::Relaxed);
+        raise_peak(&self.peak_count, count);
         self.total_count.fetch_add(1, Ordering::Relaxed);
         Ok(block)
     }

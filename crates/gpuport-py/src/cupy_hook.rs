@@ -22,7 +22,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
-use gpuport::dynamic::memory as core_memory;
+use gpuport::dynamic::memory::{self as core_memory, NegativeId};
 use gpuport::dynamic::AnyStream;
 use gpuport::BackendKind;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -89,10 +89,8 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
     let size = core_memory::unsigned_request(size).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let kind = backend_of_code(BACKEND.load(Ordering::Acquire))
         .ok_or_else(|| PyRuntimeError::new_err("gpuport's CuPy allocator is not installed"))?;
-    let ordinal = usize::try_from(device_id)
-        .map_err(|_| PyValueError::new_err(format!("CuPy device id {device_id} is negative")))?;
+    let dev = core_memory::hook_device(kind, device_id, NegativeId::Refused).py_err(py)?;
     let handle = cupy_current_stream(py)?;
-    let dev = gpuport::open_kind(kind, ordinal).py_err(py)?;
     // SAFETY: CuPy's current stream is live (CuPy keeps the current stream
     // object alive while it is current) or 0, the default stream. The pool
     // names it only during this call (see crates/gpuport-py/src/memory.rs).

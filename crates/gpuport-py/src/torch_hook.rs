@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use gpuport::dynamic::memory as core_memory;
+use gpuport::dynamic::memory::{self as core_memory, NegativeId};
 use gpuport::dynamic::AnyStream;
 use gpuport::{AnyDevice, BackendKind};
 use pyo3::exceptions::PyValueError;
@@ -28,11 +28,8 @@ use pyo3::prelude::*;
 static BACKEND: AtomicU8 = AtomicU8::new(0);
 
 fn device_for_ordinal(device: c_int) -> gpuport::Result<AnyDevice> {
-    let Ok(ordinal) = usize::try_from(device) else {
-        return gpuport::open("host");
-    };
     let kind = if BACKEND.load(Ordering::Acquire) == 1 { BackendKind::Rocm } else { BackendKind::Cuda };
-    gpuport::open_kind(kind, ordinal)
+    core_memory::hook_device(kind, device, NegativeId::Host)
 }
 
 fn torch_malloc(size: isize, device: c_int, stream: usize) -> gpuport::Result<*mut c_void> {

@@ -342,7 +342,7 @@ def test_cupy_c_malloc_failure_raises_in_the_caller(cupy_c_functions):
     c0, b0 = _count("host")
     with pytest.raises(ValueError, match=r"cannot allocate 9223372036854775808 bytes: more than isize::MAX"):
         malloc(None, 1 << 63, 0)
-    with pytest.raises(ValueError, match=r"CuPy device id -1 is negative"):
+    with pytest.raises(ValueError, match=r"device id: -1 is negative; device ids are 0 or more"):
         malloc(None, 64, -1)
     stub.stub_set_stream(7)  # the host backend has no integer stream handles
     with pytest.raises(ValueError, match=r"stream 7: the host backend's streams have no integer handles"):
