@@ -1,10 +1,11 @@
 //! [`MemArray`]: an `N`-dimensional array with a host copy and a device copy.
 //!
-//! (Over 800 lines: the state rules below, residency, pending work, locks
-//! and exports, are checked by every method here and are read best in one
-//! place. The host copy is in `host_storage.rs`, capture and graph
-//! replays in `capture.rs`, moves to another device in `peer.rs`, the
-//! pipelined upload in `upload.rs`.)
+//! The state rules below (residency, pending work, locks and exports) and
+//! the moves between the copies are here. Element access is in
+//! `access.rs`, the addresses and exports handed out in `export.rs`, the
+//! kernel methods in `kernels.rs`, the host copy in `host_storage.rs`,
+//! capture and graph replays in `capture.rs`, moves to another device in
+//! `peer.rs`, the pipelined upload in `upload.rs`.
 //!
 //! ## Memory and streams
 //! Every allocation of an array goes through its device's current resource
@@ -39,27 +40,24 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{checked_len, row_major_strides, ArrayIndexer, Element, Location, LockError, ResidencyError, ShapeError};
-use crate::backend::graph::capture_section;
-use crate::backend::order::hold_in_order;
-use crate::backend::{address_to_usize, Backend, Device, DeviceMemory, Event, Stream};
-use crate::dlpack::export::Dims;
-use crate::dlpack::ffi::DLDevice;
-use crate::dlpack::{dl_device, ExportSource};
-use crate::error::{BackendKind, Error, Result};
-use crate::kernels::{self, Scalar};
+use super::{checked_len, Element, Location, LockError, ResidencyError, ShapeError};
+use crate::backend::{Device, DeviceMemory, Event, Stream};
+use crate::error::Result;
 use crate::memory::{DeviceAllocation, GuardedRelease, StreamUse};
 use crate::HostDevice;
 
+mod access;
 mod capture;
 mod device_data;
+mod export;
 mod host_storage;
+mod kernels;
 mod managed;
 mod peer;
 mod replay;
 mod upload;
+use capture::not_capturable;
 pub use capture::DeviceCopyToken;
-use capture::{kernel_bind_scope, not_capturable};
 use host_storage::{zeroed_vec, HostStorage};
 
 /// An id that locks a [`MemArray`] for one user (docs/design.md#lock-ids).
@@ -625,212 +623,6 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
         Ok(())
     }
 
-    // ---- checked access ------------------------------------------------------
-
-    /// Reads the element at `index` from the host copy.
-    ///
-    /// Errors: locked without the id, the host copy not current, or out of bounds.
-    pub fn get(&self, index: [usize; N], lock: Option<LockId>) -> Result<T> {
-        self.check_lock("get", lock)?;
-        self.check_resident("get", Location::Host)?;
-        let lin = self.linear(index)?;
-        self.wait_pending()?;
-        // SAFETY: `lin < len` (checked); no copy is writing (waited), and
-        // writes through this array need `&mut self`.
-        Ok(unsafe { self.host.slice()[lin] })
-    }
-
-    /// Writes the element at `index` in the host copy; the device copy
-    /// becomes stale.
-    ///
-    /// Errors: locked without the id, the host copy not current, or out of bounds.
-    pub fn set(&mut self, index: [usize; N], value: T, lock: Option<LockId>) -> Result<()> {
-        self.check_lock("set", lock)?;
-        self.check_resident("set", Location::Host)?;
-        let lin = self.linear(index)?;
-        self.synchronize()?;
-        // SAFETY: `lin < len`; `&mut self` and the finished copies exclude
-        // every other access through this array.
-        unsafe { self.host.slice_mut()[lin] = value };
-        self.set_residency(Residency::Host);
-        Ok(())
-    }
-
-    /// Reads the element at `index` without any check.
-    ///
-    /// # Safety
-    /// - every `index[i] < shape[i]`;
-    /// - the host copy is current and no asynchronous copy is pending
-    ///   (otherwise the value is stale or the read races the copy).
-    pub unsafe fn get_unchecked(&self, index: [usize; N]) -> T {
-        let lin = self.linear_unchecked(index);
-        // SAFETY: the caller guarantees the index is in bounds and no copy
-        // writes the block.
-        unsafe { *self.host.ptr().add(lin) }
-    }
-
-    /// Writes the element at `index` without any check; the device copy
-    /// becomes stale.
-    ///
-    /// # Safety
-    /// - every `index[i] < shape[i]`;
-    /// - no asynchronous copy is pending (the write would race it).
-    pub unsafe fn set_unchecked(&mut self, index: [usize; N], value: T) {
-        let _order = self.replay_order();
-        self.sync_replays();
-        let lin = self.linear_unchecked(index);
-        // SAFETY: the caller guarantees bounds and no concurrent copy.
-        unsafe { *self.host.ptr().add(lin) = value };
-        self.set_residency(Residency::Host);
-    }
-
-    fn linear_unchecked(&self, index: [usize; N]) -> usize {
-        index.iter().zip(&self.shape).fold(0usize, |lin, (&i, &e)| lin.wrapping_mul(e).wrapping_add(i))
-    }
-
-    /// The host copy as a slice (row-major).
-    pub fn as_slice(&self, lock: Option<LockId>) -> Result<&[T]> {
-        self.check_lock("as_slice", lock)?;
-        self.check_resident("as_slice", Location::Host)?;
-        self.wait_pending()?;
-        // SAFETY: no copy is writing (waited); writes through this array need
-        // `&mut self`, which the returned borrow excludes.
-        Ok(unsafe { self.host.slice() })
-    }
-
-    /// The host copy as a mutable slice; the device copy becomes stale.
-    pub fn as_mut_slice(&mut self, lock: Option<LockId>) -> Result<&mut [T]> {
-        self.check_lock("as_mut_slice", lock)?;
-        self.check_resident("as_mut_slice", Location::Host)?;
-        self.synchronize()?;
-        self.set_residency(Residency::Host);
-        // SAFETY: `&mut self` is borrowed for the slice's lifetime and no copy
-        // is pending, so the slice is the only access.
-        Ok(unsafe { self.host.slice_mut() })
-    }
-
-    /// Copies `src` (row-major, `len()` elements) into the host copy, which
-    /// becomes the only current copy.
-    pub fn copy_from_slice(&mut self, src: &[T], lock: Option<LockId>) -> Result<()> {
-        self.check_lock("copy_from_slice", lock)?;
-        self.check_len("copy_from_slice", src.len())?;
-        self.synchronize()?;
-        // SAFETY: as in `as_mut_slice`; `src.len()` is the length, checked above.
-        unsafe { self.host.overwrite_from(src) };
-        self.set_residency(Residency::Host);
-        Ok(())
-    }
-
-    /// Sets every element of the host copy to `value`; the device copy becomes stale.
-    pub fn fill(&mut self, value: T, lock: Option<LockId>) -> Result<()> {
-        self.check_lock("fill", lock)?;
-        self.synchronize()?;
-        // SAFETY: as in `as_mut_slice`.
-        unsafe { self.host.overwrite_with(value) };
-        self.set_residency(Residency::Host);
-        Ok(())
-    }
-
-    /// Copies the host copy (row-major) into `dst`, which must have `len()` elements.
-    pub fn copy_to_slice(&self, dst: &mut [T], lock: Option<LockId>) -> Result<()> {
-        self.check_len("copy_to_slice", dst.len())?;
-        dst.copy_from_slice(self.as_slice(lock)?);
-        Ok(())
-    }
-
-    /// The host copy as a new `Vec` (row-major).
-    pub fn to_vec(&self, lock: Option<LockId>) -> Result<Vec<T>> {
-        Ok(self.as_slice(lock)?.to_vec())
-    }
-
-    // ---- raw access for kernels ------------------------------------------------
-
-    /// The address of the host copy, for reading.
-    ///
-    /// Obtaining the pointer is safe; using it is `unsafe` and the caller's
-    /// contract is: read at most `len()` elements, only while the array is
-    /// alive, not moved to the device and back, and not written through
-    /// `&mut` methods. The host copy counts as exported from then on (see
-    /// the [module docs](self)).
-    pub fn host_ptr(&self, lock: Option<LockId>) -> Result<*const T> {
-        self.check_lock("host_ptr", lock)?;
-        self.check_resident("host_ptr", Location::Host)?;
-        self.wait_pending()?;
-        self.host.mark_exported();
-        Ok(self.host.ptr())
-    }
-
-    /// The address of the host copy, for reading and writing. The host copy
-    /// becomes the only current copy (the caller may write through it).
-    ///
-    /// Contract for using the pointer (the dereference is `unsafe`): at most
-    /// `len()` elements, only until the next call on this array. The host
-    /// copy counts as exported from then on.
-    pub fn host_ptr_mut(&mut self, lock: Option<LockId>) -> Result<*mut T> {
-        self.check_lock("host_ptr_mut", lock)?;
-        self.check_resident("host_ptr_mut", Location::Host)?;
-        self.synchronize()?;
-        self.set_residency(Residency::Host);
-        self.host.mark_exported();
-        Ok(self.host.ptr())
-    }
-
-    /// The device address of the device copy (0 for an empty array), for
-    /// kernels that only read it.
-    ///
-    /// Contract for kernels using it: read at most `len()` elements, on the
-    /// stream of the last [`move_to`](Self::move_to) or after
-    /// [`pending_event`](Self::pending_event), while the array is alive. The
-    /// device copy counts as exported from then on: work on any stream may
-    /// use the address, and the memory's release waits for the whole device
-    /// (see the [module docs](self)).
-    pub fn device_ptr(&self, lock: Option<LockId>) -> Result<u64> {
-        let copy = self.device_copy("device_ptr", lock)?;
-        Ok(copy.map_or(0, |b| b.export()))
-    }
-
-    /// The device address of the device copy for kernels that write it; the
-    /// device copy becomes the only current copy. Contract as for
-    /// [`device_ptr`](Self::device_ptr).
-    pub fn device_ptr_mut(&mut self, lock: Option<LockId>) -> Result<u64> {
-        let _order = self.replay_order();
-        self.sync_replays();
-        let p = self.device_ptr(lock)?;
-        self.set_residency(Residency::Device);
-        Ok(p)
-    }
-
-    /// The device copy after the checks of an operation that needs it
-    /// current (`None` for an empty array).
-    fn device_copy(&self, op: &'static str, lock: Option<LockId>) -> Result<Option<&Arc<DeviceCopy<D>>>> {
-        self.check_lock(op, lock)?;
-        self.check_resident(op, Location::Device)?;
-        Ok(self.buffer.as_ref())
-    }
-
-    /// An [`ArrayIndexer`] over the copy at `loc`, to pass to a kernel by
-    /// value. The copy at `loc` becomes the only current one (the kernel may
-    /// write). The indexer's address follows the contract of
-    /// [`host_ptr_mut`](Self::host_ptr_mut) / [`device_ptr_mut`](Self::device_ptr_mut).
-    pub fn indexer(&mut self, loc: Location, lock: Option<LockId>) -> Result<ArrayIndexer<T, N>> {
-        let data = match loc {
-            Location::Host => self.host_ptr_mut(lock)?,
-            Location::Device => address_to_usize(self.device_ptr_mut(lock)?) as *mut T,
-        };
-        ArrayIndexer::new(data, self.shape_i64()).ok_or_else(|| {
-            Error::from(ShapeError::TooLarge { shape: self.shape.to_vec(), elem_size: std::mem::size_of::<T>() })
-        })
-    }
-
-    /// The extents as kernels take them.
-    fn shape_i64(&self) -> [i64; N] {
-        let mut shape = [0i64; N];
-        for (s, &e) in shape.iter_mut().zip(&self.shape) {
-            *s = super::extent_i64(e);
-        }
-        shape
-    }
-
     // ---- copies and swaps ----------------------------------------------------
 
     /// A deep copy. Current copies are copied where they are: a current
@@ -862,97 +654,6 @@ impl<T: Element, const N: usize, D: Device> MemArray<T, N, D> {
     pub fn swap(&mut self, other: &mut Self) {
         std::mem::swap(self, other);
     }
-
-    // ---- views and export ----------------------------------------------------
-
-    /// The device's DLPack device for the copy at `loc`.
-    pub fn dl_device(&self, loc: Location) -> DLDevice {
-        match loc {
-            Location::Host => dl_device(BackendKind::Host, crate::MemoryKind::Host, 0),
-            Location::Device => {
-                let kind = self.buffer.as_ref().map_or(crate::MemoryKind::Device, |b| b.kind());
-                dl_device(<D::B as Backend>::KIND, kind, self.device.info().ordinal)
-            }
-        }
-    }
-
-    /// Element strides of the (row-major) array.
-    pub fn strides(&self) -> [isize; N] {
-        row_major_strides(&self.shape)
-    }
-
-    /// The pieces of a DLPack export of the copy at `loc` (optionally a
-    /// fresh copy of it), keeping the memory alive through an `Arc`.
-    pub(crate) fn export_source(&self, loc: Location, copy: bool, lock: Option<LockId>) -> Result<ExportSource> {
-        // No replay writes the device copy while it is copied.
-        let _order = self.replay_order();
-        self.check_lock("to_dlpack", lock)?;
-        self.check_resident("to_dlpack", loc)?;
-        // An export has no stream to order against: finish pending copies.
-        self.wait_pending()?;
-        let (data, keep): (*mut T, Arc<dyn Send + Sync>) = match loc {
-            Location::Host if copy => {
-                let mut v = zeroed_vec::<T>(self.len)?;
-                // SAFETY: as in `as_slice`.
-                v.copy_from_slice(unsafe { self.host.slice() });
-                let s = Arc::new(HostStorage::from_vec(v));
-                (s.ptr(), s)
-            }
-            Location::Host => {
-                self.host.mark_exported();
-                (self.host.ptr(), self.host.clone())
-            }
-            Location::Device if copy => match self.copy_device_copy(true)? {
-                Some(dst) => (address_to_usize(dst.device_ptr()) as *mut T, Arc::new(dst)),
-                None => (std::ptr::null_mut(), Arc::new(())),
-            },
-            Location::Device => match &self.buffer {
-                Some(b) => (address_to_usize(b.export()) as *mut T, b.clone()),
-                None => (std::ptr::null_mut(), Arc::new(())),
-            },
-        };
-        let data = if self.len == 0 { std::ptr::null_mut() } else { data };
-        // The shape, then the strides, side by side.
-        let dims: Dims =
-            self.shape.iter().map(|&e| super::extent_i64(e)).chain(self.strides().iter().map(|&s| s as i64)).collect();
-        // SAFETY: `data` addresses `len` elements laid out by the shape and
-        // strides in `dims` (`N` of each) in the memory `keep` owns (or is
-        // null for an empty array), in the device `dl_device(loc)` describes.
-        Ok(unsafe { ExportSource::from_dims(data.cast(), self.dl_device(loc), T::DTYPE, N, dims, 0, keep) })
-    }
-
-    /// How many DLPack exports and views still share this array's host or
-    /// device memory (each holds an `Arc` of it).
-    pub fn live_exports(&self) -> usize {
-        let dev = self.buffer.as_ref().map_or(0, |b| Arc::strong_count(b) - 1);
-        Arc::strong_count(&self.host) - 1 + dev
-    }
-
-    /// The address of the current host copy and an owner that keeps it
-    /// alive, for zero-copy exports built outside this crate (the Python
-    /// package's DLPack and array-interface exports). Waits for pending copies.
-    ///
-    /// Contract for using the pointer: `len()` elements in row-major order,
-    /// valid while the owner is alive; writes only while no `&mut` method of
-    /// this array runs.
-    pub fn host_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
-        self.check_lock("host_view", lock)?;
-        self.check_resident("host_view", Location::Host)?;
-        self.wait_pending()?;
-        self.host.mark_exported();
-        Ok((self.host.ptr(), self.host.clone()))
-    }
-
-    /// The address of the current device copy (null for an empty array) and
-    /// an owner that keeps it alive. Does not wait: order work on another
-    /// stream after [`pending_event`](Self::pending_event). The device copy
-    /// counts as exported from then on (see the [module docs](self)).
-    pub fn device_parts(&self, lock: Option<LockId>) -> Result<(*mut T, Arc<dyn Send + Sync>)> {
-        Ok(match self.device_copy("device_view", lock)? {
-            Some(b) => (address_to_usize(b.export()) as *mut T, b.clone() as Arc<dyn Send + Sync>),
-            None => (std::ptr::null_mut(), Arc::new(()) as Arc<dyn Send + Sync>),
-        })
-    }
 }
 
 impl<T: Element, const N: usize, D: Device> Clone for MemArray<T, N, D> {
@@ -967,135 +668,5 @@ impl<T: Element, const N: usize, D: Device> Clone for MemArray<T, N, D> {
             Ok(a) => a,
             Err(e) => panic!("MemArray::clone failed: {e}; use try_clone to handle this as an error"),
         }
-    }
-}
-
-/// The built-in kernels as array methods (docs/design.md#the-test-kernel).
-///
-/// Each moves the data to the device first if it is not current there (on
-/// `stream`, asynchronously), makes `stream` wait for the array's pending
-/// copy or kernel (which may be on another stream), enqueues the kernel on
-/// `stream`, and leaves the device copy as the only current one. Host access
-/// afterwards waits for the kernel: it is recorded as the array's pending work.
-impl<T: Element + Scalar, const N: usize, D: Device> MemArray<T, N, D> {
-    /// Adds to every element the sum of its indices.
-    ///
-    /// ```
-    /// use gpuport::{Device, array::{Location, MemArray, Transfer}};
-    /// let dev = gpuport::HostDevice::open(0)?;
-    /// let mut a = MemArray::<f32, 2, _>::from_vec(&dev, [2, 3], vec![2.0; 6])?;
-    /// a.add_index(dev.default_stream(), None)?;
-    /// a.move_to(Location::Host, dev.default_stream(), Transfer::Sync, None)?;
-    /// assert_eq!(a.get([1, 2], None)?, 2.0 + 1.0 + 2.0);
-    /// # Ok::<(), gpuport::Error>(())
-    /// ```
-    pub fn add_index(&mut self, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let _section = self.section(stream); // as in `move_to`
-        let (copy, captured) = self.prepare_kernel(stream, lock)?;
-        let _bound = kernel_bind_scope();
-        let shape = self.shape_i64();
-        {
-            let on = if captured { None } else { copy.as_ref().map(|c| c.use_on(stream)).transpose()? };
-            let data = match (&on, &copy) {
-                (Some(u), _) => u.device_ptr(),
-                (None, Some(c)) => c.device_ptr(),
-                (None, None) => 0,
-            };
-            // SAFETY: `data` is the device copy of `len` elements (0 for an
-            // empty array). Run now: the copy lives in `self`, whose drop and
-            // host accesses wait for the event `record_pending` records after
-            // the launch, and `on` records the use for the resource.
-            // Captured: the graph keeps the copy (`prepare_captured_kernel`)
-            // and its drop waits for its replays.
-            unsafe { kernels::add_index_async::<D, T, N>(&self.device, data, shape, stream)? };
-        }
-        self.finish_kernel(stream, captured)
-    }
-
-    /// Multiplies every element by `alpha`.
-    pub fn scale(&mut self, alpha: T::Compute, stream: &Stream<D::B>, lock: Option<LockId>) -> Result<()> {
-        let _section = self.section(stream); // as in `move_to`
-        let (copy, captured) = self.prepare_kernel(stream, lock)?;
-        let _bound = kernel_bind_scope();
-        match &copy {
-            // SAFETY: as in `add_index`.
-            Some(copy) if captured => unsafe { kernels::scale_async::<D, T, _>(&self.device, &**copy, alpha, stream)? },
-            Some(copy) => {
-                let on = copy.use_on(stream)?;
-                // SAFETY: as in `add_index`.
-                unsafe { kernels::scale_async::<D, T, _>(&self.device, &on, alpha, stream)? };
-            }
-            None => {}
-        }
-        self.finish_kernel(stream, captured)
-    }
-
-    /// `self += alpha * x`, element by element; `x` (same shape, same device)
-    /// is moved to the device too.
-    pub fn axpy(
-        &mut self,
-        alpha: T::Compute,
-        x: &mut MemArray<T, N, D>,
-        stream: &Stream<D::B>,
-        lock: Option<LockId>,
-    ) -> Result<()> {
-        if x.shape != self.shape {
-            return Err(ShapeError::ShapeMismatch {
-                what: "x",
-                expected: self.shape.to_vec(),
-                found: x.shape.to_vec(),
-            }
-            .into());
-        }
-        if !Arc::ptr_eq(&x.device, &self.device) {
-            return Err(Error::DeviceMismatch {
-                what: "x",
-                expected: self.device.info().spec(),
-                found: x.device.info().spec(),
-            });
-        }
-        // As in `move_to`, for both arrays (`src/backend/order.rs`).
-        let _order = hold_in_order(self.order_lock().into_iter().chain(x.order_lock()));
-        let _section = capture_section::<D::B>(stream);
-        if self.device.capture_status(stream)?.is_capturing() {
-            // `x` is only read: captured as `self` is, but its residency stays.
-            x.check_capturable("kernel", stream, None, false)?;
-            if let (Some(y), Some(xb)) = (self.prepare_captured_kernel(stream, lock)?, x.buffer.clone()) {
-                // SAFETY: as in `add_index`, captured: the graph keeps both copies.
-                unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &*y, &*xb, alpha, stream)? };
-            }
-            return Ok(());
-        }
-        x.move_to(Location::Device, stream, Transfer::Async, None)?;
-        x.order_stream(stream)?;
-        let (y, xb) = (self.prepare_kernel(stream, lock)?.0, x.buffer.clone());
-        // After `y` and `xb`, so they are dropped after the scope ends.
-        let _bound = kernel_bind_scope();
-        if let (Some(y), Some(xb)) = (&y, &xb) {
-            let (y_on, x_on) = (y.use_on(stream)?, xb.use_on(stream)?);
-            // SAFETY: as in `add_index`; `x` also records the kernel as pending.
-            unsafe { kernels::axpy_async::<D, T, _, _>(&self.device, &y_on, &x_on, alpha, stream)? };
-            x.record_pending(stream)?;
-        }
-        self.record_pending(stream)
-    }
-
-    /// Moves the data to the device if needed, orders `stream` after the
-    /// array's pending work, makes the device copy the only current one, and
-    /// returns it (`None` for an empty array), with whether `stream` is
-    /// capturing (then see [`prepare_captured_kernel`](Self::prepare_captured_kernel)).
-    fn prepare_kernel(
-        &mut self,
-        stream: &Stream<D::B>,
-        lock: Option<LockId>,
-    ) -> Result<(Option<Arc<DeviceCopy<D>>>, bool)> {
-        if self.device.capture_status(stream)?.is_capturing() {
-            return Ok((self.prepare_captured_kernel(stream, lock)?, true));
-        }
-        self.move_to(Location::Device, stream, Transfer::Async, lock)?;
-        self.order_stream(stream)?;
-        let copy = self.device_copy("kernel", lock)?.cloned();
-        self.set_residency(Residency::Device);
-        Ok((copy, false))
     }
 }

@@ -7,15 +7,17 @@
 //! link to the same file. Where an earlier name of cudarc's list is another
 //! file on the loader path, cudarc takes that one; so the file cudarc really
 //! uses is read back (`dladdr` on one of its symbols) and that is what is
-//! recorded.
+//! recorded. [`driver`] loads and initializes libcuda once, with this search.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
+use cudarc::driver::{result as cu, sys};
 use libloading::Library;
 
+use super::{check, status};
 use crate::backend::library::{self, LibrarySpec, Loaded, Source};
-use crate::error::BackendKind;
+use crate::error::{BackendKind, Error, Result};
 
 /// The search for the driver library. No wheel ships it: it comes with
 /// the kernel driver.
@@ -135,4 +137,42 @@ fn same_file(candidate: &str, loaded: &str) -> bool {
     }
     let canon = |p: &str| std::fs::canonicalize(p).ok();
     candidate.contains('/') && canon(candidate).is_some_and(|c| Some(c) == canon(loaded))
+}
+
+/// The library names cudarc tries for `lib`, without repeats and without
+/// `searched` (tried already by gpuport's search), comma separated.
+pub(super) fn candidates(lib: &str, searched: &[&str]) -> String {
+    let mut names = cudarc::get_lib_name_candidates(lib);
+    let mut seen: std::collections::HashSet<String> = searched.iter().map(|s| s.to_string()).collect();
+    names.retain(|n| seen.insert(n.clone()));
+    names.join(", ")
+}
+
+/// Loads and initializes the driver once; the outcome (and why it failed) is cached.
+pub(crate) fn driver() -> Result<i32> {
+    static STATE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
+    let state = STATE.get_or_init(|| {
+        let searched = preload(&CUDA_SPEC);
+        // SAFETY: only tries `dlopen` on cudarc's candidate names.
+        if !unsafe { sys::is_culib_present() } {
+            let tried = searched.err().unwrap_or_default();
+            return Err(format!("libcuda: tried {tried}, then cudarc's names {}", candidates("cuda", CUDA_SPEC.names)));
+        }
+        check("cuInit", cu::init()).map_err(|e| e.to_string())?;
+        // SAFETY: cuInit went through cudarc's library, so it is loaded.
+        record_used(&CUDA_SPEC, unsafe { sys::culib() }, "cuInit");
+        let mut version = 0;
+        // SAFETY: writes one int; the library is loaded (probed above).
+        status("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) }).map_err(|e| e.to_string())?;
+        Ok(version)
+    });
+    match state {
+        Ok(v) => Ok(*v),
+        Err(msg) if msg.starts_with("libcuda: tried ") => Err(Error::LibraryNotFound {
+            backend: BackendKind::Cuda,
+            library: "libcuda",
+            tried: msg.trim_start_matches("libcuda: tried ").to_string(),
+        }),
+        Err(msg) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: msg.clone() }),
+    }
 }

@@ -23,8 +23,9 @@
 //! - resident grids from the occupancy call (`RESIDENT_GRIDS`);
 //! - foreign streams can be borrowed ([`CudaDevice::borrow_stream`]).
 //!
-//! `mod.rs`: loading, errors and the [`CudaDriver`] table; `info.rs`: a
-//! device's properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs;
+//! `mod.rs`: errors and the [`CudaDriver`] table; `loading.rs`: finding,
+//! loading and initializing libcuda and NVRTC; `info.rs`: a device's
+//! properties; `nvrtc.rs`: the compiler; `graph.rs`: capture and graphs;
 //! `peer.rs`: peer access and peer copies.
 
 use std::ffi::{c_void, CStr, CString};
@@ -42,6 +43,7 @@ mod peer;
 mod vmm;
 
 use info::{attribute, query_info};
+pub(crate) use loading::driver;
 
 use super::gpu::{self, Driver, Params, Program};
 use super::{DeviceInfo, ExportedPoolFd, IpcBytes, LaunchConfig, MemoryInfo, RawPool};
@@ -71,7 +73,7 @@ gpu::vendor_types! {
     CudaHostRegistration, CudaModule, CudaKernel
 }
 
-// ---- errors and library loading --------------------------------------------------
+// ---- errors ----------------------------------------------------------------------
 
 /// Attaches the call name to a cudarc result.
 fn check<T>(call: &'static str, r: std::result::Result<T, cu::DriverError>) -> Result<T> {
@@ -81,47 +83,6 @@ fn check<T>(call: &'static str, r: std::result::Result<T, cu::DriverError>) -> R
 /// Attaches the call name to a raw driver status.
 fn status(call: &'static str, status: sys::CUresult) -> Result<()> {
     gpu::check::<CudaDriver>(call, status)
-}
-
-/// The library names cudarc tries for `lib`, without repeats and without
-/// `searched` (tried already by gpuport's search), comma separated.
-fn candidates(lib: &str, searched: &[&str]) -> String {
-    let mut names = cudarc::get_lib_name_candidates(lib);
-    let mut seen: std::collections::HashSet<String> = searched.iter().map(|s| s.to_string()).collect();
-    names.retain(|n| seen.insert(n.clone()));
-    names.join(", ")
-}
-
-/// Loads and initializes the driver once; the outcome (and why it failed) is cached.
-pub(crate) fn driver() -> Result<i32> {
-    static STATE: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
-    let state = STATE.get_or_init(|| {
-        let searched = loading::preload(&loading::CUDA_SPEC);
-        // SAFETY: only tries `dlopen` on cudarc's candidate names.
-        if !unsafe { sys::is_culib_present() } {
-            let tried = searched.err().unwrap_or_default();
-            return Err(format!(
-                "libcuda: tried {tried}, then cudarc's names {}",
-                candidates("cuda", loading::CUDA_SPEC.names)
-            ));
-        }
-        check("cuInit", cu::init()).map_err(|e| e.to_string())?;
-        // SAFETY: cuInit went through cudarc's library, so it is loaded.
-        loading::record_used(&loading::CUDA_SPEC, unsafe { sys::culib() }, "cuInit");
-        let mut version = 0;
-        // SAFETY: writes one int; the library is loaded (probed above).
-        status("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) }).map_err(|e| e.to_string())?;
-        Ok(version)
-    });
-    match state {
-        Ok(v) => Ok(*v),
-        Err(msg) if msg.starts_with("libcuda: tried ") => Err(Error::LibraryNotFound {
-            backend: BackendKind::Cuda,
-            library: "libcuda",
-            tried: msg.trim_start_matches("libcuda: tried ").to_string(),
-        }),
-        Err(msg) => Err(Error::NoDevice { backend: BackendKind::Cuda, reason: msg.clone() }),
-    }
 }
 
 // ---- the driver --------------------------------------------------------------------

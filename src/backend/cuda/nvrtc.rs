@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
-use super::{candidates, loading};
+use super::loading::{self, candidates};
 use crate::backend::gpu::{Program, ProgramText};
 use crate::error::{BackendKind, DriverError, Error, Result};
 

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use super::{EventState, Host, HostEvent, HostStream};
+use super::stream::EventState;
+use super::{Host, HostEvent, HostStream};
 use crate::backend::graph::{CaptureMode, CaptureStatus, CaptureStream, Owner, RawGraph, RawGraphExec, Recorder};
 use crate::error::{graph_error, BackendKind, Error, GraphErrorKind, Result};
 

@@ -16,7 +16,7 @@
 //! with the file and the reason ([`chosen`]), for `gpuport info` and the
 //! Python `backend_status()`. This module makes no vendor call: the
 //! backends hand it a [`LibrarySpec`] and a function that resolves their
-//! table (`hip/sys.rs`, `cuda/mod.rs`, `collective/nccl/sys.rs`).
+//! table (`hip/sys.rs`, `cuda/loading.rs`, `collective/nccl/sys.rs`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
