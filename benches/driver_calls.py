@@ -25,6 +25,15 @@ Operations:
 - ``graph_replay``: a replay of a captured one-kernel graph: gpuport
   ``Graph.replay(s)`` of a captured ``add_index``, torch
   ``CUDAGraph.replay()`` of a captured ``add_(1)``.
+- ``kernel_export_busy``: the kernel of ``kernel_1MiB``, then ``__dlpack__``
+  of the busy array to another stream of the library (the consumer's
+  stream must wait for the kernel): gpuport ``a.__dlpack__(stream=other.handle)``,
+  torch ``t.__dlpack__(stream=other.cuda_stream)``. Subtract ``kernel_1MiB``
+  for the export's own calls.
+- ``kernel_move_to_host``: the kernel of ``kernel_1MiB``, then the array's
+  data brought to the host: gpuport ``a.move_memory("host", stream=s)``
+  (the host copy becomes current), torch ``h.copy_(t)`` into a CPU tensor.
+  Subtract ``kernel_1MiB`` for the move's own calls.
 - ``stream_synchronize``: the default stream's ``synchronize()`` (a check
   that the counter sees each library's calls: one ``cuStreamSynchronize``).
 
@@ -56,6 +65,10 @@ ROWS: List[Tuple[str, str]] = [
     ("new_from_host_1MiB", "torch"),
     ("graph_replay", "gpuport"),
     ("graph_replay", "torch"),
+    ("kernel_export_busy", "gpuport"),
+    ("kernel_export_busy", "torch"),
+    ("kernel_move_to_host", "gpuport"),
+    ("kernel_move_to_host", "torch"),
     ("stream_synchronize", "gpuport"),
     ("stream_synchronize", "torch"),
 ]
@@ -87,14 +100,25 @@ def operation(op: str, who: str, device: str) -> Callable[[], None]:
         import torch
 
         tdev = torch.device("cuda", ordinal)
-    if op == "kernel_1MiB" and who == "gpuport":
+    if op.startswith("kernel") and who == "gpuport":
         s = gpuport.Stream(dev)
+        other = gpuport.Stream(dev)
         k = gpuport.MemArray((MIB // 4,), "float32", device=dev)
         k.move_memory("device", stream=s)
         s.synchronize()
+        if op == "kernel_export_busy":
+            return lambda: (k.add_index(stream=s), k.__dlpack__(stream=other.handle))
+        if op == "kernel_move_to_host":
+            return lambda: (k.add_index(stream=s), k.move_memory("host", stream=s))
         return lambda: k.add_index(stream=s)
-    if op == "kernel_1MiB":
+    if op.startswith("kernel"):
         t = torch.zeros(MIB // 4, dtype=torch.float32, device=tdev)
+        other_t = torch.cuda.Stream(tdev)
+        h = torch.empty(MIB // 4, dtype=torch.float32)
+        if op == "kernel_export_busy":
+            return lambda: (t.add_(1), t.__dlpack__(stream=other_t.cuda_stream))
+        if op == "kernel_move_to_host":
+            return lambda: (t.add_(1), h.copy_(t))
         return lambda: t.add_(1)
     if op == "new_from_host_1MiB":
         x = np.zeros(MIB // 4, np.float32)

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpuport::{builtin, with_device, CaptureMode, Device, GraphExec, KernelArgs, LaunchConfig, ModuleSource};
+use gpuport::{builtin, on_backend, CaptureMode, Device, GraphExec, KernelArgs, LaunchConfig, ModuleSource};
 
 const KERNELS: usize = 1000;
 
@@ -92,7 +92,7 @@ fn bench_device<D: Device>(c: &mut Criterion, d: &D) {
 fn benches(c: &mut Criterion) {
     for spec in ["host", "cuda:0", "rocm:0"] {
         match gpuport::open(spec) {
-            Ok(dev) => with_device!(dev, d => bench_device(c, d.as_ref())),
+            Ok(dev) => on_backend!(&dev, d => bench_device(c, d.as_ref())),
             Err(e) => eprintln!("{spec} graph benchmarks skipped: {e}"),
         }
     }

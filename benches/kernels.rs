@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpuport::{kernels, with_device, Device, DeviceMemory};
+use gpuport::{kernels, on_backend, Device, DeviceMemory};
 
 const SHAPES: [(&str, [i64; 3]); 2] = [("512x512x256_f32", [512, 512, 256]), ("1GiB_f32", [256, 1024, 1024])];
 
@@ -137,7 +137,7 @@ fn add_index_variants<D: Device>(d: &D) {
 fn benches(c: &mut Criterion) {
     // The first load compiles every built-in kernel (NVRTC on CUDA) unless cached.
     match gpuport::open("cuda:0") {
-        Ok(dev) => with_device!(dev, d => {
+        Ok(dev) => on_backend!(&dev, d => {
             let start = Instant::now();
             d.load_module(gpuport::ModuleSource::Builtin).expect("builtin module");
             println!("{}: first load of the built-in module (cache: {:?}): {:.0} ms",
@@ -151,7 +151,7 @@ fn benches(c: &mut Criterion) {
         Err(e) => eprintln!("cuda:0 benchmarks skipped: {e}"),
     }
     let host = gpuport::open("host").expect("host");
-    with_device!(host, d => kernel_benches(c, d.as_ref(), &SHAPES[..1]));
+    on_backend!(&host, d => kernel_benches(c, d.as_ref(), &SHAPES[..1]));
 }
 
 criterion_group! {

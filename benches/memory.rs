@@ -31,7 +31,7 @@ use gpuport::memory::{
     history, Allocator, CachingPool, MemoryDevice, NativePoolResource, PageableCopier, PinnedFlags, PipelineConfig,
     PoolConfig,
 };
-use gpuport::{with_device, HostMemory};
+use gpuport::{on_backend, HostMemory};
 
 const MIB: usize = 1 << 20;
 const ALLOC_BYTES: usize = MIB;
@@ -266,9 +266,9 @@ fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
 
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
-    with_device!(host, d => run_all(c, d));
+    on_backend!(&host, d => run_all(c, d));
     match gpuport::open("cuda:0") {
-        Ok(dev) => with_device!(dev, d => run_all(c, d)),
+        Ok(dev) => on_backend!(&dev, d => run_all(c, d)),
         Err(e) => eprintln!("cuda:0 memory benchmarks skipped: {e}"),
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpuport::{with_device, PeerDevice};
+use gpuport::{on_backend, PeerDevice};
 
 const BYTES: usize = 256 << 20;
 
@@ -47,10 +47,10 @@ fn peer_copy<D: PeerDevice>(c: &mut Criterion, d0: &Arc<D>) {
 
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
-    with_device!(host, d => peer_copy(c, d));
+    on_backend!(&host, d => peer_copy(c, d));
     for spec in ["cuda:0", "rocm:0"] {
         match gpuport::open(spec) {
-            Ok(dev) => with_device!(dev, d => peer_copy(c, d)),
+            Ok(dev) => on_backend!(&dev, d => peer_copy(c, d)),
             Err(e) => eprintln!("{spec} peer benchmarks skipped: {e}"),
         }
     }

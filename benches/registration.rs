@@ -16,7 +16,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gpuport::collective::{CollectiveBackend, Communicator, Op, OpKind, ReduceOp};
 use gpuport::dynamic::DType;
-use gpuport::{with_device, Device};
+use gpuport::{on_backend, Device};
 
 /// One grouped all-reduce of `op` over both ranks' buffers, waited for.
 fn all_reduce<D: Device>(comms: &[Communicator<D::B>], bufs: &[gpuport::Buffer<D::B>], devs: &[Arc<D>; 2], op: &Op)
@@ -74,10 +74,10 @@ where
 
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
-    with_device!(host, d => registration(c, d));
+    on_backend!(&host, d => registration(c, d));
     for spec in ["cuda:0", "rocm:0"] {
         match gpuport::open(spec) {
-            Ok(dev) => with_device!(dev, d => registration(c, d)),
+            Ok(dev) => on_backend!(&dev, d => registration(c, d)),
             Err(e) => eprintln!("{spec} registration benchmarks skipped: {e}"),
         }
     }

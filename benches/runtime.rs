@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpuport::{builtin, with_device, Device, HostMemory, KernelArgs, LaunchConfig, ModuleSource};
+use gpuport::{builtin, on_backend, Device, HostMemory, KernelArgs, LaunchConfig, ModuleSource};
 
 const COPY_BYTES: usize = 1 << 20;
 
@@ -160,11 +160,11 @@ fn paired_launch_comparison(
 
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
-    with_device!(host, d => gpuport_benches(c, d.as_ref()));
+    on_backend!(&host, d => gpuport_benches(c, d.as_ref()));
     match gpuport::open("cuda:0") {
         Ok(dev) => {
             let arch = dev.info().arch.clone();
-            with_device!(dev, d => gpuport_benches(c, d.as_ref()));
+            on_backend!(&dev, d => gpuport_benches(c, d.as_ref()));
             #[cfg(feature = "cuda")]
             cudarc_benches(c, &arch);
             let _ = arch;

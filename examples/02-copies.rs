@@ -1,7 +1,7 @@
 //! Allocates device and pinned memory and copies bytes both ways.
 //!
 //! `GPUPORT_DEVICE=cuda:0 cargo run --example 02-copies --features cuda`
-use gpuport::{with_device, Device, HostMemory};
+use gpuport::{on_backend, Device, HostMemory};
 
 fn copies<D: Device>(d: &D) -> gpuport::Result<()> {
     let n = 1 << 20;
@@ -27,5 +27,5 @@ fn copies<D: Device>(d: &D) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => copies(d.as_ref()))
+    on_backend!(&dev, d => copies(d.as_ref()))
 }

@@ -1,7 +1,7 @@
 //! Loads the built-in kernels and launches one with an occupancy-based configuration.
 //!
 //! `cargo run --example 03-launch` (host) or with `--features cuda` on a GPU machine.
-use gpuport::{builtin, with_device, Device, KernelArgs, ModuleSource};
+use gpuport::{builtin, on_backend, Device, KernelArgs, ModuleSource};
 
 fn launch<D: Device>(d: &D) -> gpuport::Result<()> {
     let n = 1000usize;
@@ -23,5 +23,5 @@ fn launch<D: Device>(d: &D) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => launch(d.as_ref()))
+    on_backend!(&dev, d => launch(d.as_ref()))
 }

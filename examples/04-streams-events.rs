@@ -1,7 +1,7 @@
 //! Orders work across two streams with an event, without blocking the host.
 //!
 //! `cargo run --example 04-streams-events`
-use gpuport::{builtin, with_device, Device, KernelArgs, LaunchConfig, ModuleSource};
+use gpuport::{builtin, on_backend, Device, KernelArgs, LaunchConfig, ModuleSource};
 
 fn streams<D: Device>(d: &D) -> gpuport::Result<()> {
     let (producer, consumer) = (d.create_stream()?, d.create_stream()?);
@@ -37,5 +37,5 @@ fn streams<D: Device>(d: &D) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => streams(d.as_ref()))
+    on_backend!(&dev, d => streams(d.as_ref()))
 }

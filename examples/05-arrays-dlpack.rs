@@ -3,7 +3,7 @@
 //!
 //! `GPUPORT_DEVICE=cuda:0 cargo run --example 05-arrays-dlpack --features cuda`
 use gpuport::dlpack::ImportedTensor;
-use gpuport::{with_device, Device, Location, MemArray, Transfer};
+use gpuport::{on_backend, Device, Location, MemArray, Transfer};
 
 fn arrays<D: Device>(d: &std::sync::Arc<D>) -> gpuport::Result<()> {
     let stream = d.create_stream()?;
@@ -34,5 +34,5 @@ fn arrays<D: Device>(d: &std::sync::Arc<D>) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => arrays(d))
+    on_backend!(&dev, d => arrays(d))
 }

@@ -1,7 +1,7 @@
 //! Records a kernel launch into a graph once and replays it.
 //!
 //! `GPUPORT_DEVICE=cuda:0 cargo run --example 06-graphs --features cuda`
-use gpuport::{builtin, with_device, CaptureMode, Device, KernelArgs, ModuleSource};
+use gpuport::{builtin, on_backend, CaptureMode, Device, KernelArgs, ModuleSource};
 
 fn graphs<D: Device>(d: &D) -> gpuport::Result<()> {
     let n = 256u64;
@@ -36,5 +36,5 @@ fn graphs<D: Device>(d: &D) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => graphs(d.as_ref()))
+    on_backend!(&dev, d => graphs(d.as_ref()))
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use gpuport::memory::current_resource;
-use gpuport::{with_device, Device, DeviceMemory};
+use gpuport::{on_backend, Device, DeviceMemory};
 
 fn pool<D: Device>(d: &Arc<D>) -> gpuport::Result<()> {
     let allocator = current_resource::<D::B>(d)?;
@@ -26,5 +26,5 @@ fn pool<D: Device>(d: &Arc<D>) -> gpuport::Result<()> {
 
 fn main() -> gpuport::Result<()> {
     let dev = gpuport::default_device()?.device;
-    with_device!(dev, d => pool(d))
+    on_backend!(&dev, d => pool(d))
 }

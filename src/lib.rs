@@ -4,11 +4,11 @@
 //! AMD GPUs (ROCm/HIP, feature `rocm`) and an always-present host backend.
 //!
 //! ```
-//! use gpuport::{Device, DeviceMemory, with_device};
+//! use gpuport::{on_backend, Device, DeviceMemory};
 //!
 //! // `GPUPORT_DEVICE`, else the first GPU, else the host.
 //! let chosen = gpuport::default_device()?;
-//! with_device!(chosen.device, dev => {
+//! on_backend!(&chosen.device, dev => {
 //!     let mut buf = dev.alloc(1024)?;
 //!     dev.copy_to_device(&[7u8; 1024], &mut buf, 0)?;
 //!     let mut back = vec![0u8; 1024];
@@ -26,8 +26,7 @@
 //!   checked at run time ([`Error::DeviceMismatch`]).
 //! - **Run-time choice through one closed enum**: [`Any`](backend::any::Any)
 //!   (a device is an [`AnyDevice`], a stream an `AnyStream`, a communicator
-//!   an `AnyCommunicator`) and one macro, [`on_backend!`] ([`with_device!`]
-//!   on a borrowed device), instead of trait objects and downcasts.
+//!   an `AnyCommunicator`) and one macro, [`on_backend!`], instead of trait objects and downcasts.
 //! - **Vendor libraries load at run time**: a binary built with every
 //!   feature starts anywhere; a missing library is an [`Error`], never a panic.
 //! - **Asynchronous operations are `unsafe`**, with their obligations in

@@ -236,5 +236,5 @@ where
 #[case::rocm("rocm:0")]
 fn four_ranks_go_on_without_one_that_exits_on(#[case] spec: &str) {
     let Some(dev) = common::open_or_skip(spec) else { return };
-    gpuport::with_device!(dev, d => four_ranks_go_on_without_one_that_exits(d));
+    gpuport::on_backend!(&dev, d => four_ranks_go_on_without_one_that_exits(d));
 }

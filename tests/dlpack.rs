@@ -21,7 +21,7 @@ use gpuport::dlpack::{
     dl_device, DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLPackError, DLPackVersion, DLTensor, ExportSource,
     ImportedTensor,
 };
-use gpuport::{with_device, BackendKind, Device, Error, Location, MemArray, MemoryKind, Transfer};
+use gpuport::{on_backend, BackendKind, Device, Error, Location, MemArray, MemoryKind, Transfer};
 use half::{bf16, f16};
 use num_complex::Complex;
 use rstest::rstest;
@@ -144,7 +144,7 @@ fn every_dtype<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn every_dtype_survives_export_then_import(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => every_dtype(d));
+    on_backend!(&dev, d => every_dtype(d));
 }
 
 fn exports_outlive_the_array<D: Device>(dev: &Arc<D>) {
@@ -175,7 +175,7 @@ fn exports_outlive_the_array<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn exported_memory_stays_alive_after_the_array_is_dropped(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => exports_outlive_the_array(d));
+    on_backend!(&dev, d => exports_outlive_the_array(d));
 }
 
 fn host_dev() -> Arc<gpuport::HostDevice> {

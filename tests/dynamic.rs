@@ -751,7 +751,7 @@ fn imports_are_placed_where_asked_and_copied_only_from_the_host(#[case] spec: &s
     let Some(dev) = common::open_or_skip(spec) else { return };
     let on_host = host();
     let values = vec![1.0f32, 2.0, 3.0, 4.0];
-    let h = gpuport::with_device!(on_host, d => MemArray::from_vec(d, [4], values.clone()).unwrap().to_dlpack(Location::Host, false, None).unwrap());
+    let h = gpuport::on_backend!(&on_host, d => MemArray::from_vec(d, [4], values.clone()).unwrap().to_dlpack(Location::Host, false, None).unwrap());
     // SAFETY: a live tensor we produced, handed over once.
     let t = Arc::new(Handed(unsafe { ImportedTensor::from_legacy(h.into_raw()) }.unwrap()));
     let in_place = import_tensor(t.clone(), Placement::InPlace).unwrap();
@@ -770,7 +770,7 @@ fn imports_are_placed_where_asked_and_copied_only_from_the_host(#[case] spec: &s
     assert_eq!(host_floats(&placed), values);
     // GPU data is imported where it is, or refused elsewhere: never copied between devices.
     let s = AnyStream::create(&dev).unwrap();
-    let g = gpuport::with_device!(dev, d => {
+    let g = gpuport::on_backend!(&dev, d => {
         let mut a = MemArray::from_vec(d, [4], values.clone()).unwrap();
         a.move_to(Location::Device, s.of(d).unwrap(), Transfer::Sync, None).unwrap();
         a.to_dlpack_versioned(Location::Device, ExportOptions::default(), None).unwrap()
@@ -831,7 +831,7 @@ fn a_cuda_array_interface_is_exported_from_a_current_cuda_device_copy_only(#[cas
     let mut a = AnyArray::Owned(new_owned(&dev, DType::Float32, &[2, 3]).unwrap());
     if dev.backend() != gpuport::BackendKind::Cuda {
         absent(&mut a, &format!("this array is on {spec}"));
-        let h = gpuport::with_device!(host(), d => MemArray::from_vec(d, [2], vec![1.0f32, 2.0]).unwrap().to_dlpack(Location::Host, false, None).unwrap());
+        let h = gpuport::on_backend!(&host(), d => MemArray::from_vec(d, [2], vec![1.0f32, 2.0]).unwrap().to_dlpack(Location::Host, false, None).unwrap());
         // SAFETY: a live tensor we produced, handed over once.
         let t = Arc::new(Handed(unsafe { ImportedTensor::from_legacy(h.into_raw()) }.unwrap()));
         absent(&mut import_tensor(t, Placement::InPlace).unwrap(), "imported array is on DLPack device 1");

@@ -143,7 +143,7 @@ fn reading_host_elements_takes_a_tensor_of_the_arrays_shape_only(#[case] spec: &
     let on_host = gpuport::open("host").unwrap();
     let tensor = |shape: [usize; 2]| {
         let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
-        let t = gpuport::with_device!(on_host, d => MemArray::from_vec(d, shape, values).unwrap()
+        let t = gpuport::on_backend!(&on_host, d => MemArray::from_vec(d, shape, values).unwrap()
             .to_dlpack(Location::Host, false, None).unwrap());
         // SAFETY: a live tensor gpuport produced, handed over once.
         unsafe { ImportedTensor::from_legacy(t.into_raw()) }.unwrap()
@@ -185,7 +185,7 @@ fn an_array_says_whether_it_is_imported_and_whether_its_producer_made_it_read_on
     let b = AnyArray::Imported(import_own(&mut a, None, |_| ()).unwrap());
     assert!(b.is_imported() && !b.is_read_only(), "an own import is writable");
     let read_only = ExportOptions { read_only: true, ..Default::default() };
-    let t = gpuport::with_device!(dev, d => MemArray::from_vec(d, [4], vec![1.0f32; 4]).unwrap()
+    let t = gpuport::on_backend!(&dev, d => MemArray::from_vec(d, [4], vec![1.0f32; 4]).unwrap()
         .to_dlpack_versioned(Location::Host, read_only, None).unwrap());
     // SAFETY: a live tensor gpuport produced, handed over once.
     let t = unsafe { gpuport::dlpack::ImportedTensor::from_versioned(t.into_raw()) }.unwrap();

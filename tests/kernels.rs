@@ -317,7 +317,7 @@ fn a_fatbin_built_by_nvcc_loads_and_runs() {
     };
     let Some(dev) = common::open_or_skip("cuda:0") else { return };
     let image = std::fs::read(path).unwrap();
-    gpuport::with_device!(dev, d => {
+    gpuport::on_backend!(&dev, d => {
         let module = d.load_module(gpuport::ModuleSource::Binary(&image)).unwrap();
         let kernel = d.kernel(&module, "gpuport_add_index_f32_2").unwrap();
         let mut buf = d.alloc(6 * 4).unwrap();

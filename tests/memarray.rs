@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{fill_u32, hold_stream, open_or_skip};
 use gpuport::array::{LockError, Residency, ShapeError};
-use gpuport::{with_device, Device, Error, Location, LockId, MemArray, Transfer};
+use gpuport::{on_backend, Device, Error, Location, LockId, MemArray, Transfer};
 use rstest::rstest;
 
 fn iota(n: usize) -> Vec<f32> {
@@ -36,7 +36,7 @@ fn moves_round_trip<D: Device>(dev: &Arc<D>, mode: Transfer) {
 #[case::cuda("cuda:0")]
 fn data_survives_a_sync_round_trip_through_the_device(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => moves_round_trip(d, Transfer::Sync));
+    on_backend!(&dev, d => moves_round_trip(d, Transfer::Sync));
 }
 
 #[rstest]
@@ -44,7 +44,7 @@ fn data_survives_a_sync_round_trip_through_the_device(#[case] spec: &str) {
 #[case::cuda("cuda:0")]
 fn data_survives_an_async_round_trip_through_the_device(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => moves_round_trip(d, Transfer::Async));
+    on_backend!(&dev, d => moves_round_trip(d, Transfer::Async));
 }
 
 fn move_to_current_copy_returns_early<D: Device>(dev: &Arc<D>) {
@@ -64,7 +64,7 @@ fn move_to_current_copy_returns_early<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn move_to_a_current_copy_enqueues_nothing(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => move_to_current_copy_returns_early(d));
+    on_backend!(&dev, d => move_to_current_copy_returns_early(d));
 }
 
 /// An async move returns while the stream is still busy, and the data is
@@ -93,7 +93,7 @@ fn async_moves_are_async<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn async_move_returns_before_the_copy_runs(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => async_moves_are_async(d));
+    on_backend!(&dev, d => async_moves_are_async(d));
 }
 
 fn sync_moves_wait_for_the_work_before_them<D: Device>(dev: &Arc<D>) {
@@ -114,7 +114,7 @@ fn sync_moves_wait_for_the_work_before_them<D: Device>(dev: &Arc<D>) {
 #[case::rocm("rocm:0")]
 fn sync_move_returns_after_the_stream_s_earlier_work(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => sync_moves_wait_for_the_work_before_them(d));
+    on_backend!(&dev, d => sync_moves_wait_for_the_work_before_them(d));
 }
 
 fn uploads_land_whole_in_both_copies<D: Device>(dev: &Arc<D>) {
@@ -142,7 +142,7 @@ fn uploads_land_whole_in_both_copies<D: Device>(dev: &Arc<D>) {
 #[case::rocm("rocm:0")]
 fn upload_from_slice_fills_host_and_device_copies(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => uploads_land_whole_in_both_copies(d));
+    on_backend!(&dev, d => uploads_land_whole_in_both_copies(d));
 }
 
 /// `read_from_slice` stages an upload as it copies when the data lives on a
@@ -202,7 +202,7 @@ fn reads_go_where_the_data_lives<D: Device>(dev: &Arc<D>, on_gpu: bool) {
 fn read_from_slice_stages_an_upload_only_when_the_data_lives_on_the_device(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
     let on_gpu = dev.backend() != gpuport::BackendKind::Host;
-    with_device!(dev, d => reads_go_where_the_data_lives(d, on_gpu));
+    on_backend!(&dev, d => reads_go_where_the_data_lives(d, on_gpu));
 }
 
 /// A move of a staged array to the device is ordered after the upload: on
@@ -228,7 +228,7 @@ fn staged_moves_wait_for_the_upload<D: Device>(dev: &Arc<D>) {
 #[case::rocm("rocm:0")]
 fn a_staged_move_waits_for_the_upload(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => staged_moves_wait_for_the_upload(d));
+    on_backend!(&dev, d => staged_moves_wait_for_the_upload(d));
 }
 
 fn uploads_are_async_and_host_writes_wait<D: Device>(dev: &Arc<D>) {
@@ -258,7 +258,7 @@ fn uploads_are_async_and_host_writes_wait<D: Device>(dev: &Arc<D>) {
 #[case::rocm("rocm:0")]
 fn upload_from_slice_returns_before_the_copy_runs_and_host_writes_wait(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => uploads_are_async_and_host_writes_wait(d));
+    on_backend!(&dev, d => uploads_are_async_and_host_writes_wait(d));
 }
 
 fn host_access_waits_for_a_pending_copy<D: Device>(dev: &Arc<D>) {
@@ -279,7 +279,7 @@ fn host_access_waits_for_a_pending_copy<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn checked_reads_wait_for_a_pending_async_copy(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => host_access_waits_for_a_pending_copy(d));
+    on_backend!(&dev, d => host_access_waits_for_a_pending_copy(d));
 }
 
 fn kernels_on_two_streams_run_in_array_order<D: Device>(dev: &Arc<D>) {
@@ -305,7 +305,7 @@ fn kernels_on_two_streams_run_in_array_order<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn kernels_on_different_streams_see_each_others_results(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => kernels_on_two_streams_run_in_array_order(d));
+    on_backend!(&dev, d => kernels_on_two_streams_run_in_array_order(d));
 }
 
 fn clone_is_deep<D: Device>(dev: &Arc<D>) {
@@ -330,7 +330,7 @@ fn clone_is_deep<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn clones_are_deep_copies_made_where_the_data_is(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => clone_is_deep(d));
+    on_backend!(&dev, d => clone_is_deep(d));
 }
 
 fn zero_size_arrays_work<D: Device>(dev: &Arc<D>) {
@@ -351,7 +351,7 @@ fn zero_size_arrays_work<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn zero_size_arrays_move_and_export_without_memory(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => zero_size_arrays_work(d));
+    on_backend!(&dev, d => zero_size_arrays_work(d));
 }
 
 /// A zero-filled array's zeros are written on first use, not at creation
@@ -392,7 +392,7 @@ fn new_zeros_read_zero_in_reused_memory<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn new_zero_arrays_read_zero_where_freed_arrays_held_data(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => new_zeros_read_zero_in_reused_memory(d));
+    on_backend!(&dev, d => new_zeros_read_zero_in_reused_memory(d));
 }
 
 fn host() -> Arc<gpuport::HostDevice> {
@@ -520,7 +520,7 @@ fn rank_zero_is_one_element<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn add_index_treats_rank_zero_as_one_element(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => rank_zero_is_one_element(d));
+    on_backend!(&dev, d => rank_zero_is_one_element(d));
 }
 
 #[test]

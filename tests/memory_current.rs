@@ -64,6 +64,6 @@ fn a_statistics_resource_installed_first_sees_every_memarray_allocation_and_free
 #[case::rocm("rocm:0")]
 fn a_statistics_resource_installed_first_sees_every_memarray_allocation(#[case] spec: &str) {
     if let Some(dev) = common::open_or_skip(spec) {
-        gpuport::with_device!(dev, d => a_statistics_resource_installed_first_sees_every_memarray_allocation_and_free(d));
+        gpuport::on_backend!(&dev, d => a_statistics_resource_installed_first_sees_every_memarray_allocation_and_free(d));
     }
 }

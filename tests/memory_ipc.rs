@@ -128,7 +128,7 @@ fn another_process_reads_what_this_one_wrote_through_an_ipc_handle(#[case] spec:
         return; // in the child only the child test does anything
     }
     if let Some(dev) = common::open_or_skip(spec) {
-        gpuport::with_device!(dev, d => export_and_read_in_a_child(d));
+        gpuport::on_backend!(&dev, d => export_and_read_in_a_child(d));
     }
 }
 
@@ -177,7 +177,7 @@ fn another_process_reads_and_writes_shareable_native_pool_blocks(#[case] spec: &
         return;
     }
     if let Some(dev) = common::open_or_skip(spec) {
-        gpuport::with_device!(dev, d => export_native_pool_blocks_to_a_child(d));
+        gpuport::on_backend!(&dev, d => export_native_pool_blocks_to_a_child(d));
     }
 }
 
@@ -210,7 +210,7 @@ fn the_default_native_pool_still_refuses_ipc_export(#[case] spec: &str) {
         return;
     }
     if let Some(dev) = common::open_or_skip(spec) {
-        gpuport::with_device!(dev, d => the_default_pool_refuses(d));
+        gpuport::on_backend!(&dev, d => the_default_pool_refuses(d));
     }
 }
 
@@ -262,7 +262,7 @@ fn the_ipc_child_reads_the_exported_bytes() {
     let seed: u8 = std::env::var(SEED_ENV).unwrap().parse().unwrap();
     let first = &handles[0];
     let dev = gpuport::open(&format!("{}:{}", first.backend, first.ordinal)).unwrap();
-    gpuport::with_device!(dev, d => read_and_write_in_child(d, &handles, seed));
+    gpuport::on_backend!(&dev, d => read_and_write_in_child(d, &handles, seed));
 }
 
 // ---- the text form (no device needed) --------------------------------------------------------

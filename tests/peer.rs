@@ -45,7 +45,7 @@ macro_rules! two_device_tests {
         #[case::rocm("rocm:0")]
         fn $name(#[case] spec: &str) {
             if let Some(dev) = common::open_or_skip(spec) {
-                gpuport::with_device!(dev, d => {
+                gpuport::on_backend!(&dev, d => {
                     if let Some(d1) = second(d.as_ref()) {
                         super::$name(d, &d1);
                     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::open_or_skip;
 use gpuport::array::{DeviceSpace, ManagedSpace, ShapeError, View};
 use gpuport::dlpack::{dl_device, DLDeviceType, DLPackError};
-use gpuport::{with_device, BackendKind, Device, DeviceMemory, Error, Location, MemArray, MemoryKind, Transfer};
+use gpuport::{on_backend, BackendKind, Device, DeviceMemory, Error, Location, MemArray, MemoryKind, Transfer};
 use proptest::prelude::*;
 use rstest::rstest;
 
@@ -204,7 +204,7 @@ fn device_views<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn device_views_describe_device_memory_where_it_is(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => device_views(d));
+    on_backend!(&dev, d => device_views(d));
 }
 
 fn managed_views<D: Device>(dev: &Arc<D>) {
@@ -229,5 +229,5 @@ fn managed_views<D: Device>(dev: &Arc<D>) {
 #[case::cuda("cuda:0")]
 fn managed_views_are_emitted_as_managed_memory(#[case] spec: &str) {
     let Some(dev) = open_or_skip(spec) else { return };
-    with_device!(dev, d => managed_views(d));
+    on_backend!(&dev, d => managed_views(d));
 }

@@ -91,8 +91,8 @@ pub mod variant {
 /// - `on_backend!((a, b), (x, y) => body, else => other)`: `body` when `a`
 ///   and `b` are of one backend, else `other`.
 ///
-/// [`with_device!`](crate::with_device) is the first form on a borrowed
-/// device.
+/// - `on_backend!(map value, v => body)`: the same variant, holding `body`
+///   (a stream of a device's backend from the device, say).
 ///
 /// ```
 /// use gpuport::{on_backend, Device};
@@ -101,10 +101,24 @@ pub mod variant {
 /// assert!(name.starts_with("host"));
 /// let same = on_backend!((&dev, &dev), (a, b) => a.info().ordinal == b.info().ordinal, else => false);
 /// assert!(same);
+/// let info = on_backend!(map &dev, d => d.info().clone());
+/// assert_eq!(info.backend(), dev.backend());
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 #[macro_export]
 macro_rules! on_backend {
+    (map $value:expr, $v:pat => $body:expr) => {
+        match $value {
+            $crate::backend::any::variant::Host($v) => $crate::backend::any::variant::Host($body),
+            #[allow(unreachable_patterns)]
+            $crate::backend::any::variant::Cuda($v) => $crate::backend::any::variant::Cuda($body),
+            #[allow(unreachable_patterns)]
+            $crate::backend::any::variant::Rocm($v) => $crate::backend::any::variant::Rocm($body),
+            // Outside gpuport the enum is `#[non_exhaustive]`.
+            #[allow(unreachable_patterns)]
+            _ => ::core::unreachable!("an Any of a backend on_backend! does not know"),
+        }
+    };
     (($a:expr, $b:expr), ($x:pat, $y:pat) => $body:expr, else => $other:expr) => {
         match ($a, $b) {
             ($crate::backend::any::variant::Host($x), $crate::backend::any::variant::Host($y)) => $body,
@@ -129,40 +143,6 @@ macro_rules! on_backend {
         }
     };
 }
-
-/// Runs generic code on whichever backend an [`AnyDevice`] holds:
-/// `with_device!(dev, d => body)` is
-/// [`on_backend!(&dev, d => body)`](crate::on_backend), with `d` the
-/// concrete `&Arc<impl Device>`.
-///
-/// ```
-/// use gpuport::{Device, with_device};
-/// let dev = gpuport::open("host").unwrap();
-/// let name = with_device!(dev, d => d.info().name.clone());
-/// assert!(name.starts_with("host"));
-/// ```
-#[macro_export]
-macro_rules! with_device {
-    ($dev:expr, $d:pat => $body:expr) => {
-        $crate::on_backend!(&$dev, $d => $body)
-    };
-}
-
-/// `rewrap!(value, v => expr)`: the same variant of `Any`, holding `expr`
-/// (with `v` bound to the variant's contents).
-macro_rules! rewrap {
-    ($value:expr, $v:pat => $body:expr) => {
-        match $value {
-            $crate::backend::any::variant::Host($v) => $crate::backend::any::variant::Host($body),
-            #[allow(unreachable_patterns)]
-            $crate::backend::any::variant::Cuda($v) => $crate::backend::any::variant::Cuda($body),
-            #[allow(unreachable_patterns)]
-            $crate::backend::any::variant::Rocm($v) => $crate::backend::any::variant::Rocm($body),
-        }
-    };
-}
-
-pub(crate) use rewrap;
 
 impl<F: PerBackend> Any<F> {
     /// The backend of the value.
@@ -194,12 +174,12 @@ impl PerBackend for Devices {
 /// A device of any compiled-in backend, chosen at run time:
 /// `AnyDevice::Host(d)`, `AnyDevice::Cuda(d)` or `AnyDevice::Rocm(d)`, with
 /// `d` an `Arc` of the backend's device. [`on_backend!`](crate::on_backend)
-/// (or [`with_device!`](crate::with_device)) runs generic code on it.
+/// runs generic code on it.
 pub type AnyDevice = Any<Devices>;
 
 impl Clone for AnyDevice {
     fn clone(&self) -> Self {
-        rewrap!(self, d => d.clone())
+        crate::on_backend!(map self, d => d.clone())
     }
 }
 

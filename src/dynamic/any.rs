@@ -4,7 +4,8 @@
 //! device, and the checks that two values share a device.
 //!
 //! `on_backend!` ([`crate::on_backend`]) runs generic code on whichever
-//! variant is there; `rewrap!` makes the same variant with other contents;
+//! variant is there (`on_backend!(map …)` makes the same variant with other
+//! contents);
 //! [`DynDevice`] moves a value of a known backend into and out of the enum.
 
 use std::fmt;
@@ -14,7 +15,6 @@ use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device};
 use crate::error::Error;
 
-pub(crate) use crate::backend::any::rewrap;
 pub use crate::backend::any::{Any, DynDevice, PerBackend};
 pub(crate) use crate::on_backend;
 

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 
-use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, Any, DynDevice, OnDevice, PerBackend};
 use super::stream::AnyStream;
 use crate::backend::graph::{check_device_wide_wait, check_not_capturing};
 use crate::backend::registry::AnyDevice;
@@ -205,7 +205,7 @@ impl AnyStream {
     /// ([`GraphErrorKind::DefaultStream`]) and a stream already capturing
     /// ([`GraphErrorKind::AlreadyCapturing`]).
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<AnyCapture> {
-        let inner: Any<Captures> = rewrap!(self, v => OnDevice {
+        let inner: Any<Captures> = on_backend!(map self, v => OnDevice {
             device: v.device.clone(),
             item: Running(v.device.begin_capture(&v.item, mode)?),
         });
@@ -337,7 +337,7 @@ impl AnyCapture {
         // and leave the graph the only holder of those already taken.
         self.unregister();
         self.bag = Bag::default();
-        Ok(rewrap!(inner, v => OnDevice { device: v.device, item: v.item.0.end()? }))
+        Ok(on_backend!(map inner, v => OnDevice { device: v.device, item: v.item.0.end()? }))
     }
 }
 
@@ -363,7 +363,7 @@ impl AnyGraph {
 
     /// An executable graph, to launch.
     pub fn instantiate(&self) -> Result<AnyGraphExec> {
-        Ok(rewrap!(self, v => OnDevice { device: v.device.clone(), item: v.item.instantiate()? }))
+        Ok(on_backend!(map self, v => OnDevice { device: v.device.clone(), item: v.item.instantiate()? }))
     }
 }
 

@@ -239,50 +239,60 @@ fn resources_in_map<B: Backend>(device: &Arc<B::Device>, key: ResourcesKey) -> R
     Ok(e)
 }
 
-/// `with_resources!(dev, r => body)`: `body` (a `Result`) with `r` the
-/// device's [`Resources`], for any backend.
-macro_rules! with_resources {
-    ($dev:expr, $r:ident => $body:expr) => {
-        on_backend!($dev, d => match resources(d) {
-            Ok($r) => $body,
-            Err(e) => Err(e),
-        })
-    };
-}
-
 /// Installs the observed resource on `dev` if it is not yet.
 pub fn install(dev: &AnyDevice) -> Result<()> {
-    with_resources!(dev, _r => Ok(()))
+    on_backend!(dev, d => {
+        let _r = resources(d)?;
+        Ok(())
+    })
 }
 
 /// The statistics of `dev`'s current resource, and its pool's report.
 pub fn statistics(dev: &AnyDevice) -> Result<(Statistics, Option<PoolReport>)> {
-    with_resources!(dev, r => Ok((r.allocator.statistics().unwrap_or_default(), r.allocator.report())))
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        Ok((r.allocator.statistics().unwrap_or_default(), r.allocator.report()))
+    })
 }
 
 /// Starts a CSV log of every allocation and free on `dev` at `path` (truncated).
 pub fn enable_log(dev: &AnyDevice, path: PathBuf, with_memory_info: bool) -> Result<()> {
-    with_resources!(dev, r => r.resource.enable_log(path, with_memory_info))
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        r.resource.enable_log(path, with_memory_info)
+    })
 }
 
 /// Stops `dev`'s CSV log, flushing it.
 pub fn disable_log(dev: &AnyDevice) -> Result<()> {
-    with_resources!(dev, r => r.resource.disable_log())
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        r.resource.disable_log()
+    })
 }
 
 /// Flushes `dev`'s CSV log; its path, if logging is on.
 pub fn log_path(dev: &AnyDevice) -> Result<Option<PathBuf>> {
-    with_resources!(dev, r => r.resource.log_path())
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        r.resource.log_path()
+    })
 }
 
 /// Free and total memory of `dev`.
 pub fn memory_info(dev: &AnyDevice) -> Result<MemoryInfo> {
-    with_resources!(dev, r => r.allocator.memory_info())
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        r.allocator.memory_info()
+    })
 }
 
 /// Returns `dev`'s cached pool memory to the driver (live allocations stay valid).
 pub fn reset(dev: &AnyDevice) -> Result<()> {
-    with_resources!(dev, r => r.allocator.reset())
+    on_backend!(dev, d => {
+        let r = resources(d)?;
+        r.allocator.reset()
+    })
 }
 
 /// `v`, a value of `d`'s backend, as an [`Any`].

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, Any, DynDevice, OnDevice, PerBackend};
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Kernel, KernelArgs, LaunchConfig, Module, ModuleSource};
@@ -106,7 +106,7 @@ pub type AnyKernel = Any<Kernels>;
 
 impl Clone for AnyKernel {
     fn clone(&self) -> Self {
-        rewrap!(self, v => v.clone())
+        on_backend!(map self, v => v.clone())
     }
 }
 
@@ -139,7 +139,7 @@ impl AnyModule {
 
     /// The kernel called `name`.
     pub fn kernel(&self, name: &str) -> Result<AnyKernel> {
-        Ok(rewrap!(self, m => kernel_of(m, name)?))
+        Ok(on_backend!(map self, m => kernel_of(m, name)?))
     }
 }
 

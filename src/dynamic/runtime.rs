@@ -461,7 +461,7 @@ pub fn memset_and_keep<T: Send + 'static, U: FnOnce(Blocking<'_>) -> Result<Enqu
 /// would invalidate it); a driver error.
 pub fn device_synchronize(dev: &AnyDevice) -> Result<()> {
     use crate::backend::Device as _;
-    crate::with_device!(dev, d => d.synchronize_device())
+    crate::on_backend!(&dev, d => d.synchronize_device())
 }
 
 /// `hipModuleLaunchKernel`: `kernel` with `config` and `args` on `stream`,

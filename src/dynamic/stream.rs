@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::any::{mismatch, on_backend, rewrap, Any, DynDevice, OnDevice, PerBackend};
+use super::any::{mismatch, on_backend, Any, DynDevice, OnDevice, PerBackend};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Event, Stream};
 use crate::error::{BackendKind, Error, Result};
@@ -42,13 +42,13 @@ pub type AnyEvent = Any<Events>;
 
 impl Clone for AnyStream {
     fn clone(&self) -> Self {
-        rewrap!(self, v => v.clone())
+        on_backend!(map self, v => v.clone())
     }
 }
 
 impl Clone for AnyEvent {
     fn clone(&self) -> Self {
-        rewrap!(self, v => v.clone())
+        on_backend!(map self, v => v.clone())
     }
 }
 

@@ -27,7 +27,7 @@ pub fn open_or_skip(spec: &str) -> Option<gpuport::AnyDevice> {
 macro_rules! on_device {
     ($spec:expr, $body:path) => {
         if let Some(dev) = common::open_or_skip($spec) {
-            gpuport::with_device!(dev, d => $body(d.as_ref()));
+            gpuport::on_backend!(&dev, d => $body(d.as_ref()));
         }
     };
 }
@@ -60,7 +60,7 @@ macro_rules! arc_backend_tests {
         #[case::rocm("rocm:0")]
         fn $name(#[case] spec: &str) {
             if let Some(dev) = $crate::common::open_or_skip(spec) {
-                gpuport::with_device!(dev, d => super::$name(d));
+                gpuport::on_backend!(&dev, d => super::$name(d));
             }
         }
     )* };

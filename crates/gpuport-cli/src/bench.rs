@@ -529,7 +529,7 @@ mod tests {
     fn host_run_has_every_figure_positive() {
         let dev = gpuport::open("host").expect("host");
         let mut steps = Vec::new();
-        let report = gpuport::with_device!(dev, d => run(d, tiny(), |s| steps.push(s.to_string()))).expect("run");
+        let report = gpuport::on_backend!(&dev, d => run(d, tiny(), |s| steps.push(s.to_string()))).expect("run");
         assert_eq!(steps, STEPS.map(String::from).to_vec());
         for name in [
             "d2d_copy",

@@ -38,7 +38,7 @@ use clap::{Parser, Subcommand};
 
 use bench::{BenchConfig, BenchReport};
 use gpuport::memory::{current_resource, MemoryDevice};
-use gpuport::{builtin, with_device, AnyDevice, DeviceMemory, KernelArgs, ModuleSource};
+use gpuport::{builtin, on_backend, AnyDevice, DeviceMemory, KernelArgs, ModuleSource};
 
 /// Exit status for bad usage.
 pub const USAGE_ERROR: u8 = 2;
@@ -196,7 +196,7 @@ fn info() -> ExitCode {
                 d.stream_ordered_alloc
             );
             match gpuport::open(&d.spec()) {
-                Ok(dev) => println!("           {}", with_device!(dev, x => memory_line(x))),
+                Ok(dev) => println!("           {}", on_backend!(&dev, x => memory_line(x))),
                 Err(e) => println!("           cannot open: {e}"),
             }
         }
@@ -276,7 +276,7 @@ fn demo(spec: Option<&str>, notes: Notes) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
-    match with_device!(device, d => workload(d)) {
+    match on_backend!(&device, d => workload(d)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpuport: {e}");
@@ -426,10 +426,10 @@ fn bench(spec: Option<&str>, json: Option<PathBuf>, quick: bool, plot_file: Opti
         bar.set_message(format!("{spec_name}: {step}"));
     };
     let result = match mode {
-        Mode::Single => with_device!(device, d => bench::run(d, config, &mut progress)),
+        Mode::Single => on_backend!(&device, d => bench::run(d, config, &mut progress)),
         Mode::Collective { ranks } => {
             let mut steps = |n: usize| bar.set_length(n.saturating_sub(1) as u64);
-            match with_device!(device, d => run_collective(d, ranks, quick, &mut progress, &mut steps)) {
+            match on_backend!(&device, d => run_collective(d, ranks, quick, &mut progress, &mut steps)) {
                 Ok(result) => result,
                 Err(usage) => {
                     bar.finish_and_clear();
