@@ -101,8 +101,8 @@ pub mod variant {
 /// assert!(name.starts_with("host"));
 /// let same = on_backend!((&dev, &dev), (a, b) => a.info().ordinal == b.info().ordinal, else => false);
 /// assert!(same);
-/// let info = on_backend!(map &dev, d => d.info().clone());
-/// assert_eq!(info.backend(), dev.backend());
+/// let copy: gpuport::AnyDevice = on_backend!(map &dev, d => d.clone());
+/// assert_eq!(copy.backend(), dev.backend());
 /// # Ok::<(), gpuport::Error>(())
 /// ```
 #[macro_export]
