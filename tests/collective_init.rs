@@ -294,3 +294,52 @@ fn a_second_process_with_one_rank_is_told_so_at_its_timeout() {
     assert!(matches!(e, Error::Store { kind: StoreErrorKind::Timeout, .. }), "{e}");
     assert!(e.to_string().contains("another process was given rank 1 too"), "{e}");
 }
+
+/// The rank that runs the store (rank 0, whose process ends with its
+/// error, and the store with it) keeps the store up after it learns of
+/// another rank's failure until every rank has read it: rank 2, slow to
+/// come, still fails naming rank 1 and its reason, not with a broken
+/// connection.
+#[test]
+fn the_rank_that_runs_the_store_keeps_a_peers_failure_readable_for_a_late_rank() {
+    let dev = gpuport::HostDevice::open(0).unwrap();
+    let host = patient_store();
+    let (addr, timeout) = (host.addr(), host.timeout());
+    let results = common::within(Duration::from_secs(20), move || {
+        std::thread::scope(|s| {
+            let d = dev.clone();
+            let zero = s.spawn(move || {
+                let r = Communicator::<gpuport::Host>::init_rank(&d, 0, 3, &host).map(|_| ());
+                drop(host); // rank 0's process ends here
+                r
+            });
+            let others: Vec<_> = [1usize, 2]
+                .into_iter()
+                .map(|rank| {
+                    let d = dev.clone();
+                    s.spawn(move || {
+                        let store = TcpStore::connect(addr, timeout).unwrap();
+                        if rank == 1 {
+                            std::thread::sleep(Duration::from_millis(300));
+                            gpuport::collective::fail_next_init_on_this_thread(REASON);
+                        } else {
+                            std::thread::sleep(Duration::from_millis(900));
+                        }
+                        Communicator::<gpuport::Host>::init_rank(&d, rank, 3, &store).map(|_| ())
+                    })
+                })
+                .collect();
+            let mut all = vec![zero.join().unwrap()];
+            all.extend(others.into_iter().map(|h| h.join().unwrap()));
+            all
+        })
+    });
+    for rank in [0, 2] {
+        let e = results[rank].as_ref().unwrap_err();
+        assert!(
+            matches!(e, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { rank: 1 }, .. }),
+            "rank {rank}: {e}"
+        );
+        assert!(e.to_string().contains(REASON), "rank {rank}: {e}");
+    }
+}

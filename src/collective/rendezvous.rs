@@ -25,8 +25,8 @@ use super::TcpStore;
 /// How often a waiting rank looks for the others, and for their failures.
 pub const POLL: Duration = Duration::from_millis(20);
 
-/// How long the rank that runs the store waits, after its failure, for the
-/// others to read it ([`Meeting::report`]).
+/// How long the rank that runs the store waits, after a failure it knows
+/// of, for the others to read it ([`Meeting::wait_or_tell`]).
 const LINGER: Duration = Duration::from_secs(2);
 
 /// A ready rank's status begins with this line.
@@ -154,26 +154,31 @@ pub(super) struct Meeting<'a> {
 }
 
 impl Meeting<'_> {
-    /// Writes `error`, this rank's failure, for the others to read. Best
-    /// effort: a store that fails too leaves the others to their timeout.
+    /// Writes `error`, this rank's failure, for the others to read, then
+    /// [`wait_or_tell`](Self::wait_or_tell). Best effort: a store that
+    /// fails too leaves the others to their timeout.
     pub fn report(&self, error: &Error) {
         if matches!(error, Error::Collective { kind: CollectiveErrorKind::PeerInitFailed { .. }, .. }) {
             return;
         }
         let Ok(n) = self.store.add(&format!("{}/failures", self.key), 1) else { return };
         let _ = self.store.set(&format!("{}/failure/{n}", self.key), format!("{}\n{error}", self.rank).as_bytes());
-        if self.store.runs_server() {
-            self.linger_until_seen();
-        }
+        self.wait_or_tell();
     }
 
-    /// The rank whose process runs the store waits, at most [`LINGER`],
-    /// until every other rank has read that a rank failed: its error ends
-    /// the process, and the store with it, and a rank that had not yet
-    /// looked would then see a broken connection instead of the reason.
-    fn linger_until_seen(&self) {
-        let others = i64::try_from(self.size.saturating_sub(1)).unwrap_or(i64::MAX);
+    /// Called once by each rank as it leaves with a failure it knows of
+    /// (its own, a peer's, a version that differs). The rank whose process
+    /// runs the store waits, at most [`LINGER`], until every other rank has
+    /// said so: its error ends the process, and the store with it, and a
+    /// rank that had not yet looked would then see a broken connection
+    /// instead of the reason. Every other rank says so.
+    fn wait_or_tell(&self) {
         let seen = format!("{}/failures/seen", self.key);
+        if !self.store.runs_server() {
+            let _ = self.store.add(&seen, 1);
+            return;
+        }
+        let others = i64::try_from(self.size.saturating_sub(1)).unwrap_or(i64::MAX);
         let start = Instant::now();
         while start.elapsed() < LINGER {
             match self.store.add(&seen, 0) {
@@ -181,11 +186,6 @@ impl Meeting<'_> {
                 _ => return,
             }
         }
-    }
-
-    /// Tells the rank that runs the store that this rank read of a failure.
-    fn saw_failure(&self) {
-        let _ = self.store.add(&format!("{}/failures/seen", self.key), 1);
     }
 
     /// The first failure another rank reported, as this rank's error.
@@ -203,7 +203,7 @@ impl Meeting<'_> {
                 reason: format!("{}/failure/1 holds {text:?}, not a rank's failure", self.key),
             });
         };
-        self.saw_failure();
+        self.wait_or_tell();
         Err(self.peer_failed(rank, reason))
     }
 
@@ -300,7 +300,7 @@ impl Meeting<'_> {
             let text = self.store.get(&format!("{}/status/{r}", self.key))?;
             let text = String::from_utf8_lossy(&text);
             if let Some(reason) = text.strip_prefix(FAILED) {
-                self.saw_failure();
+                self.wait_or_tell();
                 return Err(self.peer_failed(r, reason));
             }
             let mut parts = text.splitn(3, '\n');
@@ -317,13 +317,8 @@ impl Meeting<'_> {
                 return Err(e);
             }
             if theirs != mine {
-                // Every rank finds this itself; the one that runs the store
-                // keeps it until the others have read the statuses.
-                if self.store.runs_server() {
-                    self.linger_until_seen();
-                } else {
-                    self.saw_failure();
-                }
+                // Every rank finds this itself.
+                self.wait_or_tell();
                 return Err(Error::Collective {
                     engine: mine.into(),
                     rank: Some(self.rank),
