@@ -14,50 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use super::capture::{invalidated, HostCapture, NodeFn, NodeKind};
 use super::stream::EventState;
 use super::{Host, HostEvent, HostStream};
 use crate::backend::graph::{CaptureMode, CaptureStatus, CaptureStream, Owner, RawGraph, RawGraphExec, Recorder};
 use crate::error::{graph_error, BackendKind, Error, GraphErrorKind, Result};
-
-/// What a node does, for [`GraphExec::update`](crate::GraphExec::update)'s shape check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NodeKind {
-    Copy,
-    Memset,
-    Kernel(&'static str),
-    EventRecord,
-    EventWait,
-    /// A graph replay (never inside a capture: refused).
-    Replay,
-}
-
-type NodeFn = Arc<dyn Fn() + Send + Sync>;
-
-/// A capture running on a host stream.
-pub(super) struct HostCapture {
-    /// Process-unique, to tell which capture an event was recorded in.
-    pub(super) id: u64,
-    nodes: Vec<(NodeKind, NodeFn)>,
-    /// Why the capture was invalidated, if it was.
-    invalidated: Option<String>,
-    /// The generic layer's recorder, for owners that no node holds.
-    recorder: Arc<Recorder>,
-}
-
-impl HostCapture {
-    /// Adds a node; an invalidated capture takes no more work (as on CUDA).
-    pub(super) fn push(&mut self, kind: NodeKind, task: NodeFn) -> Result<()> {
-        if let Some(why) = &self.invalidated {
-            return Err(invalidated("enqueue", why));
-        }
-        self.nodes.push((kind, task));
-        Ok(())
-    }
-}
-
-fn invalidated(op: &'static str, why: &str) -> Error {
-    graph_error(BackendKind::Host, op, GraphErrorKind::Invalidated, format!("the capture was invalidated: {why}"))
-}
 
 /// [`GraphErrorKind::Isolation`] for `op`.
 pub(super) fn isolation(op: &'static str, why: &str) -> Error {

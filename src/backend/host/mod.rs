@@ -34,11 +34,12 @@ use super::{
 };
 use crate::error::{BackendKind, Error, Result};
 
+mod capture;
 mod graph;
 mod growable;
 mod stream;
 
-use graph::NodeKind;
+use capture::NodeKind;
 pub use graph::{HostGraph, HostGraphExec};
 use stream::Pending;
 pub use stream::{HostEvent, HostStream};

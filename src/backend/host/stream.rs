@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Instant;
 
-use super::graph::{HostCapture, NodeKind};
+use super::capture::{HostCapture, NodeKind};
 use crate::error::{BackendKind, Error, Result};
 
 type Task = Box<dyn FnOnce() + Send>;
