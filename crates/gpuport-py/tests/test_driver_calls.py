@@ -14,7 +14,15 @@ operation, 500 times:
   for the upload, which alone exchanges the capture mode (a pair: relaxed,
   then back; ``synchronize_event`` in ``src/backend/gpu/device.rs`` says why);
 - a replay of a captured ``add_index``: one context check for the launch
-  and its two records.
+  and its two records;
+- ``add_index``, then ``__dlpack__(stream=other)`` of the busy array: the
+  kernel's three calls, then the export's seven (three context checks,
+  three capture-state queries: ``cuStreamIsCapturing`` twice and
+  ``cuStreamGetCaptureInfo``, and the consumer stream's wait on the
+  kernel's event: no event is created, torch creates one per export);
+- ``add_index``, then ``move_memory("host")``: the kernel's three calls,
+  then the move's eight (three context checks, the copy, its record, and
+  the wait for it under a relaxed capture mode, a pair of exchanges).
 
 ``benches/driver_calls/count.c`` is preloaded into a child process per
 operation (as ``benches/driver_calls.py`` does) and counts every ``cu*``
@@ -73,6 +81,15 @@ elif name == "graph_replay":
     with s.capture() as g:
         g_arr.add_index(stream=s)
     f = lambda: g.replay(s)
+elif name in ("kernel_export_busy", "kernel_move_to_host"):
+    s, other = gpuport.Stream(dev), gpuport.Stream(dev)
+    k = gpuport.MemArray((1 << 18,), "float32", device=dev)
+    k.move_memory("device", stream=s)
+    s.synchronize()
+    if name == "kernel_export_busy":
+        f = lambda: (k.add_index(stream=s), k.__dlpack__(stream=other.handle))
+    else:
+        f = lambda: (k.add_index(stream=s), k.move_memory("host", stream=s))
 for _ in range(50):
     f()
 before = snapshot()
@@ -95,6 +112,22 @@ EXPECTED = {
         "cuEventSynchronize": 500,
     },
     "graph_replay": {"cuCtxGetCurrent": 500, "cuEventRecord": 1000, "cuGraphLaunch": 500},
+    "kernel_export_busy": {
+        "cuCtxGetCurrent": 2000,
+        "cuLaunchKernel": 500,
+        "cuEventRecord": 500,
+        "cuStreamIsCapturing": 1000,
+        "cuStreamGetCaptureInfo_v3": 500,
+        "cuStreamWaitEvent": 500,
+    },
+    "kernel_move_to_host": {
+        "cuCtxGetCurrent": 2000,
+        "cuLaunchKernel": 500,
+        "cuEventRecord": 1000,
+        "cuThreadExchangeStreamCaptureMode": 1000,
+        "cuEventSynchronize": 500,
+        "cuMemcpyDtoHAsync_v2": 500,
+    },
 }
 
 
