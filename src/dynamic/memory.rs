@@ -241,10 +241,7 @@ fn resources_in_map<B: Backend>(device: &Arc<B::Device>, key: ResourcesKey) -> R
 
 /// Installs the observed resource on `dev` if it is not yet.
 pub fn install(dev: &AnyDevice) -> Result<()> {
-    on_backend!(dev, d => {
-        let _r = resources(d)?;
-        Ok(())
-    })
+    on_backend!(dev, d => resources(d).map(drop))
 }
 
 /// The statistics of `dev`'s current resource, and its pool's report.
@@ -257,42 +254,27 @@ pub fn statistics(dev: &AnyDevice) -> Result<(Statistics, Option<PoolReport>)> {
 
 /// Starts a CSV log of every allocation and free on `dev` at `path` (truncated).
 pub fn enable_log(dev: &AnyDevice, path: PathBuf, with_memory_info: bool) -> Result<()> {
-    on_backend!(dev, d => {
-        let r = resources(d)?;
-        r.resource.enable_log(path, with_memory_info)
-    })
+    on_backend!(dev, d => resources(d)?.resource.enable_log(path, with_memory_info))
 }
 
 /// Stops `dev`'s CSV log, flushing it.
 pub fn disable_log(dev: &AnyDevice) -> Result<()> {
-    on_backend!(dev, d => {
-        let r = resources(d)?;
-        r.resource.disable_log()
-    })
+    on_backend!(dev, d => resources(d)?.resource.disable_log())
 }
 
 /// Flushes `dev`'s CSV log; its path, if logging is on.
 pub fn log_path(dev: &AnyDevice) -> Result<Option<PathBuf>> {
-    on_backend!(dev, d => {
-        let r = resources(d)?;
-        r.resource.log_path()
-    })
+    on_backend!(dev, d => resources(d)?.resource.log_path())
 }
 
 /// Free and total memory of `dev`.
 pub fn memory_info(dev: &AnyDevice) -> Result<MemoryInfo> {
-    on_backend!(dev, d => {
-        let r = resources(d)?;
-        r.allocator.memory_info()
-    })
+    on_backend!(dev, d => resources(d)?.allocator.memory_info())
 }
 
 /// Returns `dev`'s cached pool memory to the driver (live allocations stay valid).
 pub fn reset(dev: &AnyDevice) -> Result<()> {
-    on_backend!(dev, d => {
-        let r = resources(d)?;
-        r.allocator.reset()
-    })
+    on_backend!(dev, d => resources(d)?.allocator.reset())
 }
 
 /// `v`, a value of `d`'s backend, as an [`Any`].
