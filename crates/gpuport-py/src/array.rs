@@ -1,11 +1,11 @@
 //! The Python `MemArray`'s methods: a run-time dtype, rank and device over
 //! the Rust `MemArray<T, N, D>`, or a zero-copy import of another library's
-//! array. The type and its state are in [`crate::memarray`].
+//! array. The type and its state are in [`crate::convert::memarray`].
 //!
-//! Dispatch: `on_backend!` over the compiled-in backends, [`with_dtype!`]
-//! over every scalar `Element` type and [`with_rank!`] over ranks 0..=8 (the
-//! kernels' `MAX_RANK`) pick one `Typed<T, N, D>`, used through the
-//! object-safe [`DynArray`] trait; nothing else is a table of instantiations.
+//! Dispatch is the core's (`gpuport::dynamic::array`): `on_backend!` over
+//! the backends, `with_dtype!` over the element types and `with_rank!` over
+//! ranks 0..=8 pick one `Typed<T, N, D>`, used through the object-safe
+//! `DynArray` trait.
 
 use gpuport::array::Location;
 use gpuport::dynamic::array::{extent_from, new_checked_in, ArrayMemory, GivenExtent};
@@ -15,15 +15,14 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use crate::context::DLPackContext;
 use crate::convert::device::{managed_target, resolve_device, spec, PyDevice};
 use crate::convert::dtype::{dtype_from_py, DType};
 use crate::convert::stream::resolve_stream;
-use crate::errors::{self, IntoPyResult};
-use crate::exchange::{
+use crate::convert::error::{self, IntoPyResult};
+use crate::convert::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
 };
-use crate::memarray::{AnyArray, PyMemArray};
+use crate::convert::memarray::{AnyArray, PyMemArray};
 
 /// The extents of a `MemArray(shape)` argument: an int or a sequence of
 /// ints, each checked by the core's [`extent_from`].
@@ -67,7 +66,7 @@ impl PyMemArray {
         dtype: DType,
     ) -> PyResult<Bound<'py, PyAny>> {
         let Some(ml) = crate::convert::dtype::ml_dtype(py, dtype) else {
-            return Err(errors::unsupported_dtype(
+            return Err(error::unsupported_dtype(
                 py,
                 format!(
                     "to_numpy: NumPy has no dtype {}; install ml_dtypes (pip install ml_dtypes), which registers it, or read the bytes with tobytes()",
@@ -80,7 +79,7 @@ impl PyMemArray {
             let st: &mut AnyArray = &mut guard;
             py.detach(|| st.export_host_bits()).py_err_in(py, "to_numpy")?
         };
-        let producer = Bound::new(py, crate::exchange::PreparedExport::new(e))?;
+        let producer = Bound::new(py, crate::convert::exchange::PreparedExport::new(e))?;
         np.call_method1("from_dlpack", (producer,))?.call_method1("view", (ml,))
     }
 
@@ -254,44 +253,6 @@ impl PyMemArray {
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let mut st = self.state(py)?;
         py.detach(|| st.synchronize()).py_err_in(py, "synchronize")
-    }
-
-    /// A context manager that moves the array to `device_type` (if given),
-    /// locks it for the `with` block and exports it through DLPack:
-    /// `with a.get_dlpack() as d: x = np.from_dlpack(d)`. Inside the block,
-    /// use of the array without the context (from any thread) raises
-    /// `LockError`. Tensors taken from the context keep the memory alive
-    /// after the block; once the block has ended the context exports nothing
-    /// more (`DLPackError`), since the array may move or change its data.
-    ///
-    ///     >>> import gpuport, numpy as np
-    ///     >>> a = gpuport.MemArray(3, "float32", device="host")
-    ///     >>> with a.get_dlpack("host", readonly=True) as ctx:
-    ///     ...     x = np.from_dlpack(ctx)
-    ///     ...     a.lock_id == ctx.lock_id
-    ///     True
-    ///     >>> x, x.flags.writeable, a.lock_id
-    ///     (array([0., 0., 0.], dtype=float32), False, None)
-    #[pyo3(signature = (device_type=None, device_id=None, stream=None, readonly=false))]
-    fn get_dlpack(
-        slf: &Bound<'_, Self>,
-        device_type: Option<&Bound<'_, PyAny>>,
-        device_id: Option<usize>,
-        stream: Option<&Bound<'_, PyAny>>,
-        readonly: bool,
-    ) -> PyResult<DLPackContext> {
-        let py = slf.py();
-        let me = slf.get();
-        let prefer = match device_type.filter(|d| !d.is_none()) {
-            Some(d) => {
-                let to = me.target(py, d, device_id)?;
-                let s = resolve_stream(py, &me.meta.device, stream)?;
-                me.move_locked(py, to, &s, false, None, "get_dlpack")?;
-                Some((to, s))
-            }
-            None => None,
-        };
-        Ok(DLPackContext::new(slf.clone().unbind(), readonly, prefer))
     }
 
     /// Copies `array` (anything with `__dlpack__` on host memory, e.g. a
@@ -468,7 +429,7 @@ impl PyMemArray {
     /// (on every backend), for consumers that exchange without Python calls.
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::exchange_api::capsule(py)
+        crate::convert::exchange_api::capsule(py)
     }
 
     /// `(device_type, device_id)` of the memory `__dlpack__` exports.
@@ -502,7 +463,7 @@ impl PyMemArray {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let mut st = self.state(py)?;
-        crate::cai::export(py, &mut st)
+        crate::convert::cai::export(py, &mut st)
     }
 
     fn __len__(&self) -> PyResult<usize> {

@@ -1,7 +1,7 @@
 //! `from_dlpack` and `asarray`: a MemArray from another library's array,
-//! through DLPack 1.3's C exchange API ([`crate::exchange_api`]), the
-//! `__dlpack__` protocol ([`crate::exchange`]) or the CUDA Array Interface
-//! ([`crate::cai`]). Where the result goes (in place, a host copy, a device)
+//! through DLPack 1.3's C exchange API ([`crate::convert::exchange_api`]), the
+//! `__dlpack__` protocol ([`crate::convert::exchange`]) or the CUDA Array Interface
+//! ([`crate::convert::cai`]). Where the result goes (in place, a host copy, a device)
 //! is the core's decision: `gpuport::dynamic::imported::import_tensor`.
 
 use gpuport::dynamic::exchange::Export;
@@ -15,9 +15,9 @@ use pyo3::prelude::*;
 use crate::convert::capsule::{count_table_export, count_table_import, track, Producer};
 use crate::convert::device::resolve_device;
 use crate::convert::stream::resolve_stream;
-use crate::errors::IntoPyResult;
-use crate::exchange::{import_producer, imported_from_producer};
-use crate::memarray::PyMemArray;
+use crate::convert::error::IntoPyResult;
+use crate::convert::exchange::{import_producer, imported_from_producer};
+use crate::convert::memarray::PyMemArray;
 
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's
@@ -49,7 +49,7 @@ pub fn from_dlpack(
         Ok(match offer {
             Offer::GpuportArray => obj.cast::<PyMemArray>().is_ok(),
             Offer::ExchangeTable if !obj.is_instance_of::<pyo3::types::PyCapsule>() => {
-                table = crate::exchange_api::usable_table(obj)?;
+                table = crate::convert::exchange_api::usable_table(obj)?;
                 table.is_some()
             }
             _ => false,
@@ -58,7 +58,7 @@ pub fn from_dlpack(
     match (route, table) {
         (DlpackRoute::GpuportArray, _) => from_own_array(py, obj.cast::<PyMemArray>()?.get(), stream),
         (DlpackRoute::ExchangeTable, Some(table)) => {
-            let p = crate::exchange_api::import_through_table(py, obj, table, stream)?;
+            let p = crate::convert::exchange_api::import_through_table(py, obj, table, stream)?;
             Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
         }
         (DlpackRoute::Protocol(call), _) => from_protocol(py, obj, stream, call),
@@ -179,7 +179,7 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
             Placement::On(_) => placed(py, import_producer(py, obj, None, None)?, placement, "asarray")?,
             _ => from_dlpack(py, obj, None, None)?,
         },
-        AsarrayRoute::CudaArrayInterface => crate::cai::from_cuda_array_interface(py, obj, device)?,
+        AsarrayRoute::CudaArrayInterface => from_cuda_array_interface(py, obj, device)?,
         AsarrayRoute::NumpyConversion => {
             let arr = py.import("numpy")?.call_method1("ascontiguousarray", (obj,))?;
             return asarray(py, &arr, device);
@@ -193,4 +193,32 @@ fn placed(py: Python<'_>, p: Producer, placement: Placement, call: &str) -> PyRe
     let keep = std::sync::Arc::new(p);
     let a = py.detach(|| import_tensor(keep, placement)).py_err_in(py, call)?;
     Ok(PyMemArray::from_storage(a))
+}
+
+/// Imports an object exposing `__cuda_array_interface__` (versions 0 to 3)
+/// without a copy; the object is kept alive while the result (or an export
+/// of it) is. With a `stream` in the interface, our default stream waits for
+/// it through an event. `device` names the CUDA device of the pointer
+/// (default cuda:0). CuPy, Numba and PyTorch CUDA arrays have the interface;
+/// so can any object:
+///
+///     >>> import gpuport
+///     >>> class Floats:
+///     ...     __cuda_array_interface__ = {
+///     ...         "version": 3, "shape": (4,), "typestr": "<f4", "data": (0, False)}
+///     >>> gpuport.from_cuda_array_interface(Floats(), device="host")
+///     Traceback (most recent call last):
+///     gpuport.DeviceUnavailableError: cuda is unavailable: CUDA Array Interface memory needs a CUDA device, not host
+#[pyfunction]
+#[pyo3(signature = (obj, /, device=None))]
+pub fn from_cuda_array_interface(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyMemArray> {
+    let dev = match device {
+        Some(d) if !d.is_none() => Some(resolve_device(py, Some(d))?),
+        _ => None,
+    };
+    crate::convert::cai::import(py, obj, dev)
 }

@@ -11,10 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::convert::capsule::make_capsule;
-use crate::convert::stream::StreamArg;
-use crate::errors::IntoPyResult;
-use crate::exchange::{parse_dl_device, parse_version};
-use crate::memarray::PyMemArray;
+use crate::convert::stream::{resolve_stream, StreamArg};
+use crate::convert::error::IntoPyResult;
+use crate::convert::exchange::{parse_dl_device, parse_version};
+use crate::convert::memarray::PyMemArray;
 
 /// The object `MemArray.get_dlpack()` returns: a context manager that locks
 /// the array for its block and exports it through DLPack with the lock id.
@@ -114,5 +114,47 @@ impl DLPackContext {
     fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
         let st = self.array.bind(py).get().state(py)?;
         Ok(dl_pair(self.block.dl_device(&st)))
+    }
+}
+
+/// `MemArray.get_dlpack`, written here beside the context it opens.
+#[pymethods]
+impl PyMemArray {
+    /// A context manager that moves the array to `device_type` (if given),
+    /// locks it for the `with` block and exports it through DLPack:
+    /// `with a.get_dlpack() as d: x = np.from_dlpack(d)`. Inside the block,
+    /// use of the array without the context (from any thread) raises
+    /// `LockError`. Tensors taken from the context keep the memory alive
+    /// after the block; once the block has ended the context exports nothing
+    /// more (`DLPackError`), since the array may move or change its data.
+    ///
+    ///     >>> import gpuport, numpy as np
+    ///     >>> a = gpuport.MemArray(3, "float32", device="host")
+    ///     >>> with a.get_dlpack("host", readonly=True) as ctx:
+    ///     ...     x = np.from_dlpack(ctx)
+    ///     ...     a.lock_id == ctx.lock_id
+    ///     True
+    ///     >>> x, x.flags.writeable, a.lock_id
+    ///     (array([0., 0., 0.], dtype=float32), False, None)
+    #[pyo3(signature = (device_type=None, device_id=None, stream=None, readonly=false))]
+    fn get_dlpack(
+        slf: &Bound<'_, Self>,
+        device_type: Option<&Bound<'_, PyAny>>,
+        device_id: Option<usize>,
+        stream: Option<&Bound<'_, PyAny>>,
+        readonly: bool,
+    ) -> PyResult<DLPackContext> {
+        let py = slf.py();
+        let me = slf.get();
+        let prefer = match device_type.filter(|d| !d.is_none()) {
+            Some(d) => {
+                let to = me.target(py, d, device_id)?;
+                let s = resolve_stream(py, &me.meta.device, stream)?;
+                me.move_locked(py, to, &s, false, None, "get_dlpack")?;
+                Some((to, s))
+            }
+            None => None,
+        };
+        Ok(DLPackContext::new(slf.clone().unbind(), readonly, prefer))
     }
 }

@@ -29,7 +29,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 /// What `gpuport_cupy_malloc` returns on failure, with a Python exception set.
 pub const FAILED: *mut c_void = usize::MAX as *mut c_void;

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 
 use crate::convert::device::{default_device, device_dl, resolve_device, spec, PyDevice};
 use crate::convert::stream::PyStream;
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 #[pymethods]
 impl PyDevice {

@@ -22,9 +22,9 @@ use crate::convert::device::{resolve_device, PyDevice};
 use crate::convert::dtype::dtype_from_py;
 use crate::convert::pointer::{to_range, Owner, Ptr};
 use crate::convert::stream::{resolve_stream, stream_choice};
-use crate::errors::IntoPyResult;
-use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
-use crate::memarray::PyMemArray;
+use crate::convert::error::IntoPyResult;
+use crate::convert::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
+use crate::convert::memarray::PyMemArray;
 
 /// The key-value store through which the ranks of a job meet (rank 0
 /// hosts it), as ``torch.distributed.TCPStore``.
@@ -429,7 +429,7 @@ impl PyCommunicator {
         match AnyCommunicator::group_with(backend, || f.call0().map(Bound::unbind)) {
             Ok(v) => Ok(v),
             Err(GroupFailure::Body(e)) => Err(e),
-            Err(GroupFailure::End(e)) => Err(crate::errors::to_py_in(py, e, Some("group"))),
+            Err(GroupFailure::End(e)) => Err(crate::convert::error::to_py_in(py, e, Some("group"))),
         }
     }
 }

@@ -18,8 +18,8 @@ use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
 use crate::convert::stream::{stream_choice, PyStream};
-use crate::errors::{self, IntoPyResult};
-use crate::exclusive::{Exclusive, LockDetached};
+use crate::convert::error::{self, IntoPyResult};
+use crate::convert::exclusive::{Exclusive, LockDetached};
 
 /// A graph of captured work: `with g.capture(stream):` records the kernels,
 /// copies and memsets enqueued on `stream`, and `g.replay()` runs them all again.
@@ -181,7 +181,7 @@ impl PyGraph {
     fn update(&self, py: Python<'_>, other: &Bound<'_, PyGraph>) -> PyResult<()> {
         keep::prune();
         update_between(&self.state, &other.get().state, |wait| py.detach(wait))
-            .map_err(|e| errors::to_py_graph_call(py, e, "Graph.update"))
+            .map_err(|e| error::to_py_graph_call(py, e, "Graph.update"))
     }
 
     /// Waits until every replay enqueued so far has completed.
@@ -283,7 +283,7 @@ impl PyGraph {
     fn launch_as(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, call: &str) -> PyResult<()> {
         let stream = stream_choice(stream)?;
         graph_slot::replay_and_keep(&self.state, stream.choice, stream.owner, |op| py.detach(op))
-            .map_err(|e| errors::to_py_graph_call(py, e, call))
+            .map_err(|e| error::to_py_graph_call(py, e, call))
     }
 }
 
@@ -338,7 +338,7 @@ impl PyGraphCapture {
         let raised = exc_type.is_some_and(|t| !t.is_none());
         let mut slot = self.graph.get().state.lock_detached(py)?;
         let ended = match self.block.exit(&mut slot, raised).py_err_in(py, call)? {
-            BlockExit::StillRunning(e) => return Err(errors::to_py_in(py, e, Some(call))),
+            BlockExit::StillRunning(e) => return Err(error::to_py_in(py, e, Some(call))),
             BlockExit::Over(ended) => ended,
         };
         drop(slot);
@@ -411,4 +411,28 @@ pub fn graph_capture(
     capture_mode_named(mode).py_err(py)?;
     let stream = capture_stream(py, stream, device)?;
     capture_into(py, Py::new(py, PyGraph::new_empty())?, stream, mode)
+}
+
+/// `Stream.capture`, written here beside the captures it starts.
+#[pymethods]
+impl PyStream {
+    /// A context manager that captures the work enqueued on this stream
+    /// into a new `Graph`: `with s.capture() as g: ...`, then `g.replay()`.
+    /// `mode` as for `Graph.capture`.
+    ///
+    ///     >>> import gpuport
+    ///     >>> from gpuport import runtime as rt
+    ///     >>> s = gpuport.Stream("host")
+    ///     >>> buf = rt.malloc(8, device="host")
+    ///     >>> with s.capture() as g:
+    ///     ...     rt.memset_async(buf, 1, 8, stream=s)   # recorded, not run
+    ///     >>> g.replay(s)
+    ///     >>> s.synchronize()
+    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); bytes(out)
+    ///     b'\x01\x01\x01\x01\x01\x01\x01\x01'
+    #[pyo3(signature = (mode="global"))]
+    fn capture(slf: &Bound<'_, Self>, mode: &str) -> PyResult<PyGraphCapture> {
+        let py = slf.py();
+        graph_capture(py, Some(slf.as_any()), mode, None)
+    }
 }

@@ -1,33 +1,28 @@
 //! `gpuport._core`: the Python extension of gpuport (PyO3, abi3 for Python 3.10+).
 //!
 //! The package `gpuport` (python/gpuport/__init__.py) re-exports this module.
-//! Layout, in floors: [`errors`] (the exception classes and the one error
-//! mapping) at the bottom; [`convert`] (Python objects into the core's
-//! values: pointers, argument lists, buffers, CAI, capsules, dtypes,
-//! devices and streams; the types `Pointer`, `Device`, `Stream` that those
-//! conversions recognise) on it; the Python classes above, in files named
-//! after their counterparts in `src/dynamic/`: [`array`](mod@array) (MemArray's
-//! methods; the type and its state in [`memarray`]), [`exchange`] (its
-//! DLPack export and import, array-interface dicts), [`exchange_api`]
-//! (DLPack 1.3's C exchange API), [`cai`] (MemArray's CUDA Array Interface,
-//! `from_cuda_array_interface`), [`exclusive`] (the core's lock that lets
-//! threads share one object, taken with the GIL released), [`graph`] (Graph
-//! and its capture context), [`memory`] (the current memory resource from
-//! Python), [`module`] (the list adapters and `KernelArgs`), [`raw`]
-//! (`Pointer`'s methods, `DeviceArray`), [`runtime`] (`gpuport.runtime`'s
-//! functions, modules and kernels), [`stream`] (Stream, Event); and those
-//! without a counterpart there: [`device`] (Device's methods, the device
-//! functions), [`asarray`] (`from_dlpack`, `asarray`), [`context`]
-//! (`get_dlpack`'s context manager), [`distributed`] (the store and
+//! Layout, in three floors: [`convert`] at the bottom (Python objects into
+//! the core's values and back, the class types those conversions recognise,
+//! and the one error mapping); the Python classes and functions on it, in
+//! files named after their counterparts in `src/dynamic/`, each importing
+//! only `convert`: [`array`](mod@array) (MemArray's methods), [`context`]
+//! (`get_dlpack`'s context manager), [`graph`] (Graph, its capture context,
+//! `Stream.capture`), [`memory`] (the current memory resource from Python),
+//! [`module`] (module loads, kernel launches, their argument lists),
+//! [`raw`] (`Pointer`'s methods, `DeviceArray`, malloc/free), [`runtime`]
+//! (copies, memset, device synchronisation), [`stream`] (Stream, Event);
+//! and those without a counterpart there: [`device`] (Device's methods, the
+//! device functions), [`asarray`] (`from_dlpack`, `asarray`,
+//! `from_cuda_array_interface`), [`distributed`] (the store and
 //! communicators of `gpuport::collective`); the C entry points of the
 //! allocator hooks, [`torch_hook`] (PyTorch's `CUDAPluggableAllocator`) and
-//! [`cupy_hook`] (CuPy's `CFunctionAllocator`).
+//! [`cupy_hook`] (CuPy's `CFunctionAllocator`); this file on top.
 //!
 //! No panic is meant to cross into Python: user input is validated and every
 //! gpuport error becomes an exception whose message speaks Python. Long
 //! copies release the GIL (`Python::detach`); objects whose methods do that
 //! are `frozen` pyclasses whose mutable state sits in an
-//! [`exclusive::Exclusive`] (threads take turns) or a short-lived `Mutex`, so
+//! [`convert::exclusive::Exclusive`] (threads take turns) or a short-lived `Mutex`, so
 //! no PyO3 borrow can fail or panic when threads share them.
 #![warn(rust_2018_idioms, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -35,18 +30,12 @@ use pyo3::prelude::*;
 
 pub mod array;
 pub mod asarray;
-pub mod cai;
 pub mod context;
 pub mod convert;
 pub mod cupy_hook;
 pub mod device;
 pub mod distributed;
-pub mod errors;
-pub mod exchange;
-pub mod exchange_api;
-pub mod exclusive;
 pub mod graph;
-pub mod memarray;
 pub mod memory;
 pub mod module;
 pub mod raw;
@@ -61,14 +50,14 @@ pub mod torch_hook;
 /// interpreter anyway.
 #[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    errors::register(m)?;
+    convert::error::register(m)?;
     m.add_class::<convert::device::PyDevice>()?;
     m.add_class::<distributed::PyTcpStore>()?;
     m.add_class::<distributed::PyCommunicator>()?;
     m.add_class::<distributed::PyRegistration>()?;
     m.add_class::<convert::stream::PyStream>()?;
     m.add_class::<stream::PyEvent>()?;
-    m.add_class::<memarray::PyMemArray>()?;
+    m.add_class::<convert::memarray::PyMemArray>()?;
     m.add_class::<context::DLPackContext>()?;
     m.add_class::<graph::PyGraph>()?;
     m.add_class::<graph::PyGraphCapture>()?;
@@ -83,9 +72,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(asarray::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::_from_dlpack_protocol, m)?)?;
     m.add_function(wrap_pyfunction!(asarray::asarray, m)?)?;
-    m.add_function(wrap_pyfunction!(cai::from_cuda_array_interface, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray::from_cuda_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(convert::capsule::_dlpack_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::_error_samples, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::error::_error_samples, m)?)?;
     m.add_class::<convert::pointer::PyPointer>()?;
     m.add_class::<raw::PyDeviceArray>()?;
     m.add_class::<module::PyListOfBytes>()?;
@@ -94,21 +83,21 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<module::PyListOfUnsigned>()?;
     m.add_class::<module::PyListOfUnsignedLong>()?;
     m.add_class::<module::PyKernelArgs>()?;
-    m.add_class::<runtime::PyModule_>()?;
-    m.add_class::<runtime::PyFunction>()?;
-    m.add_function(wrap_pyfunction!(runtime::malloc, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::malloc_pinned, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::malloc_managed, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::free, m)?)?;
+    m.add_class::<module::PyModule_>()?;
+    m.add_class::<module::PyFunction>()?;
+    m.add_function(wrap_pyfunction!(raw::malloc, m)?)?;
+    m.add_function(wrap_pyfunction!(raw::malloc_pinned, m)?)?;
+    m.add_function(wrap_pyfunction!(raw::malloc_managed, m)?)?;
+    m.add_function(wrap_pyfunction!(raw::free, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy_async, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy_peer, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memcpy_peer_async, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memset, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::memset_async, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::module_load, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::module_get_function, m)?)?;
-    m.add_function(wrap_pyfunction!(runtime::launch_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(module::module_load, m)?)?;
+    m.add_function(wrap_pyfunction!(module::module_get_function, m)?)?;
+    m.add_function(wrap_pyfunction!(module::launch_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::device_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_pending_operations, m)?)?;
     // The core's version, so the package reports the crate's one version.

@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::convert::device::{given_device, open_device, resolve_device, spec};
 use crate::convert::stream::resolve_stream;
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 // ---- Python -----------------------------------------------------------------------
 

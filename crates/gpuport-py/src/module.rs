@@ -1,7 +1,8 @@
-//! The HIP-Python-style list adapters (`ListOfBytes`, `ListOfPointer`,
-//! `ListOfInt`, `ListOfUnsigned`, `ListOfUnsignedLong`) and `KernelArgs`,
-//! the argument adapters of module loads and kernel launches:
-//! subclasses of `Pointer` that own a C array built from a list or tuple,
+//! Modules, their functions and kernel launches for Python
+//! (`gpuport.runtime.module_load`, `module_get_function`, `launch_kernel`),
+//! and their argument adapters: the HIP-Python-style list adapters
+//! (`ListOfBytes`, `ListOfPointer`, `ListOfInt`, `ListOfUnsigned`,
+//! `ListOfUnsignedLong`) and `KernelArgs`: subclasses of `Pointer` that own a C array built from a list or tuple,
 //! or wrap anything `Pointer` accepts. All are `frozen`: their state is
 //! fixed at construction, so threads may share them freely. Their lists
 //! are converted in [`crate::convert::arglist`].
@@ -10,11 +11,17 @@ use std::ffi::c_int;
 use std::os::raw::c_ulong;
 
 use gpuport::dynamic::module::c_string;
+use gpuport::dynamic::runtime;
+use gpuport::dynamic::{keep, AnyKernel, AnyModule, Code};
+use gpuport::LaunchConfig;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 
-use crate::convert::arglist::{host_array, kernel_args_of, pack_args, seq_items, Arg};
+use crate::convert::arglist::{holds_memory, host_array, kernel_args_of, pack_args, seq_items, Arg};
+use crate::convert::device::resolve_device;
+use crate::convert::error::IntoPyResult;
+use crate::convert::stream::stream_choice;
 use crate::convert::pointer::{to_ptr, Ptr, PyPointer, ACCEPTED};
 
 macro_rules! list_of_numbers {
@@ -346,4 +353,248 @@ impl PyKernelArgs {
     fn packed<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.packed)
     }
+}
+
+// ---- modules and kernels --------------------------------------------------------------
+
+/// A loaded module (from ``module_load``).
+///
+///     >>> from gpuport import runtime as rt
+///     >>> m = rt.module_load(device="host", name="builtins")
+///     >>> m.name
+///     'builtins'
+#[pyclass(module = "gpuport._core", name = "Module", frozen)]
+pub struct PyModule_ {
+    inner: AnyModule,
+    name: String,
+}
+
+#[pymethods]
+impl PyModule_ {
+    /// The module's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Module {:?}>", self.name)
+    }
+}
+
+/// A kernel of a module (from ``module_get_function``); keeps the module alive.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> f.name
+///     'gpuport_fill_u32'
+#[pyclass(module = "gpuport._core", name = "Function", frozen)]
+pub struct PyFunction {
+    inner: AnyKernel,
+    name: String,
+    _module: Py<PyModule_>,
+}
+
+#[pymethods]
+impl PyFunction {
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Function {:?}>", self.name)
+    }
+}
+
+fn options_of(options: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    let Some(o) = options.filter(|o| !o.is_none()) else { return Ok(Vec::new()) };
+    if let Ok(l) = o.cast::<PyListOfBytes>() {
+        return l.get().strings().ok_or_else(|| {
+            PyValueError::new_err("options: a non-owning ListOfBytes cannot be read; pass a list of bytes or str")
+        });
+    }
+    let err = || PyTypeError::new_err("options is a list or tuple of bytes or str, or a ListOfBytes");
+    let items: Vec<Bound<'_, PyAny>> = o.try_iter().map_err(|_| err())?.collect::<PyResult<_>>()?;
+    if o.is_instance_of::<PyString>() || o.is_instance_of::<PyBytes>() {
+        return Err(err());
+    }
+    items
+        .iter()
+        .map(|i| {
+            if let Ok(b) = i.cast::<PyBytes>() {
+                Ok(String::from_utf8_lossy(b.as_bytes()).into_owned())
+            } else {
+                i.extract::<String>().map_err(|_| err())
+            }
+        })
+        .collect()
+}
+
+/// Loads a module on ``device``: ``code`` None (gpuport's built-in kernels),
+/// kernel source (str or bytes, compiled by NVRTC/hiprtc with ``options``:
+/// a list of bytes or str, or a ListOfBytes), PTX text, or a cubin/fatbin/
+/// code object (bytes). ``kind`` ("builtin", "source", "ptx", "binary")
+/// is inferred when None: bytes starting with ELF or fatbin magic are a
+/// binary, text with ``.version`` and ``.target`` lines is PTX, other
+/// text is source. The host backend runs only the built-ins.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> m = rt.module_load(device="host")  # gpuport's built-in kernels
+///     >>> m.name
+///     'module'
+///     >>> rt.module_load('extern "C" __global__ void k() {}', device="host")
+///     Traceback (most recent call last):
+///     gpuport.UnsupportedError: compiling kernel source is not supported by the host backend: ...
+#[pyfunction]
+#[pyo3(signature = (code=None, options=None, kind=None, name="module", device=None))]
+pub fn module_load(
+    py: Python<'_>,
+    code: Option<&Bound<'_, PyAny>>,
+    options: Option<&Bound<'_, PyAny>>,
+    kind: Option<&str>,
+    name: &str,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyModule_> {
+    keep::prune();
+    let options = options_of(options)?;
+    let code = match code.filter(|c| !c.is_none()) {
+        None => Code::Builtin,
+        Some(c) => {
+            let bytes = if let Ok(s) = c.extract::<String>() {
+                s.into_bytes()
+            } else if let Ok(b) = c.cast::<PyBytes>() {
+                b.as_bytes().to_vec()
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "module code is None (built-ins), str or bytes; got {}",
+                    c.get_type().name()?
+                )));
+            };
+            Code::from_bytes(bytes, kind).py_err(py)?
+        }
+    };
+    let dev = resolve_device(py, device)?;
+    let name = name.to_string();
+    let inner = py.detach(|| AnyModule::load(&dev, &code, &name, &options)).py_err(py)?;
+    Ok(PyModule_ { inner, name })
+}
+
+/// The kernel ``name`` of ``module``.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> f
+///     <Function "gpuport_fill_u32">
+#[pyfunction]
+pub fn module_get_function(py: Python<'_>, module: &Bound<'_, PyModule_>, name: &str) -> PyResult<PyFunction> {
+    let m = module.get();
+    let inner = m.inner.kernel(name).py_err(py)?;
+    Ok(PyFunction { inner, name: name.to_string(), _module: module.clone().unbind() })
+}
+
+fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
+    let err = || PyTypeError::new_err(format!("{what} is an int or a tuple of 1 to 3 ints (x, y, z)"));
+    // The common shapes first, without a failed conversion's exception.
+    if obj.is_instance_of::<PyInt>() {
+        return obj.extract::<u32>().map(|x| [x, 1, 1]).map_err(|_| err());
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        if t.is_empty() || t.len() > 3 {
+            return Err(err());
+        }
+        let mut out = [1u32; 3];
+        for (o, v) in out.iter_mut().zip(t.iter()) {
+            *o = v.extract().map_err(|_| err())?;
+        }
+        return Ok(out);
+    }
+    if let Ok(x) = obj.extract::<u32>() {
+        return Ok([x, 1, 1]);
+    }
+    let v: Vec<u32> = obj.extract().map_err(|_| err())?;
+    if v.is_empty() || v.len() > 3 {
+        return Err(err());
+    }
+    let mut out = [1u32; 3];
+    out[..v.len()].copy_from_slice(&v);
+    Ok(out)
+}
+
+/// Launches ``func`` with ``grid`` and ``block`` (an int or a tuple of up to
+/// 3 ints), ``args`` (a KernelArgs, or a list/tuple of ctypes values and
+/// pointer-likes), ``shared_mem`` bytes of dynamic shared memory, on
+/// ``stream`` (default: the device's default stream), without waiting. The
+/// arguments must match the kernel's parameters; pointer arguments are the
+/// caller's responsibility on GPUs (as in HIP), and are checked on the host
+/// backend. Their memory is kept alive until the launch has run.
+///
+///     >>> import ctypes, numpy as np
+///     >>> from gpuport import runtime as rt
+///     >>> f = rt.module_get_function(rt.module_load(device="host"), "gpuport_fill_u32")
+///     >>> a = rt.malloc(4 * 256, device="host")
+///     >>> rt.launch_kernel(f, 1, 256, [a, ctypes.c_uint64(256), ctypes.c_uint32(9)])
+///     >>> out = np.zeros(256, dtype=np.uint32)
+///     >>> rt.memcpy(out, a, out.nbytes)      # on the same (default) stream
+///     >>> bool((out == 9).all())
+///     True
+#[pyfunction]
+#[pyo3(signature = (func, grid, block, args=None, shared_mem=0, stream=None))]
+pub fn launch_kernel(
+    py: Python<'_>,
+    func: &Bound<'_, PyFunction>,
+    grid: &Bound<'_, PyAny>,
+    block: &Bound<'_, PyAny>,
+    args: Option<&Bound<'_, PyAny>>,
+    shared_mem: u32,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let f = func.get();
+    let config = LaunchConfig { grid: dim3(grid, "grid")?, block: dim3(block, "block")?, shared_mem_bytes: shared_mem };
+    let stream = stream_choice(stream)?;
+    // The arguments: none, a KernelArgs (its pointer arguments' owners stay
+    // with it), or a list or tuple converted here, without a KernelArgs object.
+    let adapter = args.filter(|a| !a.is_none()).map(|a| a.cast::<PyKernelArgs>().map_err(|_| a)).transpose();
+    let list: Vec<Arg> = match &adapter {
+        Err(a) => pack_args(a)?,
+        Ok(_) => Vec::new(),
+    };
+    let (arg_list, kernel_args): (&[Arg], gpuport::KernelArgs) = match &adapter {
+        Ok(None) => (&[], gpuport::KernelArgs::new()),
+        Ok(Some(k)) => (&k.get().args, k.get().to_kernel_args()),
+        Err(_) => (&list, kernel_args_of(&list)),
+    };
+    let first = match arg_list.first() {
+        Some(Arg::Pointer(p)) => Some(p.range()),
+        _ => None,
+    };
+    // What must outlive the launch: the owners of its pointer arguments'
+    // memory (a DeviceArray, a held buffer or DLPack tensor, an allocation
+    // a raw address lies in), and a foreign stream's object, where one
+    // named the stream. Nothing else: the driver copies the argument bytes
+    // during the launch call, so a launch whose pointers hold nothing (no
+    // arguments, values only, NULL or raw device addresses, which are the
+    // caller's responsibility as in HIP) records no event.
+    let held: Option<Box<dyn Send>> = match (&adapter, holds_memory(arg_list)) {
+        (_, false) => None,
+        // The adapter (frozen) keeps its pointer arguments' owners.
+        (Ok(Some(k)), true) => Some(Box::new(Bound::clone(k).unbind())),
+        (_, true) => Some(Box::new(
+            list.into_iter()
+                .filter_map(|a| match a {
+                    Arg::Pointer(p) if !p.owners.is_empty() => Some(p),
+                    _ => None,
+                })
+                .collect::<Vec<Ptr>>(),
+        )),
+    };
+    let owners = (held.is_some() || stream.owner.is_some()).then_some((held, stream.owner));
+    // SAFETY: on GPUs the arguments are the caller's contract, as with
+    // HIP's hipModuleLaunchKernel (documented); on the host backend the
+    // runtime runs only the built-ins it checks. `first` is the range of
+    // the first pointer argument. The owners of the pointer arguments'
+    // memory are kept until the launch has run.
+    unsafe { runtime::launch_and_keep(&f.inner, &f.name, config, &kernel_args, first.as_ref(), stream.choice, owners) }
+        .py_err_in(py, "launch_kernel")
 }

@@ -1,7 +1,8 @@
 //! The `Pointer` adapter's Python methods (its type, [`PyPointer`], is in
 //! [`crate::convert::pointer`], where the conversion of pointer arguments
-//! recognises it) and `DeviceArray`: device memory with shape and type,
-//! over the core's raw allocations (`gpuport::dynamic::raw`).
+//! recognises it), `DeviceArray` (device memory with shape and type, over
+//! the core's raw allocations, `gpuport::dynamic::raw`) and
+//! `gpuport.runtime.malloc`/`free`, which make and free them.
 //!
 //! Threads: `Pointer` and `DeviceArray` are `frozen`; the little they
 //! change (a DeviceArray's shape and type, the address `free` clears) sits
@@ -13,16 +14,17 @@ use std::sync::{Arc, Mutex};
 
 use gpuport::dynamic::device_array::{self, ArrayDims, DeviceArray, FreeTarget, IndexKey, TypeName};
 use gpuport::dynamic::raw::{Place, RawAllocation};
+use gpuport::dynamic::runtime;
 use gpuport::{Advice, BackendKind};
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::convert::cai::{CaiDesc, ReadInterface};
-use crate::convert::device::managed_target;
+use crate::convert::device::{managed_target, resolve_device};
 use crate::convert::pointer::{state, to_ptr, Ptr, PyPointer};
 use crate::convert::stream::resolve_stream;
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 #[pymethods]
 impl PyPointer {
@@ -354,4 +356,76 @@ impl PyDeviceArray {
             PyClassInitializer::from(PyPointer::from_ptr(p)).add_subclass(Self::with(DeviceArray::over(sub.dims)));
         Py::new(py, init)
     }
+}
+
+// ---- malloc / free --------------------------------------------------------------------
+
+/// Allocates ``size`` bytes (``kind``: "device", "pinned" or "managed") on
+/// ``device`` (default: the default device); the memory is owned by the
+/// returned DeviceArray (shape ``(size,)``, typestr ``"|u1"``) and freed by
+/// ``free`` or when the last reference goes. Device memory comes from the
+/// device's current resource (the caching pool that ``gpuport.memory``
+/// counts); as with ``cudaFree``, giving it back first waits for the device,
+/// since any stream may still use the raw address.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(64, device="host")
+///     >>> a.shape, a.typestr, a.memory_kind
+///     ([64], '|u1', 'device')
+///     >>> rt.malloc(64, device="host", kind="pinned").memory_kind
+///     'pinned'
+#[pyfunction]
+#[pyo3(signature = (size, device=None, kind="device"))]
+pub fn malloc(
+    py: Python<'_>,
+    size: usize,
+    device: Option<&Bound<'_, PyAny>>,
+    kind: &str,
+) -> PyResult<Py<PyDeviceArray>> {
+    let dev = resolve_device(py, device)?;
+    let a = runtime::malloc(&dev, kind, size, |op| py.detach(op)).py_err(py)?;
+    Py::new(py, PyDeviceArray::from_alloc(a))
+}
+
+/// ``malloc(size, device, kind="pinned")``: page-locked host memory.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> staging = rt.malloc_pinned(64, device="host")
+///     >>> staging.memory_kind, staging.nbytes
+///     ('pinned', 64)
+#[pyfunction]
+#[pyo3(signature = (size, device=None))]
+pub fn malloc_pinned(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDeviceArray>> {
+    malloc(py, size, device, "pinned")
+}
+
+/// ``malloc(size, device, kind="managed")``: unified memory.
+///
+///     >>> from gpuport import runtime as rt
+///     >>> shared = rt.malloc_managed(64, device="host")
+///     >>> shared.memory_kind, shared.nbytes
+///     ('managed', 64)
+#[pyfunction]
+#[pyo3(signature = (size, device=None))]
+pub fn malloc_managed(py: Python<'_>, size: usize, device: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyDeviceArray>> {
+    malloc(py, size, device, "managed")
+}
+
+/// Frees an array returned by ``malloc``. ``free(None)`` (NULL) does
+/// nothing; freeing twice raises ``ValueError``, as does freeing memory
+/// gpuport does not own (raw addresses, views, buffers).
+///
+///     >>> from gpuport import runtime as rt
+///     >>> a = rt.malloc(64, device="host")
+///     >>> rt.free(a)
+///     >>> rt.free(a)
+///     Traceback (most recent call last):
+///     ValueError: free: this DeviceArray was already freed (double free)
+///     >>> rt.free(None)
+#[pyfunction]
+pub fn free(ptr: &Bound<'_, PyAny>) -> PyResult<()> {
+    if let Ok(d) = ptr.cast::<PyDeviceArray>() {
+        return PyDeviceArray::free(d);
+    }
+    device_array::free(FreeTarget::Address(to_ptr(ptr)?.addr)).map(drop).py_err(ptr.py())
 }

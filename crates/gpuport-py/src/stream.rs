@@ -1,8 +1,7 @@
 //! `Stream` and `Event`, over the core's run-time streams and events
 //! (`gpuport::dynamic::stream`). The type of `Stream`, [`PyStream`], is in
-//! [`crate::convert::stream`], where stream arguments are converted; its
-//! methods stand above [`crate::graph`], since `Stream.capture` starts a
-//! graph capture.
+//! [`crate::convert::stream`], where stream arguments are converted;
+//! `Stream.capture` is in [`crate::graph`], beside the captures it starts.
 
 use gpuport::dynamic::{AnyEvent, AnyStream};
 use gpuport::{AnyDevice, BackendKind};
@@ -11,8 +10,7 @@ use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
 use crate::convert::stream::{foreign_handle, stream_from_handle, PyStream};
-use crate::errors::IntoPyResult;
-use crate::graph::{graph_capture, PyGraphCapture};
+use crate::convert::error::IntoPyResult;
 
 impl PyStream {
     /// A new stream of gpuport's on `dev`.
@@ -101,26 +99,6 @@ impl PyStream {
     ///     False
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.synchronize()).py_err_in(py, "Stream.synchronize")
-    }
-
-    /// A context manager that captures the work enqueued on this stream
-    /// into a new `Graph`: `with s.capture() as g: ...`, then `g.replay()`.
-    /// `mode` as for `Graph.capture`.
-    ///
-    ///     >>> import gpuport
-    ///     >>> from gpuport import runtime as rt
-    ///     >>> s = gpuport.Stream("host")
-    ///     >>> buf = rt.malloc(8, device="host")
-    ///     >>> with s.capture() as g:
-    ///     ...     rt.memset_async(buf, 1, 8, stream=s)   # recorded, not run
-    ///     >>> g.replay(s)
-    ///     >>> s.synchronize()
-    ///     >>> out = bytearray(8); rt.memcpy(out, buf, 8); bytes(out)
-    ///     b'\x01\x01\x01\x01\x01\x01\x01\x01'
-    #[pyo3(signature = (mode="global"))]
-    fn capture(slf: &Bound<'_, Self>, mode: &str) -> PyResult<PyGraphCapture> {
-        let py = slf.py();
-        graph_capture(py, Some(slf.as_any()), mode, None)
     }
 
     /// Whether the stream is capturing into a graph (gpuport's capture or,

@@ -1,18 +1,23 @@
 //! Reading the CUDA Array Interface (versions 0 to 3), and the layout
 //! arithmetic shared by everything that states its extent (CUDA Array
-//! Interface and DLPack objects, buffers). A `MemArray`'s own interface
-//! (version 3 written) and `from_cuda_array_interface` are in [`crate::cai`].
+//! Interface and DLPack objects, buffers), a `MemArray`'s own interface
+//! (version 3 written) and the import behind `from_cuda_array_interface`
+//! (in [`crate::asarray`]).
 //!
 //! Defined for CUDA memory only. On ROCm the interface is undefined (CuPy
 //! refuses it there); DLPack, with its `kDLROCM` device and ROCm stream
 //! rules, is the way to exchange ROCm memory.
 
-use gpuport::dynamic::cai::{self, CudaArrayInterface};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use std::sync::Arc;
+
+use gpuport::dynamic::cai::{self, CudaArrayInterface, InterfaceExport};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
+use crate::convert::exchange::interface_dict;
+use crate::convert::memarray::{AnyArray, PyMemArray};
 
 // ---- layouts (the arithmetic is the core's: `gpuport::dynamic::cai`) -----------------------
 
@@ -89,4 +94,36 @@ impl ReadInterface for CudaArrayInterface {
         };
         Ok(CaiDesc { version, data, read_only, shape, typestr, strides, masked, stream })
     }
+}
+
+// ---- a MemArray's interface ---------------------------------------------------------
+
+/// `__cuda_array_interface__` of `st` (which arrays have it, the copy made
+/// current and the stream handed out are the core's: [`cai::export`]);
+/// absent (`AttributeError`, so `hasattr` is false) where it has none.
+pub fn export<'py>(py: Python<'py>, st: &mut AnyArray) -> PyResult<Bound<'py, PyDict>> {
+    match py.detach(|| cai::export(st)).py_err_in(py, "__cuda_array_interface__")? {
+        InterfaceExport::Absent(why) => Err(PyAttributeError::new_err(why)),
+        InterfaceExport::Present(i) => {
+            interface_dict(py, &i.shape, i.typestr, i.data, i.read_only, i.strides, Some(i.stream), 3)
+        }
+    }
+}
+
+/// Keeps a Python object alive from Rust (the CAI producer).
+struct PyOwner(#[allow(dead_code)] Py<PyAny>);
+
+/// Imports `obj`, which exposes `__cuda_array_interface__`, without a copy,
+/// on `dev` (None: cuda:0); see `from_cuda_array_interface`.
+pub fn import(py: Python<'_>, obj: &Bound<'_, PyAny>, dev: Option<gpuport::AnyDevice>) -> PyResult<PyMemArray> {
+    let desc = CaiDesc::read(obj)?;
+    let keep = Arc::new(PyOwner(obj.clone().unbind()));
+    // SAFETY: the CUDA Array Interface's producer states that `data` is
+    // device memory of the shape, strides and type it describes, valid
+    // while `obj` lives (kept here) and writable unless flagged read-only,
+    // and that its `stream` is a live stream of the device. Opening the
+    // default device, or waiting for the producer's stream, can take long:
+    // without the GIL.
+    let f = py.detach(|| unsafe { desc.import(dev.as_ref(), keep) });
+    Ok(PyMemArray::from_imported(f.py_err(py)?))
 }

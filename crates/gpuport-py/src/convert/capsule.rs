@@ -22,7 +22,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use crate::errors::{self, IntoPyResult};
+use crate::convert::error::{self, IntoPyResult};
 
 const LEGACY: &CStr = c"dltensor";
 const VERSIONED: &CStr = c"dltensor_versioned";
@@ -141,7 +141,7 @@ pub fn make_capsule(py: Python<'_>, mut e: Export) -> PyResult<Bound<'_, PyAny>>
                 if counted {
                     EXPORTS_MADE.fetch_sub(1, Ordering::SeqCst);
                 }
-                return Err(errors::to_py(py, err));
+                return Err(error::to_py(py, err));
             }
         };
         // SAFETY: as above, for a legacy tensor.
@@ -225,7 +225,7 @@ unsafe extern "C" fn versioned_destructor(cap: *mut ffi::PyObject) {
 /// destructor leaves the tensor to us) and validates it.
 pub fn take_capsule(py: Python<'_>, cap: &Bound<'_, PyAny>) -> PyResult<Producer> {
     if !cap.is_instance_of::<PyCapsule>() {
-        return Err(errors::dlpack(py, format!("__dlpack__ returned {}, not a PyCapsule", cap.get_type().name()?)));
+        return Err(error::dlpack(py, format!("__dlpack__ returned {}, not a PyCapsule", cap.get_type().name()?)));
     }
     let p = cap.as_ptr();
     for (name, used, versioned) in [(VERSIONED, USED_VERSIONED, true), (LEGACY, USED_LEGACY, false)] {
@@ -255,7 +255,7 @@ pub fn take_capsule(py: Python<'_>, cap: &Bound<'_, PyAny>) -> PyResult<Producer
             })
         };
     }
-    Err(errors::dlpack(
+    Err(error::dlpack(
         py,
         "the capsule is not an unconsumed DLPack capsule (named \"dltensor\" or \"dltensor_versioned\"); \
          a capsule can be consumed only once"

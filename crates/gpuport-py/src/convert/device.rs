@@ -11,7 +11,7 @@ use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 /// The spec that opens `dev` again (`"host"`, `"cuda:0"`).
 pub fn spec(dev: &AnyDevice) -> String {

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::errors;
+use crate::convert::error;
 
 pub use gpuport::dynamic::array_access::FillValue;
 pub use gpuport::dynamic::dtype::unsupported_dlpack_dtype;
@@ -43,7 +43,7 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         }
     }
     let shown = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "<unprintable>".into());
-    Err(errors::unsupported_dtype(
+    Err(error::unsupported_dtype(
         py,
         format!("dtype {shown} is not supported; supported dtypes: {}", DType::supported()),
     ))

@@ -47,7 +47,7 @@ use crate::convert::buffer::{Acquired, BufferExport};
 use crate::convert::cai::{layout, CaiDesc, ReadInterface};
 use crate::convert::capsule::{take_capsule, Producer};
 use crate::convert::device::PyDevice;
-use crate::errors::IntoPyResult;
+use crate::convert::error::IntoPyResult;
 
 // ---- what a pointer argument resolved to -----------------------------------------
 

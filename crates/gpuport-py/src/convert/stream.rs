@@ -12,7 +12,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{self, IntoPyResult};
+use crate::convert::error::{self, IntoPyResult};
 
 /// A stream argument on its device, and the foreign stream object it was
 /// named by: the object is kept, once the call is done with the stream,
@@ -81,7 +81,7 @@ pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<ChosenStream> {
     if let Ok(s) = o.cast::<PyStream>() {
         return Ok(ChosenStream { choice: StreamChoice::stream(s.get().inner.clone()), owner: None });
     }
-    let handle = stream_handle(foreign_handle(o)?).map_err(|e| errors::stream_arg(o.py(), e))?;
+    let handle = stream_handle(foreign_handle(o)?).map_err(|e| error::stream_arg(o.py(), e))?;
     let owner = keeps_stream_object(handle, o.extract::<isize>().is_ok()).then(|| o.clone().unbind());
     // SAFETY: the caller handed us this handle as a live stream of the
     // device the call runs on (or a sentinel of its vendor); its object,
@@ -131,12 +131,12 @@ fn cuda_stream_handle_of(o: &Bound<'_, PyAny>, protocol: &Bound<'_, PyAny>) -> P
         ),
         Err(_) => GivenValue::Other(type_name(&value)?),
     };
-    cuda_stream_handle(&type_name(o)?, given).map_err(|e| errors::stream_arg(o.py(), e))
+    cuda_stream_handle(&type_name(o)?, given).map_err(|e| error::stream_arg(o.py(), e))
 }
 
 /// The stream with native handle `handle` on `dev` (0: the default stream).
 pub fn stream_from_handle(py: Python<'_>, dev: &AnyDevice, handle: isize) -> PyResult<AnyStream> {
-    let handle = stream_handle(handle).map_err(|e| errors::stream_arg(py, e))?;
+    let handle = stream_handle(handle).map_err(|e| error::stream_arg(py, e))?;
     // SAFETY: the caller handed us this handle as a live stream of this
     // device (or a sentinel of its vendor); the borrowed handle is used only
     // during this call or, for `Stream.external`, while the owner object is

@@ -15,7 +15,7 @@
 pub use gpuport::dynamic::exclusive::{Exclusive, ExclusiveGuard};
 use pyo3::prelude::*;
 
-use crate::errors;
+use crate::convert::error;
 
 /// Locking an [`Exclusive`] from Python.
 pub trait LockDetached<T> {
@@ -27,6 +27,6 @@ pub trait LockDetached<T> {
 
 impl<T: Send> LockDetached<T> for Exclusive<T> {
     fn lock_detached(&self, py: Python<'_>) -> PyResult<ExclusiveGuard<'_, T>> {
-        self.lock_with(|wait| py.detach(wait)).map_err(|e| errors::to_py(py, e))
+        self.lock_with(|wait| py.detach(wait)).map_err(|e| error::to_py(py, e))
     }
 }

@@ -20,7 +20,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::convert::capsule::{dlpack_capsule, make_capsule, take_capsule, Producer};
 use crate::convert::dtype::{unsupported_dlpack_dtype, DType};
 use crate::convert::stream::resolve_stream;
-use crate::errors::{self, IntoPyResult};
+use crate::convert::error::{self, IntoPyResult};
 
 /// Exports `st` as a DLPack capsule following the array API standard (the
 /// negotiation is the core's: `gpuport::dynamic::exchange::export`).
@@ -42,7 +42,7 @@ pub fn imported_from_producer(py: Python<'_>, p: Producer) -> PyResult<ImportedA
     let dtype = p.0.dtype();
     if DType::from_dlpack(dtype).is_none() {
         // The core's error names DLPack codes; this one names the dtypes too.
-        return Err(errors::dlpack(py, unsupported_dlpack_dtype(dtype)));
+        return Err(error::dlpack(py, unsupported_dlpack_dtype(dtype)));
     }
     let on_host = is_host_memory(p.0.device().device_type);
     let producer = std::sync::Arc::new(p);

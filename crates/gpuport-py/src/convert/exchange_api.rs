@@ -49,9 +49,9 @@ use pyo3::types::PyString;
 
 use crate::convert::capsule::{count_table_export, count_table_import, take_versioned, track, Producer};
 use crate::convert::stream::resolve_stream;
-use crate::errors::{self, IntoPyResult};
-use crate::exchange::{device_of, imported_from_producer};
-use crate::memarray::{AnyArray, PyMemArray};
+use crate::convert::error::{self, IntoPyResult};
+use crate::convert::exchange::{device_of, imported_from_producer};
+use crate::convert::memarray::{AnyArray, PyMemArray};
 
 /// gpuport's table, one for the whole process as the header requires.
 /// `header.version` is 1.3, the header version that defines this table.
@@ -230,7 +230,7 @@ unsafe extern "C" fn current_work_stream(
             Err(PyValueError::new_err("current_work_stream: out_current_stream must not be NULL"))
         }),
         Ok(Err(e)) => {
-            with_python("current_work_stream", |py| Err(errors::to_py_in(py, e, Some("current_work_stream"))))
+            with_python("current_work_stream", |py| Err(error::to_py_in(py, e, Some("current_work_stream"))))
         }
         Err(_) => {
             raise_panic("current_work_stream");
@@ -294,7 +294,7 @@ unsafe extern "C" fn managed_tensor_allocator(
             unsafe { f(error_ctx, kind.as_ptr(), message.as_ptr()) };
             -1
         }
-        None => with_python(WHAT, |py| Err(errors::to_py_in(py, e, Some(WHAT)))),
+        None => with_python(WHAT, |py| Err(error::to_py_in(py, e, Some(WHAT)))),
     }
 }
 
@@ -336,7 +336,7 @@ fn producer_failed(obj: &Bound<'_, PyAny>, call: &str, rc: c_int) -> PyErr {
         Some(c) => format!(": {c}"),
         None => " and set no Python exception".into(),
     };
-    let e = errors::dlpack(py, format!("{ty}.__dlpack_c_exchange_api__: {call} returned {rc}{why}"));
+    let e = error::dlpack(py, format!("{ty}.__dlpack_c_exchange_api__: {call} returned {rc}{why}"));
     e.set_cause(py, cause);
     e
 }
@@ -350,7 +350,7 @@ fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
         f.call0()?.is_truthy()
     };
     let type_name = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
-    import_route::refuse_lazy_views(obj.cast::<crate::memarray::PyMemArray>().is_ok(), is_set, type_name)?.py_err(py)
+    import_route::refuse_lazy_views(obj.cast::<crate::convert::memarray::PyMemArray>().is_ok(), is_set, type_name)?.py_err(py)
 }
 
 /// The table of `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3) when
@@ -386,7 +386,7 @@ pub fn import_through_table(
     let (Some(from_py_object), Some(work_stream)) =
         (api.managed_tensor_from_py_object_no_sync, api.current_work_stream)
     else {
-        return Err(errors::dlpack(py, "the exchange table lacks a consumer's functions".into()));
+        return Err(error::dlpack(py, "the exchange table lacks a consumer's functions".into()));
     };
     refuse_lazy_views(obj)?;
     let mut raw: *mut DLManagedTensorVersioned = std::ptr::null_mut();

@@ -3,9 +3,10 @@
 //! its lock, and the helpers the modules that name the type share (state,
 //! moves, targets, extent checks).
 //!
-//! Its Python methods are in [`crate::array`], which stands above the
-//! modules they call ([`crate::cai`], [`crate::context`], [`crate::exchange`],
-//! [`crate::exchange_api`]); those name the type from here.
+//! The type sits here, among the conversions, because the conversions
+//! recognise it (DLPack, the C exchange table, the CUDA Array Interface) and
+//! several class files hand it out. Its Python methods are in
+//! [`crate::array`], `get_dlpack` in [`crate::context`].
 
 use gpuport::array::{Location, LockId, Transfer};
 pub use gpuport::dynamic::array::natural_of;
@@ -17,8 +18,8 @@ use pyo3::prelude::*;
 
 use crate::convert::dtype::DType;
 use crate::convert::stream::AnyStream;
-use crate::errors::IntoPyResult;
-use crate::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
+use crate::convert::error::IntoPyResult;
+use crate::convert::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
 
 /// What never changes about an array: read without its lock.
 pub(crate) struct Meta {
