@@ -17,12 +17,12 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::convert::device::{managed_target, resolve_device, spec, PyDevice};
 use crate::convert::dtype::{dtype_from_py, DType};
-use crate::convert::stream::resolve_stream;
 use crate::convert::error::{self, IntoPyResult};
 use crate::convert::exchange::{
     dl_pair, export, import_producer, interface_dict, parse_dl_device, parse_version, ExportRequest,
 };
 use crate::convert::memarray::{AnyArray, PyMemArray};
+use crate::convert::stream::resolve_stream;
 
 /// The extents of a `MemArray(shape)` argument: an int or a sequence of
 /// ints, each checked by the core's [`extent_from`].

@@ -14,10 +14,10 @@ use pyo3::prelude::*;
 
 use crate::convert::capsule::{count_table_export, count_table_import, track, Producer};
 use crate::convert::device::resolve_device;
-use crate::convert::stream::resolve_stream;
 use crate::convert::error::IntoPyResult;
 use crate::convert::exchange::{import_producer, imported_from_producer};
 use crate::convert::memarray::PyMemArray;
+use crate::convert::stream::resolve_stream;
 
 /// Imports any DLPack producer (NumPy, PyTorch, CuPy, JAX, another
 /// MemArray, or a capsule) without a copy. The result keeps the producer's

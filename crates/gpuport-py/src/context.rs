@@ -11,10 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::convert::capsule::make_capsule;
-use crate::convert::stream::{resolve_stream, StreamArg};
 use crate::convert::error::IntoPyResult;
 use crate::convert::exchange::{parse_dl_device, parse_version};
 use crate::convert::memarray::PyMemArray;
+use crate::convert::stream::{resolve_stream, StreamArg};
 
 /// The object `MemArray.get_dlpack()` returns: a context manager that locks
 /// the array for its block and exports it through DLPack with the lock id.

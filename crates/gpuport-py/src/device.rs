@@ -8,8 +8,8 @@ use gpuport::BackendKind;
 use pyo3::prelude::*;
 
 use crate::convert::device::{default_device, device_dl, resolve_device, spec, PyDevice};
-use crate::convert::stream::PyStream;
 use crate::convert::error::IntoPyResult;
+use crate::convert::stream::PyStream;
 
 #[pymethods]
 impl PyDevice {

@@ -20,11 +20,11 @@ use pyo3::types::PyBytes;
 
 use crate::convert::device::{resolve_device, PyDevice};
 use crate::convert::dtype::dtype_from_py;
-use crate::convert::pointer::{to_range, Owner, Ptr};
-use crate::convert::stream::{resolve_stream, stream_choice};
 use crate::convert::error::IntoPyResult;
 use crate::convert::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
 use crate::convert::memarray::PyMemArray;
+use crate::convert::pointer::{to_range, Owner, Ptr};
+use crate::convert::stream::{resolve_stream, stream_choice};
 
 /// The key-value store through which the ranks of a job meet (rank 0
 /// hosts it), as ``torch.distributed.TCPStore``.

@@ -17,9 +17,9 @@ use gpuport::CaptureMode;
 use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
-use crate::convert::stream::{stream_choice, PyStream};
 use crate::convert::error::{self, IntoPyResult};
 use crate::convert::exclusive::{Exclusive, LockDetached};
+use crate::convert::stream::{stream_choice, PyStream};
 
 /// A graph of captured work: `with g.capture(stream):` records the kernels,
 /// copies and memsets enqueued on `stream`, and `g.replay()` runs them all again.

@@ -22,8 +22,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::convert::device::{given_device, open_device, resolve_device, spec};
-use crate::convert::stream::resolve_stream;
 use crate::convert::error::IntoPyResult;
+use crate::convert::stream::resolve_stream;
 
 // ---- Python -----------------------------------------------------------------------
 

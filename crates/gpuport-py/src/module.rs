@@ -21,8 +21,8 @@ use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 use crate::convert::arglist::{holds_memory, host_array, kernel_args_of, pack_args, seq_items, Arg};
 use crate::convert::device::resolve_device;
 use crate::convert::error::IntoPyResult;
-use crate::convert::stream::stream_choice;
 use crate::convert::pointer::{to_ptr, Ptr, PyPointer, ACCEPTED};
+use crate::convert::stream::stream_choice;
 
 macro_rules! list_of_numbers {
     ($rust:ident, $pyname:literal, $t:ty, $what:literal) => {

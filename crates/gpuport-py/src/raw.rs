@@ -22,9 +22,9 @@ use pyo3::types::{PyDict, PySlice, PyTuple};
 
 use crate::convert::cai::{CaiDesc, ReadInterface};
 use crate::convert::device::{managed_target, resolve_device};
+use crate::convert::error::IntoPyResult;
 use crate::convert::pointer::{state, to_ptr, Ptr, PyPointer};
 use crate::convert::stream::resolve_stream;
-use crate::convert::error::IntoPyResult;
 
 #[pymethods]
 impl PyPointer {

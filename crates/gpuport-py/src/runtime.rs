@@ -20,9 +20,9 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 
 use crate::convert::device::resolve_device;
+use crate::convert::error::IntoPyResult;
 use crate::convert::pointer::to_range;
 use crate::convert::stream::stream_choice;
-use crate::convert::error::IntoPyResult;
 use gpuport::dynamic::keep;
 
 // ---- pending asynchronous work --------------------------------------------------------

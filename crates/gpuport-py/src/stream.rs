@@ -9,8 +9,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::convert::device::{resolve_device, spec, PyDevice};
-use crate::convert::stream::{foreign_handle, stream_from_handle, PyStream};
 use crate::convert::error::IntoPyResult;
+use crate::convert::stream::{foreign_handle, stream_from_handle, PyStream};
 
 impl PyStream {
     /// A new stream of gpuport's on `dev`.

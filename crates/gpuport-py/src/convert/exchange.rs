@@ -19,8 +19,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::convert::capsule::{dlpack_capsule, make_capsule, take_capsule, Producer};
 use crate::convert::dtype::{unsupported_dlpack_dtype, DType};
-use crate::convert::stream::resolve_stream;
 use crate::convert::error::{self, IntoPyResult};
+use crate::convert::stream::resolve_stream;
 
 /// Exports `st` as a DLPack capsule following the array API standard (the
 /// negotiation is the core's: `gpuport::dynamic::exchange::export`).

@@ -48,10 +48,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
 use crate::convert::capsule::{count_table_export, count_table_import, take_versioned, track, Producer};
-use crate::convert::stream::resolve_stream;
 use crate::convert::error::{self, IntoPyResult};
 use crate::convert::exchange::{device_of, imported_from_producer};
 use crate::convert::memarray::{AnyArray, PyMemArray};
+use crate::convert::stream::resolve_stream;
 
 /// gpuport's table, one for the whole process as the header requires.
 /// `header.version` is 1.3, the header version that defines this table.
@@ -229,9 +229,7 @@ unsafe extern "C" fn current_work_stream(
         Ok(Ok(_)) => with_python("current_work_stream", |_| {
             Err(PyValueError::new_err("current_work_stream: out_current_stream must not be NULL"))
         }),
-        Ok(Err(e)) => {
-            with_python("current_work_stream", |py| Err(error::to_py_in(py, e, Some("current_work_stream"))))
-        }
+        Ok(Err(e)) => with_python("current_work_stream", |py| Err(error::to_py_in(py, e, Some("current_work_stream")))),
         Err(_) => {
             raise_panic("current_work_stream");
             -1
@@ -350,7 +348,8 @@ fn refuse_lazy_views(obj: &Bound<'_, PyAny>) -> PyResult<()> {
         f.call0()?.is_truthy()
     };
     let type_name = || obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "tensor".into());
-    import_route::refuse_lazy_views(obj.cast::<crate::convert::memarray::PyMemArray>().is_ok(), is_set, type_name)?.py_err(py)
+    import_route::refuse_lazy_views(obj.cast::<crate::convert::memarray::PyMemArray>().is_ok(), is_set, type_name)?
+        .py_err(py)
 }
 
 /// The table of `type(obj).__dlpack_c_exchange_api__` (DLPack 1.3) when

@@ -17,9 +17,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::convert::dtype::DType;
-use crate::convert::stream::AnyStream;
 use crate::convert::error::IntoPyResult;
 use crate::convert::exclusive::{Exclusive, ExclusiveGuard, LockDetached};
+use crate::convert::stream::AnyStream;
 
 /// What never changes about an array: read without its lock.
 pub(crate) struct Meta {

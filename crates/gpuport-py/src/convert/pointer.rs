@@ -46,8 +46,8 @@ use pyo3::types::PyType;
 use crate::convert::buffer::{Acquired, BufferExport};
 use crate::convert::cai::{layout, CaiDesc, ReadInterface};
 use crate::convert::capsule::{take_capsule, Producer};
-use crate::convert::device::PyDevice;
 use crate::convert::error::IntoPyResult;
+use crate::convert::memarray::PyMemArray;
 
 // ---- what a pointer argument resolved to -----------------------------------------
 
@@ -316,13 +316,12 @@ fn convert(obj: &Bound<'_, PyAny>, need: Need<'_>) -> PyResult<Ptr> {
             None => {}
         }
         p.writable = !desc.read_only;
-        // The interface names no device; an object whose `device` is a
-        // gpuport Device (a MemArray) does.
+        // The interface names no device; a MemArray knows its own. Other
+        // objects are not asked (a `device` attribute of a foreign type
+        // may run any code and means what that library says).
         if matches!(p.space, Place::Device(None)) {
-            if let Ok(d) = obj.getattr(pyo3::intern!(py, "device")) {
-                if let Ok(d) = d.cast::<PyDevice>() {
-                    p.space = p.space.on_known_device(&d.get().0);
-                }
+            if let Ok(a) = obj.cast::<PyMemArray>() {
+                p.space = p.space.on_known_device(a.get().any_device());
             }
         }
         p.owners.push(Owner::Obj(obj.clone().unbind()));
