@@ -27,37 +27,45 @@ fn extents_are_non_negative_and_fit_in_i64() {
     );
 }
 
+/// What a `from_dlpack` probe looks for, and what `__dlpack__` offers (never asked).
+const GPUPORT_ARRAY: &str = "gpuport array";
+const TABLE: &str = "exchange table";
+const DLPACK: &str = "__dlpack__";
+
 /// `from_dlpack_route` for an object offering `offered`, and the offers it asked about.
-fn dlpack_route_of(copy: Option<bool>, offered: &[Offer]) -> (DlpackRoute, Vec<Offer>) {
-    let mut asked = Vec::new();
-    let route = from_dlpack_route(copy, |o| {
-        asked.push(o);
-        Ok::<_, ()>(offered.contains(&o))
-    })
-    .unwrap();
-    (route, asked)
+fn dlpack_route_of(copy: Option<bool>, offered: &[&str]) -> (DlpackRoute<&'static str>, Vec<&'static str>) {
+    let asked = std::cell::RefCell::new(Vec::new());
+    let probe = |o: &'static str| {
+        asked.borrow_mut().push(o);
+        offered.contains(&o)
+    };
+    let route =
+        from_dlpack_route(copy, || Ok::<_, ()>(probe(GPUPORT_ARRAY)), || Ok(probe(TABLE).then_some("the table")))
+            .unwrap();
+    (route, asked.into_inner())
 }
 
 #[test]
 fn from_dlpack_takes_its_own_arrays_then_the_table_then_the_protocol() {
-    use Offer::*;
     let protocol = |ask_copy, host_copy| DlpackRoute::Protocol(ProtocolCall { ask_copy, host_copy });
     // A gpuport array (whose type has a table too) is taken as itself.
     assert_eq!(
-        dlpack_route_of(None, &[GpuportArray, ExchangeTable, Dlpack]),
-        (DlpackRoute::GpuportArray, vec![GpuportArray])
+        dlpack_route_of(None, &[GPUPORT_ARRAY, TABLE, DLPACK]),
+        (DlpackRoute::GpuportArray, vec![GPUPORT_ARRAY])
     );
+    // The table route carries the table the probe found.
     assert_eq!(
-        dlpack_route_of(None, &[ExchangeTable, Dlpack]),
-        (DlpackRoute::ExchangeTable, vec![GpuportArray, ExchangeTable])
+        dlpack_route_of(None, &[TABLE, DLPACK]),
+        (DlpackRoute::ExchangeTable("the table"), vec![GPUPORT_ARRAY, TABLE])
     );
-    assert_eq!(dlpack_route_of(None, &[Dlpack]).0, protocol(None, false));
+    assert_eq!(dlpack_route_of(None, &[DLPACK]).0, protocol(None, false));
     // copy=True: the producer is not asked for a copy, gpuport makes one; no table.
-    assert_eq!(dlpack_route_of(Some(true), &[GpuportArray, ExchangeTable]), (protocol(None, true), vec![]));
-    assert_eq!(dlpack_route_of(Some(false), &[ExchangeTable]), (protocol(Some(false), false), vec![]));
+    assert_eq!(dlpack_route_of(Some(true), &[GPUPORT_ARRAY, TABLE]), (protocol(None, true), vec![]));
+    assert_eq!(dlpack_route_of(Some(false), &[TABLE]), (protocol(Some(false), false), vec![]));
     assert_eq!(protocol_route(Some(true)), ProtocolCall { ask_copy: None, host_copy: true });
     // A failing probe is the route's failure.
-    assert_eq!(from_dlpack_route(None, |_| Err::<bool, _>("probe")), Err("probe"));
+    assert_eq!(from_dlpack_route(None, || Err::<bool, _>("probe"), || Ok(None::<()>)), Err("probe"));
+    assert_eq!(from_dlpack_route(None, || Ok(false), || Err::<Option<()>, _>("table")), Err("table"));
 }
 
 #[test]

@@ -6,9 +6,9 @@
 //! The binding says what an object offers; these functions decide.
 //!
 //! ```
-//! use gpuport::dynamic::import_route::{from_dlpack_route, DlpackRoute, Offer, ProtocolCall};
+//! use gpuport::dynamic::import_route::{from_dlpack_route, DlpackRoute, ProtocolCall};
 //! // A NumPy array: no exchange table, so the `__dlpack__` protocol.
-//! let route = from_dlpack_route(None, |o| Ok::<_, ()>(o == Offer::Dlpack))?;
+//! let route = from_dlpack_route(None, || Ok::<_, ()>(false), || Ok(None::<()>))?;
 //! assert_eq!(route, DlpackRoute::Protocol(ProtocolCall { ask_copy: None, host_copy: false }));
 //! # Ok::<(), ()>(())
 //! ```
@@ -17,29 +17,25 @@ use crate::dlpack::ffi::DLPACK_MINOR_VERSION;
 use crate::dlpack::DLPackError;
 use crate::error::Error;
 
-/// A way an object can be imported, as a binding finds it on the object.
+/// A way `asarray` can take an object, as a binding finds it on the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offer {
     /// The object is a gpuport array.
     GpuportArray,
-    /// Its type holds a DLPack 1.3 C exchange table a consumer can use (a
-    /// known major version, the consumer's functions present). A capsule
-    /// offers none.
-    ExchangeTable,
     /// It has `__dlpack__` (or is a DLPack capsule).
     Dlpack,
     /// It has `__cuda_array_interface__`.
     CudaArrayInterface,
 }
 
-/// How `from_dlpack` imports an object.
+/// How `from_dlpack` imports an object; `T`: the exchange table found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DlpackRoute {
+pub enum DlpackRoute<T = ()> {
     /// A gpuport array, as through its own exchange table but with no
     /// tensor in between.
     GpuportArray,
     /// Through the type's C exchange table, with no Python call.
-    ExchangeTable,
+    ExchangeTable(T),
     /// Through `__dlpack__` (or the capsule given).
     Protocol(ProtocolCall),
 }
@@ -56,32 +52,36 @@ pub struct ProtocolCall {
 
 /// `from_dlpack(obj, copy=copy)`'s route. With `copy=None`: a gpuport
 /// array as itself, else the exchange table where the object's type offers
-/// one, else `__dlpack__`. `copy=True` makes the copy in gpuport (the
-/// producer is not asked for one, so no copy is made twice); `copy=False`
-/// is passed on. `offers` is asked in that order, only as far as needed.
+/// one (`exchange_table` finds it: a known major version with a consumer's
+/// functions), else `__dlpack__`. `copy=True` makes the copy in gpuport
+/// (the producer is not asked for one, so no copy is made twice);
+/// `copy=False` is passed on. The probes run in that order, only as far as
+/// needed.
 ///
 /// ```
-/// use gpuport::dynamic::import_route::{from_dlpack_route, DlpackRoute, Offer, ProtocolCall};
-/// let torch_tensor = |o: Offer| Ok::<_, ()>(matches!(o, Offer::ExchangeTable | Offer::Dlpack));
-/// assert_eq!(from_dlpack_route(None, torch_tensor)?, DlpackRoute::ExchangeTable);
+/// use gpuport::dynamic::import_route::{from_dlpack_route, DlpackRoute, ProtocolCall};
+/// // A torch tensor: not gpuport's, its type has a table.
+/// let (not_ours, table) = (|| Ok::<_, ()>(false), || Ok(Some("torch's table")));
+/// assert_eq!(from_dlpack_route(None, not_ours, table)?, DlpackRoute::ExchangeTable("torch's table"));
 /// assert_eq!(
-///     from_dlpack_route(Some(true), torch_tensor)?,
+///     from_dlpack_route(Some(true), not_ours, table)?,
 ///     DlpackRoute::Protocol(ProtocolCall { ask_copy: None, host_copy: true })
 /// );
 /// # Ok::<(), ()>(())
 /// ```
-pub fn from_dlpack_route<E>(
+pub fn from_dlpack_route<T, E>(
     copy: Option<bool>,
-    mut offers: impl FnMut(Offer) -> Result<bool, E>,
-) -> Result<DlpackRoute, E> {
+    is_gpuport_array: impl FnOnce() -> Result<bool, E>,
+    exchange_table: impl FnOnce() -> Result<Option<T>, E>,
+) -> Result<DlpackRoute<T>, E> {
     if copy.is_some() {
         return Ok(DlpackRoute::Protocol(protocol_route(copy)));
     }
-    if offers(Offer::GpuportArray)? {
+    if is_gpuport_array()? {
         return Ok(DlpackRoute::GpuportArray);
     }
-    if offers(Offer::ExchangeTable)? {
-        return Ok(DlpackRoute::ExchangeTable);
+    if let Some(table) = exchange_table()? {
+        return Ok(DlpackRoute::ExchangeTable(table));
     }
     Ok(DlpackRoute::Protocol(protocol_route(None)))
 }

@@ -44,26 +44,21 @@ pub fn from_dlpack(
     stream: Option<&Bound<'_, PyAny>>,
     copy: Option<bool>,
 ) -> PyResult<PyMemArray> {
-    let mut table = None;
-    let route = from_dlpack_route(copy, |offer| -> PyResult<bool> {
-        Ok(match offer {
-            Offer::GpuportArray => obj.cast::<PyMemArray>().is_ok(),
-            Offer::ExchangeTable if !obj.is_instance_of::<pyo3::types::PyCapsule>() => {
-                table = crate::convert::exchange_api::usable_table(obj)?;
-                table.is_some()
-            }
-            _ => false,
-        })
-    })?;
-    match (route, table) {
-        (DlpackRoute::GpuportArray, _) => from_own_array(py, obj.cast::<PyMemArray>()?.get(), stream),
-        (DlpackRoute::ExchangeTable, Some(table)) => {
+    let route = from_dlpack_route(
+        copy,
+        || Ok(obj.cast::<PyMemArray>().is_ok()),
+        || match obj.is_instance_of::<pyo3::types::PyCapsule>() {
+            true => Ok(None),
+            false => crate::convert::exchange_api::usable_table(obj),
+        },
+    )?;
+    match route {
+        DlpackRoute::GpuportArray => from_own_array(py, obj.cast::<PyMemArray>()?.get(), stream),
+        DlpackRoute::ExchangeTable(table) => {
             let p = crate::convert::exchange_api::import_through_table(py, obj, table, stream)?;
             Ok(PyMemArray::from_imported(imported_from_producer(py, p)?))
         }
-        (DlpackRoute::Protocol(call), _) => from_protocol(py, obj, stream, call),
-        // The table was found whenever the route is the table's.
-        (DlpackRoute::ExchangeTable, None) => from_protocol(py, obj, stream, protocol_route(copy)),
+        DlpackRoute::Protocol(call) => from_protocol(py, obj, stream, call),
     }
 }
 
@@ -166,7 +161,6 @@ pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, device: Option<&Bound<'_,
             Offer::GpuportArray => obj.cast::<PyMemArray>().is_ok(),
             Offer::Dlpack => native.insert(crate::convert::dtype::native_byte_order(obj)?).hasattr("__dlpack__")?,
             Offer::CudaArrayInterface => native.as_ref().unwrap_or(obj).hasattr("__cuda_array_interface__")?,
-            Offer::ExchangeTable => false,
         })
     })?;
     let obj = native.as_ref().unwrap_or(obj);
