@@ -13,6 +13,7 @@ pub(crate) mod device_array;
 pub(crate) mod dlpack;
 pub(crate) mod memory;
 pub mod python;
+mod python_classes;
 
 use dlpack::DLPackError;
 

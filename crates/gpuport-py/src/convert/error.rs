@@ -13,25 +13,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-/// The exception classes, made once per interpreter.
-pub struct Classes {
-    pub gpu: Py<PyType>,
-    pub out_of_memory: Py<PyType>,
-    pub unavailable: Py<PyType>,
-    pub invalid_device: Py<PyType>,
-    pub device_mismatch: Py<PyType>,
-    pub lock: Py<PyType>,
-    pub residency: Py<PyType>,
-    pub shape: Py<PyType>,
-    pub dlpack: Py<PyType>,
-    pub unsupported_dtype: Py<PyType>,
-    pub unsupported: Py<PyType>,
-    pub invalid_argument: Py<PyType>,
-    pub driver: Py<PyType>,
-    pub kernel: Py<PyType>,
-    pub graph: Py<PyType>,
-    pub collective: Py<PyType>,
-}
+/// gpuport's own exception classes, made once per interpreter: one per
+/// [`ExceptionClass::GPUPORT`] entry, in its order (`GpuError` first).
+pub struct Classes(Vec<(ExceptionClass, Py<PyType>)>);
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 
@@ -74,241 +58,19 @@ fn with_example(summary: &str, example: &str) -> String {
 }
 
 fn build(py: Python<'_>) -> PyResult<Classes> {
-    let classes = build_classes(py)?;
-    // Each GraphError sets its own `kind`; the class has one for type checkers.
-    classes.graph.bind(py).setattr("kind", "")?;
-    classes.collective.bind(py).setattr("kind", "")?;
-    Ok(classes)
-}
-
-fn build_classes(py: Python<'_>) -> PyResult<Classes> {
-    let gpu = make(
-        py,
-        None,
-        ExceptionClass::Gpu,
-        "Base class of every error gpuport raises (a RuntimeError).",
-        r#"
->>> import gpuport
->>> try:
-...     gpuport.Device("tpu:0")
-... except gpuport.GpuError as e:
-...     print(type(e).__name__, isinstance(e, RuntimeError))
-InvalidDeviceError True
-"#,
-    )?;
-    let g = Some(&gpu);
-    Ok(Classes {
-        out_of_memory: make(
-            py,
-            g,
-            ExceptionClass::OutOfMemory,
-            "The device (or host) has not enough free memory; freeing memory and retrying may help.",
-            r#"
->>> import gpuport
->>> try:
-...     gpuport.MemArray(1 << 50, "uint8", device="host")   # 1 PiB
-... except MemoryError as e:
-...     print(type(e).__name__)
-OutOfMemoryError
-"#,
-        )?,
-        unavailable: make(
-            py,
-            g,
-            ExceptionClass::Unavailable,
-            "A backend is not compiled in, its library could not be loaded, or it has no device.",
-            r#"
->>> import gpuport
->>> def cuda_or_host():
-...     try:
-...         return gpuport.Device("cuda:0")
-...     except gpuport.DeviceUnavailableError:   # no CUDA driver or GPU here
-...         return gpuport.Device("host")
->>> cuda_or_host().backend in ("cuda", "host")
-True
-"#,
-        )?,
-        invalid_device: make(
-            py,
-            g,
-            ExceptionClass::InvalidDevice,
-            "A device spec could not be parsed or names a device that does not exist.",
-            r#"
->>> import gpuport
->>> gpuport.Device("tpu:0")
-Traceback (most recent call last):
-gpuport.InvalidDeviceError: invalid device spec "tpu:0": unknown backend "tpu"; accepted: "host", "cuda[:N]", "rocm[:N]"
-"#,
-        )?,
-        device_mismatch: make(
-            py,
-            g,
-            ExceptionClass::DeviceMismatch,
-            "Objects of two different devices were used together (a stream of cuda:1 for an array on cuda:0, \
-             say).",
-            r#"
->>> import gpuport
->>> issubclass(gpuport.DeviceMismatchError, ValueError)
-True
-"#,
-        )?,
-        lock: make(
-            py,
-            g,
-            ExceptionClass::Lock,
-            "A locked array (inside `with array.get_dlpack()`) was accessed without its lock, or an object was \
-             called again from a callback of a call still running on it.",
-            r#"
->>> import gpuport
->>> a = gpuport.MemArray(2, device="host")
->>> with a.get_dlpack() as ctx:
-...     a.to_numpy()                    # inside the block, use ctx instead
-Traceback (most recent call last):
-gpuport.LockError: __dlpack__: the array is locked by a `with array.get_dlpack()` block ...
-"#,
-        )?,
-        residency: make(
-            py,
-            g,
-            ExceptionClass::Residency,
-            "An operation needs the host or device copy of an array, and that copy is not current.",
-            r#"
->>> import gpuport, numpy as np
->>> gpuport.from_dlpack(np.zeros(3)).copy()      # imported memory stays with its producer
-Traceback (most recent call last):
-gpuport.ResidencyError: copy of an imported array: do it through its producer library
-"#,
-        )?,
-        shape: make(
-            py,
-            g,
-            ExceptionClass::Shape,
-            "A shape, index or rank was not accepted.",
-            r#"
->>> import gpuport
->>> gpuport.MemArray((2, -1), device="host")
-Traceback (most recent call last):
-gpuport.ShapeError: extent -1 is negative; extents must be non-negative
-"#,
-        )?,
-        dlpack: make(
-            py,
-            g,
-            ExceptionClass::DLPack,
-            "A DLPack tensor could not be imported or exported.",
-            r#"
->>> import gpuport, numpy as np
->>> a = gpuport.MemArray(2, device="host")
->>> with a.get_dlpack() as ctx:
-...     pass
->>> np.from_dlpack(ctx)                    # the block has ended
-Traceback (most recent call last):
-gpuport.DLPackError: __dlpack__: this get_dlpack block has ended ...
-"#,
-        )?,
-        unsupported_dtype: make(
-            py,
-            g,
-            ExceptionClass::UnsupportedDType,
-            "The dtype is not one gpuport holds, or the operation has no kernel for it.",
-            r#"
->>> import gpuport
->>> gpuport.MemArray(2, "bool", device="host").add_index()
-Traceback (most recent call last):
-gpuport.UnsupportedDTypeError: add_index has no kernel for bool; ...
-"#,
-        )?,
-        unsupported: make(
-            py,
-            g,
-            ExceptionClass::Unsupported,
-            "The backend does not implement the operation.",
-            r#"
->>> import gpuport.memory as gm
->>> gm.alloc(64, device="host").ipc_handle()     # IPC handles are a GPU driver's
-Traceback (most recent call last):
-gpuport.UnsupportedError: IPC memory handles is not supported by the host backend: ...
-"#,
-        )?,
-        invalid_argument: make(
-            py,
-            g,
-            ExceptionClass::InvalidArgument,
-            "An argument is outside what the operation accepts.",
-            r#"
->>> from gpuport import runtime as rt
->>> rt.malloc(0, device="host")
-Traceback (most recent call last):
-gpuport.InvalidArgumentError: invalid argument bytes: a zero-byte allocation was requested; sizes must be at least 1
-"#,
-        )?,
-        driver: make(
-            py,
-            g,
-            ExceptionClass::Driver,
-            "A vendor driver or runtime call failed.",
-            r#"
->>> import gpuport
->>> issubclass(gpuport.DriverError, gpuport.GpuError)
-True
-"#,
-        )?,
-        kernel: make(
-            py,
-            g,
-            ExceptionClass::Kernel,
-            "Compiling, finding or launching a kernel failed.",
-            r#"
->>> from gpuport import runtime as rt
->>> rt.module_get_function(rt.module_load(device="host"), "no_such_kernel")
-Traceback (most recent call last):
-gpuport.KernelError: kernel "no_such_kernel" not found in module; available: ...
-"#,
-        )?,
-        graph: make(
-            py,
-            g,
-            ExceptionClass::Graph,
-            "A rule of graph capture or replay was broken (a waiting call during a capture, a stream that cannot \
-             be captured, an update with a graph of another shape...). `kind` names the rule: \"synchronous_call\", \
-             \"already_capturing\", \"default_stream\", \"invalidated\", \"isolation\", \"captured_event\", \
-             \"update_refused\", \"pool_allocation\", \"nested_launch\", \"wrong_thread\", \"not_capturable\", \
-             \"capturing\" or \"not_captured\". The stream stays usable.",
-            r#"
->>> import gpuport
->>> s = gpuport.Stream("host")
->>> with s.capture():
-...     try:
-...         s.synchronize()              # captured work runs only at replay
-...     except gpuport.GraphError as e:
-...         print(e.kind)
-synchronous_call
-"#,
-        )?,
-        collective: make(
-            py,
-            g,
-            ExceptionClass::Collective,
-            "A collective or a communicator of gpuport.distributed failed. `kind` says how: \"library\" (NCCL or \
-             RCCL missing or too old), \"engine\" (a call of the engine failed), \"mismatch\" (the ranks called \
-             different collectives, counts, types or roots), \"timeout\" (no progress in time; the communicator \
-             was aborted), \"aborted\", \"remote_failure\" (another rank or the network failed), \
-             \"peer_init_failed\" (another rank's initialisation failed; the message names it and says why) or \
-             \"version_mismatch\" (another rank loaded another version of NCCL or RCCL; the message names both).",
-            r#"
->>> import gpuport
->>> from gpuport import distributed as dist
->>> (comm,) = dist.init_all(["host"])
->>> comm.abort()
->>> try:
-...     comm.synchronize(); comm.all_reduce(gpuport.asarray([1.0], device="host"))
-... except gpuport.CollectiveError as e:
-...     print(e.kind)
-aborted
-"#,
-        )?,
-        gpu,
-    })
+    let mut made: Vec<(ExceptionClass, Py<PyType>)> = Vec::new();
+    for class in ExceptionClass::GPUPORT {
+        let (summary, example) = class.doc().unwrap_or_default();
+        let gpu = made.first().map(|(_, ty)| ty);
+        let ty = make(py, gpu, class, summary, example)?;
+        // Each GraphError and CollectiveError sets its own `kind`; the
+        // class has one for type checkers.
+        if matches!(class, ExceptionClass::Graph | ExceptionClass::Collective) {
+            ty.bind(py).setattr("kind", "")?;
+        }
+        made.push((class, ty));
+    }
+    Ok(Classes(made))
 }
 
 /// The classes (made on first use; `lib.rs` makes them at import).
@@ -318,59 +80,28 @@ pub fn classes(py: Python<'_>) -> PyResult<&'static Classes> {
 
 /// Adds every class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let c = classes(m.py())?;
-    for ty in [
-        &c.gpu,
-        &c.out_of_memory,
-        &c.unavailable,
-        &c.invalid_device,
-        &c.device_mismatch,
-        &c.lock,
-        &c.residency,
-        &c.shape,
-        &c.dlpack,
-        &c.unsupported_dtype,
-        &c.unsupported,
-        &c.invalid_argument,
-        &c.driver,
-        &c.kernel,
-        &c.graph,
-        &c.collective,
-    ] {
+    for (_, ty) in &classes(m.py())?.0 {
         let ty = ty.bind(m.py());
         m.add(ty.name()?, ty)?;
     }
     Ok(())
 }
 
-/// The Python class of `class` (the one table).
+/// The Python class of `class`: a builtin, or one of gpuport's own
+/// (`GpuError` for a class the core adds before this binding makes it).
 fn class_of<'py>(py: Python<'py>, c: &'static Classes, class: ExceptionClass) -> Bound<'py, PyType> {
     use pyo3::exceptions::{PyBufferError, PyIndexError, PyOverflowError, PyTypeError, PyValueError};
-    let ty = match class {
-        ExceptionClass::Value => return py.get_type::<PyValueError>(),
-        ExceptionClass::Buffer => return py.get_type::<PyBufferError>(),
-        ExceptionClass::Index => return py.get_type::<PyIndexError>(),
-        ExceptionClass::Overflow => return py.get_type::<PyOverflowError>(),
-        ExceptionClass::Type => return py.get_type::<PyTypeError>(),
-        ExceptionClass::OutOfMemory => &c.out_of_memory,
-        ExceptionClass::Unavailable => &c.unavailable,
-        ExceptionClass::InvalidDevice => &c.invalid_device,
-        ExceptionClass::DeviceMismatch => &c.device_mismatch,
-        ExceptionClass::Lock => &c.lock,
-        ExceptionClass::Residency => &c.residency,
-        ExceptionClass::Shape => &c.shape,
-        ExceptionClass::DLPack => &c.dlpack,
-        ExceptionClass::UnsupportedDType => &c.unsupported_dtype,
-        ExceptionClass::Unsupported => &c.unsupported,
-        ExceptionClass::InvalidArgument => &c.invalid_argument,
-        ExceptionClass::Driver => &c.driver,
-        ExceptionClass::Kernel => &c.kernel,
-        ExceptionClass::Graph => &c.graph,
-        ExceptionClass::Collective => &c.collective,
-        // `Gpu`, and a class the core adds before this binding makes it.
-        _ => &c.gpu,
-    };
-    ty.bind(py).clone()
+    match class {
+        ExceptionClass::Value => py.get_type::<PyValueError>(),
+        ExceptionClass::Buffer => py.get_type::<PyBufferError>(),
+        ExceptionClass::Index => py.get_type::<PyIndexError>(),
+        ExceptionClass::Overflow => py.get_type::<PyOverflowError>(),
+        ExceptionClass::Type => py.get_type::<PyTypeError>(),
+        _ => {
+            let own = c.0.iter().find(|(k, _)| *k == class).unwrap_or(&c.0[0]);
+            own.1.bind(py).clone()
+        }
+    }
 }
 
 fn raise(py: Python<'_>, class: ExceptionClass, msg: String) -> PyErr {
