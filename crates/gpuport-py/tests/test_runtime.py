@@ -210,6 +210,22 @@ def test_cai_object_is_kept_alive():
     assert ref() is None
 
 
+def test_a_foreign_cai_object_is_not_asked_for_its_device():
+    # The interface names no device. Only a MemArray's own is read; a
+    # foreign object's `device` attribute is not touched (it may run any code).
+    class WithDevice(FakeCAI):
+        asked = 0
+
+        @property
+        def device(self):
+            WithDevice.asked += 1
+            raise AssertionError("device read")
+
+    for make in (rt.Pointer, lambda o: rt.memset(o, 0, 0)):
+        make(WithDevice(0x7000_2000))
+    assert WithDevice.asked == 0
+
+
 @pytest.mark.parametrize(
     "make",
     [
