@@ -57,26 +57,22 @@ thread_local! {
     static HELD: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Adds one to the depth of gate `key` in this thread's `held` sections if
+/// it is there; whether it was.
+#[inline]
+fn deepen(held: &mut [(usize, usize)], key: usize) -> bool {
+    match held.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, depth)) => {
+            *depth += 1;
+            true
+        }
+        None => false,
+    }
+}
+
 impl CaptureGate {
     fn key(&self) -> usize {
         self as *const Self as usize
-    }
-
-    /// Adds one to this thread's depth in the gate if it is inside it
-    /// already; whether it was.
-    fn reenter(&self) -> bool {
-        let key = self.key();
-        HELD.try_with(|h| {
-            let mut h = h.borrow_mut();
-            match h.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, depth)) => {
-                    *depth += 1;
-                    true
-                }
-                None => false,
-            }
-        })
-        .unwrap_or(false)
     }
 
     /// Whether this thread is inside a shared section of the gate.
@@ -94,12 +90,13 @@ impl CaptureGate {
     /// until it is left. Waits while a capture is beginning or ending.
     #[inline]
     pub(crate) fn shared(&self) -> GateShared<'_> {
-        if self.reenter() {
-            // Inside already: the count is above 0, so no writer holds the
-            // gate (one may wait, for this very section).
-            self.state.fetch_add(1, Ordering::Acquire);
-            return GateShared { gate: self };
+        // Re-entered, or entered with no writer present: one look at the
+        // thread's sections.
+        if let Some(g) = self.try_shared() {
+            return g;
         }
+        // Not inside (this thread's sections cannot have changed since):
+        // wait while a capture begins or ends.
         loop {
             let s = self.state.load(Ordering::Relaxed);
             if s & WRITER == 0 {
@@ -126,18 +123,40 @@ impl CaptureGate {
     /// wait for a capture in turn).
     #[inline]
     pub(crate) fn try_shared(&self) -> Option<GateShared<'_>> {
-        if self.held_here() {
-            return Some(self.shared());
-        }
-        let s = self.state.load(Ordering::Relaxed);
-        if s & WRITER != 0 || self.state.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return None;
-        }
         let key = self.key();
-        // With the thread's locals gone (an exit handler), sections are not
-        // tracked for re-entry: a thread that runs no capture cannot deadlock.
-        let _ = HELD.try_with(|h| h.borrow_mut().push((key, 1)));
-        Some(GateShared { gate: self })
+        // One look at the thread's sections (a thread-local lookup is a call
+        // in a shared library such as the Python extension): re-entered at
+        // once if inside, else entered with a compare-and-swap and recorded.
+        let entered = HELD.try_with(|h| {
+            let mut h = h.borrow_mut();
+            if deepen(&mut h, key) {
+                // Inside already: the count is above 0, so no writer holds
+                // the gate (one may wait, for this very section).
+                self.state.fetch_add(1, Ordering::Acquire);
+                return true;
+            }
+            if !self.try_enter() {
+                return false;
+            }
+            h.push((key, 1));
+            true
+        });
+        match entered {
+            Ok(true) => Some(GateShared { gate: self }),
+            Ok(false) => None,
+            // With the thread's locals gone (an exit handler), sections are
+            // not tracked for re-entry: a thread that runs no capture cannot
+            // deadlock.
+            Err(_) => self.try_enter().then_some(GateShared { gate: self }),
+        }
+    }
+
+    /// One compare-and-swap into the shared count, refused while a writer
+    /// holds or waits for the gate.
+    #[inline]
+    fn try_enter(&self) -> bool {
+        let s = self.state.load(Ordering::Relaxed);
+        s & WRITER == 0 && self.state.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     /// Takes the gate exclusively: waits for every shared section to be

@@ -331,6 +331,7 @@ pub fn alloc_without_waiting(dev: &AnyDevice, size: usize, stream: &AnyStream) -
 /// Drops `a` (its memory goes back to its resource), unless that would
 /// wait for another thread: then returns the free to make later, where
 /// waiting is allowed (see [`without_waiting`](crate::memory::without_waiting)).
+#[inline]
 pub fn free_without_waiting(a: AnyAllocation) -> Option<RefusedFrees> {
     let ((), frees) = crate::memory::without_waiting(|| drop(a));
     (!frees.is_empty()).then_some(frees)
@@ -355,6 +356,7 @@ pub fn resources_of_any(dev: &AnyDevice) -> Result<AnyResources> {
 
 /// [`alloc_without_waiting`] from resources already looked up; `stream`
 /// must be a stream of their device.
+#[inline]
 pub fn alloc_from_without_waiting(
     resources: &AnyResources,
     size: usize,

@@ -68,6 +68,7 @@ pub struct AllocationHandle {
 
 impl AllocationHandle {
     /// A handle of `a`, `size` bytes asked for on `device`.
+    #[inline]
     pub fn new(a: AnyAllocation, size: usize, device: AnyDevice) -> Self {
         AllocationHandle { ptr: a.ptr(), slot: ReleaseOnce::new(a), size, device }
     }
@@ -102,6 +103,7 @@ impl AllocationHandle {
     /// free that would wait for another thread is returned, to
     /// [`finish`](RefusedFrees::finish) where waiting is allowed (see
     /// [`run_time::free_without_waiting`]).
+    #[inline]
     pub fn free(&self) -> Option<RefusedFrees> {
         self.slot.take().and_then(run_time::free_without_waiting)
     }

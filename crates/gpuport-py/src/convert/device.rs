@@ -2,7 +2,7 @@
 //! `Device`, whose type, [`PyDevice`], is here for that reason (its Python
 //! methods are in [`crate::device`]).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use gpuport::dynamic::managed::ManagedTarget;
 use gpuport::dynamic::memory::AnyResources;
@@ -10,6 +10,7 @@ use gpuport::dynamic::AnyStream;
 use gpuport::AnyDevice;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use crate::convert::error::IntoPyResult;
 
@@ -56,14 +57,66 @@ pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<A
 }
 
 /// A device argument as a [`PyDevice`], whose caches a hot call uses: the
-/// `Device` given, or the default device's for `None`; `None` (the caller
-/// opens it with [`open_device`]) for a spec or an ordinal.
+/// `Device` given, the default device's for `None`, the kept one of a spec
+/// string ([`spec_py_device`]); `None` (the caller opens it with
+/// [`open_device`]) for an ordinal or another object.
 pub fn given_device<'a>(py: Python<'_>, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a PyDevice>> {
     match obj {
-        Some(o) if !o.is_none() => Ok(o.cast::<PyDevice>().ok().map(|d| d.get())),
+        Some(o) if !o.is_none() => {
+            if let Ok(d) = o.cast::<PyDevice>() {
+                return Ok(Some(d.get()));
+            }
+            // Text that is not UTF-8 goes the slow way, which says why.
+            match o.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) {
+                Some(spec) => spec_py_device(py, spec).map(Some),
+                None => Ok(None),
+            }
+        }
         _ => default_py_device(py).map(Some),
     }
 }
+
+/// The [`PyDevice`] of a spec string (`"host"`, `"cuda:0"`), kept for the
+/// process as the default device's is: a device, once opened, is the
+/// process's for good (`gpuport::open` gives the same one again), so a hot
+/// call given a spec skips the parse, the open (with the GIL released) and
+/// the resource lookup, and uses the kept stream and resources as a
+/// `Device` does. One `PyDevice` per device; at most [`KEPT_SPECS`]
+/// spellings are remembered (others open the device each call, as before).
+/// A spec that fails to open is not kept: its error is raised each time.
+fn spec_py_device(py: Python<'_>, spec: &str) -> PyResult<&'static PyDevice> {
+    static KEPT: Mutex<KeptDevices> = Mutex::new(KeptDevices { devices: Vec::new(), specs: Vec::new() });
+    let kept = || KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let known = kept().specs.iter().find(|(s, _)| **s == *spec).map(|&(_, d)| d);
+    if let Some(d) = known {
+        return Ok(d);
+    }
+    let dev = py.detach(|| gpuport::open(spec)).py_err(py)?;
+    let mut k = kept();
+    let d = match k.devices.iter().find(|d| same_device(&d.0, &dev)) {
+        Some(d) => *d,
+        None => {
+            // One per device of the process: a bounded leak.
+            let d: &'static PyDevice = Box::leak(Box::new(PyDevice::from(dev)));
+            k.devices.push(d);
+            d
+        }
+    };
+    if k.specs.len() < KEPT_SPECS {
+        k.specs.push((spec.into(), d));
+    }
+    Ok(d)
+}
+
+/// What [`spec_py_device`] keeps: one `PyDevice` per device opened, and the
+/// spellings that named them.
+struct KeptDevices {
+    devices: Vec<&'static PyDevice>,
+    specs: Vec<(Box<str>, &'static PyDevice)>,
+}
+
+/// How many spellings of device specs [`spec_py_device`] remembers.
+const KEPT_SPECS: usize = 16;
 
 /// The default device as a [`PyDevice`], kept for the process (the choice
 /// is made once per process).
