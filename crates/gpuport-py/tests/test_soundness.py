@@ -486,3 +486,21 @@ def test_exit_with_cached_stream_blocks_is_quiet():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "panicked" not in r.stderr, r.stderr
+
+
+def test_alloc_given_a_spec_string_is_the_devices_and_a_bad_spec_raises_every_time():
+    # A spec string takes the cached path a Device takes (one Device kept per
+    # device opened, a bounded number of spellings remembered): every
+    # spelling still names its device, and a spec that fails is never kept.
+    import gpuport.memory as gm
+
+    spellings = ["host", "HOST", "host:0", " host", "cpu", "cpu:0", "Host:0"] + [f"host:{'0' * k}" for k in range(1, 16)]
+    for spec in spellings * 2:  # more spellings than are remembered, each twice
+        a = gm.alloc(64, None, spec)
+        assert a.device == "host" and a.size == 64
+        a.free()
+    for _ in range(3):
+        with pytest.raises(gpuport.InvalidDeviceError, match="tpu"):
+            gm.alloc(64, None, "tpu:0")
+    with pytest.raises(TypeError):
+        gm.alloc(64, None, b"host")
