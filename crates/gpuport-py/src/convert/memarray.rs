@@ -61,21 +61,6 @@ pub struct PyMemArray {
     st: Exclusive<AnyArray>,
 }
 
-/// Moves `st`'s data so that the copy at `to` is current (`lock`: the
-/// get_dlpack block's id, if the caller holds it).
-fn move_storage(
-    py: Python<'_>,
-    st: &mut AnyArray,
-    to: Location,
-    s: &AnyStream,
-    async_copy: bool,
-    lock: Option<u64>,
-    call: &str,
-) -> PyResult<()> {
-    let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
-    py.detach(|| st.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
-}
-
 impl PyMemArray {
     /// An owned or imported array.
     pub fn from_storage(st: AnyArray) -> Self {
@@ -127,7 +112,9 @@ impl PyMemArray {
         move_target(&self.meta.device, target, device_id).py_err(py)
     }
 
-    /// Moves with the lock id `lock` (a get_dlpack block's), under the array's lock.
+    /// Moves the data so that the copy at `to` is current, under the
+    /// array's lock, with the lock id `lock` (a get_dlpack block's, if the
+    /// caller holds it).
     #[allow(clippy::too_many_arguments)]
     pub fn move_locked(
         &self,
@@ -139,6 +126,8 @@ impl PyMemArray {
         call: &str,
     ) -> PyResult<()> {
         let mut st = self.state(py)?;
-        move_storage(py, &mut st, to, s, async_copy, lock, call)
+        let st: &mut AnyArray = &mut st;
+        let mode = if async_copy { Transfer::Async } else { Transfer::Sync };
+        py.detach(|| st.move_to(to, s, mode, lock.map(LockId))).py_err_in(py, call)
     }
 }
