@@ -81,7 +81,8 @@ pub fn given_device<'a>(py: Python<'_>, obj: Option<&'a Bound<'_, PyAny>>) -> Py
 /// process's for good (`gpuport::open` gives the same one again), so a hot
 /// call given a spec skips the parse, the open (with the GIL released) and
 /// the resource lookup, and uses the kept stream and resources as a
-/// `Device` does. One `PyDevice` per device; at most [`KEPT_SPECS`]
+/// `Device` does ([`open_spec`] takes it for every other call given a
+/// spec). One `PyDevice` per device; at most [`KEPT_SPECS`]
 /// spellings are remembered (others open the device each call, as before).
 /// A spec that fails to open is not kept: its error is raised each time.
 fn spec_py_device(py: Python<'_>, spec: &str) -> PyResult<&'static PyDevice> {
@@ -129,10 +130,11 @@ fn default_py_device(py: Python<'_>) -> PyResult<&'static PyDevice> {
     Ok(DEFAULT.get_or_init(|| d))
 }
 
-/// Opens a device from a spec string or a CUDA ordinal.
+/// Opens a device from a spec string (the kept device of
+/// [`spec_py_device`]) or a CUDA ordinal.
 fn open_spec(py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<AnyDevice> {
     if let Ok(s) = o.extract::<String>() {
-        return py.detach(|| gpuport::open(&s)).py_err(py);
+        return spec_py_device(py, &s).map(|d| d.0.clone());
     }
     if let Ok(i) = o.extract::<usize>() {
         return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
