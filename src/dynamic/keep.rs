@@ -59,6 +59,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::graph::StreamKey;
@@ -91,6 +92,12 @@ struct State {
 const POOL_MAX: usize = 64;
 
 static STATE: Mutex<State> = Mutex::new(State { lanes: Vec::new(), pool: Vec::new() });
+
+/// How many operations the lanes hold, changed only under [`STATE`]'s lock.
+/// [`take_completed`] reads it without the lock to skip a launch's prune
+/// when no lane can be long enough: a stale figure only skips a prune the
+/// next call makes, which keeps owners longer and never drops one early.
+static KEPT_LEN: AtomicUsize = AtomicUsize::new(0);
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
@@ -126,6 +133,7 @@ pub fn keep_until_done(stream: &AnyStream, owners: Box<dyn Send>) -> Result<()> 
     let reuse = at.map(|i| st.pool.swap_remove(i).2);
     let done = stream.record_marker(reuse)?;
     let kept = Kept { done, _owners: owners };
+    KEPT_LEN.fetch_add(1, Ordering::Relaxed);
     match key.and_then(|k| st.lanes.iter_mut().find(|l| l.key == Some(k))) {
         Some(lane) => lane.queue.push_back(kept),
         None => {
@@ -255,6 +263,10 @@ pub(crate) struct Completed {
 /// Streams with fewer than `min_len` kept operations are not asked.
 pub(crate) fn take_completed(min_len: usize) -> Completed {
     let mut released: Vec<Kept> = Vec::new();
+    if KEPT_LEN.load(Ordering::Relaxed) < min_len {
+        // No lane holds `min_len` operations: nothing to ask.
+        return Completed { _released: released };
+    }
     {
         // No capture begins between `may_query` and the queries (`gate.rs`).
         let _section = crate::backend::graph::device_wide_section();
@@ -285,6 +297,7 @@ pub(crate) fn take_completed(min_len: usize) -> Completed {
             }
             !lane.queue.is_empty()
         });
+        KEPT_LEN.fetch_sub(released.len(), Ordering::Relaxed);
     }
     // Dropped outside the lock (an owner's drop may keep more work), by the caller.
     Completed { _released: released }
