@@ -8,6 +8,8 @@ use std::process::Command;
 
 use gpuport::ArrayIndexer;
 
+mod common;
+
 fn layout<T, const N: usize>() -> String {
     let [size, data, shape] = ArrayIndexer::<T, N>::LAYOUT;
     format!("{size} {data} {shape}")
@@ -20,7 +22,7 @@ fn compile_and_run(compiler: &str, lang: &str, src: &str) -> Option<String> {
     let file = dir.join(format!("probe.{ext}"));
     std::fs::write(&file, src).ok()?;
     let exe = dir.join("probe");
-    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kernels/common");
+    let include = common::source_root().join("kernels/common");
     let out = match Command::new(compiler)
         .arg("-Wall")
         .arg("-Werror")

@@ -2,8 +2,9 @@
 //! every template instantiated, and they define exactly the kernels the host
 //! backend and the Rust launchers name.
 
-use std::path::Path;
 use std::process::Command;
+
+mod common;
 
 fn compiler() -> Option<String> {
     ["c++", "g++", "clang++"]
@@ -19,7 +20,7 @@ fn run_cxx(extra: &[&str]) -> Option<std::process::Output> {
         let _ = writeln!(std::io::stderr(), "skipped: no C++ compiler (c++, g++, clang++) to check kernel sources");
         return None;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = common::source_root();
     let src = "#include \"kernel_prelude.h\"\n#include \"array_ops.h\"\nGPUPORT_ALL_ARRAY_KERNELS\n";
     let dir = std::env::temp_dir().join(format!("gpuport-kernel-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -60,7 +61,7 @@ fn every_kernel_the_launchers_name_is_defined_in_the_sources() {
 
 #[test]
 fn the_cuda_and_hip_dialect_files_instantiate_the_same_kernels() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = common::source_root();
     for file in ["kernels/cuda/array_ops.cu", "kernels/hip/array_ops.hip"] {
         let path = root.join(file);
         if !path.exists() {

@@ -163,3 +163,15 @@ pub fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send +
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked (see above)"),
     }
 }
+
+/// The checkout whose source files (kernel headers) a test reads: the
+/// working directory when it is one (it holds `kernels/common`), else the
+/// one the test was built from. A GPU bundle built in one folder runs from
+/// another (ci/gpu-run changes to the checkout's root), where
+/// `CARGO_MANIFEST_DIR` names a folder that does not exist.
+pub fn source_root() -> std::path::PathBuf {
+    match std::env::current_dir() {
+        Ok(dir) if dir.join("kernels/common/array_indexer.h").is_file() => dir,
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+    }
+}
