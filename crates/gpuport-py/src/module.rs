@@ -580,14 +580,8 @@ pub fn launch_kernel(
         (_, false) => None,
         // The adapter (frozen) keeps its pointer arguments' owners.
         (Ok(Some(k)), true) => Some(Box::new(Bound::clone(k).unbind())),
-        (_, true) => Some(Box::new(
-            list.into_iter()
-                .filter_map(|a| match a {
-                    Arg::Pointer(p) if !p.owners.is_empty() => Some(p),
-                    _ => None,
-                })
-                .collect::<Vec<Ptr>>(),
-        )),
+        // The packed list itself, moved: its pointers hold their owners.
+        (_, true) => Some(Box::new(list)),
     };
     let owners = (held.is_some() || stream.owner.is_some()).then_some((held, stream.owner));
     // SAFETY: on GPUs the arguments are the caller's contract, as with

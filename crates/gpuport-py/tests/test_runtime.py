@@ -945,6 +945,26 @@ def test_host_launch_keeps_a_raw_target_alive():
     assert gpuport._core._pending_operations() == 0
 
 
+def test_a_launch_keeps_the_arrays_of_its_argument_list_until_its_work_has_run():
+    """Host backend: the stream sleeps first, so the fill is still queued when
+    its target, a NumPy array passed in the list, loses its last reference."""
+    s = gpuport.Stream("host")
+    m = rt.module_load(device="host")
+    rt.launch_kernel(rt.module_get_function(m, "gpuport_sleep_ns"), 1, 1, [ctypes.c_uint64(200_000_000)], stream=s)
+    target = np.zeros(4096, dtype=np.uint32)
+    ref = weakref.ref(target)
+    fill = rt.module_get_function(m, "gpuport_fill_u32")
+    rt.launch_kernel(fill, 16, 256, [target, ctypes.c_uint64(4096), ctypes.c_uint32(9)], stream=s)
+    del target
+    gc.collect()
+    assert ref() is not None, "the launch let its queued target go"
+    s.synchronize()
+    rt.device_synchronize("host")  # prunes what has run
+    gc.collect()
+    assert ref() is None, "the launch kept its target after its work had run"
+    assert gpuport._core._pending_operations() == 0
+
+
 def test_memarray_is_a_pointer_input():
     m = gpuport.MemArray((2, 3), "float32", device="host")
     p = rt.Pointer(m)

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 
+use crate::convert::buffer::ValueBytes;
 use crate::convert::pointer::{to_ptr, Place, Ptr, PyPointer, ACCEPTED};
 
 // ---- lists -------------------------------------------------------------------------
@@ -37,7 +38,7 @@ pub fn host_array<T: Copy>(v: &[T]) -> Ptr {
 /// One packed kernel argument.
 pub enum Arg {
     /// A by-value ctypes argument.
-    Value(Vec<u8>),
+    Value(ValueBytes),
     /// A pointer argument (8 bytes), with what keeps its memory alive.
     Pointer(Ptr),
 }
@@ -99,7 +100,7 @@ fn pack_one(i: usize, it: &Bound<'_, PyAny>) -> PyResult<Arg> {
     if is_ctypes_value(it)? {
         let bytes = match crate::convert::buffer::copy_bytes(it) {
             Some(b) => b,
-            None => it.py().get_type::<PyBytes>().call1((it,))?.extract()?,
+            None => it.py().get_type::<PyBytes>().call1((it,))?.extract::<Vec<u8>>()?.into(),
         };
         return Ok(Arg::Value(bytes));
     }

@@ -117,11 +117,15 @@ impl BufferExport {
     }
 }
 
+/// The bytes of a ctypes value: inline up to 16 (every ctypes scalar), so a
+/// by-value kernel argument costs no heap allocation.
+pub type ValueBytes = smallvec::SmallVec<[u8; 16]>;
+
 /// A copy of the bytes of `obj`'s contiguous buffer export (a ctypes value:
 /// what `bytes(obj)` gives), or `None` when it exports no contiguous
 /// buffer. The export is released before returning; no Python code runs
 /// but the exporter's own buffer slots.
-pub fn copy_bytes(obj: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
+pub fn copy_bytes(obj: &Bound<'_, PyAny>) -> Option<ValueBytes> {
     let mut view = RawBuffer::zeroed();
     // SAFETY: `obj` is a live object and we hold the GIL (its `Bound`);
     // `view` is a writable `Py_buffer`, released below on success.
@@ -131,11 +135,11 @@ pub fn copy_bytes(obj: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
     }
     let len = view.len.max(0) as usize;
     let bytes = if len == 0 || view.buf.is_null() {
-        Vec::new()
+        ValueBytes::new()
     } else {
         // SAFETY: a successful contiguous request exposes `len` readable
         // bytes at `buf` until the release below.
-        unsafe { std::slice::from_raw_parts(view.buf as *const u8, len) }.to_vec()
+        ValueBytes::from_slice(unsafe { std::slice::from_raw_parts(view.buf as *const u8, len) })
     };
     // SAFETY: filled by the successful call above; released once, with the GIL.
     unsafe { PyBuffer_Release(&mut view) };
