@@ -44,15 +44,13 @@ pub fn resolve_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResul
 /// [`resolve_device`] without installing the memory resource, for calls
 /// that allocate at once (which installs it).
 pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<AnyDevice> {
+    if let Some(d) = given_device(py, obj)? {
+        return Ok(d.0.clone());
+    }
+    // `given_device` answered `None`, a `Device` and UTF-8 text: the rest is an ordinal or a mistake.
     match obj {
+        Some(o) => open_ordinal(py, o),
         None => default_device(py),
-        Some(o) if o.is_none() => default_device(py),
-        Some(o) => {
-            if let Ok(d) = o.cast::<PyDevice>() {
-                return Ok(d.get().0.clone());
-            }
-            open_spec(py, o)
-        }
     }
 }
 
@@ -66,7 +64,7 @@ pub fn given_device<'a>(py: Python<'_>, obj: Option<&'a Bound<'_, PyAny>>) -> Py
             if let Ok(d) = o.cast::<PyDevice>() {
                 return Ok(Some(d.get()));
             }
-            // Text that is not UTF-8 goes the slow way, which says why.
+            // Text that is not UTF-8 goes to `open_device`'s type error.
             match o.cast::<PyString>().ok().and_then(|s| s.to_str().ok()) {
                 Some(spec) => spec_py_device(py, spec).map(Some),
                 None => Ok(None),
@@ -81,7 +79,7 @@ pub fn given_device<'a>(py: Python<'_>, obj: Option<&'a Bound<'_, PyAny>>) -> Py
 /// process's for good (`gpuport::open` gives the same one again), so a hot
 /// call given a spec skips the parse, the open (with the GIL released) and
 /// the resource lookup, and uses the kept stream and resources as a
-/// `Device` does ([`open_spec`] takes it for every other call given a
+/// `Device` does ([`open_device`] takes it for every other call given a
 /// spec). One `PyDevice` per device; at most [`KEPT_SPECS`]
 /// spellings are remembered (others open the device each call, as before).
 /// A spec that fails to open is not kept: its error is raised each time.
@@ -130,12 +128,8 @@ fn default_py_device(py: Python<'_>) -> PyResult<&'static PyDevice> {
     Ok(DEFAULT.get_or_init(|| d))
 }
 
-/// Opens a device from a spec string (the kept device of
-/// [`spec_py_device`]) or a CUDA ordinal.
-fn open_spec(py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<AnyDevice> {
-    if let Ok(s) = o.extract::<String>() {
-        return spec_py_device(py, &s).map(|d| d.0.clone());
-    }
+/// Opens a device from a CUDA ordinal; any other object is a type error.
+fn open_ordinal(py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<AnyDevice> {
     if let Ok(i) = o.extract::<usize>() {
         return py.detach(|| gpuport::open(&format!("cuda:{i}"))).py_err(py);
     }
