@@ -123,12 +123,27 @@ def run(tests, module, with_gpuport, timeout, shard=None):
         with open(out_path) as f:
             result = outcomes_from_verbose(f)
         if os.path.exists(junit):
-            # The failure messages, by the same test path.
-            for name, (kind, message) in outcomes(junit).items():
-                path = name.split("::")[0].replace(".", "/") + ".py::" + name.split("::", 1)[1]
-                if path in result and message:
-                    result[path] = (result[path][0], message)
+            # The failure messages, matched to pytest's test paths.
+            messages = outcomes(junit)
+            for path, (kind, _) in result.items():
+                message = messages.get(junit_name(path), ("", ""))[1]
+                if message:
+                    result[path] = (kind, message)
         return result, why
+
+
+def junit_name(path):
+    """The "classname::name" JUnit gives the test pytest calls `path`:
+    "a/b/test_m.py::TestC::test_f[x]" is "a.b.test_m.TestC::test_f[x]".
+
+        >>> junit_name("cupy_tests/cuda_tests/test_memory.py::TestMemoryAsyncPool::test_alloc")
+        'cupy_tests.cuda_tests.test_memory.TestMemoryAsyncPool::test_alloc'
+        >>> junit_name("m/test_x.py::test_f")
+        'm.test_x::test_f'
+    """
+    module, *middle, name = path.split("::")
+    classname = ".".join([module.removesuffix(".py").replace("/", "."), *middle])
+    return f"{classname}::{name}"
 
 
 def main():
@@ -179,6 +194,8 @@ def main():
     report["compared"] = len(set(ours) & set(theirs))
     report["fail_with_gpuport_only"] = {t: ours[t][1] for t in only_ours}
     report["crashed"] = crashed
+    # Every test's outcome and message with each allocator, as the partial reports above had them.
+    report["by_test"] = {"cupy": theirs, "gpuport": ours}
     print(f"fail with gpuport only: {len(only_ours)}")
     for t in only_ours:
         print("  ", t, "::", ours[t][1][:200].replace("\n", " "))
