@@ -20,9 +20,9 @@
 #    (2026-11-28). GPUPORT_HIPCC_OPT=-O3 compiles as hiprtc does at run time.
 #
 # Measured on the 2-core development machine (2026-11-22): 21 s for
-# `apt-get update` + the install on a machine without them. In CI (after the
-# default build's tests) the rest took 205 s, 70 s of it the separate build
-# this script no longer makes (2026-11-29). The script prints each step's time.
+# `apt-get update` + the install on a machine without them. In a fresh-clone
+# run of ci/test (2026-11-29) the rest took 129 s. The script prints each
+# step's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,8 +46,8 @@ hipcc --version 2>/dev/null | grep -m1 -i 'HIP version' || true
 # The ROCm-only configuration is type-checked (its warnings count). The
 # configuration with every backend is not built here: ci/test's clippy
 # (--all-targets --features cuda,rocm -D warnings) already rejects its
-# warnings, and the tests below build what they run (a separate
-# `cargo build` cost 70 s of CI's 20 minutes, 2026-11-29).
+# warnings, and the tests below (and ci/test's examples step, for the
+# library and the command) build what they run.
 step "check --features rocm"
 log=$(mktemp)
 cargo check --features rocm 2>&1 | tee "$log"
