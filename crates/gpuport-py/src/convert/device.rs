@@ -47,7 +47,9 @@ pub fn open_device(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<A
     if let Some(d) = given_device(py, obj)? {
         return Ok(d.0.clone());
     }
-    // `given_device` answered `None`, a `Device` and UTF-8 text: the rest is an ordinal or a mistake.
+    // `given_device` answers `None` (the default device), a `Device` and
+    // UTF-8 text; what is left is an ordinal or a mistake. Its answer for no
+    // argument is always `Some`: the `None` arm only spares a panic path.
     match obj {
         Some(o) => open_ordinal(py, o),
         None => default_device(py),
