@@ -21,6 +21,9 @@ Consumers, each doing the same work both ways:
   (``from_py_object`` of one, ``to_py_object`` of the other) against the
   receiving library's own Python-level ``from_dlpack`` (``torch.from_dlpack``;
   gpuport's with the table lookup off: ``gpuport._core._from_dlpack_protocol``).
+- ``torch→torch``: the same with torch's own tensor on both sides, the
+  ceiling for ``gpuport→torch``: what torch's table saves against
+  ``torch.from_dlpack`` when gpuport is not involved at all.
 - ``gpuport.from_dlpack``: gpuport's own consumer, which uses a producer's
   table when it has one, against ``_from_dlpack_protocol`` (the Python loop
   and the new ``MemArray`` are paid on both sides).
@@ -193,6 +196,8 @@ def main() -> int:
                     r.attempt("take", f"torch {tdev}", take(t, 0), take(t, 1), reps, inner)
                     r.attempt("gpuport→torch", f"gpuport {spec}", exchange(a, t),
                               py_loop(lambda a=a: torch.from_dlpack(a)), reps, inner)
+                    r.attempt("torch→torch", f"torch {tdev}", exchange(t, t),
+                              py_loop(lambda t=t: torch.from_dlpack(t)), reps, inner)
                     r.attempt("torch→gpuport", f"torch {tdev}", exchange(t, a),
                               py_loop(lambda t=t: gpuport._core._from_dlpack_protocol(t)), reps, inner)
                 r.attempt("gpuport.from_dlpack", f"torch {tdev}", py_loop(lambda t=t: gpuport.from_dlpack(t)),

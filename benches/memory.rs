@@ -4,7 +4,10 @@
 //!   `cuMemAllocAsync`/`cuMemFreeAsync` directly and through our
 //!   `NativePoolResource` (issue target: pool median ≤ 0.25 µs), and the
 //!   pool with the allocation history recording (`pool_history_on`; `pool`
-//!   is the same with recording off);
+//!   is the same with recording off), and `python_path`: the calls
+//!   `gpuport.memory.alloc` and `Allocation.free` make below Python (the
+//!   device's observed resource with its statistics, over the current pool,
+//!   inside `without_waiting`), the Rust part of the Python figure;
 //! - `pinned_h2d_64MiB`, `pinned_d2h_64MiB`: a pooled pinned buffer vs a plain
 //!   pinned buffer, async copy + synchronize (target: ≥ 95% of plain);
 //! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
@@ -264,11 +267,34 @@ fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     pageable_copies(c, d);
 }
 
+/// What `gpuport.memory.alloc(1 << 20, None, device)` and `.free()` do
+/// below Python (crates/gpuport-py/src/memory.rs): the device's resources
+/// kept, its default stream, and both calls inside `without_waiting`.
+fn python_path(c: &mut Criterion, dev: &gpuport::AnyDevice) {
+    use gpuport::dynamic::{memory, AnyStream};
+    let resources = memory::resources_of_any(dev).expect("resources");
+    let stream = AnyStream::default_for(dev);
+    let mut group = c.benchmark_group("alloc_free_1MiB");
+    group.bench_function(BenchmarkId::new("python_path", dev.info().spec()), |b| {
+        b.iter(|| {
+            let a = memory::alloc_from_without_waiting(&resources, ALLOC_BYTES, &stream)
+                .expect("no other thread waits here")
+                .expect("alloc");
+            assert!(memory::free_without_waiting(std::hint::black_box(a)).is_none());
+        })
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
     on_backend!(&host, d => run_all(c, d));
+    python_path(c, &host);
     match gpuport::open("cuda:0") {
-        Ok(dev) => on_backend!(&dev, d => run_all(c, d)),
+        Ok(dev) => {
+            on_backend!(&dev, d => run_all(c, d));
+            python_path(c, &dev);
+        }
         Err(e) => eprintln!("cuda:0 memory benchmarks skipped: {e}"),
     }
 }

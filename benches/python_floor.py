@@ -18,7 +18,18 @@ Operations (µs per call):
   ``torch.empty(1 << 20, dtype=torch.uint8, device=...)`` dropped; CuPy:
   ``cupy.empty(1 << 20, dtype=cupy.uint8)`` dropped; cuda-python:
   ``cudaMallocAsync`` + ``cudaFreeAsync`` on a stream (the driver's
-  stream-ordered pool). On ``--device host`` only gpuport runs.
+  stream-ordered pool). On ``--device host`` only gpuport runs, with the
+  floor.
+
+The floor (``floor`` row, every device): the interpreter's own cost for the
+same shape of Python code, two calls into C that make one object and drop
+it (``bytearray(0).clear()``), timed in the same process. ``gpuport −
+floor`` (per process, then the median and spread over processes) is what
+gpuport's alloc+free costs above that floor: the Rust call and what the
+binding adds. Compare it with the Rust part measured on the same machine,
+``bench-memory --bench alloc_free_1MiB/python_path`` (benches/memory.rs):
+the issue "Python at the floor" asks that the Python call cost the Rust
+call plus one C call.
 
 A contender that cannot be imported, or has no GPU, is skipped with the reason.
 """
@@ -49,6 +60,12 @@ def contenders(device: str) -> Dict[str, Callable[[], None]]:
         alloc(MIB, None, dev).free()
 
     out["gpuport"] = gp
+    ba = bytearray
+
+    def floor() -> None:
+        ba(0).clear()
+
+    out["floor"] = floor
     if not device.startswith("cuda"):
         return out
     ordinal = int(device.split(":")[1]) if ":" in device else 0
@@ -148,8 +165,11 @@ def main() -> None:
         rows[n] = {"median": statistics.median(v), "low": min(v), "high": max(v), "per_process": v}
         print(f"  {n:16s} {rows[n]['median']:7.3f}  [{rows[n]['low']:.3f}, {rows[n]['high']:.3f}]")
     g = rows["gpuport"]
+    above = [p["gpuport"] - p["floor"] for p in per_proc]
+    rows["gpuport - floor"] = {"median": statistics.median(above), "low": min(above), "high": max(above), "per_process": above}
+    print(f"  gpuport - floor  {statistics.median(above):7.3f}  [{min(above):.3f}, {max(above):.3f}]  (same process)")
     for n in names:
-        if n == "gpuport":
+        if n in ("gpuport", "floor"):
             continue
         r = rows[n]
         apart = g["high"] < r["low"] or r["high"] < g["low"]
