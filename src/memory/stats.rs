@@ -37,6 +37,7 @@ pub struct StatisticsResource<B: Backend> {
 }
 
 impl<B: Backend> StatisticsResource<B> {
+    /// Wraps `inner`.
     pub fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
         StatisticsResource {
             inner,
@@ -70,6 +71,10 @@ impl<B: Backend> StatisticsResource<B> {
     }
 }
 
+/// Raises `peak` to `now` if `now` is higher. A peak never falls, so one
+/// that already reads `now` or more needs no locked instruction: in a
+/// steady loop of allocations and frees an allocation makes no atomic
+/// read-modify-write for its peaks.
 #[inline]
 fn raise_peak(peak: &AtomicUsize, now: usize) {
     if now > peak.load(Ordering::Relaxed) {
