@@ -7,7 +7,11 @@
 //!   is the same with recording off), and `python_path`: the calls
 //!   `gpuport.memory.alloc` and `Allocation.free` make below Python (the
 //!   device's observed resource with its statistics, over the current pool,
-//!   inside `without_waiting`), the Rust part of the Python figure;
+//!   inside `without_waiting`), the Rust part of the Python figure; and
+//!   `hook_path`: what CuPy's and PyTorch's allocator hooks call per
+//!   allocation and free (crates/gpuport-py/src/cupy_hook.rs): the device
+//!   by backend and ordinal, the stream by handle (0 here), the allocation
+//!   kept by its address and freed by it;
 //! - `pinned_h2d_64MiB`, `pinned_d2h_64MiB`: a pooled pinned buffer vs a plain
 //!   pinned buffer, async copy + synchronize (target: ≥ 95% of plain);
 //! - `pageable_h2d_256MiB`, `pageable_d2h_256MiB`: the pipelined
@@ -281,6 +285,16 @@ fn python_path(c: &mut Criterion, dev: &gpuport::AnyDevice) {
                 .expect("no other thread waits here")
                 .expect("alloc");
             assert!(memory::free_without_waiting(std::hint::black_box(a)).is_none());
+        })
+    });
+    group.bench_function(BenchmarkId::new("hook_path", dev.info().spec()), |b| {
+        let (kind, ordinal) = (dev.backend(), dev.info().ordinal as i32);
+        b.iter(|| {
+            let d = memory::hook_device(kind, ordinal, memory::NegativeId::Refused).expect("device");
+            // SAFETY: 0 is the device's default stream.
+            let s = unsafe { AnyStream::borrow(&d, 0) }.expect("stream");
+            let ptr = memory::keep_by_address(memory::alloc(&d, ALLOC_BYTES, &s).expect("alloc"));
+            assert!(memory::release_by_address(std::hint::black_box(ptr)));
         })
     });
     group.finish();

@@ -10,7 +10,12 @@ with the peer's allocator and one with gpuport plugged in:
 - ``cupy``: ``cupy.empty(1 MiB)`` + ``del``; CuPy's memory pool against
   ``gpuport.cupy.use_gpuport_for_cupy()`` (C functions through CuPy's
   ``CFunctionAllocator``), and against the Python-function allocator it
-  falls back to (``gpuport.cupy.allocator``, the row ``gpuport-py``);
+  falls back to (``gpuport.cupy.allocator``, the row ``gpuport-py``).
+  The row ``cfunc-floor`` is the floor of any allocator plugged in that way:
+  CuPy's ``CFunctionAllocator`` over two C functions that only pop and
+  push a preallocated pointer (compiled here with ``cc``; skipped without
+  one). What CuPy itself spends per C-function allocation is that row;
+  gpuport's hook costs its row less that one;
 - ``numba``: ``cuda.device_array(1 MiB)`` + ``del``; Numba's own memory
   manager against ``NUMBA_CUDA_MEMORY_MANAGER=gpuport.numba``. Numba frees
   through its deallocation queue; the timing includes what each
@@ -40,7 +45,7 @@ CHILD = textwrap.dedent(
     r"""
     import json, statistics, sys, time
     peer, mode, reps, inner = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    plugged = mode != "own"
+    plugged = mode not in ("own", "cfunc-floor")
     MIB = 1 << 20
     if peer == "torch":
         import torch
@@ -61,6 +66,26 @@ CHILD = textwrap.dedent(
         elif mode == "gpuport-py":
             import gpuport.cupy
             cupy.cuda.set_allocator(gpuport.cupy.allocator)
+        elif mode == "cfunc-floor":
+            import ctypes, os, subprocess, tempfile
+            src = (
+                "#include <stddef.h>\n"
+                "static void *slots[8]; static int n;\n"
+                "void floor_push(void *p) { if (n < 8) slots[n++] = p; }\n"
+                "void *floor_malloc(void *param, size_t size, int dev) { return n > 0 ? slots[--n] : (void *)0; }\n"
+                "void floor_free(void *param, void *p, int dev) { floor_push(p); }\n"
+            )
+            d = tempfile.mkdtemp(prefix="gpuport-floor-")
+            with open(os.path.join(d, "floor.c"), "w") as f:
+                f.write(src)
+            subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "floor.so"),
+                            os.path.join(d, "floor.c")], check=True)
+            lib = ctypes.CDLL(os.path.join(d, "floor.so"))
+            kept = [cupy.cuda.runtime.malloc(MIB) for _ in range(4)]  # one is live at a time; spares
+            for p in kept:
+                lib.floor_push(ctypes.c_void_p(p))
+            addr = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+            cupy.cuda.set_allocator(cupy.cuda.memory.CFunctionAllocator(0, addr("floor_malloc"), addr("floor_free"), lib).malloc)
         def op():
             x = cupy.empty(MIB, dtype=cupy.uint8)
             del x
@@ -114,7 +139,11 @@ def run(peer: str, mode: str, reps: int, inner: int) -> dict:
     return json.loads(lines[-1])
 
 
-MODES = {"torch": ("own", "gpuport"), "cupy": ("own", "gpuport", "gpuport-py"), "numba": ("own", "gpuport")}
+MODES = {
+    "torch": ("own", "gpuport"),
+    "cupy": ("own", "gpuport", "gpuport-py", "cfunc-floor"),
+    "numba": ("own", "gpuport"),
+}
 
 
 def trials(peer: str, n: int, reps: int, inner: int) -> dict[str, dict]:
