@@ -111,6 +111,8 @@ unsafe impl<B: Backend> MemoryResource<B> for StatisticsResource<B> {
     }
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
         let len = block.len();
+        // A block `inner` refuses was never counted here (or is counted
+        // still, under the block it copies): leave the counts alone.
         self.inner.deallocate(block, stream, after)?;
         self.freed_bytes.fetch_add(len, Ordering::AcqRel);
         self.freed_count.fetch_add(1, Ordering::AcqRel);
