@@ -271,10 +271,13 @@ fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
     pageable_copies(c, d);
 }
 
-/// What `gpuport.memory.alloc(1 << 20, None, device)` and `.free()` do
-/// below Python (crates/gpuport-py/src/memory.rs): the device's resources
-/// kept, its default stream, and both calls inside `without_waiting`.
-fn python_path(c: &mut Criterion, dev: &gpuport::AnyDevice) {
+/// The Rust calls under the Python binding: `python_path`, what
+/// `gpuport.memory.alloc(1 << 20, None, device)` and `.free()` do
+/// (crates/gpuport-py/src/memory.rs: the device's resources kept, its
+/// default stream, both calls inside `without_waiting`); `hook_path`, what
+/// the CuPy and torch allocator hooks do (crates/gpuport-py/src/cupy_hook.rs,
+/// torch_hook.rs).
+fn binding_paths(c: &mut Criterion, dev: &gpuport::AnyDevice) {
     use gpuport::dynamic::{memory, AnyStream};
     let resources = memory::resources_of_any(dev).expect("resources");
     let stream = AnyStream::default_for(dev);
@@ -303,11 +306,11 @@ fn python_path(c: &mut Criterion, dev: &gpuport::AnyDevice) {
 fn benches(c: &mut Criterion) {
     let host = gpuport::open("host").expect("host backend");
     on_backend!(&host, d => run_all(c, d));
-    python_path(c, &host);
+    binding_paths(c, &host);
     match gpuport::open("cuda:0") {
         Ok(dev) => {
             on_backend!(&dev, d => run_all(c, d));
-            python_path(c, &dev);
+            binding_paths(c, &dev);
         }
         Err(e) => eprintln!("cuda:0 memory benchmarks skipped: {e}"),
     }
