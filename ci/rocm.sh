@@ -40,6 +40,9 @@ if ! command -v hipcc >/dev/null 2>&1 || ! ldconfig -p | grep -q 'libamdhip64\.s
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends libamdhip64-dev hipcc
+    # The downloaded packages are not needed once installed, and CI's disk
+    # is short (ci/test says how it ran out).
+    $SUDO apt-get clean
 fi
 hipcc --version 2>/dev/null | grep -m1 -i 'HIP version' || true
 
