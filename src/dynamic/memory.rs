@@ -24,6 +24,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+use rustc_hash::FxHashMap;
+
 use super::any::{on_backend, Any, DynDevice, PerBackend};
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
@@ -462,8 +464,12 @@ pub unsafe fn pin(dev: &AnyDevice, ptr: *mut u8, len: usize, mapped: bool) -> Re
 
 /// Allocations kept by address until released, for C interfaces that free
 /// by pointer (PyTorch's `CUDAPluggableAllocator`, CuPy's allocator hook).
-fn kept_by_address() -> &'static Mutex<HashMap<u64, AnyAllocation>> {
-    static KEPT: OnceLock<Mutex<HashMap<u64, AnyAllocation>>> = OnceLock::new();
+/// Hashed with rustc-hash's Fx hash, not the standard SipHash: the keys are
+/// addresses gpuport's own resources handed out, nobody's chosen input, and
+/// SipHash was about a seventh of the hooks' instructions per alloc+free
+/// (benches/memory.rs, `hook_path`, under callgrind).
+fn kept_by_address() -> &'static Mutex<FxHashMap<u64, AnyAllocation>> {
+    static KEPT: OnceLock<Mutex<FxHashMap<u64, AnyAllocation>>> = OnceLock::new();
     KEPT.get_or_init(Default::default)
 }
 

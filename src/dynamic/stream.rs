@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rustc_hash::FxHashMap;
+
 use super::any::{mismatch, on_backend, Any, DynDevice, OnDevice, PerBackend};
 use crate::backend::registry::AnyDevice;
 use crate::backend::{Backend, Device, Event, Stream};
@@ -171,7 +173,9 @@ impl AnyStream {
                 ),
             });
         }
-        type Borrowed = Mutex<HashMap<(BackendKind, usize, usize), AnyStream>>;
+        // Fx hash: handles a peer library passes in, looked up per hook call
+        // (see `kept_by_address` in src/dynamic/memory.rs).
+        type Borrowed = Mutex<FxHashMap<(BackendKind, usize, usize), AnyStream>>;
         static BORROWED: OnceLock<Borrowed> = OnceLock::new();
         let key = (dev.backend(), dev.info().ordinal, handle);
         let mut map = BORROWED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
