@@ -486,6 +486,33 @@ pub fn release_by_address(ptr: u64) -> bool {
     a.is_some()
 }
 
+/// What a peer library's allocator hook does per request: `size` bytes on
+/// the device its `id` names ([`hook_device`]: device `id` of `kind`, or for
+/// a negative id what `negative` says), from the device's current resource
+/// in the order of the stream `handle` (0: the default stream), kept until
+/// [`release_by_address`] is called with the address it returns.
+///
+/// ```
+/// use gpuport::dynamic::memory::{alloc_kept, release_by_address, NegativeId};
+/// use gpuport::BackendKind;
+/// // SAFETY: 0 is the default stream.
+/// let ptr = unsafe { alloc_kept(BackendKind::Host, 0, NegativeId::Refused, 0, 4096) }?;
+/// assert!(release_by_address(ptr));
+/// assert!(!release_by_address(ptr), "freed once");
+/// # Ok::<(), gpuport::Error>(())
+/// ```
+///
+/// # Safety
+/// `handle` is 0, a special handle of the vendor, or a live stream of the
+/// device, alive while the allocation is used and until it is released
+/// (as for [`AnyStream::borrow`]).
+pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handle: usize, size: usize) -> Result<u64> {
+    let dev = hook_device(kind, id, negative)?;
+    // SAFETY: forwarded caller contract.
+    let stream = unsafe { AnyStream::borrow(&dev, handle) }?;
+    Ok(keep_by_address(alloc(&dev, size, &stream)?))
+}
+
 /// Number of allocations [`keep_by_address`] keeps.
 pub fn kept_by_address_count() -> usize {
     kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).len()

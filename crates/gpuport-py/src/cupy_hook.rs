@@ -10,20 +10,22 @@
 //! stream, which `malloc` reads through the C function CuPy exports for it
 //! (`cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]`).
 //!
-//! CuPy calls both from Cython with the GIL held. `malloc` has no error
-//! return in CuPy's signature: on failure it sets a Python exception and
-//! returns [`FAILED`] (-1 as a pointer). CuPy's `_call_malloc` is a Cython 3
-//! `cdef` function returning `intptr_t`, so -1 with an exception set makes
-//! it raise that exception, before the pointer is stored (`gpuport.cupy`
-//! checks this once per process and otherwise keeps its Python allocator).
-//! `free` ignores [`FAILED`] and pointers it did not allocate. Neither unwinds.
+//! CuPy calls both from Cython with the GIL held. An allocation that
+//! succeeds calls nothing of Python's or PyO3's but CuPy's stream function:
+//! PyO3 is entered (`Python::attach`) only to report a failure. `malloc`
+//! has no error return in CuPy's signature: on failure it sets a Python
+//! exception and returns [`FAILED`] (-1 as a pointer). CuPy's `_call_malloc`
+//! is a Cython 3 `cdef` function returning `intptr_t`, so -1 with an
+//! exception set makes it raise that exception, before the pointer is
+//! stored (`gpuport.cupy` checks this once per process and otherwise keeps
+//! its Python allocator). `free` ignores [`FAILED`] and pointers it did not
+//! allocate. Neither unwinds.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use gpuport::dynamic::memory::{self as core_memory, NegativeId};
-use gpuport::dynamic::AnyStream;
 use gpuport::BackendKind;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -59,44 +61,72 @@ fn backend_of_code(code: u8) -> Option<BackendKind> {
     }
 }
 
+/// Why `malloc` failed. Kept without touching Python until it is reported,
+/// so that an allocation that succeeds makes no call into Python or PyO3
+/// beyond CuPy's stream function (CuPy calls with the GIL held).
+enum Failure {
+    /// CuPy's stream function raised: its exception is set already.
+    Raised,
+    /// An exception to raise (made lazily: no Python object yet).
+    Raise(PyErr),
+    /// gpuport could not allocate `size` bytes on CuPy's device `device_id`.
+    Alloc { kind: BackendKind, device_id: c_int, size: usize, error: gpuport::Error },
+}
+
+impl Failure {
+    /// Sets the failure's Python exception.
+    fn restore(self, py: Python<'_>) {
+        match self {
+            Failure::Raised => {}
+            Failure::Raise(e) => e.restore(py),
+            Failure::Alloc { kind, device_id, size, error } => cupy_error(py, kind, device_id, error, size).restore(py),
+        }
+    }
+}
+
 /// CuPy's current stream: a handle of CuPy's current device, 0 for the
-/// legacy default stream, or the exception `get_current_stream_ptr` raised.
-fn cupy_current_stream(py: Python<'_>) -> PyResult<usize> {
+/// legacy default stream.
+///
+/// # Safety
+/// Called with the GIL held.
+unsafe fn cupy_current_stream() -> Result<usize, Failure> {
     let f = CURRENT_STREAM_FN.load(Ordering::Acquire);
     if f == 0 {
-        return Err(PyRuntimeError::new_err(
+        return Err(Failure::Raise(PyRuntimeError::new_err(
             "gpuport's CuPy allocator is not installed: call gpuport.cupy.use_gpuport_for_cupy()",
-        ));
+        )));
     }
     // SAFETY: `install` stored the pointer of a capsule named
     // "intptr_t (void)", CuPy's `get_current_stream_ptr`, whose module stays
     // imported (sys.modules) for the life of the process.
     let f: unsafe extern "C" fn() -> isize = unsafe { std::mem::transmute::<usize, _>(f) };
-    // SAFETY: called with the GIL held, as Cython functions expect.
+    // SAFETY: called with the GIL held (this function's contract), as
+    // Cython functions expect.
     let handle = unsafe { f() };
     // The function is `except? -1` (a Cython 3 default): -1 is an error only
     // when an exception is set.
-    if handle == -1 {
-        if let Some(e) = PyErr::take(py) {
-            return Err(e);
-        }
+    // SAFETY: the GIL is held (this function's contract).
+    if handle == -1 && !unsafe { pyo3::ffi::PyErr_Occurred() }.is_null() {
+        return Err(Failure::Raised);
     }
-    usize::try_from(handle)
-        .map_err(|_| PyValueError::new_err(format!("CuPy's current stream is {handle}, not a stream handle")))
+    usize::try_from(handle).map_err(|_| {
+        Failure::Raise(PyValueError::new_err(format!("CuPy's current stream is {handle}, not a stream handle")))
+    })
 }
 
-fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
-    let size = core_memory::unsigned_request(size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+/// # Safety
+/// Called with the GIL held.
+unsafe fn cupy_malloc(size: usize, device_id: c_int) -> Result<u64, Failure> {
+    let size = core_memory::unsigned_request(size).map_err(|e| Failure::Raise(PyValueError::new_err(e.to_string())))?;
     let kind = backend_of_code(BACKEND.load(Ordering::Acquire))
-        .ok_or_else(|| PyRuntimeError::new_err("gpuport's CuPy allocator is not installed"))?;
-    let dev = core_memory::hook_device(kind, device_id, NegativeId::Refused).py_err(py)?;
-    let handle = cupy_current_stream(py)?;
+        .ok_or_else(|| Failure::Raise(PyRuntimeError::new_err("gpuport's CuPy allocator is not installed")))?;
+    // SAFETY: forwarded contract.
+    let handle = unsafe { cupy_current_stream() }?;
     // SAFETY: CuPy's current stream is live (CuPy keeps the current stream
     // object alive while it is current) or 0, the default stream. The pool
     // names it only during this call (see crates/gpuport-py/src/memory.rs).
-    let stream = unsafe { AnyStream::borrow(&dev, handle) }.py_err(py)?;
-    let a = core_memory::alloc(&dev, size, &stream).map_err(|e| cupy_error(py, &dev, e, size))?;
-    Ok(core_memory::keep_by_address(a))
+    unsafe { core_memory::alloc_kept(kind, device_id, NegativeId::Refused, handle, size) }
+        .map_err(|error| Failure::Alloc { kind, device_id, size, error })
 }
 
 /// gpuport's error as CuPy raises its own: out of memory (after the pool's
@@ -104,7 +134,7 @@ fn cupy_malloc(py: Python<'_>, size: usize, device_id: c_int) -> PyResult<u64> {
 /// gpuport's error, so code that catches CuPy's exception catches it; any
 /// other error as gpuport's exception. `total` ("allocated so far") is
 /// [`held_bytes`].
-fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size: usize) -> PyErr {
+fn cupy_error(py: Python<'_>, kind: BackendKind, device_id: c_int, e: gpuport::Error, size: usize) -> PyErr {
     let oom = matches!(
         e,
         gpuport::Error::OutOfMemory { .. } | gpuport::Error::Graph { kind: gpuport::GraphErrorKind::OutOfMemory, .. }
@@ -113,7 +143,8 @@ fn cupy_error(py: Python<'_>, dev: &gpuport::AnyDevice, e: gpuport::Error, size:
     if !oom {
         return ours;
     }
-    let total = held_bytes(dev);
+    // The device opened for the allocation, so it opens again here.
+    let total = core_memory::hook_device(kind, device_id, NegativeId::Refused).map_or(0, |dev| held_bytes(&dev));
     let theirs = py
         .import("cupy.cuda.memory")
         .and_then(|m| m.getattr("OutOfMemoryError"))
@@ -147,14 +178,13 @@ fn held_bytes(dev: &gpuport::AnyDevice) -> usize {
 /// # Safety
 /// Called with the GIL held (CuPy's `CFunctionAllocatorMemory` does so).
 pub unsafe extern "C" fn gpuport_cupy_malloc(_param: *mut c_void, size: usize, device_id: c_int) -> *mut c_void {
-    let run = catch_unwind(AssertUnwindSafe(|| {
-        Python::attach(|py| match cupy_malloc(py, size, device_id) {
-            Ok(ptr) => ptr as usize as *mut c_void,
-            Err(e) => {
-                e.restore(py);
-                FAILED
-            }
-        })
+    // SAFETY: CuPy calls with the GIL held (this function's contract).
+    let run = catch_unwind(AssertUnwindSafe(|| match unsafe { cupy_malloc(size, device_id) } {
+        Ok(ptr) => ptr as usize as *mut c_void,
+        Err(failure) => {
+            Python::attach(|py| failure.restore(py));
+            FAILED
+        }
     }));
     match run {
         Ok(p) => p,

@@ -19,28 +19,28 @@ use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use gpuport::dynamic::memory::{self as core_memory, NegativeId};
-use gpuport::dynamic::AnyStream;
-use gpuport::{AnyDevice, BackendKind};
+use gpuport::BackendKind;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// The backend PyTorch's ordinals name: 0 CUDA (the default), 1 ROCm.
 static BACKEND: AtomicU8 = AtomicU8::new(0);
 
-fn device_for_ordinal(device: c_int) -> gpuport::Result<AnyDevice> {
-    let kind = if BACKEND.load(Ordering::Acquire) == 1 { BackendKind::Rocm } else { BackendKind::Cuda };
-    core_memory::hook_device(kind, device, NegativeId::Host)
+fn backend() -> BackendKind {
+    if BACKEND.load(Ordering::Acquire) == 1 {
+        BackendKind::Rocm
+    } else {
+        BackendKind::Cuda
+    }
 }
 
 fn torch_malloc(size: isize, device: c_int, stream: usize) -> gpuport::Result<*mut c_void> {
     let Some(size) = core_memory::signed_request(size)? else {
         return Ok(std::ptr::null_mut());
     };
-    let dev = device_for_ordinal(device)?;
     // SAFETY: PyTorch passes the live stream it allocates on (0: default).
-    let s = unsafe { AnyStream::borrow(&dev, stream) }?;
-    let a = core_memory::alloc(&dev, size, &s)?;
-    Ok(core_memory::keep_by_address(a) as usize as *mut c_void)
+    let ptr = unsafe { core_memory::alloc_kept(backend(), device, NegativeId::Host, stream, size) }?;
+    Ok(ptr as usize as *mut c_void)
 }
 
 /// Copies `text` into `message` (`capacity` bytes), cut to fit, NUL-ended.
