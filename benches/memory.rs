@@ -275,7 +275,8 @@ fn run_all<D: MemoryDevice>(c: &mut Criterion, d: &Arc<D>) {
 /// `gpuport.memory.alloc(1 << 20, None, device)` and `.free()` do
 /// (crates/gpuport-py/src/memory.rs: the device's resources kept, its
 /// default stream, both calls inside `without_waiting`); `hook_path`, what
-/// the CuPy and torch allocator hooks do (crates/gpuport-py/src/cupy_hook.rs,
+/// the CuPy and torch allocator hooks call (`memory::alloc_kept` and
+/// `memory::release_by_address`; crates/gpuport-py/src/cupy_hook.rs,
 /// torch_hook.rs).
 fn binding_paths(c: &mut Criterion, dev: &gpuport::AnyDevice) {
     use gpuport::dynamic::{memory, AnyStream};
@@ -293,11 +294,9 @@ fn binding_paths(c: &mut Criterion, dev: &gpuport::AnyDevice) {
     group.bench_function(BenchmarkId::new("hook_path", dev.info().spec()), |b| {
         let (kind, ordinal) = (dev.backend(), dev.info().ordinal as i32);
         b.iter(|| {
-            let d = memory::hook_device(kind, ordinal, memory::NegativeId::Refused).expect("device");
             // SAFETY: 0 is the device's default stream.
-            let s = unsafe { AnyStream::borrow(&d, 0) }.expect("stream");
-            let ptr = memory::keep_by_address(memory::alloc(&d, ALLOC_BYTES, &s).expect("alloc"));
-            assert!(memory::release_by_address(std::hint::black_box(ptr)));
+            let ptr = unsafe { memory::alloc_kept(kind, ordinal, memory::NegativeId::Refused, 0, ALLOC_BYTES) };
+            assert!(memory::release_by_address(std::hint::black_box(ptr.expect("alloc"))));
         })
     });
     group.finish();
