@@ -260,8 +260,34 @@ fn a_graph_pools_segments_carry_its_capture_id_in_reports_and_snapshots<D: Memor
     d.synchronize(&s).unwrap();
 }
 
+/// The pool counts its statistics itself (`Tally`, src/memory/stats.rs): a
+/// free held back on a capturing stream counts as freed when `deallocate`
+/// returns, as a statistics adaptor over the pool counts it, and not again
+/// when the pool makes it after the capture.
+fn a_free_held_back_in_a_capture_counts_as_freed_once<D: MemoryDevice>(d: &Arc<D>) {
+    use gpuport::memory::MemoryResource;
+    let (pool, alloc) = pool(d, None);
+    let s = d.create_stream().unwrap();
+    let (held, kept) = (alloc.alloc(N * 4, &s).unwrap(), alloc.alloc(N * 8, &s).unwrap());
+    let before = pool.statistics().expect("the caching pool counts statistics");
+    assert_eq!((before.current_count, before.current_bytes), (2, N * 12));
+    let capture = d.begin_capture(&s, CaptureMode::ThreadLocal).unwrap();
+    drop(held); // its stream captures: held back until the capture is over
+    let during = pool.statistics().unwrap();
+    assert_eq!((during.current_count, during.current_bytes), (1, N * 8), "freed for the caller: {during:?}");
+    drop(capture.end().unwrap());
+    let next = alloc.alloc(N * 4, &s).unwrap(); // makes the frees held back
+    let after = pool.statistics().unwrap();
+    assert_eq!((after.current_count, after.current_bytes), (2, N * 12), "the held-back free counted once: {after:?}");
+    assert_eq!((after.total_count, after.peak_count, after.peak_bytes), (3, 2, N * 12));
+    drop((next, kept));
+    d.synchronize(&s).unwrap();
+    assert_eq!(pool.statistics().unwrap().current_bytes, 0);
+}
+
 mod per_backend {
     crate::arc_backend_tests!(
+        a_free_held_back_in_a_capture_counts_as_freed_once,
         a_capture_allocates_from_its_graph_pool_and_nobody_else_gets_that_memory_while_the_graph_lives,
         a_block_still_held_when_its_graph_goes_stays_valid_until_freed,
         out_of_memory_in_a_capture_is_a_typed_error_and_the_capture_and_stream_go_on,

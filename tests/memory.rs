@@ -710,6 +710,13 @@ fn stress<D: MemoryDevice>(d: &Dev<D>, ops: usize, validate: bool) {
     // allocation and its free: the peak is a count of blocks live at once,
     // not of blocks ever allocated.
     assert!(st.peak_count <= threads * 49 && st.peak_count < st.total_count, "{st:?}");
+    // The pool's own statistics (counted under its lock) saw every call the
+    // adaptor saw. The peaks may differ: the adaptor counts after the pool,
+    // so at an instant either may see a free the other does not yet.
+    let own = pool.statistics().expect("the caching pool counts statistics");
+    let figures = |s: &gpuport::memory::Statistics| (s.total_bytes, s.total_count, s.current_bytes, s.current_count);
+    assert_eq!(figures(&own), figures(&st));
+    assert!(own.peak_count <= threads * 49 && own.peak_count < own.total_count, "{own:?}");
     let report = pool.report();
     assert_eq!((report.in_use, report.requested), (0, 0), "{report}");
     assert!(report.counters.fences > 0 && report.counters.shared_reuses > 0, "blocks changed streams: {report}");

@@ -42,7 +42,9 @@ use crate::memory::{
 /// over the caching pool, with a CSV log (like RMM's `csv_log`) switched in
 /// while enabled.
 pub struct ObservedResource<B: Backend> {
-    stats: Arc<StatisticsResource<B>>,
+    /// The resource, if it counts statistics itself (the caching pool does,
+    /// under its lock), else a [`StatisticsResource`] over it.
+    stats: Arc<dyn MemoryResource<B>>,
     log: RwLock<Option<(Arc<LoggingResource<B>>, PathBuf)>>,
     /// Whether `log` is set: allocations skip its lock while it is not.
     logging: AtomicBool,
@@ -57,7 +59,10 @@ impl<B: Backend> fmt::Debug for ObservedResource<B> {
 impl<B: Backend> ObservedResource<B> {
     fn new(inner: Arc<dyn MemoryResource<B>>) -> Self {
         ObservedResource {
-            stats: Arc::new(StatisticsResource::new(inner)),
+            stats: match inner.statistics() {
+                Some(_) => inner,
+                None => Arc::new(StatisticsResource::new(inner)),
+            },
             log: RwLock::new(None),
             logging: AtomicBool::new(false),
         }
@@ -159,7 +164,7 @@ unsafe impl<B: Backend> MemoryResource<B> for ObservedResource<B> {
         self.stats.report()
     }
     fn statistics(&self) -> Option<Statistics> {
-        Some(self.stats.get())
+        self.stats.statistics()
     }
 }
 

@@ -71,6 +71,51 @@ impl<B: Backend> StatisticsResource<B> {
     }
 }
 
+/// The same counts for a resource that keeps them under a lock of its own
+/// (the caching pool, `src/memory/pool/mod.rs`): plain additions where
+/// [`StatisticsResource`] makes two atomic ones per allocation and two per
+/// free. The device's observed resource (`src/dynamic/memory.rs`) reads a
+/// pool's own counts and skips the adaptor.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tally {
+    total_bytes: usize,
+    total_count: usize,
+    freed_bytes: usize,
+    freed_count: usize,
+    peak_bytes: usize,
+    peak_count: usize,
+}
+
+impl Tally {
+    /// Counts an allocation of `bytes` (as requested).
+    #[inline]
+    pub(crate) fn allocated(&mut self, bytes: usize) {
+        self.total_bytes = self.total_bytes.saturating_add(bytes);
+        self.total_count = self.total_count.saturating_add(1);
+        self.peak_bytes = self.peak_bytes.max(self.total_bytes.saturating_sub(self.freed_bytes));
+        self.peak_count = self.peak_count.max(self.total_count.saturating_sub(self.freed_count));
+    }
+
+    /// Counts a free of an allocation of `bytes`.
+    #[inline]
+    pub(crate) fn freed(&mut self, bytes: usize) {
+        self.freed_bytes = self.freed_bytes.saturating_add(bytes);
+        self.freed_count = self.freed_count.saturating_add(1);
+    }
+
+    /// The counts.
+    pub(crate) fn get(&self) -> Statistics {
+        Statistics {
+            current_bytes: self.total_bytes.saturating_sub(self.freed_bytes),
+            peak_bytes: self.peak_bytes,
+            total_bytes: self.total_bytes,
+            current_count: self.total_count.saturating_sub(self.freed_count),
+            peak_count: self.peak_count,
+            total_count: self.total_count,
+        }
+    }
+}
+
 /// Raises `peak` to `now` if `now` is higher. A peak never falls, so one
 /// that already reads `now` or more needs no locked instruction: in a
 /// steady loop of allocations and frees an allocation makes no atomic

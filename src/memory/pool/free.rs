@@ -17,7 +17,13 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// another thread (the gate, the lock, the pool's upkeep), for the
     /// device (a borrowed stream, segments to release) or would need a
     /// capture's rules; otherwise the free `deallocate` would make.
-    fn deallocate_without_waiting(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+    fn deallocate_without_waiting(
+        &self,
+        block: Block<B>,
+        stream: &Stream<B>,
+        mut after: Vec<Event<B>>,
+        count: bool,
+    ) -> Result<()> {
         let device = self.dev();
         let simple = !self.upkeep_due()
             && !device.stream_is_borrowed(stream)
@@ -33,7 +39,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         let Some(mut st) = st.filter(|st| st.reserved <= self.config.release_threshold) else {
             return Err(no_wait::bounce(self.name(), block, stream, after));
         };
-        let freed = self.free_locked(&mut st, &block, stream, None, &mut after);
+        let freed = self.free_locked(&mut st, &block, stream, None, &mut after, count);
         if !st.released.is_empty() {
             Self::unlock_then_release(st);
         }
@@ -78,17 +84,25 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             self.held_back_count.store(held.len(), Ordering::Release);
             ready
         };
-        // Recorded in the history when they were held back.
+        // Recorded in the history, and counted in the statistics, when they
+        // were held back.
         for (block, stream, after) in ready {
-            let _ = self.deallocate_block(block, &stream, after);
+            let _ = self.deallocate_block(block, &stream, after, false);
         }
     }
 
-    /// `deallocate` without the history's record.
+    /// `deallocate` without the history's record; `count`: whether the free
+    /// counts in the statistics (false for a free held back, counted then).
     #[inline(always)]
-    pub(super) fn deallocate_block(&self, block: Block<B>, stream: &Stream<B>, mut after: Vec<Event<B>>) -> Result<()> {
+    pub(super) fn deallocate_block(
+        &self,
+        block: Block<B>,
+        stream: &Stream<B>,
+        mut after: Vec<Event<B>>,
+        count: bool,
+    ) -> Result<()> {
         if waiting_refused() {
-            return self.deallocate_without_waiting(block, stream, after);
+            return self.deallocate_without_waiting(block, stream, after, count);
         }
         let device = self.dev();
         self.reclaim_graph_pools();
@@ -114,7 +128,16 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
             }
         };
         if let Some(capture) = capture {
-            let freed = self.locked(|st| self.free_in_capture(st, &block, stream, capture, &mut after));
+            let freed = self.locked(|st| {
+                let freed = self.free_in_capture(st, &block, stream, capture, &mut after, count);
+                if freed.is_none() && count {
+                    // Held back below: freed for the statistics now, as for
+                    // the caller (a statistics adaptor over the pool counts
+                    // it when `deallocate` returns).
+                    st.tally.freed(block.len());
+                }
+                freed
+            });
             let Some(freed) = freed else {
                 let mut held = self.held_back.lock().unwrap_or_else(|p| p.into_inner());
                 held.push((block, stream.clone(), after));
@@ -125,7 +148,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         }
         // Only the bookkeeping runs under the lock: a refusal's message is
         // made, and the block and the events not kept are dropped, after it.
-        if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after)) {
+        if self.locked(|st| self.free_locked(st, &block, stream, None, &mut after, count)) {
             Ok(())
         } else {
             Err(self.not_live(&block))
@@ -137,7 +160,8 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// `None` then: not asked), or on a stream capturing `capture`, for a
     /// block of that capture's graph pool: frees it, or, if it is not a
     /// live block of the pool, counts the refusal and returns false. Takes
-    /// the events of `after` that it keeps.
+    /// the events of `after` that it keeps. `count`: whether the free
+    /// counts in the statistics (see `deallocate_block`).
     pub(super) fn free_locked(
         &self,
         st: &mut State<B, S::Segment>,
@@ -145,6 +169,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         stream: &Stream<B>,
         capture: Option<u64>,
         after: &mut Vec<Event<B>>,
+        count: bool,
     ) -> bool {
         let Some((n, size, requested)) = st.live_block(block.token(), block.serial(), block.ptr(), block.len()) else {
             st.counters.refused_frees += 1;
@@ -152,6 +177,9 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         };
         st.clock += 1;
         st.counters.frees += 1;
+        if count {
+            st.tally.freed(block.len());
+        }
         let graph = st.graph_of(n);
         if graph != 0 {
             st.in_use -= size;

@@ -262,11 +262,12 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         stream: &Stream<B>,
         capture: u64,
         after: &mut Vec<Event<B>>,
+        count: bool,
     ) -> Option<bool> {
         let (n, ..) = st.live_block(block.token(), block.serial(), block.ptr(), block.len())?;
         let graph = st.graph_of(n);
         let ours = graph != 0 && st.graph_pools.iter().any(|g| g.serial == graph && g.capture == capture);
-        ours.then(|| self.free_locked(st, block, stream, Some(capture), after))
+        ours.then(|| self.free_locked(st, block, stream, Some(capture), after, count))
     }
 
     /// Frees node `n` of graph pool `graph` (the caller took it out of the

@@ -539,6 +539,7 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
         };
         let h = match handed_out {
             Ok(h) => {
+                st.tally.allocated(bytes);
                 // The history's record runs with no lock or capture section
                 // held (its frame source may run foreign code); the block is
                 // handed out already.
@@ -573,7 +574,7 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
         let recorded = history::recording().then(|| (block.ptr(), block.len()));
-        let freed = self.deallocate_block(block, stream, after);
+        let freed = self.deallocate_block(block, stream, after, true);
         if let (Some((ptr, len)), Ok(())) = (recorded, &freed) {
             self.record_block(history::Action::FreeCompleted, ptr, len, stream);
         }
@@ -623,5 +624,13 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
 
     fn report(&self) -> Option<PoolReport> {
         Some(CachingPool::report(self))
+    }
+
+    /// Counted under the pool's lock (`Tally` in src/memory/stats.rs):
+    /// what passes through `allocate` and `deallocate`, as a
+    /// [`StatisticsResource`](crate::memory::StatisticsResource) over the
+    /// pool would count it.
+    fn statistics(&self) -> Option<crate::memory::report::Statistics> {
+        Some(self.locked(|st| st.tally.get()))
     }
 }

@@ -126,6 +126,9 @@ pub(super) struct State<B: Backend, Seg> {
     pub(super) in_use: usize,
     pub(super) requested: usize,
     pub(super) counters: PoolCounters,
+    /// The statistics (`MemoryResource::statistics`): allocations as handed
+    /// out, frees as the pool takes them (or holds them back).
+    pub(super) tally: crate::memory::stats::Tally,
     /// Pool operations so far (allocations and frees), the clock of `last_used`.
     pub(super) clock: u64,
     /// The last serial number handed out (`next_serial`).
@@ -164,6 +167,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             in_use: 0,
             requested: 0,
             counters: PoolCounters::default(),
+            tally: Default::default(),
             clock: 0,
             serials: 0,
             released: Vec::new(),
