@@ -17,7 +17,9 @@ use crate::backend::Backend;
 
 pub use super::report::Statistics;
 
-/// Counts what passes through to `inner`; lock-free.
+/// Counts what passes through to `inner`; lock-free. (The device's observed
+/// resource does without it over a caching pool, which counts the same
+/// figures under its own lock: [`MemoryResource::statistics`].)
 ///
 /// Allocations and frees each count into their own running totals, so an
 /// allocation makes two atomic additions and a free two (the current
