@@ -53,23 +53,22 @@ impl<B: Backend> StatisticsResource<B> {
     }
 
     /// The counts now. Under concurrent calls each figure is exact at some
-    /// moment of the call, not all at the same one (as before).
+    /// moment of the call, not all at the same one.
     pub fn get(&self) -> Statistics {
         // The frees first: a free's block was counted as allocated before
         // (the allocation's addition happens before the free's), so the
         // totals read after are never below them.
         let freed_bytes = self.freed_bytes.load(Ordering::Acquire);
         let freed_count = self.freed_count.load(Ordering::Acquire);
-        let total_bytes = self.total_bytes.load(Ordering::Acquire);
-        let total_count = self.total_count.load(Ordering::Acquire);
-        Statistics {
-            current_bytes: total_bytes.saturating_sub(freed_bytes),
+        Tally {
+            freed_bytes,
+            freed_count,
+            total_bytes: self.total_bytes.load(Ordering::Acquire),
+            total_count: self.total_count.load(Ordering::Acquire),
             peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
-            total_bytes,
-            current_count: total_count.saturating_sub(freed_count),
             peak_count: self.peak_count.load(Ordering::Relaxed),
-            total_count,
         }
+        .get()
     }
 }
 
