@@ -67,25 +67,9 @@ CHILD = textwrap.dedent(
             import gpuport.cupy
             cupy.cuda.set_allocator(gpuport.cupy.allocator)
         elif mode == "cfunc-floor":
-            import ctypes, os, subprocess, tempfile
-            src = (
-                "#include <stddef.h>\n"
-                "static void *slots[8]; static int n;\n"
-                "void floor_push(void *p) { if (n < 8) slots[n++] = p; }\n"
-                "void *floor_malloc(void *param, size_t size, int dev) { return n > 0 ? slots[--n] : (void *)0; }\n"
-                "void floor_free(void *param, void *p, int dev) { floor_push(p); }\n"
-            )
-            d = tempfile.mkdtemp(prefix="gpuport-floor-")
-            with open(os.path.join(d, "floor.c"), "w") as f:
-                f.write(src)
-            subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "floor.so"),
-                            os.path.join(d, "floor.c")], check=True)
-            lib = ctypes.CDLL(os.path.join(d, "floor.so"))
-            kept = [cupy.cuda.runtime.malloc(MIB) for _ in range(4)]  # one is live at a time; spares
-            for p in kept:
-                lib.floor_push(ctypes.c_void_p(p))
-            addr = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-            cupy.cuda.set_allocator(cupy.cuda.memory.CFunctionAllocator(0, addr("floor_malloc"), addr("floor_free"), lib).malloc)
+            sys.path.insert(0, sys.argv[5])  # benches/, for cupy_allocators
+            from cupy_allocators import cfunc_floor
+            cupy.cuda.set_allocator(cfunc_floor(cupy))
         def op():
             x = cupy.empty(MIB, dtype=cupy.uint8)
             del x
@@ -127,7 +111,7 @@ def run(peer: str, mode: str, reps: int, inner: int) -> dict:
     if mode == "gpuport" and peer == "numba":
         env["NUMBA_CUDA_MEMORY_MANAGER"] = "gpuport.numba"
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, peer, mode, str(reps), str(inner)],
+        [sys.executable, "-c", CHILD, peer, mode, str(reps), str(inner), BENCHES],
         capture_output=True,
         text=True,
         env=env,
@@ -138,6 +122,8 @@ def run(peer: str, mode: str, reps: int, inner: int) -> dict:
         return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"rc {r.returncode}"]}
     return json.loads(lines[-1])
 
+
+BENCHES = os.path.dirname(os.path.abspath(__file__))
 
 MODES = {
     "torch": ("own", "gpuport"),

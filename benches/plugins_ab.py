@@ -51,7 +51,7 @@ def main() -> None:
             if a.hash_seed is not None:
                 env["PYTHONHASHSEED"] = a.hash_seed
             mode = "cfunc-floor" if name == "floor" else "gpuport"
-            cmd = prefix + [sys.executable, "-c", plugins.CHILD, "cupy", mode, str(a.reps), str(a.inner)]
+            cmd = prefix + [sys.executable, "-c", plugins.CHILD, "cupy", mode, str(a.reps), str(a.inner), plugins.BENCHES]
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
             if out.returncode != 0:
                 print(f"trial {t} {name}: the process failed:\n{out.stderr[-800:]}", file=sys.stderr)

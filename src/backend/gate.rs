@@ -19,6 +19,13 @@
 //!   and one compare-and-swap to enter, one atomic subtraction to leave;
 //!   the mutex and condition variable are touched only while a capture
 //!   begins or ends.
+//! - **Closed on default streams.** gpuport never captures a device's
+//!   default stream (`Capture::begin` refuses it, as CUDA and HIP refuse
+//!   their legacy stream), so its gate ([`CaptureGate::closed`]) has no
+//!   writer to keep out: a section of it is nothing, and taking it
+//!   exclusively is refused. The pool's allocations and frees on the
+//!   default stream (what Python's `gpuport.memory.alloc` and the allocator
+//!   hooks use) then touch no gate.
 //! - **Limit.** The gate orders gpuport's own captures. Another library
 //!   (PyTorch, CuPy) beginning a capture through the driver on a stream
 //!   handle gpuport gave out passes no gate: the GPU paths therefore keep
@@ -36,17 +43,29 @@ const WRITER: usize = 1 << (usize::BITS - 1);
 
 /// A reader-writer gate, re-entrant for readers on one thread (public in
 /// name only: the backend traits name it; only this crate can use it).
-#[derive(Default)]
 pub struct CaptureGate {
     /// `WRITER`, plus the number of shared sections inside.
     state: AtomicUsize,
     /// Taken only on the slow paths (a writer present), with `changed`.
     lock: Mutex<()>,
     changed: Condvar,
+    /// False for the gate of a stream gpuport never captures (a device's
+    /// default stream): never taken exclusively, so sections skip it.
+    open: bool,
+}
+
+impl Default for CaptureGate {
+    /// The gate of a stream that may capture.
+    fn default() -> Self {
+        CaptureGate { state: AtomicUsize::new(0), lock: Mutex::new(()), changed: Condvar::new(), open: true }
+    }
 }
 
 impl std::fmt::Debug for CaptureGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.open {
+            return write!(f, "CaptureGate(closed)");
+        }
         let s = self.state.load(Ordering::Relaxed);
         write!(f, "CaptureGate(writer {}, readers {})", s & WRITER != 0, s & !WRITER)
     }
@@ -71,12 +90,22 @@ fn deepen(held: &mut [(usize, usize)], key: usize) -> bool {
 }
 
 impl CaptureGate {
+    /// The gate of a stream gpuport never captures (a device's default
+    /// stream): its sections cost nothing and [`exclusive`](Self::exclusive)
+    /// is refused ([`GraphErrorKind::DefaultStream`]).
+    pub(crate) fn closed() -> Self {
+        CaptureGate { open: false, ..Default::default() }
+    }
+
     fn key(&self) -> usize {
         self as *const Self as usize
     }
 
     /// Whether this thread is inside a shared section of the gate.
     pub(crate) fn held_here(&self) -> bool {
+        if !self.open {
+            return false;
+        }
         let key = self.key();
         HELD.try_with(|h| h.borrow().iter().any(|(k, _)| *k == key)).unwrap_or(false)
     }
@@ -90,6 +119,9 @@ impl CaptureGate {
     /// until it is left. Waits while a capture is beginning or ending.
     #[inline]
     pub(crate) fn shared(&self) -> GateShared<'_> {
+        if !self.open {
+            return GateShared { gate: self };
+        }
         // Re-entered, or entered with no writer present: one look at the
         // thread's sections.
         if let Some(g) = self.try_shared() {
@@ -123,6 +155,9 @@ impl CaptureGate {
     /// wait for a capture in turn).
     #[inline]
     pub(crate) fn try_shared(&self) -> Option<GateShared<'_>> {
+        if !self.open {
+            return Some(GateShared { gate: self });
+        }
         let key = self.key();
         // One look at the thread's sections (a thread-local lookup is a call
         // in a shared library such as the Python extension): re-entered at
@@ -164,6 +199,16 @@ impl CaptureGate {
     /// section of the gate on this thread: [`GraphErrorKind::AlreadyCapturing`]
     /// (`op` names the call), instead of a deadlock.
     pub(crate) fn exclusive(&self, backend: BackendKind, op: &'static str) -> Result<GateExclusive<'_>> {
+        if !self.open {
+            return Err(graph_error(
+                backend,
+                op,
+                GraphErrorKind::DefaultStream,
+                "the default stream cannot be captured (CUDA and HIP refuse their legacy default stream); capture \
+                 a stream made by create_stream"
+                    .into(),
+            ));
+        }
         if self.held_here() {
             return Err(graph_error(
                 backend,
@@ -195,6 +240,9 @@ pub(crate) struct GateShared<'a> {
 impl Drop for GateShared<'_> {
     #[inline]
     fn drop(&mut self) {
+        if !self.gate.open {
+            return;
+        }
         let key = self.gate.key();
         let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
@@ -234,7 +282,7 @@ impl Drop for GateExclusive<'_> {
 /// queries events only while no capture forbids it): every capture's begin
 /// takes it exclusively, after its stream's gate.
 pub(crate) static DEVICE_WIDE: CaptureGate =
-    CaptureGate { state: AtomicUsize::new(0), lock: Mutex::new(()), changed: Condvar::new() };
+    CaptureGate { state: AtomicUsize::new(0), lock: Mutex::new(()), changed: Condvar::new(), open: true };
 
 #[cfg(test)]
 mod tests {
@@ -265,5 +313,26 @@ mod tests {
         assert!(entered.load(Ordering::SeqCst));
         assert!(!gate.held_here());
         drop(gate.exclusive(BackendKind::Host, "test").unwrap());
+    }
+
+    #[test]
+    fn a_closed_gate_is_never_taken_exclusively_and_its_sections_are_not_tracked() {
+        let gate = CaptureGate::closed();
+        let outer = gate.shared();
+        let inner = gate.try_shared().expect("a closed gate has no writer to wait for");
+        assert!(!gate.held_here(), "sections of a closed gate are not tracked");
+        assert!(!CaptureGate::any_held_here());
+        assert_eq!(gate.state.load(Ordering::Relaxed), 0, "no count is kept");
+        drop((inner, outer));
+        let refused = gate.exclusive(BackendKind::Host, "test").err().expect("a closed gate is never taken");
+        assert!(
+            matches!(refused, crate::Error::Graph { kind: GraphErrorKind::DefaultStream, .. }),
+            "{refused:?}"
+        );
+        // An open gate still counts its sections.
+        let open = CaptureGate::default();
+        let _s = open.shared();
+        assert!(open.held_here());
+        assert_eq!(open.state.load(Ordering::Relaxed), 1);
     }
 }

@@ -266,7 +266,7 @@ impl<D: Driver> Device for GpuDevice<D> {
         }
         let (driver, info) = D::open(ordinal)?;
         let driver = Arc::new(driver);
-        let default_stream = GpuStream::new(driver.clone(), D::NULL_STREAM, false);
+        let default_stream = GpuStream::default_of(driver.clone());
         let dev = Arc::new(GpuDevice {
             info,
             driver,

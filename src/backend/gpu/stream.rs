@@ -127,6 +127,16 @@ impl<D: Driver> GpuStream<D> {
     /// Wraps `raw`, a stream of `driver`'s device; `owned` streams are
     /// destroyed with their last handle.
     pub(crate) fn new(driver: Arc<D>, raw: D::Stream, owned: bool) -> Self {
+        Self::with_gate(driver, raw, owned, Default::default())
+    }
+
+    /// The device's default stream (the null stream), which gpuport never
+    /// captures: its capture gate is closed (`crate::backend::gate`).
+    pub(crate) fn default_of(driver: Arc<D>) -> Self {
+        Self::with_gate(driver, D::NULL_STREAM, false, crate::backend::gate::CaptureGate::closed())
+    }
+
+    fn with_gate(driver: Arc<D>, raw: D::Stream, owned: bool, gate: crate::backend::gate::CaptureGate) -> Self {
         if !owned && super::driver::RawAddress::address(raw) != 0 {
             share_handles();
         }
@@ -138,7 +148,7 @@ impl<D: Driver> GpuStream<D> {
                 driver,
                 capturing: AtomicBool::new(false),
                 recorder: Mutex::new(None),
-                gate: Default::default(),
+                gate,
             }),
         }
     }

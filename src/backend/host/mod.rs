@@ -336,7 +336,7 @@ impl Device for HostDevice {
                 warp_size: 1,
             },
         };
-        let default_stream = HostStream::new()?;
+        let default_stream = HostStream::default_of_device()?;
         let streams = Mutex::new(vec![Arc::downgrade(&default_stream.inner.pending)]);
         let dev = Arc::new(HostDevice { info, default_stream, streams });
         Ok(SHARED.get_or_init(|| dev).clone())

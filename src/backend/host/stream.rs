@@ -77,6 +77,16 @@ impl fmt::Debug for HostStream {
 
 impl HostStream {
     pub(super) fn new() -> Result<Self> {
+        Self::with_gate(Default::default())
+    }
+
+    /// The device's default stream, which gpuport never captures: its
+    /// capture gate is closed (`crate::backend::gate`).
+    pub(super) fn default_of_device() -> Result<Self> {
+        Self::with_gate(crate::backend::gate::CaptureGate::closed())
+    }
+
+    fn with_gate(gate: crate::backend::gate::CaptureGate) -> Result<Self> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (sender, receiver) = mpsc::channel::<Task>();
@@ -111,7 +121,7 @@ impl HostStream {
                 id,
                 capture: Mutex::new(None),
                 capturing: AtomicBool::new(false),
-                gate: Default::default(),
+                gate,
             }),
         })
     }

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""CuPy's allocators alternating in one process: CuPy's own memory pool,
+gpuport's hook and the C-function floor, over fresh processes.
+
+    python benches/cupy_allocators.py [--procs 5] [--rounds 15] [--calls 2000] [--json FILE]
+
+Each process times ``cupy.empty(1 MiB, dtype=uint8)`` + ``del`` under three
+allocators, switched with ``cupy.cuda.set_allocator`` between rounds (the
+order rotates each round): ``cupy`` (CuPy's default memory pool),
+``gpuport`` (``gpuport.cupy.c_allocator()``: C functions of
+``gpuport._core`` through CuPy's ``CFunctionAllocator``) and ``floor``
+(``CFunctionAllocator`` over two C functions that only pop and push a
+preallocated pointer, compiled here with ``cc``: what CuPy itself spends
+on any allocator plugged in that way).
+
+Why in one process: on the ``nvidia-h200`` machines every process of
+CuPy's ``cupy.empty`` + ``del`` runs in one of two bands, about 1.7 or
+3.2 µs, set when the process starts and shared by every allocator
+(BENCHMARKS.md: not the core, not address-space randomization, hash seed or
+transparent huge pages). Across processes the bands swamp a 0.1 µs
+difference; alternating in one process, the allocators share the band. So
+the figures to read are per process: ``gpuport / cupy`` (the ratio of the
+two medians) and ``gpuport − floor`` (what gpuport's hook costs above
+CuPy's own C-function path), then their median and spread over processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+MIB = 1 << 20
+
+FLOOR_SOURCE = (
+    "#include <stddef.h>\n"
+    "static void *slots[8]; static int n;\n"
+    "void floor_push(void *p) { if (n < 8) slots[n++] = p; }\n"
+    "void *floor_malloc(void *param, size_t size, int dev) { return n > 0 ? slots[--n] : (void *)0; }\n"
+    "void floor_free(void *param, void *p, int dev) { floor_push(p); }\n"
+)
+
+
+def cfunc_floor(cupy) -> Callable:
+    """CuPy's ``CFunctionAllocator`` over C functions that pop and push one of
+    four preallocated 1 MiB pointers (one is live at a time): the floor of any
+    C-function allocator. Needs ``cc`` (``$CC``)."""
+    d = tempfile.mkdtemp(prefix="gpuport-floor-")
+    with open(os.path.join(d, "floor.c"), "w") as f:
+        f.write(FLOOR_SOURCE)
+    so = os.path.join(d, "floor.so")
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, os.path.join(d, "floor.c")],
+                   check=True)
+    lib = ctypes.CDLL(so)
+    for p in [cupy.cuda.runtime.malloc(MIB) for _ in range(4)]:
+        lib.floor_push(ctypes.c_void_p(p))
+    addr = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # noqa: E731
+    return cupy.cuda.memory.CFunctionAllocator(0, addr("floor_malloc"), addr("floor_free"), lib).malloc
+
+
+def worker(rounds: int, calls: int) -> Dict[str, float]:
+    """One process: each allocator's median round, µs per ``cupy.empty`` + ``del``."""
+    import cupy
+    import gpuport.cupy
+
+    allocators = {
+        "cupy": cupy.get_default_memory_pool().malloc,
+        "gpuport": gpuport.cupy.c_allocator(),
+        "floor": cfunc_floor(cupy),
+    }
+    names = list(allocators)
+
+    def timed(n: int) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            x = cupy.empty(MIB, dtype=cupy.uint8)
+            del x
+        return (time.perf_counter_ns() - t0) / n / 1e3
+
+    times: Dict[str, List[float]] = {n: [] for n in names}
+    for name in names:  # warm-up: pools grown, code paths resolved
+        cupy.cuda.set_allocator(allocators[name])
+        timed(1000)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            cupy.cuda.set_allocator(allocators[name])
+            times[name].append(timed(calls))
+    cupy.cuda.set_allocator(allocators["cupy"])
+    cupy.cuda.runtime.deviceSynchronize()
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def spread(v: List[float]) -> Dict[str, object]:
+    return {"median": statistics.median(v), "low": min(v), "high": max(v), "per_process": v}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(a.rounds, a.calls)))
+        return
+    try:
+        import cupy  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: CuPy cannot be imported ({e})")
+        return
+    per_proc: List[Dict[str, float]] = []
+    for _ in range(a.procs):
+        cmd = [sys.executable, __file__, "--worker", "--rounds", str(a.rounds), "--calls", str(a.calls)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"cupy_allocators.py: a worker failed:\n{done.stderr[-2000:]}")
+        per_proc.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = {n: spread([p[n] for p in per_proc]) for n in per_proc[0]}
+    rows["gpuport / cupy"] = spread([p["gpuport"] / p["cupy"] for p in per_proc])
+    rows["gpuport - floor"] = spread([p["gpuport"] - p["floor"] for p in per_proc])
+    rows["cupy - floor"] = spread([p["cupy"] - p["floor"] for p in per_proc])
+    print(f"cupy.empty(1 MiB) + del: µs, the allocators alternating in each of {a.procs} processes; "
+          "median of the processes [lowest, highest]")
+    for n, r in rows.items():
+        per = ", ".join(f"{x:.3f}" for x in r["per_process"])
+        print(f"  {n:16s} {r['median']:7.3f}  [{r['low']:.3f}, {r['high']:.3f}]  ({per})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"op": "cupy.empty(1 MiB) + del", "rows": rows, "argv": sys.argv}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
