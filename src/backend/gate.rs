@@ -325,10 +325,7 @@ mod tests {
         assert_eq!(gate.state.load(Ordering::Relaxed), 0, "no count is kept");
         drop((inner, outer));
         let refused = gate.exclusive(BackendKind::Host, "test").err().expect("a closed gate is never taken");
-        assert!(
-            matches!(refused, crate::Error::Graph { kind: GraphErrorKind::DefaultStream, .. }),
-            "{refused:?}"
-        );
+        assert!(matches!(refused, crate::Error::Graph { kind: GraphErrorKind::DefaultStream, .. }), "{refused:?}");
         // An open gate still counts its sections.
         let open = CaptureGate::default();
         let _s = open.shared();
