@@ -7,7 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/python
 rm -f .gpu/python/*.whl
-bash ci/wheel
+# GPUPORT_BUNDLE_REUSE_WHEEL=1 takes the wheel already in dist/ (a release
+# wheel takes about a quarter of an hour to build on two cores).
+if [ "${GPUPORT_BUNDLE_REUSE_WHEEL:-0}" = 1 ] && ls dist/gpuport-*-cp310-abi3-manylinux_*_x86_64.whl >/dev/null 2>&1; then
+    echo "ci/gpu-bundle.d/python.sh: reusing $(ls dist/gpuport-*-cp310-abi3-manylinux_*_x86_64.whl)"
+else
+    bash ci/wheel
+fi
 cp dist/gpuport-*-cp310-abi3-manylinux_*_x86_64.whl .gpu/python/
 rm -rf .gpu/python/tests && cp -r crates/gpuport-py/tests .gpu/python/tests
 cp crates/gpuport-py/pyproject.toml .gpu/python/  # pytest's strict settings
