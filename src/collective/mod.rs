@@ -10,7 +10,7 @@
 //! The work is done by an engine per backend, never by gpuport itself on
 //! a GPU:
 //! - CUDA and ROCm: NCCL and RCCL, loaded at run time through one function
-//!   table ([`nccl`]): RCCL exports NCCL's C API;
+//!   table (the `nccl` module, with the `cuda` or `rocm` feature): RCCL exports NCCL's C API;
 //! - the host backend: ranks exchange their data through the job's
 //!   [`TcpStore`] ([`host`]), so the whole API runs, and is tested, without
 //!   a GPU.
