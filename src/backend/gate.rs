@@ -200,14 +200,7 @@ impl CaptureGate {
     /// (`op` names the call), instead of a deadlock.
     pub(crate) fn exclusive(&self, backend: BackendKind, op: &'static str) -> Result<GateExclusive<'_>> {
         if !self.open {
-            return Err(graph_error(
-                backend,
-                op,
-                GraphErrorKind::DefaultStream,
-                "the default stream cannot be captured (CUDA and HIP refuse their legacy default stream); capture \
-                 a stream made by create_stream"
-                    .into(),
-            ));
+            return Err(default_stream_refused(backend, op));
         }
         if self.held_here() {
             return Err(graph_error(
@@ -229,6 +222,19 @@ impl CaptureGate {
         }
         Ok(GateExclusive { gate: self })
     }
+}
+
+/// [`GraphErrorKind::DefaultStream`] for `op`: a capture of a device's
+/// default stream (refused by `Capture::begin`, and by its closed gate).
+pub(crate) fn default_stream_refused(backend: BackendKind, op: &'static str) -> crate::Error {
+    graph_error(
+        backend,
+        op,
+        GraphErrorKind::DefaultStream,
+        "the default stream cannot be captured (CUDA and HIP refuse their legacy default stream); capture a stream \
+         made by create_stream"
+            .into(),
+    )
 }
 
 /// A shared section of a [`CaptureGate`]; leaving it is dropping it.

@@ -502,14 +502,7 @@ impl<B: Backend> Capture<B> {
         super::check_same_device("stream", B::KIND, ordinal, stream.capture_ordinal())?;
         let default = device.default_stream();
         if device.stream_id(stream).is_some() && device.stream_id(stream) == device.stream_id(default) {
-            return Err(graph_error(
-                B::KIND,
-                "begin_capture",
-                GraphErrorKind::DefaultStream,
-                "the default stream cannot be captured (CUDA and HIP refuse their legacy default stream); \
-                 capture a stream made by create_stream"
-                    .into(),
-            ));
+            return Err(super::gate::default_stream_refused(B::KIND, "begin_capture"));
         }
         let recorder = Arc::new(Recorder::default());
         // Between gpuport's sections on the stream, and between `prune`'s
