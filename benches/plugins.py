@@ -41,6 +41,9 @@ import subprocess
 import sys
 import textwrap
 
+# This folder: the child imports the C-function floor from cupy_allocators.py here.
+BENCHES = os.path.dirname(os.path.abspath(__file__))
+
 CHILD = textwrap.dedent(
     r"""
     import json, statistics, sys, time
@@ -122,8 +125,6 @@ def run(peer: str, mode: str, reps: int, inner: int) -> dict:
         return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"rc {r.returncode}"]}
     return json.loads(lines[-1])
 
-
-BENCHES = os.path.dirname(os.path.abspath(__file__))
 
 MODES = {
     "torch": ("own", "gpuport"),
