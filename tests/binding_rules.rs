@@ -196,3 +196,32 @@ fn allocator_hooks_read_a_negative_device_id_as_their_library_does() {
     // Ordinals open the backend's device.
     assert_eq!(hook_device(BackendKind::Host, 0, NegativeId::Refused).unwrap().info().spec(), "host");
 }
+
+#[test]
+fn allocator_hooks_remember_targets_per_request_kind_not_per_device() {
+    use gpuport::dynamic::memory::{alloc_kept, release_by_address, NegativeId};
+    use gpuport::BackendKind;
+    // PyTorch's -1 (the host) is remembered after the first request; CuPy's
+    // -1 is still refused afterwards, on the same thread, every time.
+    for _ in 0..3 {
+        // SAFETY: 0 is the default stream.
+        let ptr = unsafe { alloc_kept(BackendKind::Cuda, -1, NegativeId::Host, 0, 64) }.unwrap();
+        assert!(release_by_address(ptr));
+        // SAFETY: as above.
+        let e = unsafe { alloc_kept(BackendKind::Cuda, -1, NegativeId::Refused, 0, 64) }.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { name: "device id", .. }), "{e}");
+    }
+    // Remembered targets allocate as the first request did: distinct live
+    // blocks, each released once.
+    // SAFETY: as above.
+    let ptrs: Vec<u64> =
+        (0..4).map(|_| unsafe { alloc_kept(BackendKind::Host, 0, NegativeId::Refused, 0, 256) }.unwrap()).collect();
+    let mut unique = ptrs.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ptrs.len(), "a remembered target handed out a live block twice");
+    for p in ptrs {
+        assert!(release_by_address(p));
+        assert!(!release_by_address(p));
+    }
+}

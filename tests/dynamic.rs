@@ -337,6 +337,31 @@ fn a_gpuport_stream_of_another_device_is_refused(#[case] spec: &str) {
     assert!(matches!(e, Error::InvalidArgument { .. } | Error::DeviceMismatch { .. }), "{e}");
     let e = on_host.on(&dev).expect_err("a host stream on a GPU");
     assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+    // A launch given the stream itself (which it borrows, unchecked by
+    // `on`) is refused by the kernel's own check, with the same error.
+    let empty = AnyModule::load(&dev, &Code::Builtin, "builtins", &[]).unwrap().kernel(builtin::EMPTY).unwrap();
+    let none = KernelArgs::new();
+    for keep in [false, true] {
+        // SAFETY: the empty kernel takes no arguments (and is refused before it runs).
+        let e = unsafe {
+            if keep {
+                runtime::launch_and_keep(
+                    &empty,
+                    builtin::EMPTY,
+                    LaunchConfig::linear(1, 1),
+                    &none,
+                    None,
+                    on_host.clone(),
+                    None::<()>,
+                )
+            } else {
+                runtime::launch(&empty, builtin::EMPTY, LaunchConfig::linear(1, 1), &none, None, on_host.clone())
+                    .map(drop)
+            }
+        }
+        .expect_err("a GPU kernel on a host stream");
+        assert!(matches!(e, Error::DeviceMismatch { what: "stream", .. }), "{e}");
+    }
 }
 
 #[test]

@@ -21,6 +21,7 @@ use super::memory::{self as run_time, AnyAllocation, AnyDeferCleanup, AnyPinned,
 use super::stream::AnyStream;
 use crate::backend::registry::AnyDevice;
 use crate::error::{BackendKind, Error, Result};
+use crate::memory::history::DeviceKey;
 use crate::memory::pool::PoolReport;
 use crate::memory::{Expandable, IpcHandle, IpcKind, PinnedFlags, RefusedFrees, Statistics};
 
@@ -63,20 +64,22 @@ pub struct AllocationHandle {
     slot: ReleaseOnce<AnyAllocation>,
     ptr: u64,
     size: usize,
-    device: AnyDevice,
+    /// The device as a key, not a handle: a handle's clone and drop would
+    /// be two atomic operations per allocation.
+    device: DeviceKey,
 }
 
 impl AllocationHandle {
-    /// A handle of `a`, `size` bytes asked for on `device`.
+    /// A handle of `a`, `size` bytes asked for.
     #[inline]
-    pub fn new(a: AnyAllocation, size: usize, device: AnyDevice) -> Self {
-        AllocationHandle { ptr: a.ptr(), slot: ReleaseOnce::new(a), size, device }
+    pub fn new(a: AnyAllocation, size: usize) -> Self {
+        AllocationHandle { ptr: a.ptr(), device: a.device_key(), slot: ReleaseOnce::new(a), size }
     }
 
     /// Allocates `size` bytes on `dev`'s current resource in `stream`'s
     /// order (see [`run_time::alloc`]).
     pub fn alloc(dev: &AnyDevice, size: usize, stream: &AnyStream) -> Result<Self> {
-        Ok(Self::new(run_time::alloc(dev, size, stream)?, size, dev.clone()))
+        Ok(Self::new(run_time::alloc(dev, size, stream)?, size))
     }
 
     /// The device address (also after the free).
@@ -89,9 +92,9 @@ impl AllocationHandle {
         self.size
     }
 
-    /// The device.
-    pub fn device(&self) -> &AnyDevice {
-        &self.device
+    /// The device (also after the free).
+    pub fn device(&self) -> DeviceKey {
+        self.device
     }
 
     /// Whether the memory went back.

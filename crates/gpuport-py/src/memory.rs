@@ -21,7 +21,7 @@ use gpuport::memory::{self as core_mem, ObserverId, PinnedFlags};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::convert::device::{given_device, open_device, resolve_device, spec};
+use crate::convert::device::{given_device, open_device, resolve_device};
 use crate::convert::error::IntoPyResult;
 use crate::convert::stream::resolve_stream;
 
@@ -55,7 +55,7 @@ impl PyAllocation {
     /// The device spec (`"cuda:0"`, `"host"`).
     #[getter]
     fn device(&self) -> String {
-        spec(self.0.device())
+        self.0.device().spec()
     }
     /// Whether `free()` was called.
     #[getter]
@@ -89,7 +89,7 @@ impl PyAllocation {
         self.0.ptr()
     }
     fn __repr__(&self) -> String {
-        format!("Allocation({:#x}, {} bytes, {})", self.0.ptr(), self.0.size(), spec(self.0.device()))
+        format!("Allocation({:#x}, {} bytes, {})", self.0.ptr(), self.0.size(), self.0.device().spec())
     }
 }
 
@@ -140,7 +140,7 @@ pub fn mem_alloc(
                 None => py.detach(|| core_memory::alloc_from(&t.resources, size, &t.stream)),
             }
             .py_err(py)?;
-            return Ok(PyAllocation(AllocationHandle::new(a, size, d.0.clone())));
+            return Ok(PyAllocation(AllocationHandle::new(a, size)));
         }
     }
     let dev = open_device(py, device)?; // the allocation installs the resource
@@ -151,7 +151,7 @@ pub fn mem_alloc(
         None => py.detach(|| core_memory::alloc(&dev, size, &s)),
     }
     .py_err(py)?;
-    Ok(PyAllocation(AllocationHandle::new(a, size, dev)))
+    Ok(PyAllocation(AllocationHandle::new(a, size)))
 }
 
 /// The statistics of the device's current resource.
