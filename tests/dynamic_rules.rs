@@ -228,7 +228,7 @@ fn a_whole_runtime_call_prunes_first_runs_unlocked_once_and_keeps_its_owners_unt
     let s = AnyStream::create(&dev).unwrap();
     let a = raw::alloc(&dev, MemoryKind::Device, 1 << 20).unwrap();
     let unlocked_runs = AtomicUsize::new(0);
-    let call = |stream: StreamChoice, wait: bool, owners: Arc<()>| Whole {
+    let call = |stream: StreamChoice<'static>, wait: bool, owners: Arc<()>| Whole {
         stream,
         wait,
         owners: (a.clone(), owners),

@@ -366,7 +366,12 @@ impl AnyCommunicator {
     /// assert_eq!(x, [1.5; 4]); // one rank
     /// # Ok::<(), gpuport::Error>(())
     /// ```
-    pub fn collective(&self, op: &Op, operands: Operands<'_>, stream: &StreamChoice) -> Result<(Enqueued, Captured)> {
+    pub fn collective(
+        &self,
+        op: &Op,
+        operands: Operands<'_>,
+        stream: &StreamChoice<'_>,
+    ) -> Result<(Enqueued, Captured)> {
         let dev = self.device();
         let s = stream.on(&dev)?;
         let size = self.size();

@@ -97,7 +97,7 @@ pub fn capture_mode_named(name: &str) -> Result<CaptureMode> {
 /// - a gpuport stream: that stream, which must be of `device` where one is
 ///   given ([`Error::DeviceMismatch`]);
 /// - a handle: borrowed on `device`, else on [`default_device`].
-pub fn capture_stream(stream: &StreamChoice, device: Option<&AnyDevice>) -> Result<AnyStream> {
+pub fn capture_stream(stream: &StreamChoice<'_>, device: Option<&AnyDevice>) -> Result<AnyStream> {
     let given_or_default = || device.cloned().map_or_else(default_device, Ok);
     match stream.device() {
         Some(own) => stream.on(device.unwrap_or(&own)),
@@ -121,7 +121,7 @@ pub type Replaying<'a> = &'a mut (dyn FnMut() -> Result<AnyStream> + Send);
 /// on another thread (the replay link's order, `src/backend/order.rs`).
 pub fn replay_and_keep<T: Send + 'static>(
     slot: &Exclusive<GraphSlot>,
-    stream: StreamChoice,
+    stream: StreamChoice<'_>,
     owner: Option<T>,
     unlocked: impl FnOnce(Replaying<'_>) -> Result<AnyStream>,
 ) -> Result<()> {
@@ -424,12 +424,12 @@ impl GraphSlot {
     /// Enqueues one replay on the stream chosen: the default stream of the
     /// graph's device, a gpuport stream (of that device), or a handle
     /// borrowed on it.
-    pub fn replay(&self, stream: StreamChoice) -> Result<()> {
+    pub fn replay(&self, stream: StreamChoice<'_>) -> Result<()> {
         self.replay_on(stream).map(drop)
     }
 
     /// [`replay`](Self::replay), giving the stream the replay ran on.
-    fn replay_on(&self, stream: StreamChoice) -> Result<AnyStream> {
+    fn replay_on(&self, stream: StreamChoice<'_>) -> Result<AnyStream> {
         let (_, exec) = self.ready("replay", "the graph")?;
         let s = stream.on(&exec.device())?;
         exec.launch(&s)?;

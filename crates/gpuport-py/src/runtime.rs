@@ -57,12 +57,12 @@ fn direction_of(kind: Option<&Bound<'_, PyAny>>) -> PyResult<CopyDirection> {
 
 /// How this binding makes a whole runtime call: the GIL released around
 /// the enqueue and the wait.
-fn whole<T>(
-    py: Python<'_>,
-    stream: StreamChoice,
+fn whole<'a, T>(
+    py: Python<'a>,
+    stream: StreamChoice<'a>,
     wait: bool,
     owners: T,
-) -> Whole<T, impl FnOnce(Blocking<'_>) -> gpuport::Result<Enqueued> + '_> {
+) -> Whole<'a, T, impl FnOnce(Blocking<'_>) -> gpuport::Result<Enqueued> + 'a> {
     Whole { stream, wait, owners, unlocked: move |op: Blocking<'_>| py.detach(op) }
 }
 

@@ -65,21 +65,21 @@ pub fn resolve_stream(py: Python<'_>, dev: &AnyDevice, obj: Option<&Bound<'_, Py
 /// A stream argument before the device of the call is known, and the
 /// foreign stream object it came from: the call keeps `owner` with its
 /// operands until its work has run.
-pub struct ChosenStream {
-    /// The stream, for the core's call.
-    pub choice: StreamChoice,
+pub struct ChosenStream<'a> {
+    /// The stream, for the core's call (a `gpuport.Stream`'s, borrowed).
+    pub choice: StreamChoice<'a>,
     /// The foreign stream object that named a handle, if one did.
     pub owner: Option<Py<PyAny>>,
 }
 
 /// The stream a Python argument names, before the device of the call is
 /// known (accepted: as [`resolve_stream`]).
-pub fn stream_choice(obj: Option<&Bound<'_, PyAny>>) -> PyResult<ChosenStream> {
+pub fn stream_choice<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<ChosenStream<'a>> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
         return Ok(ChosenStream { choice: StreamChoice::Default, owner: None });
     };
     if let Ok(s) = o.cast::<PyStream>() {
-        return Ok(ChosenStream { choice: StreamChoice::stream(s.get().inner.clone()), owner: None });
+        return Ok(ChosenStream { choice: StreamChoice::borrowed(&s.get().inner), owner: None });
     }
     let handle = stream_handle(foreign_handle(o)?).map_err(|e| error::stream_arg(o.py(), e))?;
     let owner = keeps_stream_object(handle, o.extract::<isize>().is_ok()).then(|| o.clone().unbind());
