@@ -520,8 +520,9 @@ pub fn release_by_address(ptr: u64) -> bool {
 pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handle: usize, size: usize) -> Result<u64> {
     let key = (kind, id, negative, handle);
     // A request like an earlier one on this thread: its resources and stream
-    // as looked up then, borrowed (no device opened, no handle cloned: 10
-    // atomic operations and a lock fewer per request). A nested request (an
+    // as looked up then, borrowed (no device opened, no handle cloned: 8
+    // atomic operations fewer per request, and for a stream other than the
+    // default one the lock of `AnyStream::borrow`'s map). A nested request (an
     // out-of-memory observer's) finds the cell borrowed too, which is fine.
     let seen = HOOK_TARGETS.try_with(|targets| {
         let targets = targets.borrow();
