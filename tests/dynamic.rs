@@ -1,6 +1,10 @@
 //! The run-time layer (`gpuport::dynamic`): the DLPack stream rules per
 //! device type, device checks of streams, arrays of run-time dtype, and the
 //! HIP-shaped runtime calls (`dynamic::runtime`) on every backend.
+//!
+//! Over 800 lines: one binary for these rules, because each test binary
+//! links the whole library once per backend configuration CI builds, and
+//! CI's time is the tighter limit.
 
 mod common;
 
