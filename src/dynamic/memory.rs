@@ -535,19 +535,18 @@ pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handl
     let dev = hook_device(kind, id, negative)?;
     // SAFETY: forwarded caller contract.
     let stream = unsafe { AnyStream::borrow(&dev, handle) }?;
-    let a = alloc(&dev, size, &stream)?;
-    // Remembered once the allocation succeeded (so the resources exist),
-    // unless the cell is borrowed (a nested request): it is only a shortcut.
-    if let Ok(resources) = resources_of_any(&dev) {
-        let _ = HOOK_TARGETS.try_with(|targets| {
-            if let Ok(mut targets) = targets.try_borrow_mut() {
-                if targets.len() == HOOK_TARGETS_MAX {
-                    targets.remove(0);
-                }
-                targets.push((key, HookTarget { resources, stream }));
+    let resources = resources_of_any(&dev)?;
+    let a = alloc_from(&resources, size, &stream)?;
+    // Remembered once the allocation succeeded, unless the cell is borrowed
+    // (a nested request): it is only a shortcut.
+    let _ = HOOK_TARGETS.try_with(|targets| {
+        if let Ok(mut targets) = targets.try_borrow_mut() {
+            if targets.len() == HOOK_TARGETS_MAX {
+                targets.remove(0);
             }
-        });
-    }
+            targets.push((key, HookTarget { resources, stream }));
+        }
+    });
     Ok(keep_by_address(a))
 }
 

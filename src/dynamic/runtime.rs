@@ -580,7 +580,7 @@ pub unsafe fn launch_and_keep<T: Send + 'static>(
     // Nothing to keep: no marker, and no clone of the stream.
     let kept = match (owners, found.is_empty()) {
         (None, true) => Ok(()),
-        (owners, _) => Enqueued { stream: Some(s.into_owned()), found, at_scope_end: false }.keep_some(owners),
+        (owners, _) => Enqueued { stream: Some(s.into_owned()), found, at_scope_end: false }.keep(owners),
     };
     drop(_bound);
     drop(completed);
