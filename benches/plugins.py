@@ -6,7 +6,12 @@ with the peer's allocator and one with gpuport plugged in:
 
 - ``torch``: ``torch.empty(1 MiB, device="cuda")`` + ``del``; the caching
   allocator against ``gpuport.torch.use_gpuport_for_torch()``
-  (``CUDAPluggableAllocator``);
+  (``CUDAPluggableAllocator``). The row ``pluggable-floor`` is the floor
+  of any allocator plugged in that way: a ``CUDAPluggableAllocator`` over
+  two C functions that only pop and push a preallocated pointer (compiled
+  here with ``cc``, the pointers from the driver's ``cuMemAlloc``). What
+  PyTorch itself spends per pluggable allocation is that row; gpuport's
+  hook costs its row less that one;
 - ``cupy``: ``cupy.empty(1 MiB)`` + ``del``; CuPy's memory pool against
   ``gpuport.cupy.use_gpuport_for_cupy()`` (C functions through CuPy's
   ``CFunctionAllocator``), and against the Python-function allocator it
@@ -41,20 +46,73 @@ import subprocess
 import sys
 import textwrap
 
-# This folder: the child imports the C-function floor from cupy_allocators.py here.
+# This folder: the child imports the C-function floors from here (cupy_allocators.py, this file).
 BENCHES = os.path.dirname(os.path.abspath(__file__))
+
+MIB = 1 << 20
+
+TORCH_FLOOR_SOURCE = (
+    "#include <stddef.h>\n"
+    "#include <sys/types.h>\n"
+    "static void *slots[8]; static int n;\n"
+    "void floor_push(void *p) { if (n < 8) slots[n++] = p; }\n"
+    "void *floor_malloc(ssize_t size, int dev, void *stream) { return n > 0 ? slots[--n] : (void *)0; }\n"
+    "void floor_free(void *p, ssize_t size, int dev, void *stream) { floor_push(p); }\n"
+)
+
+
+def torch_pluggable_floor(torch) -> None:
+    """Makes PyTorch's allocator a ``CUDAPluggableAllocator`` over C functions
+    that pop and push one of four 1 MiB device pointers (one is live at a
+    time): the floor of any allocator plugged into PyTorch that way. The
+    pointers come from the driver (``cuMemAlloc`` in device 0's primary
+    context, PyTorch's), since PyTorch's own allocator may not run before
+    the switch. Needs ``cc`` (``$CC``)."""
+    import ctypes
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="gpuport-torch-floor-")
+    src, so = os.path.join(d, "floor.c"), os.path.join(d, "floor.so")
+    with open(src, "w") as f:
+        f.write(TORCH_FLOOR_SOURCE)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
+    lib = ctypes.CDLL(so)
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} failed: CUresult {rc}")
+
+    ctx = ctypes.c_void_p()
+    check(cu.cuInit(0), "cuInit")
+    check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "cuDevicePrimaryCtxRetain")
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    for _ in range(4):
+        p = ctypes.c_uint64()
+        check(cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(MIB)), "cuMemAlloc")
+        lib.floor_push(ctypes.c_void_p(p.value))
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(so, "floor_malloc", "floor_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    x = torch.empty(MIB, dtype=torch.uint8, device="cuda")
+    if x.data_ptr() == 0:
+        raise RuntimeError("the floor allocator ran out of pointers")
+    del x
 
 CHILD = textwrap.dedent(
     r"""
     import json, statistics, sys, time
     peer, mode, reps, inner = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    plugged = mode not in ("own", "cfunc-floor")
+    plugged = mode not in ("own", "cfunc-floor", "pluggable-floor")
     MIB = 1 << 20
     if peer == "torch":
         import torch
         if plugged:
             import gpuport.torch
             gpuport.torch.use_gpuport_for_torch()
+        elif mode == "pluggable-floor":
+            sys.path.insert(0, sys.argv[5])  # benches/, for plugins
+            from plugins import torch_pluggable_floor
+            torch_pluggable_floor(torch)
         def op():
             x = torch.empty(MIB, dtype=torch.uint8, device="cuda")
             del x
@@ -127,7 +185,7 @@ def run(peer: str, mode: str, reps: int, inner: int) -> dict:
 
 
 MODES = {
-    "torch": ("own", "gpuport"),
+    "torch": ("own", "gpuport", "pluggable-floor"),
     "cupy": ("own", "gpuport", "gpuport-py", "cfunc-floor"),
     "numba": ("own", "gpuport"),
 }
