@@ -48,16 +48,23 @@ FLOOR_SOURCE = (
 )
 
 
+def compile_floor(source: str) -> str:
+    """Compiles a floor allocator's C ``source`` into a shared library in a
+    new temporary folder with ``cc`` (``$CC``); returns the library's path.
+    benches/plugins.py compiles PyTorch's floor with it too."""
+    d = tempfile.mkdtemp(prefix="gpuport-floor-")
+    src, so = os.path.join(d, "floor.c"), os.path.join(d, "floor.so")
+    with open(src, "w") as f:
+        f.write(source)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
+    return so
+
+
 def cfunc_floor(cupy) -> Callable:
     """CuPy's ``CFunctionAllocator`` over C functions that pop and push one of
     four preallocated 1 MiB pointers (one is live at a time): the floor of any
     C-function allocator. Needs ``cc`` (``$CC``)."""
-    d = tempfile.mkdtemp(prefix="gpuport-floor-")
-    with open(os.path.join(d, "floor.c"), "w") as f:
-        f.write(FLOOR_SOURCE)
-    so = os.path.join(d, "floor.so")
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, os.path.join(d, "floor.c")],
-                   check=True)
+    so = compile_floor(FLOOR_SOURCE)
     lib = ctypes.CDLL(so)
     for p in [cupy.cuda.runtime.malloc(MIB) for _ in range(4)]:
         lib.floor_push(ctypes.c_void_p(p))

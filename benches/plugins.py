@@ -69,13 +69,10 @@ def torch_pluggable_floor(torch) -> None:
     context, PyTorch's), since PyTorch's own allocator may not run before
     the switch. Needs ``cc`` (``$CC``)."""
     import ctypes
-    import tempfile
 
-    d = tempfile.mkdtemp(prefix="gpuport-torch-floor-")
-    src, so = os.path.join(d, "floor.c"), os.path.join(d, "floor.so")
-    with open(src, "w") as f:
-        f.write(TORCH_FLOOR_SOURCE)
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
+    from cupy_allocators import compile_floor
+
+    so = compile_floor(TORCH_FLOOR_SOURCE)
     lib = ctypes.CDLL(so)
     cu = ctypes.CDLL("libcuda.so.1")
 
