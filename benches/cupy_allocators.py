@@ -11,7 +11,10 @@ order rotates each round): ``cupy`` (CuPy's default memory pool),
 ``gpuport._core`` through CuPy's ``CFunctionAllocator``) and ``floor``
 (``CFunctionAllocator`` over two C functions that only pop and push a
 preallocated pointer, compiled here with ``cc``: what CuPy itself spends
-on any allocator plugged in that way).
+on any allocator plugged in that way) and ``floor-stream`` (the same, with
+one call of CuPy's ``get_current_stream_ptr`` per allocation, as gpuport's
+hook and CuPy's own pool make: ``gpuport − floor-stream`` is what gpuport
+itself spends).
 
 Why in one process: on the ``nvidia-h200`` machines every process of
 CuPy's ``cupy.empty`` + ``del`` runs in one of two bands, about 1.7 or
@@ -45,6 +48,12 @@ FLOOR_SOURCE = (
     "void floor_push(void *p) { if (n < 8) slots[n++] = p; }\n"
     "void *floor_malloc(void *param, size_t size, int dev) { return n > 0 ? slots[--n] : (void *)0; }\n"
     "void floor_free(void *param, void *p, int dev) { floor_push(p); }\n"
+    "static long (*stream_fn)(void);\n"
+    "void floor_set_stream_fn(void *f) { stream_fn = (long (*)(void))f; }\n"
+    "void *floor_stream_malloc(void *param, size_t size, int dev) {\n"
+    "  if (stream_fn() == -1) return (void *)-1;\n"
+    "  return floor_malloc(param, size, dev);\n"
+    "}\n"
 )
 
 
@@ -60,16 +69,27 @@ def compile_floor(source: str) -> str:
     return so
 
 
-def cfunc_floor(cupy) -> Callable:
+def cfunc_floor(cupy, with_stream: bool = False) -> Callable:
     """CuPy's ``CFunctionAllocator`` over C functions that pop and push one of
     four preallocated 1 MiB pointers (one is live at a time): the floor of any
-    C-function allocator. Needs ``cc`` (``$CC``)."""
+    C-function allocator. ``with_stream``: each allocation also calls CuPy's
+    ``get_current_stream_ptr`` (the capsule gpuport's hook is given). Needs
+    ``cc`` (``$CC``)."""
     so = compile_floor(FLOOR_SOURCE)
     lib = ctypes.CDLL(so)
     for p in [cupy.cuda.runtime.malloc(MIB) for _ in range(4)]:
         lib.floor_push(ctypes.c_void_p(p))
+    malloc = "floor_malloc"
+    if with_stream:
+        import cupy.cuda.stream
+
+        capsule = cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        lib.floor_set_stream_fn(ctypes.c_void_p(get(capsule, b"intptr_t (void)")))
+        malloc = "floor_stream_malloc"
     addr = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # noqa: E731
-    return cupy.cuda.memory.CFunctionAllocator(0, addr("floor_malloc"), addr("floor_free"), lib).malloc
+    return cupy.cuda.memory.CFunctionAllocator(0, addr(malloc), addr("floor_free"), lib).malloc
 
 
 def worker(rounds: int, calls: int) -> Dict[str, float]:
@@ -81,6 +101,7 @@ def worker(rounds: int, calls: int) -> Dict[str, float]:
         "cupy": cupy.get_default_memory_pool().malloc,
         "gpuport": gpuport.cupy.c_allocator(),
         "floor": cfunc_floor(cupy),
+        "floor-stream": cfunc_floor(cupy, with_stream=True),
     }
     names = list(allocators)
 
@@ -135,11 +156,13 @@ def main() -> None:
     rows["gpuport / cupy"] = spread([p["gpuport"] / p["cupy"] for p in per_proc])
     rows["gpuport - floor"] = spread([p["gpuport"] - p["floor"] for p in per_proc])
     rows["cupy - floor"] = spread([p["cupy"] - p["floor"] for p in per_proc])
+    rows["gpuport - floor-stream"] = spread([p["gpuport"] - p["floor-stream"] for p in per_proc])
+    rows["cupy - floor-stream"] = spread([p["cupy"] - p["floor-stream"] for p in per_proc])
     print(f"cupy.empty(1 MiB) + del: µs, the allocators alternating in each of {a.procs} processes; "
           "median of the processes [lowest, highest]")
     for n, r in rows.items():
         per = ", ".join(f"{x:.3f}" for x in r["per_process"])
-        print(f"  {n:16s} {r['median']:7.3f}  [{r['low']:.3f}, {r['high']:.3f}]  ({per})")
+        print(f"  {n:22s} {r['median']:7.3f}  [{r['low']:.3f}, {r['high']:.3f}]  ({per})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"op": "cupy.empty(1 MiB) + del", "rows": rows, "argv": sys.argv}, f, indent=1)
