@@ -197,10 +197,15 @@ fn allocator_hooks_read_a_negative_device_id_as_their_library_does() {
     assert_eq!(hook_device(BackendKind::Host, 0, NegativeId::Refused).unwrap().info().spec(), "host");
 }
 
+/// The tests here that allocate through the hooks share the host device's
+/// pool: one at a time, so that a test's pool counters are its own.
+static HOST_POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn allocator_hooks_remember_targets_per_request_kind_not_per_device() {
     use gpuport::dynamic::memory::{alloc_kept, release_by_address, NegativeId};
     use gpuport::BackendKind;
+    let _one = HOST_POOL.lock().unwrap_or_else(|p| p.into_inner());
     // PyTorch's -1 (the host) is remembered after the first request; CuPy's
     // -1 is still refused afterwards, on the same thread, every time.
     for _ in 0..3 {
@@ -224,4 +229,29 @@ fn allocator_hooks_remember_targets_per_request_kind_not_per_device() {
         assert!(release_by_address(p));
         assert!(!release_by_address(p));
     }
+}
+
+#[test]
+fn allocator_hooks_free_to_the_pool_on_the_requests_stream() {
+    use gpuport::dynamic::memory::{alloc_kept, release_by_address, statistics, NegativeId};
+    use gpuport::BackendKind;
+    let _one = HOST_POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = gpuport::open("host").unwrap();
+    // A size no other test here asks for.
+    const SIZE: usize = 3 << 20;
+    // SAFETY: 0 is the default stream.
+    let alloc = || unsafe { alloc_kept(BackendKind::Host, 0, NegativeId::Refused, 0, SIZE) }.unwrap();
+    let first = alloc();
+    assert!(release_by_address(first));
+    let (before, report) = statistics(&dev).unwrap();
+    let reuses = report.expect("the host device's resource is the caching pool").counters.same_stream_reuses;
+    let second = alloc();
+    assert_eq!(statistics(&dev).unwrap().0.current_bytes, before.current_bytes + SIZE, "counted while kept");
+    assert!(release_by_address(second));
+    let (after, report) = statistics(&dev).unwrap();
+    assert_eq!(after.current_bytes, before.current_bytes, "counted as freed once released");
+    // Given back on the request's stream: the next request of the size on
+    // it takes the same block from that stream's own list.
+    assert_eq!(second, first, "the block did not come back to the request's stream");
+    assert_eq!(report.unwrap().counters.same_stream_reuses, reuses + 1, "not a same-stream reuse");
 }

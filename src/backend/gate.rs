@@ -117,14 +117,22 @@ impl CaptureGate {
 
     /// Enters a shared section: no capture begins or ends on the stream
     /// until it is left. Waits while a capture is beginning or ending.
+    /// A closed gate's section is this inlined check alone; an open gate's
+    /// work is out of line, so that the check needs no stack frame.
     #[inline]
     pub(crate) fn shared(&self) -> GateShared<'_> {
         if !self.open {
             return GateShared { gate: self };
         }
+        self.shared_open()
+    }
+
+    /// [`shared`](Self::shared) of an open gate.
+    #[inline(never)]
+    fn shared_open(&self) -> GateShared<'_> {
         // Re-entered, or entered with no writer present: one look at the
         // thread's sections.
-        if let Some(g) = self.try_shared() {
+        if let Some(g) = self.try_shared_open() {
             return g;
         }
         // Not inside (this thread's sections cannot have changed since):
@@ -158,6 +166,12 @@ impl CaptureGate {
         if !self.open {
             return Some(GateShared { gate: self });
         }
+        self.try_shared_open()
+    }
+
+    /// [`try_shared`](Self::try_shared) of an open gate.
+    #[inline(never)]
+    fn try_shared_open(&self) -> Option<GateShared<'_>> {
         let key = self.key();
         // One look at the thread's sections (a thread-local lookup is a call
         // in a shared library such as the Python extension): re-entered at
@@ -246,9 +260,16 @@ pub(crate) struct GateShared<'a> {
 impl Drop for GateShared<'_> {
     #[inline]
     fn drop(&mut self) {
-        if !self.gate.open {
-            return;
+        if self.gate.open {
+            self.leave();
         }
+    }
+}
+
+impl GateShared<'_> {
+    /// Leaves a section of an open gate (out of line, as `shared_open`).
+    #[inline(never)]
+    fn leave(&self) {
         let key = self.gate.key();
         let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();

@@ -260,21 +260,30 @@ pub(crate) fn release_later(owner: Owner) {
 }
 
 /// Whether [`drop_released`] has owners to drop.
+#[inline]
 pub(crate) fn released_pending() -> bool {
     RELEASED_COUNT.load(Ordering::Acquire) != 0
 }
 
-/// Drops the owners [`release_later`] kept (one atomic load when there are none).
+/// Drops the owners [`release_later`] kept (one atomic load when there are
+/// none: every allocation and free calls this, and the drop itself is out
+/// of line so that the check needs no stack frame).
 #[inline]
 pub(crate) fn drop_released() {
     if released_pending() {
-        let owners = {
-            let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
-            RELEASED_COUNT.store(0, Ordering::Release);
-            std::mem::take(&mut *released)
-        };
-        drop(owners);
+        drop_released_now();
     }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_released_now() {
+    let owners = {
+        let mut released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        RELEASED_COUNT.store(0, Ordering::Release);
+        std::mem::take(&mut *released)
+    };
+    drop(owners);
 }
 
 /// [`GraphErrorKind::NestedLaunch`]: an executable graph launched into a capturing stream.

@@ -479,22 +479,16 @@ pub unsafe fn pin(dev: &AnyDevice, ptr: *mut u8, len: usize, mapped: bool) -> Re
 /// addresses gpuport's own resources handed out, nobody's chosen input, and
 /// SipHash was about a seventh of the hooks' instructions per alloc+free
 /// (benches/memory.rs, `hook_path`, under callgrind).
-fn kept_by_address() -> &'static Mutex<FxHashMap<u64, AnyAllocation>> {
-    static KEPT: OnceLock<Mutex<FxHashMap<u64, AnyAllocation>>> = OnceLock::new();
+fn kept_by_address() -> &'static Mutex<FxHashMap<u64, AnyKeptBlock>> {
+    static KEPT: OnceLock<Mutex<FxHashMap<u64, AnyKeptBlock>>> = OnceLock::new();
     KEPT.get_or_init(Default::default)
 }
 
-/// Keeps `a` until [`release_by_address`] is called with its address; returns it.
-pub fn keep_by_address(a: AnyAllocation) -> u64 {
-    let ptr = a.ptr();
-    kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, a);
-    ptr
-}
-
-/// Frees the allocation [`keep_by_address`] keeps at `ptr`; false if there is none.
+/// Frees the allocation [`alloc_kept`] keeps at `ptr`; false if there is none.
 pub fn release_by_address(ptr: u64) -> bool {
-    let a = kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
-    a.is_some()
+    // The block goes back after the map's lock is released.
+    let kept = kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+    kept.is_some()
 }
 
 /// What a peer library's allocator hook does per request: `size` bytes on
@@ -519,24 +513,27 @@ pub fn release_by_address(ptr: u64) -> bool {
 /// (as for [`AnyStream::borrow`]).
 pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handle: usize, size: usize) -> Result<u64> {
     let key = (kind, id, negative, handle);
-    // A request like an earlier one on this thread: its resources and stream
-    // as looked up then, borrowed (no device opened, no handle cloned: 8
-    // atomic operations fewer per request, and for a stream other than the
-    // default one the lock of `AnyStream::borrow`'s map). A nested request (an
+    // A request like an earlier one on this thread: its target as looked
+    // up then (no device opened, no handle cloned: 8 atomic operations
+    // fewer per request, and for a stream other than the default one the
+    // lock of `AnyStream::borrow`'s map). A nested request (an
     // out-of-memory observer's) finds the cell borrowed too, which is fine.
     let seen = HOOK_TARGETS.try_with(|targets| {
         let targets = targets.borrow();
         let (_, t) = targets.iter().find(|(k, _)| *k == key)?;
-        Some(alloc_from(&t.resources, size, &t.stream))
+        Some(keep_block(t, size))
     });
-    if let Ok(Some(a)) = seen {
-        return Ok(keep_by_address(a?));
+    if let Ok(Some(ptr)) = seen {
+        return ptr;
     }
     let dev = hook_device(kind, id, negative)?;
     // SAFETY: forwarded caller contract.
     let stream = unsafe { AnyStream::borrow(&dev, handle) }?;
-    let resources = resources_of_any(&dev)?;
-    let a = alloc_from(&resources, size, &stream)?;
+    let target: AnyHookTarget = on_backend!(&dev, d => {
+        let allocator = resources(d)?.allocator.clone();
+        wrap::<_, HookTargets>(d, Arc::new(HookTarget { allocator, stream: stream.of(d)?.clone() }))
+    });
+    let ptr = keep_block(&target, size)?;
     // Remembered once the allocation succeeded, unless the cell is borrowed
     // (a nested request): it is only a shortcut.
     let _ = HOOK_TARGETS.try_with(|targets| {
@@ -544,20 +541,83 @@ pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handl
             if targets.len() == HOOK_TARGETS_MAX {
                 targets.remove(0);
             }
-            targets.push((key, HookTarget { resources, stream }));
+            targets.push((key, target));
         }
     });
-    Ok(keep_by_address(a))
+    Ok(ptr)
 }
 
-/// What [`alloc_kept`] looked up for a request: the device's resources and
-/// the stream, which stay the same for the same request key (a
-/// device is opened once per process, its resources installed once, and a
-/// handle borrowed once, see [`AnyStream::borrow`]).
-struct HookTarget {
-    resources: AnyResources,
-    stream: AnyStream,
+/// Allocates `size` bytes (at least 1) for `target` and keeps the block by
+/// its address; returns the address.
+#[inline]
+fn keep_block(target: &AnyHookTarget, size: usize) -> Result<u64> {
+    let kept: AnyKeptBlock = on_backend!(map target, t => {
+        KeptBlock { block: Some(t.allocator.alloc_block(size.max(1), &t.stream)?), target: t.clone() }
+    });
+    let ptr = on_backend!(&kept, k => k.block.as_ref().map_or(0, |b| b.ptr()));
+    kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, kept);
+    Ok(ptr)
 }
+
+/// What [`alloc_kept`] looked up for a request: the device's allocator (of
+/// its current resource) and the stream, which stay the same for the same
+/// request key (a device is opened once per process, its resources
+/// installed once, and a handle borrowed once, see [`AnyStream::borrow`]).
+struct HookTarget<B: Backend> {
+    allocator: Allocator<B>,
+    stream: Stream<B>,
+}
+
+impl<B: Backend> fmt::Debug for HookTarget<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HookTarget({:?}, {:?})", self.allocator, self.stream)
+    }
+}
+
+/// What [`AnyHookTarget`] holds per backend.
+#[derive(Debug)]
+struct HookTargets;
+impl PerBackend for HookTargets {
+    type Of<B: Backend> = Arc<HookTarget<B>>;
+}
+
+/// A [`HookTarget`] of any backend.
+type AnyHookTarget = Any<HookTargets>;
+
+/// An allocation [`alloc_kept`] keeps: the block its target's allocator
+/// handed out, given back to it on the target's stream when dropped (by
+/// [`release_by_address`]). A block and not a [`DeviceAllocation`]: the
+/// hooks' memory is never used through gpuport, so it needs no record of
+/// uses on other streams, and each request clones no stream or owner handle.
+struct KeptBlock<B: Backend> {
+    /// `Some` until dropped.
+    block: Option<Block<B>>,
+    target: Arc<HookTarget<B>>,
+}
+
+impl<B: Backend> fmt::Debug for KeptBlock<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeptBlock({:?}, {:?})", self.block, self.target)
+    }
+}
+
+impl<B: Backend> Drop for KeptBlock<B> {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            self.target.allocator.release_block(block, &self.target.stream);
+        }
+    }
+}
+
+/// What [`AnyKeptBlock`] holds per backend.
+#[derive(Debug)]
+struct KeptBlocks;
+impl PerBackend for KeptBlocks {
+    type Of<B: Backend> = KeptBlock<B>;
+}
+
+/// A [`KeptBlock`] of any backend.
+type AnyKeptBlock = Any<KeptBlocks>;
 
 /// What names a request's target: `alloc_kept`'s arguments but the size.
 type HookKey = (BackendKind, i32, NegativeId, usize);
@@ -567,10 +627,10 @@ type HookKey = (BackendKind, i32, NegativeId, usize);
 const HOOK_TARGETS_MAX: usize = 8;
 
 thread_local! {
-    static HOOK_TARGETS: RefCell<Vec<(HookKey, HookTarget)>> = const { RefCell::new(Vec::new()) };
+    static HOOK_TARGETS: RefCell<Vec<(HookKey, AnyHookTarget)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Number of allocations [`keep_by_address`] keeps.
+/// Number of allocations [`alloc_kept`] keeps.
 pub fn kept_by_address_count() -> usize {
     kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).len()
 }

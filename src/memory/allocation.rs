@@ -173,12 +173,7 @@ impl<B: Backend> Allocator<B> {
     /// the address space goes back to the resource, and the call fails with
     /// [`MemoryError::ContractViolation`].
     pub fn alloc(&self, bytes: usize, stream: &Stream<B>) -> Result<DeviceAllocation<B>> {
-        let resource = &self.inner.resource;
-        let block = resource.allocate(bytes, stream)?;
-        let ordinal = self.inner.ordinal;
-        if block.len() < bytes || block.ordinal() != ordinal || block.ptr().checked_add(block.len() as u64).is_none() {
-            return Err(self.refuse_block(block, bytes, ordinal, stream));
-        }
+        let block = self.alloc_block(bytes, stream)?;
         Ok(DeviceAllocation {
             block: ManuallyDrop::new(block),
             len: bytes,
@@ -186,6 +181,30 @@ impl<B: Backend> Allocator<B> {
             uses: Mutex::new(Vec::new()),
             owner: self.inner.clone(),
         })
+    }
+
+    /// [`alloc`](Self::alloc)'s checked block without the allocation
+    /// around it: for the allocator hooks, which keep blocks by address
+    /// (`dynamic::memory::alloc_kept`; no stream or owner handle cloned per
+    /// request) and give each back with [`release_block`](Self::release_block)
+    /// on the same `stream`.
+    #[inline]
+    pub(crate) fn alloc_block(&self, bytes: usize, stream: &Stream<B>) -> Result<Block<B>> {
+        let block = self.inner.resource.allocate(bytes, stream)?;
+        let ordinal = self.inner.ordinal;
+        if block.len() < bytes || block.ordinal() != ordinal || block.ptr().checked_add(block.len() as u64).is_none() {
+            return Err(self.refuse_block(block, bytes, ordinal, stream));
+        }
+        Ok(block)
+    }
+
+    /// Gives back a block of [`alloc_block`](Self::alloc_block) in the
+    /// order of `stream`, the stream it was allocated for, as dropping a
+    /// [`DeviceAllocation`] used on its own stream only does (held back
+    /// while a [`DeferCleanup`] lives; a refusal is recorded, as there).
+    #[inline]
+    pub(crate) fn release_block(&self, block: Block<B>, stream: &Stream<B>) {
+        self.inner.release(block, stream, Vec::new());
     }
 
     /// [`alloc`](Self::alloc)'s answer to a block that breaks the resource's

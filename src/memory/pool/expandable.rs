@@ -72,6 +72,7 @@ pub(super) fn reserve_ranges<B: Backend, S: Storage<B>>(
             let virtual_memory = ranges.iter().all(|r| r.is_virtual());
             st.expandable_mode = if virtual_memory { Expandable::Virtual } else { Expandable::Emulated };
             st.expandable = ranges.map(|range| Some(ExpandableRange { range, seg: NONE }));
+            st.expandable_on = true;
         }
         Err(e) => st.expandable_mode = Expandable::FellBack(e.to_string()),
     }

@@ -159,18 +159,23 @@ unsafe impl<B: Backend> Storage<B> for DeviceStorage<B> {
 }
 
 /// A caching, stream-ordered pool; see the [module docs](self).
+///
+/// `repr(C)`: what every allocation and free reads comes first, then the
+/// state's lock and its hot fields (`state.rs` says which).
+#[repr(C)]
 pub struct CachingPool<B: Backend, S: Storage<B> = DeviceStorage<B>> {
     storage: S,
-    config: PoolConfig,
     id: ResourceId,
-    pinned: PinnedPool<B>,
-    state: Mutex<State<B, S::Segment>>,
-    /// Frees made on capturing streams, held back until those streams stop
-    /// capturing (see the module docs), and their number.
-    held_back: Mutex<Vec<HeldBack<B>>>,
+    /// The number of frees held back (`held_back`).
     held_back_count: std::sync::atomic::AtomicUsize,
     /// Graph pools whose graphs went since the last reclaim (`graph_pools.rs`).
     graphs_gone: Arc<std::sync::atomic::AtomicUsize>,
+    config: PoolConfig,
+    state: Mutex<State<B, S::Segment>>,
+    /// Frees made on capturing streams, held back until those streams stop
+    /// capturing (see the module docs).
+    held_back: Mutex<Vec<HeldBack<B>>>,
+    pinned: PinnedPool<B>,
 }
 
 /// A free made on a capturing stream: the block, its stream and its events.

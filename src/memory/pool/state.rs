@@ -32,19 +32,23 @@ const IDLE_OPS: u64 = 16;
 /// thread) cannot go away. So a list lives only while it has blocks, and
 /// lists of streams that look gone are retired (fenced, then dropped with
 /// their handle) when new streams come; see [`State::make_list`].
+///
+/// `repr(C)`: what a same-stream allocation or free reads (`tag`,
+/// `last_used`, `recent`) comes first, in one or two cache lines.
+#[repr(C)]
 pub(super) struct FreeList<B: Backend> {
     pub(super) tag: u64,
-    /// The stream, kept to record fences on it (`None` for the shared list).
-    stream: Option<Stream<B>>,
-    /// (large class, size, node), ordered for best fit.
-    set: BTreeSet<(bool, usize, u32)>,
+    /// The pool's operation count when the list was last used.
+    last_used: u64,
     /// Blocks freed on this stream most recently (at most [`RECENT_MAX`],
     /// oldest first), handed out again whole to a request of their size
     /// without touching `set`: the common free-then-allocate-the-same-size
     /// cycle costs no tree updates and no split or merge.
     recent: Vec<u32>,
-    /// The pool's operation count when the list was last used.
-    last_used: u64,
+    /// The stream, kept to record fences on it (`None` for the shared list).
+    stream: Option<Stream<B>>,
+    /// (large class, size, node), ordered for best fit.
+    set: BTreeSet<(bool, usize, u32)>,
     /// The stream is another library's (`Device::stream_is_borrowed`),
     /// which may destroy it at any time: the list is never fenced by naming
     /// the stream, only released after a device-wide synchronization.
@@ -58,10 +62,10 @@ impl<B: Backend> FreeList<B> {
     pub(super) fn shared() -> Self {
         FreeList {
             tag: ANY,
+            last_used: 0,
+            recent: Vec::new(),
             stream: None,
             set: BTreeSet::new(),
-            recent: Vec::new(),
-            last_used: 0,
             borrowed: false,
             private: false,
         }
@@ -113,36 +117,45 @@ pub(super) struct ExpandableRange {
     pub(super) seg: u32,
 }
 
+/// `repr(C)`: what a same-stream allocation and free read and write comes
+/// first (the lists, nodes and segments, the sizes and clocks, the tally,
+/// the first counters), so that a call between other work (a Python
+/// interpreter's, an allocator hook's caller's) touches few cache lines.
+#[repr(C)]
 pub(super) struct State<B: Backend, Seg> {
-    pub(super) segments: Vec<Option<SegmentEntry<Seg>>>,
-    pub(super) vacant_segments: Vec<u32>,
-    pub(super) nodes: Vec<Node>,
-    vacant_nodes: Vec<u32>,
     /// `lists[0]` is the shared list.
     pub(super) lists: Vec<FreeList<B>>,
-    pub(super) pending: Vec<Fence<B>>,
-    spare_events: Vec<Event<B>>,
-    pub(super) reserved: usize,
-    pub(super) in_use: usize,
-    pub(super) requested: usize,
-    pub(super) counters: PoolCounters,
-    /// The statistics (`MemoryResource::statistics`): allocations as handed
-    /// out, frees as the pool takes them (or holds them back).
-    pub(super) tally: crate::memory::stats::Tally,
+    pub(super) nodes: Vec<Node>,
+    pub(super) segments: Vec<Option<SegmentEntry<Seg>>>,
     /// Pool operations so far (allocations and frees), the clock of `last_used`.
     pub(super) clock: u64,
     /// The last serial number handed out (`next_serial`).
     serials: u64,
+    pub(super) reserved: usize,
+    pub(super) in_use: usize,
+    pub(super) requested: usize,
+    /// Whether `expandable` holds the ranges (both classes have one, or
+    /// neither; `expandable.rs`): read by every allocation.
+    pub(super) expandable_on: bool,
+    /// The statistics (`MemoryResource::statistics`): allocations as handed
+    /// out, frees as the pool takes them (or holds them back).
+    pub(super) tally: crate::memory::stats::Tally,
     /// Handles of streams whose lists were retired, to drop after the lock
     /// is released (dropping a stream's last handle may wait for its work).
     pub(super) released: Vec<Stream<B>>,
     /// The graph pools: memory of captures and of the graphs made from them
     /// (`graph_pools.rs`).
     pub(super) graph_pools: Vec<GraphPool<B>>,
+    pub(super) counters: PoolCounters,
+    pub(super) vacant_segments: Vec<u32>,
+    vacant_nodes: Vec<u32>,
+    pub(super) pending: Vec<Fence<B>>,
+    spare_events: Vec<Event<B>>,
     /// The last private list tag and graph pool serial handed out.
     pub(super) private_tags: u64,
     pub(super) graph_serials: u64,
-    /// The expandable ranges, small class then large (`expandable.rs`);
+    /// The expandable ranges, small class then large (`expandable.rs`;
+    /// `expandable_on` says whether they are there);
     /// dropped after `segments`, whose expandable entries own nothing.
     pub(super) expandable: [Option<ExpandableRange>; 2],
     /// What the report says of expandable segments.
@@ -166,6 +179,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
             reserved: 0,
             in_use: 0,
             requested: 0,
+            expandable_on: false,
             counters: PoolCounters::default(),
             tally: Default::default(),
             clock: 0,
@@ -184,7 +198,7 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
     /// an expandable segment for the class (`expandable.rs` says why).
     #[inline]
     pub(super) fn min_split(&self, small: bool) -> usize {
-        if small || self.expandable[1].is_some() {
+        if small || self.expandable_on {
             ROUND
         } else {
             SMALL_MAX + 1
@@ -221,12 +235,15 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         self.vacant_nodes.push(n);
     }
 
+    /// The index of `tag`'s list. Only the shared list (index 0) has tag
+    /// [`ANY`], so a stream's tag is looked for from index 1: a stream's
+    /// allocation or free does not touch the shared list's memory.
     #[inline]
     pub(super) fn list_of(&self, tag: u64) -> Option<usize> {
         if tag == ANY {
             return Some(0);
         }
-        self.lists.iter().position(|l| l.tag == tag)
+        self.lists[1..].iter().position(|l| l.tag == tag).map(|i| i + 1)
     }
 
     fn key(&self, n: u32) -> (bool, usize, u32) {
@@ -534,10 +551,10 @@ impl<B: Backend, Seg: DeviceMemory<B = B>> State<B, Seg> {
         }
         let list = FreeList {
             tag,
+            last_used: self.clock,
+            recent: Vec::new(),
             stream: Some(stream.clone()),
             set: BTreeSet::new(),
-            recent: Vec::new(),
-            last_used: self.clock,
             borrowed: !is_private(tag) && device.stream_is_borrowed(stream),
             private: is_private(tag),
         };
