@@ -551,10 +551,12 @@ pub unsafe fn alloc_kept(kind: BackendKind, id: i32, negative: NegativeId, handl
 /// its address; returns the address.
 #[inline]
 fn keep_block(target: &AnyHookTarget, size: usize) -> Result<u64> {
+    let ptr: u64;
     let kept: AnyKeptBlock = on_backend!(map target, t => {
-        KeptBlock { block: Some(t.allocator.alloc_block(size.max(1), &t.stream)?), target: t.clone() }
+        let block = t.allocator.alloc_block(size.max(1), &t.stream)?;
+        ptr = block.ptr();
+        KeptBlock { block: Some(block), target: t.clone() }
     });
-    let ptr = on_backend!(&kept, k => k.block.as_ref().map_or(0, |b| b.ptr()));
     kept_by_address().lock().unwrap_or_else(|p| p.into_inner()).insert(ptr, kept);
     Ok(ptr)
 }
