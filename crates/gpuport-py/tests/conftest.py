@@ -12,15 +12,19 @@ Numba, cuda.core, the CUDA Array Interface).
 
 import ctypes
 import gc
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
+import textwrap
 
 import numpy as np
 import pytest
 
 import gpuport
+import gpuport.memory
 
 # The DLPack 1.1 fp8/fp6/fp4 dtypes: NumPy has none of them (ml_dtypes
 # registers them); tests/test_low_precision.py covers them.
@@ -28,6 +32,32 @@ LOW_PRECISION_DTYPES = [d for d in gpuport.DTYPES if d.startswith(("float8_", "f
 # Dtypes NumPy can hold; bfloat16 and complex32 are tested through raw bytes.
 NUMPY_DTYPES = [d for d in gpuport.DTYPES if d not in ("bfloat16", "complex32", *LOW_PRECISION_DTYPES)]
 SHAPES = [(5,), (3, 4), (2, 3, 4), (2, 1, 3, 2)]
+
+
+class FakeCAI:
+    """An object exposing only the CUDA Array Interface (never dereferenced on the host)."""
+
+    def __init__(self, addr=0x7F0000001000, shape=(4,), typestr="<f4"):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (addr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+class DLPackOnly:
+    """A DLPack producer without the buffer protocol (wraps a NumPy array)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, **kw):
+        return self.arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
 
 def build_c_library(source: str, out_dir, what: str) -> "ctypes.PyDLL":
     """``tests/<source>`` built as a shared library with the system C compiler
@@ -132,3 +162,30 @@ def collect():
 
 def stats():
     return gpuport._core._dlpack_stats()
+
+
+def live_allocations(dev="host"):
+    """The count and bytes of ``dev``'s live allocations (``gpuport.memory.stats``)."""
+    s = gpuport.memory.stats(dev)
+    return s["current_count"], s["current_bytes"]
+
+
+def need_peer(peer):
+    """Skips unless cuda:0 opens and the peer library ``peer`` is installed."""
+    open_or_skip("cuda:0")  # the peers are CUDA libraries
+    if importlib.util.find_spec(peer) is None:
+        pytest.skip(f"{peer} is not installed")
+
+
+def run_script(code, env=None, timeout=300):
+    """Runs ``code`` in a fresh interpreter with ``env`` added; fails the test
+    unless it exits 0. Returns its standard output."""
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=timeout
+    )
+    print(r.stdout)
+    print(r.stderr, file=sys.stderr)
+    assert r.returncode == 0, f"subprocess failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r.stdout

@@ -7,7 +7,7 @@ import pytest
 
 import gpuport
 
-from conftest import NUMPY_DTYPES, SHAPES, capsule_name_is, collect, dl_device_type, init_array, stats
+from conftest import NUMPY_DTYPES, SHAPES, DLPackOnly, capsule_name_is, collect, dl_device_type, init_array, stats
 
 
 def filled(shape=(2, 3), dtype="float32", device="host"):
@@ -187,18 +187,8 @@ def test_asarray_refuses_a_memarray_on_another_device(gpu_device):
 
 
 def test_unsupported_dlpack_dtype_is_refused_listing_supported():
-    class Fake:
-        def __init__(self, arr):
-            self.arr = arr
-
-        def __dlpack__(self, **kw):
-            return self.arr.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.arr.__dlpack_device__()
-
     x = np.zeros(3, np.float16)
-    assert gpuport.from_dlpack(Fake(x)).dtype == "float16"
+    assert gpuport.from_dlpack(DLPackOnly(x)).dtype == "float16"
     with pytest.raises((gpuport.DLPackError, BufferError)):
         gpuport.from_dlpack(np.zeros(2, "datetime64[s]"))
 

@@ -23,7 +23,7 @@ import pytest
 import gpuport
 from gpuport import runtime as rt
 
-from conftest import collect, stats
+from conftest import DLPackOnly, collect, stats
 
 RUST_FORMS = ("Some(", "None)", "LockId", "exit()", "Location::", "--features", "::", "isize", "usize")
 
@@ -53,17 +53,6 @@ class HostCAI:
             "version": version,
             "strides": strides,
         }
-
-
-class DLPackOnly:
-    def __init__(self, arr):
-        self.arr = arr
-
-    def __dlpack__(self, **kw):
-        return self.arr.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
 
 
 # ---- item 2: errors speak Python -----------------------------------------------------
