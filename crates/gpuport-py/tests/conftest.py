@@ -59,6 +59,7 @@ class DLPackOnly:
     def __dlpack_device__(self):
         return self.arr.__dlpack_device__()
 
+
 def build_c_library(source: str, out_dir, what: str) -> "ctypes.PyDLL":
     """``tests/<source>`` built as a shared library with the system C compiler
     (``$CC``, Python's ``CC``, else ``cc``) into ``out_dir`` and loaded with

@@ -11,8 +11,6 @@ import gc
 import json
 import os
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -276,15 +274,14 @@ def test_a_failed_torch_allocation_throws_to_its_cxx_caller_and_the_next_one_wor
 
 
 def test_importing_gpuport_imports_no_peer():
-    code = textwrap.dedent(
+    out = run_script(
         """
         import sys, json
         import gpuport, gpuport.memory, gpuport.cupy, gpuport.torch
         print(json.dumps(sorted(m for m in ("cupy", "numba", "torch") if m in sys.modules)))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert json.loads(out.strip().splitlines()[-1]) == []
 
 
 # ---- host: the C functions behind gpuport.cupy -----------------------------------------
