@@ -153,7 +153,9 @@ impl Drop for Scope {
     }
 }
 
-/// Whether this thread is inside [`without_waiting`].
+/// Whether this thread is inside [`without_waiting`] (inlined: every
+/// allocation and free asks).
+#[inline]
 pub(crate) fn waiting_refused() -> bool {
     STATE.try_with(|st| st.refused.get()).unwrap_or(false)
 }

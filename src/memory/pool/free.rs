@@ -91,6 +91,19 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
         }
     }
 
+    /// `deallocate` while the history records: the free, and its record
+    /// once made.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn deallocate_recorded(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
+        let (ptr, len) = (block.ptr(), block.len());
+        let freed = self.deallocate_block(block, stream, after, true);
+        if freed.is_ok() {
+            self.record_block(crate::memory::history::Action::FreeCompleted, ptr, len, stream);
+        }
+        freed
+    }
+
     /// `deallocate` without the history's record; `count`: whether the free
     /// counts in the statistics (false for a free held back, counted then).
     #[inline(always)]

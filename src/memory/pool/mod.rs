@@ -231,7 +231,7 @@ impl<B: Backend, S: Storage<B>> CachingPool<B, S> {
     /// call to drop.) A closure rather than a guard with a `Drop`: the
     /// guard's drop was not inlined, and cost a call and two branches on
     /// every allocation and free.
-    #[inline]
+    #[inline(always)]
     fn locked<R>(&self, f: impl FnOnce(&mut State<B, S::Segment>) -> R) -> R {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let r = f(&mut st);
@@ -578,12 +578,12 @@ unsafe impl<B: Backend, S: Storage<B>> MemoryResource<B> for CachingPool<B, S> {
     }
 
     fn deallocate(&self, block: Block<B>, stream: &Stream<B>, after: Vec<Event<B>>) -> Result<()> {
-        let recorded = history::recording().then(|| (block.ptr(), block.len()));
-        let freed = self.deallocate_block(block, stream, after, true);
-        if let (Some((ptr, len)), Ok(())) = (recorded, &freed) {
-            self.record_block(history::Action::FreeCompleted, ptr, len, stream);
+        // Recording is rare: its free is out of line, and the common one
+        // carries nothing across the free for it.
+        if history::recording() {
+            return self.deallocate_recorded(block, stream, after);
         }
-        freed
+        self.deallocate_block(block, stream, after, true)
     }
 
     fn alloc_pinned(&self, bytes: usize, flags: PinnedFlags) -> Result<PinnedMemory<B>> {
