@@ -33,6 +33,7 @@
 //!   process as before.
 
 use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
@@ -186,7 +187,7 @@ impl CaptureGate {
     #[inline]
     pub(crate) fn shared(&self) -> GateShared<'_> {
         if !self.open {
-            return GateShared { gate: self };
+            return GateShared::new(self);
         }
         self.shared_open()
     }
@@ -215,7 +216,7 @@ impl CaptureGate {
             }
         }
         note_entered(self.key());
-        GateShared { gate: self }
+        GateShared::new(self)
     }
 
     /// Enters a shared section if that needs no wait: `None` while a
@@ -225,7 +226,7 @@ impl CaptureGate {
     #[inline]
     pub(crate) fn try_shared(&self) -> Option<GateShared<'_>> {
         if !self.open {
-            return Some(GateShared { gate: self });
+            return Some(GateShared::new(self));
         }
         self.try_shared_open()
     }
@@ -248,13 +249,13 @@ impl CaptureGate {
             // Inside already: the count is above 0, so no writer holds the
             // gate (one may wait, for this very section).
             self.state.fetch_add(1, Ordering::Acquire);
-            return Some(GateShared { gate: self });
+            return Some(GateShared::new(self));
         }
         if !self.try_enter() {
             return None;
         }
         note_entered(key);
-        Some(GateShared { gate: self })
+        Some(GateShared::new(self))
     }
 
     /// One compare-and-swap into the shared count, refused while a writer
@@ -309,9 +310,19 @@ pub(crate) fn default_stream_refused(backend: BackendKind, op: &'static str) -> 
 }
 
 /// A shared section of a [`CaptureGate`]; leaving it is dropping it.
+/// Not `Send`: the section is recorded in the entering thread's locals,
+/// and left from another thread it would stay recorded there, letting that
+/// thread re-enter past a writer.
 #[must_use = "the section ends when the guard is dropped"]
 pub(crate) struct GateShared<'a> {
     gate: &'a CaptureGate,
+    _thread: PhantomData<*const ()>,
+}
+
+impl<'a> GateShared<'a> {
+    fn new(gate: &'a CaptureGate) -> Self {
+        GateShared { gate, _thread: PhantomData }
+    }
 }
 
 impl Drop for GateShared<'_> {
